@@ -1,0 +1,11 @@
+// The private _core extension: wiring only. The typed public API is python/stroboscope/.
+#include <pybind11/pybind11.h>
+
+#include "register.hpp"
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "stroboscope's C++ core (private; use the stroboscope package).";
+  stroboscope::bindings::register_frame(m);
+  stroboscope::bindings::register_sources(m);
+  stroboscope::bindings::register_sampler(m);
+}

@@ -1,0 +1,126 @@
+// Sampler: construction from source names, lifecycle, snapshot/drain, self-measurement.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "options.hpp"
+#include "register.hpp"
+#include "stroboscope/registry.hpp"
+#include "stroboscope/sampler.hpp"
+
+namespace py = pybind11;
+
+namespace stroboscope::bindings {
+namespace {
+
+// Destroying a Sampler joins its thread: do it without the GIL, as every other join.
+struct ReleaseGilDeleter {
+  void operator()(Sampler* s) const {
+    // releasing gil here is safe, we don't manipulate refcounts
+    py::gil_scoped_release release;
+    delete s;
+  }
+};
+
+std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler(const std::vector<std::pair<std::string, std::uint32_t>>& specs,
+                                      std::int64_t interval_ns, std::uint64_t capacity,
+                                      std::string proc_root, std::string sys_root,
+                                      std::string cgroup_root, int pid,
+                                      std::vector<std::string> disk_paths) {
+  const SourceOptions opts = make_options(std::move(proc_root), std::move(sys_root),
+                                          std::move(cgroup_root), pid, std::move(disk_paths));
+  std::vector<SourceSlot> slots;
+  for (const auto& [name, every] : specs) {
+    slots.push_back(SourceSlot{make_source(name, opts), every});
+  }
+  return std::unique_ptr<Sampler, ReleaseGilDeleter>(
+      new Sampler(std::move(slots), interval_ns, capacity));
+}
+
+py::dict column_dict(const ColumnSpec& c) {
+  py::dict d;
+  d["name"] = c.name;
+  d["unit"] = c.unit;
+  d["dtype"] = dtype_name(c.dtype);
+  d["kind"] = kind_name(c.kind);
+  d["help"] = c.help;
+  return d;
+}
+
+py::dict stats_dict(const SamplerStats& s) {
+  py::dict d;
+  d["interval_ns"] = s.interval_ns;
+  d["running"] = s.running;
+  d["ticks_scheduled"] = s.ticks_scheduled;
+  d["ticks_taken"] = s.ticks_taken;
+  d["ticks_missed"] = s.ticks_missed;
+  d["rows_written"] = s.rows_written;
+  d["rows_overwritten"] = s.rows_overwritten;
+  d["rows_lost"] = s.rows_lost;
+  d["lateness_p50_ns"] = s.lateness_p50_ns;
+  d["lateness_p99_ns"] = s.lateness_p99_ns;
+  d["lateness_max_ns"] = s.lateness_max_ns;
+  d["cost_mean_ns"] = s.cost_mean_ns;
+  d["cost_p99_ns"] = s.cost_p99_ns;
+  d["cost_max_ns"] = s.cost_max_ns;
+  d["thread_cpu_ns"] = s.thread_cpu_ns;
+  d["capacity"] = s.capacity;
+  d["num_columns"] = s.num_columns;
+  d["ring_bytes"] = s.ring_bytes;
+  d["clock_anchor_uncertainty_ns"] = s.clock_anchor_uncertainty_ns;
+  py::list sources;
+  for (const SourceStats& src : s.sources) {
+    py::dict sd;
+    sd["name"] = src.name;
+    sd["every"] = src.every;
+    sd["reads"] = src.reads;
+    sd["failures"] = src.failures;
+    sd["read_ns_total"] = src.read_ns_total;
+    sd["reason"] = src.reason.empty() ? py::object(py::none()) : py::object(py::str(src.reason));
+    sd["errno"] = src.error_number;
+    sources.append(sd);
+  }
+  d["sources"] = sources;
+  return d;
+}
+
+}  // namespace
+
+void register_sampler(py::module_& m) {
+  m.attr("MIN_INTERVAL_NS") = kMinIntervalNs;
+  m.attr("MAX_INTERVAL_NS") = kMaxIntervalNs;
+  // releasing gil here is safe, we don't manipulate refcounts
+  using release_gil = py::call_guard<py::gil_scoped_release>;
+  py::class_<Sampler, std::unique_ptr<Sampler, ReleaseGilDeleter>>(m, "Sampler")
+      .def(py::init(&make_sampler), py::arg("sources"), py::arg("interval_ns"),
+           py::arg("capacity"), py::arg("proc_root"), py::arg("sys_root"),
+           py::arg("cgroup_root"), py::arg("pid"), py::arg("disk_paths"))
+      .def("start", &Sampler::start, release_gil())
+      .def("stop", &Sampler::stop, release_gil())
+      .def_property_readonly("running", &Sampler::running)
+      .def("snapshot", &Sampler::snapshot, release_gil())
+      .def("drain", &Sampler::drain, release_gil())
+      .def("run_ticks_inline", &Sampler::run_ticks_inline, py::arg("n"), release_gil())
+      .def("forget_thread_after_fork", &Sampler::forget_thread_after_fork)
+      .def("columns",
+           [](const Sampler& s) {
+             py::list out;
+             for (const ColumnSpec& c : s.ring_columns()) out.append(column_dict(c));
+             return out;
+           })
+      .def("stats", [](const Sampler& s) {
+        SamplerStats st;
+        {
+          // releasing gil here is safe, we don't manipulate refcounts
+          py::gil_scoped_release release;
+          st = s.stats();
+        }
+        return stats_dict(st);
+      });
+}
+
+}  // namespace stroboscope::bindings

@@ -1,0 +1,134 @@
+// The sampler: one thread on absolute CLOCK_MONOTONIC deadlines that reads every due source into
+// a row and pushes it into the ring, and the consumer side (snapshot, drain) that copies rows out.
+//
+// Tick k is due at start + k * interval. A source with `every = n` is read on ticks that are
+// multiples of n (or on the first tick taken after such a tick was skipped). A tick whose
+// deadline has already passed when the previous one finishes is skipped and counted as missed:
+// ticks are never bunched to catch up. The thread never blocks on a consumer and never calls
+// into Python; consumers never block it (they only read atomics and copy cells).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stroboscope/clock.hpp"
+#include "stroboscope/column.hpp"
+#include "stroboscope/frame.hpp"
+#include "stroboscope/histogram.hpp"
+#include "stroboscope/ring.hpp"
+#include "stroboscope/source.hpp"
+
+namespace stroboscope {
+
+inline constexpr std::int64_t kMinIntervalNs = 100'000;                  // 100 µs
+inline constexpr std::int64_t kMaxIntervalNs = 3600LL * 1'000'000'000;  // 1 h
+
+struct SourceSlot {
+  std::unique_ptr<Source> source;
+  std::uint32_t every = 1;  // read on every n-th tick of the base interval
+};
+
+struct SourceStats {
+  std::string name;
+  std::uint32_t every;
+  std::uint64_t reads;
+  std::uint64_t failures;
+  std::uint64_t read_ns_total;  // time spent in this source's read()
+  std::string reason;           // why the latest read left cells null ("" when fine)
+  int error_number;
+};
+
+struct SamplerStats {
+  std::int64_t interval_ns;
+  bool running;
+  std::uint64_t ticks_scheduled;  // deadlines that have passed while running (taken + missed)
+  std::uint64_t ticks_taken;
+  std::uint64_t ticks_missed;
+  std::uint64_t rows_written;
+  std::uint64_t rows_overwritten;  // rows whose ring slot was reused
+  std::uint64_t rows_lost;         // rows overwritten before a drain() reached them
+  std::uint64_t lateness_p50_ns, lateness_p99_ns, lateness_max_ns;
+  double cost_mean_ns;
+  std::uint64_t cost_p99_ns, cost_max_ns;
+  std::int64_t thread_cpu_ns;  // CPU time used by the sampler thread
+  std::uint64_t capacity;
+  std::size_t num_columns;  // metric columns (mono_ns not counted)
+  std::size_t ring_bytes;
+  std::int64_t clock_anchor_uncertainty_ns;
+  std::vector<SourceStats> sources;
+};
+
+class Sampler {
+ public:
+  // `interval_ns` in [kMinIntervalNs, kMaxIntervalNs]; `capacity` a power of two >= 2. Throws
+  // std::invalid_argument otherwise (the Python layer validates first, with friendlier text).
+  Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns, std::uint64_t capacity);
+  ~Sampler();
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  void start();  // idempotent; throws std::system_error if the thread cannot be created
+  void stop();   // idempotent; joins the thread
+  [[nodiscard]] bool running() const noexcept { return running_.load(std::memory_order_acquire); }
+
+  // Metric columns in ring order: mono_ns first, then each source's columns.
+  [[nodiscard]] const std::vector<ColumnSpec>& ring_columns() const noexcept { return columns_; }
+
+  // A consistent copy of every row still in the ring; does not move the drain cursor.
+  [[nodiscard]] std::shared_ptr<Frame> snapshot();
+  // The rows written since the previous drain (rows overwritten before this call are counted in
+  // the frame's rows_lost and in stats().rows_lost).
+  [[nodiscard]] std::shared_ptr<Frame> drain();
+
+  [[nodiscard]] SamplerStats stats() const;
+
+  // Runs `n` ticks back to back on the calling thread (no sleeping) and returns the nanoseconds
+  // they took: the cost of sampling, without scheduling. Only while stopped (benchmarks).
+  std::int64_t run_ticks_inline(std::uint64_t n);
+
+  // In a child after fork(): the sampler thread does not exist there. Forget it without joining
+  // so the child can start this sampler again or build its own.
+  void forget_thread_after_fork() noexcept;
+
+ private:
+  void run() noexcept;
+  void tick(std::uint64_t k, std::int64_t now) noexcept;
+  std::shared_ptr<Frame> copy_rows(std::uint64_t from, std::uint64_t to);
+
+  std::vector<SourceSlot> sources_;
+  std::vector<std::size_t> offsets_;            // first ring column of each source
+  std::vector<std::uint64_t> next_due_;         // tick index each source is next due on
+  std::unique_ptr<std::atomic<std::uint64_t>[]> source_ns_;  // per-source read time
+  std::vector<ColumnSpec> columns_;
+  std::int64_t interval_ns_;
+  Ring ring_;
+  std::vector<std::uint64_t> row_cells_;  // the row being built (sampler thread only)
+  std::vector<std::uint8_t> row_valid_;
+
+  std::thread thread_;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> running_{false};
+  std::atomic<std::uint64_t> ticks_taken_{0};
+  std::atomic<std::uint64_t> ticks_missed_{0};
+  std::atomic<std::int64_t> started_at_ns_{0};
+  std::atomic<std::int64_t> stopped_at_ns_{0};
+  std::atomic<std::int64_t> thread_cpu_done_ns_{0};  // CPU time of finished runs
+  std::atomic<clockid_t> thread_cpu_clock_{0};
+  std::atomic<bool> thread_cpu_clock_valid_{false};
+  DurationHistogram lateness_;
+  DurationHistogram cost_;
+  ClockAnchor anchor_;
+  std::atomic<std::int64_t> anchor_offset_ns_{0};
+  std::uint64_t next_tick_ = 0;  // tick index to resume from after a stop (sampler thread)
+
+  std::mutex consumer_mutex_;  // serialises consumers; the producer never takes it
+  std::uint64_t drain_cursor_ = 0;
+  std::atomic<std::uint64_t> rows_lost_{0};
+};
+
+}  // namespace stroboscope

@@ -1,0 +1,149 @@
+// The source interface: what every data source (a /proc file, a syscall, a library) implements.
+//
+// A source declares its columns at construction, owns its kept-open file descriptors and its
+// previous reading, and on `read()` fills its slice of the row being built. `read()` runs on the
+// sampler thread: it must not allocate, throw or log. A failure becomes null cells plus a reason
+// (a static string) and an errno the Python side can read.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stroboscope/column.hpp"
+
+namespace stroboscope {
+
+// A view on one source's slice of the row the sampler is building. Cells are 8 bytes; a cell not
+// set during `read()` stays null (the sampler clears the row before each tick).
+class RowWriter {
+ public:
+  RowWriter(std::uint64_t* cells, std::uint8_t* valid, std::size_t n) noexcept
+      : cells_(cells), valid_(valid), n_(n) {}
+
+  void set_f64(std::size_t i, double v) noexcept {
+    if (i >= n_) return;
+    std::memcpy(&cells_[i], &v, sizeof v);
+    valid_[i] = 1;
+  }
+  void set_i64(std::size_t i, std::int64_t v) noexcept {
+    if (i >= n_) return;
+    std::memcpy(&cells_[i], &v, sizeof v);
+    valid_[i] = 1;
+  }
+  void set_null(std::size_t i) noexcept {
+    if (i < n_) valid_[i] = 0;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+
+ private:
+  std::uint64_t* cells_;
+  std::uint8_t* valid_;
+  std::size_t n_;
+};
+
+// Where sources read from. Tests point the roots at recorded trees under tests/data/.
+struct SourceOptions {
+  std::string proc_root = "/proc";
+  std::string sys_root = "/sys";
+  std::string cgroup_root = "/sys/fs/cgroup";
+  int pid = 0;                              // 0: the calling process
+  std::vector<std::string> disk_paths{"/"};  // statvfs targets of the "disk" source
+};
+
+class Source {
+ public:
+  explicit Source(std::string name) : name_(std::move(name)) {}
+  virtual ~Source() = default;
+  Source(const Source&) = delete;
+  Source& operator=(const Source&) = delete;
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] const std::vector<ColumnSpec>& columns() const noexcept { return columns_; }
+
+  // Fill this source's cells for the tick taken at `now_ns` (CLOCK_MONOTONIC). Hot path: no
+  // allocation, no exception, no logging. Call `ok()` or `fail()` exactly once per read.
+  virtual void read(RowWriter row, std::int64_t now_ns) noexcept = 0;
+
+  // Why the latest read left cells null, or nullptr when it succeeded. Reads from any thread.
+  [[nodiscard]] const char* reason() const noexcept {
+    // acquire pairs with the release in fail()/ok(): the errno stored before it is visible.
+    return reason_.load(std::memory_order_acquire);
+  }
+  [[nodiscard]] int error_number() const noexcept {
+    return errno_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t failures() const noexcept {
+    return failures_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t reads() const noexcept {
+    return reads_.load(std::memory_order_relaxed);
+  }
+
+ protected:
+  void add_column(std::string name, std::string unit, DType dtype, Kind kind, std::string help) {
+    columns_.push_back(ColumnSpec{std::move(name), std::move(unit), dtype, kind, std::move(help)});
+  }
+
+  // Record a successful read. Counters have a single writer (the sampler thread), so a relaxed
+  // load + store is enough; readers on other threads only need an untorn value.
+  void ok() noexcept {
+    reads_.store(reads_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    reason_.store(nullptr, std::memory_order_release);
+  }
+  // Record a failed read: `why` must be a string literal (no allocation on the hot path).
+  void fail(const char* why, int err = 0) noexcept {
+    reads_.store(reads_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    failures_.store(failures_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    errno_.store(err, std::memory_order_relaxed);
+    reason_.store(why, std::memory_order_release);
+  }
+
+ private:
+  std::string name_;
+  std::vector<ColumnSpec> columns_;
+  std::atomic<const char*> reason_{nullptr};
+  std::atomic<int> errno_{0};
+  std::atomic<std::uint64_t> failures_{0};
+  std::atomic<std::uint64_t> reads_{0};
+};
+
+// A file kept open for the life of a source and re-read with pread(fd, buf, n, 0): /proc files
+// regenerate their content on every read at offset 0, so no seek and no reopen is needed. The
+// buffer is sized at construction (twice the first read, at least 4 KiB) so reads never allocate.
+class ProcFile {
+ public:
+  ProcFile() = default;
+  // Opens `path`; on failure `is_open()` is false and `open_errno()` says why (no throw).
+  explicit ProcFile(const std::string& path, std::size_t min_capacity = 4096);
+  ~ProcFile();
+  ProcFile(ProcFile&& other) noexcept;
+  ProcFile& operator=(ProcFile&& other) noexcept;
+  ProcFile(const ProcFile&) = delete;
+  ProcFile& operator=(const ProcFile&) = delete;
+
+  [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
+  [[nodiscard]] int open_errno() const noexcept { return open_errno_; }
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+  // Reads the whole file (up to the buffer's capacity) into the buffer. Returns false and sets
+  // `*err` on failure. `truncated()` is true when the content filled the buffer entirely.
+  [[nodiscard]] bool read(int* err) noexcept;
+  [[nodiscard]] std::string_view view() const noexcept {
+    return std::string_view(buf_.data(), len_);
+  }
+  [[nodiscard]] bool truncated() const noexcept { return len_ == buf_.size(); }
+
+ private:
+  std::string path_;
+  std::vector<char> buf_;
+  std::size_t len_ = 0;
+  int fd_ = -1;
+  int open_errno_ = 0;
+};
+
+}  // namespace stroboscope

@@ -1,0 +1,16 @@
+"""stroboscope: millisecond system, process and GPU metrics from a C++ sampler, as Arrow data.
+
+>>> import stroboscope
+>>> with stroboscope.Sampler(interval=0.001) as s:   # 1 kHz on a C++ thread, no GIL
+...     ...                                           # your workload
+>>> table = s.snapshot().to_arrow()                   # time, mono_ns, cpu.util_pct, ...
+"""
+
+from __future__ import annotations
+
+from stroboscope._frame import Frame
+from stroboscope._sampler import Column, Sampler, available_sources
+
+__version__ = "0.1.0"
+
+__all__ = ["Column", "Frame", "Sampler", "__version__", "available_sources"]

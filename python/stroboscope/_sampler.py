@@ -1,0 +1,315 @@
+"""The public Sampler: argument checks and lifecycle around the C++ sampler thread."""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Union
+
+from stroboscope import _core
+from stroboscope._frame import Frame
+
+MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
+MAX_INTERVAL_S = _core.MAX_INTERVAL_NS / 1e9
+MAX_CAPACITY = 1 << 30
+
+SourcesArg = Union[Sequence[str], Mapping[str, Union[float, None]], None]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a sampler's frames: name, unit, Arrow type, kind and a one-line help."""
+
+    name: str
+    unit: str
+    dtype: str
+    kind: str
+    help: str
+
+
+_TIME_COLUMN = Column(
+    "time", "ns", "timestamp[ns, UTC]", "gauge", "UTC time of the tick (monotonic + anchor)."
+)
+
+
+def _check_interval(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(
+            f"{name} must be a finite number of seconds in [{MIN_INTERVAL_S:g}, "
+            f"{MAX_INTERVAL_S:g}], got {value!r}"
+        )
+    if seconds < MIN_INTERVAL_S or seconds > MAX_INTERVAL_S:
+        raise ValueError(
+            f"{name} must be within [{MIN_INTERVAL_S:g}, {MAX_INTERVAL_S:g}] seconds "
+            f"(100 µs to 1 h), got {value!r}"
+        )
+    return seconds
+
+
+def _check_capacity(capacity: object) -> int:
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise TypeError(f"capacity must be an int (rows), got {type(capacity).__name__}")
+    if capacity < 2 or capacity > MAX_CAPACITY:
+        raise ValueError(
+            f"capacity must be within [2, {MAX_CAPACITY}] rows, got {capacity}"
+        )
+    return 1 << (capacity - 1).bit_length()  # the ring needs a power of two: round up
+
+
+def _check_pid(pid: object, proc_root: str) -> int:
+    if pid is None:
+        return os.getpid()
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise TypeError(f"pid must be an int or None, got {type(pid).__name__}")
+    if pid <= 0:
+        raise ValueError(f"pid must be a positive process id, got {pid}")
+    stat_path = os.path.join(proc_root, str(pid), "stat")
+    try:
+        with open(stat_path, "rb") as f:
+            f.read(1)
+    except FileNotFoundError:
+        raise ValueError(f"pid {pid} does not exist (no {stat_path})") from None
+    except PermissionError:
+        raise PermissionError(f"pid {pid} cannot be read ({stat_path}: permission denied)") from None
+    return pid
+
+
+def _check_sources(
+    sources: SourcesArg, interval: float, defaults: list[str]
+) -> list[tuple[str, int]]:
+    known = list(_core.source_names())
+    if sources is None:
+        return [(name, 1) for name in defaults]
+    if isinstance(sources, str):
+        raise TypeError(
+            f"sources must be a list of names or a {{name: interval}} mapping, not a string; "
+            f"did you mean [{sources!r}]? Known sources: {', '.join(known)}"
+        )
+    items: list[tuple[str, float | None]]
+    if isinstance(sources, Mapping):
+        items = list(sources.items())
+    else:
+        items = [(name, None) for name in sources]
+    if not items:
+        raise ValueError(f"sources must name at least one source; known: {', '.join(known)}")
+    out: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    for name, every_s in items:
+        if name not in known:
+            raise ValueError(f"unknown source {name!r} in sources; known sources: {', '.join(known)}")
+        if name in seen:
+            raise ValueError(f"source {name!r} is listed twice in sources")
+        seen.add(name)
+        if every_s is None:
+            out.append((name, 1))
+            continue
+        seconds = _check_interval(f"sources[{name!r}]", every_s)
+        ratio = seconds / interval
+        every = round(ratio)
+        if every < 1 or abs(ratio - every) > 1e-6 * max(1.0, ratio):
+            raise ValueError(
+                f"sources[{name!r}] = {every_s!r} s must be a whole multiple of the base "
+                f"interval {interval:g} s"
+            )
+        out.append((name, every))
+    return out
+
+
+_live: weakref.WeakSet[Sampler] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+class Sampler:
+    """Samples system, process and GPU metrics on a C++ thread into a ring buffer.
+
+    Parameters
+    ----------
+    interval : float
+        Base sampling interval in seconds, from 0.0001 (100 µs, 10 kHz) to 3600 (1 h).
+    pid : int, optional
+        Process whose ``proc.*`` columns are recorded; default the calling process.
+    sources : list of str or dict of str to float, optional
+        Source names (see :func:`available_sources`), or ``{name: interval_s}`` where each
+        interval is a whole multiple of ``interval`` (``None`` = every tick). Default: the seed
+        set (cpu, memory, network, disk, diskio, process, and cgroup where limits exist).
+    capacity : int
+        Rows the ring holds (rounded up to a power of two). When full, the oldest rows are
+        overwritten and counted in :meth:`stats`. Memory: rows × (columns + 1) × 8 bytes plus one
+        validity bit per cell; see ``stats()["ring_bytes"]``.
+    disk_paths : sequence of str
+        Mount points whose usage the ``disk`` source reports (default ``("/",)``).
+    proc_root, sys_root, cgroup_root : str
+        Where procfs, sysfs and the cgroup hierarchy are read from (tests replay recorded trees).
+    """
+
+    def __init__(
+        self,
+        interval: float = 0.001,
+        *,
+        pid: int | None = None,
+        sources: SourcesArg = None,
+        capacity: int = 65536,
+        disk_paths: Sequence[str] = ("/",),
+        proc_root: str = "/proc",
+        sys_root: str = "/sys",
+        cgroup_root: str = "/sys/fs/cgroup",
+    ) -> None:
+        self._interval = _check_interval("interval", interval)
+        cap = _check_capacity(capacity)
+        self._pid = _check_pid(pid, proc_root)
+        if isinstance(disk_paths, str):
+            disk_paths = (disk_paths,)
+        for path in disk_paths:
+            if not os.path.isdir(path):
+                raise ValueError(f"disk_paths entry {path!r} is not an existing directory")
+        roots = (proc_root, sys_root, cgroup_root, self._pid, list(disk_paths))
+        defaults = list(_core.default_source_names(*roots))
+        specs = _check_sources(sources, self._interval, defaults)
+        try:
+            self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, *roots)
+        except RuntimeError as exc:
+            raise RuntimeError(f"cannot build sampler: {exc}") from None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._schema = [_TIME_COLUMN] + [Column(**c) for c in self._core.columns()]
+        with _live_lock:
+            _live.add(self)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> Sampler:
+        """Start sampling (a no-op when already running). Returns ``self``."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this Sampler is closed; create a new one to sample again")
+            self._core.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling and join the thread (harmless when not running). Rows are kept."""
+        with self._lock:
+            self._core.stop()
+
+    def close(self) -> None:
+        """Stop for good. Rows recorded so far stay readable with snapshot()/drain()."""
+        with self._lock:
+            self._core.stop()
+            self._closed = True
+
+    @property
+    def running(self) -> bool:
+        """Whether the sampler thread is running."""
+        return bool(self._core.running)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def __enter__(self) -> Sampler:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self.running else "stopped")
+        return f"<stroboscope.Sampler interval={self._interval:g}s pid={self._pid} {state}>"
+
+    # -- data --------------------------------------------------------------------------------
+
+    def snapshot(self) -> Frame:
+        """A consistent copy of every row still in the ring (the rows are kept)."""
+        return Frame(self._core.snapshot())
+
+    def drain(self) -> Frame:
+        """The rows written since the previous drain (or since the start)."""
+        return Frame(self._core.drain())
+
+    def stats(self) -> dict[str, Any]:
+        """The sampler's measurement of itself.
+
+        Keys: ``ticks_scheduled``/``ticks_taken``/``ticks_missed``, ``rows_written``,
+        ``rows_overwritten``, ``rows_lost`` (overwritten before a drain reached them),
+        ``lateness_p50_ns``/``lateness_p99_ns``/``lateness_max_ns`` (wake-up after the deadline),
+        ``cost_mean_ns``/``cost_p99_ns``/``cost_max_ns`` (time to read the sources and push one
+        row), ``thread_cpu_ns``, ``ring_bytes``, ``capacity``, ``num_columns``,
+        ``process_exited`` and ``sources`` (per source: reads, failures, read time, reason).
+        """
+        s: dict[str, Any] = self._core.stats()
+        s["interval_s"] = self._interval
+        s["pid"] = self._pid
+        s["process_exited"] = any(
+            src["name"] in ("process", "proc_tree") and src["reason"] == "process exited"
+            for src in s["sources"]
+        )
+        return s
+
+    @property
+    def schema(self) -> list[Column]:
+        """The columns of this sampler's frames, with units."""
+        return list(self._schema)
+
+    @property
+    def interval(self) -> float:
+        """Base sampling interval in seconds."""
+        return self._interval
+
+    @property
+    def pid(self) -> int:
+        """The monitored process id."""
+        return self._pid
+
+    @staticmethod
+    def available_sources() -> list[dict[str, Any]]:
+        """Every source: name, help, whether it is on by default and whether it works here."""
+        return available_sources()
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._core.forget_thread_after_fork()
+
+
+def available_sources(
+    *, pid: int | None = None, proc_root: str = "/proc", sys_root: str = "/sys",
+    cgroup_root: str = "/sys/fs/cgroup", disk_paths: Sequence[str] = ("/",),
+) -> list[dict[str, Any]]:
+    """Every source this build knows: ``name``, ``help``, ``default``, ``available``, ``reason``."""
+    resolved = os.getpid() if pid is None else pid
+    return list(
+        _core.describe_sources(proc_root, sys_root, cgroup_root, resolved, list(disk_paths))
+    )
+
+
+def _stop_all_at_exit() -> None:
+    with _live_lock:
+        samplers = list(_live)
+    for sampler in samplers:
+        sampler.stop()
+
+
+def _forget_all_in_child() -> None:
+    # The child of a fork has only the forking thread: every sampler thread is gone there.
+    global _live_lock
+    _live_lock = threading.Lock()
+    for sampler in list(_live):
+        sampler._after_fork_in_child()
+
+
+atexit.register(_stop_all_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_all_in_child)

@@ -1,0 +1,214 @@
+"""The ``stroboscope`` command: ``record`` metrics to Parquet/CSV, ``info`` on what works here."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stroboscope._frame import write_table
+from stroboscope._sampler import Sampler, available_sources
+
+DRAIN_PERIOD_S = 0.5
+
+
+def _parse_sources(text: str | None) -> dict[str, float | None] | None:
+    """``"cpu,memory,disk=1"`` → ``{"cpu": None, "memory": None, "disk": 1.0}``."""
+    if text is None:
+        return None
+    out: dict[str, float | None] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, _, every = part.partition("=")
+        try:
+            out[name.strip()] = float(every) if every else None
+        except ValueError:
+            raise SystemExit(f"--sources: {every!r} in {part!r} is not a number of seconds") from None
+    return out
+
+
+def _fmt(value: float, unit: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    magnitude = abs(value)
+    if unit in ("bytes", "bytes/s"):
+        for scale, suffix in ((1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
+            if magnitude >= scale:
+                return f"{value / scale:.2f} {suffix}"
+        return f"{value:.0f}"
+    if magnitude >= 1e6 or (magnitude < 1e-2 and magnitude != 0):
+        return f"{value:.3g}"
+    return f"{value:.2f}"
+
+
+def summarize(table: pa.Table, units: dict[str, str]) -> str:
+    """A plain-text table: per metric column its unit, samples, mean, min, max and last value."""
+    header = ("column", "unit", "samples", "mean", "min", "max", "last")
+    rows: list[tuple[str, ...]] = []
+    for name in table.column_names:
+        if name in ("time", "mono_ns"):
+            continue
+        col = table.column(name)
+        valid = col.drop_null()
+        unit = units.get(name, "")
+        if len(valid) == 0:
+            rows.append((name, unit, "0", "-", "-", "-", "-"))
+            continue
+        as_float = valid.cast(pa.float64())
+        mm = pc.min_max(as_float)
+        rows.append((
+            name,
+            unit,
+            str(len(valid)),
+            _fmt(pc.mean(as_float).as_py(), unit),
+            _fmt(mm["min"].as_py(), unit),
+            _fmt(mm["max"].as_py(), unit),
+            _fmt(as_float[-1].as_py(), unit),
+        ))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append("  ".join(
+            (v.ljust(w) if i < 2 else v.rjust(w)) for i, (v, w) in enumerate(zip(r, widths))
+        ))
+    return "\n".join(lines)
+
+
+def _record(args: argparse.Namespace) -> int:
+    command: list[str] = list(args.command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if command and args.pid is not None:
+        raise SystemExit("record: give either --pid or a command after --, not both")
+    if not command and args.duration is None:
+        print("recording until Ctrl-C (use --duration S to stop by itself)", file=sys.stderr)
+
+    child: subprocess.Popen[bytes] | None = None
+    pid = args.pid
+    if command:
+        try:
+            child = subprocess.Popen(command)
+        except OSError as exc:
+            raise SystemExit(f"record: cannot run {command[0]!r}: {exc}") from None
+        pid = child.pid
+
+    sampler = Sampler(
+        args.interval, pid=pid, sources=_parse_sources(args.sources), capacity=args.capacity
+    )
+    units = {c.name: c.unit for c in sampler.schema}
+    tables: list[pa.Table] = []
+    exit_code = 0
+    interrupted = False
+    started = time.monotonic()
+    sampler.start()
+    try:
+        while True:
+            time.sleep(DRAIN_PERIOD_S)
+            tables.append(sampler.drain().to_arrow())
+            if child is not None and child.poll() is not None:
+                break
+            if args.duration is not None and time.monotonic() - started >= args.duration:
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        sampler.close()
+        tables.append(sampler.drain().to_arrow())
+        if child is not None:
+            if interrupted and child.poll() is None:
+                child.send_signal(signal.SIGINT)
+            exit_code = child.wait()
+    elapsed = time.monotonic() - started
+    table = pa.concat_tables(tables)
+    fmt = write_table(table, args.output)
+    stats = sampler.stats()
+    print(
+        f"recorded {table.num_rows} rows x {table.num_columns} columns over {elapsed:.2f} s "
+        f"to {args.output} ({fmt})"
+    )
+    print(
+        f"sampler: interval {args.interval * 1e3:g} ms, ticks taken {stats['ticks_taken']}, "
+        f"missed {stats['ticks_missed']}, lateness p50/p99 "
+        f"{stats['lateness_p50_ns'] / 1e3:.1f}/{stats['lateness_p99_ns'] / 1e3:.1f} µs, "
+        f"cost/tick {stats['cost_mean_ns'] / 1e3:.1f} µs, "
+        f"sampler CPU {100 * stats['thread_cpu_ns'] / 1e9 / max(elapsed, 1e-9):.2f} %, "
+        f"rows lost {stats['rows_lost']}"
+    )
+    for src in stats["sources"]:
+        if src["reason"]:
+            print(f"source {src['name']}: {src['reason']} ({src['failures']} failed reads)")
+    print()
+    print(summarize(table, units))
+    return exit_code
+
+
+def _info(args: argparse.Namespace) -> int:
+    infos = available_sources(pid=args.pid)
+    width = max(len(i["name"]) for i in infos)
+    print("sources:")
+    for info in infos:
+        state = "default" if info["default"] else ("opt-in" if info["available"] else "unavailable")
+        line = f"  {info['name'].ljust(width)}  {state:<11}  {info['help']}"
+        if not info["available"] and info["reason"]:
+            line += f" — {info['reason']}"
+        print(line)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stroboscope",
+        description="Record system, process and GPU metrics at millisecond rates.",
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser(
+        "record",
+        help="record metrics to a Parquet or CSV file and print a summary",
+        usage="stroboscope record [options] -o FILE [-- COMMAND ARGS...]",
+    )
+    rec.add_argument("-o", "--output", required=True,
+                     help="output file; .parquet/.pq or .csv chooses the format")
+    rec.add_argument("--interval", type=float, default=0.01, metavar="S",
+                     help="sampling interval in seconds (default 0.01; 0.0001 to 3600)")
+    rec.add_argument("--duration", type=float, default=None, metavar="S",
+                     help="stop after S seconds (default: until the command exits or Ctrl-C)")
+    rec.add_argument("--pid", type=int, default=None, help="process to monitor")
+    rec.add_argument("--sources", default=None, metavar="LIST",
+                     help="comma-separated sources, NAME or NAME=SECONDS (see `stroboscope info`)")
+    rec.add_argument("--capacity", type=int, default=1 << 16, metavar="ROWS",
+                     help="ring capacity in rows (default 65536)")
+    rec.add_argument("command", nargs=argparse.REMAINDER,
+                     help="command to run and monitor until it exits (after --)")
+    rec.set_defaults(func=_record)
+    info = sub.add_parser("info", help="list the sources (and GPUs) available here, and why not")
+    info.add_argument("--pid", type=int, default=None, help="process the process sources would read")
+    info.set_defaults(func=_info)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``stroboscope`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: Any = args.func(args)
+    except (ValueError, TypeError, PermissionError, RuntimeError) as exc:
+        print(f"stroboscope {args.cmd}: error: {exc}", file=sys.stderr)
+        return 2
+    return int(result)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
