@@ -9,8 +9,8 @@
 
 #include "options.hpp"
 #include "register.hpp"
-#include "stroboscope/registry.hpp"
 #include "stroboscope/sampler.hpp"
+#include "stroboscope/slots.hpp"
 
 namespace py = pybind11;
 
@@ -33,10 +33,7 @@ std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler(const std::vector<std::
                                       std::vector<std::string> disk_paths) {
   const SourceOptions opts = make_options(std::move(proc_root), std::move(sys_root),
                                           std::move(cgroup_root), pid, std::move(disk_paths));
-  std::vector<SourceSlot> slots;
-  for (const auto& [name, every] : specs) {
-    slots.push_back(SourceSlot{make_source(name, opts), every});
-  }
+  std::vector<SourceSlot> slots = build_source_slots(specs, interval_ns, opts);
   return std::unique_ptr<Sampler, ReleaseGilDeleter>(
       new Sampler(std::move(slots), interval_ns, capacity));
 }

@@ -77,8 +77,10 @@ void Sampler::start() {
   stop_requested_.store(false, std::memory_order_relaxed);
   running_.store(true, std::memory_order_release);
   try {
+    for (SourceSlot& slot : sources_) slot.source->on_start();  // e.g. a slow source's poller
     thread_ = std::thread([this] { run(); });
   } catch (...) {
+    for (SourceSlot& slot : sources_) slot.source->on_stop();
     running_.store(false, std::memory_order_release);
     throw;
   }
@@ -88,6 +90,7 @@ void Sampler::stop() {
   // release: the sampler thread's acquire load of the flag ends its loop.
   stop_requested_.store(true, std::memory_order_release);
   if (thread_.joinable()) thread_.join();
+  for (SourceSlot& slot : sources_) slot.source->on_stop();
   running_.store(false, std::memory_order_release);
 }
 
@@ -95,6 +98,7 @@ void Sampler::forget_thread_after_fork() noexcept {
   // The std::thread object describes a thread of the parent. Joining or destroying a joinable
   // one would block or terminate, so end its lifetime without running its destructor.
   new (&thread_) std::thread();
+  for (SourceSlot& slot : sources_) slot.source->forget_threads_after_fork();
   running_.store(false, std::memory_order_relaxed);
   stop_requested_.store(false, std::memory_order_relaxed);
   thread_cpu_clock_valid_.store(false, std::memory_order_relaxed);

@@ -131,15 +131,21 @@ def write_table_csv(table: pa.Table, path: str | os.PathLike[str]) -> None:
         pacsv.write_csv(table, f)
 
 
+def output_format(path: str | os.PathLike[str]) -> str:
+    """``"parquet"`` or ``"csv"`` by the suffix of ``path``; ValueError for anything else."""
+    lower = os.fspath(path).lower()
+    if lower.endswith((".parquet", ".pq")):
+        return "parquet"
+    if lower.endswith(".csv"):
+        return "csv"
+    raise ValueError(f"output path {os.fspath(path)!r} must end in .parquet, .pq or .csv")
+
+
 def write_table(table: pa.Table, path: str | os.PathLike[str]) -> str:
     """Write ``table`` as Parquet or CSV, chosen by the suffix of ``path``; return the format."""
-    suffix = os.fspath(path).lower()
-    if suffix.endswith((".parquet", ".pq")):
+    fmt = output_format(path)
+    if fmt == "parquet":
         write_table_parquet(table, path)
-        return "parquet"
-    if suffix.endswith(".csv"):
+    else:
         write_table_csv(table, path)
-        return "csv"
-    raise ValueError(
-        f"output path {os.fspath(path)!r} must end in .parquet, .pq or .csv"
-    )
+    return fmt

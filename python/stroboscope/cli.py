@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope._frame import write_table
+from stroboscope._frame import output_format, write_table
 from stroboscope._sampler import Sampler, available_sources
 
 DRAIN_PERIOD_S = 0.5
@@ -87,6 +87,7 @@ def summarize(table: pa.Table, units: dict[str, str]) -> str:
 
 
 def _record(args: argparse.Namespace) -> int:
+    output_format(args.output)  # a bad suffix fails before anything is recorded
     command: list[str] = list(args.command or [])
     if command and command[0] == "--":
         command = command[1:]

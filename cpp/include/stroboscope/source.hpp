@@ -69,6 +69,16 @@ class Source {
   // allocation, no exception, no logging. Call `ok()` or `fail()` exactly once per read.
   virtual void read(RowWriter row, std::int64_t now_ns) noexcept = 0;
 
+  // A slow source (a library call of tens to hundreds of µs, like NVML) says so: the sampler then
+  // polls it on a thread of its own (PolledSource) so it never makes a /proc tick late.
+  [[nodiscard]] virtual bool slow() const noexcept { return false; }
+
+  // Lifecycle hooks, called by the sampler off the hot path: when it starts, after it stopped,
+  // and in the child after a fork (where no thread of the parent exists).
+  virtual void on_start() {}
+  virtual void on_stop() noexcept {}
+  virtual void forget_threads_after_fork() noexcept {}
+
   // Why the latest read left cells null, or nullptr when it succeeded. Reads from any thread.
   [[nodiscard]] const char* reason() const noexcept {
     // acquire pairs with the release in fail()/ok(): the errno stored before it is visible.

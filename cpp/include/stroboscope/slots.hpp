@@ -1,0 +1,21 @@
+// From (source name, interval multiple) pairs to the sampler's source slots.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stroboscope/sampler.hpp"
+#include "stroboscope/source.hpp"
+
+namespace stroboscope {
+
+// Builds each named source through the registry. A slow source (Source::slow()) is wrapped in a
+// PolledSource that polls it every `every * interval_ns` on its own thread, and is itself copied
+// on every tick (each new reading lands in the first row after it was taken).
+[[nodiscard]] std::vector<SourceSlot> build_source_slots(
+    const std::vector<std::pair<std::string, std::uint32_t>>& specs, std::int64_t interval_ns,
+    const SourceOptions& opts);
+
+}  // namespace stroboscope

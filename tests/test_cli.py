@@ -1,0 +1,60 @@
+"""The stroboscope command: record to Parquet/CSV (wrapping a command or not), info."""
+
+from __future__ import annotations
+
+import csv
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from stroboscope.cli import main
+
+
+def test_record_parquet_for_a_duration(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m.parquet"
+    assert main(["record", "--interval", "0.002", "--duration", "0.6", "-o", str(out)]) == 0
+    table = pq.read_table(out)
+    assert 100 <= table.num_rows <= 320
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+    text = capsys.readouterr().out
+    assert f"recorded {table.num_rows} rows" in text
+    assert "mem.util_pct" in text and "column" in text and "mean" in text
+
+
+def test_record_wraps_a_command_and_returns_its_exit_code(tmp_path: Path) -> None:
+    out = tmp_path / "m.csv"
+    code = main(["record", "--interval", "0.005", "-o", str(out), "--",
+                 sys.executable, "-c", "import time, sys; time.sleep(0.5); sys.exit(7)"])
+    assert code == 7
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= 40
+    rss = [r["proc.rss_bytes"] for r in rows]
+    assert any(rss) and int(next(v for v in rss if v)) > 1 << 20  # the child's RSS, not ours
+
+
+def test_record_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["record", "--interval", "0", "--duration", "1", "-o", str(tmp_path / "a.parquet")]) == 2
+    assert "interval" in capsys.readouterr().err
+    assert main(["record", "--duration", "0.1", "--sources", "bogus", "-o", str(tmp_path / "a.csv")]) == 2
+    assert "unknown source 'bogus'" in capsys.readouterr().err
+    assert main(["record", "--duration", "0.1", "-o", str(tmp_path / "a.txt")]) == 2
+    assert ".parquet" in capsys.readouterr().err
+
+
+def test_info_lists_sources(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info"]) == 0
+    text = capsys.readouterr().out
+    for name in ("cpu", "memory", "network", "disk", "diskio", "process", "pressure"):
+        assert f"  {name} " in text
+
+
+def test_console_script_runs() -> None:
+    out = subprocess.run([sys.executable, "-m", "stroboscope", "info"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and "sources:" in out.stdout

@@ -1,0 +1,204 @@
+"""The Sampler's arguments, lifecycle, schema and self-measurement."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import pytest
+
+import stroboscope
+from stroboscope import Sampler
+
+
+@pytest.mark.parametrize(
+    ("interval", "exc", "fragment"),
+    [
+        (0, ValueError, "interval"),
+        (-1.0, ValueError, "interval"),
+        (math.nan, ValueError, "interval"),
+        (math.inf, ValueError, "interval"),
+        (0.00005, ValueError, "100 µs to 1 h"),
+        (3601.0, ValueError, "100 µs to 1 h"),
+        ("1", TypeError, "interval must be a number"),
+        (True, TypeError, "interval must be a number"),
+    ],
+)
+def test_bad_interval_names_argument_and_range(interval: object, exc: type, fragment: str) -> None:
+    with pytest.raises(exc, match=fragment):
+        Sampler(interval)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "exc", "fragment"),
+    [(1, ValueError, "capacity must be within"), (0, ValueError, "capacity"),
+     (1 << 40, ValueError, "capacity must be within"), (2.5, TypeError, "capacity must be an int")],
+)
+def test_bad_capacity(capacity: object, exc: type, fragment: str) -> None:
+    with pytest.raises(exc, match=fragment):
+        Sampler(0.01, capacity=capacity)  # type: ignore[arg-type]
+
+
+def test_capacity_rounds_up_to_power_of_two() -> None:
+    s = Sampler(0.01, sources=["memory"], capacity=1000)
+    assert s.stats()["capacity"] == 1024
+
+
+def test_unknown_source_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown source 'cpux'.*known sources: cpu, cpu_cores"):
+        Sampler(0.01, sources=["cpux"])
+    with pytest.raises(TypeError, match="not a string"):
+        Sampler(0.01, sources="cpu")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least one source"):
+        Sampler(0.01, sources=[])
+
+
+def test_source_interval_must_be_multiple_of_base() -> None:
+    with pytest.raises(ValueError, match=r"sources\['memory'\].*whole multiple"):
+        Sampler(0.01, sources={"memory": 0.015})
+    s = Sampler(0.01, sources={"memory": 0.05, "cpu": None})
+    every = {src["name"]: src["every"] for src in s.stats()["sources"]}
+    assert every == {"memory": 5, "cpu": 1}
+
+
+def test_bad_pid() -> None:
+    with pytest.raises(ValueError, match="pid 999999999 does not exist"):
+        Sampler(0.01, pid=999999999)
+    with pytest.raises(ValueError, match="pid must be a positive"):
+        Sampler(0.01, pid=-3)
+    with pytest.raises(TypeError, match="pid must be an int"):
+        Sampler(0.01, pid="1")  # type: ignore[arg-type]
+
+
+def test_bad_disk_path() -> None:
+    with pytest.raises(ValueError, match="disk_paths entry '/no/such/dir'"):
+        Sampler(0.01, disk_paths=["/no/such/dir"])
+
+
+def test_default_schema_has_units_and_seed_columns() -> None:
+    s = Sampler(0.01)
+    names = [c.name for c in s.schema]
+    assert names[:2] == ["time", "mono_ns"]
+    for required in ["cpu.util_pct", "mem.util_pct", "mem.available_bytes", "net.sent_bytes",
+                     "net.recv_bytes", "disk.used_pct", "proc.rss_bytes", "proc.mem_pct",
+                     "proc.threads", "proc.cpu_pct", "net.sent_bytes_per_s",
+                     "disk.read_bytes_per_s"]:
+        assert required in names
+    assert all(c.unit for c in s.schema)
+    assert "cpu.0.util_pct" not in names  # per-core is opt-in
+    sources = {i["name"]: i for i in stroboscope.available_sources()}
+    assert sources["cpu"]["default"] and not sources["cpu_cores"]["default"]
+
+
+def test_lifecycle_is_forgiving() -> None:
+    s = Sampler(0.002, sources=["memory"])
+    s.stop()  # stop without start
+    s.start()
+    s.start()  # start twice
+    assert s.running
+    time.sleep(0.05)
+    s.stop()
+    s.stop()
+    n = len(s.snapshot())
+    assert n > 5
+    s.close()
+    s.close()  # close twice
+    assert len(s.snapshot()) == n  # nothing recorded is lost by closing
+    with pytest.raises(RuntimeError, match="closed"):
+        s.start()
+
+
+def test_context_manager_stops() -> None:
+    with Sampler(0.002, sources=["memory"]) as s:
+        time.sleep(0.03)
+        assert s.running
+    assert not s.running and s.closed
+    assert len(s.snapshot()) > 3
+
+
+def test_stats_report_ring_memory_and_counts() -> None:
+    s = Sampler(0.001, sources=["memory", "cpu"], capacity=4096)
+    st = s.stats()
+    cols = st["num_columns"] + 1  # + mono_ns
+    assert st["ring_bytes"] == 4096 * cols * 8 + cols * (4096 // 64) * 8
+    with s:
+        time.sleep(0.1)
+    st = s.stats()
+    assert st["ticks_taken"] == st["rows_written"] == len(s.snapshot())
+    assert st["ticks_scheduled"] == st["ticks_taken"] + st["ticks_missed"]
+    assert st["thread_cpu_ns"] > 0
+    assert st["lateness_p50_ns"] <= st["lateness_p99_ns"] <= st["lateness_max_ns"]
+    assert [src["name"] for src in st["sources"]] == ["memory", "cpu"]
+    assert all(src["reads"] == st["ticks_taken"] for src in st["sources"])
+
+
+def test_snapshot_keeps_rows_drain_moves_on() -> None:
+    s = Sampler(0.001, sources=["memory"], capacity=1 << 12)
+    with s:
+        time.sleep(0.05)
+        a = s.drain()
+        time.sleep(0.05)
+    b = s.drain()
+    c = s.drain()
+    snap = s.snapshot()
+    assert len(c) == 0
+    assert len(a) + len(b) == len(snap)
+    mono = a.to_numpy()["mono_ns"].tolist() + b.to_numpy()["mono_ns"].tolist()
+    assert mono == snap.to_numpy()["mono_ns"].tolist()
+
+
+def test_overwritten_rows_are_counted_not_silent() -> None:
+    s = Sampler(0.0005, sources=["memory"], capacity=16)
+    with s:
+        time.sleep(0.1)
+    f = s.drain()
+    st = s.stats()
+    assert len(f) == 16
+    assert f.rows_lost == st["rows_written"] - 16 == st["rows_lost"]
+    assert st["rows_overwritten"] == st["rows_written"] - 16
+
+
+def test_fork_child_has_no_half_alive_sampler() -> None:
+    s = Sampler(0.001, sources=["memory"]).start()
+    time.sleep(0.02)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the inherited sampler is stopped; it and a new one can run
+        code = 1
+        try:
+            ok = not s.running
+            s.start()
+            time.sleep(0.02)
+            s.stop()
+            t = Sampler(0.001, sources=["memory"]).start()
+            time.sleep(0.02)
+            t.close()
+            ok = ok and len(t.snapshot()) > 3 and len(s.snapshot()) > 0
+            code = 0 if ok else 3
+        finally:
+            os.write(w, bytes([code]))
+            os._exit(code)
+    os.close(w)
+    result = os.read(r, 1)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    s.close()
+    assert result == b"\x00"
+    assert os.WEXITSTATUS(status) == 0
+    assert len(s.snapshot()) > 10  # the parent's sampler kept running through the fork
+
+
+def test_running_sampler_is_stopped_at_interpreter_exit(tmp_path: os.PathLike[str]) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import stroboscope, time\n"
+        "s = stroboscope.Sampler(0.001, sources=['memory']).start()\n"
+        "time.sleep(0.05)\n"
+        "print('ok', flush=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
