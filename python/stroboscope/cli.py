@@ -116,7 +116,16 @@ def _record(args: argparse.Namespace) -> int:
     sampler.start()
     try:
         while True:
-            time.sleep(DRAIN_PERIOD_S)
+            wait = DRAIN_PERIOD_S
+            if args.duration is not None:
+                wait = min(wait, args.duration - (time.monotonic() - started))
+            if child is not None:
+                try:
+                    child.wait(timeout=max(wait, 0.0))
+                except subprocess.TimeoutExpired:
+                    pass
+            elif wait > 0:
+                time.sleep(wait)
             tables.append(sampler.drain().to_arrow())
             if child is not None and child.poll() is not None:
                 break
