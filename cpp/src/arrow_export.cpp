@@ -32,9 +32,9 @@ std::string encode_metadata(const std::vector<std::pair<std::string, std::string
   append_i32(out, static_cast<std::int32_t>(kv.size()));
   for (const auto& [k, v] : kv) {
     append_i32(out, static_cast<std::int32_t>(k.size()));
-    out += k;
+    out.append(k.data(), k.size());
     append_i32(out, static_cast<std::int32_t>(v.size()));
-    out += v;
+    out.append(v.data(), v.size());
   }
   return out;
 }

@@ -209,13 +209,13 @@ std::shared_ptr<Frame> Sampler::copy_rows(std::uint64_t from, std::uint64_t to) 
 std::shared_ptr<Frame> Sampler::snapshot() {
   std::lock_guard<std::mutex> lock(consumer_mutex_);
   const std::uint64_t to = ring_.written();
-  return copy_rows(ring_.oldest(), to);
+  return copy_rows(ring_.oldest(to), to);
 }
 
 std::shared_ptr<Frame> Sampler::drain() {
   std::lock_guard<std::mutex> lock(consumer_mutex_);
   const std::uint64_t to = ring_.written();
-  const std::uint64_t oldest = ring_.oldest();
+  const std::uint64_t oldest = ring_.oldest(to);
   std::uint64_t from = drain_cursor_;
   std::uint64_t lost = 0;
   if (from < oldest) {

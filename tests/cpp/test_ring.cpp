@@ -63,9 +63,9 @@ void test_wraparound_and_overwrite_accounting() {
   for (std::uint64_t j = 0; j < 1000; ++j) push_row(ring, j);
   CHECK_EQ(ring.written(), 1000u);
   CHECK_EQ(ring.overwritten(), 1000u - 64u);
-  CHECK_EQ(ring.oldest(), 936u);
+  CHECK_EQ(ring.oldest(ring.written()), 936u);
   // The live range wraps (936 % 64 = 40): copied in two pieces, validity bits re-aligned.
-  Copy c = copy_rows(ring, ring.oldest(), ring.written());
+  Copy c = copy_rows(ring, ring.oldest(ring.written()), ring.written());
   CHECK_EQ(c.first_intact, 936u);
   for (std::uint64_t i = 0; i < 64; ++i) {
     const std::uint64_t j = 936 + i;
@@ -92,7 +92,7 @@ void test_small_capacity() {
   v = 9;
   ring.push(&v, &ok);
   CHECK_EQ(ring.overwritten(), 1u);
-  Copy c = copy_rows(ring, ring.oldest(), ring.written());
+  Copy c = copy_rows(ring, ring.oldest(ring.written()), ring.written());
   CHECK_EQ(c.cell(0, 0), 8u);
   CHECK_EQ(c.cell(0, 1), 9u);
 }
@@ -140,7 +140,7 @@ void test_concurrent_consistency() {
   std::uint64_t copies = 0, rows_checked = 0, torn_dropped = 0;
   while (!done.load(std::memory_order_acquire) || copies == 0) {
     const std::uint64_t to = ring.written();
-    const std::uint64_t from = ring.oldest();
+    const std::uint64_t from = ring.oldest(to);  // from the same reading: never above `to`
     if (to == from) continue;
     Copy c = copy_rows(ring, from, to);
     ++copies;

@@ -52,20 +52,21 @@ class Ring {
   }
   // Rows that no longer exist because the producer reused their slots.
   [[nodiscard]] std::uint64_t overwritten() const noexcept {
-    const std::uint64_t w = written();
-    return w > capacity_ ? w - capacity_ : 0;
+    return oldest(written());
   }
 
-  // Consumer side: copies rows [from, to) (to <= written(); from clamped to the oldest row still
-  // in the ring) into `dest` (num_columns() entries, each with room for to - from rows and
+  // Consumer side: copies rows [from, to) (to <= written(), oldest(to) <= from <= to) into `dest` (num_columns() entries, each with room for to - from rows and
   // ceil((to - from) / 64) validity words). Returns the index of the first row whose copy is
   // consistent: rows in [from, returned) were overwritten while copying and must be discarded
   // (their copies sit at the front of `dest`). The returned value is never above `to`.
   [[nodiscard]] std::uint64_t copy(std::uint64_t from, std::uint64_t to,
                                    const ColumnDest* dest) const noexcept;
 
-  // Oldest row index still held, given the current write counter.
-  [[nodiscard]] std::uint64_t oldest() const noexcept { return overwritten(); }
+  // Oldest row index still held when the write counter was `written` (pass the value the range
+  // end was taken from, so the range [oldest, written) is never inverted by a later producer).
+  [[nodiscard]] std::uint64_t oldest(std::uint64_t written) const noexcept {
+    return written > capacity_ ? written - capacity_ : 0;
+  }
 
  private:
   [[nodiscard]] std::uint64_t* column(std::size_t c) const noexcept {
