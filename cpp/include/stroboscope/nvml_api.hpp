@@ -1,0 +1,225 @@
+// The subset of the NVML C API that stroboscope uses, declared here so the build needs no NVML or
+// CUDA header and the binary has no link-time dependency: the library is opened with dlopen and
+// every function below is reached through a pointer resolved with dlsym (see nvml.hpp).
+//
+// Names follow NVML's meaning with this project's spelling. Numbers (return codes, field ids,
+// enum values) and struct layouts are NVML's ABI and must not change; the static_asserts at the
+// bottom pin the layouts to the sizes and offsets nvml.h gives on LP64 Linux. NVML's C enums are
+// int-sized, so enum parameters are declared as `int` in the function pointer types.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace stroboscope::nvml {
+
+// ---- return codes (nvmlReturn_t) -------------------------------------------------------------
+using Return = int;
+inline constexpr Return kSuccess = 0;
+inline constexpr Return kErrorUninitialized = 1;
+inline constexpr Return kErrorInvalidArgument = 2;
+inline constexpr Return kErrorNotSupported = 3;
+inline constexpr Return kErrorNoPermission = 4;
+inline constexpr Return kErrorAlreadyInitialized = 5;
+inline constexpr Return kErrorNotFound = 6;
+inline constexpr Return kErrorInsufficientSize = 7;
+inline constexpr Return kErrorInsufficientPower = 8;
+inline constexpr Return kErrorDriverNotLoaded = 9;
+inline constexpr Return kErrorTimeout = 10;
+inline constexpr Return kErrorIrqIssue = 11;
+inline constexpr Return kErrorLibraryNotFound = 12;
+inline constexpr Return kErrorFunctionNotFound = 13;
+inline constexpr Return kErrorCorruptedInforom = 14;
+inline constexpr Return kErrorGpuIsLost = 15;
+inline constexpr Return kErrorResetRequired = 16;
+inline constexpr Return kErrorOperatingSystem = 17;
+inline constexpr Return kErrorLibRmVersionMismatch = 18;
+inline constexpr Return kErrorInUse = 19;
+inline constexpr Return kErrorMemory = 20;
+inline constexpr Return kErrorNoData = 21;
+inline constexpr Return kErrorVgpuEccNotSupported = 22;
+inline constexpr Return kErrorInsufficientResources = 23;
+inline constexpr Return kErrorFreqNotSupported = 24;
+inline constexpr Return kErrorArgumentVersionMismatch = 25;
+inline constexpr Return kErrorDeprecated = 26;
+inline constexpr Return kErrorNotReady = 27;
+inline constexpr Return kErrorGpuNotFound = 28;
+inline constexpr Return kErrorInvalidState = 29;
+inline constexpr Return kErrorUnknown = 999;
+
+// ---- handles ---------------------------------------------------------------------------------
+struct DeviceOpaque;                // nvmlDevice_st, never defined
+using Device = DeviceOpaque*;       // nvmlDevice_t
+
+// ---- enums -----------------------------------------------------------------------------------
+// nvmlValueType_t: which member of Value is meaningful.
+inline constexpr int kValueTypeDouble = 0;
+inline constexpr int kValueTypeUnsignedInt = 1;
+inline constexpr int kValueTypeUnsignedLong = 2;
+inline constexpr int kValueTypeUnsignedLongLong = 3;
+inline constexpr int kValueTypeSignedLongLong = 4;
+inline constexpr int kValueTypeSignedInt = 5;
+inline constexpr int kValueTypeUnsignedShort = 6;
+
+// nvmlSamplingType_t (nvmlDeviceGetSamples).
+inline constexpr int kTotalPowerSamples = 0;        // mW
+inline constexpr int kGpuUtilizationSamples = 1;    // %
+inline constexpr int kMemoryUtilizationSamples = 2; // %
+inline constexpr int kProcessorClkSamples = 5;      // MHz
+inline constexpr int kMemoryClkSamples = 6;         // MHz
+
+// nvmlClockType_t.
+inline constexpr int kClockGraphics = 0;
+inline constexpr int kClockSm = 1;
+inline constexpr int kClockMem = 2;
+
+// nvmlTemperatureSensors_t.
+inline constexpr int kTemperatureGpu = 0;
+
+// nvmlMemoryErrorType_t and nvmlEccCounterType_t.
+inline constexpr int kMemoryErrorTypeCorrected = 0;
+inline constexpr int kMemoryErrorTypeUncorrected = 1;
+inline constexpr int kVolatileEcc = 0;
+inline constexpr int kAggregateEcc = 1;
+
+// MIG mode (nvmlDeviceGetMigMode current/pending).
+inline constexpr unsigned kDeviceMigDisable = 0;
+inline constexpr unsigned kDeviceMigEnable = 1;
+
+// Field ids for nvmlDeviceGetFieldValues (NVML_FI_DEV_*). Ids never change once assigned.
+inline constexpr unsigned kFieldEccSbeVolTotal = 3;            // corrected (single-bit), volatile
+inline constexpr unsigned kFieldEccDbeVolTotal = 4;            // uncorrected (double-bit), volatile
+inline constexpr unsigned kFieldTotalEnergyConsumption = 83;   // mJ since the driver loaded
+inline constexpr unsigned kFieldPowerInstant = 186;            // mW
+inline constexpr unsigned kFieldPowerCurrentLimit = 190;       // mW, the limit enforced now
+inline constexpr unsigned kFieldPcieCountTxBytes = 197;        // bytes, cumulative
+inline constexpr unsigned kFieldPcieCountRxBytes = 198;        // bytes, cumulative
+
+// Buffer sizes the API documents as always large enough.
+inline constexpr unsigned kDeviceNameBufferSize = 96;     // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+inline constexpr unsigned kDeviceUuidBufferSize = 96;     // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+inline constexpr unsigned kSystemVersionBufferSize = 80;  // driver and NVML version strings
+
+// usedGpuMemory when the driver cannot say (NVML_VALUE_NOT_AVAILABLE as unsigned long long).
+inline constexpr unsigned long long kValueNotAvailableUll = ~0ULL;
+// gpuInstanceId / computeInstanceId when MIG is off.
+inline constexpr unsigned kInstanceIdNone = 0xFFFFFFFFu;
+
+// ---- structs ---------------------------------------------------------------------------------
+union Value {  // nvmlValue_t
+  double d_val;
+  int si_val;
+  unsigned int ui_val;
+  unsigned long ul_val;
+  unsigned long long ull_val;
+  long long sll_val;
+  unsigned short us_val;
+};
+
+struct FieldValue {  // nvmlFieldValue_t
+  unsigned int field_id;
+  unsigned int scope_id;  // 0: the GPU (called `unused` in older headers)
+  long long timestamp_us; // CPU time of the value, µs since 1970
+  long long latency_us;
+  int value_type;         // kValueType*
+  Return nvml_return;     // check before reading `value`
+  Value value;
+};
+
+struct Sample {  // nvmlSample_t
+  unsigned long long timestamp_us;  // CPU time, µs since 1970
+  Value value;
+};
+
+struct Utilization {  // nvmlUtilization_t
+  unsigned int gpu;
+  unsigned int memory;
+};
+
+struct Memory {  // nvmlMemory_t
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+
+struct MemoryV2 {  // nvmlMemory_v2_t
+  unsigned int version;  // must be kMemoryV2Version
+  unsigned long long total;
+  unsigned long long reserved;
+  unsigned long long free;
+  unsigned long long used;
+};
+// NVML_STRUCT_VERSION(Memory, 2): the struct size in the low bits, the version in the top byte.
+inline constexpr unsigned kMemoryV2Version =
+    static_cast<unsigned>(sizeof(MemoryV2)) | (2u << 24);
+
+struct ProcessInfoV1 {  // nvmlProcessInfo_v1_t: the un-suffixed *RunningProcesses functions
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+};
+
+struct ProcessInfoV2 {  // nvmlProcessInfo_v2_t / nvmlProcessInfo_t: the _v2 and _v3 functions
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+
+// Some R535 drivers wrote a 32-byte element from the _v3 functions (an extra
+// usedGpuCcProtectedMemory); the reader allocates for this size and detects the stride.
+inline constexpr std::size_t kProcessInfoMaxStride = 32;
+
+struct ProcessUtilizationSample {  // nvmlProcessUtilizationSample_t
+  unsigned int pid;
+  unsigned long long timestamp_us;  // CPU time, µs since 1970
+  unsigned int sm_util;
+  unsigned int mem_util;
+  unsigned int enc_util;
+  unsigned int dec_util;
+};
+
+// ---- function pointer types ------------------------------------------------------------------
+using InitFn = Return (*)();
+using ShutdownFn = Return (*)();
+using ErrorStringFn = const char* (*)(Return);
+using SystemGetStringFn = Return (*)(char*, unsigned int);
+using DeviceGetCountFn = Return (*)(unsigned int*);
+using DeviceGetHandleByIndexFn = Return (*)(unsigned int, Device*);
+using DeviceGetStringFn = Return (*)(Device, char*, unsigned int);
+using DeviceGetUintFn = Return (*)(Device, unsigned int*);
+using DeviceGetUllFn = Return (*)(Device, unsigned long long*);
+using DeviceGetMemoryInfoFn = Return (*)(Device, Memory*);
+using DeviceGetMemoryInfoV2Fn = Return (*)(Device, MemoryV2*);
+using DeviceGetUtilizationRatesFn = Return (*)(Device, Utilization*);
+using DeviceGetTemperatureFn = Return (*)(Device, int sensor, unsigned int*);
+using DeviceGetClockInfoFn = Return (*)(Device, int clock_type, unsigned int*);
+using DeviceGetTotalEccErrorsFn = Return (*)(Device, int error_type, int counter_type,
+                                             unsigned long long*);
+using DeviceGetFieldValuesFn = Return (*)(Device, int count, FieldValue*);
+// The element type depends on the symbol's version (ProcessInfoV1 or ProcessInfoV2).
+using DeviceGetRunningProcessesFn = Return (*)(Device, unsigned int* count, void* infos);
+using DeviceGetProcessUtilizationFn = Return (*)(Device, ProcessUtilizationSample*,
+                                                 unsigned int* count,
+                                                 unsigned long long last_seen_us);
+using DeviceGetSamplesFn = Return (*)(Device, int sampling_type, unsigned long long last_seen_us,
+                                      int* value_type, unsigned int* count, Sample*);
+using DeviceGetMigModeFn = Return (*)(Device, unsigned int* current, unsigned int* pending);
+using DeviceGetMigDeviceHandleByIndexFn = Return (*)(Device, unsigned int, Device*);
+
+// ---- layout pins (nvml.h on LP64 Linux) ------------------------------------------------------
+static_assert(sizeof(Value) == 8);
+static_assert(sizeof(FieldValue) == 40 && offsetof(FieldValue, timestamp_us) == 8 &&
+              offsetof(FieldValue, value_type) == 24 && offsetof(FieldValue, nvml_return) == 28 &&
+              offsetof(FieldValue, value) == 32);
+static_assert(sizeof(Sample) == 16 && offsetof(Sample, value) == 8);
+static_assert(sizeof(Utilization) == 8);
+static_assert(sizeof(Memory) == 24);
+static_assert(sizeof(MemoryV2) == 40 && offsetof(MemoryV2, total) == 8);
+static_assert(kMemoryV2Version == 0x02000028u);
+static_assert(sizeof(ProcessInfoV1) == 16 && offsetof(ProcessInfoV1, used_gpu_memory) == 8);
+static_assert(sizeof(ProcessInfoV2) == 24 && offsetof(ProcessInfoV2, gpu_instance_id) == 16);
+static_assert(sizeof(ProcessUtilizationSample) == 32 &&
+              offsetof(ProcessUtilizationSample, timestamp_us) == 8 &&
+              offsetof(ProcessUtilizationSample, sm_util) == 16);
+
+}  // namespace stroboscope::nvml

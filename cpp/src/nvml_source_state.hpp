@@ -1,0 +1,211 @@
+// The "gpu" source's tables (columns, NVML queries, batch fields, which queries feed which
+// column) and its per-device state, shared by nvml_device.cpp (reading) and nvml_status.cpp
+// (saying what is unavailable and why). Internal to cpp/src.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nvml_internal.hpp"
+#include "stroboscope/nvml.hpp"
+
+namespace stroboscope {
+namespace nvml_detail {
+
+// The columns of one device, in order.
+enum Metric : std::size_t {
+  kUtil, kMemUtil, kMemUsed, kMemFree, kMemTotal, kMemAllocPct, kTemp, kPower, kPowerLimit,
+  kPowerPct, kEnergy, kSmClock, kMemClock, kGfxClock, kFan, kClockReasons, kPcieTx, kPcieRx,
+  kEccCorrected, kEccUncorrected, kProcMem, kProcSm, kOtherProcs, kMetricCount
+};
+
+struct MetricSpec {
+  const char* suffix;
+  const char* unit;
+  DType dtype;
+  Kind kind;
+  const char* help;
+};
+
+inline constexpr MetricSpec kMetrics[kMetricCount] = {
+    {"util_pct", "%", DType::kFloat64, Kind::kGauge,
+     "Percent of the driver's last sample period (1/6 s to 1 s, by product) in which a kernel ran "
+     "on the GPU; NVML averages over that period, so fast rows repeat the latest value."},
+    {"mem_util_pct", "%", DType::kFloat64, Kind::kGauge,
+     "Percent of the driver's last sample period (1/6 s to 1 s, by product) in which device "
+     "memory was read or written, averaged like util_pct."},
+    {"mem_used_bytes", "bytes", DType::kInt64, Kind::kGauge,
+     "Device memory NVML reports as used (allocations plus what the driver reserves)."},
+    {"mem_free_bytes", "bytes", DType::kInt64, Kind::kGauge,
+     "Device memory NVML reports as free."},
+    {"mem_total_bytes", "bytes", DType::kInt64, Kind::kGauge, "Total device memory."},
+    {"mem_allocated_pct", "%", DType::kFloat64, Kind::kGauge,
+     "Used device memory as a percentage of the total (used / total * 100)."},
+    {"temp_c", "celsius", DType::kFloat64, Kind::kGauge, "GPU die temperature."},
+    {"power_w", "W", DType::kFloat64, Kind::kGauge,
+     "Board power draw: instantaneous where the driver has the POWER_INSTANT field, else NVML's "
+     "power reading (a 1 s average on recent GPUs)."},
+    {"power_limit_w", "W", DType::kFloat64, Kind::kGauge,
+     "Power limit the driver enforces now."},
+    {"power_pct", "%", DType::kFloat64, Kind::kGauge,
+     "Power draw as a percentage of the enforced power limit."},
+    {"energy_mj", "mJ", DType::kInt64, Kind::kCounter,
+     "Energy the GPU consumed since this source's first reading, from NVML's total energy "
+     "counter (wrap-safe)."},
+    {"sm_clock_mhz", "MHz", DType::kInt64, Kind::kGauge, "Current SM clock."},
+    {"mem_clock_mhz", "MHz", DType::kInt64, Kind::kGauge, "Current memory clock."},
+    {"graphics_clock_mhz", "MHz", DType::kInt64, Kind::kGauge, "Current graphics clock."},
+    {"fan_pct", "%", DType::kFloat64, Kind::kGauge,
+     "Fan speed as a percentage of its maximum (null on passively cooled GPUs)."},
+    {"clock_event_reasons", "bitmask", DType::kInt64, Kind::kGauge,
+     "Bitmask of NVML clock event (throttle) reasons holding clocks down: idle, power cap, "
+     "thermal and others."},
+    {"pcie_tx_bytes", "bytes", DType::kInt64, Kind::kCounter,
+     "Bytes the GPU sent over PCIe since this source's first reading."},
+    {"pcie_rx_bytes", "bytes", DType::kInt64, Kind::kCounter,
+     "Bytes the GPU received over PCIe since this source's first reading."},
+    {"ecc_corrected", "count", DType::kInt64, Kind::kGauge,
+     "Corrected (single-bit) ECC errors since the driver loaded (NVML's volatile total)."},
+    {"ecc_uncorrected", "count", DType::kInt64, Kind::kGauge,
+     "Uncorrected (double-bit) ECC errors since the driver loaded (NVML's volatile total)."},
+    {"proc_mem_bytes", "bytes", DType::kInt64, Kind::kGauge,
+     "GPU memory the monitored process uses on this GPU (0 when it has no context here)."},
+    {"proc_sm_pct", "%", DType::kFloat64, Kind::kGauge,
+     "SM utilisation of the monitored process in the driver's latest per-process sample "
+     "(an average over 1/6 s to 1 s)."},
+    {"other_procs", "count", DType::kInt64, Kind::kGauge,
+     "Number of other processes with a context on this GPU, so a shared GPU shows as shared."},
+};
+
+// The NVML calls a device read makes; each can be disabled on its own.
+enum Query : std::size_t {
+  kQFieldValues, kQMemoryV2, kQMemory, kQUtil, kQTemp, kQPowerUsage, kQPowerLimit, kQEnergy,
+  kQClockSm, kQClockMem, kQClockGfx, kQFan, kQClockReasons, kQEccCorrected, kQEccUncorrected,
+  kQComputeProcs, kQGraphicsProcs, kQProcUtil, kQueryCount
+};
+
+inline constexpr const char* kQueryNames[kQueryCount] = {
+    "nvmlDeviceGetFieldValues", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature", "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetClockInfo(SM)", "nvmlDeviceGetClockInfo(MEM)",
+    "nvmlDeviceGetClockInfo(GRAPHICS)", "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTotalEccErrors(CORRECTED)",
+    "nvmlDeviceGetTotalEccErrors(UNCORRECTED)", "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetProcessUtilization"};
+
+// The fields of the per-device batch.
+enum Field : std::size_t {
+  kFPowerInstant, kFPowerLimit, kFEnergy, kFPcieTx, kFPcieRx, kFEccSbe, kFEccDbe, kFieldCount
+};
+
+inline constexpr unsigned kFieldIds[kFieldCount] = {
+    nvml::kFieldPowerInstant,     nvml::kFieldPowerCurrentLimit, nvml::kFieldTotalEnergyConsumption,
+    nvml::kFieldPcieCountTxBytes, nvml::kFieldPcieCountRxBytes,  nvml::kFieldEccSbeVolTotal,
+    nvml::kFieldEccDbeVolTotal};
+
+inline constexpr const char* kFieldNames[kFieldCount] = {
+    "NVML_FI_DEV_POWER_INSTANT",       "NVML_FI_DEV_POWER_CURRENT_LIMIT",
+    "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "NVML_FI_DEV_PCIE_COUNT_TX_BYTES",
+    "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"};
+
+// A way to read a metric: a field of the batch or a query.
+struct Path {
+  bool field;
+  std::size_t id;
+};
+struct MetricPaths {
+  Path paths[3];
+  std::size_t n;
+};
+
+// Which paths feed each metric (a metric is unavailable when all of them are disabled).
+inline constexpr MetricPaths kMetricPaths[kMetricCount] = {
+    {{{false, kQUtil}}, 1},                                         // util_pct
+    {{{false, kQUtil}}, 1},                                         // mem_util_pct
+    {{{false, kQMemoryV2}, {false, kQMemory}}, 2},                  // mem_used_bytes
+    {{{false, kQMemoryV2}, {false, kQMemory}}, 2},                  // mem_free_bytes
+    {{{false, kQMemoryV2}, {false, kQMemory}}, 2},                  // mem_total_bytes
+    {{{false, kQMemoryV2}, {false, kQMemory}}, 2},                  // mem_allocated_pct
+    {{{false, kQTemp}}, 1},                                         // temp_c
+    {{{true, kFPowerInstant}, {false, kQPowerUsage}}, 2},           // power_w
+    {{{true, kFPowerLimit}, {false, kQPowerLimit}}, 2},             // power_limit_w
+    {{{true, kFPowerInstant}, {false, kQPowerUsage}}, 2},           // power_pct (and the limit)
+    {{{true, kFEnergy}, {false, kQEnergy}}, 2},                     // energy_mj
+    {{{false, kQClockSm}}, 1},                                      // sm_clock_mhz
+    {{{false, kQClockMem}}, 1},                                     // mem_clock_mhz
+    {{{false, kQClockGfx}}, 1},                                     // graphics_clock_mhz
+    {{{false, kQFan}}, 1},                                          // fan_pct
+    {{{false, kQClockReasons}}, 1},                                 // clock_event_reasons
+    {{{true, kFPcieTx}}, 1},                                        // pcie_tx_bytes
+    {{{true, kFPcieRx}}, 1},                                        // pcie_rx_bytes
+    {{{true, kFEccSbe}, {false, kQEccCorrected}}, 2},               // ecc_corrected
+    {{{true, kFEccDbe}, {false, kQEccUncorrected}}, 2},             // ecc_uncorrected
+    {{{false, kQComputeProcs}, {false, kQGraphicsProcs}}, 2},       // proc_mem_bytes
+    {{{false, kQProcUtil}}, 1},                                     // proc_sm_pct
+    {{{false, kQComputeProcs}, {false, kQGraphicsProcs}}, 2},       // other_procs
+};
+
+// Largest pid Linux hands out (PID_MAX_LIMIT on 64-bit).
+inline constexpr unsigned kMaxPid = 4194304;
+
+// A cumulative counter reported "since this source's first reading".
+struct SinceStart {
+  bool started = false;
+  std::uint64_t previous = 0;
+  std::uint64_t total = 0;
+
+  std::uint64_t update(std::uint64_t reading) noexcept {
+    if (started) total += nvml_counter_delta(previous, reading);
+    started = true;
+    previous = reading;
+    return total;
+  }
+};
+
+}  // namespace nvml_detail
+
+struct NvmlSource::DeviceState {
+  nvml_detail::Identity id;
+  std::string label;
+  std::size_t col0 = 0;  // first column of this device's block
+
+  // Why each query / field is no longer asked (0: still asked). Written by read(), read by
+  // device_status() on any thread; each value stands alone, so relaxed order is enough.
+  std::atomic<int> query_code[nvml_detail::kQueryCount]{};
+  std::atomic<int> field_code[nvml_detail::kFieldCount]{};
+  // Why this device reads only nulls (0: it does not); `fail_what` names the call. fail_what is
+  // stored before fail_code with release, so a reader that acquires a code sees its call.
+  std::atomic<int> fail_code{0};
+  std::atomic<const char*> fail_what{nullptr};
+
+  struct Mig {
+    std::size_t col_used = 0;
+    std::size_t col_total = 0;
+    std::atomic<int> code{0};
+  };
+  std::vector<std::unique_ptr<Mig>> mig;
+
+  // State of the reading thread only.
+  nvml_detail::SinceStart energy, pcie_tx, pcie_rx;
+  unsigned long long proc_util_last_seen_us = 0;
+  bool proc_sm_known = false;
+  double proc_sm = 0.0;
+  std::vector<unsigned char> compute_buf, graphics_buf;  // max_processes * kProcessInfoMaxStride
+  std::vector<nvml::ProcessUtilizationSample> util_buf;
+  std::vector<unsigned> other_pids;                      // 2 * max_processes
+
+  bool failed() const noexcept { return fail_code.load(std::memory_order_relaxed) != 0; }
+  bool usable(nvml_detail::Query q) const noexcept {
+    return query_code[q].load(std::memory_order_relaxed) == 0;
+  }
+  bool field_usable(nvml_detail::Field f) const noexcept {
+    return usable(nvml_detail::kQFieldValues) && field_code[f].load(std::memory_order_relaxed) == 0;
+  }
+};
+
+}  // namespace stroboscope
