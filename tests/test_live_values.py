@@ -98,9 +98,9 @@ def test_process_cpu_percent_of_a_busy_child() -> None:
         cpu = [v for v in s.snapshot().to_arrow().column("proc.cpu_pct").to_pylist() if v is not None]
     finally:
         child.wait()
-    # A spinning child uses one core: ~100 %. 10 ms windows quantise at CLK_TCK (10 ms), so take
-    # the mean over the whole run; the machine is shared, so allow for stolen time.
-    assert len(cpu) > 40
+    # A spinning child uses one core: ~100 %. Values come every cpu_window (0.1 s); the machine is
+    # shared, so allow for stolen time.
+    assert 4 <= len(cpu) <= 9
     assert 60.0 < sum(cpu) / len(cpu) < 110.0
 
 

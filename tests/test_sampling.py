@@ -61,3 +61,24 @@ def test_monitored_process_exits_mid_run() -> None:
     proc = next(src for src in st["sources"] if src["name"] == "process")
     assert proc["reason"] == "process exited" and proc["failures"] > 10
     assert st["running"]  # the sampler never stopped
+
+
+def test_cpu_percent_uses_windows_of_at_least_cpu_window() -> None:
+    s = Sampler(0.001, sources=["cpu", "process"], cpu_window=0.05)
+    with s:
+        time.sleep(0.6)
+    table = s.snapshot().to_arrow()
+    mono = table.column("mono_ns").to_numpy()
+    for name in ("cpu.util_pct", "proc.cpu_pct"):
+        valid = table.column(name).is_valid().to_numpy(zero_copy_only=False)
+        times = mono[valid]
+        assert 5 <= len(times) <= 13, name  # ~0.6 s / 50 ms
+        assert np.all(np.diff(times) >= 50_000_000), name
+        values = table.column(name).drop_null().to_numpy()
+        assert np.all((values >= 0) & (values <= 100 * 4)), name
+
+
+def test_cpu_window_zero_reads_every_tick() -> None:
+    s = Sampler(0.002, sources=["process"], cpu_window=0)
+    s._core.run_ticks_inline(5)
+    assert s.snapshot().to_arrow().column("proc.cpu_pct").null_count == 1  # only the first read

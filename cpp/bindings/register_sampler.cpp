@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "options.hpp"
 #include "register.hpp"
 #include "stroboscope/sampler.hpp"
 #include "stroboscope/slots.hpp"
@@ -26,13 +25,12 @@ struct ReleaseGilDeleter {
   }
 };
 
-std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler(const std::vector<std::pair<std::string, std::uint32_t>>& specs,
-                                      std::int64_t interval_ns, std::uint64_t capacity,
-                                      std::string proc_root, std::string sys_root,
-                                      std::string cgroup_root, int pid,
-                                      std::vector<std::string> disk_paths) {
-  const SourceOptions opts = make_options(std::move(proc_root), std::move(sys_root),
-                                          std::move(cgroup_root), pid, std::move(disk_paths));
+std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler(
+    const std::vector<std::pair<std::string, std::uint32_t>>& specs, std::int64_t interval_ns,
+    std::uint64_t capacity, const SourceOptions& opts) {
+  // Building sources may dlopen NVML and call nvmlInit: not with the GIL held.
+  // releasing gil here is safe, we don't manipulate refcounts
+  py::gil_scoped_release release;
   std::vector<SourceSlot> slots = build_source_slots(specs, interval_ns, opts);
   return std::unique_ptr<Sampler, ReleaseGilDeleter>(
       new Sampler(std::move(slots), interval_ns, capacity));
@@ -94,8 +92,7 @@ void register_sampler(py::module_& m) {
   using release_gil = py::call_guard<py::gil_scoped_release>;
   py::class_<Sampler, std::unique_ptr<Sampler, ReleaseGilDeleter>>(m, "Sampler")
       .def(py::init(&make_sampler), py::arg("sources"), py::arg("interval_ns"),
-           py::arg("capacity"), py::arg("proc_root"), py::arg("sys_root"),
-           py::arg("cgroup_root"), py::arg("pid"), py::arg("disk_paths"))
+           py::arg("capacity"), py::arg("options"))
       .def("start", &Sampler::start, release_gil())
       .def("stop", &Sampler::stop, release_gil())
       .def_property_readonly("running", &Sampler::running)

@@ -1,48 +1,112 @@
-// The source registry: names, defaults, availability (for Sampler validation and `info`).
+// Source options and the source registry: names, defaults, availability, columns, GPU status.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "options.hpp"
+#include <string>
+
 #include "register.hpp"
+#include "stroboscope/nvml.hpp"
 #include "stroboscope/registry.hpp"
 
 namespace py = pybind11;
 
 namespace stroboscope::bindings {
+namespace {
+
+py::dict gpu_status_dict() {
+  NvmlStatus st;
+  {
+    // releasing gil here is safe, we don't manipulate refcounts
+    py::gil_scoped_release release;
+    st = nvml_status();
+  }
+  py::dict d;
+  d["library_path"] = st.library_path;
+  d["loaded"] = st.loaded;
+  d["reason"] = st.reason;
+  d["init_error"] = st.init_error;
+  d["driver_version"] = st.driver_version;
+  d["nvml_version"] = st.nvml_version;
+  d["device_count"] = st.device_count;
+  d["notes"] = st.notes;
+  py::list symbols;
+  for (const NvmlSymbol& s : st.symbols) {
+    symbols.append(py::dict(py::arg("wanted") = s.wanted, py::arg("resolved") = s.resolved,
+                            py::arg("required") = s.required));
+  }
+  d["symbols"] = symbols;
+  py::list devices;
+  for (const NvmlDeviceStatus& dev : st.devices) {
+    py::dict dd;
+    dd["index"] = dev.index;
+    dd["name"] = dev.name;
+    dd["uuid"] = dev.uuid;
+    dd["mig_enabled"] = dev.mig_enabled;
+    py::list mig;
+    for (const NvmlMigInstance& m : dev.mig_instances) {
+      mig.append(py::dict(py::arg("index") = m.index, py::arg("uuid") = m.uuid));
+    }
+    dd["mig_instances"] = mig;
+    dd["error"] = dev.error;
+    py::dict unavailable;
+    for (const NvmlUnavailable& u : dev.unavailable) unavailable[py::str(u.metric)] = u.reason;
+    dd["unavailable"] = unavailable;
+    devices.append(dd);
+  }
+  d["devices"] = devices;
+  d["text"] = format_nvml_status(st);
+  return d;
+}
+
+}  // namespace
 
 void register_sources(py::module_& m) {
+  py::class_<SourceOptions>(m, "SourceOptions")
+      .def(py::init<>())
+      .def_readwrite("proc_root", &SourceOptions::proc_root)
+      .def_readwrite("sys_root", &SourceOptions::sys_root)
+      .def_readwrite("cgroup_root", &SourceOptions::cgroup_root)
+      .def_readwrite("pid", &SourceOptions::pid)
+      .def_readwrite("disk_paths", &SourceOptions::disk_paths)
+      .def_readwrite("gpu_devices", &SourceOptions::gpu_devices)
+      .def_readwrite("gpu_labels", &SourceOptions::gpu_labels)
+      .def_readwrite("cpu_window_ns", &SourceOptions::cpu_window_ns)
+      .def_readwrite("net_include_loopback", &SourceOptions::net_include_loopback);
+
   m.def("source_names", &source_names, "Every source name this build knows.");
-  m.def(
-      "describe_sources",
-      [](std::string proc_root, std::string sys_root, std::string cgroup_root, int pid,
-         std::vector<std::string> disk_paths) {
-        py::list out;
-        const auto infos = describe_sources(
-            make_options(std::move(proc_root), std::move(sys_root), std::move(cgroup_root), pid,
-                         std::move(disk_paths)));
-        for (const SourceInfo& info : infos) {
-          py::dict d;
-          d["name"] = info.name;
-          d["help"] = info.help;
-          d["default"] = info.is_default;
-          d["available"] = info.available;
-          d["reason"] = info.reason;
-          out.append(d);
-        }
-        return out;
-      },
-      py::arg("proc_root"), py::arg("sys_root"), py::arg("cgroup_root"), py::arg("pid"),
-      py::arg("disk_paths"));
-  m.def(
-      "default_source_names",
-      [](std::string proc_root, std::string sys_root, std::string cgroup_root, int pid,
-         std::vector<std::string> disk_paths) {
-        return default_source_names(make_options(std::move(proc_root), std::move(sys_root),
-                                                 std::move(cgroup_root), pid,
-                                                 std::move(disk_paths)));
-      },
-      py::arg("proc_root"), py::arg("sys_root"), py::arg("cgroup_root"), py::arg("pid"),
-      py::arg("disk_paths"));
+  m.def("describe_sources", [](const SourceOptions& opts) {
+    py::list out;
+    for (const SourceInfo& info : describe_sources(opts)) {
+      py::dict d;
+      d["name"] = info.name;
+      d["help"] = info.help;
+      d["default"] = info.is_default;
+      d["available"] = info.available;
+      d["reason"] = info.reason;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("default_source_names", &default_source_names);
+  m.def("source_columns", [](const std::string& name, const SourceOptions& opts) {
+    py::list out;
+    for (const ColumnSpec& c : make_source(name, opts)->columns()) {
+      out.append(py::dict(py::arg("name") = c.name, py::arg("unit") = c.unit,
+                          py::arg("dtype") = dtype_name(c.dtype),
+                          py::arg("kind") = kind_name(c.kind), py::arg("help") = c.help));
+    }
+    return out;
+  });
+  m.def("gpu_status", &gpu_status_dict);
+  m.def("nvml_index_of_uuid", [](const std::string& uuid) -> py::object {
+    std::optional<unsigned> idx;
+    {
+      // releasing gil here is safe, we don't manipulate refcounts
+      py::gil_scoped_release release;
+      idx = nvml_index_of_uuid(uuid);
+    }
+    return idx ? py::object(py::int_(*idx)) : py::object(py::none());
+  });
 }
 
 }  // namespace stroboscope::bindings

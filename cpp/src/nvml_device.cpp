@@ -468,6 +468,8 @@ void NvmlSource::read_device(DeviceState& d, RowWriter& row) noexcept {
 std::unique_ptr<Source> make_nvml_source(const SourceOptions& opts) {
   NvmlSourceOptions o;
   o.pid = opts.pid;
+  o.devices = opts.gpu_devices;
+  o.labels = opts.gpu_labels;
   return std::make_unique<NvmlSource>(o);
 }
 

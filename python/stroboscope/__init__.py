@@ -9,8 +9,9 @@
 from __future__ import annotations
 
 from stroboscope._frame import Frame
+from stroboscope._gpu import gpu_status
 from stroboscope._sampler import Column, Sampler, available_sources
 
 __version__ = "0.1.0"
 
-__all__ = ["Column", "Frame", "Sampler", "__version__", "available_sources"]
+__all__ = ["Column", "Frame", "Sampler", "__version__", "available_sources", "gpu_status"]

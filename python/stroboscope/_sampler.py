@@ -14,6 +14,7 @@ from typing import Any, Union
 
 from stroboscope import _core
 from stroboscope._frame import Frame
+from stroboscope._gpu import GpusArg, resolve_gpus
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
 MAX_INTERVAL_S = _core.MAX_INTERVAL_NS / 1e9
@@ -147,6 +148,17 @@ class Sampler:
         validity bit per cell; see ``stats()["ring_bytes"]``.
     disk_paths : sequence of str
         Mount points whose usage the ``disk`` source reports (default ``("/",)``).
+    gpus : None, "cuda", or sequence of int or str
+        Devices of the ``gpu`` source: ``None`` = every GPU NVML sees (columns ``gpu.{nvml
+        index}.*``); a list of NVML indices and/or UUIDs; or ``"cuda"`` = the devices in
+        ``CUDA_VISIBLE_DEVICES``, matched by UUID where given and labelled by CUDA ordinal
+        (``gpu.0.*`` is ``cuda:0``).
+    cpu_window : float
+        CPU % from /proc tick counters (10 ms resolution) is computed over windows of at least
+        this many seconds (default 0.1); rows in between carry null for those columns rather than
+        a quantised 0 % or 500 %. 0 computes it on every read.
+    net_include_loopback : bool
+        Count the loopback interface in ``net.*`` too (psutil's totals do; default False).
     proc_root, sys_root, cgroup_root : str
         Where procfs, sysfs and the cgroup hierarchy are read from (tests replay recorded trees).
     """
@@ -159,6 +171,9 @@ class Sampler:
         sources: SourcesArg = None,
         capacity: int = 65536,
         disk_paths: Sequence[str] = ("/",),
+        gpus: GpusArg = None,
+        cpu_window: float = 0.1,
+        net_include_loopback: bool = False,
         proc_root: str = "/proc",
         sys_root: str = "/sys",
         cgroup_root: str = "/sys/fs/cgroup",
@@ -171,11 +186,30 @@ class Sampler:
         for path in disk_paths:
             if not os.path.isdir(path):
                 raise ValueError(f"disk_paths entry {path!r} is not an existing directory")
-        roots = (proc_root, sys_root, cgroup_root, self._pid, list(disk_paths))
-        defaults = list(_core.default_source_names(*roots))
+        options = _core.SourceOptions()
+        options.proc_root = proc_root
+        options.sys_root = sys_root
+        options.cgroup_root = cgroup_root
+        options.pid = self._pid
+        options.disk_paths = list(disk_paths)
+        devices, labels = resolve_gpus(gpus)
+        options.gpu_devices = devices
+        options.gpu_labels = labels
+        if isinstance(cpu_window, bool) or not isinstance(cpu_window, (int, float)) or not (
+            0 <= cpu_window <= MAX_INTERVAL_S
+        ):
+            raise ValueError(
+                f"cpu_window must be a number of seconds in [0, {MAX_INTERVAL_S:g}], "
+                f"got {cpu_window!r}"
+            )
+        options.cpu_window_ns = round(cpu_window * 1e9)
+        options.net_include_loopback = bool(net_include_loopback)
+        defaults = list(_core.default_source_names(options))
         specs = _check_sources(sources, self._interval, defaults)
+        if gpus is not None and "gpu" not in {name for name, _ in specs}:
+            raise ValueError("gpus was given but the 'gpu' source is not in sources")
         try:
-            self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, *roots)
+            self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options)
         except RuntimeError as exc:
             raise RuntimeError(f"cannot build sampler: {exc}") from None
         self._lock = threading.Lock()
@@ -289,10 +323,13 @@ def available_sources(
     cgroup_root: str = "/sys/fs/cgroup", disk_paths: Sequence[str] = ("/",),
 ) -> list[dict[str, Any]]:
     """Every source this build knows: ``name``, ``help``, ``default``, ``available``, ``reason``."""
-    resolved = os.getpid() if pid is None else pid
-    return list(
-        _core.describe_sources(proc_root, sys_root, cgroup_root, resolved, list(disk_paths))
-    )
+    options = _core.SourceOptions()
+    options.proc_root = proc_root
+    options.sys_root = sys_root
+    options.cgroup_root = cgroup_root
+    options.pid = os.getpid() if pid is None else pid
+    options.disk_paths = list(disk_paths)
+    return list(_core.describe_sources(options))
 
 
 def _stop_all_at_exit() -> None:

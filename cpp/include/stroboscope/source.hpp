@@ -53,6 +53,12 @@ struct SourceOptions {
   std::string cgroup_root = "/sys/fs/cgroup";
   int pid = 0;                              // 0: the calling process
   std::vector<std::string> disk_paths{"/"};  // statvfs targets of the "disk" source
+  std::vector<unsigned> gpu_devices;          // NVML indices for the "gpu" source; empty = all
+  std::vector<std::string> gpu_labels;        // column labels for those devices (gpu.{label}.*)
+  // CPU % from /proc tick counters (USER_HZ, 10 ms resolution) is computed over windows of at
+  // least this long; reads in between leave the cells null instead of reporting 0 % or 500 %.
+  std::int64_t cpu_window_ns = 100'000'000;
+  bool net_include_loopback = false;  // the "network" source counts lo too (psutil's default)
 };
 
 class Source {

@@ -1,0 +1,65 @@
+// Constructors of the Linux data sources, one per file in cpp/src (proc_stat.cpp, ...). The
+// registry maps names to these; tests may call them directly. Each throws std::runtime_error with a
+// readable reason when the source cannot work on this machine (or on this recorded tree).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "stroboscope/source.hpp"
+
+namespace stroboscope {
+
+// The reason a "process"/"proc_tree" read gives once the monitored process is gone (errno ESRCH).
+// Compare by content (std::strcmp) or by pointer: both work.
+inline constexpr const char kReasonProcessExited[] = "process exited";
+
+// One per source, defined in the file named after what it reads: proc_stat.cpp (cpu, cpu_cores),
+// proc_meminfo.cpp, proc_net_dev.cpp, disk_usage.cpp, proc_diskstats.cpp, proc_pid.cpp,
+// proc_tree.cpp, proc_loadavg.cpp, proc_pressure.cpp, cgroup.cpp.
+[[nodiscard]] std::unique_ptr<Source> make_cpu_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_cpu_cores_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_memory_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_network_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_disk_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_diskio_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_process_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_proc_tree_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_load_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_pressure_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_cgroup_source(const SourceOptions& opts);
+
+// True when the process named by `opts` runs under a cgroup CPU quota or memory limit (its own
+// cgroup or an ancestor's). False when there is none or the cgroup files cannot be read.
+[[nodiscard]] bool cgroup_limits_exist(const SourceOptions& opts) noexcept;
+
+// The column prefix the "disk" source uses for `path`: "disk." for "/", otherwise "disk.<path>."
+// with leading/trailing '/' stripped, letters lower-cased, '/' and any other character outside
+// [a-z0-9_] replaced by '_': "/data/x" -> "disk.data_x.",
+// "/mnt/Scratch-1" -> "disk.mnt_scratch_1.".
+[[nodiscard]] std::string disk_column_prefix(std::string_view path);
+
+// The pid a process-scoped source monitors: opts.pid, or getpid() when it is 0 (resolved once, at
+// construction, so a forked child keeps monitoring the process it was told about).
+[[nodiscard]] int resolve_pid(const SourceOptions& opts) noexcept;
+
+namespace detail {
+
+// "<root>/<rel>" with exactly one '/' between them.
+[[nodiscard]] std::string join_path(std::string_view root, std::string_view rel);
+
+// Opens a file a source cannot work without; throws std::runtime_error naming the file, what it
+// is for and the system's reason ("cannot open /proc/stat (cpu times): No such file or directory").
+[[nodiscard]] ProcFile open_required(const std::string& path, const char* what,
+                                     std::size_t min_capacity = 4096);
+
+// Seconds between two CLOCK_MONOTONIC tick times, or 0 when `now_ns` is not after `prev_ns`.
+[[nodiscard]] inline double seconds_between(std::int64_t prev_ns, std::int64_t now_ns) noexcept {
+  return now_ns > prev_ns ? static_cast<double>(now_ns - prev_ns) * 1e-9 : 0.0;
+}
+
+}  // namespace detail
+
+}  // namespace stroboscope

@@ -1,0 +1,291 @@
+// Reads /proc/<pid>/{stat,statm,status,io}: the "process" source (CPU %, resident memory, threads,
+// disk bytes and context switches of one process).
+//
+// The pid is fixed at construction (0 means getpid() then, not "self", so a forked child keeps
+// watching the process it was told about). The fds stay open: once the process is reaped the
+// kernel answers ESRCH on them, even if the pid number is reused. A zombie, an ESRCH or an empty
+// read all mean "process exited": every cell null, reason kReasonProcessExited, errno ESRCH; the
+// source stays in place (other sources keep sampling) and keeps reporting that.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "stroboscope/linux_sources.hpp"
+#include "stroboscope/procfs.hpp"
+
+namespace stroboscope {
+namespace procfs {
+
+bool parse_pid_stat(std::string_view text, PidStat* out) noexcept {
+  std::size_t open = text.find('(');
+  std::size_t close = text.rfind(')');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open) {
+    return false;
+  }
+  PidStat s;
+  s.comm = text.substr(open + 1, close - open - 1);
+  std::string_view rest = text.substr(close + 1);
+  std::string_view state = next_token(rest);
+  if (state.size() != 1) return false;
+  s.state = state[0];
+  // Fields 4..24 of proc(5): ppid .. rss. Some are negative (tpgid, priority, nice).
+  std::int64_t f[25] = {};
+  for (int i = 4; i <= 24; ++i) {
+    if (!next_i64(rest, &f[i])) return false;
+  }
+  s.ppid = f[4];
+  s.utime = static_cast<std::uint64_t>(f[14]);
+  s.stime = static_cast<std::uint64_t>(f[15]);
+  s.num_threads = f[20];
+  s.starttime = static_cast<std::uint64_t>(f[22]);
+  s.rss_pages = f[24];
+  *out = s;
+  return true;
+}
+
+bool parse_pid_statm(std::string_view text, PidStatm* out) noexcept {
+  PidStatm m;
+  if (!next_u64(text, &m.size_pages) || !next_u64(text, &m.resident_pages) ||
+      !next_u64(text, &m.shared_pages)) {
+    return false;
+  }
+  *out = m;
+  return true;
+}
+
+namespace {
+// Calls on_value(key, rest-of-line) for each "Key:<blanks>value" line.
+template <typename F>
+void for_each_keyed_line(std::string_view text, F&& on_value) noexcept {
+  while (!text.empty()) {
+    std::string_view line = next_line(text);
+    std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    on_value(line.substr(0, colon), line.substr(colon + 1));
+  }
+}
+std::int64_t value_or_missing(std::string_view rest) noexcept {
+  std::int64_t v = 0;
+  return next_i64(rest, &v) && v >= 0 ? v : kMissing;
+}
+}  // namespace
+
+PidStatus parse_pid_status(std::string_view text) noexcept {
+  PidStatus s;
+  for_each_keyed_line(text, [&s](std::string_view key, std::string_view rest) {
+    if (key == "PPid") s.ppid = value_or_missing(rest);
+    else if (key == "Threads") s.threads = value_or_missing(rest);
+    else if (key == "voluntary_ctxt_switches") s.voluntary_ctxt = value_or_missing(rest);
+    else if (key == "nonvoluntary_ctxt_switches") s.nonvoluntary_ctxt = value_or_missing(rest);
+  });
+  return s;
+}
+
+PidIo parse_pid_io(std::string_view text) noexcept {
+  PidIo io;
+  for_each_keyed_line(text, [&io](std::string_view key, std::string_view rest) {
+    if (key == "rchar") io.rchar = value_or_missing(rest);
+    else if (key == "wchar") io.wchar = value_or_missing(rest);
+    else if (key == "read_bytes") io.read_bytes = value_or_missing(rest);
+    else if (key == "write_bytes") io.write_bytes = value_or_missing(rest);
+  });
+  return io;
+}
+
+}  // namespace procfs
+
+int resolve_pid(const SourceOptions& opts) noexcept {
+  return opts.pid != 0 ? opts.pid : static_cast<int>(::getpid());
+}
+
+namespace {
+
+// A counter "since the first reading" that survives a value going backwards (counts as reset).
+struct SinceStart {
+  std::uint64_t prev = 0, total = 0;
+  bool has_prev = false;
+  std::int64_t update(std::uint64_t cur) noexcept {
+    if (has_prev) total += procfs::counter_delta(prev, cur);
+    prev = cur;
+    has_prev = true;
+    return static_cast<std::int64_t>(total);
+  }
+};
+
+class ProcessSource final : public Source {
+ public:
+  explicit ProcessSource(const SourceOptions& opts)
+      : Source("process"), cpu_window_ns_(opts.cpu_window_ns) {
+    if (opts.pid < 0) {
+      throw std::invalid_argument("pid must be >= 0 (0 = the calling process), got " +
+                                  std::to_string(opts.pid));
+    }
+    pid_ = resolve_pid(opts);
+    std::string ps = std::to_string(pid_);
+    std::string dir = detail::join_path(opts.proc_root, ps);
+    if (::access(dir.c_str(), F_OK) != 0) {
+      throw std::runtime_error("pid " + ps + " does not exist (no " + dir + ")");
+    }
+    stat_ = detail::open_required(dir + "/stat", "process times");
+    statm_ = detail::open_required(dir + "/statm", "process memory");
+    status_ = detail::open_required(dir + "/status", "process context switches");
+    io_ = ProcFile(dir + "/io");  // optional: EACCES for another user's process
+    int err = 0;
+    procfs::PidStat st;
+    if (!stat_.read(&err) || !procfs::parse_pid_stat(stat_.view(), &st)) {
+      throw std::runtime_error("cannot read " + stat_.path() + ": " +
+                               (err != 0 ? std::strerror(err) : "unexpected content"));
+    }
+    if (st.state == 'Z' || st.state == 'X') {
+      throw std::runtime_error("pid " + ps + " has already exited (zombie)");
+    }
+    io_readable_ = io_.read(&err) && procfs::parse_pid_io(io_.view()).read_bytes >= 0;
+    ProcFile meminfo(detail::join_path(opts.proc_root, "meminfo"));
+    if (meminfo.read(&err)) mem_total_ = procfs::parse_meminfo(meminfo.view()).total;
+    long tck = ::sysconf(_SC_CLK_TCK);
+    clk_tck_ = tck > 0 ? static_cast<double>(tck) : 100.0;
+    long page = ::sysconf(_SC_PAGESIZE);
+    page_size_ = page > 0 ? page : 4096;
+
+    add_column("proc.cpu_pct", "%", DType::kFloat64, Kind::kRate,
+               "CPU time (user + system) of the process per wall time; 100 per busy core.");
+    add_column("proc.rss_bytes", "bytes", DType::kInt64, Kind::kGauge,
+               "Resident set size of the process.");
+    add_column("proc.mem_pct", "%", DType::kFloat64, Kind::kGauge,
+               "Resident set size of the process as a share of physical memory.");
+    add_column("proc.threads", "count", DType::kInt64, Kind::kGauge,
+               "Threads in the process.");
+    add_column("proc.read_bytes", "bytes", DType::kInt64, Kind::kCounter,
+               "Bytes the process caused to be read from storage since the first reading "
+               "(null when /proc/<pid>/io is not readable).");
+    add_column("proc.write_bytes", "bytes", DType::kInt64, Kind::kCounter,
+               "Bytes the process caused to be written to storage since the first reading "
+               "(null when /proc/<pid>/io is not readable).");
+    add_column("proc.ctx_voluntary", "count", DType::kInt64, Kind::kCounter,
+               "Voluntary context switches of the process since the first reading.");
+    add_column("proc.ctx_involuntary", "count", DType::kInt64, Kind::kCounter,
+               "Involuntary context switches of the process since the first reading.");
+  }
+
+  void read(RowWriter row, std::int64_t now_ns) noexcept override {
+    if (exited_) {
+      fail(kReasonProcessExited, ESRCH);
+      return;
+    }
+    int err = 0;
+    procfs::PidStat st;
+    if (!stat_.read(&err)) {
+      if (err == ESRCH) return mark_exited(row);
+      fail("cannot read /proc/<pid>/stat", err);
+      return;
+    }
+    if (stat_.view().empty()) return mark_exited(row);
+    if (!procfs::parse_pid_stat(stat_.view(), &st)) {
+      fail("unexpected content in /proc/<pid>/stat", EINVAL);
+      return;
+    }
+    if (st.state == 'Z' || st.state == 'X') return mark_exited(row);
+
+    procfs::PidStatm sm;
+    if (!statm_.read(&err)) {
+      if (err == ESRCH) return mark_exited(row);
+      fail("cannot read /proc/<pid>/statm", err);
+      return;
+    }
+    if (statm_.view().empty()) return mark_exited(row);
+    bool have_statm = procfs::parse_pid_statm(statm_.view(), &sm);
+
+    std::uint64_t ticks = st.utime + st.stime;
+    // utime/stime count USER_HZ ticks (10 ms): the % is only computed once the window since the
+    // baseline reaches cpu_window_ns; before that the cell stays null and the baseline is kept.
+    if (!has_prev_ || now_ns - prev_ns_ >= cpu_window_ns_) {
+      double dt = detail::seconds_between(prev_ns_, now_ns);
+      if (has_prev_ && dt > 0) {
+        double busy = static_cast<double>(procfs::counter_delta(prev_ticks_, ticks)) / clk_tck_;
+        row.set_f64(0, 100.0 * busy / dt);
+      }
+      prev_ticks_ = ticks;
+      prev_ns_ = now_ns;
+      has_prev_ = true;
+    }
+    if (have_statm) {
+      auto rss = static_cast<std::int64_t>(sm.resident_pages) * page_size_;
+      row.set_i64(1, rss);
+      if (mem_total_ > 0) {
+        row.set_f64(2, 100.0 * static_cast<double>(rss) / static_cast<double>(mem_total_));
+      }
+    }
+    row.set_i64(3, st.num_threads);
+
+    const char* why = have_statm ? nullptr : "unexpected content in /proc/<pid>/statm";
+    int why_err = have_statm ? 0 : EINVAL;
+    if (io_readable_) {
+      if (io_.read(&err) && !io_.view().empty()) {
+        procfs::PidIo io = procfs::parse_pid_io(io_.view());
+        if (io.read_bytes >= 0) {
+          row.set_i64(4, read_.update(static_cast<std::uint64_t>(io.read_bytes)));
+        }
+        if (io.write_bytes >= 0) {
+          row.set_i64(5, write_.update(static_cast<std::uint64_t>(io.write_bytes)));
+        }
+      } else if (err == ESRCH || io_.view().empty()) {
+        return mark_exited(row);
+      } else if (why == nullptr) {
+        why = "cannot read /proc/<pid>/io";
+        why_err = err;
+      }
+    }
+    if (status_.read(&err) && !status_.view().empty()) {
+      procfs::PidStatus s = procfs::parse_pid_status(status_.view());
+      if (s.voluntary_ctxt >= 0) {
+        row.set_i64(6, vol_.update(static_cast<std::uint64_t>(s.voluntary_ctxt)));
+      }
+      if (s.nonvoluntary_ctxt >= 0) {
+        row.set_i64(7, invol_.update(static_cast<std::uint64_t>(s.nonvoluntary_ctxt)));
+      }
+    } else if (err == ESRCH || status_.view().empty()) {
+      return mark_exited(row);
+    } else if (why == nullptr) {
+      why = "cannot read /proc/<pid>/status";
+      why_err = err;
+    }
+    if (why != nullptr) {
+      fail(why, why_err);
+    } else {
+      ok();
+    }
+  }
+
+ private:
+  // Nulls every cell (some may already be set this tick) and records the exit for good.
+  void mark_exited(RowWriter& row) noexcept {
+    for (std::size_t i = 0; i < row.size(); ++i) row.set_null(i);
+    exited_ = true;
+    fail(kReasonProcessExited, ESRCH);
+  }
+
+  int pid_ = 0;
+  ProcFile stat_, statm_, status_, io_;
+  bool io_readable_ = false;
+  std::int64_t mem_total_ = 0;
+  double clk_tck_ = 100.0;
+  std::int64_t page_size_ = 4096;
+  std::uint64_t prev_ticks_ = 0;
+  std::int64_t prev_ns_ = 0;
+  bool has_prev_ = false;
+  std::int64_t cpu_window_ns_;
+  bool exited_ = false;
+  SinceStart read_, write_, vol_, invol_;
+};
+
+}  // namespace
+
+std::unique_ptr<Source> make_process_source(const SourceOptions& opts) {
+  return std::make_unique<ProcessSource>(opts);
+}
+
+}  // namespace stroboscope

@@ -1,0 +1,340 @@
+// Reads /proc/<pid>/{stat,statm} of a process and all its descendants: the "proc_tree" source
+// (CPU %, resident memory, threads and member count of the whole tree).
+//
+// Membership is rescanned at most once per second (by the tick's now_ns): getdents64 on the procfs
+// root into a buffer allocated at construction, each listed pid's stat read into a stack buffer for
+// its ppid, then the descendants of the root found by marking a pid bitmap. That scan costs about
+// a stat read per process on the machine, which is why it is slow-paced and the source is opt-in.
+// Between scans the members' kept-open fds are read every tick. At most kMaxMembers processes are
+// followed; descendants beyond that are counted in proc.tree.untracked.
+//
+// CPU % is the sum over members seen in both readings of Δ(utime + stime). A member that exits
+// between two readings drops out (its last partial interval is lost); one found by a rescan counts
+// from its second reading. RSS is summed per process, so shared pages count once per member (as
+// summing psutil's rss does).
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "stroboscope/linux_sources.hpp"
+#include "stroboscope/procfs.hpp"
+
+namespace stroboscope {
+namespace {
+
+constexpr std::size_t kMaxMembers = 1024;       // followed processes, the root included
+constexpr std::size_t kMaxScan = 1 << 16;       // processes listed per rescan
+constexpr std::int64_t kRescanNs = 1000000000;  // once per second
+constexpr std::size_t kDentsBytes = 64 * 1024;
+constexpr std::size_t kStatBytes = 4096;  // a stat line is a few hundred bytes
+
+struct Member {
+  int pid = 0;
+  int stat_fd = -1, statm_fd = -1;
+  std::uint64_t starttime = 0;  // from the scan: a reused pid has a different one
+  std::uint64_t prev_ticks = 0;
+  bool has_prev = false;
+  bool alive = false;
+};
+
+void close_member(Member& m) noexcept {
+  if (m.stat_fd >= 0) ::close(m.stat_fd);
+  if (m.statm_fd >= 0) ::close(m.statm_fd);
+  m.stat_fd = m.statm_fd = -1;
+  m.alive = false;
+}
+
+// pread into buf, retrying EINTR; -1 with errno on failure.
+ssize_t pread_all(int fd, char* buf, std::size_t n) noexcept {
+  ssize_t r;
+  do {
+    r = ::pread(fd, buf, n, 0);
+  } while (r < 0 && errno == EINTR);
+  return r;
+}
+
+// openat(dir, "<pid>/<leaf>") with the path built on the stack.
+int open_pid_file(int dir_fd, int pid, const char* leaf) noexcept {
+  char path[64];
+  auto [end, ec] = std::to_chars(path, path + 16, pid);
+  if (ec != std::errc{}) return -1;
+  *end++ = '/';
+  std::size_t len = std::strlen(leaf);
+  std::memcpy(end, leaf, len + 1);
+  return ::openat(dir_fd, path, O_RDONLY | O_CLOEXEC);
+}
+
+class ProcTreeSource final : public Source {
+ public:
+  explicit ProcTreeSource(const SourceOptions& opts)
+      : Source("proc_tree"), cpu_window_ns_(opts.cpu_window_ns) {
+    if (opts.pid < 0) {
+      throw std::invalid_argument("pid must be >= 0 (0 = the calling process), got " +
+                                  std::to_string(opts.pid));
+    }
+    int pid = resolve_pid(opts);
+    dir_fd_ = ::open(opts.proc_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd_ < 0) {
+      throw std::runtime_error("cannot open " + opts.proc_root + ": " + std::strerror(errno));
+    }
+    std::string dir = detail::join_path(opts.proc_root, std::to_string(pid));
+    if (::access(dir.c_str(), F_OK) != 0) {
+      ::close(dir_fd_);
+      throw std::runtime_error("pid " + std::to_string(pid) + " does not exist (no " + dir + ")");
+    }
+    int err = 0;
+    std::int64_t pid_max = 0;
+    ProcFile pm(detail::join_path(opts.proc_root, "sys/kernel/pid_max"));
+    if (!pm.read(&err) || !procfs::parse_single_i64(pm.view(), &pid_max) || pid_max <= 0 ||
+        pid_max > (1 << 22)) {
+      pid_max = 1 << 22;  // PID_MAX_LIMIT on 64-bit
+    }
+    mark_.assign(static_cast<std::size_t>(pid_max) / 64 + 1, 0);
+    marked_.resize(kMaxScan);
+    scan_pid_.resize(kMaxScan);
+    scan_ppid_.resize(kMaxScan);
+    scan_start_.resize(kMaxScan);
+    members_.resize(kMaxMembers);
+    next_.resize(kMaxMembers);
+    dents_.resize(kDentsBytes);
+    stat_buf_.resize(kStatBytes);
+    long tck = ::sysconf(_SC_CLK_TCK);
+    clk_tck_ = tck > 0 ? static_cast<double>(tck) : 100.0;
+    long page = ::sysconf(_SC_PAGESIZE);
+    page_size_ = page > 0 ? page : 4096;
+
+    root_.pid = pid;
+    root_.stat_fd = open_pid_file(dir_fd_, pid, "stat");
+    root_.statm_fd = open_pid_file(dir_fd_, pid, "statm");
+    if (root_.stat_fd < 0 || root_.statm_fd < 0) {
+      int e = errno;
+      close_member(root_);
+      ::close(dir_fd_);
+      throw std::runtime_error("cannot open " + dir + "/stat and statm: " + std::strerror(e));
+    }
+    root_.alive = true;
+    rescan();  // so the first tick does not pay for it
+
+    add_column("proc.tree.cpu_pct", "%", DType::kFloat64, Kind::kRate,
+               "CPU time of the process and its descendants per wall time; 100 per busy core.");
+    add_column("proc.tree.rss_bytes", "bytes", DType::kInt64, Kind::kGauge,
+               "Resident set size summed over the process and its descendants.");
+    add_column("proc.tree.threads", "count", DType::kInt64, Kind::kGauge,
+               "Threads in the process and its descendants.");
+    add_column("proc.tree.count", "count", DType::kInt64, Kind::kGauge,
+               "Processes followed: the process itself plus the descendants found by the last "
+               "scan.");
+    add_column("proc.tree.untracked", "count", DType::kInt64, Kind::kGauge,
+               "Descendants found but not followed because the tree exceeds 1024 processes.");
+  }
+
+  ~ProcTreeSource() override {
+    close_member(root_);
+    for (std::size_t i = 0; i < n_members_; ++i) close_member(members_[i]);
+    if (dir_fd_ >= 0) ::close(dir_fd_);
+  }
+
+  void read(RowWriter row, std::int64_t now_ns) noexcept override {
+    if (!root_.alive) {
+      fail(kReasonProcessExited, ESRCH);
+      return;
+    }
+    if (!scan_time_set_) {
+      last_scan_ns_ = now_ns;  // the constructor's scan counts as this tick's
+      scan_time_set_ = true;
+    } else if (now_ns - last_scan_ns_ >= kRescanNs) {
+      rescan();
+      last_scan_ns_ = now_ns;
+    }
+    std::uint64_t d_ticks = 0;
+    std::int64_t rss_pages = 0, threads = 0, count = 0;
+    if (!sample(root_, &d_ticks, &rss_pages, &threads)) {
+      close_member(root_);
+      fail(kReasonProcessExited, ESRCH);
+      return;
+    }
+    ++count;
+    for (std::size_t i = 0; i < n_members_; ++i) {
+      Member& m = members_[i];
+      if (!m.alive) continue;
+      if (sample(m, &d_ticks, &rss_pages, &threads)) {
+        ++count;
+      } else {
+        close_member(m);  // exited: drops out until the next scan
+      }
+    }
+    // Tick counters (10 ms): accumulate until the window reaches cpu_window_ns, then emit.
+    window_ticks_ += d_ticks;
+    if (!has_prev_ || now_ns - prev_ns_ >= cpu_window_ns_) {
+      double dt = detail::seconds_between(prev_ns_, now_ns);
+      if (has_prev_ && dt > 0) {
+        row.set_f64(0, 100.0 * static_cast<double>(window_ticks_) / clk_tck_ / dt);
+      }
+      window_ticks_ = 0;
+      prev_ns_ = now_ns;
+      has_prev_ = true;
+    }
+    row.set_i64(1, rss_pages * page_size_);
+    row.set_i64(2, threads);
+    row.set_i64(3, count);
+    row.set_i64(4, untracked_);
+    ok();
+  }
+
+ private:
+  // Reads one member; false when it has exited (or its pid now names another process).
+  bool sample(Member& m, std::uint64_t* d_ticks, std::int64_t* rss_pages,
+              std::int64_t* threads) noexcept {
+    ssize_t n = pread_all(m.stat_fd, stat_buf_.data(), stat_buf_.size());
+    procfs::PidStat st;
+    if (n <= 0 || !procfs::parse_pid_stat({stat_buf_.data(), static_cast<std::size_t>(n)}, &st) ||
+        st.state == 'Z' || st.state == 'X') {
+      return false;
+    }
+    if (m.starttime != 0 && st.starttime != m.starttime) return false;
+    m.starttime = st.starttime;
+    std::uint64_t ticks = st.utime + st.stime;
+    if (m.has_prev) *d_ticks += procfs::counter_delta(m.prev_ticks, ticks);
+    m.prev_ticks = ticks;
+    m.has_prev = true;
+    *threads += st.num_threads;
+    n = pread_all(m.statm_fd, stat_buf_.data(), stat_buf_.size());
+    procfs::PidStatm sm;
+    if (n <= 0) return false;
+    if (procfs::parse_pid_statm({stat_buf_.data(), static_cast<std::size_t>(n)}, &sm)) {
+      *rss_pages += static_cast<std::int64_t>(sm.resident_pages);
+    }
+    return true;
+  }
+
+  bool marked(std::int64_t pid) const noexcept {
+    auto p = static_cast<std::uint64_t>(pid);
+    return pid >= 0 && p / 64 < mark_.size() && ((mark_[p / 64] >> (p % 64)) & 1u) != 0;
+  }
+  bool mark(std::int64_t pid) noexcept {
+    auto p = static_cast<std::uint64_t>(pid);
+    if (pid < 0 || p / 64 >= mark_.size() || n_marked_ >= marked_.size()) return false;
+    mark_[p / 64] |= std::uint64_t{1} << (p % 64);
+    marked_[n_marked_++] = static_cast<int>(pid);
+    return true;
+  }
+
+  // Lists every pid with its ppid, then finds the root's descendants and updates members_.
+  void rescan() noexcept {
+    std::size_t n_scan = 0;
+    if (::lseek(dir_fd_, 0, SEEK_SET) == 0) {
+      for (;;) {
+        long got = ::syscall(SYS_getdents64, dir_fd_, dents_.data(), dents_.size());
+        if (got <= 0) break;
+        for (long off = 0; off < got;) {
+          // struct linux_dirent64: u64 ino, s64 off, u16 reclen, u8 type, char name[]
+          const char* rec = dents_.data() + off;
+          unsigned short reclen = 0;
+          std::memcpy(&reclen, rec + 16, sizeof reclen);
+          const char* name = rec + 19;
+          off += reclen;
+          std::int64_t pid = 0;
+          std::size_t len = std::strlen(name);
+          auto [end, ec] = std::from_chars(name, name + len, pid);
+          if (ec != std::errc{} || end != name + len || pid <= 0 || n_scan >= kMaxScan) continue;
+          int fd = open_pid_file(dir_fd_, static_cast<int>(pid), "stat");
+          if (fd < 0) continue;
+          char buf[1024];
+          ssize_t n = pread_all(fd, buf, sizeof buf);
+          ::close(fd);
+          procfs::PidStat st;
+          if (n <= 0 || !procfs::parse_pid_stat({buf, static_cast<std::size_t>(n)}, &st)) continue;
+          scan_pid_[n_scan] = static_cast<int>(pid);
+          scan_ppid_[n_scan] = static_cast<int>(st.ppid);
+          scan_start_[n_scan] = st.starttime;
+          ++n_scan;
+        }
+      }
+    }
+    // Mark the root, then sweep until no new descendant turns up (children usually have larger
+    // pids, listed later, so one sweep plus a confirming one is the common case).
+    for (std::size_t i = 0; i < n_marked_; ++i) {
+      auto p = static_cast<std::uint64_t>(marked_[i]);
+      mark_[p / 64] &= ~(std::uint64_t{1} << (p % 64));
+    }
+    n_marked_ = 0;
+    mark(root_.pid);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (std::size_t i = 0; i < n_scan; ++i) {
+        if (!marked(scan_pid_[i]) && marked(scan_ppid_[i]) && mark(scan_pid_[i])) changed = true;
+      }
+    }
+    // The new member list: descendants in scan order up to the cap, then sorted by pid.
+    std::size_t n_next = 0;
+    std::int64_t found = 0;
+    for (std::size_t i = 0; i < n_scan; ++i) {
+      if (scan_pid_[i] == root_.pid || !marked(scan_pid_[i])) continue;
+      ++found;
+      if (n_next + 1 >= kMaxMembers) continue;
+      Member m;
+      m.pid = scan_pid_[i];
+      m.starttime = scan_start_[i];
+      next_[n_next++] = m;
+    }
+    untracked_ = found - static_cast<std::int64_t>(n_next);
+    std::sort(next_.begin(), next_.begin() + static_cast<std::ptrdiff_t>(n_next),
+              [](const Member& a, const Member& b) { return a.pid < b.pid; });
+    // Merge with the current (sorted) members: keep the fds and previous reading of a process
+    // still there, open the new ones, close the ones gone.
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < n_next; ++i) {
+      Member& nm = next_[i];
+      while (j < n_members_ && members_[j].pid < nm.pid) close_member(members_[j++]);
+      if (j < n_members_ && members_[j].pid == nm.pid && members_[j].alive &&
+          members_[j].starttime == nm.starttime) {
+        nm = members_[j];
+        members_[j].stat_fd = members_[j].statm_fd = -1;
+        ++j;
+        continue;
+      }
+      nm.stat_fd = open_pid_file(dir_fd_, nm.pid, "stat");
+      nm.statm_fd = open_pid_file(dir_fd_, nm.pid, "statm");
+      nm.alive = nm.stat_fd >= 0 && nm.statm_fd >= 0;
+      if (!nm.alive) close_member(nm);
+    }
+    while (j < n_members_) close_member(members_[j++]);
+    members_.swap(next_);
+    n_members_ = n_next;
+  }
+
+  int dir_fd_ = -1;
+  Member root_;
+  std::vector<Member> members_, next_;  // descendants, sorted by pid; capacity kMaxMembers
+  std::size_t n_members_ = 0;
+  std::vector<std::uint64_t> mark_;  // one bit per pid: in the tree
+  std::vector<int> marked_;          // the set bits, to clear them cheaply
+  std::size_t n_marked_ = 0;
+  std::vector<int> scan_pid_, scan_ppid_;
+  std::vector<std::uint64_t> scan_start_;
+  std::vector<char> dents_, stat_buf_;
+  std::int64_t untracked_ = 0;
+  double clk_tck_ = 100.0;
+  std::int64_t page_size_ = 4096;
+  std::int64_t last_scan_ns_ = 0, prev_ns_ = 0;
+  std::int64_t cpu_window_ns_;
+  std::uint64_t window_ticks_ = 0;
+  bool scan_time_set_ = false, has_prev_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Source> make_proc_tree_source(const SourceOptions& opts) {
+  return std::make_unique<ProcTreeSource>(opts);
+}
+
+}  // namespace stroboscope

@@ -1,0 +1,100 @@
+// The source registry: maps each source name to its constructor (the Linux sources live one per
+// file in cpp/src), says which are on by default and why one cannot be built here.
+#include "stroboscope/registry.hpp"
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "stroboscope/linux_sources.hpp"
+#include "stroboscope/nvml.hpp"
+
+namespace stroboscope {
+namespace {
+
+using Factory = std::unique_ptr<Source> (*)(const SourceOptions&);
+
+struct Entry {
+  const char* name;
+  const char* help;
+  Factory make;
+};
+
+// The stable order of source_names(), docs/metrics.md and describe_sources().
+const Entry kEntries[] = {
+    {"cpu", "CPU utilisation of the whole machine, from /proc/stat.", &make_cpu_source},
+    {"cpu_cores", "CPU utilisation of each core, from /proc/stat.", &make_cpu_cores_source},
+    {"memory", "Physical memory and swap in use, from /proc/meminfo.", &make_memory_source},
+    {"network", "Bytes sent and received by all interfaces but lo, from /proc/net/dev.",
+     &make_network_source},
+    {"disk", "Space used and free on the filesystems of the given paths, from statvfs(2).",
+     &make_disk_source},
+    {"diskio", "Bytes read and written by whole block devices, from /proc/diskstats.",
+     &make_diskio_source},
+    {"process", "CPU, memory, threads, I/O and context switches of one process, from /proc/<pid>.",
+     &make_process_source},
+    {"proc_tree", "CPU, memory and threads of a process and all its descendants, from /proc.",
+     &make_proc_tree_source},
+    {"load", "Load averages and runnable tasks, from /proc/loadavg.", &make_load_source},
+    {"pressure", "CPU, memory and I/O stall time (PSI), from /proc/pressure.",
+     &make_pressure_source},
+    {"cgroup", "CPU quota/use and memory limit/use of the process's cgroup (v1 or v2).",
+     &make_cgroup_source},
+    {"gpu", "NVIDIA GPU utilisation, memory, power, energy, clocks and per-process use, from "
+            "NVML (loaded at run time; polled on its own thread).",
+     &make_nvml_source},
+};
+
+std::string known_names() {
+  std::string out;
+  for (const Entry& e : kEntries) {
+    if (!out.empty()) out += ", ";
+    out += e.name;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> source_names() {
+  std::vector<std::string> out;
+  for (const Entry& e : kEntries) out.emplace_back(e.name);
+  return out;
+}
+
+std::vector<std::string> default_source_names(const SourceOptions& opts) {
+  std::vector<std::string> out{"cpu", "memory", "network", "disk", "diskio", "process"};
+  if (cgroup_limits_exist(opts)) out.emplace_back("cgroup");
+  // All GPUs by default where NVML loads and sees at least one; absence is normal and silent
+  // here (gpu_status() and `stroboscope info` say why).
+  if (nvml_available(nullptr)) out.emplace_back("gpu");
+  return out;
+}
+
+std::vector<SourceInfo> describe_sources(const SourceOptions& opts) {
+  std::vector<std::string> defaults = default_source_names(opts);
+  std::vector<SourceInfo> out;
+  for (const Entry& e : kEntries) {
+    SourceInfo info{e.name, e.help, false, true, {}};
+    for (const std::string& d : defaults) info.is_default = info.is_default || d == e.name;
+    try {
+      (void)e.make(opts);
+    } catch (const std::exception& ex) {
+      info.available = false;
+      info.reason = ex.what();
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::unique_ptr<Source> make_source(std::string_view name, const SourceOptions& opts) {
+  for (const Entry& e : kEntries) {
+    if (name == e.name) return e.make(opts);
+  }
+  throw std::invalid_argument("unknown source '" + std::string(name) +
+                              "'; known sources: " + known_names());
+}
+
+}  // namespace stroboscope
