@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import gc
+import os
+import shutil
+import subprocess
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from stroboscope import _sampler
 
 DATA = Path(__file__).parent / "data"
+FAKE_NVML_SOURCE = Path(__file__).parent / "fake_nvml" / "fake_nvml.c"
 
 
 @pytest.fixture(autouse=True)
@@ -27,3 +31,25 @@ def no_leaked_sampler() -> Iterator[None]:
 @pytest.fixture
 def data_dir() -> Path:
     return DATA
+
+
+def _compile_fake_nvml(out: Path, *defines: str) -> Path:
+    cc = shutil.which(os.environ.get("CC", "")) or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", *defines, "-o", str(out), str(FAKE_NVML_SOURCE)],
+        check=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def fake_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The fake NVML library (tests/fake_nvml), built with the system C compiler: a current
+    driver ("new") and an old one without the _v2/_v3 symbols ("old")."""
+    d = tmp_path_factory.mktemp("fake_nvml")
+    return {
+        "new": _compile_fake_nvml(d / "libfake_nvml.so"),
+        "old": _compile_fake_nvml(d / "libfake_nvml_old.so", "-DFAKE_NVML_OLD"),
+    }

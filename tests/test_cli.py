@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from stroboscope.cli import main
 
 
@@ -28,8 +27,19 @@ def test_record_parquet_for_a_duration(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_record_wraps_a_command_and_returns_its_exit_code(tmp_path: Path) -> None:
     out = tmp_path / "m.csv"
-    code = main(["record", "--interval", "0.005", "-o", str(out), "--",
-                 sys.executable, "-c", "import time, sys; time.sleep(0.5); sys.exit(7)"])
+    code = main(
+        [
+            "record",
+            "--interval",
+            "0.005",
+            "-o",
+            str(out),
+            "--",
+            sys.executable,
+            "-c",
+            "import time, sys; time.sleep(0.5); sys.exit(7)",
+        ]
+    )
     assert code == 7
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -39,9 +49,15 @@ def test_record_wraps_a_command_and_returns_its_exit_code(tmp_path: Path) -> Non
 
 
 def test_record_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["record", "--interval", "0", "--duration", "1", "-o", str(tmp_path / "a.parquet")]) == 2
+    assert (
+        main(["record", "--interval", "0", "--duration", "1", "-o", str(tmp_path / "a.parquet")])
+        == 2
+    )
     assert "interval" in capsys.readouterr().err
-    assert main(["record", "--duration", "0.1", "--sources", "bogus", "-o", str(tmp_path / "a.csv")]) == 2
+    assert (
+        main(["record", "--duration", "0.1", "--sources", "bogus", "-o", str(tmp_path / "a.csv")])
+        == 2
+    )
     assert "unknown source 'bogus'" in capsys.readouterr().err
     assert main(["record", "--duration", "0.1", "-o", str(tmp_path / "a.txt")]) == 2
     assert ".parquet" in capsys.readouterr().err
@@ -55,6 +71,7 @@ def test_info_lists_sources(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_console_script_runs() -> None:
-    out = subprocess.run([sys.executable, "-m", "stroboscope", "info"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "stroboscope", "info"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and "sources:" in out.stdout

@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from stroboscope import Frame, Sampler
 
 
@@ -100,7 +99,9 @@ def test_to_pandas_and_numpy(frame: Frame) -> None:
     assert arrays["mono_ns"].dtype == np.int64
     assert arrays["time"].dtype == np.dtype("datetime64[ns]")
     assert arrays["cpu.util_pct"].dtype == np.float64
-    assert np.isnan(arrays["cpu.util_pct"]).sum() == frame.to_arrow().column("cpu.util_pct").null_count
+    assert (
+        np.isnan(arrays["cpu.util_pct"]).sum() == frame.to_arrow().column("cpu.util_pct").null_count
+    )
 
 
 def _mode(path: Path) -> int:

@@ -16,7 +16,6 @@ from typing import Any
 
 import psutil
 import pytest
-
 from stroboscope import Sampler
 
 MiB = 1 << 20
@@ -89,13 +88,17 @@ def test_process_io_and_context_switches() -> None:
 
 
 def test_process_cpu_percent_of_a_busy_child() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"])
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"]
+    )
     try:
         time.sleep(0.2)  # past interpreter start-up
         s = Sampler(0.01, pid=child.pid, sources=["process"])
         with s:
             time.sleep(0.8)
-        cpu = [v for v in s.snapshot().to_arrow().column("proc.cpu_pct").to_pylist() if v is not None]
+        cpu = [
+            v for v in s.snapshot().to_arrow().column("proc.cpu_pct").to_pylist() if v is not None
+        ]
     finally:
         child.wait()
     # A spinning child uses one core: ~100 %. Values come every cpu_window (0.1 s); the machine is

@@ -7,7 +7,6 @@ import os
 import time
 
 import pytest
-
 import stroboscope
 from stroboscope import Sampler
 
@@ -32,8 +31,12 @@ def test_bad_interval_names_argument_and_range(interval: object, exc: type, frag
 
 @pytest.mark.parametrize(
     ("capacity", "exc", "fragment"),
-    [(1, ValueError, "capacity must be within"), (0, ValueError, "capacity"),
-     (1 << 40, ValueError, "capacity must be within"), (2.5, TypeError, "capacity must be an int")],
+    [
+        (1, ValueError, "capacity must be within"),
+        (0, ValueError, "capacity"),
+        (1 << 40, ValueError, "capacity must be within"),
+        (2.5, TypeError, "capacity must be an int"),
+    ],
 )
 def test_bad_capacity(capacity: object, exc: type, fragment: str) -> None:
     with pytest.raises(exc, match=fragment):
@@ -80,10 +83,20 @@ def test_default_schema_has_units_and_seed_columns() -> None:
     s = Sampler(0.01)
     names = [c.name for c in s.schema]
     assert names[:2] == ["time", "mono_ns"]
-    for required in ["cpu.util_pct", "mem.util_pct", "mem.available_bytes", "net.sent_bytes",
-                     "net.recv_bytes", "disk.used_pct", "proc.rss_bytes", "proc.mem_pct",
-                     "proc.threads", "proc.cpu_pct", "net.sent_bytes_per_s",
-                     "disk.read_bytes_per_s"]:
+    for required in [
+        "cpu.util_pct",
+        "mem.util_pct",
+        "mem.available_bytes",
+        "net.sent_bytes",
+        "net.recv_bytes",
+        "disk.used_pct",
+        "proc.rss_bytes",
+        "proc.mem_pct",
+        "proc.threads",
+        "proc.cpu_pct",
+        "net.sent_bytes_per_s",
+        "disk.read_bytes_per_s",
+    ]:
         assert required in names
     assert all(c.unit for c in s.schema)
     assert "cpu.0.util_pct" not in names  # per-core is opt-in

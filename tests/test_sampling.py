@@ -8,7 +8,6 @@ import time
 
 import numpy as np
 import psutil
-
 from stroboscope import Sampler
 
 

@@ -8,4 +8,5 @@ PYBIND11_MODULE(_core, m) {
   stroboscope::bindings::register_frame(m);
   stroboscope::bindings::register_sources(m);
   stroboscope::bindings::register_sampler(m);
+  stroboscope::bindings::register_gpu(m);
 }

@@ -90,7 +90,8 @@ void register_sources(py::module_& m) {
   m.def("default_source_names", &default_source_names);
   m.def("source_columns", [](const std::string& name, const SourceOptions& opts) {
     py::list out;
-    for (const ColumnSpec& c : make_source(name, opts)->columns()) {
+    const std::unique_ptr<Source> source = make_source(name, opts);  // outlives the loop
+    for (const ColumnSpec& c : source->columns()) {
       out.append(py::dict(py::arg("name") = c.name, py::arg("unit") = c.unit,
                           py::arg("dtype") = dtype_name(c.dtype),
                           py::arg("kind") = kind_name(c.kind), py::arg("help") = c.help));

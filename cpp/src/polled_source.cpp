@@ -93,7 +93,16 @@ void PolledSource::poll_loop() noexcept {
   }
 }
 
-void PolledSource::read(RowWriter row, std::int64_t /*now_ns*/) noexcept {
+void PolledSource::mirror_inner_status() noexcept {
+  const char* why = inner_->reason();
+  if (why != nullptr) {
+    fail(why, inner_->error_number());
+  } else {
+    ok();
+  }
+}
+
+void PolledSource::read(RowWriter row, std::int64_t now_ns) noexcept {
   for (int attempt = 0; attempt < kCopyTries; ++attempt) {
     // acquire: pairs with publish()'s final release store.
     const std::uint64_t s1 = seq_.load(std::memory_order_acquire);
@@ -101,12 +110,10 @@ void PolledSource::read(RowWriter row, std::int64_t /*now_ns*/) noexcept {
       fail("no reading yet");
       return;
     }
-    if (s1 & 1U) {
-      ok();  // being written right now: take it on the next tick
-      return;
-    }
-    if (s1 == last_copied_seq_) {
-      ok();  // nothing new since the last tick: cells stay null
+    if ((s1 & 1U) != 0 || s1 == last_copied_seq_) {
+      // Being written right now (taken on the next tick), or nothing new since the last tick:
+      // the cells stay null, and the status stays the inner source's.
+      mirror_inner_status();
       return;
     }
     for (std::size_t i = 0; i < n_; ++i) {
@@ -122,14 +129,16 @@ void PolledSource::read(RowWriter row, std::int64_t /*now_ns*/) noexcept {
     }
     const std::int64_t taken = taken_ns_.load(std::memory_order_acquire);
     if (seq_.load(std::memory_order_relaxed) != s1) continue;  // torn: a newer reading landed
+    if (taken > now_ns) {
+      // Taken after this tick's time: it belongs to the next row, so that every row only shows
+      // readings taken at or before its own time.
+      for (std::size_t i = 0; i < n_; ++i) row.set_null(i);
+      mirror_inner_status();
+      return;
+    }
     row.set_i64(n_, taken);
     last_copied_seq_ = s1;
-    const char* why = inner_->reason();
-    if (why != nullptr) {
-      fail(why, inner_->error_number());
-    } else {
-      ok();
-    }
+    mirror_inner_status();
     return;
   }
   for (std::size_t i = 0; i <= n_; ++i) row.set_null(i);

@@ -15,7 +15,55 @@ if TYPE_CHECKING:
     import pandas
 
 
-class Frame:
+class _Rows:
+    """Conversions shared by every frame: all go through :meth:`to_arrow`."""
+
+    __slots__ = ()
+
+    def to_arrow(self) -> pa.Table:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """Return a pandas DataFrame (nullable integer columns become float64 with NaN)."""
+        try:
+            import pandas  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "to_pandas() needs pandas: pip install 'stroboscope[pandas]'"
+            ) from exc
+        df: pandas.DataFrame = self.to_arrow().to_pandas()
+        return df
+
+    def to_numpy(self) -> dict[str, np.ndarray[Any, Any]]:
+        """Return ``{column: numpy array}``.
+
+        ``time`` is ``datetime64[ns]`` (UTC), ``mono_ns`` is ``int64``; numeric columns are
+        ``float64`` with NaN for nulls, except integer columns without nulls, which keep their
+        type; other columns (such as a ``kind`` label) become object arrays.
+        """
+        table = self.to_arrow()
+        out: dict[str, np.ndarray[Any, Any]] = {}
+        for name, column in zip(table.column_names, table.columns):
+            if pa.types.is_timestamp(column.type):
+                out[name] = column.cast(pa.int64()).to_numpy().astype("datetime64[ns]")
+            elif pa.types.is_integer(column.type) and column.null_count == 0:
+                out[name] = column.to_numpy()
+            elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+                out[name] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            else:
+                out[name] = column.to_numpy(zero_copy_only=False)
+        return out
+
+    def write_parquet(self, path: str | os.PathLike[str], *, compression: str = "zstd") -> None:
+        """Write the rows to a Parquet file (created with mode 0600; units kept as metadata)."""
+        write_table_parquet(self.to_arrow(), path, compression=compression)
+
+    def write_csv(self, path: str | os.PathLike[str]) -> None:
+        """Write the rows to a CSV file (created with mode 0600; nulls as empty cells)."""
+        write_table_csv(self.to_arrow(), path)
+
+
+class Frame(_Rows):
     """Rows copied out of the sampler's ring, in buffers this object owns.
 
     Columns: ``time`` (``timestamp[ns, UTC]``), ``mono_ns`` (``int64``, the clock of
@@ -77,40 +125,39 @@ class Frame:
         """Return a :class:`pyarrow.Table` over this frame's buffers (no copy)."""
         return pa.RecordBatchReader._import_from_c_capsule(self.__arrow_c_stream__()).read_all()
 
-    def to_pandas(self) -> pandas.DataFrame:
-        """Return a pandas DataFrame (nullable integer columns become float64 with NaN)."""
-        try:
-            import pandas  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "Frame.to_pandas() needs pandas: pip install 'stroboscope[pandas]'"
-            ) from exc
-        return self.to_arrow().to_pandas()
 
-    def to_numpy(self) -> dict[str, np.ndarray[Any, Any]]:
-        """Return ``{column: numpy array}``.
+class TableFrame(_Rows):
+    """Rows held in a :class:`pyarrow.Table` (e.g. driver-resolution GPU samples), with the same
+    conversions and Arrow PyCapsule interface as :class:`Frame`."""
 
-        ``time`` is ``datetime64[ns]`` (UTC), ``mono_ns`` is ``int64``; metric columns are
-        ``float64`` with NaN for nulls, except int64 columns without nulls, which stay ``int64``.
-        """
-        table = self.to_arrow()
-        out: dict[str, np.ndarray[Any, Any]] = {}
-        for name, column in zip(table.column_names, table.columns):
-            if name == "time":
-                out[name] = column.cast(pa.int64()).to_numpy().astype("datetime64[ns]")
-            elif pa.types.is_integer(column.type) and column.null_count == 0:
-                out[name] = column.to_numpy()
-            else:
-                out[name] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
-        return out
+    __slots__ = ("_table", "rows_lost")
 
-    def write_parquet(self, path: str | os.PathLike[str], *, compression: str = "zstd") -> None:
-        """Write the frame to a Parquet file (created with mode 0600; units kept as metadata)."""
-        write_table_parquet(self.to_arrow(), path, compression=compression)
+    def __init__(self, table: pa.Table, rows_lost: int = 0) -> None:
+        self._table = table
+        self.rows_lost = rows_lost
 
-    def write_csv(self, path: str | os.PathLike[str]) -> None:
-        """Write the frame to a CSV file (created with mode 0600; nulls as empty cells)."""
-        write_table_csv(self.to_arrow(), path)
+    def __len__(self) -> int:
+        return int(self._table.num_rows)
+
+    def __repr__(self) -> str:
+        return f"<stroboscope.TableFrame rows={len(self)} columns={self._table.num_columns}>"
+
+    @property
+    def column_names(self) -> list[str]:
+        """Names of the columns."""
+        return list(self._table.column_names)
+
+    def __arrow_c_schema__(self) -> object:
+        """Export the schema as an ``arrow_schema`` PyCapsule."""
+        return self._table.schema.__arrow_c_schema__()
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """Export the rows as an ``arrow_array_stream`` PyCapsule."""
+        return self._table.__arrow_c_stream__(requested_schema)
+
+    def to_arrow(self) -> pa.Table:
+        """Return the :class:`pyarrow.Table`."""
+        return self._table
 
 
 def write_table_parquet(

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Union
 
+import pyarrow as pa
+
 from stroboscope import _core
-from stroboscope._frame import Frame
+from stroboscope._frame import Frame, TableFrame
 from stroboscope._gpu import GpusArg, resolve_gpus
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
@@ -60,9 +62,7 @@ def _check_capacity(capacity: object) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         raise TypeError(f"capacity must be an int (rows), got {type(capacity).__name__}")
     if capacity < 2 or capacity > MAX_CAPACITY:
-        raise ValueError(
-            f"capacity must be within [2, {MAX_CAPACITY}] rows, got {capacity}"
-        )
+        raise ValueError(f"capacity must be within [2, {MAX_CAPACITY}] rows, got {capacity}")
     return 1 << (capacity - 1).bit_length()  # the ring needs a power of two: round up
 
 
@@ -80,7 +80,9 @@ def _check_pid(pid: object, proc_root: str) -> int:
     except FileNotFoundError:
         raise ValueError(f"pid {pid} does not exist (no {stat_path})") from None
     except PermissionError:
-        raise PermissionError(f"pid {pid} cannot be read ({stat_path}: permission denied)") from None
+        raise PermissionError(
+            f"pid {pid} cannot be read ({stat_path}: permission denied)"
+        ) from None
     return pid
 
 
@@ -106,7 +108,9 @@ def _check_sources(
     seen: set[str] = set()
     for name, every_s in items:
         if name not in known:
-            raise ValueError(f"unknown source {name!r} in sources; known sources: {', '.join(known)}")
+            raise ValueError(
+                f"unknown source {name!r} in sources; known sources: {', '.join(known)}"
+            )
         if name in seen:
             raise ValueError(f"source {name!r} is listed twice in sources")
         seen.add(name)
@@ -144,7 +148,7 @@ class Sampler:
         set (cpu, memory, network, disk, diskio, process, and cgroup where limits exist).
     capacity : int
         Rows the ring holds (rounded up to a power of two). When full, the oldest rows are
-        overwritten and counted in :meth:`stats`. Memory: rows × (columns + 1) × 8 bytes plus one
+        overwritten and counted in :meth:`stats`. Memory: rows * (columns + 1) * 8 bytes plus one
         validity bit per cell; see ``stats()["ring_bytes"]``.
     disk_paths : sequence of str
         Mount points whose usage the ``disk`` source reports (default ``("/",)``).
@@ -159,6 +163,12 @@ class Sampler:
         a quantised 0 % or 500 %. 0 computes it on every read.
     net_include_loopback : bool
         Count the loopback interface in ``net.*`` too (psutil's totals do; default False).
+    gpu_samples : bool
+        With the ``gpu`` source, also collect every sample the driver buffered (power, GPU and
+        memory utilisation, SM and memory clocks) at the driver's own resolution; see
+        :meth:`gpu_samples`.
+    gpu_sample_interval : float
+        How often (seconds) the driver's sample buffers are read (default 0.25).
     proc_root, sys_root, cgroup_root : str
         Where procfs, sysfs and the cgroup hierarchy are read from (tests replay recorded trees).
     """
@@ -174,6 +184,8 @@ class Sampler:
         gpus: GpusArg = None,
         cpu_window: float = 0.1,
         net_include_loopback: bool = False,
+        gpu_samples: bool = True,
+        gpu_sample_interval: float = 0.25,
         proc_root: str = "/proc",
         sys_root: str = "/sys",
         cgroup_root: str = "/sys/fs/cgroup",
@@ -195,8 +207,10 @@ class Sampler:
         devices, labels = resolve_gpus(gpus)
         options.gpu_devices = devices
         options.gpu_labels = labels
-        if isinstance(cpu_window, bool) or not isinstance(cpu_window, (int, float)) or not (
-            0 <= cpu_window <= MAX_INTERVAL_S
+        if (
+            isinstance(cpu_window, bool)
+            or not isinstance(cpu_window, (int, float))
+            or not (0 <= cpu_window <= MAX_INTERVAL_S)
         ):
             raise ValueError(
                 f"cpu_window must be a number of seconds in [0, {MAX_INTERVAL_S:g}], "
@@ -212,6 +226,15 @@ class Sampler:
             self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options)
         except RuntimeError as exc:
             raise RuntimeError(f"cannot build sampler: {exc}") from None
+        self._gpu_recorder: _core.GpuSampleRecorder | None = None
+        self._gpu_labels: dict[int, int] = {}
+        if gpu_samples and any(name == "gpu" for name, _ in specs):
+            every_s = _check_interval("gpu_sample_interval", gpu_sample_interval)
+            self._gpu_recorder = _core.GpuSampleRecorder(devices, round(every_s * 1e9), 1 << 18)
+            found = list(self._gpu_recorder.devices)
+            self._gpu_labels = {
+                idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(found)
+            }
         self._lock = threading.Lock()
         self._closed = False
         self._schema = [_TIME_COLUMN] + [Column(**c) for c in self._core.columns()]
@@ -226,18 +249,25 @@ class Sampler:
             if self._closed:
                 raise RuntimeError("this Sampler is closed; create a new one to sample again")
             self._core.start()
+            if self._gpu_recorder is not None:
+                self._gpu_recorder.start()
         return self
 
     def stop(self) -> None:
         """Stop sampling and join the thread (harmless when not running). Rows are kept."""
         with self._lock:
-            self._core.stop()
+            self._stop_locked()
 
     def close(self) -> None:
         """Stop for good. Rows recorded so far stay readable with snapshot()/drain()."""
         with self._lock:
-            self._core.stop()
+            self._stop_locked()
             self._closed = True
+
+    def _stop_locked(self) -> None:
+        self._core.stop()
+        if self._gpu_recorder is not None:
+            self._gpu_recorder.stop()
 
     @property
     def running(self) -> bool:
@@ -273,6 +303,22 @@ class Sampler:
     def drain(self) -> Frame:
         """The rows written since the previous drain (or since the start)."""
         return Frame(self._core.drain())
+
+    def gpu_samples(self, *, drain: bool = False) -> TableFrame:
+        """Every GPU sample the driver buffered, at the driver's own resolution, in long form.
+
+        Columns: ``time`` (``timestamp[ns, UTC]``, the driver's timestamp), ``mono_ns`` (the same
+        instant on the clock of :func:`time.monotonic_ns`), ``gpu`` (the device's column label),
+        ``kind`` (``power_w``, ``gpu_util_pct``, ``mem_util_pct``, ``sm_clock_mhz``,
+        ``mem_clock_mhz``) and ``value``. NVML utilisation is an average over the driver's own
+        window (1/6 s to 1 s depending on the GPU). With ``drain=True`` only rows not returned
+        by an earlier drain. Empty without the ``gpu`` source.
+        """
+        recorder = self._gpu_recorder
+        if recorder is None:
+            return TableFrame(_gpu_sample_table({}, {}))
+        rows = recorder.take() if drain else recorder.peek()
+        return TableFrame(_gpu_sample_table(rows, self._gpu_labels), int(rows["dropped"]))
 
     def stats(self) -> dict[str, Any]:
         """The sampler's measurement of itself.
@@ -316,11 +362,17 @@ class Sampler:
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
         self._core.forget_thread_after_fork()
+        if self._gpu_recorder is not None:
+            self._gpu_recorder.forget_thread_after_fork()
 
 
 def available_sources(
-    *, pid: int | None = None, proc_root: str = "/proc", sys_root: str = "/sys",
-    cgroup_root: str = "/sys/fs/cgroup", disk_paths: Sequence[str] = ("/",),
+    *,
+    pid: int | None = None,
+    proc_root: str = "/proc",
+    sys_root: str = "/sys",
+    cgroup_root: str = "/sys/fs/cgroup",
+    disk_paths: Sequence[str] = ("/",),
 ) -> list[dict[str, Any]]:
     """Every source this build knows: ``name``, ``help``, ``default``, ``available``, ``reason``."""
     options = _core.SourceOptions()
@@ -330,6 +382,25 @@ def available_sources(
     options.pid = os.getpid() if pid is None else pid
     options.disk_paths = list(disk_paths)
     return list(_core.describe_sources(options))
+
+
+def _gpu_sample_table(rows: Mapping[str, Any], labels: Mapping[int, int]) -> pa.Table:
+    kinds = list(_core.GPU_SAMPLE_KINDS)
+    n = len(rows.get("value", ()))
+    gpu = [labels.get(int(i), int(i)) for i in rows["gpu"]] if n else []
+    return pa.table(
+        {
+            "time": pa.array(rows["time_ns"] if n else [], pa.int64()).cast(
+                pa.timestamp("ns", "UTC")
+            ),
+            "mono_ns": pa.array(rows["mono_ns"] if n else [], pa.int64()),
+            "gpu": pa.array(gpu, pa.int32()),
+            "kind": pa.DictionaryArray.from_arrays(
+                pa.array(rows["kind"] if n else [], pa.int8()), pa.array(kinds, pa.string())
+            ),
+            "value": pa.array(rows["value"] if n else [], pa.float64()),
+        }
+    )
 
 
 def _stop_all_at_exit() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stroboscope._frame import output_format, write_table
+from stroboscope._gpu import gpu_status
 from stroboscope._sampler import Sampler, available_sources
 
 DRAIN_PERIOD_S = 0.5
@@ -33,7 +35,9 @@ def _parse_sources(text: str | None) -> dict[str, float | None] | None:
         try:
             out[name.strip()] = float(every) if every else None
         except ValueError:
-            raise SystemExit(f"--sources: {every!r} in {part!r} is not a number of seconds") from None
+            raise SystemExit(
+                f"--sources: {every!r} in {part!r} is not a number of seconds"
+            ) from None
     return out
 
 
@@ -66,23 +70,28 @@ def summarize(table: pa.Table, units: dict[str, str]) -> str:
             continue
         as_float = valid.cast(pa.float64())
         mm = pc.min_max(as_float)
-        rows.append((
-            name,
-            unit,
-            str(len(valid)),
-            _fmt(pc.mean(as_float).as_py(), unit),
-            _fmt(mm["min"].as_py(), unit),
-            _fmt(mm["max"].as_py(), unit),
-            _fmt(as_float[-1].as_py(), unit),
-        ))
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(header)]
+        rows.append(
+            (
+                name,
+                unit,
+                str(len(valid)),
+                _fmt(pc.mean(as_float).as_py(), unit),
+                _fmt(mm["min"].as_py(), unit),
+                _fmt(mm["max"].as_py(), unit),
+                _fmt(as_float[-1].as_py(), unit),
+            )
+        )
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:
-        lines.append("  ".join(
-            (v.ljust(w) if i < 2 else v.rjust(w)) for i, (v, w) in enumerate(zip(r, widths))
-        ))
+        lines.append(
+            "  ".join(
+                (v.ljust(w) if i < 2 else v.rjust(w)) for i, (v, w) in enumerate(zip(r, widths))
+            )
+        )
     return "\n".join(lines)
 
 
@@ -120,10 +129,8 @@ def _record(args: argparse.Namespace) -> int:
             if args.duration is not None:
                 wait = min(wait, args.duration - (time.monotonic() - started))
             if child is not None:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     child.wait(timeout=max(wait, 0.0))
-                except subprocess.TimeoutExpired:
-                    pass
             elif wait > 0:
                 time.sleep(wait)
             tables.append(sampler.drain().to_arrow())
@@ -174,6 +181,10 @@ def _info(args: argparse.Namespace) -> int:
         if not info["available"] and info["reason"]:
             line += f" — {info['reason']}"
         print(line)
+    print()
+    print("gpus:")
+    for text_line in gpu_status()["text"].rstrip().splitlines():
+        print(f"  {text_line}")
     return 0
 
 
@@ -188,22 +199,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="record metrics to a Parquet or CSV file and print a summary",
         usage="stroboscope record [options] -o FILE [-- COMMAND ARGS...]",
     )
-    rec.add_argument("-o", "--output", required=True,
-                     help="output file; .parquet/.pq or .csv chooses the format")
-    rec.add_argument("--interval", type=float, default=0.01, metavar="S",
-                     help="sampling interval in seconds (default 0.01; 0.0001 to 3600)")
-    rec.add_argument("--duration", type=float, default=None, metavar="S",
-                     help="stop after S seconds (default: until the command exits or Ctrl-C)")
+    rec.add_argument(
+        "-o", "--output", required=True, help="output file; .parquet/.pq or .csv chooses the format"
+    )
+    rec.add_argument(
+        "--interval",
+        type=float,
+        default=0.01,
+        metavar="S",
+        help="sampling interval in seconds (default 0.01; 0.0001 to 3600)",
+    )
+    rec.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop after S seconds (default: until the command exits or Ctrl-C)",
+    )
     rec.add_argument("--pid", type=int, default=None, help="process to monitor")
-    rec.add_argument("--sources", default=None, metavar="LIST",
-                     help="comma-separated sources, NAME or NAME=SECONDS (see `stroboscope info`)")
-    rec.add_argument("--capacity", type=int, default=1 << 16, metavar="ROWS",
-                     help="ring capacity in rows (default 65536)")
-    rec.add_argument("command", nargs=argparse.REMAINDER,
-                     help="command to run and monitor until it exits (after --)")
+    rec.add_argument(
+        "--sources",
+        default=None,
+        metavar="LIST",
+        help="comma-separated sources, NAME or NAME=SECONDS (see `stroboscope info`)",
+    )
+    rec.add_argument(
+        "--capacity",
+        type=int,
+        default=1 << 16,
+        metavar="ROWS",
+        help="ring capacity in rows (default 65536)",
+    )
+    rec.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="command to run and monitor until it exits (after --)",
+    )
     rec.set_defaults(func=_record)
     info = sub.add_parser("info", help="list the sources (and GPUs) available here, and why not")
-    info.add_argument("--pid", type=int, default=None, help="process the process sources would read")
+    info.add_argument(
+        "--pid", type=int, default=None, help="process the process sources would read"
+    )
     info.set_defaults(func=_info)
     return parser
 

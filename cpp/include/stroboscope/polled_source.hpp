@@ -3,7 +3,8 @@
 // NVML calls take tens to hundreds of µs each (times the number of GPUs); read on the sampler
 // thread they would make /proc ticks late. PolledSource runs the slow source on its own thread
 // and publishes each reading into a small block guarded by a sequence counter (a seqlock). The
-// sampler's read() copies a reading it has not copied before into the row in nanoseconds, with
+// sampler's read() copies a reading it has not copied before (and that was taken at or before the
+// tick's time) into the row in nanoseconds, with
 // the CLOCK_MONOTONIC time the reading was taken (`<name>.read_mono_ns`), so every value says how
 // fresh it is; on ticks with no new reading the cells stay null (no repeated values).
 #pragma once
@@ -34,6 +35,8 @@ class PolledSource : public Source {
  private:
   void poll_loop() noexcept;
   void publish(std::int64_t taken_ns) noexcept;
+  // This source's reason/failure follows the inner source's latest read.
+  void mirror_inner_status() noexcept;
 
   std::unique_ptr<Source> inner_;
   std::int64_t interval_ns_;

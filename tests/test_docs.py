@@ -1,0 +1,34 @@
+"""docs/metrics.md is generated from the C++ registry: regenerate it and compare."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_metrics_doc_matches_registry(fake_libs: dict[str, Path], tmp_path: Path) -> None:
+    env = dict(os.environ)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "docs" / "gen_metrics.py"),
+            "--nvml-library",
+            str(fake_libs["new"]),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    committed = (ROOT / "docs" / "metrics.md").read_text()
+    assert out.stdout == committed, (
+        "docs/metrics.md is out of date: run python docs/gen_metrics.py --nvml-library "
+        "<libfake_nvml.so> > docs/metrics.md"
+    )
+    for name in ["cpu.util_pct", "mem.available_bytes", "gpu.{i}.power_w", "proc.rss_bytes"]:
+        assert f"| `{name}` |" in committed
