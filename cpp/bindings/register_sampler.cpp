@@ -27,13 +27,13 @@ struct ReleaseGilDeleter {
 
 std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler(
     const std::vector<std::pair<std::string, std::uint32_t>>& specs, std::int64_t interval_ns,
-    std::uint64_t capacity, const SourceOptions& opts) {
+    std::uint64_t capacity, const SourceOptions& opts, const std::string& spool_path) {
   // Building sources may dlopen NVML and call nvmlInit: not with the GIL held.
   // releasing gil here is safe, we don't manipulate refcounts
   py::gil_scoped_release release;
   std::vector<SourceSlot> slots = build_source_slots(specs, interval_ns, opts);
   return std::unique_ptr<Sampler, ReleaseGilDeleter>(
-      new Sampler(std::move(slots), interval_ns, capacity));
+      new Sampler(std::move(slots), interval_ns, capacity, spool_path));
 }
 
 py::dict column_dict(const ColumnSpec& c) {
@@ -92,12 +92,13 @@ void register_sampler(py::module_& m) {
   using release_gil = py::call_guard<py::gil_scoped_release>;
   py::class_<Sampler, std::unique_ptr<Sampler, ReleaseGilDeleter>>(m, "Sampler")
       .def(py::init(&make_sampler), py::arg("sources"), py::arg("interval_ns"),
-           py::arg("capacity"), py::arg("options"))
+           py::arg("capacity"), py::arg("options"), py::arg("spool_path") = "")
       .def("start", &Sampler::start, release_gil())
       .def("stop", &Sampler::stop, release_gil())
       .def_property_readonly("running", &Sampler::running)
       .def("snapshot", &Sampler::snapshot, release_gil())
       .def("drain", &Sampler::drain, release_gil())
+      .def("copy_since", &Sampler::copy_since, py::arg("first_row"), release_gil())
       .def("run_ticks_inline", &Sampler::run_ticks_inline, py::arg("n"), release_gil())
       .def("forget_thread_after_fork", &Sampler::forget_thread_after_fork)
       .def("columns",

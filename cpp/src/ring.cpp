@@ -45,16 +45,37 @@ Ring::Ring(std::size_t num_columns, std::uint64_t capacity)
     : num_columns_(num_columns),
       capacity_(capacity),
       mask_(capacity - 1),
-      words_per_column_(static_cast<std::size_t>((capacity + 63) / 64)) {
+      words_per_column_(words_per_column(capacity)),
+      write_begin_(&own_counters_[0]),
+      head_(&own_counters_[1]) {
   assert(capacity >= 2 && (capacity & (capacity - 1)) == 0);
   cells_ = alloc_words(num_columns_ * capacity_);
   // One spare word at the end so read_bits64 may look one word past a column's last word.
   validity_ = alloc_words(num_columns_ * words_per_column_ + 1);
+  release_ = [cells = cells_, validity = validity_] {
+    std::free(cells);
+    std::free(validity);
+  };
+}
+
+Ring::Ring(std::size_t num_columns, std::uint64_t capacity, RingStorage storage)
+    : num_columns_(num_columns),
+      capacity_(capacity),
+      mask_(capacity - 1),
+      words_per_column_(words_per_column(capacity)),
+      cells_(storage.cells),
+      validity_(storage.validity),
+      release_(std::move(storage.release)),
+      write_begin_(storage.write_begin),
+      head_(storage.head) {
+  assert(capacity >= 2 && (capacity & (capacity - 1)) == 0);
+  // Fresh storage holds zeros; counters found in it are continued from its last complete row.
+  producer_next_ = head_->load(std::memory_order_relaxed);
+  write_begin_->store(producer_next_, std::memory_order_relaxed);
 }
 
 Ring::~Ring() {
-  std::free(cells_);
-  std::free(validity_);
+  if (release_) release_();
 }
 
 std::size_t Ring::memory_bytes() const noexcept {
@@ -67,7 +88,7 @@ void Ring::push(const std::uint64_t* cells, const std::uint8_t* valid) noexcept 
   // Announce that row j (and so the slot of row j - capacity) is about to change. Relaxed is
   // enough here: the cell stores below are releases, so they publish this store to any reader
   // that observes one of them (see load_cell).
-  write_begin_.store(j + 1, std::memory_order_relaxed);
+  write_begin_->store(j + 1, std::memory_order_relaxed);
 
   const std::uint64_t word = slot >> 6;
   const std::uint64_t bit = std::uint64_t{1} << (slot & 63);
@@ -82,7 +103,7 @@ void Ring::push(const std::uint64_t* cells, const std::uint8_t* valid) noexcept 
   }
   producer_next_ = j + 1;
   // Release: a consumer that acquires head_ == j + 1 sees all of row j's cells.
-  head_.store(j + 1, std::memory_order_release);
+  head_->store(j + 1, std::memory_order_release);
 }
 
 std::uint64_t Ring::copy(std::uint64_t from, std::uint64_t to,
@@ -105,7 +126,7 @@ std::uint64_t Ring::copy(std::uint64_t from, std::uint64_t to,
   // our copy began, its acquire load (load_cell) makes this load see write_begin_ at least one
   // past that row. write_begin_ == b means rows up to b - 1 may have been written, which reuses
   // the slots of rows up to b - 1 - capacity: those copies are discarded.
-  const std::uint64_t begun = write_begin_.load(std::memory_order_relaxed);
+  const std::uint64_t begun = write_begin_->load(std::memory_order_relaxed);
   const std::uint64_t first_intact = begun > capacity_ ? begun - capacity_ : 0;
   return std::min(to, std::max(from, first_intact));
 }

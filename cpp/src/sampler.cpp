@@ -1,6 +1,8 @@
 // The sampler thread (deadlines, ticks, self-measurement) and the consumer side of the ring.
 #include "stroboscope/sampler.hpp"
 
+#include "stroboscope/spool.hpp"
+
 #include <pthread.h>
 #include <sys/prctl.h>
 
@@ -46,15 +48,15 @@ std::uint64_t checked_capacity(std::uint64_t capacity) {
 }  // namespace
 
 Sampler::Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns,
-                 std::uint64_t capacity)
+                 std::uint64_t capacity, const std::string& spool_path)
     : sources_(std::move(sources)),
       columns_(ring_columns_for(sources_)),
-      interval_ns_(interval_ns),
-      ring_(columns_.size(), checked_capacity(capacity)) {
+      interval_ns_(interval_ns) {
   if (interval_ns < kMinIntervalNs || interval_ns > kMaxIntervalNs) {
     throw std::invalid_argument("interval must be within [100 us, 1 h], got " +
                                 std::to_string(interval_ns) + " ns");
   }
+  (void)checked_capacity(capacity);
   std::size_t offset = 1;  // column 0 is mono_ns
   for (const SourceSlot& slot : sources_) {
     if (slot.every == 0) throw std::invalid_argument("source interval multiple must be >= 1");
@@ -67,6 +69,14 @@ Sampler::Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns,
   row_valid_.assign(columns_.size(), 0);
   anchor_ = take_clock_anchor();
   anchor_offset_ns_.store(anchor_.realtime_minus_mono_ns, std::memory_order_relaxed);
+  if (spool_path.empty()) {
+    ring_ = std::make_unique<Ring>(columns_.size(), capacity);
+  } else {
+    ring_ = std::make_unique<Ring>(
+        columns_.size(), capacity,
+        create_spool(spool_path, columns_, capacity,
+                     SpoolInfo{anchor_.realtime_minus_mono_ns, interval_ns}));
+  }
 }
 
 Sampler::~Sampler() { stop(); }
@@ -122,7 +132,7 @@ void Sampler::tick(std::uint64_t k, std::int64_t now) noexcept {
                         std::memory_order_relaxed);
     next_due_[s] = (k / slot.every + 1) * slot.every;
   }
-  ring_.push(row_cells_.data(), row_valid_.data());
+  ring_->push(row_cells_.data(), row_valid_.data());
 }
 
 void Sampler::run() noexcept {
@@ -201,30 +211,36 @@ std::shared_ptr<Frame> Sampler::copy_rows(std::uint64_t from, std::uint64_t to) 
     dest.push_back(ColumnDest{col.cells.get(), col.validity.get()});
   }
   frame->first_row = from;
-  const std::uint64_t first_intact = ring_.copy(from, to, dest.data());
+  const std::uint64_t first_intact = ring_->copy(from, to, dest.data());
   frame->finish(first_intact - from, anchor_offset_ns_.load(std::memory_order_relaxed));
   return frame;
 }
 
 std::shared_ptr<Frame> Sampler::snapshot() {
   std::lock_guard<std::mutex> lock(consumer_mutex_);
-  const std::uint64_t to = ring_.written();
-  return copy_rows(ring_.oldest(to), to);
+  const std::uint64_t to = ring_->written();
+  return copy_rows(ring_->oldest(to), to);
 }
 
-std::shared_ptr<Frame> Sampler::drain() {
+std::shared_ptr<Frame> Sampler::copy_since(std::uint64_t from) {
   std::lock_guard<std::mutex> lock(consumer_mutex_);
-  const std::uint64_t to = ring_.written();
-  const std::uint64_t oldest = ring_.oldest(to);
-  std::uint64_t from = drain_cursor_;
+  const std::uint64_t to = ring_->written();
+  const std::uint64_t oldest = ring_->oldest(to);
   std::uint64_t lost = 0;
   if (from < oldest) {
     lost = oldest - from;
     from = oldest;
   }
+  if (from > to) from = to;
   auto frame = copy_rows(from, to);
   frame->rows_lost += lost;
-  drain_cursor_ = to;
+  return frame;
+}
+
+std::shared_ptr<Frame> Sampler::drain() {
+  std::lock_guard<std::mutex> lock(drain_mutex_);
+  auto frame = copy_since(drain_cursor_);
+  drain_cursor_ = frame->first_row + static_cast<std::uint64_t>(frame->length());
   rows_lost_.store(rows_lost_.load(std::memory_order_relaxed) + frame->rows_lost,
                    std::memory_order_relaxed);
   return frame;
@@ -237,8 +253,8 @@ SamplerStats Sampler::stats() const {
   s.ticks_taken = ticks_taken_.load(std::memory_order_relaxed);
   s.ticks_missed = ticks_missed_.load(std::memory_order_relaxed);
   s.ticks_scheduled = s.ticks_taken + s.ticks_missed;
-  s.rows_written = ring_.written();
-  s.rows_overwritten = ring_.overwritten();
+  s.rows_written = ring_->written();
+  s.rows_overwritten = ring_->overwritten();
   s.rows_lost = rows_lost_.load(std::memory_order_relaxed);
   s.lateness_p50_ns = lateness_.quantile(0.50);
   s.lateness_p99_ns = lateness_.quantile(0.99);
@@ -257,9 +273,9 @@ SamplerStats Sampler::stats() const {
       s.thread_cpu_ns += static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
     }
   }
-  s.capacity = ring_.capacity();
+  s.capacity = ring_->capacity();
   s.num_columns = columns_.size() - 1;
-  s.ring_bytes = ring_.memory_bytes();
+  s.ring_bytes = ring_->memory_bytes();
   s.clock_anchor_uncertainty_ns = anchor_.uncertainty_ns;
   for (std::size_t i = 0; i < sources_.size(); ++i) {
     const Source& src = *sources_[i].source;

@@ -11,7 +11,17 @@ from __future__ import annotations
 from stroboscope._frame import Frame
 from stroboscope._gpu import gpu_status
 from stroboscope._sampler import Column, Sampler, available_sources
+from stroboscope.spool import SpoolError, recover
 
 __version__ = "0.1.0"
 
-__all__ = ["Column", "Frame", "Sampler", "__version__", "available_sources", "gpu_status"]
+__all__ = [
+    "Column",
+    "Frame",
+    "Sampler",
+    "SpoolError",
+    "__version__",
+    "available_sources",
+    "gpu_status",
+    "recover",
+]

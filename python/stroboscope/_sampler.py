@@ -17,6 +17,7 @@ import pyarrow as pa
 from stroboscope import _core
 from stroboscope._frame import Frame, TableFrame
 from stroboscope._gpu import GpusArg, resolve_gpus
+from stroboscope.spool import SegmentWriter
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
 MAX_INTERVAL_S = _core.MAX_INTERVAL_NS / 1e9
@@ -84,6 +85,25 @@ def _check_pid(pid: object, proc_root: str) -> int:
             f"pid {pid} cannot be read ({stat_path}: permission denied)"
         ) from None
     return pid
+
+
+def _check_spool(spool: str | os.PathLike[str]) -> str:
+    path = os.path.abspath(os.fspath(spool))
+    parent = os.path.dirname(path)
+    try:
+        st = os.stat(parent)
+    except FileNotFoundError:
+        raise ValueError(
+            f"spool {os.fspath(spool)!r}: directory {parent!r} does not exist"
+        ) from None
+    if st.st_uid != os.getuid():
+        raise ValueError(
+            f"spool {os.fspath(spool)!r}: directory {parent!r} is not owned by you "
+            f"(uid {st.st_uid}); put the spool in a directory you own"
+        )
+    if os.path.isdir(path):
+        raise ValueError(f"spool {os.fspath(spool)!r} is a directory; give a file path")
+    return path
 
 
 def _check_sources(
@@ -169,6 +189,15 @@ class Sampler:
         :meth:`gpu_samples`.
     gpu_sample_interval : float
         How often (seconds) the driver's sample buffers are read (default 0.25).
+    spool : path, optional
+        Keep the ring in this file, mapped ``MAP_SHARED`` and created 0600 in a directory you
+        own: every row is in the file as soon as it is written and survives any death of the
+        process; :func:`stroboscope.recover` reads it back. While running, the rows are also
+        drained every ``segment_seconds`` into Parquet segments beside it (``PATH.seg-N.parquet``)
+        so the ring never has to hold the whole run.
+    segment_seconds : float
+        Interval of the spool's segment writer (default 10 s); the ring must hold at least twice
+        that many rows.
     proc_root, sys_root, cgroup_root : str
         Where procfs, sysfs and the cgroup hierarchy are read from (tests replay recorded trees).
     """
@@ -186,6 +215,8 @@ class Sampler:
         net_include_loopback: bool = False,
         gpu_samples: bool = True,
         gpu_sample_interval: float = 0.25,
+        spool: str | os.PathLike[str] | None = None,
+        segment_seconds: float = 10.0,
         proc_root: str = "/proc",
         sys_root: str = "/sys",
         cgroup_root: str = "/sys/fs/cgroup",
@@ -222,10 +253,24 @@ class Sampler:
         specs = _check_sources(sources, self._interval, defaults)
         if gpus is not None and "gpu" not in {name for name, _ in specs}:
             raise ValueError("gpus was given but the 'gpu' source is not in sources")
+        spool_path = "" if spool is None else _check_spool(spool)
+        self._segments: SegmentWriter | None = None
+        if spool_path:
+            seg_s = _check_interval("segment_seconds", segment_seconds)
+            if cap * self._interval < 2 * seg_s:
+                raise ValueError(
+                    f"segment_seconds={segment_seconds!r} needs a ring of at least "
+                    f"{math.ceil(2 * seg_s / self._interval)} rows at interval "
+                    f"{self._interval:g} s (capacity is {cap}): raise capacity or lower "
+                    "segment_seconds"
+                )
         try:
-            self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options)
-        except RuntimeError as exc:
+            self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options, spool_path)
+        except (RuntimeError, OSError) as exc:
             raise RuntimeError(f"cannot build sampler: {exc}") from None
+        self._spool = spool_path or None
+        if spool_path:
+            self._segments = SegmentWriter(self._core, spool_path, seg_s, max(cap // 2, 1))
         self._gpu_recorder: _core.GpuSampleRecorder | None = None
         self._gpu_labels: dict[int, int] = {}
         if gpu_samples and any(name == "gpu" for name, _ in specs):
@@ -251,6 +296,8 @@ class Sampler:
             self._core.start()
             if self._gpu_recorder is not None:
                 self._gpu_recorder.start()
+            if self._segments is not None:
+                self._segments.start()
         return self
 
     def stop(self) -> None:
@@ -268,6 +315,8 @@ class Sampler:
         self._core.stop()
         if self._gpu_recorder is not None:
             self._gpu_recorder.stop()
+        if self._segments is not None:
+            self._segments.stop()
 
     @property
     def running(self) -> bool:
@@ -333,6 +382,9 @@ class Sampler:
         s: dict[str, Any] = self._core.stats()
         s["interval_s"] = self._interval
         s["pid"] = self._pid
+        if self._segments is not None:
+            s["segments_written"] = self._segments.segments_written
+            s["segment_rows_lost"] = self._segments.rows_lost
         s["process_exited"] = any(
             src["name"] in ("process", "proc_tree") and src["reason"] == "process exited"
             for src in s["sources"]
@@ -343,6 +395,11 @@ class Sampler:
     def schema(self) -> list[Column]:
         """The columns of this sampler's frames, with units."""
         return list(self._schema)
+
+    @property
+    def spool(self) -> str | None:
+        """The spool file, when the ring lives in one."""
+        return self._spool
 
     @property
     def interval(self) -> float:

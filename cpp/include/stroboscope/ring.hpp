@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace stroboscope {
@@ -27,10 +28,27 @@ struct ColumnDest {
   std::uint64_t* validity;
 };
 
+// The memory a ring lives in, when it is not the heap: the spool maps a file MAP_SHARED and lays
+// the cells, the validity words and the two producer counters out in it (see spool.hpp), so every
+// row pushed is in the file the moment it is written. `release` unmaps it when the ring goes.
+struct RingStorage {
+  std::uint64_t* cells = nullptr;     // num_columns * capacity words
+  std::uint64_t* validity = nullptr;  // num_columns * words_per_column(capacity) + 1 words
+  std::atomic<std::uint64_t>* write_begin = nullptr;
+  std::atomic<std::uint64_t>* head = nullptr;
+  std::function<void()> release;
+};
+
 class Ring {
  public:
   // `capacity` must be a power of two >= 2 (checked by the caller; asserted here).
   Ring(std::size_t num_columns, std::uint64_t capacity);
+  // A ring in caller-provided memory (zeroed, or holding a previous run's rows and counters).
+  Ring(std::size_t num_columns, std::uint64_t capacity, RingStorage storage);
+
+  [[nodiscard]] static std::size_t words_per_column(std::uint64_t capacity) noexcept {
+    return static_cast<std::size_t>((capacity + 63) / 64);
+  }
   ~Ring();
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
@@ -48,7 +66,7 @@ class Ring {
   [[nodiscard]] std::uint64_t written() const noexcept {
     // acquire pairs with the release store in push(): rows below the returned index are
     // completely written and their cells visible to this thread.
-    return head_.load(std::memory_order_acquire);
+    return head_->load(std::memory_order_acquire);
   }
   // Rows that no longer exist because the producer reused their slots.
   [[nodiscard]] std::uint64_t overwritten() const noexcept {
@@ -81,17 +99,19 @@ class Ring {
   std::uint64_t mask_;
   std::size_t words_per_column_;
   std::uint64_t* cells_ = nullptr;     // num_columns_ * capacity_ cells
-  std::uint64_t* validity_ = nullptr;  // num_columns_ * words_per_column_ words
+  std::uint64_t* validity_ = nullptr;  // num_columns_ * words_per_column_ words (+1 spare)
+  std::function<void()> release_;      // frees or unmaps the storage
 
-  // Producer-owned counters, on their own cache line, away from the consumer's state below.
-  // write_begin_ = j + 1 is stored before row j's cells are written (release stores), head_ =
-  // j + 1 (release) after. A reader that saw any cell of row j (acquire load) therefore sees
-  // write_begin_ >= j + 1 afterwards: that is the seqlock re-check.
-  alignas(64) std::atomic<std::uint64_t> write_begin_{0};
-  std::atomic<std::uint64_t> head_{0};
-  // Only the producer reads this; a plain copy of head_ saves an atomic load per push.
+  // The producer-owned counters. write_begin_ = j + 1 is stored before row j's cells are
+  // written (release stores), head_ = j + 1 (release) after. A reader that saw any cell of row j
+  // (acquire load) therefore sees write_begin_ >= j + 1 afterwards: that is the seqlock
+  // re-check. They point at own_counters_ (heap rings) or into the spool file's header.
+  std::atomic<std::uint64_t>* write_begin_;
+  std::atomic<std::uint64_t>* head_;
+  // Only the producer reads this; a plain copy of *head_ saves an atomic load per push.
   std::uint64_t producer_next_ = 0;
-  // Keeps whatever follows the producer's counters off their cache line.
+  // Heap rings keep their counters here, on a cache line of their own, away from the consumer.
+  alignas(64) std::atomic<std::uint64_t> own_counters_[2] = {};
   alignas(64) char tail_pad_[64] = {};
 };
 

@@ -67,7 +67,9 @@ class Sampler {
  public:
   // `interval_ns` in [kMinIntervalNs, kMaxIntervalNs]; `capacity` a power of two >= 2. Throws
   // std::invalid_argument otherwise (the Python layer validates first, with friendlier text).
-  Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns, std::uint64_t capacity);
+  // With a `spool_path`, the ring lives in that file (see spool.hpp), created 0600.
+  Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns, std::uint64_t capacity,
+          const std::string& spool_path = {});
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
@@ -84,6 +86,9 @@ class Sampler {
   // The rows written since the previous drain (rows overwritten before this call are counted in
   // the frame's rows_lost and in stats().rows_lost).
   [[nodiscard]] std::shared_ptr<Frame> drain();
+  // The rows from index `from` on, for a consumer with a cursor of its own (the spool's segment
+  // writer); rows already overwritten are counted in the frame's rows_lost. Moves no cursor.
+  [[nodiscard]] std::shared_ptr<Frame> copy_since(std::uint64_t from);
 
   [[nodiscard]] SamplerStats stats() const;
 
@@ -106,7 +111,7 @@ class Sampler {
   std::unique_ptr<std::atomic<std::uint64_t>[]> source_ns_;  // per-source read time
   std::vector<ColumnSpec> columns_;
   std::int64_t interval_ns_;
-  Ring ring_;
+  std::unique_ptr<Ring> ring_;
   std::vector<std::uint64_t> row_cells_;  // the row being built (sampler thread only)
   std::vector<std::uint8_t> row_valid_;
 
@@ -126,7 +131,8 @@ class Sampler {
   std::atomic<std::int64_t> anchor_offset_ns_{0};
   std::uint64_t next_tick_ = 0;  // tick index to resume from after a stop (sampler thread)
 
-  std::mutex consumer_mutex_;  // serialises consumers; the producer never takes it
+  std::mutex consumer_mutex_;  // serialises ring copies; the producer never takes it
+  std::mutex drain_mutex_;     // guards drain_cursor_
   std::uint64_t drain_cursor_ = 0;
   std::atomic<std::uint64_t> rows_lost_{0};
 };

@@ -1,0 +1,54 @@
+// The spool: the sampler's ring kept in a file mapped MAP_SHARED, so that every row written before
+// the process dies — by any signal — is in the file (the page cache holds it; the kernel writes it
+// back even after a SIGKILL). The file describes itself; stroboscope.recover() reads it.
+//
+// Layout (native byte order, x86-64/aarch64 little-endian; every offset in bytes):
+//
+//   0    char[8]  magic "STROBSPL"
+//   8    u32      format version (kSpoolVersion)
+//   12   u32      header size H (a multiple of 4096)
+//   16   u64      capacity (rows; a power of two)
+//   24   u32      columns C (ring columns: mono_ns first, then the metrics)
+//   28   u32      schema text size S
+//   32   i64      clock anchor: add to a CLOCK_MONOTONIC ns value to get UTC ns
+//   40   i64      sampling interval (ns)
+//   48   i64      creation time (UTC ns)
+//   56   u32      pid of the writer
+//   60   u32      words per validity column W = ceil(capacity / 64)
+//   64   u64      total file size
+//   128  u64      write_begin: j + 1 is stored before row j's cells are written
+//   136  u64      head: j + 1 is stored after row j is complete (rows [0, head) were written)
+//   192  char[S]  schema: one line per column, "name\tunit\tdtype\tkind\n"
+//   H             cells: C arrays of `capacity` u64 (column c, row j at slot j % capacity)
+//   H + 8·C·cap   validity: C arrays of W u64 words (bit j % 64 of word (j % capacity) / 64),
+//                 then one spare word
+//
+// Rows [max(0, write_begin - capacity), head) are intact: a crash in the middle of a push leaves
+// write_begin = head + 1, which marks the reused slot (the oldest row) as torn; nothing else.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stroboscope/column.hpp"
+#include "stroboscope/ring.hpp"
+
+namespace stroboscope {
+
+inline constexpr char kSpoolMagic[8] = {'S', 'T', 'R', 'O', 'B', 'S', 'P', 'L'};
+inline constexpr std::uint32_t kSpoolVersion = 1;
+
+struct SpoolInfo {
+  std::int64_t anchor_ns;    // realtime - monotonic
+  std::int64_t interval_ns;
+};
+
+// Creates (truncating) the spool file with mode 0600, writes its header and maps it. Returns the
+// storage for a Ring of `columns.size()` columns and `capacity` rows; throws std::system_error or
+// std::invalid_argument with the path in the message.
+[[nodiscard]] RingStorage create_spool(const std::string& path,
+                                       const std::vector<ColumnSpec>& columns,
+                                       std::uint64_t capacity, const SpoolInfo& info);
+
+}  // namespace stroboscope

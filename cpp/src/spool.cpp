@@ -1,0 +1,100 @@
+// The spool file: header, schema, and the MAP_SHARED mapping the ring lives in.
+#include "stroboscope/spool.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <system_error>
+
+#include "stroboscope/clock.hpp"
+
+namespace stroboscope {
+namespace {
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
+              "the spool's counters are shared through a file mapping: they must be lock-free");
+static_assert(sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kSchemaOffset = 192;
+constexpr std::size_t kWriteBeginOffset = 128;
+constexpr std::size_t kHeadOffset = 136;
+
+template <typename T>
+void put(char* base, std::size_t offset, T value) {
+  std::memcpy(base + offset, &value, sizeof value);
+}
+
+std::string schema_text(const std::vector<ColumnSpec>& columns) {
+  std::string text;
+  for (const ColumnSpec& c : columns) {
+    for (const std::string* field : {&c.name, &c.unit}) {
+      if (field->find_first_of("\t\n") != std::string::npos) {
+        throw std::invalid_argument("column name or unit with a tab or newline: " + *field);
+      }
+    }
+    text += c.name + '\t' + c.unit + '\t' + dtype_name(c.dtype) + '\t' + kind_name(c.kind) + '\n';
+  }
+  return text;
+}
+
+std::system_error path_error(const std::string& what, const std::string& path) {
+  return std::system_error(errno, std::generic_category(), what + " " + path);
+}
+
+}  // namespace
+
+RingStorage create_spool(const std::string& path, const std::vector<ColumnSpec>& columns,
+                         std::uint64_t capacity, const SpoolInfo& info) {
+  const std::string schema = schema_text(columns);
+  const std::size_t header = ((kSchemaOffset + schema.size() + kPage - 1) / kPage) * kPage;
+  const std::size_t ncols = columns.size();
+  const std::size_t words = Ring::words_per_column(capacity);
+  const std::size_t cells_bytes = ncols * capacity * sizeof(std::uint64_t);
+  const std::size_t validity_bytes = (ncols * words + 1) * sizeof(std::uint64_t);
+  const std::size_t total = header + cells_bytes + validity_bytes;
+
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw path_error("cannot create spool", path);
+  if (::fchmod(fd, 0600) != 0 || ::ftruncate(fd, static_cast<off_t>(total)) != 0) {
+    const auto err = path_error("cannot size spool", path);
+    ::close(fd);
+    throw err;
+  }
+  void* map = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);  // the mapping keeps the file
+  if (map == MAP_FAILED) throw path_error("cannot map spool", path);
+
+  char* base = static_cast<char*>(map);
+  // ftruncate gave zeros: only the header needs writing. Counters are placement-new'd atomics.
+  std::memcpy(base, kSpoolMagic, sizeof kSpoolMagic);
+  put<std::uint32_t>(base, 8, kSpoolVersion);
+  put<std::uint32_t>(base, 12, static_cast<std::uint32_t>(header));
+  put<std::uint64_t>(base, 16, capacity);
+  put<std::uint32_t>(base, 24, static_cast<std::uint32_t>(ncols));
+  put<std::uint32_t>(base, 28, static_cast<std::uint32_t>(schema.size()));
+  put<std::int64_t>(base, 32, info.anchor_ns);
+  put<std::int64_t>(base, 40, info.interval_ns);
+  put<std::int64_t>(base, 48, clock_ns(CLOCK_REALTIME));
+  put<std::uint32_t>(base, 56, static_cast<std::uint32_t>(::getpid()));
+  put<std::uint32_t>(base, 60, static_cast<std::uint32_t>(words));
+  put<std::uint64_t>(base, 64, static_cast<std::uint64_t>(total));
+  std::memcpy(base + kSchemaOffset, schema.data(), schema.size());
+
+  RingStorage storage;
+  storage.write_begin = new (base + kWriteBeginOffset) std::atomic<std::uint64_t>(0);
+  storage.head = new (base + kHeadOffset) std::atomic<std::uint64_t>(0);
+  storage.cells = reinterpret_cast<std::uint64_t*>(base + header);
+  storage.validity = reinterpret_cast<std::uint64_t*>(base + header + cells_bytes);
+  storage.release = [map, total] { ::munmap(map, total); };
+  return storage;
+}
+
+}  // namespace stroboscope

@@ -1,0 +1,165 @@
+"""The spool: rows in a MAP_SHARED file survive the writer's death; segments; recover()."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import stroboscope
+from stroboscope import Sampler, SpoolError, recover
+from stroboscope.spool import segment_paths
+
+
+def test_recover_equals_what_the_sampler_holds(tmp_path: Path) -> None:
+    path = tmp_path / "run.spool"
+    s = Sampler(
+        0.001, sources=["memory", "cpu", "process"], spool=path, segment_seconds=0.2, capacity=2048
+    )
+    with s:
+        time.sleep(0.7)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    segs = segment_paths(path)
+    assert len(segs) >= 2
+    assert all(stat.S_IMODE(os.stat(p).st_mode) == 0o600 for p in segs)
+    table = recover(path)
+    snap = s.snapshot().to_arrow()
+    assert table.num_rows == s.stats()["rows_written"] == len(snap)
+    assert table.column_names == snap.column_names
+    for name in snap.column_names:
+        assert table.column(name).to_pylist() == snap.column(name).to_pylist(), name
+    assert table.schema.field("mem.total_bytes").metadata[b"unit"] == b"bytes"
+    assert table.schema.metadata[b"stroboscope.rows_lost"] == b"0"
+
+
+def test_long_run_rows_exactly_once_across_segments(tmp_path: Path) -> None:
+    # 2.5 s at 1 kHz through a 1024-row ring: most rows live only in segments by the end.
+    path = tmp_path / "long.spool"
+    s = Sampler(0.001, sources=["memory"], spool=path, segment_seconds=0.3, capacity=1024)
+    with s:
+        time.sleep(2.5)
+    st = s.stats()
+    assert st["rows_written"] > 1500 and st["rows_overwritten"] > 400
+    assert st["segments_written"] >= 5 and st["segment_rows_lost"] == 0
+    table = recover(path)
+    assert table.num_rows == st["rows_written"]
+    mono = table.column("mono_ns").to_numpy()
+    assert np.all(np.diff(mono) > 0)  # in order, no duplicates; with the count above, no gaps
+    assert mono[0] == s.snapshot().to_arrow().column("mono_ns")[0].as_py() or (
+        st["rows_overwritten"] > 0  # the first row is only in the first segment now
+    )
+
+
+def test_segments_need_a_ring_that_holds_them(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="raise capacity or lower segment_seconds"):
+        Sampler(
+            0.001, sources=["memory"], spool=tmp_path / "x.spool", capacity=1024, segment_seconds=10
+        )
+
+
+def test_spool_directory_must_exist_and_be_owned(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        Sampler(0.01, sources=["memory"], spool=tmp_path / "no" / "x.spool")
+    if os.getuid() == 0:
+        other = tmp_path / "other"
+        other.mkdir()
+        os.chown(other, 65534, 65534)
+        with pytest.raises(ValueError, match="not owned by you"):
+            Sampler(0.01, sources=["memory"], spool=other / "x.spool", segment_seconds=0.5)
+
+
+def _spool_bytes(tmp_path: Path) -> bytes:
+    path = tmp_path / "ok.spool"
+    s = Sampler(0.01, sources=["memory"], spool=path, capacity=64, segment_seconds=0.3)
+    s._core.run_ticks_inline(10)
+    del s
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("mangle", "fragment"),
+    [
+        (lambda b: b"", "is empty"),
+        (lambda b: b[:100], "truncated"),
+        (lambda b: b[: len(b) // 2], "truncated"),
+        (lambda b: b"PARQUET1" + b[8:], "not a stroboscope spool"),
+        (lambda b: b[:8] + struct.pack("<I", 7) + b[12:], "format version 7"),
+        (lambda b: b[:16] + struct.pack("<Q", 1000) + b[24:], "corrupt header"),
+        (lambda b: b[:192] + b"\xff\xfe" + b[194:], "corrupt schema"),
+    ],
+)
+def test_bad_files_get_clear_errors(tmp_path: Path, mangle: object, fragment: str) -> None:
+    good = _spool_bytes(tmp_path)
+    assert recover(tmp_path / "ok.spool").num_rows == 10
+    bad = tmp_path / "bad.spool"
+    bad.write_bytes(mangle(good))  # type: ignore[operator]
+    with pytest.raises(SpoolError, match=fragment):
+        recover(bad)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SpoolError, match="does not exist"):
+        recover(tmp_path / "nothing.spool")
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time, ctypes
+    import stroboscope
+    how, path = sys.argv[1], sys.argv[2]
+    s = stroboscope.Sampler(0.001, sources=["memory", "process"], spool=path,
+                            segment_seconds=0.5, capacity=4096).start()
+    time.sleep(1.2)
+    print("ready", flush=True)
+    if how == "sigkill":
+        time.sleep(60)
+    elif how == "exit":
+        time.sleep(0.2)
+        print(time.monotonic_ns(), flush=True)
+        os._exit(1)
+    elif how == "segv":
+        time.sleep(0.2)
+        print(time.monotonic_ns(), flush=True)
+        ctypes.string_at(0)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["sigkill", "exit", "segv"])
+def test_rows_survive_the_death_of_the_writer(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "crash.spool"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, how, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    if how == "sigkill":
+        time.sleep(0.2)
+        died_at = time.monotonic_ns()
+        child.send_signal(signal.SIGKILL)
+    else:
+        died_at = int(child.stdout.readline())
+    code = child.wait(timeout=30)
+    child.stdout.close()
+    assert code != 0
+    table = recover(path)
+    mono = table.column("mono_ns").to_numpy()
+    assert table.num_rows > 1000
+    assert np.all(np.diff(mono) > 0)
+    # The last row was written within 10 ms of the death (the sampler ran at 1 kHz to the end).
+    assert abs(int(mono[-1]) - died_at) < 10_000_000, (int(mono[-1]) - died_at) / 1e6
+    assert table.column("mem.total_bytes").null_count == 0
+    assert pa.types.is_timestamp(table.schema.field("time").type)
+
+
+def test_module_exports() -> None:
+    assert stroboscope.recover is recover and issubclass(stroboscope.SpoolError, ValueError)
