@@ -75,3 +75,44 @@ def test_console_script_runs() -> None:
         [sys.executable, "-m", "stroboscope", "info"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0 and "sources:" in out.stdout
+
+
+def test_record_leaves_no_spool_after_a_clean_run(tmp_path: Path) -> None:
+    out = tmp_path / "m.parquet"
+    assert main(["record", "--interval", "0.005", "--duration", "0.3", "-o", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.parquet"]
+    keep = tmp_path / "k.parquet"
+    assert (
+        main(
+            ["record", "--interval", "0.005", "--duration", "0.3", "--keep-spool", "-o", str(keep)]
+        )
+        == 0
+    )
+    import stroboscope
+
+    assert (
+        stroboscope.recover(tmp_path / "k.parquet.spool").num_rows == pq.read_table(keep).num_rows
+    )
+
+
+def test_killed_record_still_writes_its_output(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    out = tmp_path / "killed.csv"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stroboscope", "record", "--interval", "0.001", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert out.exists(), "the watchdog did not write the output after the recorder was killed"
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) > 500  # ~1.5 s at 1 kHz, minus start-up
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600

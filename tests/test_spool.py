@@ -163,3 +163,52 @@ def test_rows_survive_the_death_of_the_writer(tmp_path: Path, how: str) -> None:
 
 def test_module_exports() -> None:
     assert stroboscope.recover is recover and issubclass(stroboscope.SpoolError, ValueError)
+
+
+CRASH_SAFE_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    import stroboscope
+    s = stroboscope.Sampler(0.001, sources=["memory"], crash_safe=True, dump_path=sys.argv[1],
+                            segment_seconds=0.5, capacity=4096).start()
+    time.sleep(1.0)
+    print(s.spool, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_crash_safe_sampler_is_dumped_by_the_watchdog(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.csv"
+    with subprocess.Popen(
+        [sys.executable, "-c", CRASH_SAFE_CHILD, str(dump)], stdout=subprocess.PIPE, text=True
+    ) as child:
+        assert child.stdout is not None
+        spool = child.stdout.readline().strip()
+        assert spool and os.path.exists(spool)
+        killed_at = time.monotonic_ns()
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while not dump.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert dump.exists()
+    assert stat.S_IMODE(os.stat(dump).st_mode) == 0o600
+    import csv
+
+    with open(dump, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) > 900
+    assert abs(int(rows[-1]["mono_ns"]) - killed_at) < 10_000_000
+
+
+def test_crash_safe_sampler_cleans_up_after_a_normal_stop(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.csv"
+    s = Sampler(0.001, sources=["memory"], crash_safe=True, dump_path=dump, segment_seconds=0.5)
+    with s:
+        time.sleep(0.2)
+    spool = s.spool
+    assert spool is not None and not os.path.exists(spool)  # private spool removed
+    assert len(s.snapshot()) > 100  # rows still readable from the mapping
+    time.sleep(0.5)
+    assert not dump.exists()  # a normal stop writes no dump

@@ -11,17 +11,31 @@ from __future__ import annotations
 from stroboscope._frame import Frame
 from stroboscope._gpu import gpu_status
 from stroboscope._sampler import Column, Sampler, available_sources
+from stroboscope.compat import (
+    AbstractBackendSender,
+    GPUHandle,
+    SamplerDict,
+    StatsDict,
+    SystemMonitor,
+)
+from stroboscope.senders import load_sender
 from stroboscope.spool import SpoolError, recover
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AbstractBackendSender",
     "Column",
     "Frame",
+    "GPUHandle",
     "Sampler",
+    "SamplerDict",
     "SpoolError",
+    "StatsDict",
+    "SystemMonitor",
     "__version__",
     "available_sources",
     "gpu_status",
+    "load_sender",
     "recover",
 ]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import os
+import tempfile
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -17,7 +19,8 @@ import pyarrow as pa
 from stroboscope import _core
 from stroboscope._frame import Frame, TableFrame
 from stroboscope._gpu import GpusArg, resolve_gpus
-from stroboscope.spool import SegmentWriter
+from stroboscope.spool import SegmentWriter, remove_spool
+from stroboscope.watchdog import DumpJob, Watchdog
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
 MAX_INTERVAL_S = _core.MAX_INTERVAL_NS / 1e9
@@ -198,6 +201,16 @@ class Sampler:
     segment_seconds : float
         Interval of the spool's segment writer (default 10 s); the ring must hold at least twice
         that many rows.
+    crash_safe : bool
+        Start a watchdog process (:mod:`stroboscope.watchdog`) that does nothing while this
+        process lives and, if it dies (SIGKILL, OOM killer, a crash in native code), writes every
+        recorded row from the spool to ``dump_path``. Without ``spool``, a private temporary spool
+        is used (and removed by :meth:`close`).
+    dump_path : path, optional
+        Where the watchdog writes the dump: default ``$STROBOSCOPE_DUMP_PATH``, else a timestamped
+        file in the working directory.
+    dump_format : {"csv", "parquet"}
+        Format of the dump.
     proc_root, sys_root, cgroup_root : str
         Where procfs, sysfs and the cgroup hierarchy are read from (tests replay recorded trees).
     """
@@ -217,6 +230,9 @@ class Sampler:
         gpu_sample_interval: float = 0.25,
         spool: str | os.PathLike[str] | None = None,
         segment_seconds: float = 10.0,
+        crash_safe: bool = False,
+        dump_path: str | os.PathLike[str] | None = None,
+        dump_format: str = "csv",
         proc_root: str = "/proc",
         sys_root: str = "/sys",
         cgroup_root: str = "/sys/fs/cgroup",
@@ -253,6 +269,12 @@ class Sampler:
         specs = _check_sources(sources, self._interval, defaults)
         if gpus is not None and "gpu" not in {name for name, _ in specs}:
             raise ValueError("gpus was given but the 'gpu' source is not in sources")
+        if dump_format not in ("csv", "parquet"):
+            raise ValueError(f"dump_format must be 'csv' or 'parquet', got {dump_format!r}")
+        self._temp_spool_dir: str | None = None
+        if crash_safe and spool is None:
+            self._temp_spool_dir = tempfile.mkdtemp(prefix="stroboscope-")  # 0700, ours
+            spool = os.path.join(self._temp_spool_dir, "sampler.spool")
         spool_path = "" if spool is None else _check_spool(spool)
         self._segments: SegmentWriter | None = None
         if spool_path:
@@ -280,6 +302,10 @@ class Sampler:
             self._gpu_labels = {
                 idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(found)
             }
+        self._watchdog: Watchdog | None = None
+        if crash_safe:
+            dump = None if dump_path is None else os.fspath(dump_path)
+            self._watchdog = Watchdog([DumpJob("spool", spool_path, dump=dump, format=dump_format)])
         self._lock = threading.Lock()
         self._closed = False
         self._schema = [_TIME_COLUMN] + [Column(**c) for c in self._core.columns()]
@@ -293,6 +319,8 @@ class Sampler:
         with self._lock:
             if self._closed:
                 raise RuntimeError("this Sampler is closed; create a new one to sample again")
+            if self._watchdog is not None and not self._watchdog.running:
+                self._watchdog.start()  # before the first row: a death from now on is dumped
             self._core.start()
             if self._gpu_recorder is not None:
                 self._gpu_recorder.start()
@@ -310,6 +338,13 @@ class Sampler:
         with self._lock:
             self._stop_locked()
             self._closed = True
+            if self._watchdog is not None:
+                self._watchdog.stop()  # a normal end: no dump
+            if self._temp_spool_dir is not None:
+                remove_spool(self._spool or "")  # the mapping stays readable until we go
+                with contextlib.suppress(OSError):
+                    os.rmdir(self._temp_spool_dir)
+                self._temp_spool_dir = None
 
     def _stop_locked(self) -> None:
         self._core.stop()

@@ -18,8 +18,11 @@ import pyarrow.compute as pc
 from stroboscope._frame import output_format, write_table
 from stroboscope._gpu import gpu_status
 from stroboscope._sampler import Sampler, available_sources
+from stroboscope.senders.cli import RecordPublisher, add_sender_arguments
+from stroboscope.spool import recover, remove_spool
+from stroboscope.watchdog import DumpJob, Watchdog
 
-DRAIN_PERIOD_S = 0.5
+WAIT_PERIOD_S = 0.25
 
 
 def _parse_sources(text: str | None) -> dict[str, float | None] | None:
@@ -114,18 +117,31 @@ def _record(args: argparse.Namespace) -> int:
             raise SystemExit(f"record: cannot run {command[0]!r}: {exc}") from None
         pid = child.pid
 
+    fmt = output_format(args.output)
+    spool = args.spool or f"{args.output}.spool"
+    # The segment writer must drain before the ring wraps: a quarter of the ring, at most 10 s.
+    ring_rows = 1 << (max(args.capacity, 2) - 1).bit_length()
+    segment_s = min(10.0, max(args.interval, ring_rows * args.interval / 4))
     sampler = Sampler(
-        args.interval, pid=pid, sources=_parse_sources(args.sources), capacity=args.capacity
+        args.interval,
+        pid=pid,
+        sources=_parse_sources(args.sources),
+        capacity=args.capacity,
+        spool=spool,
+        segment_seconds=segment_s,
     )
     units = {c.name: c.unit for c in sampler.schema}
-    tables: list[pa.Table] = []
+    publisher = RecordPublisher.from_args(args, sampler.schema)
+    # If this process dies (SIGKILL, OOM, a crash), the watchdog writes the output from the spool.
+    watchdog = Watchdog([DumpJob("spool", spool, dump=args.output, format=fmt)])
+    watchdog.start()
     exit_code = 0
     interrupted = False
     started = time.monotonic()
     sampler.start()
     try:
         while True:
-            wait = DRAIN_PERIOD_S
+            wait = WAIT_PERIOD_S
             if args.duration is not None:
                 wait = min(wait, args.duration - (time.monotonic() - started))
             if child is not None:
@@ -133,7 +149,8 @@ def _record(args: argparse.Namespace) -> int:
                     child.wait(timeout=max(wait, 0.0))
             elif wait > 0:
                 time.sleep(wait)
-            tables.append(sampler.drain().to_arrow())
+            if publisher is not None:
+                publisher.feed(sampler.drain().to_arrow())
             if child is not None and child.poll() is not None:
                 break
             if args.duration is not None and time.monotonic() - started >= args.duration:
@@ -142,14 +159,19 @@ def _record(args: argparse.Namespace) -> int:
         interrupted = True
     finally:
         sampler.close()
-        tables.append(sampler.drain().to_arrow())
+        if publisher is not None:
+            publisher.feed(sampler.drain().to_arrow())
+            publisher.close()
         if child is not None:
             if interrupted and child.poll() is None:
                 child.send_signal(signal.SIGINT)
             exit_code = child.wait()
+    table = recover(spool)  # the segments and the ring: every row once, in order
+    write_table(table, args.output)
+    watchdog.stop()
+    if not args.keep_spool:
+        remove_spool(spool)
     elapsed = time.monotonic() - started
-    table = pa.concat_tables(tables)
-    fmt = write_table(table, args.output)
     stats = sampler.stats()
     print(
         f"recorded {table.num_rows} rows x {table.num_columns} columns over {elapsed:.2f} s "
@@ -161,7 +183,7 @@ def _record(args: argparse.Namespace) -> int:
         f"{stats['lateness_p50_ns'] / 1e3:.1f}/{stats['lateness_p99_ns'] / 1e3:.1f} µs, "
         f"cost/tick {stats['cost_mean_ns'] / 1e3:.1f} µs, "
         f"sampler CPU {100 * stats['thread_cpu_ns'] / 1e9 / max(elapsed, 1e-9):.2f} %, "
-        f"rows lost {stats['rows_lost']}"
+        f"rows lost {stats['segment_rows_lost']}"
     )
     for src in stats["sources"]:
         if src["reason"]:
@@ -231,10 +253,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="ring capacity in rows (default 65536)",
     )
     rec.add_argument(
+        "--spool",
+        default=None,
+        metavar="PATH",
+        help="crash-safe spool file (default: FILE.spool, removed after a clean run)",
+    )
+    rec.add_argument(
+        "--keep-spool",
+        action="store_true",
+        help="keep the spool and its segments after writing FILE",
+    )
+    rec.add_argument(
         "command",
         nargs=argparse.REMAINDER,
         help="command to run and monitor until it exits (after --)",
     )
+    add_sender_arguments(rec)
     rec.set_defaults(func=_record)
     info = sub.add_parser("info", help="list the sources (and GPUs) available here, and why not")
     info.add_argument(

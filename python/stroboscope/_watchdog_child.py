@@ -1,0 +1,191 @@
+"""The watchdog child: waits for its parent to stop or die, and writes the dumps if it died.
+
+Started by :class:`stroboscope.watchdog.Watchdog`; the protocol is documented there. This module
+imports only the standard library at the top; pyarrow and the readers of each kind of source are
+imported when a dump is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+CONFIG_VERSION = 1
+"""Version of the JSON configuration the parent passes with ``--config``."""
+STOP = b"S"
+"""Written by the parent to the control pipe on a normal stop."""
+READY = b"R"
+"""Written by the child to the ready pipe once it waits."""
+PPID_POLL_S = 1.0
+"""Without a pidfd, how often the child checks that its parent still lives (seconds)."""
+
+
+def default_dump_name(fmt: str, pid: int, when: float | None = None) -> str:
+    """``stroboscope-dump-YYYYmmdd-HHMMSS-<pid>.<csv|parquet>`` (local time ``when``, seconds
+    since the epoch; default now)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
+    return f"stroboscope-dump-{stamp}-{pid}.{'parquet' if fmt == 'parquet' else 'csv'}"
+
+
+def _log(message: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # stderr closed or gone with the parent
+        print(f"stroboscope watchdog[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+def _stop_pending(control: int) -> bool:
+    """Whether the pipe holds the stop message (read without blocking)."""
+    os.set_blocking(control, False)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(control, 64)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return STOP in data
+
+
+def _parent_stopped(control: int, pidfd: int | None, parent_pid: int) -> bool:
+    """Wait for the parent to stop (True) or die (False)."""
+    poller = select.poll()
+    poller.register(control, select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    timeout_ms = None if pidfd is not None else PPID_POLL_S * 1000
+    while True:
+        ready = {fd for fd, _ in poller.poll(timeout_ms)}
+        if control in ready:
+            data = os.read(control, 64)
+            if STOP in data:
+                return True
+            if not data:  # every write end closed without the stop message
+                return False
+            continue  # stray bytes: not a message of this protocol
+        if ready or (pidfd is None and os.getppid() != parent_pid):
+            return _stop_pending(control)
+
+
+def _load(job: dict[str, Any]) -> tuple[pa.Table, str]:
+    """Read a job's source: the table and a note for the log line."""
+    if job["kind"] == "spool":
+        from stroboscope.spool import recover
+
+        return recover(job["source"]), ""
+    from stroboscope._journal import read_journal_rows, rows_to_table
+
+    rows, damaged = read_journal_rows(job["source"])
+    note = f" ({damaged} damaged line(s) skipped)" if damaged else ""
+    return rows_to_table(rows), note
+
+
+def _write_table(table: pa.Table, fd: int, fmt: str) -> None:
+    with os.fdopen(fd, "wb") as f:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, f, compression="zstd")
+        else:
+            import pyarrow.csv as pacsv
+
+            pacsv.write_csv(table, f)
+
+
+def _publish_unique(tmp: str, path: str) -> str:
+    """Give ``tmp`` the name ``path`` (or ``path`` with -1, -2, … before the suffix) without
+    replacing an existing file; return the name used."""
+    stem, ext = os.path.splitext(path)
+    for i in range(10000):
+        candidate = path if i == 0 else f"{stem}-{i}{ext}"
+        try:
+            os.link(tmp, candidate)
+        except FileExistsError:
+            continue
+        except OSError:  # a file system without hard links: reserve the name, then replace it
+            try:
+                os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                continue
+            os.replace(tmp, candidate)
+            return candidate
+        os.unlink(tmp)
+        return candidate
+    raise FileExistsError(f"no free dump name next to {path!r}")
+
+
+def write_dump(table: pa.Table, job: dict[str, Any], parent_pid: int) -> str:
+    """Write ``table`` where a resolved job says (a complete file or none); return the path."""
+    fmt = job["format"]
+    path = job["dump"] or os.path.join(job["dump_dir"], default_dump_name(fmt, parent_pid))
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory or None)
+    try:
+        _write_table(table, fd, fmt)
+        if job["dump"]:
+            os.replace(tmp, path)
+            return path
+        return _publish_unique(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def run_job(job: dict[str, Any], parent_pid: int) -> str:
+    """Dump one resolved job (the same code for every kind); return the log line."""
+    table, note = _load(job)
+    path = write_dump(table, job, parent_pid)
+    if job.get("remove_source"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(job["source"])
+        if job.get("remove_source_dir"):
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(job["source"]))
+    return (
+        f"parent {parent_pid} died; wrote {table.num_rows} rows of {job['kind']} "
+        f"{job['source']} to {path} ({job['format']}){note}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The watchdog child: wait for the parent, dump if it died. Returns the exit status (0, or 1
+    when a dump failed)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    parser = argparse.ArgumentParser(prog="stroboscope.watchdog")
+    parser.add_argument("--config", required=True, help="JSON configuration from the parent")
+    config = json.loads(parser.parse_args(argv).config)
+    if config.get("version") != CONFIG_VERSION:
+        _log(f"unknown configuration version {config.get('version')!r}; exiting")
+        return 2
+    parent_pid = int(config["parent_pid"])
+    control = int(config["control_fd"])
+    pidfd = None if config["pidfd"] is None else int(config["pidfd"])
+    ready = int(config["ready_fd"])
+    os.write(ready, READY)
+    os.close(ready)
+    if _parent_stopped(control, pidfd, parent_pid):
+        return 0
+    failed = 0
+    for job in config["jobs"]:
+        try:
+            _log(run_job(job, parent_pid))
+        except Exception as exc:
+            failed += 1
+            _log(f"parent {parent_pid} died; could not dump {job['kind']} {job['source']}: "
+                 f"{type(exc).__name__}: {exc}")
+    return 1 if failed else 0
+

@@ -1,0 +1,158 @@
+"""The compatibility keys of the WandB-style monitors, mapped from stroboscope's canonical columns.
+
+This is the only place where compatibility keys (``cpu``, ``memory``, ``network``,
+``proc.memory.rssMB``, ``gpu.0.powerWatts``, …) exist; everything else in stroboscope speaks in
+canonical columns (``cpu.util_pct``, ``mem.util_pct``, ``net.sent_bytes``, ``gpu.0.power_w``).
+Units follow the pure-Python monitors: percentages 0 to 100, memory in MiB (``…MB`` keys divide by
+1,048,576), network in bytes, temperature in °C, power in W.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MIB = 1048576.0
+"""Bytes per MiB: the ``…MB`` keys of the pure-Python monitors are bytes / 2**20."""
+
+# (key, canonical column, scale). The monitor's default key set, in the order it publishes them.
+SYSTEM_KEYS: tuple[tuple[str, str, float], ...] = (
+    ("cpu", "cpu.util_pct", 1.0),                      # system CPU busy %, all cores
+    ("memory", "mem.util_pct", 1.0),                   # system memory in use, %
+    ("disk", "disk.used_pct", 1.0),                    # usage of the filesystem holding /, %
+    ("proc.memory.availableMB", "mem.available_bytes", 1.0 / MIB),  # system MemAvailable, MiB
+    ("proc.memory.rssMB", "proc.rss_bytes", 1.0 / MIB),             # process RSS, MiB
+    ("proc.memory.percent", "proc.mem_pct", 1.0),      # process RSS / physical memory, %
+    ("proc.cpu.threads", "proc.threads", 1.0),         # threads of the process
+)
+
+NETWORK_KEY = "network"
+"""Bytes sent/received by all interfaces since the monitor was made: ``{"sent": …, "recv": …}``."""
+NETWORK_COLUMNS: tuple[tuple[str, str], ...] = (("sent", "net.sent_bytes"),
+                                                 ("recv", "net.recv_bytes"))
+
+# Per GPU i: (key suffix after "gpu.{i}.", canonical suffix after "gpu.{i}.", scale).
+GPU_KEYS: tuple[tuple[str, str, float], ...] = (
+    ("gpu", "util_pct", 1.0),                  # % of the sample period a kernel ran
+    ("memory", "mem_util_pct", 1.0),           # % of the sample period memory was read/written
+    ("memoryAllocated", "mem_allocated_pct", 1.0),  # used / total device memory, %
+    ("temp", "temp_c", 1.0),                   # °C
+    ("powerWatts", "power_w", 1.0),            # W (only on devices that report power)
+    ("powerPercent", "power_pct", 1.0),        # % of the enforced power limit
+)
+
+# extended=True: the fuller W&B-style key set.
+EXTENDED_SYSTEM_KEYS: tuple[tuple[str, str, float], ...] = (
+    ("proc.cpu.percent", "proc.cpu_pct", 1.0),         # process CPU, 100 per busy core (psutil)
+    ("disk.in", "disk.read_bytes", 1.0 / MIB),         # MiB read from disks since start
+    ("disk.out", "disk.write_bytes", 1.0 / MIB),       # MiB written to disks since start
+)
+EXTENDED_CORE_KEY = ("cpu.{i}.cpu_percent", "cpu.{i}.util_pct")  # per core busy %
+EXTENDED_GPU_KEYS: tuple[tuple[str, str, float], ...] = (
+    ("memoryAllocatedBytes", "mem_used_bytes", 1.0),   # bytes
+    ("smClock", "sm_clock_mhz", 1.0),                  # MHz
+    ("memoryClock", "mem_clock_mhz", 1.0),             # MHz
+    ("graphicsClock", "graphics_clock_mhz", 1.0),      # MHz
+    ("enforcedPowerLimitWatts", "power_limit_w", 1.0),  # W
+    ("energyJoules", "energy_mj", 1e-3),               # J since the monitor started
+    ("fanSpeed", "fan_pct", 1.0),                      # % of maximum
+    ("correctedMemoryErrors", "ecc_corrected", 1.0),
+    ("unCorrectedMemoryErrors", "ecc_uncorrected", 1.0),
+)
+EXTENDED_GPU_PROCESS_KEY = ("gpu.process.{i}.memoryAllocatedBytes", "proc_mem_bytes")  # bytes
+
+BASE_SOURCES = ("cpu", "memory", "network", "disk", "process")
+EXTENDED_SOURCES = ("cpu_cores", "diskio")
+GPU_SOURCE = "gpu"
+
+_GPU_UTIL = re.compile(r"^gpu\.(\d+)\.util_pct$")
+_CORE_UTIL = re.compile(r"^cpu\.(\d+)\.util_pct$")
+
+
+def gpu_labels(columns: Sequence[str]) -> list[str]:
+    """The GPU indices (as text) that have columns, in numeric order: ``["0", "1", …]``."""
+    found = {int(m.group(1)) for c in columns if (m := _GPU_UTIL.match(c))}
+    return [str(i) for i in sorted(found)]
+
+
+def sources(extended: bool, gpu: bool) -> list[str]:
+    """The sampler sources the compatible key set reads."""
+    out = list(BASE_SOURCES)
+    if extended:
+        out += EXTENDED_SOURCES
+    if gpu:
+        out.append(GPU_SOURCE)
+    return out
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """One published key: the canonical column it comes from and the factor applied."""
+
+    key: str
+    column: str
+    scale: float = 1.0
+
+
+class CompatKeys:
+    """The concrete key map of one monitor, built from the columns its sampler really has.
+
+    Parameters
+    ----------
+    columns : sequence of str
+        The sampler's column names.
+    rank : int, optional
+        When given, every key is prefixed with ``rank{rank}.``.
+    extended : bool
+        Add the fuller W&B-style keys.
+    """
+
+    def __init__(self, columns: Sequence[str], rank: int | None, extended: bool) -> None:
+        prefix = f"rank{rank}." if rank is not None else ""
+        have = set(columns)
+        self.prefix = prefix
+        self.gpu_labels = gpu_labels(columns)
+        maps: list[KeyMap] = []
+        for i in self.gpu_labels:
+            table = GPU_KEYS + (EXTENDED_GPU_KEYS if extended else ())
+            maps += [KeyMap(f"{prefix}gpu.{i}.{k}", f"gpu.{i}.{c}", s) for k, c, s in table]
+            if extended:
+                key, suffix = EXTENDED_GPU_PROCESS_KEY
+                maps.append(KeyMap(prefix + key.format(i=i), f"gpu.{i}.{suffix}"))
+        system = SYSTEM_KEYS + (EXTENDED_SYSTEM_KEYS if extended else ())
+        maps += [KeyMap(prefix + k, c, s) for k, c, s in system]
+        if extended:
+            cores = sorted(int(m.group(1)) for c in columns if (m := _CORE_UTIL.match(c)))
+            key, column = EXTENDED_CORE_KEY
+            maps += [KeyMap(prefix + key.format(i=i), column.format(i=i)) for i in cores]
+        self.maps = [m for m in maps if m.column in have]
+        self.network_key = prefix + NETWORK_KEY
+        self.network_columns = [(k, c) for k, c in NETWORK_COLUMNS if c in have]
+
+    @property
+    def columns(self) -> list[str]:
+        """Every canonical column the keys read."""
+        return [m.column for m in self.maps] + [c for _, c in self.network_columns]
+
+    def update(
+        self, sampler: MutableMapping[str, Any], values: Mapping[str, float],
+        network_offset: Mapping[str, int],
+    ) -> None:
+        """Write the keys whose column has a value in ``values`` into ``sampler``.
+
+        Keys without a value keep what they had (carried over); keys that never had one stay
+        absent. ``network`` is ``offset + column`` per direction, so it counts from the moment the
+        monitor was made rather than from the sampler's first reading.
+        """
+        for m in self.maps:
+            value = values.get(m.column)
+            if value is not None:
+                sampler[m.key] = value if m.scale == 1.0 else value * m.scale
+        net = {k: values[c] for k, c in self.network_columns if c in values}
+        if net:
+            current = dict(sampler.get(self.network_key) or {})
+            for k, v in net.items():
+                current[k] = int(v) + int(network_offset.get(k, 0))
+            sampler[self.network_key] = current

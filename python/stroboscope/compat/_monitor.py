@@ -1,0 +1,358 @@
+"""A drop-in ``SystemMonitor``: the WandB-style monitor's surface over stroboscope's C++ sampler.
+
+Sampling runs in C++ at ``interval`` (10 ms by default) and never waits for Python. A Python
+thread wakes every ``sample_rate_seconds``, drains the ring, reduces the window's columns with
+pyarrow (mean, max or last), maps them to the compatibility keys and hands the event to each
+sender's own worker thread.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Union
+
+from stroboscope._sampler import Sampler, available_sources
+from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
+from stroboscope.compat._window import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
+from stroboscope.senders._base import AbstractBackendSender, StatsDict, as_sender
+from stroboscope.senders._dispatch import Fanout, _RateLimitedLog
+
+if TYPE_CHECKING:
+    import psutil
+
+logger = logging.getLogger("stroboscope.monitor")
+
+DRAIN_PERIOD_S = 0.5
+"""The publisher drains the ring at least this often (seconds), so the ring stays small."""
+GPU_MIN_INTERVAL_S = 0.1
+"""Default floor of the GPU polling interval (s): NVML averages utilisation over 1/6 to 1 s."""
+
+SenderArg = Union[AbstractBackendSender, Callable[[StatsDict], Any], Sequence[Any]]
+
+
+def _net_totals(include_loopback: bool, proc_root: str = "/proc") -> dict[str, int]:
+    """Bytes sent and received by all interfaces (``lo`` only when asked), from /proc/net/dev."""
+    sent = recv = 0
+    with open(os.path.join(proc_root, "net", "dev"), encoding="ascii", errors="replace") as f:
+        for line in f:
+            name, colon, rest = line.partition(":")
+            if not colon:
+                continue  # the two header lines
+            fields = rest.split()
+            if len(fields) < 9 or (name.strip() == "lo" and not include_loopback):
+                continue
+            recv += int(fields[0])
+            sent += int(fields[8])
+    return {"sent": sent, "recv": recv}
+
+
+def _check_seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    return seconds
+
+
+def _sender_list(backend_sender: SenderArg) -> list[AbstractBackendSender]:
+    if isinstance(backend_sender, (list, tuple)):
+        if not backend_sender:
+            raise ValueError("backend_sender: an empty list was given; pass at least one sender")
+        return [as_sender(s) for s in backend_sender]
+    return [as_sender(backend_sender)]
+
+
+def _gpu_available(pid: int) -> bool:
+    return any(s["name"] == GPU_SOURCE and s["available"] for s in available_sources(pid=pid))
+
+
+class SystemMonitor:
+    """Publishes system, process and GPU metrics to a sender every ``sample_rate_seconds``.
+
+    A drop-in for the pure-Python WandB-style ``SystemMonitor``: same constructor, methods,
+    attributes and keys, but the sampling happens in stroboscope's C++ thread at ``interval``
+    and each published value aggregates the whole window (the mean by default) instead of one
+    reading taken by a Python thread.
+
+    Parameters
+    ----------
+    pid : int
+        Process whose ``proc.*`` keys are reported.
+    backend_sender : AbstractBackendSender or callable or list of them
+        Receives every event as ``publish(event)``; a plain callable is called with the event. A
+        list fans each event out to every sender, each on its own worker thread.
+    sample_rate_seconds : float
+        Seconds between published events (default 2).
+    rank : int, optional
+        Prefix every key with ``rank{rank}.`` (distributed training).
+    interval : float
+        Keyword-only. Sampling interval of the C++ sampler in seconds (default 0.01).
+    aggregate : {"mean", "max", "last"}
+        Keyword-only. How each published value reduces its window's samples (default ``"mean"``).
+        Running totals (``network``, ``disk.in``/``out``, GPU energy) always give the latest.
+    extended : bool
+        Keyword-only. Add the fuller W&B-style keys: ``cpu.{i}.cpu_percent`` per core,
+        ``proc.cpu.percent``, ``disk.in``/``disk.out`` (MiB since start), and per GPU clocks,
+        power limit, energy (J), memory bytes, fan, ECC counts and
+        ``gpu.process.{i}.memoryAllocatedBytes``.
+    gpu_interval : float, optional
+        Keyword-only. GPU polling interval in seconds, a whole multiple of ``interval``
+        (default: the smallest such multiple of at least 0.1 s).
+    capacity : int, optional
+        Keyword-only. Ring capacity in rows (default: room for several drains).
+    max_pending : int
+        Keyword-only. Events a slow sender may have queued before its oldest is dropped.
+    flush_timeout : float
+        Keyword-only. Seconds :meth:`flush` waits for the senders to take the event, and
+        :meth:`shutdown` for them to finish and close (default 10).
+    crash_safe : bool
+        Keyword-only. Keep the samples in a spool file and start a watchdog process that, if this
+        process dies, dumps every recorded row to ``dump_path`` (CSV by default; see
+        :class:`stroboscope.Sampler`).
+    dump_path : path, optional
+        Keyword-only. Where the watchdog writes the dump (default ``$STROBOSCOPE_DUMP_PATH``,
+        else a timestamped file in the working directory).
+    dump_format : {"csv", "parquet"}
+        Keyword-only. Format of the dump.
+
+    Attributes
+    ----------
+    gpu_count : int
+        GPUs the ``gpu`` source reports (0 when NVML or GPUs are absent).
+    network_init : dict
+        ``{"sent": bytes, "recv": bytes}`` of all interfaces when the monitor was made.
+    sampler : dict
+        The latest published values, keyed as described above.
+    last_window : WindowInfo or None
+        Rows and monotonic time span of the latest published window.
+    """
+
+    gpu_count: int
+    network_init: dict[str, int] | None
+    sampler: StatsDict
+
+    def __init__(
+        self,
+        pid: int,
+        backend_sender: SenderArg,
+        sample_rate_seconds: float = 2,
+        rank: int | None = None,
+        *,
+        interval: float = 0.01,
+        aggregate: Aggregate = "mean",
+        extended: bool = False,
+        gpu_interval: float | None = None,
+        capacity: int | None = None,
+        max_pending: int = 64,
+        flush_timeout: float = 10.0,
+        crash_safe: bool = False,
+        dump_path: str | os.PathLike[str] | None = None,
+        dump_format: str = "csv",
+    ) -> None:
+        self._rate = _check_seconds("sample_rate_seconds", sample_rate_seconds)
+        interval = _check_seconds("interval", interval)
+        if self._rate < interval:
+            raise ValueError(
+                f"sample_rate_seconds ({sample_rate_seconds!r}) must be at least the sampling "
+                f"interval ({interval!r} s)"
+            )
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
+            raise TypeError(f"rank must be an int or None, got {type(rank).__name__}")
+        if aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
+        self._aggregate: Aggregate = aggregate
+        self._flush_timeout = _check_seconds("flush_timeout", flush_timeout)
+        senders = _sender_list(backend_sender)
+        self._backend_sender = senders[0] if len(senders) == 1 else senders
+
+        spec: dict[str, float | None] = dict.fromkeys(sources(extended, _gpu_available(pid)))
+        if GPU_SOURCE in spec:
+            if gpu_interval is None:
+                every = max(1, math.ceil(GPU_MIN_INTERVAL_S / interval - 1e-9))
+                gpu_interval = every * interval
+            spec[GPU_SOURCE] = gpu_interval
+        if capacity is None:
+            per_drain = math.ceil(min(self._rate, DRAIN_PERIOD_S) / interval)
+            capacity = max(1024, 8 * per_drain)
+        extra: dict[str, Any] = {}
+        if crash_safe:
+            extra.update(
+                crash_safe=True,
+                dump_path=dump_path,
+                dump_format=dump_format,
+                segment_seconds=max(interval, capacity * interval / 4),
+            )
+        # The pure-Python monitors read psutil.net_io_counters(), which counts loopback.
+        self._loopback = True
+        self._core = Sampler(
+            interval, pid=pid, sources=spec, capacity=capacity, net_include_loopback=True, **extra
+        )
+        self._pid = self._core.pid
+
+        columns = [c.name for c in self._core.schema]
+        self._keys = CompatKeys(columns, rank, extended)
+        self.gpu_count = len(self._keys.gpu_labels)
+        counters = [c.name for c in self._core.schema if c.kind == "counter"]
+        self._window = WindowAggregator(self._keys.columns, counters)
+        self.network_init = _net_totals(self._loopback)
+        self._net_offset = {"sent": 0, "recv": 0}
+        self.sampler = {}
+        self.last_window: WindowInfo | None = None
+
+        self._fanout = Fanout(senders, max_pending)
+        self._lock = threading.Lock()  # start/shutdown
+        self._window_lock = threading.Lock()  # drain + aggregate + publish
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._error_log = _RateLimitedLog()
+
+    # -- the compatible surface --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start sampling and the publishing thread (a no-op when already running)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this SystemMonitor was shut down; make a new one to restart")
+            if self._thread is not None and self._thread.is_alive():
+                return
+            if not self._core.running:
+                now = _net_totals(self._loopback)
+                assert self.network_init is not None
+                # The sampler counts from its first reading; shift that to the construction.
+                self._net_offset = {k: now[k] - self.network_init[k] for k in ("sent", "recv")}
+                self._core.start()
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name="stroboscope-monitor", daemon=True
+            )
+            self._thread.start()
+
+    def shutdown(self) -> None:
+        """Publish the last window, stop sampling, close every sender once and join the threads.
+
+        A second call does nothing.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+        self._stop.set()
+        if thread is not None:
+            thread.join()
+        self._core.stop()
+        try:
+            self._publish()
+        finally:
+            self._core.close()
+            self._fanout.close(self._flush_timeout)
+
+    def flush(self) -> None:
+        """Publish the values of the window so far now, and wait for the senders to take them.
+
+        Waits at most ``flush_timeout`` seconds (a sender still busy then is logged).
+        """
+        if self._closed:
+            logger.warning("stroboscope: flush() after shutdown() publishes nothing")
+            return
+        tickets = self._publish()
+        if not self._fanout.wait(tickets, self._flush_timeout):
+            logger.warning(
+                "stroboscope: a sender did not take the flushed event within %.1f s",
+                self._flush_timeout,
+            )
+
+    @property
+    def proc(self) -> psutil.Process:
+        """``psutil.Process`` of the monitored pid (needs psutil: ``stroboscope[psutil]``)."""
+        try:
+            import psutil
+        except ImportError as exc:
+            raise ImportError(
+                "SystemMonitor.proc needs psutil: pip install 'stroboscope[psutil]'"
+            ) from exc
+        return psutil.Process(pid=self._pid)
+
+    # -- extras ------------------------------------------------------------------------------
+
+    @property
+    def backend_sender(self) -> AbstractBackendSender | list[AbstractBackendSender]:
+        """The sender (or the list of senders) events go to."""
+        return self._backend_sender
+
+    @property
+    def raw_sampler(self) -> Sampler:
+        """The :class:`stroboscope.Sampler` underneath (for ``stats()``, ``snapshot()``)."""
+        return self._core
+
+    @property
+    def sample_rate_seconds(self) -> float:
+        """Seconds between published events."""
+        return self._rate
+
+    def __enter__(self) -> SystemMonitor:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        state = "shut down" if self._closed else ("running" if self._core.running else "stopped")
+        return (
+            f"<stroboscope.SystemMonitor pid={self._pid} every {self._rate:g} s, "
+            f"{self.gpu_count} GPU(s), {state}>"
+        )
+
+    # -- the publishing thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        drain_every = min(self._rate, DRAIN_PERIOD_S)
+        now = time.monotonic()
+        next_publish = now + self._rate
+        next_drain = now + drain_every
+        while not self._stop.wait(max(0.0, min(next_publish, next_drain) - time.monotonic())):
+            now = time.monotonic()
+            try:
+                if now >= next_publish:
+                    self._publish()
+                    next_publish += self._rate
+                    if next_publish <= now:  # fell behind (suspended?): skip, never bunch
+                        next_publish = now + self._rate
+                    next_drain = now + drain_every
+                else:
+                    self._drain()
+                    next_drain = now + drain_every
+            except Exception:
+                self._error_log(logging.ERROR, "stroboscope: publishing failed", exc_info=True)
+
+    def _drain(self) -> None:
+        with self._window_lock:
+            self._window.add(self._core.drain().to_arrow())
+
+    def _publish(self) -> list[int]:
+        """Close the current window: aggregate it, update ``sampler``, queue it for the senders."""
+        with self._window_lock:
+            self._window.add(self._core.drain().to_arrow())
+            values = self._window.result(self._aggregate)
+            info = self._window.info()
+            self._window.reset()
+            self._keys.update(self.sampler, values, self._net_offset)
+            if info.rows:
+                self.last_window = info
+            event = copy.deepcopy(self.sampler)
+            return self._fanout.submit(event, timestamp=time.time())

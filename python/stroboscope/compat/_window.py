@@ -1,0 +1,116 @@
+"""Aggregate the rows of one publish window, a drained Arrow table at a time.
+
+Nothing here loops over samples in Python: each drained table is reduced column by column with
+pyarrow.compute (count, sum, max, last valid value), and only those per-column partials are kept,
+so a window of any length costs the same memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Aggregate = Literal["last", "mean", "max"]
+AGGREGATES: tuple[str, ...] = ("last", "mean", "max")
+
+
+@dataclass
+class _Partial:
+    count: int = 0
+    total: float = 0.0
+    maximum: float = float("-inf")
+    last: float | None = None
+    integer: bool = False  # an int64 column: its last and max stay integers
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    """What a published window covered: its rows and the monotonic times of its first and last.
+
+    ``first_mono_ns``/``last_mono_ns`` are on the clock of :func:`time.monotonic_ns` (the
+    ``mono_ns`` column); both are None for a window without rows.
+    """
+
+    rows: int
+    first_mono_ns: int | None
+    last_mono_ns: int | None
+
+
+class WindowAggregator:
+    """Per-column count, sum, max and last valid value over the tables added since the reset.
+
+    Parameters
+    ----------
+    columns : iterable of str
+        The columns to aggregate (others in the tables are ignored; missing ones stay empty).
+    counters : iterable of str
+        Columns that are running totals (e.g. ``net.sent_bytes``): they always yield their last
+        value, whatever the aggregate, because a mean or max of a total is not a total.
+    """
+
+    def __init__(self, columns: Iterable[str], counters: Iterable[str] = ()) -> None:
+        self.columns = list(dict.fromkeys(columns))
+        self.counters = frozenset(counters)
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new window."""
+        self._parts = {c: _Partial() for c in self.columns}
+        self.rows = 0
+        self.first_mono_ns: int | None = None
+        self.last_mono_ns: int | None = None
+
+    def add(self, table: pa.Table) -> None:
+        """Fold the rows of ``table`` (a drained frame as Arrow) into the window."""
+        n = table.num_rows
+        if n == 0:
+            return
+        self.rows += n
+        if "mono_ns" in table.column_names:
+            mono = table.column("mono_ns")
+            if self.first_mono_ns is None:
+                self.first_mono_ns = int(mono[0].as_py())
+            self.last_mono_ns = int(mono[n - 1].as_py())
+        names = set(table.column_names)
+        for name, part in self._parts.items():
+            if name not in names:
+                continue
+            column = table.column(name)
+            valid = n - column.null_count
+            if valid == 0:
+                continue
+            part.integer = pa.types.is_integer(column.type)
+            values = column.cast(pa.float64()) if column.type != pa.float64() else column
+            part.count += valid
+            part.total += float(pc.sum(values).as_py())
+            part.maximum = max(part.maximum, float(pc.max(values).as_py()))
+            part.last = float(values.drop_null()[-1].as_py())
+
+    def result(self, how: Aggregate) -> dict[str, float | int]:
+        """The window's value per column that had at least one valid cell.
+
+        ``how`` is ``"last"`` (the latest valid value), ``"mean"`` (mean of the valid values) or
+        ``"max"``; counter columns always give their last value. The last value and the max of
+        an integer column are ints; everything else is a float.
+        """
+        if how not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {how!r}")
+        out: dict[str, float | int] = {}
+        for name, part in self._parts.items():
+            if part.count == 0 or part.last is None:
+                continue
+            if how == "mean" and name not in self.counters:
+                out[name] = part.total / part.count
+                continue
+            value = part.last if how == "last" or name in self.counters else part.maximum
+            out[name] = int(value) if part.integer else value
+        return out
+
+    def info(self) -> WindowInfo:
+        """The rows and time span of the window so far."""
+        return WindowInfo(self.rows, self.first_mono_ns, self.last_mono_ns)
+

@@ -1,0 +1,138 @@
+"""Senders on the command line: ``stroboscope record … --sender NAME[:key=value,…]``.
+
+``cli.py`` adds the options with :func:`add_sender_arguments` and, when any ``--sender`` was
+given, feeds each drained table to a :class:`RecordPublisher`, which publishes one aggregated
+event per ``--publish-every`` seconds (canonical column names, e.g. ``cpu.util_pct``) to every
+sender, each on its own worker thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from stroboscope.compat._window import AGGREGATES, Aggregate, WindowAggregator
+from stroboscope.senders import available_senders, load_sender
+from stroboscope.senders._dispatch import Fanout
+
+
+def parse_sender_spec(text: str) -> tuple[str, dict[str, Any]]:
+    """``"prometheus:port=9464,addr=0.0.0.0"`` → ``("prometheus", {"port": 9464, "addr": …})``.
+
+    Values that read as int, float or true/false become those; anything else stays text.
+    """
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if not name:
+        raise ValueError(f"--sender {text!r}: give a sender name, e.g. csv:path=metrics.csv")
+    kwargs: dict[str, Any] = {}
+    for part in rest.split(",") if rest else ():
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ValueError(f"--sender {text!r}: {part!r} is not key=value")
+        kwargs[key] = _value(value.strip())
+    return name, kwargs
+
+
+def _value(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            continue
+    return text
+
+
+def add_sender_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--sender`` (repeatable), ``--publish-every`` and ``--aggregate`` to ``parser``."""
+    parser.add_argument(
+        "--sender", action="append", default=[], metavar="NAME[:K=V,...]",
+        help=f"also publish aggregated metrics to a sender, e.g. prometheus:port=9464 or "
+             f"csv:path=m.csv (repeatable; built in: {', '.join(sorted(available_senders()))})",
+    )
+    parser.add_argument(
+        "--publish-every", type=float, default=2.0, metavar="S",
+        help="seconds between events published to the senders (default 2; checked at each "
+             "drain of the recording, so at most as often as it drains)",
+    )
+    parser.add_argument(
+        "--aggregate", choices=AGGREGATES, default="mean",
+        help="how each published value reduces its window (default mean; totals use the last)",
+    )
+
+
+class RecordPublisher:
+    """Aggregates drained tables into windows and publishes one event per window to senders.
+
+    Parameters
+    ----------
+    senders : sequence
+        Senders (or plain callables) to publish to.
+    schema : sequence of Column
+        The sampler's columns (name and kind): counters are published as their last value.
+    every : float
+        Seconds between published events.
+    aggregate : {"mean", "max", "last"}
+        Reduction of each window.
+    """
+
+    def __init__(
+        self, senders: Sequence[object], schema: Sequence[Any], every: float = 2.0,
+        aggregate: Aggregate = "mean",
+    ) -> None:
+        if every <= 0:
+            raise ValueError(f"--publish-every must be a positive number of seconds, got {every}")
+        columns = [c.name for c in schema if c.name not in ("time", "mono_ns")]
+        counters = [c.name for c in schema if c.kind == "counter"]
+        self._window = WindowAggregator(columns, counters)
+        self._aggregate: Aggregate = aggregate
+        self._every = every
+        self._next = time.monotonic() + every
+        self._fanout = Fanout(senders)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, schema: Sequence[Any]) -> RecordPublisher | None:
+        """The publisher for the parsed options, or None when no ``--sender`` was given.
+
+        A sender that cannot be made (unknown name, bad argument, missing library) raises
+        ``SystemExit`` with a message naming the ``--sender`` option.
+        """
+        specs = [(text, *parse_sender_spec(text)) for text in args.sender]
+        if not specs:
+            return None
+        senders = []
+        for text, name, kwargs in specs:
+            try:
+                senders.append(load_sender(name, **kwargs))
+            except (ImportError, TypeError, ValueError, OSError) as exc:
+                for made in senders:
+                    made.close()
+                raise SystemExit(f"record: --sender {text}: {exc}") from None
+        return cls(senders, schema, args.publish_every, args.aggregate)
+
+    def feed(self, table: pa.Table) -> None:
+        """Add a drained table; publish the window when its time has come."""
+        self._window.add(table)
+        now = time.monotonic()
+        if now >= self._next:
+            self._publish()
+            self._next = max(self._next + self._every, now)
+
+    def _publish(self) -> None:
+        event = self._window.result(self._aggregate)
+        self._window.reset()
+        if event:
+            self._fanout.submit(event)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Publish the last window and close every sender once."""
+        self._publish()
+        self._fanout.close(timeout)

@@ -1,0 +1,113 @@
+"""Prometheus sender: the latest value of each metric as a gauge, served over HTTP."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from typing import Any
+
+from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
+
+logger = logging.getLogger("stroboscope.senders")
+
+_NOT_ALLOWED = re.compile(r"[^a-zA-Z0-9_:]")
+DEFAULT_PORT = 9464
+
+
+def metric_name(key: str, prefix: str = "stroboscope_") -> str:
+    """The Prometheus name of an event key: ``rank0.gpu.0.powerWatts`` →
+    ``stroboscope_rank0_gpu_0_powerWatts`` (characters outside ``[a-zA-Z0-9_:]`` become ``_``)."""
+    name = _NOT_ALLOWED.sub("_", prefix + key)
+    return name if not name[:1].isdigit() else "_" + name
+
+
+class PrometheusSender(BuiltinSender):
+    """Serve each metric's latest published value as a Prometheus gauge at ``/metrics``.
+
+    Parameters
+    ----------
+    port : int
+        TCP port of the HTTP endpoint (default 9464; 0 picks a free one, see :attr:`port`).
+    addr : str
+        Address to bind (default ``"127.0.0.1"``: only this machine can scrape; pass
+        ``"0.0.0.0"`` to let a Prometheus server elsewhere reach it).
+    prefix : str
+        Put in front of every metric name (default ``"stroboscope_"``).
+
+    Each sender has its own registry, so its endpoint shows only its gauges. A key's gauge is
+    created the first time the key is published; the help text names the original key.
+    """
+
+    def __init__(
+        self, port: int = DEFAULT_PORT, *, addr: str = "127.0.0.1", prefix: str = "stroboscope_"
+    ) -> None:
+        super().__init__()
+        try:
+            from prometheus_client import CollectorRegistry, Gauge, start_http_server
+        except ImportError as exc:
+            raise missing_extra("PrometheusSender", "prometheus", exc) from exc
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int in [0, 65535] (0: any free port), got {port!r}")
+        self._gauge_cls = Gauge
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.prefix = prefix
+        self._gauges: dict[str, Any] = {}  # key → its gauge, or None when its name is taken
+        self._names: dict[str, str] = {}  # metric name → the key that owns it
+        self._lock = threading.Lock()
+        self._closed = False
+        started = start_http_server(port, addr=addr, registry=self.registry)
+        if not isinstance(started, tuple):  # prometheus_client < 0.17 returns None
+            raise ImportError(
+                "PrometheusSender needs prometheus_client >= 0.17; "
+                "install it with: pip install -U 'stroboscope[prometheus]'"
+            )
+        self._server, self._thread = started
+        self.addr = addr
+        self.port: int = int(self._server.server_port)
+
+    @property
+    def url(self) -> str:
+        """The scrape URL, e.g. ``http://127.0.0.1:9464/metrics``."""
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def publish(self, event: StatsDict, **kwargs: Any) -> None:
+        """Set the gauge of every metric in ``event`` to its value."""
+        flat = flatten_event(event)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"PrometheusSender({self.url}) is closed")
+            for key, value in flat.items():
+                if key in self._gauges:
+                    gauge = self._gauges[key]
+                else:
+                    gauge = self._gauges[key] = self._new_gauge(key)
+                if gauge is not None:  # None: a key whose name another key already holds
+                    gauge.set(value)
+
+    def _new_gauge(self, key: str) -> Any:
+        name = metric_name(key, self.prefix)
+        owner = self._names.get(name)
+        if owner is not None:
+            logger.warning(
+                "stroboscope: keys %r and %r both map to Prometheus metric %s; %r is not served",
+                owner, key, name, key,
+            )
+            return None
+        gauge = self._gauge_cls(name, f"stroboscope metric {key}", registry=self.registry)
+        self._names[name] = key
+        return gauge
+
+    def close(self) -> None:
+        """Stop serving and release the port (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5.0)
+
+    def __repr__(self) -> str:
+        return f"PrometheusSender({self.url!r})"

@@ -1,0 +1,347 @@
+"""A watchdog child process that writes crash dumps when its parent process dies.
+
+While the parent lives the watchdog only waits: there is no per-sample traffic between the two.
+When the parent dies (SIGKILL, the OOM killer, a segfault in native code, ``os._exit``), the
+watchdog turns each of its :class:`DumpJob` sources (a sampler's spool, a receiver's journal) into
+a CSV or Parquet dump, logs one line per dump to stderr and exits. When the parent stops normally,
+the watchdog exits without writing anything.
+
+Protocol
+--------
+The parent starts ``sys.executable`` running :func:`main` with, on its command line, a JSON
+configuration (``--config``): the parent's pid, the jobs with every path made absolute, and the
+numbers of the descriptors it inherits (``pass_fds``; all others are closed):
+
+- ``control_fd``: the read end of a pipe whose write end only the parent holds (close-on-exec, and
+  closed in children the parent forks). On :meth:`Watchdog.stop` or at interpreter exit the parent
+  writes ``b"S"`` ("stopped") and closes it: the watchdog exits with status 0 and dumps nothing.
+  End of file without ``b"S"`` means the parent died.
+- ``pidfd``: a pidfd of the parent (``os.pidfd_open``, where the kernel has it). It becomes readable
+  when the parent exits even if a forked child still holds the pipe; the watchdog then reads what
+  is left in the pipe: ``b"S"`` there means a normal stop, anything else a death. Without a pidfd,
+  the watchdog also checks ``os.getppid()`` once a second (a dead parent's children are reparented).
+- ``ready_fd``: the watchdog writes ``b"R"`` to it and closes it once it ignores signals and is
+  about to wait; :meth:`Watchdog.start` returns only then, so a watchdog that could not start is an
+  error in the parent, not a silent gap.
+
+The watchdog runs in its own session (``start_new_session=True``) and ignores SIGINT, SIGTERM and
+SIGHUP, so Ctrl-C in a terminal or a signal to the parent's process group does not take it down
+with the parent. Its environment holds only ``PATH``, ``PYTHONPATH`` (the parent's ``sys.path``,
+so it imports the same stroboscope) and ``LD_LIBRARY_PATH`` when the parent had one.
+
+Dumps are written to a hidden temporary file in the destination directory (mode 0600) and renamed
+into place, so a dump file that exists is complete. The destination is ``DumpJob.dump``, else the
+parent's ``STROBOSCOPE_DUMP_PATH`` (a file, or an existing directory to put the default name in),
+else ``stroboscope-dump-YYYYmmdd-HHMMSS-<parent pid>.csv`` (``.parquet``) in the parent's working
+directory at :meth:`Watchdog.start`; a default name never replaces an existing file (``-1``,
+``-2``, … are appended instead).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from types import TracebackType
+from typing import Any
+
+from stroboscope._watchdog_child import CONFIG_VERSION, READY, STOP, default_dump_name, main
+
+__all__ = ["DUMP_PATH_ENV", "DumpJob", "Watchdog", "default_dump_name", "main"]
+
+logger = logging.getLogger("stroboscope.watchdog")
+
+DUMP_PATH_ENV = "STROBOSCOPE_DUMP_PATH"
+"""Environment variable naming the dump file (or a directory for it) when a job names none."""
+KINDS = ("spool", "journal")
+FORMATS = ("csv", "parquet")
+READY_TIMEOUT_S = 60.0
+"""How long :meth:`Watchdog.start` waits for the child to be ready (seconds)."""
+STOP_TIMEOUT_S = 5.0
+"""How long :meth:`Watchdog.stop` waits for the child to exit (seconds)."""
+
+
+@dataclass(frozen=True)
+class DumpJob:
+    """What the watchdog writes when the parent dies.
+
+    Parameters
+    ----------
+    kind : {"spool", "journal"}
+        ``"spool"``: a sampler's spool file, read with ``stroboscope.spool.recover``.
+        ``"journal"``: a :class:`~stroboscope.receiver.ParentReceiver` journal (JSON lines).
+    source : str or os.PathLike
+        The spool or journal file.
+    dump : str or os.PathLike, optional
+        The dump file (replaced if it exists), or an existing directory to put a default-named
+        dump in. Default: ``$STROBOSCOPE_DUMP_PATH`` (the same choices), else a timestamped file
+        in the working directory (see the module documentation). Its directory must exist.
+    format : {"csv", "parquet"}
+        The dump's format.
+    remove_source : bool
+        Delete ``source`` after a successful dump (for private temporary journals).
+    remove_source_dir : bool
+        Also remove the directory holding ``source`` when that leaves it empty.
+    """
+
+    kind: str
+    source: str
+    dump: str | None = None
+    format: str = "csv"
+    remove_source: bool = False
+    remove_source_dir: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"DumpJob kind must be one of {KINDS}, got {self.kind!r}")
+        if self.format not in FORMATS:
+            raise ValueError(f"DumpJob format must be one of {FORMATS}, got {self.format!r}")
+        object.__setattr__(self, "source", os.fspath(self.source))
+        if not self.source:
+            raise ValueError("DumpJob source must be a non-empty path")
+        if self.dump is not None:
+            object.__setattr__(self, "dump", os.fspath(self.dump))
+            if not self.dump:
+                raise ValueError("DumpJob dump must be a non-empty path or None")
+
+
+def _resolve(job: DumpJob) -> dict[str, Any]:
+    """The job as the child gets it: absolute paths, and where a default-named dump goes."""
+    out: dict[str, Any] = asdict(job)
+    out["source"] = os.path.abspath(job.source)
+    dump = job.dump if job.dump is not None else os.environ.get(DUMP_PATH_ENV) or None
+    dump_dir = os.getcwd()
+    if dump is not None and os.path.isdir(dump):
+        dump_dir, dump = dump, None
+    out["dump"] = os.path.abspath(dump) if dump is not None else None
+    out["dump_dir"] = os.path.abspath(dump_dir)
+    directory = os.path.dirname(out["dump"]) if out["dump"] else out["dump_dir"]
+    if not (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
+        raise ValueError(
+            f"the dump of {job.kind} {job.source!r} would go to {directory!r}, which is not an "
+            f"existing directory this user can write to; set DumpJob.dump or {DUMP_PATH_ENV}"
+        )
+    return out
+
+
+def _child_env() -> dict[str, str]:
+    path = [os.path.abspath(p or os.curdir) for p in sys.path]
+    env = {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(p for p in path if os.path.exists(p))),
+    }
+    if os.environ.get("LD_LIBRARY_PATH"):
+        env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+    return env
+
+
+def _own_pidfd() -> int | None:
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
+    try:
+        fd: int = pidfd_open(os.getpid())
+    except OSError:  # an old kernel (ENOSYS) or a sandbox that forbids it
+        return None
+    return fd
+
+
+_live: weakref.WeakSet[Watchdog] = weakref.WeakSet()
+
+
+class Watchdog:
+    """A child process that writes dumps of ``jobs`` if, and only if, this process dies.
+
+    Parameters
+    ----------
+    jobs : sequence of DumpJob
+        What to dump. Paths are resolved (made absolute, ``STROBOSCOPE_DUMP_PATH`` read) at
+        :meth:`start`.
+
+    Notes
+    -----
+    Starting costs one Python interpreter start-up in the child (about 0.1 to 0.5 s, waited for by
+    :meth:`start`); afterwards the watchdog sleeps in ``poll`` until the parent exits. Only the
+    process that called :meth:`start` is watched: children it forks do not hold the pipe.
+    """
+
+    def __init__(self, jobs: Sequence[DumpJob]) -> None:
+        jobs = list(jobs)
+        for job in jobs:
+            if not isinstance(job, DumpJob):
+                raise TypeError(f"jobs must be DumpJob instances, got {type(job).__name__}")
+        if not jobs:
+            raise ValueError("jobs is empty: give the watchdog at least one DumpJob")
+        self._jobs = jobs
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._control: int | None = None
+        self._owner = 0
+
+    @property
+    def jobs(self) -> list[DumpJob]:
+        """The dump jobs (a copy)."""
+        return list(self._jobs)
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the watchdog child (``None`` before :meth:`start`)."""
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        """Whether the watchdog child is started and has not exited."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "not running"
+        return f"<stroboscope.Watchdog pid={self.pid} jobs={len(self._jobs)} {state}>"
+
+    def __enter__(self) -> Watchdog:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> Watchdog:
+        """Start the child and wait until it watches this process. Returns ``self``.
+
+        Raises
+        ------
+        RuntimeError
+            When already started, or when the child exits or is not ready within
+            ``READY_TIMEOUT_S`` seconds (its stderr says why).
+        """
+        with self._lock:
+            if self._control is not None:
+                raise RuntimeError("this Watchdog is already started; stop() it first")
+            if not sys.executable:
+                raise RuntimeError("cannot start a watchdog: sys.executable is unknown here")
+            jobs = [_resolve(job) for job in self._jobs]
+            control_r, control_w = os.pipe()  # non-inheritable: exec'd children never get them
+            ready_r, ready_w = os.pipe()
+            pidfd = _own_pidfd()
+            passed = [control_r, ready_w] + ([] if pidfd is None else [pidfd])
+            config = {
+                "version": CONFIG_VERSION,
+                "parent_pid": os.getpid(),
+                "control_fd": control_r,
+                "ready_fd": ready_w,
+                "pidfd": pidfd,
+                "jobs": jobs,
+            }
+            # -c rather than -m: runpy warns when the package already imported this module.
+            flags = ["-P"] if sys.version_info >= (3, 11) else []
+            code = "import sys; from stroboscope._watchdog_child import main; sys.exit(main())"
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, *flags, "-c", code, "--config", json.dumps(config)],
+                    env=_child_env(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    close_fds=True,
+                    pass_fds=passed,
+                    start_new_session=True,
+                )
+            except BaseException:
+                for fd in (control_w, ready_r, *passed):
+                    os.close(fd)
+                raise
+            for fd in passed:
+                os.close(fd)
+            try:
+                _wait_ready(proc, ready_r)
+            except BaseException:
+                os.close(control_w)
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+                raise
+            finally:
+                os.close(ready_r)
+            self._proc = proc
+            self._control = control_w
+            self._owner = os.getpid()
+            _live.add(self)
+            atexit.register(self._at_exit)
+        return self
+
+    def stop(self) -> None:
+        """Tell the child this process stopped normally: it exits without dumping. Harmless when
+        not started or already stopped. Waits up to ``STOP_TIMEOUT_S`` seconds for the child."""
+        with self._lock:
+            control, self._control = self._control, None
+            if control is None:
+                return
+            atexit.unregister(self._at_exit)
+            try:
+                os.write(control, STOP)
+            except OSError:  # the child is gone already (EPIPE)
+                pass
+            finally:
+                os.close(control)
+            proc = self._proc
+            if proc is not None:
+                try:
+                    proc.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    logger.warning("watchdog %d did not exit within %g s", proc.pid,
+                                   STOP_TIMEOUT_S)
+
+    def _at_exit(self) -> None:
+        if os.getpid() == self._owner:
+            self.stop()
+
+    def _forget_after_fork(self) -> None:
+        # A forked child must neither hold the pipe (that would hide the parent's death) nor tell
+        # the watchdog to stop when it exits.
+        self._lock = threading.Lock()
+        if self._control is not None:
+            os.close(self._control)
+            self._control = None
+        self._proc = None
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], ready_r: int) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    poller = select.poll()
+    poller.register(ready_r, select.POLLIN)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError(f"watchdog {proc.pid} was not ready within {READY_TIMEOUT_S:g} s")
+        if poller.poll(left * 1000):
+            if os.read(ready_r, 1) == READY:
+                return
+            proc.wait()
+            raise RuntimeError(
+                f"watchdog exited with status {proc.returncode} before it was ready "
+                "(its error is on stderr)"
+            )
+
+
+def _forget_all_after_fork() -> None:
+    for watchdog in list(_live):
+        watchdog._forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_all_after_fork)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
