@@ -116,3 +116,20 @@ def test_killed_record_still_writes_its_output(tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     assert len(rows) > 500  # ~1.5 s at 1 kHz, minus start-up
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+
+
+def test_recover_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from stroboscope import Sampler
+
+    spool = tmp_path / "s.spool"
+    s = Sampler(0.01, sources=["memory"], spool=spool, capacity=1024, segment_seconds=1)
+    s._core.run_ticks_inline(25)
+    out = tmp_path / "s.csv"
+    assert main(["recover", str(spool), "-o", str(out)]) == 0
+    assert "recovered 25 rows" in capsys.readouterr().out
+    with open(out, newline="") as f:
+        assert len(list(csv.DictReader(f))) == 25
+    bad = tmp_path / "bad.spool"
+    bad.write_bytes(b"")
+    assert main(["recover", str(bad), "-o", str(out)]) == 2
+    assert "is empty" in capsys.readouterr().err

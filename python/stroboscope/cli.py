@@ -193,6 +193,17 @@ def _record(args: argparse.Namespace) -> int:
     return exit_code
 
 
+def _recover(args: argparse.Namespace) -> int:
+    output_format(args.output)
+    table = recover(args.spool)
+    fmt = write_table(table, args.output)
+    lost = int((table.schema.metadata or {}).get(b"stroboscope.rows_lost", b"0"))
+    print(f"recovered {table.num_rows} rows from {args.spool} to {args.output} ({fmt})")
+    if lost:
+        print(f"{lost} rows were overwritten in the ring before a segment took them")
+    return 0
+
+
 def _info(args: argparse.Namespace) -> int:
     infos = available_sources(pid=args.pid)
     width = max(len(i["name"]) for i in infos)
@@ -270,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_sender_arguments(rec)
     rec.set_defaults(func=_record)
+    rec_ = sub.add_parser("recover", help="write every row of a spool (and its segments) to a file")
+    rec_.add_argument("spool", help="the spool file (Sampler(spool=...) or record's FILE.spool)")
+    rec_.add_argument("-o", "--output", required=True, help=".parquet/.pq or .csv")
+    rec_.set_defaults(func=_recover)
     info = sub.add_parser("info", help="list the sources (and GPUs) available here, and why not")
     info.add_argument(
         "--pid", type=int, default=None, help="process the process sources would read"
@@ -284,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         result: Any = args.func(args)
-    except (ValueError, TypeError, PermissionError, RuntimeError) as exc:
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
         print(f"stroboscope {args.cmd}: error: {exc}", file=sys.stderr)
         return 2
     return int(result)
