@@ -200,6 +200,11 @@ def test_crash_safe_sampler_is_dumped_by_the_watchdog(tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     assert len(rows) > 900
     assert abs(int(rows[-1]["mono_ns"]) - killed_at) < 10_000_000
+    # The private spool (and its directory) is removed once the dump is written.
+    deadline = time.monotonic() + 10
+    while os.path.exists(os.path.dirname(spool)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(os.path.dirname(spool))
 
 
 def test_crash_safe_sampler_cleans_up_after_a_normal_stop(tmp_path: Path) -> None:

@@ -18,21 +18,26 @@ from stroboscope.compat import (
     StatsDict,
     SystemMonitor,
 )
+from stroboscope.receiver import ParentReceiver
 from stroboscope.senders import load_sender
 from stroboscope.spool import SpoolError, recover
+from stroboscope.watchdog import DumpJob, Watchdog
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AbstractBackendSender",
     "Column",
+    "DumpJob",
     "Frame",
     "GPUHandle",
+    "ParentReceiver",
     "Sampler",
     "SamplerDict",
     "SpoolError",
     "StatsDict",
     "SystemMonitor",
+    "Watchdog",
     "__version__",
     "available_sources",
     "gpu_status",

@@ -305,7 +305,21 @@ class Sampler:
         self._watchdog: Watchdog | None = None
         if crash_safe:
             dump = None if dump_path is None else os.fspath(dump_path)
-            self._watchdog = Watchdog([DumpJob("spool", spool_path, dump=dump, format=dump_format)])
+            private = self._temp_spool_dir is not None  # nobody else knows it: remove once dumped
+            job = DumpJob(
+                "spool",
+                spool_path,
+                dump=dump,
+                format=dump_format,
+                remove_source=private,
+                remove_source_dir=private,
+            )
+            self._watchdog = Watchdog([job])
+        # Runs at close(), or when this object is collected without one: stops the watchdog
+        # (a normal end) and removes a private spool. The mapping stays readable until we go.
+        self._cleanup = weakref.finalize(
+            self, _cleanup_crash_safe, self._watchdog, spool_path, self._temp_spool_dir
+        )
         self._lock = threading.Lock()
         self._closed = False
         self._schema = [_TIME_COLUMN] + [Column(**c) for c in self._core.columns()]
@@ -338,13 +352,7 @@ class Sampler:
         with self._lock:
             self._stop_locked()
             self._closed = True
-            if self._watchdog is not None:
-                self._watchdog.stop()  # a normal end: no dump
-            if self._temp_spool_dir is not None:
-                remove_spool(self._spool or "")  # the mapping stays readable until we go
-                with contextlib.suppress(OSError):
-                    os.rmdir(self._temp_spool_dir)
-                self._temp_spool_dir = None
+            self._cleanup()  # a normal end: the watchdog dumps nothing; a private spool goes
 
     def _stop_locked(self) -> None:
         self._core.stop()
@@ -493,6 +501,15 @@ def _gpu_sample_table(rows: Mapping[str, Any], labels: Mapping[int, int]) -> pa.
             "value": pa.array(rows["value"] if n else [], pa.float64()),
         }
     )
+
+
+def _cleanup_crash_safe(watchdog: Watchdog | None, spool: str, temp_dir: str | None) -> None:
+    if watchdog is not None:
+        watchdog.stop()
+    if temp_dir is not None:
+        remove_spool(spool)
+        with contextlib.suppress(OSError):
+            os.rmdir(temp_dir)
 
 
 def _stop_all_at_exit() -> None:

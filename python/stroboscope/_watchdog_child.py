@@ -149,8 +149,13 @@ def run_job(job: dict[str, Any], parent_pid: int) -> str:
     table, note = _load(job)
     path = write_dump(table, job, parent_pid)
     if job.get("remove_source"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(job["source"])
+        if job["kind"] == "spool":
+            from stroboscope.spool import remove_spool
+
+            remove_spool(job["source"])  # the spool and its segments
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(job["source"])
         if job.get("remove_source_dir"):
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(job["source"]))

@@ -8,18 +8,21 @@ the watchdog exits without writing anything.
 
 Protocol
 --------
-The parent starts ``sys.executable`` running :func:`main` with, on its command line, a JSON
-configuration (``--config``): the parent's pid, the jobs with every path made absolute, and the
-numbers of the descriptors it inherits (``pass_fds``; all others are closed):
+The parent starts ``sys.executable`` running :func:`main` (``python -P -c "from
+stroboscope._watchdog_child import main; ..."``, the same as ``python -m stroboscope.watchdog``
+without runpy's warning when the package has already imported this module) with, on its command
+line, a JSON configuration (``--config``): the parent's pid, the jobs with every path made
+absolute, and the numbers of the descriptors it inherits (``pass_fds``; all others are closed):
 
 - ``control_fd``: the read end of a pipe whose write end only the parent holds (close-on-exec, and
   closed in children the parent forks). On :meth:`Watchdog.stop` or at interpreter exit the parent
   writes ``b"S"`` ("stopped") and closes it: the watchdog exits with status 0 and dumps nothing.
   End of file without ``b"S"`` means the parent died.
-- ``pidfd``: a pidfd of the parent (``os.pidfd_open``, where the kernel has it). It becomes readable
-  when the parent exits even if a forked child still holds the pipe; the watchdog then reads what
-  is left in the pipe: ``b"S"`` there means a normal stop, anything else a death. Without a pidfd,
-  the watchdog also checks ``os.getppid()`` once a second (a dead parent's children are reparented).
+- ``pidfd``: a pidfd the parent opened on itself (``os.pidfd_open``, where the kernel has it; so
+  no pid-reuse race). It becomes readable when the parent exits even if a forked child still holds
+  the pipe; the watchdog then reads what is left in the pipe: ``b"S"`` there means a normal stop,
+  anything else a death. Without a pidfd, the watchdog also checks ``os.getppid()`` once a second
+  (a dead parent's children are reparented).
 - ``ready_fd``: the watchdog writes ``b"R"`` to it and closes it once it ignores signals and is
   about to wait; :meth:`Watchdog.start` returns only then, so a watchdog that could not start is an
   error in the parent, not a silent gap.
@@ -94,8 +97,8 @@ class DumpJob:
     """
 
     kind: str
-    source: str
-    dump: str | None = None
+    source: str | os.PathLike[str]
+    dump: str | os.PathLike[str] | None = None
     format: str = "csv"
     remove_source: bool = False
     remove_source_dir: bool = False
@@ -105,6 +108,7 @@ class DumpJob:
             raise ValueError(f"DumpJob kind must be one of {KINDS}, got {self.kind!r}")
         if self.format not in FORMATS:
             raise ValueError(f"DumpJob format must be one of {FORMATS}, got {self.format!r}")
+        # Paths are kept as str (so the job is plain JSON for the child).
         object.__setattr__(self, "source", os.fspath(self.source))
         if not self.source:
             raise ValueError("DumpJob source must be a non-empty path")
@@ -118,7 +122,8 @@ def _resolve(job: DumpJob) -> dict[str, Any]:
     """The job as the child gets it: absolute paths, and where a default-named dump goes."""
     out: dict[str, Any] = asdict(job)
     out["source"] = os.path.abspath(job.source)
-    dump = job.dump if job.dump is not None else os.environ.get(DUMP_PATH_ENV) or None
+    dump: str | None = os.fspath(job.dump) if job.dump is not None else None
+    dump = dump or os.environ.get(DUMP_PATH_ENV) or None
     dump_dir = os.getcwd()
     if dump is not None and os.path.isdir(dump):
         dump_dir, dump = dump, None
@@ -317,21 +322,29 @@ class Watchdog:
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], ready_r: int) -> None:
+    """Wait for the child's ready message and then for its end of the ready pipe to close (so
+    it holds nothing but the control pipe and the pidfd when this returns)."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     poller = select.poll()
     poller.register(ready_r, select.POLLIN)
+    got = b""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             raise RuntimeError(f"watchdog {proc.pid} was not ready within {READY_TIMEOUT_S:g} s")
-        if poller.poll(left * 1000):
-            if os.read(ready_r, 1) == READY:
-                return
-            proc.wait()
-            raise RuntimeError(
-                f"watchdog exited with status {proc.returncode} before it was ready "
-                "(its error is on stderr)"
-            )
+        if not poller.poll(left * 1000):
+            continue
+        chunk = os.read(ready_r, 16)
+        if chunk:
+            got += chunk
+            continue
+        if got == READY and proc.poll() is None:
+            return
+        proc.wait()
+        raise RuntimeError(
+            f"watchdog exited with status {proc.returncode} before it was ready "
+            "(its error is on stderr)"
+        )
 
 
 def _forget_all_after_fork() -> None:

@@ -1,0 +1,373 @@
+"""ParentReceiver: collects metric rows from a queue into a crash-safe journal.
+
+Compatible with the pure-Python receiver design: a thread takes dict rows from a ``queue.Queue``
+or a ``multiprocessing`` queue, ``get_metrics()`` returns them as a pandas DataFrame,
+``snapshot(path)`` writes them to CSV or Parquet, and when the main process dies a watchdog
+process writes every row taken from the queue to a CSV dump. Unlike that design, rows are not
+kept in a Python list nor pickled to a helper process: they are appended to a journal file, so
+memory stays flat on long runs and a SIGKILL loses nothing already taken.
+
+Journal format (version 1)
+--------------------------
+A journal is a UTF-8 text file in JSON Lines form:
+
+- one row per line: a JSON object (``json.dumps`` with ASCII output, so a line holds no raw
+  newline), terminated by ``\\n``; the file has no header and no footer;
+- keys are the row's keys (strings); values are JSON numbers, strings, booleans, ``null``, arrays
+  or objects; NaN and infinities are written as Python's ``json`` writes them (``NaN``,
+  ``Infinity``, ``-Infinity``); numpy scalars are written as their Python value, dates and times
+  in ISO 8601, anything else as ``str(value)``; nothing is ever pickled;
+- rows are appended with ``os.write`` on an ``O_APPEND`` descriptor, one write per batch of rows
+  taken from the queue, before the receiver blocks on the queue again (no fsync: a journal
+  survives the death of the process, not of the machine);
+- on reading, a last line without its ``\\n`` (a write torn by the process's death) is skipped, as
+  is any line that is not a JSON object (counted as damaged);
+- ``snapshot(path, reset_metrics=True)`` truncates the journal to zero bytes: it then holds only
+  the rows taken since.
+
+Reading a journal into a table: nested objects are flattened with dotted keys (``{"network":
+{"sent": 1}}`` → column ``network.sent``), the columns are the union of all rows' keys in order
+of first appearance, a key missing from a row is null, and a column whose values Arrow cannot hold
+in one type (say numbers and strings), or holds only as lists, is written as text.
+
+The journal file is created with mode 0600, by default in a private directory made with
+:func:`tempfile.mkdtemp` (mode 0700), and removed when the receiver is garbage-collected or the
+interpreter exits (after a crash, by the watchdog once its dump is written).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue as _queue
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from stroboscope._frame import write_table_csv, write_table_parquet
+from stroboscope._journal import (
+    Journal,
+    encode_rows,
+    parse_journal,
+    read_journal,
+    read_journal_rows,
+    rows_to_table,
+)
+from stroboscope.watchdog import FORMATS, DumpJob, Watchdog
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["ParentReceiver", "read_journal", "read_journal_rows", "rows_to_table"]
+
+logger = logging.getLogger("stroboscope.receiver")
+
+GET_TIMEOUT_S = 0.1
+"""How long one blocking ``queue.get`` waits before ``keep_running`` is checked again (seconds)."""
+MAX_BATCH_ROWS = 4096
+"""At most this many rows are taken from the queue between two journal writes."""
+FINAL_DRAIN_S = 1.0
+"""On stop, rows already waiting in the queue are taken for at most this long (seconds)."""
+
+
+class RowQueue(Protocol):
+    """What the receiver needs of a queue: ``queue.Queue`` and ``multiprocessing`` queues."""
+
+    def get(self, block: bool = ..., timeout: float | None = ...) -> Any: ...
+
+    def get_nowait(self) -> Any: ...
+
+
+# -- the receiver ------------------------------------------------------------------------------
+
+
+class ParentReceiver:
+    """Collects dict rows from ``queue`` on a thread, journaled to a crash-safe file.
+
+    Parameters
+    ----------
+    queue : queue.Queue or multiprocessing queue
+        Where the rows (dicts; keys may differ between rows) arrive. Anything that is not a
+        mapping is skipped with a warning.
+    journal_dir : str or os.PathLike, optional
+        An existing directory owned by this user, for the journal file. Default: a new private
+        temporary directory.
+    crash_safe : bool
+        Start a :class:`~stroboscope.watchdog.Watchdog` with :meth:`start`, which dumps the rows
+        taken so far when this process dies and then removes the journal (default True).
+        Without it, a crash leaves the journal behind (see :attr:`journal_path`).
+    dump_path : str or os.PathLike, optional
+        The crash dump's path. Default: ``$STROBOSCOPE_DUMP_PATH``, else
+        ``stroboscope-dump-YYYYmmdd-HHMMSS-<pid>.csv`` in the working directory.
+    dump_format : {"csv", "parquet"}
+        The crash dump's format (default CSV).
+
+    Attributes
+    ----------
+    keep_running : threading.Event
+        Set while the thread runs; :meth:`stop` clears it.
+    lock : threading.Lock
+        Held while the journal is written, read or reset.
+    """
+
+    def __init__(
+        self,
+        queue: RowQueue,
+        *,
+        journal_dir: str | os.PathLike[str] | None = None,
+        crash_safe: bool = True,
+        dump_path: str | os.PathLike[str] | None = None,
+        dump_format: str = "csv",
+    ) -> None:
+        if not all(callable(getattr(queue, m, None)) for m in ("get", "get_nowait")):
+            raise TypeError(
+                "queue must be a queue.Queue or a multiprocessing queue, "
+                f"got {type(queue).__name__}"
+            )
+        if dump_format not in FORMATS:
+            raise ValueError(f"dump_format must be one of {FORMATS}, got {dump_format!r}")
+        self._journal_dir = None if journal_dir is None else os.path.abspath(journal_dir)
+        if self._journal_dir is not None:
+            _check_private_dir(self._journal_dir)
+        self.queue = queue
+        self.crash_safe = bool(crash_safe)
+        self.dump_path = None if dump_path is None else os.fspath(dump_path)
+        self.dump_format = dump_format
+        self.keep_running = threading.Event()
+        self.lock = threading.Lock()
+        self._journal: Journal | None = None
+        self._thread: threading.Thread | None = None
+        self._watchdog: Watchdog | None = None
+        self._rows = 0
+        self._skipped = 0
+        self._errors = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the journal, start the watchdog (when ``crash_safe``) and the receiving thread.
+
+        Raises
+        ------
+        RuntimeError
+            When the receiver is already running.
+        """
+        if self._thread is not None:
+            raise RuntimeError("this ParentReceiver is already running; stop() it first")
+        if self._journal is None:
+            journal = Journal(self._journal_dir)
+            self._journal = journal
+            weakref.finalize(self, journal.close).atexit = False
+            _live.add(self)
+        if self.crash_safe and self._watchdog is None:
+            job = DumpJob(
+                "journal",
+                self._journal.path,
+                self.dump_path,
+                self.dump_format,
+                remove_source=True,
+                remove_source_dir=self._journal.dir_owned,
+            )
+            self._watchdog = Watchdog([job]).start()
+        self.keep_running.set()
+        self._thread = threading.Thread(target=self.run, name="stroboscope-receiver", daemon=True)
+        self._thread.start()
+
+    def run(self) -> None:
+        """The loop of the receiving thread: take rows (waiting ``GET_TIMEOUT_S`` at most), then
+        every row already waiting, journal them, repeat while ``keep_running`` is set. Rows still
+        waiting when it is cleared are taken too."""
+        if self._journal is None:
+            raise RuntimeError("run() is the thread of start(); call start() instead")
+        get = self.queue.get
+        while self.keep_running.is_set():
+            try:
+                first = get(timeout=GET_TIMEOUT_S)
+            except _queue.Empty:
+                continue
+            except Exception as exc:  # a closed or broken multiprocessing queue
+                self._queue_error(exc)
+                time.sleep(GET_TIMEOUT_S)
+                continue
+            self._journal_batch(self._drain([first]))
+        # Take what is already waiting (for at most FINAL_DRAIN_S against an endless producer).
+        deadline = time.monotonic() + FINAL_DRAIN_S
+        while time.monotonic() < deadline:
+            batch = self._drain([])
+            self._journal_batch(batch)
+            if len(batch) < MAX_BATCH_ROWS:
+                break
+
+    def stop(self) -> None:
+        """Stop the thread (taking the rows already waiting) and the watchdog, which exits
+        without dumping. The rows stay readable; a second call does nothing.
+
+        Raises
+        ------
+        RuntimeError
+            When called before :meth:`start`.
+        """
+        self._require_started("stop")
+        self.keep_running.clear()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.stop()
+
+    # -- data --------------------------------------------------------------------------------
+
+    def snapshot(self, path: str | os.PathLike[str], reset_metrics: bool = True) -> None:
+        """Write the rows collected so far to ``path``: Parquet when it ends in ``.parquet``,
+        CSV otherwise (created with mode 0600). With ``reset_metrics`` the rows are then
+        cleared (the journal is truncated), so the next snapshot holds only newer rows.
+
+        Raises
+        ------
+        RuntimeError
+            When called before :meth:`start`.
+        """
+        self._require_started("snapshot")
+        with self.lock:
+            journal = self._open_journal()
+            table = rows_to_table(parse_journal(journal.read())[0])
+            if os.fspath(path).lower().endswith(".parquet"):
+                write_table_parquet(table, path)
+            else:
+                write_table_csv(table, path)
+            if reset_metrics:
+                journal.truncate()
+
+    def get_metrics(self) -> pandas.DataFrame:
+        """The rows collected so far (since the last reset) as a pandas DataFrame: one column per
+        key of any row, NaN/None where a row lacks it.
+
+        Raises
+        ------
+        RuntimeError
+            When called before :meth:`start`.
+        """
+        self._require_started("get_metrics")
+        with self.lock:
+            data = self._open_journal().read()
+        try:
+            import pandas  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("get_metrics() needs pandas: pip install 'stroboscope[pandas]'") \
+                from exc
+        df: pandas.DataFrame = rows_to_table(parse_journal(data)[0]).to_pandas()
+        return df
+
+    # -- introspection -----------------------------------------------------------------------
+
+    @property
+    def rows_received(self) -> int:
+        """Rows taken from the queue and journaled since :meth:`start` (resets do not count)."""
+        return self._rows
+
+    @property
+    def journal_path(self) -> str | None:
+        """The journal file (``None`` before :meth:`start`)."""
+        return None if self._journal is None else self._journal.path
+
+    @property
+    def watchdog(self) -> Watchdog | None:
+        """The running watchdog (``None`` when not crash-safe or not running)."""
+        return self._watchdog
+
+    @property
+    def running(self) -> bool:
+        """Whether the receiving thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "not running"
+        return f"<stroboscope.ParentReceiver rows={self._rows} {state}>"
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _drain(self, batch: list[Any]) -> list[Any]:
+        get_nowait = self.queue.get_nowait
+        while len(batch) < MAX_BATCH_ROWS:
+            try:
+                batch.append(get_nowait())
+            except _queue.Empty:
+                break
+            except Exception as exc:
+                self._queue_error(exc)
+                break
+        return batch
+
+    def _journal_batch(self, batch: list[Any]) -> None:
+        if not batch:
+            return
+        data, written, skipped = encode_rows(batch)
+        if skipped:
+            if not self._skipped:
+                logger.warning("ParentReceiver: skipping rows that are not dicts (first: %r)",
+                               next(r for r in batch if not isinstance(r, Mapping)))
+            self._skipped += skipped
+        if not data:
+            return
+        with self.lock:
+            try:
+                self._open_journal().append(data)
+            except OSError as exc:
+                logger.error("ParentReceiver: %d rows lost, the journal could not be written: %s",
+                             written, exc)
+                return
+            self._rows += written
+
+    def _queue_error(self, exc: Exception) -> None:
+        if not self._errors:
+            logger.warning("ParentReceiver: reading the queue failed: %s: %s",
+                           type(exc).__name__, exc)
+        self._errors += 1
+
+    def _open_journal(self) -> Journal:
+        if self._journal is None:
+            raise RuntimeError("the receiver has no journal; call start() first")
+        return self._journal
+
+    def _require_started(self, what: str) -> None:
+        if self._journal is None:
+            raise RuntimeError(f"{what}() called before start()")
+
+    def _close_at_exit(self) -> None:
+        if self._journal is None or os.getpid() != self._journal.owner:
+            return
+        if self._thread is not None:
+            self.stop()
+        elif self._watchdog is not None:
+            self._watchdog.stop()
+        with self.lock:
+            self._journal.close()
+
+
+def _check_private_dir(path: str) -> None:
+    if not os.path.isdir(path):
+        raise ValueError(f"journal_dir {path!r} is not an existing directory")
+    st = os.stat(path)
+    if st.st_uid != os.getuid():
+        raise ValueError(
+            f"journal_dir {path!r} is owned by uid {st.st_uid}, not by this user "
+            f"(uid {os.getuid()}); give a directory you own"
+        )
+
+
+_live: weakref.WeakSet[ParentReceiver] = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    for receiver in list(_live):
+        try:
+            receiver._close_at_exit()
+        except Exception as exc:  # pragma: no cover - best effort at interpreter exit
+            logger.warning("ParentReceiver cleanup at exit failed: %s", exc)
+
+
+atexit.register(_close_all_at_exit)
