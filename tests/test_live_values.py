@@ -70,7 +70,7 @@ def test_process_rss_threads_and_memory_percent() -> None:
 
 def test_process_io_and_context_switches() -> None:
     me = psutil.Process()
-    s = Sampler(0.01, sources=["process"])
+    s = Sampler(0.01, sources=["process_io"])
     s._core.run_ticks_inline(1)
     io0, ctx0 = me.io_counters(), me.num_ctx_switches()
     for _ in range(200):

@@ -32,8 +32,11 @@ const Entry kEntries[] = {
      &make_disk_source},
     {"diskio", "Bytes read and written by whole block devices, from /proc/diskstats.",
      &make_diskio_source},
-    {"process", "CPU, memory, threads, I/O and context switches of one process, from /proc/<pid>.",
+    {"process", "CPU, memory and threads of one process, from /proc/<pid>/stat and statm.",
      &make_process_source},
+    {"process_io", "I/O bytes and context switches of one process, from /proc/<pid>/io and "
+                   "status.",
+     &make_process_io_source},
     {"proc_tree", "CPU, memory and threads of a process and all its descendants, from /proc.",
      &make_proc_tree_source},
     {"load", "Load averages and runnable tasks, from /proc/loadavg.", &make_load_source},

@@ -442,29 +442,42 @@ void test_disk() {
 void test_process() {
   Tree t;
   auto src = make_source("process", t.opts("basic", 6767));
+  auto io_src = make_source("process_io", t.opts("basic", 6767));
+  CHECK_EQ(src->columns().size(), 4u);  // stat + statm only; io and status are process_io's
+  CHECK_EQ(io_src->columns().size(), 4u);
   Row r(*src);
+  Row io(*io_src);
   r.read(*src, kT0);
+  io.read(*io_src, kT0);
   CHECK(src->reason() == nullptr);
+  CHECK(io_src->reason() == nullptr);
   CHECK(r.null("proc.cpu_pct"));
   CHECK_EQ(r.i64("proc.rss_bytes"), 5346LL * kPage);  // statm resident pages
   CHECK_NEAR(r.f64("proc.mem_pct"), 100.0 * 5346 * kPage / (24683584.0 * 1024), 1e-9);
   CHECK_EQ(r.i64("proc.threads"), 4);
-  CHECK_EQ(r.i64("proc.read_bytes"), 0);
-  CHECK_EQ(r.i64("proc.write_bytes"), 0);
-  CHECK_EQ(r.i64("proc.ctx_voluntary"), 0);
-  CHECK_EQ(r.i64("proc.ctx_involuntary"), 0);
+  CHECK_EQ(io.i64("proc.read_bytes"), 0);
+  CHECK_EQ(io.i64("proc.write_bytes"), 0);
+  CHECK_EQ(io.i64("proc.ctx_voluntary"), 0);
+  CHECK_EQ(io.i64("proc.ctx_involuntary"), 0);
   t.advance("proc/basic");
   r.read(*src, kT1);
+  io.read(*io_src, kT1);
   // utime+stime 17+0 -> 37+5: 25 ticks = 0.25 s of CPU (at 100 Hz) in 0.5 s = 50 %.
   CHECK_NEAR(r.f64("proc.cpu_pct"), 100.0 * 25.0 / static_cast<double>(kTck) / 0.5, 1e-9);
   if (kTck == 100) CHECK_NEAR(r.f64("proc.cpu_pct"), 50.0, 1e-9);
   CHECK_EQ(r.i64("proc.rss_bytes"), 6000LL * kPage);
   CHECK_EQ(r.i64("proc.threads"), 5);
-  CHECK_EQ(r.i64("proc.read_bytes"), 8192);
-  CHECK_EQ(r.i64("proc.write_bytes"), 4096);
-  CHECK_EQ(r.i64("proc.ctx_voluntary"), 12);   // 8 -> 20
-  CHECK_EQ(r.i64("proc.ctx_involuntary"), 3);  // 18 -> 21
+  CHECK_EQ(io.i64("proc.read_bytes"), 8192);
+  CHECK_EQ(io.i64("proc.write_bytes"), 4096);
+  CHECK_EQ(io.i64("proc.ctx_voluntary"), 12);   // 8 -> 20
+  CHECK_EQ(io.i64("proc.ctx_involuntary"), 3);  // 18 -> 21
   CHECK(src->reason() == nullptr);
+  CHECK(io_src->reason() == nullptr);
+  // process_io notices the exit through status reading 0 bytes.
+  Tree::write(t.path("proc/basic/6767/status"), "");
+  io.read(*io_src, kT2);
+  CHECK(io.all_null());
+  CHECK(reason_is(*io_src, kReasonProcessExited));
 
   // The process goes away (its fd reads 0 bytes): every cell null, "process exited", ESRCH.
   Tree::write(t.path("proc/basic/6767/stat"), "");
@@ -480,11 +493,15 @@ void test_process() {
 
   // comm "a) b (c"; no io file (as for another user's process): those two cells null, the rest set.
   auto w = make_source("process", t.opts("weird_comm", 31337));
+  auto wio_src = make_source("process_io", t.opts("weird_comm", 31337));
   Row wr(*w);
+  Row wio(*wio_src);
   wr.read(*w, kT0);
+  wio.read(*wio_src, kT0);
   CHECK(w->reason() == nullptr);
-  CHECK(wr.null("proc.read_bytes"));
-  CHECK(wr.null("proc.write_bytes"));
+  CHECK(wio_src->reason() == nullptr);
+  CHECK(wio.null("proc.read_bytes"));
+  CHECK(wio.null("proc.write_bytes"));
   CHECK_EQ(wr.i64("proc.threads"), 3);
   CHECK_EQ(wr.i64("proc.rss_bytes"), 300LL * kPage);
   CHECK_NEAR(wr.f64("proc.mem_pct"), 100.0 * 300 * kPage / (1000000.0 * 1024), 1e-9);
@@ -492,8 +509,9 @@ void test_process() {
   wr.read(*w, kT1);
   // 250+50 -> 300+60: 60 ticks = 0.6 s in 0.5 s = 120 % (more than one core).
   CHECK_NEAR(wr.f64("proc.cpu_pct"), 100.0 * 60.0 / static_cast<double>(kTck) / 0.5, 1e-9);
-  CHECK_EQ(wr.i64("proc.ctx_voluntary"), 0);
-  CHECK(wr.null("proc.read_bytes"));
+  wio.read(*wio_src, kT1);
+  CHECK_EQ(wio.i64("proc.ctx_voluntary"), 0);
+  CHECK(wio.null("proc.read_bytes"));
   CHECK(w->reason() == nullptr);
 
   CHECK(throws_with([&] { (void)make_source("process", t.opts("basic", 999999)); },
@@ -699,7 +717,7 @@ void test_cgroup() {
 
 void test_registry() {
   std::vector<std::string> want{"cpu",     "cpu_cores", "memory", "network",  "disk",  "diskio",
-                                "process", "proc_tree", "load",   "pressure", "cgroup", "gpu"};
+                                "process", "process_io", "proc_tree", "load", "pressure", "cgroup", "gpu"};
   CHECK(source_names() == want);
   Tree t;
   bool threw = false;
@@ -708,7 +726,7 @@ void test_registry() {
   } catch (const std::invalid_argument& e) {
     threw = std::strcmp(e.what(),
                         "unknown source 'nope'; known sources: cpu, cpu_cores, memory, network, "
-                        "disk, diskio, process, proc_tree, load, pressure, cgroup, gpu") == 0;
+                        "disk, diskio, process, process_io, proc_tree, load, pressure, cgroup, gpu") == 0;
     if (!threw) std::fprintf(stderr, "message: %s\n", e.what());
   }
   CHECK(threw);

@@ -26,6 +26,7 @@ inline constexpr const char kReasonProcessExited[] = "process exited";
 [[nodiscard]] std::unique_ptr<Source> make_disk_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_diskio_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_process_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_process_io_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_proc_tree_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_load_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_pressure_source(const SourceOptions& opts);
