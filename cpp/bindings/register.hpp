@@ -3,7 +3,12 @@
 
 #include <pybind11/pybind11.h>
 
+#include "stroboscope/column.hpp"
+
 namespace stroboscope::bindings {
+// {"name", "unit", "dtype", "kind", "help"} of one column, as Python sees a schema entry.
+pybind11::dict column_dict(const ColumnSpec& c);
+
 void register_frame(pybind11::module_& m);
 void register_sampler(pybind11::module_& m);
 void register_sources(pybind11::module_& m);

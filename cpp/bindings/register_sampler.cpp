@@ -36,15 +36,6 @@ std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler(
       new Sampler(std::move(slots), interval_ns, capacity, spool_path));
 }
 
-py::dict column_dict(const ColumnSpec& c) {
-  py::dict d;
-  d["name"] = c.name;
-  d["unit"] = c.unit;
-  d["dtype"] = dtype_name(c.dtype);
-  d["kind"] = kind_name(c.kind);
-  d["help"] = c.help;
-  return d;
-}
 
 py::dict stats_dict(const SamplerStats& s) {
   py::dict d;
@@ -84,6 +75,16 @@ py::dict stats_dict(const SamplerStats& s) {
 }
 
 }  // namespace
+
+py::dict column_dict(const ColumnSpec& c) {
+  py::dict d;
+  d["name"] = c.name;
+  d["unit"] = c.unit;
+  d["dtype"] = dtype_name(c.dtype);
+  d["kind"] = kind_name(c.kind);
+  d["help"] = c.help;
+  return d;
+}
 
 void register_sampler(py::module_& m) {
   m.attr("MIN_INTERVAL_NS") = kMinIntervalNs;

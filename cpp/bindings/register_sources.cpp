@@ -91,11 +91,7 @@ void register_sources(py::module_& m) {
   m.def("source_columns", [](const std::string& name, const SourceOptions& opts) {
     py::list out;
     const std::unique_ptr<Source> source = make_source(name, opts);  // outlives the loop
-    for (const ColumnSpec& c : source->columns()) {
-      out.append(py::dict(py::arg("name") = c.name, py::arg("unit") = c.unit,
-                          py::arg("dtype") = dtype_name(c.dtype),
-                          py::arg("kind") = kind_name(c.kind), py::arg("help") = c.help));
-    }
+    for (const ColumnSpec& c : source->columns()) out.append(column_dict(c));
     return out;
   });
   m.def("gpu_status", &gpu_status_dict);
