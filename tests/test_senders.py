@@ -193,15 +193,26 @@ def test_wandb_offline_run_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
     sender = WandbSender(project="stroboscope-test", mode="offline", dir=str(tmp_path))
     publish_all(sender)
     [run_file] = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
-    history = []
-    for raw in _wandb_records(run_file):
-        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
-        record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "history":
-            history.append({
-                item.key or ".".join(item.nested_key): json.loads(item.value_json)
-                for item in record.history.item
-            })
+
+    def read_history() -> list[dict[str, Any]]:
+        out = []
+        for raw in _wandb_records(run_file):
+            record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
+            record.ParseFromString(raw)
+            if record.WhichOneof("record_type") == "history":
+                out.append({
+                    item.key or ".".join(item.nested_key): json.loads(item.value_json)
+                    for item in record.history.item
+                })
+        return out
+
+    # wandb's service process writes the run file on its own schedule, even after finish() has
+    # returned on a loaded machine: wait (bounded) for the three records to land.
+    deadline = time.monotonic() + 20
+    history = read_history()
+    while len(history) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        history = read_history()
     assert [h["rank0.cpu"] for h in history] == [12.5, 25.0, 50.0]
     assert [h["rank0.network.recv"] for h in history] == [200, 500, 900]
     assert history[2]["rank0.gpu.0.gpu"] == 99.0

@@ -217,3 +217,52 @@ def test_crash_safe_sampler_cleans_up_after_a_normal_stop(tmp_path: Path) -> Non
     assert len(s.snapshot()) > 100  # rows still readable from the mapping
     time.sleep(0.5)
     assert not dump.exists()  # a normal stop writes no dump
+
+
+def test_an_existing_spool_is_never_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "run.spool"
+    s = Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
+    s._core.run_ticks_inline(5)
+    del s
+    with pytest.raises(ValueError, match="already exists: recover it"):
+        Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
+    assert recover(path).num_rows == 5  # the first recording is intact
+
+
+FORK_CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    import stroboscope
+    s = stroboscope.Sampler(0.001, sources=["memory"], crash_safe=True,
+                            dump_path=sys.argv[1], segment_seconds=0.5).start()
+    time.sleep(0.05)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            s.start()
+            print("child could start the parent's spool ring", flush=True)
+        except RuntimeError:
+            pass
+        sys.exit(0)  # a normal exit: atexit hooks and finalizers run in the child
+    os.waitpid(pid, 0)
+    print("spool exists after child exit:", os.path.exists(s.spool), flush=True)
+    s.close()
+    print("spool exists after close:", os.path.exists(s.spool), flush=True)
+    print("rows:", len(s.snapshot()), flush=True)
+    """
+)
+
+
+def test_a_forked_child_leaves_the_parents_private_spool_alone(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", FORK_CHILD, str(tmp_path / "d.csv")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["spool exists after child exit: True", "spool exists after close: False"]
+    assert int(lines[2].split()[1]) > 20
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "d.csv").exists()  # nobody died: no dump

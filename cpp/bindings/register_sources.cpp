@@ -74,9 +74,17 @@ void register_sources(py::module_& m) {
       .def_readwrite("net_include_loopback", &SourceOptions::net_include_loopback);
 
   m.def("source_names", &source_names, "Every source name this build knows.");
+  // Building or probing the gpu source may dlopen NVML and call nvmlInit (seconds on some
+  // machines): the three calls below run without the GIL.
   m.def("describe_sources", [](const SourceOptions& opts) {
+    std::vector<SourceInfo> infos;
+    {
+      // releasing gil here is safe, we don't manipulate refcounts
+      py::gil_scoped_release release;
+      infos = describe_sources(opts);
+    }
     py::list out;
-    for (const SourceInfo& info : describe_sources(opts)) {
+    for (const SourceInfo& info : infos) {
       py::dict d;
       d["name"] = info.name;
       d["help"] = info.help;
@@ -87,10 +95,16 @@ void register_sources(py::module_& m) {
     }
     return out;
   });
-  m.def("default_source_names", &default_source_names);
+  m.def("default_source_names", &default_source_names,
+        py::call_guard<py::gil_scoped_release>());
   m.def("source_columns", [](const std::string& name, const SourceOptions& opts) {
+    std::unique_ptr<Source> source;  // outlives the loop below
+    {
+      // releasing gil here is safe, we don't manipulate refcounts
+      py::gil_scoped_release release;
+      source = make_source(name, opts);
+    }
     py::list out;
-    const std::unique_ptr<Source> source = make_source(name, opts);  // outlives the loop
     for (const ColumnSpec& c : source->columns()) out.append(column_dict(c));
     return out;
   });

@@ -79,6 +79,13 @@ void GpuSampleRecorder::poll_once() noexcept {
     if (n == 0) return;
     try {
       std::lock_guard<std::mutex> lock(rows_mutex_);
+      // Reserve all five first, so an allocation failure cannot leave them different lengths.
+      const std::size_t want = rows_.value.size() + n;
+      rows_.mono_ns.reserve(want);
+      rows_.time_ns.reserve(want);
+      rows_.gpu.reserve(want);
+      rows_.kind.reserve(want);
+      rows_.value.reserve(want);
       for (std::size_t i = 0; i < n; ++i) {
         const NvmlSampleRow& r = scratch_[i];
         const std::int64_t utc = r.driver_time_us * 1000;
@@ -102,7 +109,10 @@ void GpuSampleRecorder::poll_once() noexcept {
         taken_ = taken_ > excess ? taken_ - excess : 0;
       }
     } catch (const std::bad_alloc&) {
-      return;  // keep what we have; the driver still holds the rest for the next poll
+      // Out of memory: these samples were taken from the driver and cannot be kept.
+      std::lock_guard<std::mutex> lock(rows_mutex_);
+      rows_.dropped += n;
+      return;
     }
     if (n < scratch_.size()) return;
   }

@@ -108,6 +108,10 @@ void Sampler::forget_thread_after_fork() noexcept {
   // The std::thread object describes a thread of the parent. Joining or destroying a joinable
   // one would block or terminate, so end its lifetime without running its destructor.
   new (&thread_) std::thread();
+  // Another thread of the parent may have held a consumer lock at the fork; in the child that
+  // thread is gone and the lock would stay held for ever.
+  new (&consumer_mutex_) std::mutex();
+  new (&drain_mutex_) std::mutex();
   for (SourceSlot& slot : sources_) slot.source->forget_threads_after_fork();
   running_.store(false, std::memory_order_relaxed);
   stop_requested_.store(false, std::memory_order_relaxed);
@@ -138,7 +142,8 @@ void Sampler::tick(std::uint64_t k, std::int64_t now) noexcept {
 void Sampler::run() noexcept {
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);  // wake at the deadline, not up to 50 µs after
   clockid_t cpu_clock{};
-  if (pthread_getcpuclockid(pthread_self(), &cpu_clock) == 0) {
+  const bool have_cpu_clock = pthread_getcpuclockid(pthread_self(), &cpu_clock) == 0;
+  if (have_cpu_clock) {
     thread_cpu_clock_.store(cpu_clock, std::memory_order_relaxed);
     thread_cpu_clock_valid_.store(true, std::memory_order_release);
   }
@@ -183,7 +188,7 @@ void Sampler::run() noexcept {
   next_tick_ = k;
   stopped_at_ns_.store(mono_ns(), std::memory_order_relaxed);
   timespec ts{};
-  if (clock_gettime(cpu_clock, &ts) == 0) {
+  if (have_cpu_clock && clock_gettime(cpu_clock, &ts) == 0) {
     const std::int64_t used = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
     thread_cpu_done_ns_.store(thread_cpu_done_ns_.load(std::memory_order_relaxed) + used,
                               std::memory_order_relaxed);

@@ -68,7 +68,16 @@ RingStorage create_spool(const std::string& path, const std::vector<ColumnSpec>&
     ::close(fd);
     throw err;
   }
-  void* map = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Reserve the blocks now: a sparse file would allocate them from inside Ring::push, and a full
+  // filesystem would then kill the process with SIGBUS instead of failing here with a message.
+  if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
+    ::close(fd);
+    errno = rc;
+    throw path_error("cannot reserve " + std::to_string(total) + " bytes for spool", path);
+  }
+  // MAP_POPULATE: fault every page in now, not on the sampler's first lap.
+  void* map =
+      ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   ::close(fd);  // the mapping keeps the file
   if (map == MAP_FAILED) throw path_error("cannot map spool", path);
 

@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import math
 import os
+import shutil
 import tempfile
 import threading
 import weakref
@@ -19,7 +20,7 @@ import pyarrow as pa
 from stroboscope import _core
 from stroboscope._frame import Frame, TableFrame
 from stroboscope._gpu import GpusArg, resolve_gpus
-from stroboscope.spool import SegmentWriter, remove_spool
+from stroboscope.spool import SegmentWriter, remove_spool, segment_paths
 from stroboscope.watchdog import DumpJob, Watchdog
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
@@ -106,6 +107,13 @@ def _check_spool(spool: str | os.PathLike[str]) -> str:
         )
     if os.path.isdir(path):
         raise ValueError(f"spool {os.fspath(spool)!r} is a directory; give a file path")
+    if os.path.exists(path) or segment_paths(path):
+        # Starting over would truncate a recording nobody has recovered yet, and its segments
+        # would be read back as if they belonged to the new one.
+        raise ValueError(
+            f"spool {os.fspath(spool)!r} (or its segments) already exists: recover it with "
+            f"`stroboscope recover {os.fspath(spool)} -o FILE`, or remove it, then start again"
+        )
     return path
 
 
@@ -271,13 +279,8 @@ class Sampler:
             raise ValueError("gpus was given but the 'gpu' source is not in sources")
         if dump_format not in ("csv", "parquet"):
             raise ValueError(f"dump_format must be 'csv' or 'parquet', got {dump_format!r}")
-        self._temp_spool_dir: str | None = None
-        if crash_safe and spool is None:
-            self._temp_spool_dir = tempfile.mkdtemp(prefix="stroboscope-")  # 0700, ours
-            spool = os.path.join(self._temp_spool_dir, "sampler.spool")
-        spool_path = "" if spool is None else _check_spool(spool)
-        self._segments: SegmentWriter | None = None
-        if spool_path:
+        seg_s = 0.0
+        if spool is not None or crash_safe:
             seg_s = _check_interval("segment_seconds", segment_seconds)
             if cap * self._interval < 2 * seg_s:
                 raise ValueError(
@@ -286,10 +289,20 @@ class Sampler:
                     f"{self._interval:g} s (capacity is {cap}): raise capacity or lower "
                     "segment_seconds"
                 )
+        self._temp_spool_dir: str | None = None
+        if crash_safe and spool is None:
+            self._temp_spool_dir = tempfile.mkdtemp(prefix="stroboscope-")  # 0700, ours
+            spool = os.path.join(self._temp_spool_dir, "sampler.spool")
+        self._segments: SegmentWriter | None = None
         try:
+            spool_path = "" if spool is None else _check_spool(spool)
             self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options, spool_path)
         except (RuntimeError, OSError) as exc:
+            self._remove_temp_dir()
             raise RuntimeError(f"cannot build sampler: {exc}") from None
+        except BaseException:
+            self._remove_temp_dir()
+            raise
         self._spool = spool_path or None
         if spool_path:
             self._segments = SegmentWriter(self._core, spool_path, seg_s, max(cap // 2, 1))
@@ -315,10 +328,19 @@ class Sampler:
                 remove_source_dir=private,
             )
             self._watchdog = Watchdog([job])
-        # Runs at close(), or when this object is collected without one: stops the watchdog
-        # (a normal end) and removes a private spool. The mapping stays readable until we go.
+        # Runs at close(), at exit, or when this object is collected without close(): stops the
+        # sampler, the segment writer and the watchdog (a normal end: no dump) and removes a
+        # private spool. Only in the process that made it (a forked child inherits it too).
+        self._owner_pid = os.getpid()
         self._cleanup = weakref.finalize(
-            self, _cleanup_crash_safe, self._watchdog, spool_path, self._temp_spool_dir
+            self,
+            _cleanup_crash_safe,
+            self._owner_pid,
+            self._core,
+            self._segments,
+            self._watchdog,
+            spool_path,
+            self._temp_spool_dir,
         )
         self._lock = threading.Lock()
         self._closed = False
@@ -333,6 +355,11 @@ class Sampler:
         with self._lock:
             if self._closed:
                 raise RuntimeError("this Sampler is closed; create a new one to sample again")
+            if self._spool is not None and os.getpid() != self._owner_pid:
+                raise RuntimeError(
+                    "this Sampler's ring lives in the spool of the process that made it; "
+                    "a forked child must create its own Sampler"
+                )
             if self._watchdog is not None and not self._watchdog.running:
                 self._watchdog.start()  # before the first row: a death from now on is dumped
             self._core.start()
@@ -350,9 +377,11 @@ class Sampler:
     def close(self) -> None:
         """Stop for good. Rows recorded so far stay readable with snapshot()/drain()."""
         with self._lock:
-            self._stop_locked()
-            self._closed = True
-            self._cleanup()  # a normal end: the watchdog dumps nothing; a private spool goes
+            try:
+                self._stop_locked()
+            finally:
+                self._closed = True
+                self._cleanup()  # a normal end: the watchdog dumps nothing; a private spool goes
 
     def _stop_locked(self) -> None:
         self._core.stop()
@@ -464,6 +493,15 @@ class Sampler:
         self._core.forget_thread_after_fork()
         if self._gpu_recorder is not None:
             self._gpu_recorder.forget_thread_after_fork()
+        # The spool, its segments and the watchdog belong to the parent: the child must not
+        # write segments into them or clean them up.
+        self._segments = None
+        self._cleanup.detach()
+
+    def _remove_temp_dir(self) -> None:
+        if self._temp_spool_dir is not None:
+            shutil.rmtree(self._temp_spool_dir, ignore_errors=True)
+            self._temp_spool_dir = None
 
 
 def available_sources(
@@ -503,7 +541,19 @@ def _gpu_sample_table(rows: Mapping[str, Any], labels: Mapping[int, int]) -> pa.
     )
 
 
-def _cleanup_crash_safe(watchdog: Watchdog | None, spool: str, temp_dir: str | None) -> None:
+def _cleanup_crash_safe(
+    owner_pid: int,
+    core: _core.Sampler,
+    segments: SegmentWriter | None,
+    watchdog: Watchdog | None,
+    spool: str,
+    temp_dir: str | None,
+) -> None:
+    if os.getpid() != owner_pid:
+        return
+    core.stop()
+    if segments is not None:
+        segments.stop()
     if watchdog is not None:
         watchdog.stop()
     if temp_dir is not None:

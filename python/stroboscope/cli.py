@@ -122,19 +122,25 @@ def _record(args: argparse.Namespace) -> int:
     # The segment writer must drain before the ring wraps: a quarter of the ring, at most 10 s.
     ring_rows = 1 << (max(args.capacity, 2) - 1).bit_length()
     segment_s = min(10.0, max(args.interval, ring_rows * args.interval / 4))
-    sampler = Sampler(
-        args.interval,
-        pid=pid,
-        sources=_parse_sources(args.sources),
-        capacity=args.capacity,
-        spool=spool,
-        segment_seconds=segment_s,
-    )
-    units = {c.name: c.unit for c in sampler.schema}
-    publisher = RecordPublisher.from_args(args, sampler.schema)
-    # If this process dies (SIGKILL, OOM, a crash), the watchdog writes the output from the spool.
-    watchdog = Watchdog([DumpJob("spool", spool, dump=args.output, format=fmt)])
-    watchdog.start()
+    try:
+        sampler = Sampler(
+            args.interval,
+            pid=pid,
+            sources=_parse_sources(args.sources),
+            capacity=args.capacity,
+            spool=spool,
+            segment_seconds=segment_s,
+        )
+        units = {c.name: c.unit for c in sampler.schema}
+        publisher = RecordPublisher.from_args(args, sampler.schema)
+        # If this process dies (SIGKILL, OOM, a crash), the watchdog writes FILE from the spool.
+        watchdog = Watchdog([DumpJob("spool", spool, dump=args.output, format=fmt)])
+        watchdog.start()
+    except BaseException:
+        if child is not None:  # setup failed: do not leave the command running unattended
+            child.kill()
+            child.wait()
+        raise
     exit_code = 0
     interrupted = False
     started = time.monotonic()

@@ -32,7 +32,7 @@ _HEADER = struct.Struct("<8sIIQIIqqqIIQ")  # through the total file size (offset
 _COUNTERS = struct.Struct("<QQ")  # write_begin, head at offset 128
 _SCHEMA_OFFSET = 192
 _FIRST_ROW_KEY = b"stroboscope.first_row"
-_SEGMENT_RE = re.compile(r"\.seg-(\d{6})\.parquet$")
+_SEGMENT_RE = re.compile(r"\.seg-(\d+)\.parquet$")
 
 
 class SpoolError(ValueError):
@@ -48,6 +48,12 @@ def segment_paths(spool: str | os.PathLike[str]) -> list[Path]:
         if m:
             found.append((int(m.group(1)), Path(name)))
     return [p for _, p in sorted(found)]
+
+
+def _last_segment_index(spool: str | os.PathLike[str]) -> int:
+    """The largest segment index beside ``spool`` (0 when there is none)."""
+    indices = [int(m.group(1)) for p in segment_paths(spool) if (m := _SEGMENT_RE.search(str(p)))]
+    return max(indices, default=0)
 
 
 def _field(name: str, unit: str, dtype: str, kind: str) -> pa.Field:
@@ -144,6 +150,12 @@ def read_spool(path: str | os.PathLike[str], *, from_row: int = 0) -> tuple[pa.T
         raise SpoolError(f"{p} is a directory, not a spool file") from None
     buf = memoryview(data.data)
     h = _read_header(p, buf, len(data))
+    # The file may still be written (a live recording): its cells were read after its counters.
+    # Read the counters again; slots the writer may have reused since are dropped.
+    with open(p, "rb") as f:
+        f.seek(128)
+        begin_now, _ = _COUNTERS.unpack(f.read(_COUNTERS.size))
+    h["write_begin"] = max(h["write_begin"], begin_now)
     cap, ncols, words = h["capacity"], h["ncols"], h["words"]
     first = max(0, h["write_begin"] - cap, from_row)
     end = h["head"]
@@ -236,7 +248,7 @@ class SegmentWriter:
         self._seconds = segment_seconds
         self._rows = segment_rows
         self._cursor = 0
-        self._seq = len(segment_paths(spool))
+        self._seq = _last_segment_index(spool)
         self.rows_lost = 0
         self.segments_written = 0
         self._stop = threading.Event()
