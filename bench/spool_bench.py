@@ -52,7 +52,8 @@ def main() -> int:
             f"spooled / in-memory: {ratio:.3f}x (target <= 1.1x): "
             f"{'PASS' if ratio <= 1.1 else 'MISS'}"
         )
-        del mem, spooled
+        mem.close()
+        spooled.close()
     return 0
 
 

@@ -553,7 +553,9 @@ def _cleanup_crash_safe(
         return
     core.stop()
     if segments is not None:
-        segments.stop()
+        # The last segment; if the spool's directory is already gone there is nothing to keep.
+        with contextlib.suppress(OSError):
+            segments.stop()
     if watchdog is not None:
         watchdog.stop()
     if temp_dir is not None:
