@@ -81,3 +81,21 @@ def test_cpu_window_zero_reads_every_tick() -> None:
     s = Sampler(0.002, sources=["process"], cpu_window=0)
     s._core.run_ticks_inline(5)
     assert s.snapshot().to_arrow().column("proc.cpu_pct").null_count == 1  # only the first read
+
+
+def test_byte_rates_use_windows_of_at_least_rate_window() -> None:
+    s = Sampler(0.001, sources=["network", "diskio"], rate_window=0.05)
+    with s:
+        time.sleep(0.5)
+    table = s.snapshot().to_arrow()
+    mono = table.column("mono_ns").to_numpy()
+    for name in ("net.sent_bytes_per_s", "disk.write_bytes_per_s"):
+        valid = table.column(name).is_valid().to_numpy(zero_copy_only=False)
+        assert 4 <= int(valid.sum()) <= 11, name  # ~0.5 s / 50 ms
+        assert np.all(np.diff(mono[valid]) >= 50_000_000), name
+    # Totals are still on every row.
+    assert table.column("net.sent_bytes").null_count == 0
+    import pytest
+
+    with pytest.raises(ValueError, match="rate_window must be"):
+        Sampler(0.001, sources=["network"], rate_window=-1)

@@ -71,6 +71,7 @@ void register_sources(py::module_& m) {
       .def_readwrite("gpu_devices", &SourceOptions::gpu_devices)
       .def_readwrite("gpu_labels", &SourceOptions::gpu_labels)
       .def_readwrite("cpu_window_ns", &SourceOptions::cpu_window_ns)
+      .def_readwrite("rate_window_ns", &SourceOptions::rate_window_ns)
       .def_readwrite("net_include_loopback", &SourceOptions::net_include_loopback);
 
   m.def("source_names", &source_names, "Every source name this build knows.");

@@ -92,6 +92,8 @@ class DiskIoSource final : public Source {
  public:
   explicit DiskIoSource(const SourceOptions& opts)
       : Source("diskio"),
+        read_rate_(opts.rate_window_ns),
+        write_rate_(opts.rate_window_ns),
         file_(detail::open_required(detail::join_path(opts.proc_root, "diskstats"),
                                     "block device counters")),
         scratch_(kMaxDevices),
@@ -107,9 +109,11 @@ class DiskIoSource final : public Source {
                "Bytes written to whole block devices (partitions excluded) since the first "
                "reading.");
     add_column("disk.read_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
-               "Bytes read per second from whole block devices over the last interval.");
+               "Bytes read per second from whole block devices since the previous value "
+               "(windows of at least rate_window).");
     add_column("disk.write_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
-               "Bytes written per second to whole block devices over the last interval.");
+               "Bytes written per second to whole block devices since the previous value "
+               "(windows of at least rate_window).");
   }
   ~DiskIoSource() override {
     if (block_dir_ >= 0) ::close(block_dir_);
@@ -157,12 +161,9 @@ class DiskIoSource final : public Source {
     write_total_ += d_w * kSectorBytes;
     row.set_i64(0, static_cast<std::int64_t>(read_total_));
     row.set_i64(1, static_cast<std::int64_t>(write_total_));
-    double dt = detail::seconds_between(prev_ns_, now_ns);
-    if (has_prev_ && dt > 0) {
-      row.set_f64(2, static_cast<double>(d_r * kSectorBytes) / dt);
-      row.set_f64(3, static_cast<double>(d_w * kSectorBytes) / dt);
-    }
-    prev_ns_ = now_ns;
+    double rate = 0;
+    if (read_rate_.update(read_total_, now_ns, &rate)) row.set_f64(2, rate);
+    if (write_rate_.update(write_total_, now_ns, &rate)) row.set_f64(3, rate);
     has_prev_ = true;
     ok();
   }
@@ -198,13 +199,13 @@ class DiskIoSource final : public Source {
     return nullptr;
   }
 
+  detail::WindowedRate read_rate_, write_rate_;
   ProcFile file_;
   int block_dir_ = -1;
   std::vector<procfs::DiskStatLine> scratch_;
   std::vector<DevSlot> slots_;
   std::uint64_t gen_ = 0;
   std::uint64_t read_total_ = 0, write_total_ = 0;
-  std::int64_t prev_ns_ = 0;
   bool has_prev_ = false;
 };
 

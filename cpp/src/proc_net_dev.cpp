@@ -71,6 +71,8 @@ class NetworkSource final : public Source {
   explicit NetworkSource(const SourceOptions& opts)
       : Source("network"),
         include_lo_(opts.net_include_loopback),
+        sent_rate_(opts.rate_window_ns),
+        recv_rate_(opts.rate_window_ns),
         file_(detail::open_required(detail::join_path(opts.proc_root, "net/dev"),
                                     "network interface counters")),
         scratch_(kMaxInterfaces),
@@ -83,9 +85,11 @@ class NetworkSource final : public Source {
     add_column("net.recv_bytes", "bytes", DType::kInt64, Kind::kCounter,
                "Bytes received by " + which + " since the first reading.");
     add_column("net.sent_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
-               "Bytes sent per second by " + which + " over the last interval.");
+               "Bytes sent per second by " + which +
+                   " since the previous value (windows of at least rate_window).");
     add_column("net.recv_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
-               "Bytes received per second by " + which + " over the last interval.");
+               "Bytes received per second by " + which +
+                   " since the previous value (windows of at least rate_window).");
   }
 
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
@@ -130,18 +134,16 @@ class NetworkSource final : public Source {
     sent_total_ += d_tx;
     row.set_i64(0, static_cast<std::int64_t>(sent_total_));
     row.set_i64(1, static_cast<std::int64_t>(recv_total_));
-    double dt = detail::seconds_between(prev_ns_, now_ns);
-    if (has_prev_ && dt > 0) {
-      row.set_f64(2, static_cast<double>(d_tx) / dt);
-      row.set_f64(3, static_cast<double>(d_rx) / dt);
-    }
-    prev_ns_ = now_ns;
+    double rate = 0;
+    if (sent_rate_.update(sent_total_, now_ns, &rate)) row.set_f64(2, rate);
+    if (recv_rate_.update(recv_total_, now_ns, &rate)) row.set_f64(3, rate);
     has_prev_ = true;
     ok();
   }
 
  private:
   bool include_lo_;
+  detail::WindowedRate sent_rate_, recv_rate_;
   // The slot holding `name`; tries the slot at the line's position first (the usual case: the
   // same interfaces in the same order every time).
   IfSlot* find_slot(const char* name, std::size_t hint) noexcept {
@@ -165,7 +167,6 @@ class NetworkSource final : public Source {
   std::vector<IfSlot> slots_;
   std::uint64_t gen_ = 0;
   std::uint64_t sent_total_ = 0, recv_total_ = 0;
-  std::int64_t prev_ns_ = 0;
   bool has_prev_ = false;
 };
 

@@ -27,6 +27,7 @@ class SourceOptions:
     gpu_devices: list[int]
     gpu_labels: list[str]
     cpu_window_ns: int
+    rate_window_ns: int
     net_include_loopback: bool
     def __init__(self) -> None: ...
 

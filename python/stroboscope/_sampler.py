@@ -63,6 +63,19 @@ def _check_interval(name: str, value: object) -> float:
     return seconds
 
 
+def _check_window(name: str, value: object) -> int:
+    """A minimum rate window in seconds, [0, 1 h], as nanoseconds."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (0 <= value <= MAX_INTERVAL_S)
+    ):
+        raise ValueError(
+            f"{name} must be a number of seconds in [0, {MAX_INTERVAL_S:g}], got {value!r}"
+        )
+    return round(value * 1e9)
+
+
 def _check_capacity(capacity: object) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         raise TypeError(f"capacity must be an int (rows), got {type(capacity).__name__}")
@@ -192,6 +205,9 @@ class Sampler:
         CPU % from /proc tick counters (10 ms resolution) is computed over windows of at least
         this many seconds (default 0.1); rows in between carry null for those columns rather than
         a quantised 0 % or 500 %. 0 computes it on every read.
+    rate_window : float
+        The same for the byte rates (``net.*_bytes_per_s``, ``disk.*_bytes_per_s``): kernel byte
+        counters advance in bursts, so a rate over one 1 ms tick is noise (default 0.1 s).
     net_include_loopback : bool
         Count the loopback interface in ``net.*`` too (psutil's totals do; default False).
     gpu_samples : bool
@@ -233,6 +249,7 @@ class Sampler:
         disk_paths: Sequence[str] = ("/",),
         gpus: GpusArg = None,
         cpu_window: float = 0.1,
+        rate_window: float = 0.1,
         net_include_loopback: bool = False,
         gpu_samples: bool = True,
         gpu_sample_interval: float = 0.25,
@@ -262,16 +279,8 @@ class Sampler:
         devices, labels = resolve_gpus(gpus)
         options.gpu_devices = devices
         options.gpu_labels = labels
-        if (
-            isinstance(cpu_window, bool)
-            or not isinstance(cpu_window, (int, float))
-            or not (0 <= cpu_window <= MAX_INTERVAL_S)
-        ):
-            raise ValueError(
-                f"cpu_window must be a number of seconds in [0, {MAX_INTERVAL_S:g}], "
-                f"got {cpu_window!r}"
-            )
-        options.cpu_window_ns = round(cpu_window * 1e9)
+        options.cpu_window_ns = _check_window("cpu_window", cpu_window)
+        options.rate_window_ns = _check_window("rate_window", rate_window)
         options.net_include_loopback = bool(net_include_loopback)
         defaults = list(_core.default_source_names(options))
         specs = _check_sources(sources, self._interval, defaults)

@@ -61,6 +61,36 @@ namespace detail {
   return now_ns > prev_ns ? static_cast<double>(now_ns - prev_ns) * 1e-9 : 0.0;
 }
 
+// A per-second rate of a since-start byte total over windows of at least `window_ns`. Kernel
+// byte counters advance in bursts (a disk request completes, a NIC interrupt fires), so a rate
+// over one 1 ms tick reads "0" or "2 GiB/s"; before the window has elapsed the baseline is kept
+// and the cell stays null. A window of 0 gives a rate on every read after the first.
+class WindowedRate {
+ public:
+  explicit WindowedRate(std::int64_t window_ns) noexcept : window_ns_(window_ns) {}
+
+  // True, with *rate set, when a window closes at `now_ns`.
+  bool update(std::uint64_t total, std::int64_t now_ns, double* rate) noexcept {
+    if (!started_) {
+      started_ = true;
+      base_total_ = total;
+      base_ns_ = now_ns;
+      return false;
+    }
+    if (now_ns - base_ns_ < window_ns_ || now_ns <= base_ns_) return false;
+    *rate = static_cast<double>(total - base_total_) / seconds_between(base_ns_, now_ns);
+    base_total_ = total;
+    base_ns_ = now_ns;
+    return true;
+  }
+
+ private:
+  std::int64_t window_ns_;
+  std::int64_t base_ns_ = 0;
+  std::uint64_t base_total_ = 0;
+  bool started_ = false;
+};
+
 }  // namespace detail
 
 }  // namespace stroboscope

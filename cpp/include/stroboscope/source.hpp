@@ -58,6 +58,8 @@ struct SourceOptions {
   // CPU % from /proc tick counters (USER_HZ, 10 ms resolution) is computed over windows of at
   // least this long; reads in between leave the cells null instead of reporting 0 % or 500 %.
   std::int64_t cpu_window_ns = 100'000'000;
+  // Byte rates (net.*_per_s, disk.*_per_s) likewise, over windows of at least this long.
+  std::int64_t rate_window_ns = 100'000'000;
   bool net_include_loopback = false;  // the "network" source counts lo too (psutil's default)
 };
 
