@@ -148,12 +148,9 @@ void Sampler::run() noexcept {
     thread_cpu_clock_valid_.store(true, std::memory_order_release);
   }
   const std::int64_t start = mono_ns();
-  started_at_ns_.store(start, std::memory_order_relaxed);
-  stopped_at_ns_.store(0, std::memory_order_relaxed);
   // Tick indices continue across stop/start so sources' "every n" stays consistent; deadlines
   // restart from now.
-  const std::uint64_t k0 = next_tick_;
-  std::uint64_t k = k0;
+  std::uint64_t k = next_tick_;
   std::int64_t deadline = start;
   // acquire pairs with stop()'s release store.
   while (!stop_requested_.load(std::memory_order_acquire)) {
@@ -186,7 +183,6 @@ void Sampler::run() noexcept {
     }
   }
   next_tick_ = k;
-  stopped_at_ns_.store(mono_ns(), std::memory_order_relaxed);
   timespec ts{};
   if (have_cpu_clock && clock_gettime(cpu_clock, &ts) == 0) {
     const std::int64_t used = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;

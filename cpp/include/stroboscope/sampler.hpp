@@ -120,8 +120,6 @@ class Sampler {
   std::atomic<bool> running_{false};
   std::atomic<std::uint64_t> ticks_taken_{0};
   std::atomic<std::uint64_t> ticks_missed_{0};
-  std::atomic<std::int64_t> started_at_ns_{0};
-  std::atomic<std::int64_t> stopped_at_ns_{0};
   std::atomic<std::int64_t> thread_cpu_done_ns_{0};  // CPU time of finished runs
   std::atomic<clockid_t> thread_cpu_clock_{0};
   std::atomic<bool> thread_cpu_clock_valid_{false};
