@@ -43,6 +43,8 @@ from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_ulonglong, c_void_
 from functools import partial
 from typing import Any, Callable
 
+from gpu_bench import _task_runtime_ns  # bench/ is on sys.path when run as a script
+
 # ---- NVML declarations (our own; NVML's ABI on LP64 Linux) ---------------------------------------
 
 NVML_SUCCESS = 0
@@ -468,17 +470,6 @@ def check_latency(nv: Nvml, index: int, n: int, budget_s: float) -> dict[str, An
 
 
 # ---- 2. achieved rate ---------------------------------------------------------------------------
-
-
-def _task_runtime_ns() -> dict[int, int]:
-    out: dict[int, int] = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as fh:
-                out[int(tid)] = int(fh.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
 
 
 def check_rate(stroboscope: Any, interval: float, seconds: float, samples: bool) -> dict[str, Any]:
