@@ -64,11 +64,11 @@ def _make_sampler(cpu_window: float | None) -> stroboscope.Sampler:
 
 
 def _split(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, float]:
-    """ns per read of each source between two ``stats()["sources"]`` lists."""
+    """ns per read of each source between two ``stats().sources`` lists."""
     out: dict[str, float] = {}
     for b, a in zip(before, after):
-        reads = a["reads"] - b["reads"]
-        out[a["name"]] = (a["read_ns_total"] - b["read_ns_total"]) / reads if reads else 0.0
+        reads = a.reads - b.reads
+        out[a.name] = (a.read_ns_total - b.read_ns_total) / reads if reads else 0.0
     return out
 
 
@@ -114,15 +114,15 @@ def run(floor: Floor, rounds: int, seconds_per_round: float) -> BenchResult:
             floor_runs.append(f)
             floor_seed.append(f["seed"])
             floor_full.append(f["full"])
-        before = sampler.stats()["sources"]
+        before = sampler.stats().sources
         batches = _time_strobo(sampler, ticks)
-        splits.append(_split(before, sampler.stats()["sources"]))
+        splits.append(_split(before, sampler.stats().sources))
         strobo_ns.append(median(batches))
         overheads.append(sum(batches) / len(batches) - sum(splits[-1].values()))
         if shipped is not None:
-            before = shipped.stats()["sources"]
+            before = shipped.stats().sources
             shipped_ns.append(median(_time_strobo(shipped, ticks)))
-            splits_shipped.append(_split(before, shipped.stats()["sources"]))
+            splits_shipped.append(_split(before, shipped.stats().sources))
         psutil_ns.append(_time_call(sample, seconds_per_round))
         res.other_cores.append(load.cores())
 

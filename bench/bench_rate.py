@@ -70,17 +70,17 @@ def _timed(n: int) -> float:
 def _strobo_stats(st: dict[str, Any], life_s: float) -> dict[str, Any]:
     """The numbers of one stroboscope run, from its stats()."""
     return {
-        "taken_pct": 100.0 * st["ticks_taken"] / max(1, st["ticks_scheduled"]),
-        "taken": st["ticks_taken"],
-        "scheduled": st["ticks_scheduled"],
-        "rows_per_s": st["rows_written"] / life_s,
-        "late_p50_ns": st["lateness_p50_ns"],
-        "late_p99_ns": st["lateness_p99_ns"],
-        "late_max_ns": st["lateness_max_ns"],
-        "cost_mean_ns": st["cost_mean_ns"],
-        "cost_p99_ns": st["cost_p99_ns"],
-        "cpu_pct": 100.0 * st["thread_cpu_ns"] / (life_s * 1e9),
-        "sources": [src["name"] for src in st["sources"]],
+        "taken_pct": 100.0 * st.ticks_taken / max(1, st.ticks_scheduled),
+        "taken": st.ticks_taken,
+        "scheduled": st.ticks_scheduled,
+        "rows_per_s": st.rows_written / life_s,
+        "late_p50_ns": st.lateness_p50_ns,
+        "late_p99_ns": st.lateness_p99_ns,
+        "late_max_ns": st.lateness_max_ns,
+        "cost_mean_ns": st.cost_mean_ns,
+        "cost_p99_ns": st.cost_p99_ns,
+        "cpu_pct": 100.0 * st.thread_cpu_ns / (life_s * 1e9),
+        "sources": [src.name for src in st.sources],
     }
 
 

@@ -67,10 +67,10 @@ def soak(seconds: float, progress: bool = True) -> dict[str, Any]:
         "trace": trace,
         "rows_drained": rows,
         "rows_lost": lost,
-        "ticks_taken": st["ticks_taken"],
-        "ticks_scheduled": st["ticks_scheduled"],
-        "ring_bytes": st["ring_bytes"],
-        "sources": [src["name"] for src in st["sources"]],
+        "ticks_taken": st.ticks_taken,
+        "ticks_scheduled": st.ticks_scheduled,
+        "ring_bytes": st.ring_bytes,
+        "sources": [src.name for src in st.sources],
     }
 
 

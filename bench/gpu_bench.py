@@ -9,7 +9,7 @@ here with ``cc -shared -fPIC -O2``) and, with ``--real``, on the real ``libnvidi
   * poll-thread CPU per reading: the poll thread's run time (``/proc/self/task/TID/schedstat``)
     over the readings it took. It includes the NVML calls, our per-read work, publishing the
     reading, and one timed sleep/wake-up per reading (the floor has no sleep);
-  * tick copy cost: ``stats()["sources"]`` ``read_ns_total / reads`` of the gpu source, i.e. what
+  * tick copy cost: ``stats().sources`` ``read_ns_total / reads`` of the gpu source, i.e. what
     the sampler tick spends copying the latest reading into the row (not the NVML cost);
   * wake-up estimate: the sampler thread's CPU per tick minus its measured cost per tick, the
     price of one timed sleep and wake-up on this machine, to read the intercept against.
@@ -601,7 +601,7 @@ def measure_stroboscope(
     """Run the gpu source polled every ``interval_s`` for ``seconds``; what it achieved and cost.
 
     The poll thread is the first thread ``Sampler.start()`` creates (the sampler thread is the
-    second); the choice is checked against ``stats()["thread_cpu_ns"]``.
+    second); the choice is checked against ``stats().thread_cpu_ns``.
     """
     import stroboscope
 
@@ -629,7 +629,7 @@ def measure_stroboscope(
         poll_cpu = runtimes[new[0]]
         sampler_cpu = runtimes[new[1]]
         # thread_cpu_ns is read a moment later than schedstat: allow a little drift.
-        sampler_cpu_ok = abs(sampler_cpu - st["thread_cpu_ns"]) <= 0.2 * st["thread_cpu_ns"] + 2e6
+        sampler_cpu_ok = abs(sampler_cpu - st.thread_cpu_ns) <= 0.2 * st.thread_cpu_ns + 2e6
     table = s.snapshot().to_arrow()
     copied = table.num_rows - table.column("gpu.read_mono_ns").null_count
     lag = None
@@ -639,9 +639,9 @@ def measure_stroboscope(
         valid = table.filter(table.column("gpu.read_mono_ns").is_valid())
         lag_ns = pc.subtract(valid.column("mono_ns"), valid.column("gpu.read_mono_ns"))
         lag = float(pc.approximate_median(lag_ns).as_py())
-    src = next(x for x in st["sources"] if x["name"] == "gpu")
+    src = next(x for x in st.sources if x.name == "gpu")
     readings = (reads1 - reads0) if reads0 is not None and reads1 is not None else copied
-    ticks = max(int(st["ticks_taken"]), 1)
+    ticks = max(int(st.ticks_taken), 1)
     out = {
         "asked_hz": 1.0 / interval_s,
         "seconds": elapsed,
@@ -649,14 +649,14 @@ def measure_stroboscope(
         "readings_counted_by": "fake call count" if reads0 is not None else "rows copied",
         "rows_with_reading": copied,
         "readings_per_s": readings / elapsed,
-        "tick_copy_ns": src["read_ns_total"] / max(src["reads"], 1),
-        "tick_cost_mean_ns": st["cost_mean_ns"],
-        "wake_ns_estimate": st["thread_cpu_ns"] / ticks - st["cost_mean_ns"],
+        "tick_copy_ns": src.read_ns_total / max(src.reads, 1),
+        "tick_cost_mean_ns": st.cost_mean_ns,
+        "wake_ns_estimate": st.thread_cpu_ns / ticks - st.cost_mean_ns,
         "poll_cpu_ns_per_reading": (poll_cpu / readings) if poll_cpu and readings else None,
         "poll_thread_identified": sampler_cpu_ok,
         "reading_lag_median_ns": lag,
-        "source_failures": src["failures"],
-        "source_reason": src["reason"],
+        "source_failures": src.failures,
+        "source_reason": src.reason,
         "columns": len(table.column_names),
     }
     s.close()

@@ -485,7 +485,7 @@ def check_rate(stroboscope: Any, interval: float, seconds: float, samples: bool)
     s.stop()
     table = s.snapshot().to_arrow()
     s.close()
-    src = next(x for x in st["sources"] if x["name"] == "gpu")
+    src = next(x for x in st.sources if x.name == "gpu")
     got = table.filter(table.column("gpu.read_mono_ns").is_valid())
     readings = got.num_rows
     ages = sorted(
@@ -498,8 +498,8 @@ def check_rate(stroboscope: Any, interval: float, seconds: float, samples: bool)
     # samples recorder); the second must match the sampler's own CPU clock.
     new = sorted(t for t in runtimes if t not in before)
     poll_cpu = None
-    if len(new) >= 2 and abs(runtimes[new[1]] - st["thread_cpu_ns"]) <= (
-        0.2 * st["thread_cpu_ns"] + 2e6
+    if len(new) >= 2 and abs(runtimes[new[1]] - st.thread_cpu_ns) <= (
+        0.2 * st.thread_cpu_ns + 2e6
     ):
         poll_cpu = runtimes[new[0]] / readings if readings else None
     return {
@@ -509,10 +509,10 @@ def check_rate(stroboscope: Any, interval: float, seconds: float, samples: bool)
         "age_median_us": ages[len(ages) // 2] / 1e3 if ages else None,
         "age_p99_us": ages[int(len(ages) * 0.99)] / 1e3 if ages else None,
         "poll_cpu_us_per_reading": poll_cpu / 1e3 if poll_cpu else None,
-        "tick_copy_ns": src["read_ns_total"] / max(src["reads"], 1),
-        "ticks_missed": st["ticks_missed"],
-        "failures": src["failures"],
-        "reason": src["reason"],
+        "tick_copy_ns": src.read_ns_total / max(src.reads, 1),
+        "ticks_missed": st.ticks_missed,
+        "failures": src.failures,
+        "reason": src.reason,
     }
 
 

@@ -179,8 +179,8 @@ def run_strobo(n: int, setting: str) -> Run:
         "stroboscope SystemMonitor",
         setting,
         wall,
-        stats["thread_cpu_ns"] / 1e9 + py_cpu,
-        stats["ticks_taken"] / elapsed,
+        stats.thread_cpu_ns / 1e9 + py_cpu,
+        stats.ticks_taken / elapsed,
         len(events),
     )
 

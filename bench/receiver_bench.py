@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from stroboscope.receiver import ParentReceiver
+from stroboscope.compat.aitune import ParentReceiver
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 LOCAL = "rows from a thread, queue.Queue"

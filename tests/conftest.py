@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stroboscope import _sampler
+from stroboscope import _lifecycle
+from stroboscope.sampling import Sampler
 
 DATA = Path(__file__).parent / "data"
 FAKE_NVML_SOURCE = Path(__file__).parent / "fake_nvml" / "fake_nvml.c"
@@ -22,7 +23,7 @@ def no_leaked_sampler() -> Iterator[None]:
     """A test that leaves a sampler thread running fails (and the sampler is stopped)."""
     yield
     gc.collect()
-    leaked = [s for s in list(_sampler._live) if s.running]
+    leaked = [s for s in _lifecycle.live(Sampler) if s.running]
     for s in leaked:
         s.close()
     assert not leaked, f"test left {len(leaked)} sampler(s) running: {leaked}"

@@ -135,9 +135,9 @@ def test_lost_gpu_mid_run_keeps_the_other_and_the_past(nvml: ScriptFn) -> None:
     seen = [v for v in t1 if v is not None]
     assert seen and set(seen) == {60.0}  # recorded before the loss, kept
     assert len(t0) > len(seen) + 5  # device 0 carried on after device 1 was lost
-    gpu = next(src for src in s.stats()["sources"] if src["name"] == "gpu")
-    assert gpu["reason"] and "lost" in gpu["reason"].lower()
-    assert s.stats()["running"] is False  # stopped by us, not by the fault
+    gpu = next(src for src in s.stats().sources if src.name == "gpu")
+    assert gpu.reason and "lost" in gpu.reason.lower()
+    assert s.stats().running is False  # stopped by us, not by the fault
     del s
 
 
@@ -146,7 +146,7 @@ def test_select_by_uuid_and_cuda_visible_devices(
 ) -> None:
     nvml(TWO_GPUS)
     s = Sampler(0.01, sources=["gpu"], gpus=["GPU-bbbbbbbb"], gpu_samples=False)
-    names = [c.name for c in s.schema]
+    names = [c.name for c in s.columns]
     assert "gpu.1.temp_c" in names and "gpu.0.temp_c" not in names
     del s
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbbbbbbb-0000-0000-0000-000000000000")
@@ -208,7 +208,7 @@ def test_no_library_means_no_gpu_and_a_reason(
     assert not status["loaded"] and status["device_count"] == 0
     assert "libnvidia-ml.so.1" in status["reason"]
     s = Sampler(0.01)
-    assert not any(c.name.startswith("gpu.") for c in s.schema)  # default set: no gpu
+    assert not any(c.name.startswith("gpu.") for c in s.columns)  # default set: no gpu
     with pytest.raises(RuntimeError, match="NVML"):
         Sampler(0.01, sources=["gpu"])
     info = {i["name"]: i for i in stroboscope.available_sources()}
@@ -234,5 +234,5 @@ def test_init_error_and_old_driver(nvml: ScriptFn) -> None:
 def test_gpu_in_default_set_when_present(nvml: ScriptFn) -> None:
     nvml(TWO_GPUS)
     s = Sampler(0.01)
-    assert any(c.name == "gpu.1.temp_c" for c in s.schema)
+    assert any(c.name == "gpu.1.temp_c" for c in s.columns)
     del s

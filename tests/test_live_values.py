@@ -29,7 +29,7 @@ def last_row(sampler: Sampler) -> dict[str, Any]:
 
 def sample_now(sources: list[str], **kwargs: Any) -> dict[str, Any]:
     s = Sampler(0.01, sources=sources, **kwargs)
-    s._core.run_ticks_inline(1)
+    s.tick_now(1)
     return last_row(s)
 
 
@@ -71,14 +71,14 @@ def test_process_rss_threads_and_memory_percent() -> None:
 def test_process_io_and_context_switches() -> None:
     me = psutil.Process()
     s = Sampler(0.01, sources=["process_io"])
-    s._core.run_ticks_inline(1)
+    s.tick_now(1)
     io0, ctx0 = me.io_counters(), me.num_ctx_switches()
     for _ in range(200):
         time.sleep(0)  # voluntary switches
         os.sched_yield()
     time.sleep(0.01)
     io1, ctx1 = me.io_counters(), me.num_ctx_switches()
-    s._core.run_ticks_inline(1)
+    s.tick_now(1)
     row = last_row(s)
     # Since-start counters: our delta must cover psutil's delta measured inside our interval.
     assert row["proc.ctx_voluntary"] >= ctx1.voluntary - ctx0.voluntary
@@ -110,11 +110,11 @@ def test_process_cpu_percent_of_a_busy_child() -> None:
 def test_system_cpu_percent_matches_psutil_over_busy_interval() -> None:
     psutil.cpu_percent(None)
     s = Sampler(0.05, sources=["cpu"])
-    s._core.run_ticks_inline(1)
+    s.tick_now(1)
     t_end = time.monotonic() + 0.5
     while time.monotonic() < t_end:
         pass
-    s._core.run_ticks_inline(1)
+    s.tick_now(1)
     ref = psutil.cpu_percent(None)
     ours = last_row(s)["cpu.util_pct"]
     assert ours == pytest.approx(ref, abs=10.0)
@@ -130,11 +130,11 @@ def _nic_totals() -> tuple[int, int]:
 
 def test_network_counters_match_psutil_deltas() -> None:
     s = Sampler(0.01, sources=["network"])
-    s._core.run_ticks_inline(1)
+    s.tick_now(1)
     sent0, recv0 = _nic_totals()
     time.sleep(0.3)
     sent1, recv1 = _nic_totals()
-    s._core.run_ticks_inline(1)
+    s.tick_now(1)
     row = last_row(s)
     # Our window contains psutil's; other traffic in the gaps is small.
     assert sent1 - sent0 <= row["net.sent_bytes"] <= sent1 - sent0 + 256 * 1024
@@ -155,7 +155,7 @@ def test_disk_usage_matches_psutil(tmp_path: Path) -> None:
 
 def test_disk_io_counts_a_written_file(tmp_path: Path) -> None:
     s = Sampler(0.01, sources=["diskio"])
-    s._core.run_ticks_inline(1)
+    s.tick_now(1)
     before = psutil.disk_io_counters()
     with open(tmp_path / "blob", "wb") as f:
         f.write(os.urandom(16 * MiB))
@@ -163,7 +163,7 @@ def test_disk_io_counts_a_written_file(tmp_path: Path) -> None:
         os.fsync(f.fileno())
     time.sleep(0.1)
     after = psutil.disk_io_counters()
-    s._core.run_ticks_inline(1)
+    s.tick_now(1)
     row = last_row(s)
     ref = after.write_bytes - before.write_bytes
     if ref < 8 * MiB:

@@ -27,12 +27,12 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pytest
 from stroboscope import available_sources
+from stroboscope.analysis import WindowAggregator
 from stroboscope.compat import (
     AbstractBackendSender,
     CompatKeys,
     StatsDict,
     SystemMonitor,
-    WindowAggregator,
 )
 
 MiB = 1048576.0

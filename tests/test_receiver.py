@@ -20,8 +20,13 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from stroboscope._journal import encode_rows, parse_journal, read_journal_rows, rows_to_table
-from stroboscope.receiver import ParentReceiver
+from stroboscope.compat.aitune import ParentReceiver
+from stroboscope.recording.journal import (
+    encode_rows,
+    parse_journal,
+    read_journal_rows,
+    rows_to_table,
+)
 
 DEADLINE_S = 30.0
 

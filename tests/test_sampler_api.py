@@ -45,7 +45,7 @@ def test_bad_capacity(capacity: object, exc: type, fragment: str) -> None:
 
 def test_capacity_rounds_up_to_power_of_two() -> None:
     s = Sampler(0.01, sources=["memory"], capacity=1000)
-    assert s.stats()["capacity"] == 1024
+    assert s.stats().capacity == 1024
 
 
 def test_unknown_source_lists_the_known_ones() -> None:
@@ -61,7 +61,7 @@ def test_source_interval_must_be_multiple_of_base() -> None:
     with pytest.raises(ValueError, match=r"sources\['memory'\].*whole multiple"):
         Sampler(0.01, sources={"memory": 0.015})
     s = Sampler(0.01, sources={"memory": 0.05, "cpu": None})
-    every = {src["name"]: src["every"] for src in s.stats()["sources"]}
+    every = {src.name: src.every for src in s.stats().sources}
     assert every == {"memory": 5, "cpu": 1}
 
 
@@ -81,7 +81,7 @@ def test_bad_disk_path() -> None:
 
 def test_default_schema_has_units_and_seed_columns() -> None:
     s = Sampler(0.01)
-    names = [c.name for c in s.schema]
+    names = [c.name for c in s.columns]
     assert names[:2] == ["time", "mono_ns"]
     for required in [
         "cpu.util_pct",
@@ -98,7 +98,7 @@ def test_default_schema_has_units_and_seed_columns() -> None:
         "disk.read_bytes_per_s",
     ]:
         assert required in names
-    assert all(c.unit for c in s.schema)
+    assert all(c.unit for c in s.columns)
     assert "cpu.0.util_pct" not in names  # per-core is opt-in
     sources = {i["name"]: i for i in stroboscope.available_sources()}
     assert sources["cpu"]["default"] and not sources["cpu_cores"]["default"]
@@ -133,17 +133,17 @@ def test_context_manager_stops() -> None:
 def test_stats_report_ring_memory_and_counts() -> None:
     s = Sampler(0.001, sources=["memory", "cpu"], capacity=4096)
     st = s.stats()
-    cols = st["num_columns"] + 1  # + mono_ns
-    assert st["ring_bytes"] == 4096 * cols * 8 + cols * (4096 // 64) * 8
+    cols = st.num_columns + 1  # + mono_ns
+    assert st.ring_bytes == 4096 * cols * 8 + cols * (4096 // 64) * 8
     with s:
         time.sleep(0.1)
     st = s.stats()
-    assert st["ticks_taken"] == st["rows_written"] == len(s.snapshot())
-    assert st["ticks_scheduled"] == st["ticks_taken"] + st["ticks_missed"]
-    assert st["thread_cpu_ns"] > 0
-    assert st["lateness_p50_ns"] <= st["lateness_p99_ns"] <= st["lateness_max_ns"]
-    assert [src["name"] for src in st["sources"]] == ["memory", "cpu"]
-    assert all(src["reads"] == st["ticks_taken"] for src in st["sources"])
+    assert st.ticks_taken == st.rows_written == len(s.snapshot())
+    assert st.ticks_scheduled == st.ticks_taken + st.ticks_missed
+    assert st.thread_cpu_ns > 0
+    assert st.lateness_p50_ns <= st.lateness_p99_ns <= st.lateness_max_ns
+    assert [src.name for src in st.sources] == ["memory", "cpu"]
+    assert all(src.reads == st.ticks_taken for src in st.sources)
 
 
 def test_snapshot_keeps_rows_drain_moves_on() -> None:
@@ -168,8 +168,8 @@ def test_overwritten_rows_are_counted_not_silent() -> None:
     f = s.drain()
     st = s.stats()
     assert len(f) == 16
-    assert f.rows_lost == st["rows_written"] - 16 == st["rows_lost"]
-    assert st["rows_overwritten"] == st["rows_written"] - 16
+    assert f.rows_lost == st.rows_written - 16 == st.rows_lost
+    assert st.rows_overwritten == st.rows_written - 16
 
 
 def test_fork_child_has_no_half_alive_sampler() -> None:

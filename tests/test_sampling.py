@@ -26,7 +26,7 @@ def test_one_khz_for_a_second_while_python_is_busy() -> None:
     st = s.stats()
     # Generous bounds on the count (a shared 2-core machine): content is what is checked.
     assert 300 <= table.num_rows <= 1100
-    assert table.num_rows == st["rows_written"] == st["ticks_taken"]
+    assert table.num_rows == st.rows_written == st.ticks_taken
     mono = table.column("mono_ns").to_numpy()
     assert np.all(np.diff(mono) > 0)
     assert t0 <= mono[0] and mono[-1] <= t1  # same clock as time.monotonic_ns()
@@ -56,10 +56,10 @@ def test_monitored_process_exits_mid_run() -> None:
     mem = table.column("mem.available_bytes").to_pylist()
     assert rss[0] is not None and rss[-1] is None  # process columns became null...
     assert all(v is not None for v in mem)  # ...system columns continued
-    assert st["process_exited"]
-    proc = next(src for src in st["sources"] if src["name"] == "process")
-    assert proc["reason"] == "process exited" and proc["failures"] > 10
-    assert st["running"]  # the sampler never stopped
+    assert st.process_exited
+    proc = next(src for src in st.sources if src.name == "process")
+    assert proc.reason == "process exited" and proc.failures > 10
+    assert st.running  # the sampler never stopped
 
 
 def test_cpu_percent_uses_windows_of_at_least_cpu_window() -> None:
@@ -79,7 +79,7 @@ def test_cpu_percent_uses_windows_of_at_least_cpu_window() -> None:
 
 def test_cpu_window_zero_reads_every_tick() -> None:
     s = Sampler(0.002, sources=["process"], cpu_window=0)
-    s._core.run_ticks_inline(5)
+    s.tick_now(5)
     assert s.snapshot().to_arrow().column("proc.cpu_pct").null_count == 1  # only the first read
 
 

@@ -423,7 +423,7 @@ def test_monitor_sampling_and_other_senders_are_not_held_by_a_slow_one() -> None
     stats = mon.raw_sampler.stats()
     mon.shutdown()
     # 1 s at 10 ms is ~100 ticks: a generous bound, the point is that sampling went on.
-    assert stats["ticks_taken"] >= 50
+    assert stats.ticks_taken >= 50
     assert len(fast) >= 5  # ~10 windows published while the slow sender handled ~3
     # shutdown() let the slow sender work through its backlog, then closed everyone once.
     assert len(slow.events) == len(fast) and slow.closed == 1 and bad.closed == 1
@@ -461,7 +461,7 @@ def test_sender_threads_end_with_the_monitor() -> None:
 
 
 def test_parse_sender_spec() -> None:
-    from stroboscope.senders.cli import parse_sender_spec
+    from stroboscope.cli._publish import parse_sender_spec
 
     assert parse_sender_spec("prometheus:port=9464,addr=0.0.0.0,flag=true,x=1.5") == (
         "prometheus", {"port": 9464, "addr": "0.0.0.0", "flag": True, "x": 1.5})
@@ -476,16 +476,16 @@ def test_record_publisher_windows(tmp_path: Path) -> None:
     import argparse
 
     from stroboscope import Sampler
-    from stroboscope.senders.cli import RecordPublisher, add_sender_arguments
+    from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
 
     parser = argparse.ArgumentParser()
     add_sender_arguments(parser)
     args = parser.parse_args(["--sender", f"jsonl:path={tmp_path / 'm.jsonl'}",
                               "--publish-every", "0.2", "--aggregate", "max"])
     sampler = Sampler(0.01, sources=["cpu", "network"])
-    publisher = RecordPublisher.from_args(args, sampler.schema)
+    publisher = RecordPublisher.from_args(args, sampler.columns)
     assert publisher is not None
-    assert RecordPublisher.from_args(parser.parse_args([]), sampler.schema) is None
+    assert RecordPublisher.from_args(parser.parse_args([]), sampler.columns) is None
     tables = []
     with sampler:
         for _ in range(5):
@@ -523,7 +523,7 @@ def test_empty_events_write_no_rows(tmp_path: Path) -> None:
 def test_record_publisher_bad_sender_is_a_clear_exit(tmp_path: Path) -> None:
     import argparse
 
-    from stroboscope.senders.cli import RecordPublisher, add_sender_arguments
+    from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
 
     parser = argparse.ArgumentParser()
     add_sender_arguments(parser)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 import stroboscope
 from stroboscope import Sampler, SpoolError, recover
-from stroboscope.spool import segment_paths
+from stroboscope.recording.spool import segment_paths
 
 
 def test_recover_equals_what_the_sampler_holds(tmp_path: Path) -> None:
@@ -31,9 +31,9 @@ def test_recover_equals_what_the_sampler_holds(tmp_path: Path) -> None:
     segs = segment_paths(path)
     assert len(segs) >= 2
     assert all(stat.S_IMODE(os.stat(p).st_mode) == 0o600 for p in segs)
-    table = recover(path)
+    table = recover(path).to_arrow()
     snap = s.snapshot().to_arrow()
-    assert table.num_rows == s.stats()["rows_written"] == len(snap)
+    assert table.num_rows == s.stats().rows_written == len(snap)
     assert table.column_names == snap.column_names
     for name in snap.column_names:
         assert table.column(name).to_pylist() == snap.column(name).to_pylist(), name
@@ -48,10 +48,10 @@ def test_long_run_rows_exactly_once_across_segments(tmp_path: Path) -> None:
     with s:
         time.sleep(2.5)
     st = s.stats()
-    assert st["rows_written"] > 1500 and st["rows_overwritten"] > 400
-    assert st["segments_written"] >= 5 and st["segment_rows_lost"] == 0
-    table = recover(path)
-    assert table.num_rows == st["rows_written"]
+    assert st.rows_written > 1500 and st.rows_overwritten > 400
+    assert st.segments_written >= 5 and st.segment_rows_lost == 0
+    table = recover(path).to_arrow()
+    assert table.num_rows == st.rows_written
     mono = table.column("mono_ns").to_numpy()
     assert np.all(np.diff(mono) > 0)  # in order, no duplicates; with the count above, no gaps
     # The newest rows are the ones the ring still holds.
@@ -80,7 +80,7 @@ def test_spool_directory_must_exist_and_be_owned(tmp_path: Path) -> None:
 def _spool_bytes(tmp_path: Path) -> bytes:
     path = tmp_path / "ok.spool"
     s = Sampler(0.01, sources=["memory"], spool=path, capacity=64, segment_seconds=0.3)
-    s._core.run_ticks_inline(10)
+    s.tick_now(10)
     del s
     return path.read_bytes()
 
@@ -99,7 +99,7 @@ def _spool_bytes(tmp_path: Path) -> bytes:
 )
 def test_bad_files_get_clear_errors(tmp_path: Path, mangle: object, fragment: str) -> None:
     good = _spool_bytes(tmp_path)
-    assert recover(tmp_path / "ok.spool").num_rows == 10
+    assert len(recover(tmp_path / "ok.spool")) == 10
     bad = tmp_path / "bad.spool"
     bad.write_bytes(mangle(good))  # type: ignore[operator]
     with pytest.raises(SpoolError, match=fragment):
@@ -151,7 +151,7 @@ def test_rows_survive_the_death_of_the_writer(tmp_path: Path, how: str) -> None:
     code = child.wait(timeout=30)
     child.stdout.close()
     assert code != 0
-    table = recover(path)
+    table = recover(path).to_arrow()
     mono = table.column("mono_ns").to_numpy()
     assert table.num_rows > 1000
     assert np.all(np.diff(mono) > 0)
@@ -222,11 +222,11 @@ def test_crash_safe_sampler_cleans_up_after_a_normal_stop(tmp_path: Path) -> Non
 def test_an_existing_spool_is_never_overwritten(tmp_path: Path) -> None:
     path = tmp_path / "run.spool"
     s = Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
-    s._core.run_ticks_inline(5)
+    s.tick_now(5)
     del s
     with pytest.raises(ValueError, match="already exists: recover it"):
         Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
-    assert recover(path).num_rows == 5  # the first recording is intact
+    assert len(recover(path)) == 5  # the first recording is intact
 
 
 FORK_CHILD = textwrap.dedent(

@@ -28,14 +28,15 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from stroboscope import _watchdog_child
-from stroboscope.watchdog import DUMP_PATH_ENV, DumpJob, Watchdog, _resolve
+from stroboscope.recording import _watchdog_child
+from stroboscope.recording.watchdog import DUMP_PATH_ENV, DumpJob, Watchdog, _resolve
+from stroboscope.sampling import Frame
 
 DEADLINE_S = 60.0
 
 RECEIVER_CHILD = r"""
 import os, queue, resource, sys, threading, time
-from stroboscope.receiver import ParentReceiver
+from stroboscope.compat.aitune import ParentReceiver
 
 mode, dump = sys.argv[1], sys.argv[2]
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file from the SIGSEGV case
@@ -89,7 +90,7 @@ time.sleep(600)  # "kill" and "killpg": the test signals this process
 
 WATCHDOG_CHILD = r"""
 import json, os, sys, time
-import stroboscope.watchdog as wd
+import stroboscope.recording.watchdog as wd
 
 jobs = [wd.DumpJob(**j) for j in json.loads(sys.argv[1])]
 if sys.argv[2] == "nopidfd":
@@ -394,21 +395,21 @@ def test_dump_job_validation(tmp_path: Path) -> None:
 
 
 def test_spool_job_goes_through_recover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The "spool" kind calls stroboscope.spool.recover and writes what it returns with the same
-    code as journals (a stand-in module replaces the real one here)."""
+    """The "spool" kind calls stroboscope.recording.spool.recover and writes what it returns with
+    the same code as journals (a stand-in module replaces the real one here)."""
     table = pa.table({"mono_ns": pa.array([1, 2], pa.int64()),
                       "cpu.util_pct": pa.array([12.5, None], pa.float64())})
     calls: list[str] = []
 
-    def recover(path: str) -> pa.Table:
+    def recover(path: str) -> Frame:
         calls.append(path)
         if path.endswith("bad.spool"):
             raise ValueError(f"{path}: wrong magic")
-        return table
+        return Frame(table)
 
-    fake = types.ModuleType("stroboscope.spool")
+    fake = types.ModuleType("stroboscope.recording.spool")
     fake.recover = recover  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "stroboscope.spool", fake)
+    monkeypatch.setitem(sys.modules, "stroboscope.recording.spool", fake)
     monkeypatch.chdir(tmp_path)
     job = _resolve(DumpJob("spool", "run.spool", "out.parquet", "parquet"))
     line = _watchdog_child.run_job(job, 4242)

@@ -13,4 +13,5 @@ void register_frame(pybind11::module_& m);
 void register_sampler(pybind11::module_& m);
 void register_sources(pybind11::module_& m);
 void register_gpu(pybind11::module_& m);
+void register_spool(pybind11::module_& m);
 }  // namespace stroboscope::bindings

@@ -58,6 +58,7 @@ py::dict stats_dict(const SamplerStats& s) {
   d["num_columns"] = s.num_columns;
   d["ring_bytes"] = s.ring_bytes;
   d["clock_anchor_uncertainty_ns"] = s.clock_anchor_uncertainty_ns;
+  d["process_exited"] = s.process_exited;
   py::list sources;
   for (const SourceStats& src : s.sources) {
     py::dict sd;
@@ -68,6 +69,7 @@ py::dict stats_dict(const SamplerStats& s) {
     sd["read_ns_total"] = src.read_ns_total;
     sd["reason"] = src.reason.empty() ? py::object(py::none()) : py::object(py::str(src.reason));
     sd["errno"] = src.error_number;
+    sd["process_exited"] = src.process_exited;
     sources.append(sd);
   }
   d["sources"] = sources;

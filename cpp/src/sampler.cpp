@@ -2,6 +2,7 @@
 #include "stroboscope/sampler.hpp"
 
 #include "stroboscope/spool.hpp"
+#include "stroboscope/linux_sources.hpp"
 
 #include <pthread.h>
 #include <sys/prctl.h>
@@ -281,10 +282,14 @@ SamplerStats Sampler::stats() const {
   for (std::size_t i = 0; i < sources_.size(); ++i) {
     const Source& src = *sources_[i].source;
     const char* why = src.reason();
+    // The process sources say so with one reason; compared by text, not by address, so a
+    // reason copied through a wrapper (PolledSource) still counts.
+    const bool exited = why != nullptr && std::strcmp(why, kReasonProcessExited) == 0;
     s.sources.push_back(SourceStats{src.name(), sources_[i].every, src.reads(), src.failures(),
                                     source_ns_[i].load(std::memory_order_relaxed),
                                     why != nullptr ? std::string(why) : std::string(),
-                                    src.error_number()});
+                                    src.error_number(), exited});
+    s.process_exited = s.process_exited || exited;
   }
   return s;
 }

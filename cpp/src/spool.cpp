@@ -11,6 +11,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 
 #include "stroboscope/clock.hpp"
@@ -22,10 +23,17 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "the spool's counters are shared through a file mapping: they must be lock-free");
 static_assert(sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
 
-constexpr std::size_t kPage = 4096;
-constexpr std::size_t kSchemaOffset = 192;
-constexpr std::size_t kWriteBeginOffset = 128;
-constexpr std::size_t kHeadOffset = 136;
+constexpr std::size_t kPage = kSpoolPage;
+constexpr std::size_t kSchemaOffset = kSpoolSchemaOffset;
+constexpr std::size_t kWriteBeginOffset = kSpoolWriteBeginOffset;
+constexpr std::size_t kHeadOffset = kSpoolHeadOffset;
+
+constexpr std::size_t field_offset(const char* name) {
+  for (const SpoolField& f : kSpoolHeaderFields) {
+    if (std::string_view(f.name) == name) return f.offset;
+  }
+  return static_cast<std::size_t>(-1);
+}
 
 template <typename T>
 void put(char* base, std::size_t offset, T value) {
@@ -84,17 +92,17 @@ RingStorage create_spool(const std::string& path, const std::vector<ColumnSpec>&
   char* base = static_cast<char*>(map);
   // ftruncate gave zeros: only the header needs writing. Counters are placement-new'd atomics.
   std::memcpy(base, kSpoolMagic, sizeof kSpoolMagic);
-  put<std::uint32_t>(base, 8, kSpoolVersion);
-  put<std::uint32_t>(base, 12, static_cast<std::uint32_t>(header));
-  put<std::uint64_t>(base, 16, capacity);
-  put<std::uint32_t>(base, 24, static_cast<std::uint32_t>(ncols));
-  put<std::uint32_t>(base, 28, static_cast<std::uint32_t>(schema.size()));
-  put<std::int64_t>(base, 32, info.anchor_ns);
-  put<std::int64_t>(base, 40, info.interval_ns);
-  put<std::int64_t>(base, 48, clock_ns(CLOCK_REALTIME));
-  put<std::uint32_t>(base, 56, static_cast<std::uint32_t>(::getpid()));
-  put<std::uint32_t>(base, 60, static_cast<std::uint32_t>(words));
-  put<std::uint64_t>(base, 64, static_cast<std::uint64_t>(total));
+  put<std::uint32_t>(base, field_offset("version"), kSpoolVersion);
+  put<std::uint32_t>(base, field_offset("header_size"), static_cast<std::uint32_t>(header));
+  put<std::uint64_t>(base, field_offset("capacity"), capacity);
+  put<std::uint32_t>(base, field_offset("columns"), static_cast<std::uint32_t>(ncols));
+  put<std::uint32_t>(base, field_offset("schema_size"), static_cast<std::uint32_t>(schema.size()));
+  put<std::int64_t>(base, field_offset("anchor_ns"), info.anchor_ns);
+  put<std::int64_t>(base, field_offset("interval_ns"), info.interval_ns);
+  put<std::int64_t>(base, field_offset("created_ns"), clock_ns(CLOCK_REALTIME));
+  put<std::uint32_t>(base, field_offset("pid"), static_cast<std::uint32_t>(::getpid()));
+  put<std::uint32_t>(base, field_offset("words"), static_cast<std::uint32_t>(words));
+  put<std::uint64_t>(base, field_offset("total_size"), static_cast<std::uint64_t>(total));
   std::memcpy(base + kSchemaOffset, schema.data(), schema.size());
 
   RingStorage storage;

@@ -4,26 +4,39 @@
 >>> with stroboscope.Sampler(interval=0.001) as s:   # 1 kHz on a C++ thread, no GIL
 ...     ...                                           # your workload
 >>> table = s.snapshot().to_arrow()                   # time, mono_ns, cpu.util_pct, ...
+
+The names below are loaded on first use (PEP 562), so ``import stroboscope`` costs little more
+than numpy and pyarrow, and a name from an optional room loads only that room.
 """
 
 from __future__ import annotations
 
-from stroboscope._frame import Frame
-from stroboscope._gpu import gpu_status
-from stroboscope._sampler import Column, Sampler, available_sources
-from stroboscope.compat import (
-    AbstractBackendSender,
-    GPUHandle,
-    SamplerDict,
-    StatsDict,
-    SystemMonitor,
-)
-from stroboscope.receiver import ParentReceiver
-from stroboscope.senders import load_sender
-from stroboscope.spool import SpoolError, recover
-from stroboscope.watchdog import DumpJob, Watchdog
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# name -> module that defines it (the rooms: sampling, recording, export, compat, senders).
+_NAMES = {
+    "Column": "stroboscope.sampling",
+    "Frame": "stroboscope.sampling",
+    "SamplerStats": "stroboscope.sampling",
+    "SourceStats": "stroboscope.sampling",
+    "available_sources": "stroboscope.sampling",
+    "gpu_status": "stroboscope.sampling",
+    "Sampler": "stroboscope.recording.sampler",
+    "SpoolError": "stroboscope.recording.spool",
+    "recover": "stroboscope.recording.spool",
+    "DumpJob": "stroboscope.recording.watchdog",
+    "Watchdog": "stroboscope.recording.watchdog",
+    "AbstractBackendSender": "stroboscope.senders",
+    "GPUHandle": "stroboscope.senders",
+    "SamplerDict": "stroboscope.senders",
+    "StatsDict": "stroboscope.senders",
+    "load_sender": "stroboscope.senders",
+    "SystemMonitor": "stroboscope.compat.scaffold",
+    "ParentReceiver": "stroboscope.compat.aitune",
+}
 
 __all__ = [
     "AbstractBackendSender",
@@ -34,6 +47,8 @@ __all__ = [
     "ParentReceiver",
     "Sampler",
     "SamplerDict",
+    "SamplerStats",
+    "SourceStats",
     "SpoolError",
     "StatsDict",
     "SystemMonitor",
@@ -44,3 +59,38 @@ __all__ = [
     "load_sender",
     "recover",
 ]
+
+if TYPE_CHECKING:
+    from stroboscope.compat.aitune import ParentReceiver
+    from stroboscope.compat.scaffold import SystemMonitor
+    from stroboscope.recording.sampler import Sampler
+    from stroboscope.recording.spool import SpoolError, recover
+    from stroboscope.recording.watchdog import DumpJob, Watchdog
+    from stroboscope.sampling import (
+        Column,
+        Frame,
+        SamplerStats,
+        SourceStats,
+        available_sources,
+        gpu_status,
+    )
+    from stroboscope.senders import (
+        AbstractBackendSender,
+        GPUHandle,
+        SamplerDict,
+        StatsDict,
+        load_sender,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stroboscope' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_NAMES))

@@ -41,6 +41,7 @@ struct SourceStats {
   std::uint64_t read_ns_total;  // time spent in this source's read()
   std::string reason;           // why the latest read left cells null ("" when fine)
   int error_number;
+  bool process_exited;  // the latest read found the monitored process gone
 };
 
 struct SamplerStats {
@@ -60,6 +61,7 @@ struct SamplerStats {
   std::size_t num_columns;  // metric columns (mono_ns not counted)
   std::size_t ring_bytes;
   std::int64_t clock_anchor_uncertainty_ns;
+  bool process_exited = false;  // a process source's latest read found the process gone
   std::vector<SourceStats> sources;
 };
 

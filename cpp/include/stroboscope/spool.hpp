@@ -27,6 +27,7 @@
 // write_begin = head + 1, which marks the reused slot (the oldest row) as torn; nothing else.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,6 +39,27 @@ namespace stroboscope {
 
 inline constexpr char kSpoolMagic[8] = {'S', 'T', 'R', 'O', 'B', 'S', 'P', 'L'};
 inline constexpr std::uint32_t kSpoolVersion = 1;
+
+// Byte offsets of the header fields above: the one definition of the layout. The bindings export
+// them (`_core.SPOOL_LAYOUT`) and the Python reader's generated copy is tested against them.
+struct SpoolField {
+  const char* name;
+  std::size_t offset;
+  char type;  // struct-module code: 'I' u32, 'Q' u64, 'q' i64, 's' magic bytes
+};
+inline constexpr SpoolField kSpoolHeaderFields[] = {
+    {"magic", 0, 's'},         {"version", 8, 'I'},      {"header_size", 12, 'I'},
+    {"capacity", 16, 'Q'},     {"columns", 24, 'I'},     {"schema_size", 28, 'I'},
+    {"anchor_ns", 32, 'q'},    {"interval_ns", 40, 'q'}, {"created_ns", 48, 'q'},
+    {"pid", 56, 'I'},          {"words", 60, 'I'},       {"total_size", 64, 'Q'},
+    {"write_begin", 128, 'Q'}, {"head", 136, 'Q'},
+};
+inline constexpr std::size_t kSpoolPage = 4096;           // the header size is a multiple of it
+inline constexpr std::size_t kSpoolSchemaOffset = 192;
+inline constexpr std::size_t kSpoolWriteBeginOffset = 128;
+inline constexpr std::size_t kSpoolHeadOffset = 136;
+static_assert(kSpoolHeaderFields[12].offset == kSpoolWriteBeginOffset &&
+              kSpoolHeaderFields[13].offset == kSpoolHeadOffset);
 
 struct SpoolInfo {
   std::int64_t anchor_ns;    // realtime - monotonic

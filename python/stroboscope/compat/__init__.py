@@ -1,24 +1,25 @@
-"""Drop-in replacements for the pure-Python training monitors.
+"""Drop-in replacements for the pure-Python training monitors, one module per system replaced.
 
-``from stroboscope import SystemMonitor, AbstractBackendSender`` replaces the WandB-style
-``SystemMonitor(pid, backend_sender, sample_rate_seconds=2, rank=None)`` and its sender interface
-with the same surface and keys, sampled in C++.
+- :mod:`.scaffold`: the WandB-style ``SystemMonitor(pid, backend_sender, sample_rate_seconds=2,
+  rank=None)`` with its keys (``cpu``, ``memory``, ``network``, ``proc.memory.rssMB``, …);
+- :mod:`.aitune`: the aitune-style ``ParentReceiver(queue)``.
+
+They translate names and behaviours onto the rooms of the package and hold no machinery.
 """
 
 from __future__ import annotations
 
 from stroboscope.compat._keys import CompatKeys
-from stroboscope.compat._monitor import SystemMonitor
-from stroboscope.compat._window import WindowAggregator, WindowInfo
+from stroboscope.compat.aitune import ParentReceiver
+from stroboscope.compat.scaffold import SystemMonitor
 from stroboscope.senders._base import AbstractBackendSender, GPUHandle, SamplerDict, StatsDict
 
 __all__ = [
     "AbstractBackendSender",
     "CompatKeys",
     "GPUHandle",
+    "ParentReceiver",
     "SamplerDict",
     "StatsDict",
     "SystemMonitor",
-    "WindowAggregator",
-    "WindowInfo",
 ]

@@ -17,34 +17,10 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.senders._base import AbstractBackendSender, BuiltinSender, as_sender
 
 logger = logging.getLogger("stroboscope.senders")
-
-ERROR_LOG_PERIOD_S = 60.0
-"""After the first error of a sender is logged with its traceback, at most one log per period."""
-
-
-class _RateLimitedLog:
-    """Logs the first occurrence at once, then at most once per period with a count of the rest."""
-
-    def __init__(self, period_s: float = ERROR_LOG_PERIOD_S) -> None:
-        self.period_s = period_s
-        self._last = -float("inf")
-        self._suppressed = 0
-
-    def __call__(self, level: int, msg: str, *args: Any, exc_info: bool = False) -> bool:
-        now = time.monotonic()
-        if now - self._last < self.period_s:
-            self._suppressed += 1
-            return False
-        if self._suppressed:
-            msg += f" ({self._suppressed} more since the last report)"
-        self._suppressed = 0
-        self._last = now
-        logger.log(level, msg, *args, exc_info=exc_info)
-        return True
-
 
 class SenderWorker:
     """One sender, its queue and the thread that calls it.
@@ -71,8 +47,8 @@ class SenderWorker:
         self._in_flight = 0  # sequence number of the event being delivered now (0: none)
         self._closing = False
         self._closed = False
-        self._error_log = _RateLimitedLog()
-        self._drop_log = _RateLimitedLog()
+        self._error_log = RateLimitedLog(logger)
+        self._drop_log = RateLimitedLog(logger)
         self._thread = threading.Thread(
             target=self._run, name=f"stroboscope-sender-{type(sender).__name__}", daemon=True
         )

@@ -1,4 +1,4 @@
-"""Crash-safe recording: reading spool files back, and the rolling Parquet segment writer.
+"""Reading spool files back: the ring's file and the Parquet segments beside it, as one frame.
 
 A spool is the sampler's ring kept in a file mapped ``MAP_SHARED`` (``Sampler(spool=PATH)``):
 every row is in the file the moment the sampler writes it, so it survives any death of the
@@ -14,24 +14,28 @@ from __future__ import annotations
 import glob
 import os
 import re
+import stat
 import struct
-import threading
-import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stroboscope._files import open_private
+from stroboscope.recording import _layout
 
-MAGIC = b"STROBSPL"
-VERSION = 1
-_HEADER = struct.Struct("<8sIIQIIqqqIIQ")  # through the total file size (offset 72)
-_COUNTERS = struct.Struct("<QQ")  # write_begin, head at offset 128
-_SCHEMA_OFFSET = 192
-_FIRST_ROW_KEY = b"stroboscope.first_row"
+if TYPE_CHECKING:
+    from stroboscope.sampling import Frame
+
+MAGIC = _layout.MAGIC
+VERSION = _layout.VERSION
+_SCHEMA_OFFSET = _layout.SCHEMA_OFFSET
+_FIELDS = {name: (offset, code) for name, offset, code in _layout.FIELDS}
+_COUNTERS = struct.Struct("<QQ")  # write_begin, head: adjacent in the layout
+_COUNTERS_OFFSET = _FIELDS["write_begin"][0]
+assert _FIELDS["head"][0] == _COUNTERS_OFFSET + 8
+FIRST_ROW_KEY = b"stroboscope.first_row"
 _SEGMENT_RE = re.compile(r"\.seg-(\d+)\.parquet$")
 
 
@@ -50,7 +54,7 @@ def segment_paths(spool: str | os.PathLike[str]) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _last_segment_index(spool: str | os.PathLike[str]) -> int:
+def last_segment_index(spool: str | os.PathLike[str]) -> int:
     """The largest segment index beside ``spool`` (0 when there is none)."""
     indices = [int(m.group(1)) for p in segment_paths(spool) if (m := _SEGMENT_RE.search(str(p)))]
     return max(indices, default=0)
@@ -73,20 +77,17 @@ def _read_header(path: str, buf: memoryview, size: int) -> dict[str, Any]:
                 f"{path} is not a stroboscope spool (it does not start with {MAGIC!r})"
             )
         raise SpoolError(f"{path} is truncated: {size} bytes, shorter than a spool header")
-    (
-        magic,
-        version,
-        header,
-        capacity,
-        ncols,
-        schema_len,
-        anchor,
-        interval,
-        created,
-        pid,
-        words,
-        total,
-    ) = _HEADER.unpack_from(buf, 0)
+    def field(name: str) -> Any:
+        offset, code = _FIELDS[name]
+        fmt = "<8s" if code == "s" else "<" + code
+        return struct.unpack_from(fmt, buf, offset)[0]
+
+    magic, version = field("magic"), field("version")
+    header, capacity, ncols = field("header_size"), field("capacity"), field("columns")
+    schema_len, anchor, interval = field("schema_size"), field("anchor_ns"), field("interval_ns")
+    created, pid, words, total = (
+        field("created_ns"), field("pid"), field("words"), field("total_size")
+    )
     if magic != MAGIC:
         raise SpoolError(
             f"{path} is not a stroboscope spool (starts with {magic!r}, expected {MAGIC!r})"
@@ -97,7 +98,7 @@ def _read_header(path: str, buf: memoryview, size: int) -> dict[str, Any]:
             f"{VERSION}"
         )
     if (
-        header % 4096
+        header % _layout.PAGE
         or header < _SCHEMA_OFFSET + schema_len
         or capacity < 2
         or capacity & (capacity - 1)
@@ -117,7 +118,7 @@ def _read_header(path: str, buf: memoryview, size: int) -> dict[str, Any]:
     lines = [ln.split("\t") for ln in text.splitlines()]
     if len(lines) != ncols or any(len(f) != 4 for f in lines) or lines[0][0] != "mono_ns":
         raise SpoolError(f"{path} has a corrupt schema ({len(lines)} lines for {ncols} columns)")
-    begin, head = _COUNTERS.unpack_from(buf, 128)
+    begin, head = _COUNTERS.unpack_from(buf, _COUNTERS_OFFSET)
     if head > begin or begin > head + 1:
         raise SpoolError(f"{path} has corrupt counters (write_begin {begin}, head {head})")
     return {
@@ -135,6 +136,27 @@ def _read_header(path: str, buf: memoryview, size: int) -> dict[str, Any]:
     }
 
 
+def _map_spool(p: str) -> np.ndarray[Any, Any]:
+    """The spool file mapped read-only (never read whole into memory); SpoolError for anything
+    that is not a regular, non-empty file."""
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise SpoolError(f"{p} does not exist") from None
+    except OSError as exc:
+        raise SpoolError(f"{p} cannot be read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise SpoolError(f"{p} is a directory, not a spool file")
+    if not stat.S_ISREG(st.st_mode):
+        raise SpoolError(f"{p} is not a regular file (a FIFO, device or socket): not a spool")
+    if st.st_size == 0:
+        raise SpoolError(f"{p} is empty (0 bytes): not a stroboscope spool")
+    try:
+        return np.memmap(p, dtype=np.uint8, mode="r")
+    except (OSError, ValueError) as exc:
+        raise SpoolError(f"{p} cannot be mapped: {exc}") from None
+
+
 def read_spool(path: str | os.PathLike[str], *, from_row: int = 0) -> tuple[pa.Table, int]:
     """The intact rows of a spool file with index ``>= from_row``, and the index of the first.
 
@@ -142,20 +164,8 @@ def read_spool(path: str | os.PathLike[str], *, from_row: int = 0) -> tuple[pa.T
     writer died is left out.
     """
     p = os.fspath(path)
-    try:
-        data = np.fromfile(p, dtype=np.uint8)
-    except FileNotFoundError:
-        raise SpoolError(f"{p} does not exist") from None
-    except IsADirectoryError:
-        raise SpoolError(f"{p} is a directory, not a spool file") from None
-    buf = memoryview(data.data)
-    h = _read_header(p, buf, len(data))
-    # The file may still be written (a live recording): its cells were read after its counters.
-    # Read the counters again; slots the writer may have reused since are dropped.
-    with open(p, "rb") as f:
-        f.seek(128)
-        begin_now, _ = _COUNTERS.unpack(f.read(_COUNTERS.size))
-    h["write_begin"] = max(h["write_begin"], begin_now)
+    data = _map_spool(p)
+    h = _read_header(p, data.data, len(data))
     cap, ncols, words = h["capacity"], h["ncols"], h["words"]
     first = max(0, h["write_begin"] - cap, from_row)
     end = h["head"]
@@ -166,16 +176,26 @@ def read_spool(path: str | os.PathLike[str], *, from_row: int = 0) -> tuple[pa.T
     vwords = np.frombuffer(
         data, dtype=np.uint64, count=ncols * words, offset=h["header"] + 8 * ncols * cap
     ).reshape(ncols, words)
-    vbits = np.unpackbits(vwords.view(np.uint8).reshape(ncols, -1), axis=1, bitorder="little")
+    # Only the rows asked for are copied out of the mapping (never the whole file).
+    word_of, bit_of = slots // 64, (slots % 64).astype(np.uint64)
+    copied = cells[:, slots]
+    valid = (vwords[:, word_of] >> bit_of) & np.uint64(1)
+    # The file may still be written (a live recording): the counters were read before the
+    # cells. Read them again; rows whose slots the writer may have reused since are dropped.
+    begin_now, _ = _COUNTERS.unpack_from(data.data, _COUNTERS_OFFSET)
+    drop = max(0, max(h["write_begin"], begin_now) - cap - first)
+    if drop:
+        copied, valid, first = copied[:, drop:], valid[:, drop:], first + drop
     arrays = []
-    mono = cells[0, slots].view(np.int64)
     arrays.append(
-        pa.array(mono + np.int64(h["anchor"]), pa.int64()).cast(pa.timestamp("ns", "UTC"))
+        pa.array(copied[0].view(np.int64) + np.int64(h["anchor"]), pa.int64()).cast(
+            pa.timestamp("ns", "UTC")
+        )
     )
     for c, field in enumerate(h["fields"]):
-        raw = cells[c, slots]
+        raw = copied[c]
         values = raw.view(np.int64) if pa.types.is_integer(field.type) else raw.view(np.float64)
-        mask = vbits[c, slots] == 0
+        mask = valid[c] == 0
         arrays.append(pa.array(values, field.type, mask=mask if mask.any() else None))
     time_field = pa.field(
         "time", pa.timestamp("ns", "UTC"), metadata={"unit": "ns", "kind": "gauge"}
@@ -184,7 +204,7 @@ def read_spool(path: str | os.PathLike[str], *, from_row: int = 0) -> tuple[pa.T
     return pa.Table.from_arrays(arrays, schema=schema), first
 
 
-def recover(path: str | os.PathLike[str]) -> pa.Table:
+def recover(path: str | os.PathLike[str]) -> Frame:
     """Every row recorded in a spool and its segments, in order and without duplicates.
 
     Parameters
@@ -194,10 +214,10 @@ def recover(path: str | os.PathLike[str]) -> pa.Table:
 
     Returns
     -------
-    pyarrow.Table
-        Columns ``time``, ``mono_ns`` and the metrics, as :meth:`Frame.to_arrow` gives them. The
-        schema metadata ``stroboscope.rows_lost`` counts rows overwritten in the ring before a
-        segment could take them (never silently dropped).
+    Frame
+        Columns ``time``, ``mono_ns`` and the metrics, as a live sampler's frames have them.
+        ``rows_lost`` (also the schema metadata ``stroboscope.rows_lost``) counts rows
+        overwritten in the ring before a segment could take them (never silently dropped).
 
     Raises
     ------
@@ -215,9 +235,9 @@ def recover(path: str | os.PathLike[str]) -> pa.Table:
         except (OSError, pa.ArrowInvalid) as exc:
             raise SpoolError(f"segment {seg} cannot be read: {exc}") from None
         meta = table.schema.metadata or {}
-        if _FIRST_ROW_KEY not in meta:
-            raise SpoolError(f"segment {seg} has no {_FIRST_ROW_KEY.decode()} metadata")
-        first = int(meta[_FIRST_ROW_KEY])
+        if FIRST_ROW_KEY not in meta:
+            raise SpoolError(f"segment {seg} has no {FIRST_ROW_KEY.decode()} metadata")
+        first = int(meta[FIRST_ROW_KEY])
         if first > next_row:
             lost += first - next_row
         skip = max(0, next_row - first)
@@ -229,79 +249,10 @@ def recover(path: str | os.PathLike[str]) -> pa.Table:
     tables.append(spool.slice(spool_from - first_spool_row))
     schema = spool.schema
     out = pa.concat_tables([t.cast(schema) if t.schema != schema else t for t in tables])
-    return out.replace_schema_metadata({"stroboscope.rows_lost": str(lost)})
+    from stroboscope.sampling._frame import Frame  # the one frame type (pyarrow-backed here)
 
-
-class SegmentWriter:
-    """Drains a sampler's ring into rolling Parquet segments beside its spool.
-
-    Every ``segment_seconds`` (or sooner when ``segment_rows`` rows are waiting) the rows written
-    since the last segment are copied out (with the sampler's own consumer API, not its drain
-    cursor) and written as one complete Parquet file, renamed into place. The ring must hold a
-    segment's worth of rows; rows overwritten before a segment took them are counted in
-    :attr:`rows_lost`.
-    """
-
-    def __init__(self, core: Any, spool: str, segment_seconds: float, segment_rows: int) -> None:
-        self._core = core
-        self._spool = spool
-        self._seconds = segment_seconds
-        self._rows = segment_rows
-        self._cursor = 0
-        self._seq = _last_segment_index(spool)
-        self.rows_lost = 0
-        self.segments_written = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="stroboscope-segments", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread and write what is left as a last segment."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self.flush()
-
-    def _run(self) -> None:
-        poll = min(self._seconds / 2, 0.25)
-        last = time.monotonic()
-        while not self._stop.wait(poll):
-            pending = self._core.stats()["rows_written"] - self._cursor
-            if time.monotonic() - last >= self._seconds or pending >= self._rows:
-                self.flush()
-                last = time.monotonic()
-
-    def flush(self) -> None:
-        """Write the rows not yet in a segment as a new segment (nothing when there are none)."""
-        from stroboscope._frame import Frame
-
-        with self._lock:
-            frame = Frame(self._core.copy_since(self._cursor))
-            self.rows_lost += frame.rows_lost
-            if len(frame) == 0:
-                return
-            table = frame.to_arrow()
-            meta = dict(table.schema.metadata or {})
-            meta[_FIRST_ROW_KEY] = str(frame.first_row).encode()
-            table = table.replace_schema_metadata(meta)
-            self._seq += 1
-            final = f"{self._spool}.seg-{self._seq:06d}.parquet"
-            tmp = final + ".tmp"
-            with open_private(tmp) as f:
-                pq.write_table(table, f, compression="zstd")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-            self._cursor = frame.first_row + len(frame)
-            self.segments_written += 1
+    table = out.replace_schema_metadata({"stroboscope.rows_lost": str(lost)})
+    return Frame(table, rows_lost=lost)
 
 
 def remove_spool(path: str | os.PathLike[str]) -> None:

@@ -1,8 +1,8 @@
 """The watchdog child: waits for its parent to stop or die, and writes the dumps if it died.
 
-Started by :class:`stroboscope.watchdog.Watchdog`; the protocol is documented there. This module
-imports only the standard library at the top; pyarrow and the readers of each kind of source are
-imported when a dump is written.
+Started by :class:`stroboscope.recording.watchdog.Watchdog` as a script (not through the
+package); the protocol is documented there. It imports only the standard library until a dump
+must be written; then it imports the reader of each kind of source (and with it pyarrow).
 """
 
 from __future__ import annotations
@@ -82,10 +82,10 @@ def _parent_stopped(control: int, pidfd: int | None, parent_pid: int) -> bool:
 def _load(job: dict[str, Any]) -> tuple[pa.Table, str]:
     """Read a job's source: the table and a note for the log line."""
     if job["kind"] == "spool":
-        from stroboscope.spool import recover
+        from stroboscope.recording.spool import recover
 
-        return recover(job["source"]), ""
-    from stroboscope._journal import read_journal_rows, rows_to_table
+        return recover(job["source"]).to_arrow(), ""
+    from stroboscope.recording.journal import read_journal_rows, rows_to_table
 
     rows, damaged = read_journal_rows(job["source"])
     note = f" ({damaged} damaged line(s) skipped)" if damaged else ""
@@ -150,7 +150,7 @@ def run_job(job: dict[str, Any], parent_pid: int) -> str:
     path = write_dump(table, job, parent_pid)
     if job.get("remove_source"):
         if job["kind"] == "spool":
-            from stroboscope.spool import remove_spool
+            from stroboscope.recording.spool import remove_spool
 
             remove_spool(job["source"])  # the spool and its segments
         else:
@@ -194,3 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                  f"{type(exc).__name__}: {exc}")
     return 1 if failed else 0
 
+
+if __name__ == "__main__":
+    # Run as a script: the directory of this file is not a place to import from (Python < 3.11
+    # puts it first on sys.path; -P keeps it off on newer ones).
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+    sys.exit(main())

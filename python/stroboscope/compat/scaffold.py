@@ -18,11 +18,15 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from stroboscope._sampler import Sampler, available_sources
+from stroboscope import _core
+from stroboscope._ratelimit import RateLimitedLog
+from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
-from stroboscope.compat._window import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
+from stroboscope.recording.sampler import Sampler
+from stroboscope.sampling import available_sources
+from stroboscope.sampling._checks import check_seconds
 from stroboscope.senders._base import AbstractBackendSender, StatsDict, as_sender
-from stroboscope.senders._dispatch import Fanout, _RateLimitedLog
+from stroboscope.senders._dispatch import Fanout
 
 if TYPE_CHECKING:
     import psutil
@@ -38,28 +42,10 @@ SenderArg = Union[AbstractBackendSender, Callable[[StatsDict], Any], Sequence[An
 
 
 def _net_totals(include_loopback: bool, proc_root: str = "/proc") -> dict[str, int]:
-    """Bytes sent and received by all interfaces (``lo`` only when asked), from /proc/net/dev."""
-    sent = recv = 0
-    with open(os.path.join(proc_root, "net", "dev"), encoding="ascii", errors="replace") as f:
-        for line in f:
-            name, colon, rest = line.partition(":")
-            if not colon:
-                continue  # the two header lines
-            fields = rest.split()
-            if len(fields) < 9 or (name.strip() == "lo" and not include_loopback):
-                continue
-            recv += int(fields[0])
-            sent += int(fields[8])
-    return {"sent": sent, "recv": recv}
-
-
-def _check_seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"{name} must be a positive finite number of seconds, got {value!r}")
-    return seconds
+    """Bytes sent and received by all interfaces (``lo`` only when asked), read with the
+    network source's own /proc/net/dev parser."""
+    sent, recv = _core.net_dev_totals(proc_root, include_loopback)
+    return {"sent": int(sent), "recv": int(recv)}
 
 
 def _sender_list(backend_sender: SenderArg) -> list[AbstractBackendSender]:
@@ -157,8 +143,8 @@ class SystemMonitor:
         dump_path: str | os.PathLike[str] | None = None,
         dump_format: str = "csv",
     ) -> None:
-        self._rate = _check_seconds("sample_rate_seconds", sample_rate_seconds)
-        interval = _check_seconds("interval", interval)
+        self._rate = check_seconds("sample_rate_seconds", sample_rate_seconds)
+        interval = check_seconds("interval", interval)
         if self._rate < interval:
             raise ValueError(
                 f"sample_rate_seconds ({sample_rate_seconds!r}) must be at least the sampling "
@@ -169,7 +155,7 @@ class SystemMonitor:
         if aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
         self._aggregate: Aggregate = aggregate
-        self._flush_timeout = _check_seconds("flush_timeout", flush_timeout)
+        self._flush_timeout = check_seconds("flush_timeout", flush_timeout)
         senders = _sender_list(backend_sender)
         self._backend_sender = senders[0] if len(senders) == 1 else senders
 
@@ -197,10 +183,10 @@ class SystemMonitor:
         )
         self._pid = self._core.pid
 
-        columns = [c.name for c in self._core.schema]
+        columns = [c.name for c in self._core.columns]
         self._keys = CompatKeys(columns, rank, extended)
         self.gpu_count = len(self._keys.gpu_labels)
-        counters = [c.name for c in self._core.schema if c.kind == "counter"]
+        counters = [c.name for c in self._core.columns if c.kind == "counter"]
         self._window = WindowAggregator(self._keys.columns, counters)
         self.network_init = _net_totals(self._loopback)
         self._net_offset = {"sent": 0, "recv": 0}
@@ -213,7 +199,7 @@ class SystemMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._error_log = _RateLimitedLog()
+        self._error_log = RateLimitedLog(logger)
 
     # -- the compatible surface --------------------------------------------------------------
 

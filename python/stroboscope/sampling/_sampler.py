@@ -1,56 +1,34 @@
-"""The public Sampler: argument checks and lifecycle around the C++ sampler thread."""
+"""The Sampler: argument checks and lifecycle around the C++ sampler thread.
+
+This is the facade over ``_core``: it validates, builds the sources, starts and stops the thread
+and copies rows out. Crash safety (segments beside a spool, a watchdog) is composed on top of it
+in :mod:`stroboscope.recording`.
+"""
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import math
 import os
-import shutil
-import tempfile
 import threading
-import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
 
-from stroboscope import _core
-from stroboscope._checks import (
+from stroboscope import _core, _lifecycle
+from stroboscope.sampling._checks import (
     SourcesArg,
     check_capacity,
     check_interval,
+    check_new_file,
     check_pid,
     check_sources,
-    check_spool,
     check_window,
 )
-from stroboscope._frame import Frame, TableFrame
-from stroboscope._gpu import GpusArg, resolve_gpus
-from stroboscope.spool import SegmentWriter, remove_spool
-from stroboscope.watchdog import DumpJob, Watchdog
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of a sampler's frames: name, unit, Arrow type, kind and a one-line help."""
-
-    name: str
-    unit: str
-    dtype: str
-    kind: str
-    help: str
-
-
-_TIME_COLUMN = Column(
-    "time", "ns", "timestamp[ns, UTC]", "gauge", "UTC time of the tick (monotonic + anchor)."
-)
-
-
-_live: weakref.WeakSet[Sampler] = weakref.WeakSet()
-_live_lock = threading.Lock()
+from stroboscope.sampling._frame import Frame
+from stroboscope.sampling._gpu import GpusArg, resolve_gpus
+from stroboscope.sampling._schema import TIME_COLUMN, Column
+from stroboscope.sampling._stats import SamplerStats
 
 
 class Sampler:
@@ -69,7 +47,7 @@ class Sampler:
     capacity : int
         Rows the ring holds (rounded up to a power of two). When full, the oldest rows are
         overwritten and counted in :meth:`stats`. Memory: rows * (columns + 1) * 8 bytes plus one
-        validity bit per cell; see ``stats()["ring_bytes"]``.
+        validity bit per cell; see ``stats().ring_bytes``.
     disk_paths : sequence of str
         Mount points whose usage the ``disk`` source reports (default ``("/",)``).
     gpus : None, "cuda", or sequence of int or str
@@ -92,25 +70,10 @@ class Sampler:
         :meth:`gpu_samples`.
     gpu_sample_interval : float
         How often (seconds) the driver's sample buffers are read (default 0.25).
-    spool : path, optional
-        Keep the ring in this file, mapped ``MAP_SHARED`` and created 0600 in a directory you
-        own: every row is in the file as soon as it is written and survives any death of the
-        process; :func:`stroboscope.recover` reads it back. While running, the rows are also
-        drained every ``segment_seconds`` into Parquet segments beside it (``PATH.seg-N.parquet``)
-        so the ring never has to hold the whole run.
-    segment_seconds : float
-        Interval of the spool's segment writer (default 10 s); the ring must hold at least twice
-        that many rows.
-    crash_safe : bool
-        Start a watchdog process (:mod:`stroboscope.watchdog`) that does nothing while this
-        process lives and, if it dies (SIGKILL, OOM killer, a crash in native code), writes every
-        recorded row from the spool to ``dump_path``. Without ``spool``, a private temporary spool
-        is used (and removed by :meth:`close`).
-    dump_path : path, optional
-        Where the watchdog writes the dump: default ``$STROBOSCOPE_DUMP_PATH``, else a timestamped
-        file in the working directory.
-    dump_format : {"csv", "parquet"}
-        Format of the dump.
+    ring_file : path, optional
+        Keep the ring in this new file (created 0600 in a directory you own), mapped
+        ``MAP_SHARED``, so every row survives any death of the process. The crash-safe recording
+        built on it (segments, recovery, a watchdog) is :class:`stroboscope.Sampler`'s ``spool``.
     proc_root, sys_root, cgroup_root : str
         Where procfs, sysfs and the cgroup hierarchy are read from (tests replay recorded trees).
     """
@@ -129,11 +92,7 @@ class Sampler:
         net_include_loopback: bool = False,
         gpu_samples: bool = True,
         gpu_sample_interval: float = 0.25,
-        spool: str | os.PathLike[str] | None = None,
-        segment_seconds: float = 10.0,
-        crash_safe: bool = False,
-        dump_path: str | os.PathLike[str] | None = None,
-        dump_format: str = "csv",
+        ring_file: str | os.PathLike[str] | None = None,
         proc_root: str = "/proc",
         sys_root: str = "/sys",
         cgroup_root: str = "/sys/fs/cgroup",
@@ -162,35 +121,12 @@ class Sampler:
         specs = check_sources(sources, self._interval, defaults)
         if gpus is not None and "gpu" not in {name for name, _ in specs}:
             raise ValueError("gpus was given but the 'gpu' source is not in sources")
-        if dump_format not in ("csv", "parquet"):
-            raise ValueError(f"dump_format must be 'csv' or 'parquet', got {dump_format!r}")
-        seg_s = 0.0
-        if spool is not None or crash_safe:
-            seg_s = check_interval("segment_seconds", segment_seconds)
-            if cap * self._interval < 2 * seg_s:
-                raise ValueError(
-                    f"segment_seconds={segment_seconds!r} needs a ring of at least "
-                    f"{math.ceil(2 * seg_s / self._interval)} rows at interval "
-                    f"{self._interval:g} s (capacity is {cap}): raise capacity or lower "
-                    "segment_seconds"
-                )
-        self._temp_spool_dir: str | None = None
-        if crash_safe and spool is None:
-            self._temp_spool_dir = tempfile.mkdtemp(prefix="stroboscope-")  # 0700, ours
-            spool = os.path.join(self._temp_spool_dir, "sampler.spool")
-        self._segments: SegmentWriter | None = None
+        ring_path = "" if ring_file is None else check_new_file("ring_file", ring_file)
         try:
-            spool_path = "" if spool is None else check_spool(spool)
-            self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options, spool_path)
+            self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options, ring_path)
         except (RuntimeError, OSError) as exc:
-            self._remove_temp_dir()
             raise RuntimeError(f"cannot build sampler: {exc}") from None
-        except BaseException:
-            self._remove_temp_dir()
-            raise
-        self._spool = spool_path or None
-        if spool_path:
-            self._segments = SegmentWriter(self._core, spool_path, seg_s, max(cap // 2, 1))
+        self._ring_file = ring_path or None
         self._gpu_recorder: _core.GpuSampleRecorder | None = None
         self._gpu_labels: dict[int, int] = {}
         if gpu_samples and any(name == "gpu" for name, _ in specs):
@@ -200,38 +136,12 @@ class Sampler:
             self._gpu_labels = {
                 idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(found)
             }
-        self._watchdog: Watchdog | None = None
-        if crash_safe:
-            dump = None if dump_path is None else os.fspath(dump_path)
-            private = self._temp_spool_dir is not None  # nobody else knows it: remove once dumped
-            job = DumpJob(
-                "spool",
-                spool_path,
-                dump=dump,
-                format=dump_format,
-                remove_source=private,
-                remove_source_dir=private,
-            )
-            self._watchdog = Watchdog([job])
-        # Runs at close(), at exit, or when this object is collected without close(): stops the
-        # sampler, the segment writer and the watchdog (a normal end: no dump) and removes a
-        # private spool. Only in the process that made it (a forked child inherits it too).
         self._owner_pid = os.getpid()
-        self._cleanup = weakref.finalize(
-            self,
-            _cleanup_crash_safe,
-            self._owner_pid,
-            self._core,
-            self._segments,
-            self._watchdog,
-            spool_path,
-            self._temp_spool_dir,
-        )
         self._lock = threading.Lock()
         self._closed = False
-        self._schema = [_TIME_COLUMN] + [Column(**c) for c in self._core.columns()]
-        with _live_lock:
-            _live.add(self)
+        self._columns = [TIME_COLUMN] + [Column(**c) for c in self._core.columns()]
+        self._schema = pa.schema(Frame(self._core.snapshot()))  # exactly what frames carry
+        _lifecycle.register(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -240,18 +150,12 @@ class Sampler:
         with self._lock:
             if self._closed:
                 raise RuntimeError("this Sampler is closed; create a new one to sample again")
-            if self._spool is not None and os.getpid() != self._owner_pid:
+            if self._ring_file is not None and os.getpid() != self._owner_pid:
                 raise RuntimeError(
-                    "this Sampler's ring lives in the spool of the process that made it; "
+                    "this Sampler's ring lives in the file of the process that made it; "
                     "a forked child must create its own Sampler"
                 )
-            if self._watchdog is not None and not self._watchdog.running:
-                self._watchdog.start()  # before the first row: a death from now on is dumped
-            self._core.start()
-            if self._gpu_recorder is not None:
-                self._gpu_recorder.start()
-            if self._segments is not None:
-                self._segments.start()
+            self._start_locked()
         return self
 
     def stop(self) -> None:
@@ -266,14 +170,21 @@ class Sampler:
                 self._stop_locked()
             finally:
                 self._closed = True
-                self._cleanup()  # a normal end: the watchdog dumps nothing; a private spool goes
+                self._close_locked()
+
+    # Hooks for what is composed on a sampler (stroboscope.recording): called with the lock held.
+    def _start_locked(self) -> None:
+        self._core.start()
+        if self._gpu_recorder is not None:
+            self._gpu_recorder.start()
 
     def _stop_locked(self) -> None:
         self._core.stop()
         if self._gpu_recorder is not None:
             self._gpu_recorder.stop()
-        if self._segments is not None:
-            self._segments.stop()
+
+    def _close_locked(self) -> None:
+        pass
 
     @property
     def running(self) -> bool:
@@ -302,6 +213,30 @@ class Sampler:
 
     # -- data --------------------------------------------------------------------------------
 
+    def tick_now(self, n: int = 1) -> int:
+        """Take ``n`` ticks at once on the calling thread, while the sampler is stopped.
+
+        Each tick reads every source due on it, exactly as the sampler thread would, and writes
+        one row (the tick counter advances, so per-source intervals hold). A deterministic way to
+        produce rows for tests and tools, with no sleeping and no thread. Returns the number of
+        rows written.
+
+        Raises
+        ------
+        RuntimeError
+            When the sampler is running or closed.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1 << 30:
+            raise ValueError(f"n must be a number of ticks in [1, {1 << 30}], got {n!r}")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("tick_now() on a closed Sampler")
+            if self._core.running:
+                raise RuntimeError("tick_now() needs a stopped Sampler: stop() it first")
+            before = int(self._core.stats()["rows_written"])
+            self._core.run_ticks_inline(n)
+            return int(self._core.stats()["rows_written"]) - before
+
     def snapshot(self) -> Frame:
         """A consistent copy of every row still in the ring (the rows are kept)."""
         return Frame(self._core.snapshot())
@@ -310,7 +245,14 @@ class Sampler:
         """The rows written since the previous drain (or since the start)."""
         return Frame(self._core.drain())
 
-    def gpu_samples(self, *, drain: bool = False) -> TableFrame:
+    def copy_since(self, first_row: int) -> Frame:
+        """The rows with index ``>= first_row`` still in the ring, for a consumer that keeps its
+        own cursor (moves no cursor; rows already overwritten are counted in ``rows_lost``)."""
+        if isinstance(first_row, bool) or not isinstance(first_row, int) or first_row < 0:
+            raise ValueError(f"first_row must be a row index >= 0, got {first_row!r}")
+        return Frame(self._core.copy_since(first_row))
+
+    def gpu_samples(self, *, drain: bool = False) -> Frame:
         """Every GPU sample the driver buffered, at the driver's own resolution, in long form.
 
         Columns: ``time`` (``timestamp[ns, UTC]``, the driver's timestamp), ``mono_ns`` (the same
@@ -322,41 +264,31 @@ class Sampler:
         """
         recorder = self._gpu_recorder
         if recorder is None:
-            return TableFrame(_gpu_sample_table({}, {}))
+            return Frame(_gpu_sample_table({}, {}))
         rows = recorder.take() if drain else recorder.peek()
-        return TableFrame(_gpu_sample_table(rows, self._gpu_labels), int(rows["dropped"]))
+        return Frame(_gpu_sample_table(rows, self._gpu_labels), rows_lost=int(rows["dropped"]))
 
-    def stats(self) -> dict[str, Any]:
-        """The sampler's measurement of itself.
+    def stats(self) -> SamplerStats:
+        """The sampler's measurement of itself (see :class:`SamplerStats`)."""
+        return SamplerStats.from_core(self._core.stats(), **self._extra_stats())
 
-        Keys: ``ticks_scheduled``/``ticks_taken``/``ticks_missed``, ``rows_written``,
-        ``rows_overwritten``, ``rows_lost`` (overwritten before a drain reached them),
-        ``lateness_p50_ns``/``lateness_p99_ns``/``lateness_max_ns`` (wake-up after the deadline),
-        ``cost_mean_ns``/``cost_p99_ns``/``cost_max_ns`` (time to read the sources and push one
-        row), ``thread_cpu_ns``, ``ring_bytes``, ``capacity``, ``num_columns``,
-        ``process_exited`` and ``sources`` (per source: reads, failures, read time, reason).
-        """
-        s: dict[str, Any] = self._core.stats()
-        s["interval_s"] = self._interval
-        s["pid"] = self._pid
-        if self._segments is not None:
-            s["segments_written"] = self._segments.segments_written
-            s["segment_rows_lost"] = self._segments.rows_lost
-        s["process_exited"] = any(
-            src["name"] in ("process", "proc_tree") and src["reason"] == "process exited"
-            for src in s["sources"]
-        )
-        return s
+    def _extra_stats(self) -> dict[str, Any]:
+        return {"interval_s": self._interval, "pid": self._pid}
 
     @property
-    def schema(self) -> list[Column]:
-        """The columns of this sampler's frames, with units."""
-        return list(self._schema)
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of this sampler's frames (``unit``/``kind`` in field metadata)."""
+        return self._schema
 
     @property
-    def spool(self) -> str | None:
-        """The spool file, when the ring lives in one."""
-        return self._spool
+    def columns(self) -> list[Column]:
+        """The columns of this sampler's frames, with units, kinds and help."""
+        return list(self._columns)
+
+    @property
+    def ring_file(self) -> str | None:
+        """The file the ring lives in, when it lives in one."""
+        return self._ring_file
 
     @property
     def interval(self) -> float:
@@ -373,20 +305,18 @@ class Sampler:
         """Every source: name, help, whether it is on by default and whether it works here."""
         return available_sources()
 
+    # -- the lifecycle registry's hooks ------------------------------------------------------
+
+    def _at_exit(self) -> None:
+        if os.getpid() == self._owner_pid:
+            self.stop()
+
     def _after_fork_in_child(self) -> None:
+        # The child of a fork has only the forking thread: the sampler thread is gone there.
         self._lock = threading.Lock()
         self._core.forget_thread_after_fork()
         if self._gpu_recorder is not None:
             self._gpu_recorder.forget_thread_after_fork()
-        # The spool, its segments and the watchdog belong to the parent: the child must not
-        # write segments into them or clean them up.
-        self._segments = None
-        self._cleanup.detach()
-
-    def _remove_temp_dir(self) -> None:
-        if self._temp_spool_dir is not None:
-            shutil.rmtree(self._temp_spool_dir, ignore_errors=True)
-            self._temp_spool_dir = None
 
 
 def available_sources(
@@ -424,46 +354,3 @@ def _gpu_sample_table(rows: Mapping[str, Any], labels: Mapping[int, int]) -> pa.
             "value": pa.array(rows["value"] if n else [], pa.float64()),
         }
     )
-
-
-def _cleanup_crash_safe(
-    owner_pid: int,
-    core: _core.Sampler,
-    segments: SegmentWriter | None,
-    watchdog: Watchdog | None,
-    spool: str,
-    temp_dir: str | None,
-) -> None:
-    if os.getpid() != owner_pid:
-        return
-    core.stop()
-    if segments is not None:
-        # The last segment; if the spool's directory is already gone there is nothing to keep.
-        with contextlib.suppress(OSError):
-            segments.stop()
-    if watchdog is not None:
-        watchdog.stop()
-    if temp_dir is not None:
-        remove_spool(spool)
-        with contextlib.suppress(OSError):
-            os.rmdir(temp_dir)
-
-
-def _stop_all_at_exit() -> None:
-    with _live_lock:
-        samplers = list(_live)
-    for sampler in samplers:
-        sampler.stop()
-
-
-def _forget_all_in_child() -> None:
-    # The child of a fork has only the forking thread: every sampler thread is gone there.
-    global _live_lock
-    _live_lock = threading.Lock()
-    for sampler in list(_live):
-        sampler._after_fork_in_child()
-
-
-atexit.register(_stop_all_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_all_in_child)

@@ -1,4 +1,5 @@
-"""Argument checks for the Sampler: errors name the argument, the value and what is accepted."""
+"""Argument checks, the one module for them: errors name the argument, the value and what is
+accepted. Every room of the package (sampling, recording, compat, cli) checks through here."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from typing import Union
 
 from stroboscope import _core
-from stroboscope.spool import segment_paths
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
 MAX_INTERVAL_S = _core.MAX_INTERVAL_NS / 1e9
@@ -34,6 +34,16 @@ def check_interval(name: str, value: object) -> float:
     return seconds
 
 
+def check_seconds(name: str, value: object) -> float:
+    """Any positive, finite number of seconds (no upper bound: publish periods, timeouts)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    return seconds
+
+
 def check_window(name: str, value: object) -> int:
     """A minimum rate window in seconds, [0, 1 h], as nanoseconds."""
     if (
@@ -47,11 +57,12 @@ def check_window(name: str, value: object) -> int:
     return round(value * 1e9)
 
 
-def check_capacity(capacity: object) -> int:
+def check_capacity(capacity: object, name: str = "capacity") -> int:
+    """Rows of a ring in [2, MAX_CAPACITY], rounded up to the power of two the ring holds."""
     if isinstance(capacity, bool) or not isinstance(capacity, int):
-        raise TypeError(f"capacity must be an int (rows), got {type(capacity).__name__}")
+        raise TypeError(f"{name} must be an int (rows), got {type(capacity).__name__}")
     if capacity < 2 or capacity > MAX_CAPACITY:
-        raise ValueError(f"capacity must be within [2, {MAX_CAPACITY}] rows, got {capacity}")
+        raise ValueError(f"{name} must be within [2, {MAX_CAPACITY}] rows, got {capacity}")
     return 1 << (capacity - 1).bit_length()  # the ring needs a power of two: round up
 
 
@@ -75,30 +86,32 @@ def check_pid(pid: object, proc_root: str) -> int:
     return pid
 
 
-def check_spool(spool: str | os.PathLike[str]) -> str:
-    path = os.path.abspath(os.fspath(spool))
-    parent = os.path.dirname(path)
+def check_private_dir(name: str, path: str | os.PathLike[str]) -> str:
+    """An existing directory owned by this user (where the package may create its files)."""
+    directory = os.path.abspath(os.fspath(path))
     try:
-        st = os.stat(parent)
+        st = os.stat(directory)
     except FileNotFoundError:
-        raise ValueError(
-            f"spool {os.fspath(spool)!r}: directory {parent!r} does not exist"
-        ) from None
+        raise ValueError(f"{name}: directory {directory!r} does not exist") from None
+    if not os.path.isdir(directory):
+        raise ValueError(f"{name}: {directory!r} is not a directory")
     if st.st_uid != os.getuid():
         raise ValueError(
-            f"spool {os.fspath(spool)!r}: directory {parent!r} is not owned by you "
-            f"(uid {st.st_uid}); put the spool in a directory you own"
+            f"{name}: directory {directory!r} is not owned by you (its owner is uid "
+            f"{st.st_uid}, you are uid {os.getuid()}); give a directory you own"
         )
-    if os.path.isdir(path):
-        raise ValueError(f"spool {os.fspath(spool)!r} is a directory; give a file path")
-    if os.path.exists(path) or segment_paths(path):
-        # Starting over would truncate a recording nobody has recovered yet, and its segments
-        # would be read back as if they belonged to the new one.
-        raise ValueError(
-            f"spool {os.fspath(spool)!r} (or its segments) already exists: recover it with "
-            f"`stroboscope recover {os.fspath(spool)} -o FILE`, or remove it, then start again"
-        )
-    return path
+    return directory
+
+
+def check_new_file(name: str, path: str | os.PathLike[str]) -> str:
+    """A path where a new file may be created: absent, in a directory this user owns."""
+    full = os.path.abspath(os.fspath(path))
+    check_private_dir(name, os.path.dirname(full))
+    if os.path.isdir(full):
+        raise ValueError(f"{name} {os.fspath(path)!r} is a directory; give a file path")
+    if os.path.lexists(full):
+        raise ValueError(f"{name} {os.fspath(path)!r} already exists; give a new file path")
+    return full
 
 
 def check_sources(

@@ -1,4 +1,7 @@
-"""ParentReceiver: collects metric rows from a queue into a crash-safe journal.
+"""The receiver: collects metric rows from a queue into a crash-safe journal.
+
+:class:`stroboscope.compat.aitune.ParentReceiver` is this machinery under its drop-in name.
+
 
 Compatible with the pure-Python receiver design: a thread takes dict rows from a ``queue.Queue``
 or a ``multiprocessing`` queue, ``get_metrics()`` returns them as a pandas DataFrame,
@@ -37,7 +40,6 @@ interpreter exits (after a crash, by the watchdog once its dump is written).
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import queue as _queue
@@ -47,8 +49,9 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from stroboscope._frame import write_table_csv, write_table_parquet
-from stroboscope._journal import (
+from stroboscope import _lifecycle
+from stroboscope.export.writers import write_table
+from stroboscope.recording.journal import (
     Journal,
     encode_rows,
     parse_journal,
@@ -56,12 +59,13 @@ from stroboscope._journal import (
     read_journal_rows,
     rows_to_table,
 )
-from stroboscope.watchdog import FORMATS, DumpJob, Watchdog
+from stroboscope.recording.watchdog import FORMATS, DumpJob, Watchdog
+from stroboscope.sampling._checks import check_private_dir
 
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["ParentReceiver", "read_journal", "read_journal_rows", "rows_to_table"]
+__all__ = ["Receiver", "read_journal", "read_journal_rows", "rows_to_table"]
 
 logger = logging.getLogger("stroboscope.receiver")
 
@@ -84,7 +88,7 @@ class RowQueue(Protocol):
 # -- the receiver ------------------------------------------------------------------------------
 
 
-class ParentReceiver:
+class Receiver:
     """Collects dict rows from ``queue`` on a thread, journaled to a crash-safe file.
 
     Parameters
@@ -96,8 +100,9 @@ class ParentReceiver:
         An existing directory owned by this user, for the journal file. Default: a new private
         temporary directory.
     crash_safe : bool
-        Start a :class:`~stroboscope.watchdog.Watchdog` with :meth:`start`, which dumps the rows
-        taken so far when this process dies and then removes the journal (default True).
+        Start a :class:`~stroboscope.recording.watchdog.Watchdog` with :meth:`start`, which
+        dumps the rows taken so far when this process dies and then removes the journal
+        (default True).
         Without it, a crash leaves the journal behind (see :attr:`journal_path`).
     dump_path : str or os.PathLike, optional
         The crash dump's path. Default: ``$STROBOSCOPE_DUMP_PATH``, else
@@ -129,9 +134,9 @@ class ParentReceiver:
             )
         if dump_format not in FORMATS:
             raise ValueError(f"dump_format must be one of {FORMATS}, got {dump_format!r}")
-        self._journal_dir = None if journal_dir is None else os.path.abspath(journal_dir)
-        if self._journal_dir is not None:
-            _check_private_dir(self._journal_dir)
+        self._journal_dir = (
+            None if journal_dir is None else check_private_dir("journal_dir", journal_dir)
+        )
         self.queue = queue
         self.crash_safe = bool(crash_safe)
         self.dump_path = None if dump_path is None else os.fspath(dump_path)
@@ -161,7 +166,7 @@ class ParentReceiver:
             journal = Journal(self._journal_dir)
             self._journal = journal
             weakref.finalize(self, journal.close).atexit = False
-            _live.add(self)
+            _lifecycle.register(self)
         if self.crash_safe and self._watchdog is None:
             job = DumpJob(
                 "journal",
@@ -222,9 +227,10 @@ class ParentReceiver:
     # -- data --------------------------------------------------------------------------------
 
     def snapshot(self, path: str | os.PathLike[str], reset_metrics: bool = True) -> None:
-        """Write the rows collected so far to ``path``: Parquet when it ends in ``.parquet``,
-        CSV otherwise (created with mode 0600). With ``reset_metrics`` the rows are then
-        cleared (the journal is truncated), so the next snapshot holds only newer rows.
+        """Write the rows collected so far to ``path``: Parquet when it ends in ``.parquet`` or
+        ``.pq``, CSV for any other name (created with mode 0600). With ``reset_metrics`` the
+        rows are then cleared (the journal is truncated), so the next snapshot holds only newer
+        rows.
 
         Raises
         ------
@@ -235,10 +241,7 @@ class ParentReceiver:
         with self.lock:
             journal = self._open_journal()
             table = rows_to_table(parse_journal(journal.read())[0])
-            if os.fspath(path).lower().endswith(".parquet"):
-                write_table_parquet(table, path)
-            else:
-                write_table_csv(table, path)
+            write_table(table, path, default="csv")
             if reset_metrics:
                 journal.truncate()
 
@@ -286,7 +289,7 @@ class ParentReceiver:
 
     def __repr__(self) -> str:
         state = "running" if self.running else "not running"
-        return f"<stroboscope.ParentReceiver rows={self._rows} {state}>"
+        return f"<stroboscope.Receiver rows={self._rows} {state}>"
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -337,7 +340,7 @@ class ParentReceiver:
         if self._journal is None:
             raise RuntimeError(f"{what}() called before start()")
 
-    def _close_at_exit(self) -> None:
+    def _at_exit(self) -> None:
         if self._journal is None or os.getpid() != self._journal.owner:
             return
         if self._thread is not None:
@@ -346,28 +349,3 @@ class ParentReceiver:
             self._watchdog.stop()
         with self.lock:
             self._journal.close()
-
-
-def _check_private_dir(path: str) -> None:
-    if not os.path.isdir(path):
-        raise ValueError(f"journal_dir {path!r} is not an existing directory")
-    st = os.stat(path)
-    if st.st_uid != os.getuid():
-        raise ValueError(
-            f"journal_dir {path!r} is owned by uid {st.st_uid}, not by this user "
-            f"(uid {os.getuid()}); give a directory you own"
-        )
-
-
-_live: weakref.WeakSet[ParentReceiver] = weakref.WeakSet()
-
-
-def _close_all_at_exit() -> None:
-    for receiver in list(_live):
-        try:
-            receiver._close_at_exit()
-        except Exception as exc:  # pragma: no cover - best effort at interpreter exit
-            logger.warning("ParentReceiver cleanup at exit failed: %s", exc)
-
-
-atexit.register(_close_all_at_exit)

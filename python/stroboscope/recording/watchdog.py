@@ -8,10 +8,11 @@ the watchdog exits without writing anything.
 
 Protocol
 --------
-The parent starts ``sys.executable`` running :func:`main` (``python -P -c "from
-stroboscope._watchdog_child import main; ..."``, the same as ``python -m stroboscope.watchdog``
-without runpy's warning when the package has already imported this module) with, on its command
-line, a JSON configuration (``--config``): the parent's pid, the jobs with every path made
+The parent starts ``sys.executable`` running the file ``_watchdog_child.py`` of this package as a
+script (``python -P PATH/_watchdog_child.py --config …``): not through the package, so the idle
+child has loaded the standard library only, neither pyarrow nor the C++ extension whose crash it
+handles; it imports the readers (and pyarrow) only to write a dump. On its command line it gets a
+JSON configuration (``--config``): the parent's pid, the jobs with every path made
 absolute, and the numbers of the descriptors it inherits (``pass_fds``; all others are closed):
 
 - ``control_fd``: the read end of a pipe whose write end only the parent holds (close-on-exec, and
@@ -42,7 +43,6 @@ directory at :meth:`Watchdog.start`; a default name never replaces an existing f
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
@@ -51,15 +51,25 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Any
 
-from stroboscope._watchdog_child import CONFIG_VERSION, READY, STOP, default_dump_name, main
+from stroboscope import _lifecycle
+from stroboscope.recording import _watchdog_child
+from stroboscope.recording._watchdog_child import (
+    CONFIG_VERSION,
+    READY,
+    STOP,
+    default_dump_name,
+    main,
+)
 
 __all__ = ["DUMP_PATH_ENV", "DumpJob", "Watchdog", "default_dump_name", "main"]
+
+CHILD_SCRIPT = os.path.abspath(_watchdog_child.__file__)
+"""The watchdog child's file, run as a script."""
 
 logger = logging.getLogger("stroboscope.watchdog")
 
@@ -80,8 +90,8 @@ class DumpJob:
     Parameters
     ----------
     kind : {"spool", "journal"}
-        ``"spool"``: a sampler's spool file, read with ``stroboscope.spool.recover``.
-        ``"journal"``: a :class:`~stroboscope.receiver.ParentReceiver` journal (JSON lines).
+        ``"spool"``: a sampler's spool file, read with ``stroboscope.recording.spool.recover``.
+        ``"journal"``: a receiver's journal (JSON lines, :mod:`stroboscope.recording.journal`).
     source : str or os.PathLike
         The spool or journal file.
     dump : str or os.PathLike, optional
@@ -158,9 +168,6 @@ def _own_pidfd() -> int | None:
     except OSError:  # an old kernel (ENOSYS) or a sandbox that forbids it
         return None
     return fd
-
-
-_live: weakref.WeakSet[Watchdog] = weakref.WeakSet()
 
 
 class Watchdog:
@@ -249,12 +256,11 @@ class Watchdog:
                 "pidfd": pidfd,
                 "jobs": jobs,
             }
-            # -c rather than -m: runpy warns when the package already imported this module.
+            # A script, not -m or -c through the package: the child imports nothing of ours.
             flags = ["-P"] if sys.version_info >= (3, 11) else []
-            code = "import sys; from stroboscope._watchdog_child import main; sys.exit(main())"
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, *flags, "-c", code, "--config", json.dumps(config)],
+                    [sys.executable, *flags, CHILD_SCRIPT, "--config", json.dumps(config)],
                     env=_child_env(),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
@@ -281,8 +287,7 @@ class Watchdog:
             self._proc = proc
             self._control = control_w
             self._owner = os.getpid()
-            _live.add(self)
-            atexit.register(self._at_exit)
+            _lifecycle.register(self)
         return self
 
     def stop(self) -> None:
@@ -292,7 +297,7 @@ class Watchdog:
             control, self._control = self._control, None
             if control is None:
                 return
-            atexit.unregister(self._at_exit)
+            _lifecycle.unregister(self)
             try:
                 os.write(control, STOP)
             except OSError:  # the child is gone already (EPIPE)
@@ -311,7 +316,7 @@ class Watchdog:
         if os.getpid() == self._owner:
             self.stop()
 
-    def _forget_after_fork(self) -> None:
+    def _after_fork_in_child(self) -> None:
         # A forked child must neither hold the pipe (that would hide the parent's death) nor tell
         # the watchdog to stop when it exits.
         self._lock = threading.Lock()
@@ -345,15 +350,6 @@ def _wait_ready(proc: subprocess.Popen[bytes], ready_r: int) -> None:
             f"watchdog exited with status {proc.returncode} before it was ready "
             "(its error is on stderr)"
         )
-
-
-def _forget_all_after_fork() -> None:
-    for watchdog in list(_live):
-        watchdog._forget_after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_all_after_fork)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The receiver's journal: JSON Lines rows appended with ``os.write``, read back as Arrow.
 
-The format is documented at the top of :mod:`stroboscope.receiver`. This module imports only the
-standard library and pyarrow, so the watchdog child can read a journal without pandas.
+The format is documented at the top of :mod:`stroboscope.recording.receiver`. This module
+imports only the standard library and pyarrow, so the watchdog child can read a journal without
+pandas.
 """
 
 from __future__ import annotations

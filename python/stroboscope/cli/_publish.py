@@ -1,6 +1,6 @@
 """Senders on the command line: ``stroboscope record … --sender NAME[:key=value,…]``.
 
-``cli.py`` adds the options with :func:`add_sender_arguments` and, when any ``--sender`` was
+``cli/record.py`` adds the options with :func:`add_sender_arguments` and, when any ``--sender`` was
 given, feeds each drained table to a :class:`RecordPublisher`, which publishes one aggregated
 event per ``--publish-every`` seconds (canonical column names, e.g. ``cpu.util_pct``) to every
 sender, each on its own worker thread.
@@ -15,7 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from stroboscope.compat._window import AGGREGATES, Aggregate, WindowAggregator
+from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator
+from stroboscope.sampling import Column
+from stroboscope.sampling._checks import check_seconds
 from stroboscope.senders import available_senders, load_sender
 from stroboscope.senders._dispatch import Fanout
 
@@ -76,7 +78,7 @@ class RecordPublisher:
     ----------
     senders : sequence
         Senders (or plain callables) to publish to.
-    schema : sequence of Column
+    columns : sequence of Column
         The sampler's columns (name and kind): counters are published as their last value.
     every : float
         Seconds between published events.
@@ -85,21 +87,22 @@ class RecordPublisher:
     """
 
     def __init__(
-        self, senders: Sequence[object], schema: Sequence[Any], every: float = 2.0,
+        self, senders: Sequence[object], columns: Sequence[Column], every: float = 2.0,
         aggregate: Aggregate = "mean",
     ) -> None:
-        if every <= 0:
-            raise ValueError(f"--publish-every must be a positive number of seconds, got {every}")
-        columns = [c.name for c in schema if c.name not in ("time", "mono_ns")]
-        counters = [c.name for c in schema if c.kind == "counter"]
-        self._window = WindowAggregator(columns, counters)
+        every = check_seconds("--publish-every", every)
+        names = [c.name for c in columns if c.name not in ("time", "mono_ns")]
+        counters = [c.name for c in columns if c.kind == "counter"]
+        self._window = WindowAggregator(names, counters)
         self._aggregate: Aggregate = aggregate
         self._every = every
         self._next = time.monotonic() + every
         self._fanout = Fanout(senders)
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, schema: Sequence[Any]) -> RecordPublisher | None:
+    def from_args(
+        cls, args: argparse.Namespace, columns: Sequence[Column]
+    ) -> RecordPublisher | None:
         """The publisher for the parsed options, or None when no ``--sender`` was given.
 
         A sender that cannot be made (unknown name, bad argument, missing library) raises
@@ -116,7 +119,7 @@ class RecordPublisher:
                 for made in senders:
                     made.close()
                 raise SystemExit(f"record: --sender {text}: {exc}") from None
-        return cls(senders, schema, args.publish_every, args.aggregate)
+        return cls(senders, columns, args.publish_every, args.aggregate)
 
     def feed(self, table: pa.Table) -> None:
         """Add a drained table; publish the window when its time has come."""

@@ -1,0 +1,74 @@
+// The spool file's layout, from its one definition in spool.hpp, and the /proc/net/dev totals
+// (the same parser as the network source) that the drop-in monitor starts its counters from.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "register.hpp"
+#include "stroboscope/procfs.hpp"
+#include "stroboscope/spool.hpp"
+
+namespace py = pybind11;
+
+namespace stroboscope::bindings {
+namespace {
+
+py::dict spool_layout() {
+  py::dict d;
+  d["magic"] = py::bytes(kSpoolMagic, sizeof kSpoolMagic);
+  d["version"] = kSpoolVersion;
+  d["page"] = kSpoolPage;
+  d["schema_offset"] = kSpoolSchemaOffset;
+  py::list fields;
+  for (const SpoolField& f : kSpoolHeaderFields) {
+    fields.append(py::make_tuple(f.name, f.offset, std::string(1, f.type)));
+  }
+  d["fields"] = fields;
+  return d;
+}
+
+// Bytes sent and received by every interface (lo only when asked), read once from
+// `proc_root`/net/dev. Throws OSError (via std::runtime_error) when the file cannot be read.
+std::pair<std::uint64_t, std::uint64_t> net_dev_totals(const std::string& proc_root,
+                                                       bool include_loopback) {
+  std::string text;
+  {
+    // releasing gil here is safe, we don't manipulate refcounts
+    py::gil_scoped_release release;
+    std::ifstream in(proc_root + "/net/dev", std::ios::binary);
+    if (in) text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (!in && !in.eof()) text.clear();
+  }
+  if (text.empty()) throw py::value_error("cannot read " + proc_root + "/net/dev");
+  std::vector<procfs::NetDevCounters> ifaces(256);
+  std::size_t seen = 0;
+  std::size_t n = procfs::parse_net_dev(text, ifaces, &seen);
+  if (seen > n) {  // more interfaces than guessed: once more with room for all of them
+    ifaces.resize(seen);
+    n = procfs::parse_net_dev(text, ifaces, &seen);
+  }
+  std::uint64_t sent = 0, recv = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!include_loopback && std::string_view(ifaces[i].name) == "lo") continue;
+    sent += ifaces[i].tx_bytes;
+    recv += ifaces[i].rx_bytes;
+  }
+  return {sent, recv};
+}
+
+}  // namespace
+
+void register_spool(py::module_& m) {
+  m.attr("SPOOL_LAYOUT") = spool_layout();
+  m.def("net_dev_totals", &net_dev_totals, py::arg("proc_root"), py::arg("include_loopback"),
+        "(sent, recv) bytes of all interfaces from PROC/net/dev, lo only when asked.");
+}
+
+}  // namespace stroboscope::bindings

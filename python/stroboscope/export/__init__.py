@@ -1,0 +1,13 @@
+"""Writers of recordings: Parquet and CSV files (and, later, traces, reports and datasets)."""
+
+from __future__ import annotations
+
+from stroboscope.export.writers import (
+    FORMATS,
+    output_format,
+    write_csv,
+    write_parquet,
+    write_table,
+)
+
+__all__ = ["FORMATS", "output_format", "write_csv", "write_parquet", "write_table"]

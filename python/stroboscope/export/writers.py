@@ -1,0 +1,63 @@
+"""Output formats: the one home of how tables become Parquet and CSV files.
+
+Every file is created with mode 0600 and written whole: Parquet and CSV go to the path given,
+the format chosen by its suffix (:func:`output_format`, the one rule for it).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+
+from stroboscope._files import open_private
+
+FORMATS = ("parquet", "csv")
+_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+
+
+def output_format(path: str | os.PathLike[str], *, default: str | None = None) -> str:
+    """``"parquet"`` for ``.parquet``/``.pq``, ``"csv"`` for ``.csv`` (any case).
+
+    Another suffix gives ``default`` when one is given (the drop-in receiver writes CSV to any
+    other name, as the monitor it replaces did), else a ValueError naming the path.
+    """
+    lower = os.fspath(path).lower()
+    for suffix, fmt in _SUFFIXES.items():
+        if lower.endswith(suffix):
+            return fmt
+    if default is not None:
+        if default not in FORMATS:
+            raise ValueError(f"default must be one of {FORMATS}, got {default!r}")
+        return default
+    raise ValueError(f"output path {os.fspath(path)!r} must end in .parquet, .pq or .csv")
+
+
+def write_parquet(
+    table: pa.Table, path: str | os.PathLike[str], *, compression: str = "zstd"
+) -> None:
+    """Write an Arrow table as Parquet (units kept as field metadata) to a file created 0600."""
+    import pyarrow.parquet as pq
+
+    with open_private(path) as f:
+        pq.write_table(table, f, compression=compression)
+
+
+def write_csv(table: pa.Table, path: str | os.PathLike[str]) -> None:
+    """Write an Arrow table as CSV (ISO-8601 UTC times, nulls as empty cells), created 0600."""
+    import pyarrow.csv as pacsv
+
+    with open_private(path) as f:
+        pacsv.write_csv(table, f)
+
+
+def write_table(
+    table: pa.Table, path: str | os.PathLike[str], *, default: str | None = None
+) -> str:
+    """Write ``table`` as Parquet or CSV, chosen by :func:`output_format`; return the format."""
+    fmt = output_format(path, default=default)
+    if fmt == "parquet":
+        write_parquet(table, path)
+    else:
+        write_csv(table, path)
+    return fmt

@@ -1,0 +1,222 @@
+"""Crash safety composed on a sampler: a spool, rolling Parquet segments and a watchdog.
+
+:class:`Sampler` is :class:`stroboscope.sampling.Sampler` plus the keywords that make a
+recording survive the death of the process: ``spool`` keeps the ring in a file and drains it
+into Parquet segments beside it; ``crash_safe`` adds a watchdog process that dumps every
+recorded row if this process dies. This is the ``stroboscope.Sampler`` of the package face.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import tempfile
+import weakref
+from typing import Any
+
+from stroboscope.recording.segments import SegmentWriter
+from stroboscope.recording.spool import remove_spool, segment_paths
+from stroboscope.recording.watchdog import DumpJob, Watchdog
+from stroboscope.sampling import Sampler as _BaseSampler
+from stroboscope.sampling._checks import (
+    check_capacity,
+    check_interval,
+    check_new_file,
+)
+
+DUMP_FORMATS = ("csv", "parquet")
+
+
+def check_spool(spool: str | os.PathLike[str]) -> str:
+    """A spool path that may be created: absent, its segments absent, in a directory you own."""
+    path = os.path.abspath(os.fspath(spool))
+    if os.path.lexists(path) or segment_paths(path):
+        # Starting over would truncate a recording nobody has recovered yet, and its segments
+        # would be read back as if they belonged to the new one.
+        raise ValueError(
+            f"spool {os.fspath(spool)!r} (or its segments) already exists: recover it with "
+            f"`stroboscope recover {os.fspath(spool)} -o FILE`, or remove it, then start again"
+        )
+    return check_new_file("spool", path)
+
+
+class Sampler(_BaseSampler):
+    """A :class:`stroboscope.sampling.Sampler` whose rows can survive the death of the process.
+
+    Takes every argument of :class:`stroboscope.sampling.Sampler` (except ``ring_file``), and:
+
+    Parameters
+    ----------
+    spool : path, optional
+        Keep the ring in this file, mapped ``MAP_SHARED`` and created 0600 in a directory you
+        own: every row is in the file as soon as it is written and survives any death of the
+        process; :func:`stroboscope.recover` reads it back. While running, the rows are also
+        drained every ``segment_seconds`` into Parquet segments beside it (``PATH.seg-N.parquet``)
+        so the ring never has to hold the whole run.
+    segment_seconds : float
+        Interval of the spool's segment writer (default 10 s); the ring must hold at least twice
+        that many rows.
+    crash_safe : bool
+        Start a watchdog process (:mod:`stroboscope.recording.watchdog`) that does nothing while
+        this process lives and, if it dies (SIGKILL, OOM killer, a crash in native code), writes
+        every recorded row from the spool to ``dump_path``. Without ``spool``, a private
+        temporary spool is used (and removed by :meth:`close`).
+    dump_path : path, optional
+        Where the watchdog writes the dump: default ``$STROBOSCOPE_DUMP_PATH``, else a timestamped
+        file in the working directory.
+    dump_format : {"csv", "parquet"}
+        Format of the dump.
+    """
+
+    def __init__(
+        self,
+        interval: float = 0.001,
+        *,
+        spool: str | os.PathLike[str] | None = None,
+        segment_seconds: float = 10.0,
+        crash_safe: bool = False,
+        dump_path: str | os.PathLike[str] | None = None,
+        dump_format: str = "csv",
+        capacity: int = 65536,
+        **kwargs: Any,
+    ) -> None:
+        if "ring_file" in kwargs:
+            raise TypeError("give spool= (the crash-safe ring file), not ring_file=")
+        if dump_format not in DUMP_FORMATS:
+            raise ValueError(f"dump_format must be 'csv' or 'parquet', got {dump_format!r}")
+        seg_s = 0.0
+        spool_path = ""
+        if spool is not None or crash_safe:
+            # Checked before anything is made, so a bad value leaves no file behind.
+            every = check_interval("interval", interval)
+            cap = check_capacity(capacity)
+            seg_s = check_interval("segment_seconds", segment_seconds)
+            if cap * every < 2 * seg_s:
+                raise ValueError(
+                    f"segment_seconds={segment_seconds!r} needs a ring of at least "
+                    f"{math.ceil(2 * seg_s / every)} rows at interval {every:g} s (capacity is "
+                    f"{capacity}): raise capacity or lower segment_seconds"
+                )
+            if spool is not None:
+                spool_path = check_spool(spool)
+        self._temp_spool_dir: str | None = None
+        if crash_safe and spool is None:
+            self._temp_spool_dir = tempfile.mkdtemp(prefix="stroboscope-")  # 0700, ours
+            spool_path = os.path.join(self._temp_spool_dir, "sampler.spool")
+        try:
+            super().__init__(
+                interval, capacity=capacity, ring_file=spool_path or None, **kwargs
+            )
+        except BaseException:
+            self._remove_temp_dir()
+            raise
+        self._spool = spool_path or None
+        self._segments: SegmentWriter | None = None
+        if spool_path:
+            cap_rows = int(self._core.stats()["capacity"])
+            self._segments = SegmentWriter(self, spool_path, seg_s, max(cap_rows // 2, 1))
+        self._watchdog: Watchdog | None = None
+        if crash_safe:
+            dump = None if dump_path is None else os.fspath(dump_path)
+            private = self._temp_spool_dir is not None  # nobody else knows it: remove once dumped
+            job = DumpJob(
+                "spool",
+                spool_path,
+                dump=dump,
+                format=dump_format,
+                remove_source=private,
+                remove_source_dir=private,
+            )
+            self._watchdog = Watchdog([job])
+        # Runs at close(), at exit, or when this object is collected without close(): stops the
+        # sampler, the segment writer and the watchdog (a normal end: no dump) and removes a
+        # private spool. Only in the process that made it (a forked child inherits it too).
+        self._cleanup = weakref.finalize(
+            self,
+            _cleanup_recording,
+            self._owner_pid,
+            self._core,
+            self._segments,
+            self._watchdog,
+            spool_path,
+            self._temp_spool_dir,
+        )
+        self._cleanup.atexit = False  # at exit, the lifecycle registry calls _at_exit
+
+    @property
+    def spool(self) -> str | None:
+        """The spool file, when the ring lives in one."""
+        return self._spool
+
+    @property
+    def watchdog(self) -> Watchdog | None:
+        """The watchdog of a ``crash_safe`` sampler (None otherwise)."""
+        return self._watchdog
+
+    def _start_locked(self) -> None:
+        if self._watchdog is not None and not self._watchdog.running:
+            self._watchdog.start()  # before the first row: a death from now on is dumped
+        super()._start_locked()
+        if self._segments is not None:
+            self._segments.start()
+
+    def _stop_locked(self) -> None:
+        super()._stop_locked()
+        if self._segments is not None:
+            self._segments.stop()
+
+    def _close_locked(self) -> None:
+        self._cleanup()  # a normal end: the watchdog dumps nothing; a private spool goes
+
+    def _extra_stats(self) -> dict[str, Any]:
+        extra = super()._extra_stats()
+        if self._segments is not None:
+            extra["segments_written"] = self._segments.segments_written
+            extra["segment_rows_lost"] = self._segments.rows_lost
+        return extra
+
+    def _at_exit(self) -> None:
+        cleanup = getattr(self, "_cleanup", None)  # absent when __init__ failed half-way
+        if cleanup is not None and os.getpid() == self._owner_pid:
+            cleanup()
+        else:
+            super()._at_exit()
+
+    def _after_fork_in_child(self) -> None:
+        super()._after_fork_in_child()
+        # The spool, its segments and the watchdog belong to the parent: the child must not
+        # write segments into them or clean them up.
+        self._segments = None
+        cleanup = getattr(self, "_cleanup", None)
+        if cleanup is not None:
+            cleanup.detach()
+
+    def _remove_temp_dir(self) -> None:
+        if self._temp_spool_dir is not None:
+            shutil.rmtree(self._temp_spool_dir, ignore_errors=True)
+            self._temp_spool_dir = None
+
+
+def _cleanup_recording(
+    owner_pid: int,
+    core: Any,
+    segments: SegmentWriter | None,
+    watchdog: Watchdog | None,
+    spool: str,
+    temp_dir: str | None,
+) -> None:
+    if os.getpid() != owner_pid:
+        return
+    core.stop()
+    if segments is not None:
+        # The last segment; if the spool's directory is already gone there is nothing to keep.
+        with contextlib.suppress(OSError):
+            segments.stop()
+    if watchdog is not None:
+        watchdog.stop()
+    if temp_dir is not None:
+        remove_spool(spool)
+        with contextlib.suppress(OSError):
+            os.rmdir(temp_dir)

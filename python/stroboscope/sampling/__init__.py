@@ -1,0 +1,19 @@
+"""The facade over the C++ core: the Sampler, its frames, their schema and its typed stats."""
+
+from __future__ import annotations
+
+from stroboscope.sampling._frame import Frame
+from stroboscope.sampling._gpu import gpu_status
+from stroboscope.sampling._sampler import Sampler, available_sources
+from stroboscope.sampling._schema import Column
+from stroboscope.sampling._stats import SamplerStats, SourceStats
+
+__all__ = [
+    "Column",
+    "Frame",
+    "Sampler",
+    "SamplerStats",
+    "SourceStats",
+    "available_sources",
+    "gpu_status",
+]

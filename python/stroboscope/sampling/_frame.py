@@ -1,0 +1,188 @@
+"""Frames: the rows of one snapshot, drain or recovery, readable by any Arrow consumer.
+
+One type for every source of rows: a frame holds either the buffers the C++ core copied out of
+the ring (read in place through the Arrow C data interface) or a :class:`pyarrow.Table` (rows
+recovered from a spool, driver-resolution GPU samples). Both have the same conversions, the same
+Arrow PyCapsule interface and ``rows_lost``. A frame never changes once made.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Union
+
+import numpy as np
+import pyarrow as pa
+
+from stroboscope import _core
+
+if TYPE_CHECKING:
+    import pandas
+
+_Rows = Union[_core.Frame, pa.Table]
+
+
+class Frame:
+    """Rows with a fixed schema, in buffers this object owns.
+
+    Columns of a sampler's frames: ``time`` (``timestamp[ns, UTC]``), ``mono_ns`` (``int64``, the
+    clock of :func:`time.monotonic_ns`), then one nullable column per metric (``float64`` or
+    ``int64``, units in the field metadata). A null cell means the source was not due on that
+    tick or could not be read.
+
+    The frame implements the Arrow PyCapsule interface (``__arrow_c_stream__``,
+    ``__arrow_c_array__``, ``__arrow_c_schema__``), so ``pyarrow.table(frame)``,
+    ``polars.DataFrame(frame)`` and DuckDB read its buffers in place.
+
+    Parameters
+    ----------
+    rows : _core.Frame or pyarrow.Table
+        The rows (frames are made by the package: ``Sampler.snapshot()``, ``drain()``,
+        ``recover()``, ``gpu_samples()``).
+    rows_lost : int
+        For a table: rows that were wanted but lost before they could be kept.
+    first_row : int
+        For a table: index of its first row in the sampler's lifetime row count.
+    """
+
+    __slots__ = ("_first_row", "_lost", "_rows")
+
+    def __init__(self, rows: _Rows, *, rows_lost: int = 0, first_row: int = 0) -> None:
+        if not isinstance(rows, (_core.Frame, pa.Table)):
+            raise TypeError(f"rows must be a core frame or a pyarrow.Table, got {type(rows)!r}")
+        if isinstance(rows, _core.Frame):
+            self._lost = int(rows.rows_lost)
+            self._first_row = int(rows.first_row)
+        else:
+            self._lost = int(rows_lost)
+            self._first_row = int(first_row)
+        self._rows = rows  # last: from here on the frame refuses changes
+
+    def __len__(self) -> int:
+        if isinstance(self._rows, pa.Table):
+            return int(self._rows.num_rows)
+        return len(self._rows)
+
+    def __repr__(self) -> str:
+        lost = f" rows_lost={self._lost}" if self._lost else ""
+        return f"<stroboscope.Frame rows={len(self)} columns={self.num_columns}{lost}>"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if hasattr(self, "_rows"):
+            raise AttributeError("a Frame cannot be changed once made")
+        object.__setattr__(self, name, value)
+
+    @property
+    def column_names(self) -> list[str]:
+        """Names of the columns (``time`` and ``mono_ns`` first in a sampler's frames)."""
+        if isinstance(self._rows, pa.Table):
+            return list(self._rows.column_names)
+        return list(self._rows.column_names)
+
+    @property
+    def num_columns(self) -> int:
+        """Number of columns."""
+        if isinstance(self._rows, pa.Table):
+            return int(self._rows.num_columns)
+        return int(self._rows.num_columns)
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema (``unit`` and ``kind`` in each field's metadata)."""
+        if isinstance(self._rows, pa.Table):
+            return self._rows.schema
+        return pa.schema(self)
+
+    @property
+    def rows_lost(self) -> int:
+        """Rows that were wanted but had been overwritten before they could be copied."""
+        return self._lost
+
+    @property
+    def first_row(self) -> int:
+        """Index of this frame's first row in the sampler's lifetime row count."""
+        return self._first_row
+
+    # -- Arrow PyCapsule interface ---------------------------------------------------------
+
+    def __arrow_c_schema__(self) -> object:
+        """Export the schema as an ``arrow_schema`` PyCapsule."""
+        if isinstance(self._rows, pa.Table):
+            return self._rows.schema.__arrow_c_schema__()
+        return self._rows.export_schema()
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
+        """Export the rows as one struct array: ``(arrow_schema, arrow_array)`` capsules.
+
+        ``requested_schema`` is accepted for protocol compatibility and ignored: the data is
+        returned in its own schema, which consumers check.
+        """
+        if isinstance(self._rows, pa.Table):
+            table = self._rows.combine_chunks()
+            batch = pa.RecordBatch.from_arrays(
+                [c.combine_chunks() for c in table.columns], schema=table.schema
+            )
+            result: tuple[object, object] = batch.__arrow_c_array__()
+            return result
+        return self._rows.export_schema(), self._rows.export_array()
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """Export the rows as an ``arrow_array_stream`` PyCapsule."""
+        if isinstance(self._rows, pa.Table):
+            return self._rows.__arrow_c_stream__(requested_schema)
+        return self._rows.export_stream()
+
+    # -- conversions -------------------------------------------------------------------------
+
+    def to_arrow(self) -> pa.Table:
+        """Return a :class:`pyarrow.Table` over this frame's buffers (no copy)."""
+        if isinstance(self._rows, pa.Table):
+            return self._rows
+        return pa.table(self)
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """Return a pandas DataFrame (nullable integer columns become float64 with NaN)."""
+        try:
+            import pandas  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "to_pandas() needs pandas: pip install 'stroboscope[pandas]'"
+            ) from exc
+        df: pandas.DataFrame = self.to_arrow().to_pandas()
+        return df
+
+    def to_numpy(self) -> np.ndarray[Any, Any]:
+        """Return one structured NumPy array, a field per column (``arr["cpu.util_pct"]``).
+
+        ``time`` is ``datetime64[ns]`` (UTC), ``mono_ns`` is ``int64``; numeric columns are
+        ``float64`` with NaN for nulls, except integer columns without nulls, which keep their
+        type; other columns (such as a ``kind`` label) are ``object``.
+        """
+        table = self.to_arrow()
+        arrays: list[np.ndarray[Any, Any]] = []
+        for column in table.columns:
+            if pa.types.is_timestamp(column.type):
+                arrays.append(column.cast(pa.int64()).to_numpy().astype("datetime64[ns]"))
+            elif pa.types.is_integer(column.type) and column.null_count == 0:
+                arrays.append(column.to_numpy())
+            elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+                arrays.append(column.cast(pa.float64()).to_numpy(zero_copy_only=False))
+            else:
+                arrays.append(column.to_numpy(zero_copy_only=False).astype(object))
+        dtype = np.dtype([(name, a.dtype) for name, a in zip(table.column_names, arrays)])
+        out = np.empty(table.num_rows, dtype=dtype)
+        for name, a in zip(table.column_names, arrays):
+            out[name] = a
+        return out
+
+    def write_parquet(self, path: str | os.PathLike[str], *, compression: str = "zstd") -> None:
+        """Write the rows to a Parquet file (see :func:`stroboscope.export.write_parquet`)."""
+        from stroboscope.export.writers import write_parquet  # the home of output formats
+
+        write_parquet(self.to_arrow(), path, compression=compression)
+
+    def write_csv(self, path: str | os.PathLike[str]) -> None:
+        """Write the rows to a CSV file (see :func:`stroboscope.export.write_csv`)."""
+        from stroboscope.export.writers import write_csv
+
+        write_csv(self.to_arrow(), path)

@@ -1,0 +1,122 @@
+"""The sampler's measurement of itself, typed: :class:`SamplerStats` with one
+:class:`SourceStats` per source."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """One source's reads since the sampler was built.
+
+    Attributes
+    ----------
+    name : str
+        The source (see :func:`stroboscope.available_sources`).
+    every : int
+        Read on every n-th tick of the base interval.
+    reads, failures : int
+        Reads made, and those that left its cells null.
+    read_ns_total : int
+        Nanoseconds spent in its reads.
+    reason : str or None
+        Why the latest read left cells null (None when it succeeded).
+    errno : int
+        The errno of the latest failure (0 when none).
+    process_exited : bool
+        The latest read found the monitored process gone (process sources only).
+    """
+
+    name: str
+    every: int
+    reads: int
+    failures: int
+    read_ns_total: int
+    reason: str | None
+    errno: int
+    process_exited: bool
+
+
+@dataclass(frozen=True)
+class SamplerStats:
+    """Counters and percentiles the sampler keeps about itself (all times in nanoseconds).
+
+    Attributes
+    ----------
+    ticks_scheduled, ticks_taken, ticks_missed : int
+        Deadlines passed while running; those taken; those skipped because the previous tick
+        ran over (ticks are never bunched).
+    rows_written, rows_overwritten, rows_lost : int
+        Rows pushed into the ring; rows whose slot was reused; rows overwritten before a
+        ``drain()`` reached them.
+    lateness_p50_ns, lateness_p99_ns, lateness_max_ns : int
+        Wake-up after each deadline.
+    cost_mean_ns, cost_p99_ns, cost_max_ns : float, int, int
+        Time to read the due sources and push one row.
+    thread_cpu_ns : int
+        CPU time used by the sampler thread.
+    capacity, num_columns, ring_bytes : int
+        Rows the ring holds, metric columns, and its memory.
+    clock_anchor_uncertainty_ns : int
+        Width of the bracket of the realtime anchor of the ``time`` column.
+    process_exited : bool
+        A process source found the monitored process gone (from the core, per source).
+    sources : tuple of SourceStats
+        One entry per source, in column order.
+    interval_s : float
+        Base interval in seconds.
+    pid : int
+        The monitored process.
+    segments_written, segment_rows_lost : int or None
+        With a spool: Parquet segments written, and rows overwritten before a segment took
+        them. None without a spool.
+    """
+
+    interval_ns: int
+    running: bool
+    ticks_scheduled: int
+    ticks_taken: int
+    ticks_missed: int
+    rows_written: int
+    rows_overwritten: int
+    rows_lost: int
+    lateness_p50_ns: int
+    lateness_p99_ns: int
+    lateness_max_ns: int
+    cost_mean_ns: float
+    cost_p99_ns: int
+    cost_max_ns: int
+    thread_cpu_ns: int
+    capacity: int
+    num_columns: int
+    ring_bytes: int
+    clock_anchor_uncertainty_ns: int
+    process_exited: bool
+    sources: tuple[SourceStats, ...]
+    interval_s: float
+    pid: int
+    segments_written: int | None = None
+    segment_rows_lost: int | None = None
+
+    @classmethod
+    def from_core(cls, raw: Mapping[str, Any], **extra: Any) -> SamplerStats:
+        """Build from the extension's dict plus ``extra`` fields (interval_s, pid, …)."""
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in raw.items() if k in names and k != "sources"}
+        values["sources"] = tuple(SourceStats(**s) for s in raw["sources"])
+        values.update(extra)
+        return cls(**values)
+
+    def source(self, name: str) -> SourceStats:
+        """The entry of the source ``name`` (KeyError when the sampler has no such source)."""
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise KeyError(f"no source {name!r} in this sampler: {[s.name for s in self.sources]}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dicts and lists (for JSON, logging)."""
+        return asdict(self)
