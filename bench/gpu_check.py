@@ -498,9 +498,7 @@ def check_rate(stroboscope: Any, interval: float, seconds: float, samples: bool)
     # samples recorder); the second must match the sampler's own CPU clock.
     new = sorted(t for t in runtimes if t not in before)
     poll_cpu = None
-    if len(new) >= 2 and abs(runtimes[new[1]] - st.thread_cpu_ns) <= (
-        0.2 * st.thread_cpu_ns + 2e6
-    ):
+    if len(new) >= 2 and abs(runtimes[new[1]] - st.thread_cpu_ns) <= (0.2 * st.thread_cpu_ns + 2e6):
         poll_cpu = runtimes[new[0]] / readings if readings else None
     return {
         "asked_hz": 1 / interval,

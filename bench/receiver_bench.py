@@ -204,8 +204,9 @@ def run_pickle_child(rows: list[dict[str, Any]], scenario: str) -> Run:
     control.send(True)
     child.join()
     total = cpu + child_cpu1 - child_cpu0
-    return Run(scenario, PURE, n, seconds, n / seconds, cpu / n * 1e6, total / n * 1e6,
-               (rss1 - rss0) / n)
+    return Run(
+        scenario, PURE, n, seconds, n / seconds, cpu / n * 1e6, total / n * 1e6, (rss1 - rss0) / n
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,8 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{args.rows} rows per run, medians of {args.repeats} interleaved runs")
     print()
-    print("scenario | receiver | rows/s (min..max) | vs pure-Python | CPU/row here | "
-          "CPU/row total | memory per row")
+    print(
+        "scenario | receiver | rows/s (min..max) | vs pure-Python | CPU/row here | "
+        "CPU/row total | memory per row"
+    )
     print("--- | --- | --- | --- | --- | --- | ---")
     for scenario in (LOCAL, REMOTE):
         mine = {
@@ -246,9 +249,11 @@ def main(argv: list[str] | None = None) -> int:
             total = statistics.median(r.total_cpu_us_per_row for r in rs)
             per_row = statistics.median(r.bytes_per_row for r in rs)
             what = "journal on disk" if name == OURS else "child RSS"
-            print(f"{scenario} | {name} | {rate[name]:,.0f} ({lo:,.0f}..{hi:,.0f}) | "
-                  f"{rate[name] / rate[PURE]:.2f}x | {here:.2f} µs | {total:.2f} µs | "
-                  f"{per_row:.0f} B ({what})")
+            print(
+                f"{scenario} | {name} | {rate[name]:,.0f} ({lo:,.0f}..{hi:,.0f}) | "
+                f"{rate[name] / rate[PURE]:.2f}x | {here:.2f} µs | {total:.2f} µs | "
+                f"{per_row:.0f} B ({what})"
+            )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"rows": args.rows, "runs": [asdict(r) for r in runs]}, f, indent=1)

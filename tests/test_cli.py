@@ -90,9 +90,7 @@ def test_record_leaves_no_spool_after_a_clean_run(tmp_path: Path) -> None:
     )
     import stroboscope
 
-    assert (
-        len(stroboscope.recover(tmp_path / "k.parquet.spool")) == pq.read_table(keep).num_rows
-    )
+    assert len(stroboscope.recover(tmp_path / "k.parquet.spool")) == pq.read_table(keep).num_rows
 
 
 def test_killed_record_still_writes_its_output(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def make_rows(n: int, start: int = 0) -> list[dict[str, Any]]:
     for i in range(start, start + n):
         row: dict[str, Any] = {"id": i, "x": i * 0.25 + 0.1}
         if i % 3 == 0:
-            row["tag"] = f"t{i},\"q\""
+            row["tag"] = f't{i},"q"'
         if i % 5 == 0:
             row["extra"] = -i
         if i % 2 == 0:

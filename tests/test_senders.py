@@ -34,8 +34,12 @@ from stroboscope.senders.parquet_file import ParquetSender
 EVENTS: list[dict[str, Any]] = [
     {"rank0.cpu": 12.5, "rank0.memory": 40.0, "rank0.network": {"sent": 100, "recv": 200}},
     {"rank0.cpu": 25.0, "rank0.memory": 41.0, "rank0.network": {"sent": 300, "recv": 500}},
-    {"rank0.cpu": 50.0, "rank0.memory": 42.0, "rank0.network": {"sent": 700, "recv": 900},
-     "rank0.gpu.0.gpu": 99.0},
+    {
+        "rank0.cpu": 50.0,
+        "rank0.memory": 42.0,
+        "rank0.network": {"sent": 700, "recv": 900},
+        "rank0.gpu.0.gpu": 99.0,
+    },
 ]
 T0 = 1_800_000_000.25  # a fixed publish time (UTC seconds) so the files can be checked exactly
 
@@ -69,8 +73,14 @@ def test_csv_rolls_to_a_new_part_when_keys_appear(tmp_path: Path) -> None:
     assert [float(r["rank0.cpu"]) for r in first] == [12.5, 25.0]
     assert [float(r["rank0.network.recv"]) for r in first] == [200, 500]
     assert first[0]["time"] == "2027-01-15T08:00:00.250000Z"
-    assert list(second[0]) == ["time", "rank0.cpu", "rank0.memory", "rank0.network.sent",
-                               "rank0.network.recv", "rank0.gpu.0.gpu"]
+    assert list(second[0]) == [
+        "time",
+        "rank0.cpu",
+        "rank0.memory",
+        "rank0.network.sent",
+        "rank0.network.recv",
+        "rank0.gpu.0.gpu",
+    ]
     assert float(second[0]["rank0.gpu.0.gpu"]) == 99.0
     assert all(private(p) for p in sender.paths)
 
@@ -90,8 +100,11 @@ def test_jsonl(tmp_path: Path) -> None:
     sender.publish(event, timestamp=T0)
     publish_all(sender)
     lines = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
-    assert lines[0] == {"time": "2027-01-15T08:00:00.250000Z", "cpu": None,
-                        "network": {"sent": 1, "recv": 2}}
+    assert lines[0] == {
+        "time": "2027-01-15T08:00:00.250000Z",
+        "cpu": None,
+        "network": {"sent": 1, "recv": 2},
+    }
     assert [line["rank0.network"]["sent"] for line in lines[1:]] == [100, 300, 700]
     assert lines[3]["rank0.gpu.0.gpu"] == 99.0
     assert private(tmp_path / "m.jsonl")
@@ -105,7 +118,10 @@ def test_parquet_rolling_schema_stable_files(tmp_path: Path) -> None:
     sender = ParquetSender(tmp_path / "m.parquet", rows_per_file=1, rows_per_group=1)
     publish_all(sender)
     assert [p.name for p in sender.paths] == [
-        "m-00000.parquet", "m-00001.parquet", "m-00002.parquet"]
+        "m-00000.parquet",
+        "m-00001.parquet",
+        "m-00002.parquet",
+    ]
     tables = [pq.read_table(p) for p in sender.paths]
     assert [t.num_rows for t in tables] == [1, 1, 1]
     assert tables[0].schema == tables[1].schema
@@ -131,7 +147,8 @@ def test_logging_sender(caplog: pytest.LogCaptureFixture) -> None:
     records = [r for r in caplog.records if r.name == "test.metrics"]
     assert len(records) == 3 and all(r.levelno == logging.WARNING for r in records)
     assert records[0].getMessage() == (
-        "metrics rank0.cpu=12.5 rank0.memory=40 rank0.network.sent=100 rank0.network.recv=200")
+        "metrics rank0.cpu=12.5 rank0.memory=40 rank0.network.sent=100 rank0.network.recv=200"
+    )
     assert records[2].metrics["rank0.gpu.0.gpu"] == 99.0  # type: ignore[attr-defined]
 
 
@@ -145,7 +162,8 @@ def test_tensorboard_read_back_with_tensorboard(tmp_path: Path) -> None:
     sender = TensorBoardSender(tmp_path / "tb")
     publish_all(sender)
     acc = event_accumulator.EventAccumulator(
-        str(tmp_path / "tb"), size_guidance={event_accumulator.SCALARS: 0})
+        str(tmp_path / "tb"), size_guidance={event_accumulator.SCALARS: 0}
+    )
     acc.Reload()
     assert "rank0.network.sent" in acc.Tags()["scalars"]
     cpu = acc.Scalars("rank0.cpu")
@@ -168,7 +186,7 @@ def _wandb_records(path: Path) -> list[bytes]:
             pos += left
             continue
         _crc, length, kind = struct.unpack_from("<IHB", data, pos)
-        chunk = data[pos + 7:pos + 7 + length]
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == 1:  # FULL
             out.append(chunk)
@@ -200,10 +218,12 @@ def test_wandb_offline_run_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
             record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
             record.ParseFromString(raw)
             if record.WhichOneof("record_type") == "history":
-                out.append({
-                    item.key or ".".join(item.nested_key): json.loads(item.value_json)
-                    for item in record.history.item
-                })
+                out.append(
+                    {
+                        item.key or ".".join(item.nested_key): json.loads(item.value_json)
+                        for item in record.history.item
+                    }
+                )
         return out
 
     # wandb's service process writes the run file on its own schedule, even after finish() has
@@ -232,7 +252,10 @@ def test_mlflow_file_store_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert [(m.step, m.value) for m in history] == [(0, 100.0), (1, 300.0), (2, 700.0)]
     assert history[1].timestamp == round((T0 + 2) * 1000)
     assert [m.value for m in client.get_metric_history(sender.run_id, "rank0.cpu")] == [
-        12.5, 25.0, 50.0]
+        12.5,
+        25.0,
+        50.0,
+    ]
     assert client.get_run(sender.run_id).info.status == "FINISHED"
 
 
@@ -249,8 +272,7 @@ def test_prometheus_scraped_over_http() -> None:
             text = response.read().decode()
     finally:
         sender.close()
-    values = {s.name: s.value for fam in text_string_to_metric_families(text)
-              for s in fam.samples}
+    values = {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
     assert values["stroboscope_rank0_cpu"] == 50.0
     assert values["stroboscope_rank0_network_sent"] == 700.0
     assert values["stroboscope_rank0_gpu_0_gpu"] == 99.0
@@ -259,14 +281,21 @@ def test_prometheus_scraped_over_http() -> None:
         urllib.request.urlopen(sender.url, timeout=1)
 
 
-@pytest.mark.parametrize(("module", "cls", "blocked", "extra"), [
-    ("tensorboard", "TensorBoardSender", ["tensorboardX", "torch"], "tensorboard"),
-    ("wandb", "WandbSender", ["wandb"], "wandb"),
-    ("mlflow", "MlflowSender", ["mlflow"], "mlflow"),
-    ("prometheus", "PrometheusSender", ["prometheus_client"], "prometheus"),
-])
+@pytest.mark.parametrize(
+    ("module", "cls", "blocked", "extra"),
+    [
+        ("tensorboard", "TensorBoardSender", ["tensorboardX", "torch"], "tensorboard"),
+        ("wandb", "WandbSender", ["wandb"], "wandb"),
+        ("mlflow", "MlflowSender", ["mlflow"], "mlflow"),
+        ("prometheus", "PrometheusSender", ["prometheus_client"], "prometheus"),
+    ],
+)
 def test_missing_library_names_the_extra(
-    module: str, cls: str, blocked: list[str], extra: str, monkeypatch: pytest.MonkeyPatch,
+    module: str,
+    cls: str,
+    blocked: list[str],
+    extra: str,
+    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
     import importlib
@@ -304,8 +333,9 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     dist = tmp_path / "strobo_test_plugin-1.0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: strobo-test-plugin\n"
-                                   "Version: 1.0\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: strobo-test-plugin\nVersion: 1.0\n"
+    )
     (dist / "entry_points.txt").write_text(
         "[stroboscope.senders]\n"
         "scaled = strobo_test_plugin:make\n"
@@ -464,7 +494,9 @@ def test_parse_sender_spec() -> None:
     from stroboscope.cli._publish import parse_sender_spec
 
     assert parse_sender_spec("prometheus:port=9464,addr=0.0.0.0,flag=true,x=1.5") == (
-        "prometheus", {"port": 9464, "addr": "0.0.0.0", "flag": True, "x": 1.5})
+        "prometheus",
+        {"port": 9464, "addr": "0.0.0.0", "flag": True, "x": 1.5},
+    )
     assert parse_sender_spec("logging") == ("logging", {})
     with pytest.raises(ValueError, match="not key=value"):
         parse_sender_spec("csv:path")
@@ -480,8 +512,16 @@ def test_record_publisher_windows(tmp_path: Path) -> None:
 
     parser = argparse.ArgumentParser()
     add_sender_arguments(parser)
-    args = parser.parse_args(["--sender", f"jsonl:path={tmp_path / 'm.jsonl'}",
-                              "--publish-every", "0.2", "--aggregate", "max"])
+    args = parser.parse_args(
+        [
+            "--sender",
+            f"jsonl:path={tmp_path / 'm.jsonl'}",
+            "--publish-every",
+            "0.2",
+            "--aggregate",
+            "max",
+        ]
+    )
     sampler = Sampler(0.01, sources=["cpu", "network"])
     publisher = RecordPublisher.from_args(args, sampler.columns)
     assert publisher is not None

@@ -300,8 +300,9 @@ def test_dump_directory_from_environment(children: list[Child], tmp_path: Path) 
 JOURNAL = b'{"id":0,"v":1.5}\n{"id":1,"s":"a,b"}\n{"id":2,"n":{"k":3}}\n{"id":3,"v":'
 
 
-@pytest.mark.parametrize(("pidfd", "fork"), [("pidfd", "nofork"), ("pidfd", "fork"),
-                                              ("nopidfd", "fork")])
+@pytest.mark.parametrize(
+    ("pidfd", "fork"), [("pidfd", "nofork"), ("pidfd", "fork"), ("nopidfd", "fork")]
+)
 def test_watchdog_jobs_after_death(
     children: list[Child], tmp_path: Path, pidfd: str, fork: str
 ) -> None:
@@ -310,8 +311,13 @@ def test_watchdog_jobs_after_death(
     (tmp_path / "a.jsonl").write_bytes(JOURNAL)
     (tmp_path / "b.jsonl").write_bytes(JOURNAL)
     jobs = [
-        {"kind": "journal", "source": "a.jsonl", "dump": "a.parquet", "format": "parquet",
-         "remove_source": True},
+        {
+            "kind": "journal",
+            "source": "a.jsonl",
+            "dump": "a.parquet",
+            "format": "parquet",
+            "remove_source": True,
+        },
         {"kind": "journal", "source": "b.jsonl"},
     ]
     child = Child(tmp_path, WATCHDOG_CHILD, json.dumps(jobs), pidfd, fork, env=child_env())
@@ -324,15 +330,21 @@ def test_watchdog_jobs_after_death(
     wait_for("the watchdog to exit", lambda: not alive(watchdog_pid))
     if fork == "fork":
         assert alive(grandchild)  # it still holds nothing that hides the parent's death
-    expected = [{"id": 0, "v": 1.5, "s": None, "n.k": None},
-                {"id": 1, "v": None, "s": "a,b", "n.k": None},
-                {"id": 2, "v": None, "s": None, "n.k": 3}]
+    expected = [
+        {"id": 0, "v": 1.5, "s": None, "n.k": None},
+        {"id": 1, "v": None, "s": "a,b", "n.k": None},
+        {"id": 2, "v": None, "s": None, "n.k": 3},
+    ]
     assert pq.read_table(tmp_path / "a.parquet").to_pylist() == expected
     assert not (tmp_path / "a.jsonl").exists()  # remove_source
     (dump,) = tmp_path.glob(f"stroboscope-dump-*-{child.proc.pid}.csv")
     with open(dump, newline="") as f:
-        assert list(csv.reader(f)) == [["id", "v", "s", "n.k"], ["0", "1.5", "", ""],
-                                       ["1", "", "a,b", ""], ["2", "", "", "3"]]
+        assert list(csv.reader(f)) == [
+            ["id", "v", "s", "n.k"],
+            ["0", "1.5", "", ""],
+            ["1", "", "a,b", ""],
+            ["2", "", "", "3"],
+        ]
     assert (tmp_path / "b.jsonl").exists()
     for path in (tmp_path / "a.parquet", dump):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -397,8 +409,12 @@ def test_dump_job_validation(tmp_path: Path) -> None:
 def test_spool_job_goes_through_recover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The "spool" kind calls stroboscope.recording.spool.recover and writes what it returns with
     the same code as journals (a stand-in module replaces the real one here)."""
-    table = pa.table({"mono_ns": pa.array([1, 2], pa.int64()),
-                      "cpu.util_pct": pa.array([12.5, None], pa.float64())})
+    table = pa.table(
+        {
+            "mono_ns": pa.array([1, 2], pa.int64()),
+            "cpu.util_pct": pa.array([12.5, None], pa.float64()),
+        }
+    )
     calls: list[str] = []
 
     def recover(path: str) -> Frame:

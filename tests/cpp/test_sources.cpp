@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -27,6 +28,8 @@
 #include <vector>
 
 #include "check.hpp"
+#include "stroboscope/cgroup.hpp"
+#include "stroboscope/counter_slots.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/registry.hpp"
 
@@ -713,6 +716,154 @@ void test_cgroup() {
   CHECK(!cgroup_limits_exist(cgroup_opts(t, "cgroup_v1", 4243, "none")));
 }
 
+// Discovery on its own: which files the source is given, so the tightest-limit rule is checked
+// on the paths, not only through the values read from them.
+void test_cgroup_discovery() {
+  using cgroup::dirs_up;
+  using Dirs = std::vector<std::string>;
+  CHECK(dirs_up("/sys/fs/cgroup", "/sys/fs/cgroup/a/b") ==
+        Dirs({"/sys/fs/cgroup/a/b", "/sys/fs/cgroup/a", "/sys/fs/cgroup"}));
+  CHECK(dirs_up("/sys/fs/cgroup", "/sys/fs/cgroup") == Dirs({"/sys/fs/cgroup"}));
+  CHECK(dirs_up("/m", "/m/x") == Dirs({"/m/x", "/m"}));
+
+  Tree t;
+  // v2: ctr's own cpu.max (1.5 cores) beats its parent's 2; memory is limited by the parent only.
+  const std::string v2 = t.path("cgroup/v2");
+  cgroup::Layout l = cgroup::find_layout(cgroup_opts(t, "cgroup_v2", 4242, "v2"));
+  CHECK(l.v2);
+  CHECK(l.cpu_limit == v2 + "/kubepods/pod1/ctr/cpu.max");
+  CHECK(l.cpu_period.empty());
+  CHECK(l.cpu_usage == v2 + "/kubepods/pod1/ctr/cpu.stat");
+  CHECK(l.mem_limit == v2 + "/kubepods/pod1/memory.max");
+  CHECK(l.mem_usage == v2 + "/kubepods/pod1/ctr/memory.current");
+
+  // v1, cpu and cpuacct mounted together: the parent's 0.25-core quota beats abc's 0.5, and its
+  // 512 MiB memory limit beats the "unlimited" above and below it; usage stays abc's.
+  const std::string v1 = t.path("cgroup/v1");
+  l = cgroup::find_layout(cgroup_opts(t, "cgroup_v1", 4243, "v1"));
+  CHECK(!l.v2);
+  CHECK(l.cpu_limit == v1 + "/cpu,cpuacct/docker/cpu.cfs_quota_us");
+  CHECK(l.cpu_period == v1 + "/cpu,cpuacct/docker/cpu.cfs_period_us");
+  CHECK(l.cpu_usage == v1 + "/cpu,cpuacct/docker/abc/cpuacct.usage");
+  CHECK(l.mem_limit == v1 + "/memory/docker/memory.limit_in_bytes");
+  CHECK(l.mem_usage == v1 + "/memory/docker/abc/memory.usage_in_bytes");
+
+  // No limit anywhere: the process's own directory (here the mount root) is kept.
+  const std::string basic = t.path("cgroup/basic");
+  l = cgroup::find_layout(cgroup_opts(t, "basic", 6767, "basic"));
+  CHECK(!l.v2);  // a "0::/" line, but no cgroup.controllers at the root: v1
+  CHECK(l.cpu_limit == basic + "/cpu/cpu.cfs_quota_us");
+  CHECK(l.cpu_usage == basic + "/cpuacct/cpuacct.usage");
+  const std::string mem_leaf = basic + "/memory/process_api/8727d5f5ec74dfb7d31986f5618e8966";
+  CHECK(l.mem_limit == mem_leaf + "/memory.limit_in_bytes");
+  CHECK(l.mem_usage == mem_leaf + "/memory.usage_in_bytes");
+
+  // The listed path is absent under the mount (a container's namespace): the root is used.
+  const std::string ns = t.path("cgroup/ns_root");
+  l = cgroup::find_layout(cgroup_opts(t, "cgroup_ns", 4244, "ns_root"));
+  CHECK(l.v2);
+  CHECK(l.cpu_limit == ns + "/cpu.max" && l.cpu_usage == ns + "/cpu.stat");
+  CHECK(l.mem_limit == ns + "/memory.max" && l.mem_usage == ns + "/memory.current");
+
+  // read_cpu_limit: cores, no quota, and a v1 period read only when there is a quota.
+  int err = 0;
+  ProcFile none;
+  ProcFile v2_max(v2 + "/kubepods/pod1/ctr/cpu.max");
+  CHECK_NEAR(cgroup::read_cpu_limit(v2_max, none, true, &err), 1.5, 1e-12);
+  ProcFile ns_max(ns + "/cpu.max");
+  CHECK(cgroup::read_cpu_limit(ns_max, none, true, &err) == cgroup::kNoCpuLimit);
+  ProcFile quota(v1 + "/cpu,cpuacct/docker/abc/cpu.cfs_quota_us");
+  ProcFile period(v1 + "/cpu,cpuacct/docker/abc/cpu.cfs_period_us");
+  CHECK_NEAR(cgroup::read_cpu_limit(quota, period, false, &err), 0.5, 1e-12);
+  ProcFile no_quota(v1 + "/cpu,cpuacct/cpu.cfs_quota_us");  // -1
+  CHECK(cgroup::read_cpu_limit(no_quota, none, false, &err) == cgroup::kNoCpuLimit);
+  err = 0;
+  CHECK(cgroup::read_cpu_limit(quota, none, false, &err) == cgroup::kCpuLimitUnreadable);
+  CHECK_EQ(err, EBADF);  // the unopened period file was asked for
+  Tree::write(t.path("cgroup/v2/cpu.max"), "lots 100000\n");
+  ProcFile garbage(t.path("cgroup/v2/cpu.max"));
+  CHECK(cgroup::read_cpu_limit(garbage, none, true, &err) == cgroup::kCpuLimitUnreadable);
+  ProcFile missing(t.path("cgroup/v2/no-such-file"));
+  err = 0;
+  CHECK(cgroup::read_cpu_limit(missing, none, true, &err) == cgroup::kCpuLimitUnreadable);
+  CHECK_EQ(err, ENOENT);
+}
+
+// ---- counter slots (diskio, network) ------------------------------------------------------------
+
+void test_counter_slots() {
+  using detail::CounterSlots;
+  auto name = [](const char* n) {
+    std::array<char, procfs::kNameMax> a{};
+    std::strncpy(a.data(), n, a.size() - 1);
+    return a;
+  };
+  const auto a = name("a"), b = name("b"), c = name("c"), lo = name("lo");
+  auto as_name = [](const std::array<char, procfs::kNameMax>& n) -> const CounterSlots::Name& {
+    return *reinterpret_cast<const CounterSlots::Name*>(n.data());
+  };
+  int decided = 0;  // calls of the counts callback: once per new name
+  auto counts = [&](const char* n) noexcept {
+    ++decided;
+    return std::strcmp(n, "lo") != 0;
+  };
+  CounterSlots slots(3);
+  CounterSlots::Counters d{};
+  // First reading: the baseline, nothing counts.
+  slots.begin_reading();
+  CHECK(slots.add(as_name(a), 0, {100, 10}, d, counts));
+  CHECK(slots.add(as_name(lo), 1, {5, 5}, d, counts));
+  slots.end_reading();
+  CHECK(d[0] == 0 && d[1] == 0);
+  CHECK_EQ(decided, 2);
+  // a moves on, lo moves but is not counted, b is new (all of it counts), c finds the table full.
+  d = {};
+  slots.begin_reading();
+  CHECK(slots.add(as_name(lo), 0, {9, 9}, d, counts));  // at another position: found anyway
+  CHECK(slots.add(as_name(a), 1, {150, 30}, d, counts));
+  CHECK(slots.add(as_name(b), 2, {7, 3}, d, counts));
+  CHECK(!slots.add(as_name(c), 3, {1000, 1000}, d, counts));
+  slots.end_reading();
+  CHECK_EQ(d[0], 50u + 7u);
+  CHECK_EQ(d[1], 20u + 3u);
+  CHECK_EQ(decided, 4);  // b and c were new; a and lo were decided before
+  // a resets (counts from 0 again), b vanishes and frees its slot, so c fits now (new: counts).
+  d = {};
+  slots.begin_reading();
+  CHECK(slots.add(as_name(a), 0, {4, 2}, d, counts));
+  CHECK(slots.add(as_name(lo), 1, {9, 9}, d, counts));
+  slots.end_reading();
+  CHECK(d[0] == 4 && d[1] == 2);
+  d = {};
+  slots.begin_reading();
+  CHECK(slots.add(as_name(c), 2, {11, 12}, d, counts));
+  slots.end_reading();
+  CHECK(d[0] == 11 && d[1] == 12);
+
+  // The totals and rates a summing source writes: columns 0-1 totals, 2-3 rates.
+  detail::CounterTotals totals(400'000'000);  // windows of at least 0.4 s
+  std::uint64_t cells[4] = {};
+  std::uint8_t valid[4] = {};
+  auto write = [&](CounterSlots::Counters delta, std::int64_t now) {
+    std::fill(std::begin(valid), std::end(valid), 0);
+    RowWriter row(cells, valid, 4);
+    totals.write(delta, row, now);
+  };
+  write({0, 0}, kT0);
+  CHECK(valid[0] && valid[1] && !valid[2] && !valid[3]);
+  write({1000, 10}, kT0 + 100'000'000);  // 0.1 s: the window is still open
+  CHECK_EQ(static_cast<std::int64_t>(cells[0]), 1000);
+  CHECK(!valid[2] && !valid[3]);
+  write({1000, 10}, kT1);  // 0.5 s after the first: 2000 and 20 over 0.5 s
+  double rate0 = 0, rate1 = 0;
+  std::memcpy(&rate0, &cells[2], sizeof rate0);
+  std::memcpy(&rate1, &cells[3], sizeof rate1);
+  CHECK(valid[2] && valid[3]);
+  CHECK_NEAR(rate0, 4000.0, 1e-9);
+  CHECK_NEAR(rate1, 40.0, 1e-9);
+  CHECK_EQ(static_cast<std::int64_t>(cells[1]), 20);
+}
+
 // ---- registry -----------------------------------------------------------------------------------
 
 void test_registry() {
@@ -922,6 +1073,8 @@ int main() {
   test_proc_tree();
   test_load_pressure();
   test_cgroup();
+  test_cgroup_discovery();
+  test_counter_slots();
   test_registry();
   test_live();
   TEST_MAIN_END();

@@ -113,4 +113,3 @@ class WindowAggregator:
     def info(self) -> WindowInfo:
         """The rows and time span of the window so far."""
         return WindowInfo(self.rows, self.first_mono_ns, self.last_mono_ns)
-

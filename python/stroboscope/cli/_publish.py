@@ -56,17 +56,25 @@ def _value(text: str) -> Any:
 def add_sender_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--sender`` (repeatable), ``--publish-every`` and ``--aggregate`` to ``parser``."""
     parser.add_argument(
-        "--sender", action="append", default=[], metavar="NAME[:K=V,...]",
+        "--sender",
+        action="append",
+        default=[],
+        metavar="NAME[:K=V,...]",
         help=f"also publish aggregated metrics to a sender, e.g. prometheus:port=9464 or "
-             f"csv:path=m.csv (repeatable; built in: {', '.join(sorted(available_senders()))})",
+        f"csv:path=m.csv (repeatable; built in: {', '.join(sorted(available_senders()))})",
     )
     parser.add_argument(
-        "--publish-every", type=float, default=2.0, metavar="S",
+        "--publish-every",
+        type=float,
+        default=2.0,
+        metavar="S",
         help="seconds between events published to the senders (default 2; checked at each "
-             "drain of the recording, so at most as often as it drains)",
+        "drain of the recording, so at most as often as it drains)",
     )
     parser.add_argument(
-        "--aggregate", choices=AGGREGATES, default="mean",
+        "--aggregate",
+        choices=AGGREGATES,
+        default="mean",
         help="how each published value reduces its window (default mean; totals use the last)",
     )
 
@@ -87,7 +95,10 @@ class RecordPublisher:
     """
 
     def __init__(
-        self, senders: Sequence[object], columns: Sequence[Column], every: float = 2.0,
+        self,
+        senders: Sequence[object],
+        columns: Sequence[Column],
+        every: float = 2.0,
         aggregate: Aggregate = "mean",
     ) -> None:
         every = check_seconds("--publish-every", every)

@@ -116,9 +116,9 @@ def _check_paths(args: argparse.Namespace) -> tuple[str, str]:
     return fmt, spool
 
 
-def _build(args: argparse.Namespace, pid: int | None, spool: str, fmt: str) -> tuple[
-    Sampler, RecordPublisher | None, Watchdog
-]:
+def _build(
+    args: argparse.Namespace, pid: int | None, spool: str, fmt: str
+) -> tuple[Sampler, RecordPublisher | None, Watchdog]:
     # The segment writer must drain before the ring wraps: a quarter of the ring, at most 10 s.
     ring_rows = check_capacity(args.capacity, "--capacity")
     segment_s = min(10.0, max(args.interval, ring_rows * args.interval / 4))
@@ -176,13 +176,15 @@ def _loop(
 
 
 def _print_summary(
-    args: argparse.Namespace, fmt: str, rows: int, columns: int, elapsed: float,
-    stats: SamplerStats, summary: str,
+    args: argparse.Namespace,
+    fmt: str,
+    rows: int,
+    columns: int,
+    elapsed: float,
+    stats: SamplerStats,
+    summary: str,
 ) -> None:
-    print(
-        f"recorded {rows} rows x {columns} columns over {elapsed:.2f} s "
-        f"to {args.output} ({fmt})"
-    )
+    print(f"recorded {rows} rows x {columns} columns over {elapsed:.2f} s to {args.output} ({fmt})")
     print(
         f"sampler: interval {args.interval * 1e3:g} ms, ticks taken {stats.ticks_taken}, "
         f"missed {stats.ticks_missed}, lateness p50/p99 "
@@ -248,8 +250,15 @@ def run(args: argparse.Namespace) -> int:
         remove_spool(spool)
     elapsed = time.monotonic() - started
     units = {c.name: c.unit for c in sampler.columns}
-    _print_summary(args, fmt, table.num_rows, table.num_columns, elapsed, sampler.stats(),
-                   summarize(table, units))
+    _print_summary(
+        args,
+        fmt,
+        table.num_rows,
+        table.num_columns,
+        elapsed,
+        sampler.stats(),
+        summarize(table, units),
+    )
     if stopped_by is not None and command is None:
         return 128 + int(stopped_by)
     return exit_code

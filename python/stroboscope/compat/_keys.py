@@ -19,45 +19,47 @@ MIB = 1048576.0
 
 # (key, canonical column, scale). The monitor's default key set, in the order it publishes them.
 SYSTEM_KEYS: tuple[tuple[str, str, float], ...] = (
-    ("cpu", "cpu.util_pct", 1.0),                      # system CPU busy %, all cores
-    ("memory", "mem.util_pct", 1.0),                   # system memory in use, %
-    ("disk", "disk.used_pct", 1.0),                    # usage of the filesystem holding /, %
+    ("cpu", "cpu.util_pct", 1.0),  # system CPU busy %, all cores
+    ("memory", "mem.util_pct", 1.0),  # system memory in use, %
+    ("disk", "disk.used_pct", 1.0),  # usage of the filesystem holding /, %
     ("proc.memory.availableMB", "mem.available_bytes", 1.0 / MIB),  # system MemAvailable, MiB
-    ("proc.memory.rssMB", "proc.rss_bytes", 1.0 / MIB),             # process RSS, MiB
-    ("proc.memory.percent", "proc.mem_pct", 1.0),      # process RSS / physical memory, %
-    ("proc.cpu.threads", "proc.threads", 1.0),         # threads of the process
+    ("proc.memory.rssMB", "proc.rss_bytes", 1.0 / MIB),  # process RSS, MiB
+    ("proc.memory.percent", "proc.mem_pct", 1.0),  # process RSS / physical memory, %
+    ("proc.cpu.threads", "proc.threads", 1.0),  # threads of the process
 )
 
 NETWORK_KEY = "network"
 """Bytes sent/received by all interfaces since the monitor was made: ``{"sent": …, "recv": …}``."""
-NETWORK_COLUMNS: tuple[tuple[str, str], ...] = (("sent", "net.sent_bytes"),
-                                                 ("recv", "net.recv_bytes"))
+NETWORK_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("sent", "net.sent_bytes"),
+    ("recv", "net.recv_bytes"),
+)
 
 # Per GPU i: (key suffix after "gpu.{i}.", canonical suffix after "gpu.{i}.", scale).
 GPU_KEYS: tuple[tuple[str, str, float], ...] = (
-    ("gpu", "util_pct", 1.0),                  # % of the sample period a kernel ran
-    ("memory", "mem_util_pct", 1.0),           # % of the sample period memory was read/written
+    ("gpu", "util_pct", 1.0),  # % of the sample period a kernel ran
+    ("memory", "mem_util_pct", 1.0),  # % of the sample period memory was read/written
     ("memoryAllocated", "mem_allocated_pct", 1.0),  # used / total device memory, %
-    ("temp", "temp_c", 1.0),                   # °C
-    ("powerWatts", "power_w", 1.0),            # W (only on devices that report power)
-    ("powerPercent", "power_pct", 1.0),        # % of the enforced power limit
+    ("temp", "temp_c", 1.0),  # °C
+    ("powerWatts", "power_w", 1.0),  # W (only on devices that report power)
+    ("powerPercent", "power_pct", 1.0),  # % of the enforced power limit
 )
 
 # extended=True: the fuller W&B-style key set.
 EXTENDED_SYSTEM_KEYS: tuple[tuple[str, str, float], ...] = (
-    ("proc.cpu.percent", "proc.cpu_pct", 1.0),         # process CPU, 100 per busy core (psutil)
-    ("disk.in", "disk.read_bytes", 1.0 / MIB),         # MiB read from disks since start
-    ("disk.out", "disk.write_bytes", 1.0 / MIB),       # MiB written to disks since start
+    ("proc.cpu.percent", "proc.cpu_pct", 1.0),  # process CPU, 100 per busy core (psutil)
+    ("disk.in", "disk.read_bytes", 1.0 / MIB),  # MiB read from disks since start
+    ("disk.out", "disk.write_bytes", 1.0 / MIB),  # MiB written to disks since start
 )
 EXTENDED_CORE_KEY = ("cpu.{i}.cpu_percent", "cpu.{i}.util_pct")  # per core busy %
 EXTENDED_GPU_KEYS: tuple[tuple[str, str, float], ...] = (
-    ("memoryAllocatedBytes", "mem_used_bytes", 1.0),   # bytes
-    ("smClock", "sm_clock_mhz", 1.0),                  # MHz
-    ("memoryClock", "mem_clock_mhz", 1.0),             # MHz
-    ("graphicsClock", "graphics_clock_mhz", 1.0),      # MHz
+    ("memoryAllocatedBytes", "mem_used_bytes", 1.0),  # bytes
+    ("smClock", "sm_clock_mhz", 1.0),  # MHz
+    ("memoryClock", "mem_clock_mhz", 1.0),  # MHz
+    ("graphicsClock", "graphics_clock_mhz", 1.0),  # MHz
     ("enforcedPowerLimitWatts", "power_limit_w", 1.0),  # W
-    ("energyJoules", "energy_mj", 1e-3),               # J since the monitor started
-    ("fanSpeed", "fan_pct", 1.0),                      # % of maximum
+    ("energyJoules", "energy_mj", 1e-3),  # J since the monitor started
+    ("fanSpeed", "fan_pct", 1.0),  # % of maximum
     ("correctedMemoryErrors", "ecc_corrected", 1.0),
     ("unCorrectedMemoryErrors", "ecc_uncorrected", 1.0),
 )
@@ -137,7 +139,9 @@ class CompatKeys:
         return [m.column for m in self.maps] + [c for _, c in self.network_columns]
 
     def update(
-        self, sampler: MutableMapping[str, Any], values: Mapping[str, float],
+        self,
+        sampler: MutableMapping[str, Any],
+        values: Mapping[str, float],
         network_offset: Mapping[str, int],
     ) -> None:
         """Write the keys whose column has a value in ``values`` into ``sampler``.

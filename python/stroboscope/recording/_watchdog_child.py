@@ -190,8 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _log(run_job(job, parent_pid))
         except Exception as exc:
             failed += 1
-            _log(f"parent {parent_pid} died; could not dump {job['kind']} {job['source']}: "
-                 f"{type(exc).__name__}: {exc}")
+            _log(
+                f"parent {parent_pid} died; could not dump {job['kind']} {job['source']}: "
+                f"{type(exc).__name__}: {exc}"
+            )
     return 1 if failed else 0
 
 

@@ -49,15 +49,28 @@ def _make_fast_encode() -> Callable[[dict[str, Any]], str]:
         return _encoder.encode
     try:
         c_encode = make(
-            None, _json_default, json.encoder.encode_basestring_ascii, None, ":", ",",
-            False, False, True,
+            None,
+            _json_default,
+            json.encoder.encode_basestring_ascii,
+            None,
+            ":",
+            ",",
+            False,
+            False,
+            True,
         )
 
         def encode(row: dict[str, Any]) -> str:
             return "".join(c_encode(row, 0))
 
-        sample = {"a": 1, "b": [1.5, float("nan"), (2, 3)], "c": {"d": "\u00e9\n"}, "e": None,
-                  "f": True, "g": _dt.date(2024, 1, 2)}
+        sample = {
+            "a": 1,
+            "b": [1.5, float("nan"), (2, 3)],
+            "c": {"d": "\u00e9\n"},
+            "e": None,
+            "f": True,
+            "g": _dt.date(2024, 1, 2),
+        }
         if encode(sample) == _encoder.encode(sample):
             return encode
     except Exception:  # pragma: no cover - a json module whose internals differ
@@ -165,9 +178,7 @@ def _column(values: list[Any]) -> pa.Array:
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
     """An Arrow table of ``rows``: nested objects flattened to dotted keys, the union of the
     keys as columns (in order of first appearance), missing cells null."""
-    flat = [
-        _flatten(r) if any(isinstance(v, dict) for v in r.values()) else r for r in rows
-    ]
+    flat = [_flatten(r) if any(isinstance(v, dict) for v in r.values()) else r for r in rows]
     names: dict[str, None] = {}
     for r in flat:
         if r.keys() - names.keys():

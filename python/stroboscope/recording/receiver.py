@@ -260,8 +260,9 @@ class Receiver:
         try:
             import pandas  # noqa: F401
         except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError("get_metrics() needs pandas: pip install 'stroboscope[pandas]'") \
-                from exc
+            raise ImportError(
+                "get_metrics() needs pandas: pip install 'stroboscope[pandas]'"
+            ) from exc
         df: pandas.DataFrame = rows_to_table(parse_journal(data)[0]).to_pandas()
         return df
 
@@ -311,8 +312,10 @@ class Receiver:
         data, written, skipped = encode_rows(batch)
         if skipped:
             if not self._skipped:
-                logger.warning("ParentReceiver: skipping rows that are not dicts (first: %r)",
-                               next(r for r in batch if not isinstance(r, Mapping)))
+                logger.warning(
+                    "ParentReceiver: skipping rows that are not dicts (first: %r)",
+                    next(r for r in batch if not isinstance(r, Mapping)),
+                )
             self._skipped += skipped
         if not data:
             return
@@ -320,15 +323,19 @@ class Receiver:
             try:
                 self._open_journal().append(data)
             except OSError as exc:
-                logger.error("ParentReceiver: %d rows lost, the journal could not be written: %s",
-                             written, exc)
+                logger.error(
+                    "ParentReceiver: %d rows lost, the journal could not be written: %s",
+                    written,
+                    exc,
+                )
                 return
             self._rows += written
 
     def _queue_error(self, exc: Exception) -> None:
         if not self._errors:
-            logger.warning("ParentReceiver: reading the queue failed: %s: %s",
-                           type(exc).__name__, exc)
+            logger.warning(
+                "ParentReceiver: reading the queue failed: %s: %s", type(exc).__name__, exc
+            )
         self._errors += 1
 
     def _open_journal(self) -> Journal:

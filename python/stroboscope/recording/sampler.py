@@ -106,9 +106,7 @@ class Sampler(_BaseSampler):
             self._temp_spool_dir = tempfile.mkdtemp(prefix="stroboscope-")  # 0700, ours
             spool_path = os.path.join(self._temp_spool_dir, "sampler.spool")
         try:
-            super().__init__(
-                interval, capacity=capacity, ring_file=spool_path or None, **kwargs
-            )
+            super().__init__(interval, capacity=capacity, ring_file=spool_path or None, **kwargs)
         except BaseException:
             self._remove_temp_dir()
             raise

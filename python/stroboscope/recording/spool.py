@@ -77,6 +77,7 @@ def _read_header(path: str, buf: memoryview, size: int) -> dict[str, Any]:
                 f"{path} is not a stroboscope spool (it does not start with {MAGIC!r})"
             )
         raise SpoolError(f"{path} is truncated: {size} bytes, shorter than a spool header")
+
     def field(name: str) -> Any:
         offset, code = _FIELDS[name]
         fmt = "<8s" if code == "s" else "<" + code
@@ -86,7 +87,10 @@ def _read_header(path: str, buf: memoryview, size: int) -> dict[str, Any]:
     header, capacity, ncols = field("header_size"), field("capacity"), field("columns")
     schema_len, anchor, interval = field("schema_size"), field("anchor_ns"), field("interval_ns")
     created, pid, words, total = (
-        field("created_ns"), field("pid"), field("words"), field("total_size")
+        field("created_ns"),
+        field("pid"),
+        field("words"),
+        field("total_size"),
     )
     if magic != MAGIC:
         raise SpoolError(

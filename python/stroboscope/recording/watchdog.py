@@ -309,8 +309,7 @@ class Watchdog:
                 try:
                     proc.wait(STOP_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
-                    logger.warning("watchdog %d did not exit within %g s", proc.pid,
-                                   STOP_TIMEOUT_S)
+                    logger.warning("watchdog %d did not exit within %g s", proc.pid, STOP_TIMEOUT_S)
 
     def _at_exit(self) -> None:
         if os.getpid() == self._owner:

@@ -23,4 +23,3 @@ class Column:
 TIME_COLUMN = Column(
     "time", "ns", "timestamp[ns, UTC]", "gauge", "UTC time of the tick (monotonic + anchor)."
 )
-

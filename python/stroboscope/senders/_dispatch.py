@@ -22,6 +22,7 @@ from stroboscope.senders._base import AbstractBackendSender, BuiltinSender, as_s
 
 logger = logging.getLogger("stroboscope.senders")
 
+
 class SenderWorker:
     """One sender, its queue and the thread that calls it.
 
@@ -68,7 +69,8 @@ class SenderWorker:
                 self._drop_log(
                     logging.WARNING,
                     "stroboscope: sender %r is too slow; dropped an event (%d dropped so far)",
-                    self.sender, self.dropped,
+                    self.sender,
+                    self.dropped,
                 )
             self._pending.append((seq, item, timestamp))
             self._cond.notify_all()
@@ -105,7 +107,8 @@ class SenderWorker:
         if self._thread.is_alive():
             logger.warning(
                 "stroboscope: sender %r did not finish within %.1f s of shutdown; left behind",
-                self.sender, timeout if timeout is not None else float("inf"),
+                self.sender,
+                timeout if timeout is not None else float("inf"),
             )
             return False
         return True
@@ -134,8 +137,11 @@ class SenderWorker:
         except Exception:
             self.errors += 1
             self._error_log(
-                logging.ERROR, "stroboscope: sender %r failed to publish (%d failures so far)",
-                self.sender, self.errors, exc_info=True,
+                logging.ERROR,
+                "stroboscope: sender %r failed to publish (%d failures so far)",
+                self.sender,
+                self.errors,
+                exc_info=True,
             )
 
     def _close_sender(self) -> None:

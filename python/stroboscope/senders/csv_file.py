@@ -36,7 +36,10 @@ class CSVSender(BuiltinSender):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
+        self,
+        path: str | os.PathLike[str],
+        *,
+        columns: Sequence[str] | None = None,
         flush: bool = True,
     ) -> None:
         super().__init__()

@@ -25,8 +25,11 @@ class LoggingSender(BuiltinSender):
     """
 
     def __init__(
-        self, logger: str | logging.Logger = "stroboscope.metrics", *,
-        level: int | str = logging.INFO, precision: int = 6,
+        self,
+        logger: str | logging.Logger = "stroboscope.metrics",
+        *,
+        level: int | str = logging.INFO,
+        precision: int = 6,
     ) -> None:
         super().__init__()
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger

@@ -36,8 +36,13 @@ class MlflowSender(BuiltinSender):
     """
 
     def __init__(
-        self, *, run_id: str | None = None, experiment_name: str | None = None,
-        run_name: str | None = None, tracking_uri: str | None = None, prefix: str = "",
+        self,
+        *,
+        run_id: str | None = None,
+        experiment_name: str | None = None,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        prefix: str = "",
     ) -> None:
         super().__init__()
         try:
@@ -57,8 +62,11 @@ class MlflowSender(BuiltinSender):
             experiment_id = None
             if experiment_name is not None:
                 found = self.client.get_experiment_by_name(experiment_name)
-                experiment_id = (found.experiment_id if found is not None
-                                 else self.client.create_experiment(experiment_name))
+                experiment_id = (
+                    found.experiment_id
+                    if found is not None
+                    else self.client.create_experiment(experiment_name)
+                )
             run = self.client.create_run(experiment_id or "0", run_name=run_name)
             run_id = run.info.run_id
             self._owns_run = True
@@ -80,7 +88,7 @@ class MlflowSender(BuiltinSender):
                 for k, v in flat.items()
             ]
             for start in range(0, len(metrics), _MAX_BATCH):
-                self.client.log_batch(self.run_id, metrics=metrics[start:start + _MAX_BATCH])
+                self.client.log_batch(self.run_id, metrics=metrics[start : start + _MAX_BATCH])
 
     def close(self) -> None:
         """End the run if this sender created it (idempotent)."""

@@ -39,8 +39,12 @@ class ParquetSender(BuiltinSender):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, rows_per_file: int = 3600,
-        rows_per_group: int = 60, compression: str = "zstd",
+        self,
+        path: str | os.PathLike[str],
+        *,
+        rows_per_file: int = 3600,
+        rows_per_group: int = 60,
+        compression: str = "zstd",
     ) -> None:
         super().__init__()
         if rows_per_file < 1 or rows_per_group < 1:
@@ -103,14 +107,13 @@ class ParquetSender(BuiltinSender):
                 f"{self.path.stem}-{len(self.paths):05d}{self.path.suffix or '.parquet'}"
             )
             self._file = open_private(target)
-            self._writer = pq.ParquetWriter(
-                self._file, self._schema, compression=self._compression
-            )
+            self._writer = pq.ParquetWriter(self._file, self._schema, compression=self._compression)
             self.paths.append(target)
             self._rows_in_file = 0
         arrays = [pa.array([t for t, _ in self._buffer], pa.timestamp("us", tz="UTC"))]
-        arrays += [pa.array([row.get(c) for _, row in self._buffer], pa.float64())
-                   for c in self._columns]
+        arrays += [
+            pa.array([row.get(c) for _, row in self._buffer], pa.float64()) for c in self._columns
+        ]
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
         self._rows_in_file += len(self._buffer)
         self._buffer.clear()

@@ -92,7 +92,10 @@ class PrometheusSender(BuiltinSender):
         if owner is not None:
             logger.warning(
                 "stroboscope: keys %r and %r both map to Prometheus metric %s; %r is not served",
-                owner, key, name, key,
+                owner,
+                key,
+                name,
+                key,
             )
             return None
         gauge = self._gauge_cls(name, f"stroboscope metric {key}", registry=self.registry)

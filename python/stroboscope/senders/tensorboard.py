@@ -56,8 +56,9 @@ class TensorBoardSender(BuiltinSender):
                 raise RuntimeError(f"TensorBoardSender({str(self.logdir)!r}) is closed")
             step = self._next_step(kwargs)
             for key, value in flat.items():
-                self._writer.add_scalar(self.prefix + key, value, global_step=step,
-                                        walltime=walltime)
+                self._writer.add_scalar(
+                    self.prefix + key, value, global_step=step, walltime=walltime
+                )
 
     def close(self) -> None:
         """Flush and close the event file (idempotent)."""

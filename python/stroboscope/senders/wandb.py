@@ -27,7 +27,11 @@ class WandbSender(BuiltinSender):
     """
 
     def __init__(
-        self, *, run: Any = None, commit: bool | None = None, prefix: str = "",
+        self,
+        *,
+        run: Any = None,
+        commit: bool | None = None,
+        prefix: str = "",
         **init_kwargs: Any,
     ) -> None:
         super().__init__()
