@@ -568,5 +568,5 @@ def test_record_publisher_bad_sender_is_a_clear_exit(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     add_sender_arguments(parser)
     args = parser.parse_args(["--sender", f"csv:path={tmp_path / 'm.csv'}", "--sender", "nope"])
-    with pytest.raises(SystemExit, match=r"--sender nope: unknown sender 'nope'"):
+    with pytest.raises(ValueError, match=r"--sender nope: unknown sender 'nope'"):
         RecordPublisher.from_args(args, [])

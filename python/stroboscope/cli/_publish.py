@@ -117,7 +117,7 @@ class RecordPublisher:
         """The publisher for the parsed options, or None when no ``--sender`` was given.
 
         A sender that cannot be made (unknown name, bad argument, missing library) raises
-        ``SystemExit`` with a message naming the ``--sender`` option.
+        ``ValueError`` with a message naming the ``--sender`` option.
         """
         specs = [(text, *parse_sender_spec(text)) for text in args.sender]
         if not specs:
@@ -129,7 +129,7 @@ class RecordPublisher:
             except (ImportError, TypeError, ValueError, OSError) as exc:
                 for made in senders:
                     made.close()
-                raise SystemExit(f"record: --sender {text}: {exc}") from None
+                raise ValueError(f"--sender {text}: {exc}") from None
         return cls(senders, columns, args.publish_every, args.aggregate)
 
     def feed(self, table: pa.Table) -> None:

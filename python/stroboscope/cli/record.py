@@ -13,7 +13,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from types import FrameType
@@ -32,8 +31,9 @@ WAIT_PERIOD_S = 0.25
 """How often the recording loop drains, publishes and checks for the end (seconds)."""
 
 # The command waits in this shell until sampling has started, then becomes the command itself
-# (exec keeps the pid, so the pid the sampler follows is the command's).
-_GATE = 'read -r _ <&3; exec 3<&-; exec "$@"'
+# (exec keeps the pid, so the pid the sampler follows is the command's). An EOF on the gate
+# (setup failed) makes `read` fail: the shell then exits without running anything.
+_GATE = 'read -r _ <&3 || exit 125; exec 3<&-; exec "$@"'
 
 
 class _Stopped(Exception):
@@ -69,22 +69,29 @@ def parse_sources(text: str | None) -> dict[str, float | None] | None:
 
 
 class _Command:
-    """The wrapped command: started gated, released once sampling runs, waited for."""
+    """The wrapped command: started gated, released once sampling runs, waited for.
+
+    Spawned with ``posix_spawn`` so the gate pipe can be given to it as descriptor 3 (which the
+    waiting shell reads and closes before it execs the command).
+    """
 
     def __init__(self, argv: list[str]) -> None:
         if shutil.which(argv[0]) is None:
             raise ValueError(f"record: cannot run {argv[0]!r}: no such command")
         gate_r, self._gate_w = os.pipe()
         try:
-            self.proc = subprocess.Popen(
-                ["/bin/sh", "-c", _GATE, "stroboscope-record", *argv], pass_fds=(gate_r,)
+            self.pid = os.posix_spawn(
+                "/bin/sh",
+                ["/bin/sh", "-c", _GATE, "stroboscope-record", *argv],
+                os.environ,
+                file_actions=[(os.POSIX_SPAWN_DUP2, gate_r, 3)],
             )
+        except BaseException:
+            os.close(self._gate_w)
+            raise
         finally:
             os.close(gate_r)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+        self.returncode: int | None = None
 
     def release(self) -> None:
         """Let the command run (it is exec'd in place of the waiting shell)."""
@@ -93,18 +100,41 @@ class _Command:
         os.close(self._gate_w)
         self._gate_w = -1
 
+    def poll(self) -> int | None:
+        """The exit status (negative: killed by that signal), or None while it runs."""
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait up to ``timeout`` seconds (None: until it exits); the status or None."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            time.sleep(0.005 if left is None else min(0.005, left))
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
     def kill(self) -> None:
         """Setup failed: end the command before it ever ran."""
         if self._gate_w >= 0:
             os.close(self._gate_w)  # the shell's read gets EOF: it then runs nothing
             self._gate_w = -1
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        self.send_signal(signal.SIGKILL)
+        self.wait()
 
     def exit_code(self) -> int:
         """The shell's convention: the command's status, or 128 + the signal that killed it."""
-        code = self.proc.wait()
+        code = self.wait()
+        assert code is not None
         return 128 - code if code < 0 else code
 
 
@@ -142,6 +172,13 @@ def _build(
     return sampler, publisher, watchdog
 
 
+def _wait_first_row(sampler: Sampler) -> None:
+    """Wait (a few intervals at most, and at most 2 s) until the sampler wrote its first row."""
+    deadline = time.monotonic() + min(2.0, 4 * sampler.interval + 0.5)
+    while sampler.stats().rows_written == 0 and time.monotonic() < deadline:
+        time.sleep(min(sampler.interval, 0.001))
+
+
 def _loop(
     args: argparse.Namespace,
     sampler: Sampler,
@@ -157,13 +194,12 @@ def _loop(
             if args.duration is not None:
                 wait = min(wait, args.duration - (time.monotonic() - started))
             if command is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    command.proc.wait(timeout=max(wait, 0.0))
+                command.wait(timeout=max(wait, 0.0))
             elif wait > 0:
                 time.sleep(wait)
             if publisher is not None:
                 publisher.feed(sampler.drain().to_arrow())
-            if command is not None and command.proc.poll() is not None:
+            if command is not None and command.poll() is not None:
                 return None
             if command is None and args.pid is not None and sampler.stats().process_exited:
                 return None
@@ -231,10 +267,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         sampler.start()
         if command is not None:
+            _wait_first_row(sampler)  # the command's first instant is recorded
             command.release()
         stopped_by = _loop(args, sampler, publisher, command)
-        if command is not None and stopped_by is not None and command.proc.poll() is None:
-            command.proc.send_signal(stopped_by)  # the command ends as it would without us
+        if command is not None and stopped_by is not None and command.poll() is None:
+            command.send_signal(stopped_by)  # the command ends as it would without us
         exit_code = command.exit_code() if command is not None else 0
     finally:
         for s, handler in previous.items():

@@ -208,6 +208,8 @@ class Sampler:
         self.close()
 
     def __repr__(self) -> str:
+        if not hasattr(self, "_core"):  # __init__ did not finish
+            return "<stroboscope.Sampler (not built)>"
         state = "closed" if self._closed else ("running" if self.running else "stopped")
         return f"<stroboscope.Sampler interval={self._interval:g}s pid={self._pid} {state}>"
 

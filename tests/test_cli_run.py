@@ -1,0 +1,126 @@
+"""How `record` runs a command, ends, and meets a new user: the order of start-up, signals,
+exit codes, --pid, --version, equal paths."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from stroboscope.cli import main
+
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+CLI = [sys.executable, "-m", "stroboscope"]
+
+
+def test_a_command_that_exits_at_once_is_recorded_and_its_code_returned(tmp_path: Path) -> None:
+    out = tmp_path / "t.parquet"
+    assert main(["record", "--interval", "0.001", "-o", str(out), "--", "true"]) == 0
+    assert pq.read_table(out).num_rows >= 1
+    assert main(["record", "-o", str(tmp_path / "f.parquet"), "--", "sh", "-c", "exit 3"]) == 3
+
+
+def test_the_first_rows_of_the_command_are_recorded(tmp_path: Path) -> None:
+    """The command runs only once sampling has started: a row exists from before the command's
+    own first instruction (its start time comes after the first row's)."""
+    out = tmp_path / "first.parquet"
+    marker = tmp_path / "started"
+    code = main(
+        [
+            "record",
+            "--interval",
+            "0.001",
+            "-o",
+            str(out),
+            "--",
+            sys.executable,
+            "-c",
+            f"import time; open({str(marker)!r}, 'w').write(repr(time.time_ns()))",
+        ]
+    )
+    assert code == 0
+    started_ns = int(marker.read_text())
+    first_row_ns = pq.read_table(out).column("time").cast("int64")[0].as_py()
+    assert first_row_ns <= started_ns
+
+
+def test_a_command_killed_by_a_signal_gives_128_plus_it(tmp_path: Path) -> None:
+    code = main(["record", "-o", str(tmp_path / "k.parquet"), "--", "sh", "-c", "kill -9 $$"])
+    assert code == 128 + signal.SIGKILL
+
+
+def test_an_unknown_command_fails_before_anything_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "u.parquet"
+    assert main(["record", "-o", str(out), "--", "no-such-command-here"]) == 2
+    assert "cannot run 'no-such-command-here'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_setup_failure_after_the_sampler_leaves_no_spool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "s.parquet"
+    code = main(["record", "--duration", "0.1", "--sender", "bogus", "-o", str(out)])
+    assert code == 2 and "unknown sender 'bogus'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_and_spool_must_differ(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "same.parquet"
+    assert main(["record", "--duration", "0.1", "-o", str(out), "--spool", str(out)]) == 2
+    assert "is the output file too" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_pid_recording_stops_when_the_process_exits(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
+    out = tmp_path / "p.parquet"
+    t0 = time.monotonic()
+    try:
+        assert main(["record", "--pid", str(child.pid), "-o", str(out)]) == 0
+    finally:
+        child.wait()
+    assert time.monotonic() - t0 < 30  # it did not record until killed
+    assert pq.read_table(out).num_rows >= 1
+
+
+def test_sigterm_ends_the_recording_with_output_summary_and_cleanup(tmp_path: Path) -> None:
+    out = tmp_path / "term.parquet"
+    proc = subprocess.Popen(
+        [*CLI, "record", "--interval", "0.005", "-o", str(out), "--", "sleep", "60"],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not any(tmp_path.glob("*.spool")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr  # sleep got the SIGTERM and died of it
+    assert "recorded" in stdout and pq.read_table(out).num_rows >= 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["term.parquet"]  # no spool, no segments
+
+
+def test_version_and_no_command() -> None:
+    got = subprocess.run([*CLI, "--version"], env=ENV, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0 and got.stdout.strip() == "stroboscope 0.1.0"
+    got = subprocess.run(CLI, env=ENV, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 2 and "record" in got.stderr and "required" not in got.stderr
+
+
+def test_bad_durations_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("nan", "-1", "0", "inf"):
+        assert main(["record", "--duration", bad, "-o", str(tmp_path / "d.parquet")]) == 2
+        assert "--duration must be a positive finite number of seconds" in capsys.readouterr().err
+    assert main(["info", "--pid", "-5"]) == 2
+    assert "pid must be a positive process id" in capsys.readouterr().err

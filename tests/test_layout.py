@@ -1,0 +1,272 @@
+"""The package's rooms: a lazy face, one frame type, typed stats, the deterministic tick, the
+spool layout from C++, the lifecycle registry, and a watchdog child that loads no extension."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import stroboscope
+from stroboscope import _core
+from stroboscope.compat.aitune import ParentReceiver
+from stroboscope.export import output_format
+from stroboscope.recording import _layout
+from stroboscope.recording.watchdog import DumpJob, Watchdog
+from stroboscope.sampling import Frame, SamplerStats, SourceStats
+
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def _run(code: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+        check=True,
+    )
+    return out.stdout
+
+
+def test_importing_the_package_loads_no_room() -> None:
+    loaded = _run(
+        """
+        import sys, stroboscope
+        print(sorted(m for m in sys.modules if m.startswith("stroboscope")))
+        """
+    )
+    assert loaded.strip() == "['stroboscope']"
+    names = _run(
+        """
+        import sys, stroboscope
+        stroboscope.SystemMonitor
+        print("stroboscope.compat.scaffold" in sys.modules, "stroboscope.cli" in sys.modules)
+        """
+    )
+    assert names.split() == ["True", "False"]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        stroboscope.nope  # noqa: B018
+
+
+def test_every_public_name_resolves() -> None:
+    for name in stroboscope.__all__:
+        assert getattr(stroboscope, name) is not None, name
+    assert stroboscope.Sampler.__module__ == "stroboscope.recording.sampler"
+    assert issubclass(stroboscope.Sampler, stroboscope.sampling.Sampler)
+
+
+def test_spool_layout_is_the_one_cpp_defines() -> None:
+    core = _core.SPOOL_LAYOUT
+    assert core["magic"] == _layout.MAGIC
+    assert core["version"] == _layout.VERSION
+    assert core["page"] == _layout.PAGE
+    assert core["schema_offset"] == _layout.SCHEMA_OFFSET
+    expected = textwrap.indent(
+        "".join(f'("{n}", {o}, "{c}"),\n' for n, o, c in core["fields"]), "    "
+    )
+    assert tuple(tuple(f) for f in core["fields"]) == _layout.FIELDS, (
+        "recording/_layout.py is out of date with spool.hpp; its FIELDS must read:\n" + expected
+    )
+
+
+def test_a_spool_written_by_cpp_decodes_with_the_layout(tmp_path: Path) -> None:
+    path = tmp_path / "run.spool"
+    s = stroboscope.Sampler(
+        0.002, sources=["memory"], spool=path, capacity=256, segment_seconds=0.25
+    )
+    assert s.tick_now(7) == 7
+    data = path.read_bytes()
+    fields = {n: (o, c) for n, o, c in _layout.FIELDS}
+
+    def field(name: str) -> object:
+        offset, code = fields[name]
+        return struct.unpack_from("<8s" if code == "s" else "<" + code, data, offset)[0]
+
+    ncols = len(s.columns) - 1  # the ring has mono_ns and the metrics, not `time`
+    assert field("magic") == b"STROBSPL"
+    assert field("version") == _layout.VERSION
+    assert field("capacity") == 256
+    assert field("columns") == ncols
+    assert field("interval_ns") == 2_000_000
+    assert field("pid") == os.getpid()
+    assert field("words") == 4  # 256 rows / 64 bits
+    assert field("total_size") == len(data)
+    assert field("head") == field("write_begin") == 7
+    schema = data[_layout.SCHEMA_OFFSET : _layout.SCHEMA_OFFSET + int(field("schema_size"))]
+    assert schema.decode().splitlines()[0].split("\t")[0] == "mono_ns"
+    s.close()
+
+
+def test_tick_now_is_deterministic_and_keeps_per_source_intervals() -> None:
+    s = stroboscope.Sampler(0.001, sources={"memory": 0.004, "process": None})
+    assert s.tick_now(8) == 8
+    table = s.snapshot().to_arrow()
+    assert table.num_rows == 8
+    assert table.column("mem.total_bytes").null_count == 6  # read on ticks 0 and 4
+    assert table.column("proc.rss_bytes").null_count == 0
+    assert s.stats().ticks_taken == 0  # tick_now is not the thread's schedule
+    assert s.stats().rows_written == 8
+    with pytest.raises(ValueError, match="n must be a number of ticks"):
+        s.tick_now(0)
+    s.start()
+    try:
+        with pytest.raises(RuntimeError, match="needs a stopped Sampler"):
+            s.tick_now()
+    finally:
+        s.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        s.tick_now()
+
+
+def test_stats_are_typed_and_frozen() -> None:
+    s = stroboscope.Sampler(0.001, sources=["memory", "process"])
+    s.tick_now(3)
+    st = s.stats()
+    assert isinstance(st, SamplerStats)
+    assert all(isinstance(src, SourceStats) for src in st.sources)
+    assert st.source("memory").reads == 3 and st.rows_written == 3
+    assert st.process_exited is False and st.source("process").process_exited is False
+    assert st.segments_written is None  # no spool
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        st.rows_written = 0  # type: ignore[misc]
+    with pytest.raises(KeyError, match="no source 'gpu'"):
+        st.source("gpu")
+    assert st.as_dict()["sources"][0]["name"] == "memory"
+    s.close()
+
+
+def test_process_exited_comes_from_the_core() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    s = stroboscope.Sampler(0.001, pid=child.pid, sources=["process"])
+    s.tick_now(1)
+    assert s.stats().process_exited is False
+    child.wait()
+    s.tick_now(1)
+    st = s.stats()
+    assert st.process_exited is True and st.source("process").process_exited is True
+    s.close()
+
+
+def test_schema_is_arrow_with_units_and_equals_the_frames() -> None:
+    s = stroboscope.Sampler(0.001, sources=["memory"])
+    s.tick_now(2)
+    assert isinstance(s.schema, pa.Schema)
+    assert s.schema.field("mem.total_bytes").metadata[b"unit"] == b"bytes"
+    assert s.snapshot().schema == s.schema
+    assert [c.name for c in s.columns] == s.schema.names
+    s.close()
+
+
+def test_one_frame_type_for_live_and_recovered_rows(tmp_path: Path) -> None:
+    path = tmp_path / "r.spool"
+    s = stroboscope.Sampler(
+        0.002, sources=["memory"], spool=path, capacity=256, segment_seconds=0.25
+    )
+    s.tick_now(5)
+    live = s.snapshot()
+    back = stroboscope.recover(path)
+    assert type(live) is type(back) is Frame
+    assert back.rows_lost == 0 and len(back) == len(live) == 5
+    for frame in (live, back):
+        batch = pa.record_batch(frame)  # __arrow_c_array__
+        assert batch.num_rows == 5
+        assert pa.table(frame).column("mono_ns").equals(live.to_arrow().column("mono_ns"))
+        arr = frame.to_numpy()
+        assert isinstance(arr, np.ndarray) and arr.dtype.names == tuple(frame.column_names)
+        assert arr["time"].dtype == np.dtype("datetime64[ns]")
+        assert arr["mem.total_bytes"].dtype == np.int64  # no nulls: the integer type stays
+        with pytest.raises(AttributeError, match="cannot be changed"):
+            frame._rows = pa.table({})  # type: ignore[misc]
+    s.close()
+
+
+def test_one_output_format_rule() -> None:
+    assert output_format("a.PARQUET") == output_format("b.pq") == "parquet"
+    assert output_format("c.csv") == "csv"
+    assert output_format("d.txt", default="csv") == "csv"
+    with pytest.raises(ValueError, match=r"must end in \.parquet, \.pq or \.csv"):
+        output_format("d.txt")
+
+
+def test_receiver_snapshot_to_pq_writes_parquet(tmp_path: Path) -> None:
+    q: queue.Queue[dict[str, float]] = queue.Queue()
+    r = ParentReceiver(q, crash_safe=False)
+    r.start()
+    q.put({"a": 1.0})
+    q.put({"a": 2.0})
+    deadline = time.monotonic() + 10
+    while r.rows_received < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    r.snapshot(tmp_path / "m.pq")
+    r.stop()
+    assert pq.read_table(tmp_path / "m.pq").column("a").to_pylist() == [1.0, 2.0]
+
+
+def test_network_totals_use_the_sources_parser() -> None:
+    def python_totals(include_lo: bool) -> tuple[int, int]:
+        sent = recv = 0
+        for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
+            name, _, rest = line.partition(":")
+            f = rest.split()
+            if name.strip() == "lo" and not include_lo:
+                continue
+            recv += int(f[0])
+            sent += int(f[8])
+        return sent, recv
+
+    for include_lo in (False, True):
+        before = python_totals(include_lo)
+        got = _core.net_dev_totals("/proc", include_lo)
+        after = python_totals(include_lo)
+        assert before[0] <= got[0] <= after[0] and before[1] <= got[1] <= after[1]
+    with pytest.raises(ValueError, match="cannot read /nonexistent/net/dev"):
+        _core.net_dev_totals("/nonexistent", False)
+
+
+def test_lifecycle_registry_runs_exit_hooks_newest_first() -> None:
+    out = _run(
+        """
+        from stroboscope import _lifecycle
+
+        class Hook:
+            def __init__(self, name):
+                self.name = name
+                _lifecycle.register(self)
+            def _at_exit(self):
+                print("exit", self.name, flush=True)
+
+        a, b, c = Hook("a"), Hook("b"), Hook("c")
+        _lifecycle.unregister(b)
+        """
+    )
+    assert out.split("\n")[:2] == ["exit c", "exit a"]
+
+
+def _maps(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_idle_watchdog_child_loads_neither_arrow_nor_the_extension(tmp_path: Path) -> None:
+    source = tmp_path / "j.jsonl"
+    source.write_text("")
+    w = Watchdog([DumpJob("journal", source, dump=tmp_path / "d.csv")]).start()
+    try:
+        assert w.pid is not None
+        maps = _maps(w.pid)
+        assert "libarrow" not in maps and "_core" not in maps and "numpy" not in maps
+        cmdline = Path(f"/proc/{w.pid}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[-4].endswith(b"_watchdog_child.py")  # a script, not the package
+    finally:
+        w.stop()
