@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import timeit
+from collections.abc import Sequence
 from typing import Any
 
 import stroboscope
@@ -63,7 +64,9 @@ def _make_sampler(cpu_window: float | None) -> stroboscope.Sampler:
     return stroboscope.Sampler(0.001, sources=SEED_SOURCES, capacity=1 << 16, **kwargs)
 
 
-def _split(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, float]:
+def _split(
+    before: Sequence[stroboscope.SourceStats], after: Sequence[stroboscope.SourceStats]
+) -> dict[str, float]:
     """ns per read of each source between two ``stats().sources`` lists."""
     out: dict[str, float] = {}
     for b, a in zip(before, after):

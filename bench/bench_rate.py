@@ -67,7 +67,7 @@ def _timed(n: int) -> float:
     return time.perf_counter() - t0
 
 
-def _strobo_stats(st: dict[str, Any], life_s: float) -> dict[str, Any]:
+def _strobo_stats(st: stroboscope.SamplerStats, life_s: float) -> dict[str, Any]:
     """The numbers of one stroboscope run, from its stats()."""
     return {
         "taken_pct": 100.0 * st.ticks_taken / max(1, st.ticks_scheduled),

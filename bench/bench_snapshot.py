@@ -28,7 +28,7 @@ def run(repeats: int) -> BenchResult:
     fill_ns = s._core.run_ticks_inline(ROWS)
     st = s.stats()
     if st.rows_written < ROWS:
-        raise RuntimeError(f"ring holds {st['rows_written']} rows, expected {ROWS}")
+        raise RuntimeError(f"ring holds {st.rows_written} rows, expected {ROWS}")
 
     # A first snapshot (not timed) sizes the copy baseline: the bytes the Arrow table holds.
     table = s.snapshot().to_arrow()

@@ -86,7 +86,9 @@ def test_polars_and_duckdb_read_the_frame(frame: Frame) -> None:
     con = duckdb.connect()
     tbl = frame.to_arrow()
     con.register("tbl", tbl)
-    n, total = con.execute('SELECT count(*), max("mem.total_bytes") FROM tbl').fetchone()
+    row = con.execute('SELECT count(*), max("mem.total_bytes") FROM tbl').fetchone()
+    assert row is not None
+    n, total = row
     assert n == len(frame)
     assert total == tbl.column("mem.total_bytes")[0].as_py()
 

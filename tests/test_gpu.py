@@ -68,8 +68,10 @@ def record(sampler: Sampler, seconds: float = 0.25) -> pa.Table:
     return sampler.snapshot().to_arrow()
 
 
-def values(table: pa.Table, name: str) -> list[object]:
-    return table.column(name).drop_null().to_pylist()
+def values(table: pa.Table, name: str) -> list[float]:
+    """The non-null cells of the numeric column ``name``."""
+    cells: list[float] = table.column(name).drop_null().to_pylist()
+    return cells
 
 
 def test_scripted_values_land_in_columns(nvml: ScriptFn) -> None:

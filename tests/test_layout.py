@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -90,7 +91,7 @@ def test_a_spool_written_by_cpp_decodes_with_the_layout(tmp_path: Path) -> None:
     data = path.read_bytes()
     fields = {n: (o, c) for n, o, c in _layout.FIELDS}
 
-    def field(name: str) -> object:
+    def field(name: str) -> Any:
         offset, code = fields[name]
         return struct.unpack_from("<8s" if code == "s" else "<" + code, data, offset)[0]
 
@@ -188,7 +189,7 @@ def test_one_frame_type_for_live_and_recovered_rows(tmp_path: Path) -> None:
         assert arr["time"].dtype == np.dtype("datetime64[ns]")
         assert arr["mem.total_bytes"].dtype == np.int64  # no nulls: the integer type stays
         with pytest.raises(AttributeError, match="cannot be changed"):
-            frame._rows = pa.table({})  # type: ignore[misc]
+            frame._rows = pa.table({})
     s.close()
 
 
@@ -270,3 +271,19 @@ def test_idle_watchdog_child_loads_neither_arrow_nor_the_extension(tmp_path: Pat
         assert cmdline[-4].endswith(b"_watchdog_child.py")  # a script, not the package
     finally:
         w.stop()
+
+
+def test_to_arrow_does_not_import_pandas() -> None:
+    """pa.table() looks for a pandas DataFrame first and so imports pandas (~45 MB RSS): the
+    frame's conversions must not."""
+    out = _run(
+        """
+        import sys, stroboscope
+        s = stroboscope.Sampler(0.001, sources=["memory"])
+        s.tick_now(3)
+        f = s.snapshot()
+        print(f.to_arrow().num_rows, f.schema.names[0], "pandas" in sys.modules)
+        s.close()
+        """
+    )
+    assert out.split() == ["3", "time", "False"]

@@ -52,7 +52,7 @@ def test_unknown_source_lists_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown source 'cpux'.*known sources: cpu, cpu_cores"):
         Sampler(0.01, sources=["cpux"])
     with pytest.raises(TypeError, match="not a string"):
-        Sampler(0.01, sources="cpu")  # type: ignore[arg-type]
+        Sampler(0.01, sources="cpu")
     with pytest.raises(ValueError, match="at least one source"):
         Sampler(0.01, sources=[])
 

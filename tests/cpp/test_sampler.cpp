@@ -149,8 +149,8 @@ void test_overwrite_and_lost_rows() {
   s->run_ticks_inline(40);  // rows 10..49; ring keeps 34..49
   auto f = s->drain();
   CHECK_EQ(f->length(), 16);
-  CHECK_EQ(f->rows_lost, 24u);
-  CHECK_EQ(f->first_row, 34u);
+  CHECK_EQ(f->rows_lost(), 24u);
+  CHECK_EQ(f->first_row(), 34u);
   auto st = s->stats();
   CHECK_EQ(st.rows_overwritten, 34u);
   CHECK_EQ(st.rows_lost, 24u);

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stroboscope.recording.segments import SegmentWriter
 from stroboscope.recording.spool import remove_spool, segment_paths
@@ -25,6 +25,11 @@ from stroboscope.sampling._checks import (
     check_interval,
     check_new_file,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11; only for mypy here
+
+    from stroboscope.sampling import SamplerOptions
 
 DUMP_FORMATS = ("csv", "parquet")
 
@@ -80,7 +85,7 @@ class Sampler(_BaseSampler):
         dump_path: str | os.PathLike[str] | None = None,
         dump_format: str = "csv",
         capacity: int = 65536,
-        **kwargs: Any,
+        **kwargs: Unpack[SamplerOptions],
     ) -> None:
         if "ring_file" in kwargs:
             raise TypeError("give spool= (the crash-safe ring file), not ring_file=")

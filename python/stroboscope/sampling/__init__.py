@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import gpu_status
-from stroboscope.sampling._sampler import Sampler, available_sources
+from stroboscope.sampling._sampler import Sampler, SamplerOptions, available_sources
 from stroboscope.sampling._schema import Column
 from stroboscope.sampling._stats import SamplerStats, SourceStats
 
@@ -12,6 +12,7 @@ __all__ = [
     "Column",
     "Frame",
     "Sampler",
+    "SamplerOptions",
     "SamplerStats",
     "SourceStats",
     "available_sources",

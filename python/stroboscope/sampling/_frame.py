@@ -91,7 +91,7 @@ class Frame:
         """The Arrow schema (``unit`` and ``kind`` in each field's metadata)."""
         if isinstance(self._rows, pa.Table):
             return self._rows.schema
-        return pa.schema(self)
+        return pa.RecordBatchReader.from_stream(self).schema
 
     @property
     def rows_lost(self) -> int:
@@ -138,7 +138,8 @@ class Frame:
         """Return a :class:`pyarrow.Table` over this frame's buffers (no copy)."""
         if isinstance(self._rows, pa.Table):
             return self._rows
-        return pa.table(self)
+        # Not pa.table(self): it checks for a pandas DataFrame first, importing pandas (~45 MB).
+        return pa.RecordBatchReader.from_stream(self).read_all()
 
     def to_pandas(self) -> pandas.DataFrame:
         """Return a pandas DataFrame (nullable integer columns become float64 with NaN)."""

@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow as pa
 
@@ -29,6 +29,24 @@ from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import GpusArg, resolve_gpus
 from stroboscope.sampling._schema import TIME_COLUMN, Column
 from stroboscope.sampling._stats import SamplerStats
+
+
+class SamplerOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`Sampler` after ``interval`` and ``capacity`` (for code
+    that passes them on, such as :class:`stroboscope.recording.sampler.Sampler`)."""
+
+    pid: int | None
+    sources: SourcesArg
+    disk_paths: Sequence[str]
+    gpus: GpusArg
+    cpu_window: float
+    rate_window: float
+    net_include_loopback: bool
+    gpu_samples: bool
+    gpu_sample_interval: float
+    proc_root: str
+    sys_root: str
+    cgroup_root: str
 
 
 class Sampler:
