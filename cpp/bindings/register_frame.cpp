@@ -12,49 +12,53 @@ namespace py = pybind11;
 namespace stroboscope::bindings {
 namespace {
 
-// Capsule destructors: a consumer that imported the struct has moved it out and set release to
+// The name each Arrow struct's capsule carries, as the PyCapsule interface fixes it.
+template <typename T>
+constexpr const char* kCapsuleName = nullptr;
+template <>
+constexpr const char* kCapsuleName<ArrowSchema> = "arrow_schema";
+template <>
+constexpr const char* kCapsuleName<ArrowArray> = "arrow_array";
+template <>
+constexpr const char* kCapsuleName<ArrowArrayStream> = "arrow_array_stream";
+
+// Capsule destructor: a consumer that imported the struct has moved it out and set release to
 // null; otherwise the struct is still ours to release.
-void schema_capsule_destructor(PyObject* capsule) {
-  auto* schema = static_cast<ArrowSchema*>(PyCapsule_GetPointer(capsule, "arrow_schema"));
-  if (schema == nullptr) return;
-  if (schema->release != nullptr) schema->release(schema);
-  delete schema;
+template <typename T>
+void capsule_destructor(PyObject* capsule) {
+  auto* s = static_cast<T*>(PyCapsule_GetPointer(capsule, kCapsuleName<T>));
+  if (s == nullptr) return;
+  if (s->release != nullptr) s->release(s);
+  delete s;
 }
 
-void array_capsule_destructor(PyObject* capsule) {
-  auto* array = static_cast<ArrowArray*>(PyCapsule_GetPointer(capsule, "arrow_array"));
-  if (array == nullptr) return;
-  if (array->release != nullptr) array->release(array);
-  delete array;
-}
-
-void stream_capsule_destructor(PyObject* capsule) {
-  auto* stream =
-      static_cast<ArrowArrayStream*>(PyCapsule_GetPointer(capsule, "arrow_array_stream"));
-  if (stream == nullptr) return;
-  if (stream->release != nullptr) stream->release(stream);
-  delete stream;
+// Exports `frame` into a new struct and hands it to a capsule. Until the capsule owns the struct
+// the unique_ptr does: a failed export leaves it released (and it is deleted); a failed
+// PyCapsule_New releases it, deletes it and raises the Python error it set.
+template <typename T>
+py::object export_capsule(const std::shared_ptr<Frame>& frame,
+                          void (*export_fn)(const std::shared_ptr<const Frame>&, T*)) {
+  auto s = std::make_unique<T>();
+  export_fn(frame, s.get());
+  PyObject* capsule = PyCapsule_New(s.get(), kCapsuleName<T>, capsule_destructor<T>);
+  if (capsule == nullptr) {
+    s->release(s.get());
+    throw py::error_already_set();
+  }
+  (void)s.release();  // the capsule's destructor owns it now
+  return py::reinterpret_steal<py::object>(capsule);
 }
 
 py::object schema_capsule(const std::shared_ptr<Frame>& frame) {
-  auto* schema = new ArrowSchema{};
-  export_schema(frame, schema);
-  return py::reinterpret_steal<py::object>(
-      PyCapsule_New(schema, "arrow_schema", schema_capsule_destructor));
+  return export_capsule<ArrowSchema>(frame, export_schema);
 }
 
 py::object array_capsule(const std::shared_ptr<Frame>& frame) {
-  auto* array = new ArrowArray{};
-  export_array(frame, array);
-  return py::reinterpret_steal<py::object>(
-      PyCapsule_New(array, "arrow_array", array_capsule_destructor));
+  return export_capsule<ArrowArray>(frame, export_array);
 }
 
 py::object stream_capsule(const std::shared_ptr<Frame>& frame) {
-  auto* stream = new ArrowArrayStream{};
-  export_stream(frame, stream);
-  return py::reinterpret_steal<py::object>(
-      PyCapsule_New(stream, "arrow_array_stream", stream_capsule_destructor));
+  return export_capsule<ArrowArrayStream>(frame, export_stream);
 }
 
 }  // namespace
@@ -70,8 +74,8 @@ void register_frame(py::module_& m) {
                                for (const auto& c : f.columns()) names.append(c.spec.name);
                                return names;
                              })
-      .def_readonly("first_row", &Frame::first_row)
-      .def_readonly("rows_lost", &Frame::rows_lost)
+      .def_property_readonly("first_row", &Frame::first_row)
+      .def_property_readonly("rows_lost", &Frame::rows_lost)
       .def("export_schema", &schema_capsule)
       .def("export_array", &array_capsule)
       .def("export_stream", &stream_capsule);

@@ -2,7 +2,8 @@
 #include "stroboscope/arrow_export.hpp"
 
 #include <cerrno>
-#include <cstring>
+#include <exception>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,10 +11,59 @@
 namespace stroboscope {
 namespace {
 
+// ---------------------------------------------------------------- ownership
+
+// Every exported struct owns one Private object, its private_data, and nothing else: release
+// deletes it (after releasing its children, for a struct that has them).
+template <typename Struct, typename Private>
+void release_owned(Struct* s) noexcept {
+  delete static_cast<Private*>(s->private_data);
+  s->release = nullptr;
+}
+
+// For a struct with children (the Private holds `children`): releases the children first.
+template <typename Struct, typename Private>
+void release_with_children(Struct* s) noexcept {
+  for (Struct& child : static_cast<Private*>(s->private_data)->children) {
+    // A consumer may have moved a child out (leaving release null): then it is theirs to free.
+    if (child.release != nullptr) child.release(&child);
+  }
+  release_owned<Struct, Private>(s);
+}
+
+// Builds a struct the nanoarrow way: `out` starts released, its owner (a new Private) and
+// `release` are installed next, then `fill(owner)` builds the rest. Whatever fill() allocated
+// before it threw is reachable from the owner, so out->release frees it and `out` is left
+// released (release == nullptr) when the exception propagates.
+template <typename Struct, typename Private, typename Fill>
+void build_owned(Struct* out, void (*release)(Struct*) noexcept, Fill&& fill) {
+  *out = Struct{};
+  auto* priv = new Private();  // throws before anything exists: `out` stays released
+  out->private_data = priv;
+  out->release = release;
+  try {
+    fill(*priv);
+  } catch (...) {
+    out->release(out);
+    throw;
+  }
+}
+
+// One child per frame column. The children start zeroed (released), so the parent's release
+// skips the ones not built when a fill_child() throws.
+template <typename Private, typename FillChild>
+void build_children(Private& priv, const std::vector<FrameColumn>& cols, FillChild&& fill_child) {
+  priv.children.resize(cols.size());
+  priv.child_ptrs.resize(cols.size());
+  for (std::size_t i = 0; i < cols.size(); ++i) {
+    fill_child(cols[i], &priv.children[i]);
+    priv.child_ptrs[i] = &priv.children[i];
+  }
+}
+
 // ---------------------------------------------------------------- schema
 
 struct FieldPrivate {
-  std::string format;
   std::string name;
   std::string metadata;  // Arrow's binary key/value encoding
 };
@@ -39,46 +89,30 @@ std::string encode_metadata(const std::vector<std::pair<std::string, std::string
   return out;
 }
 
-void release_field(ArrowSchema* schema) {
-  delete static_cast<FieldPrivate*>(schema->private_data);
-  schema->release = nullptr;
-}
-
-void release_struct_schema(ArrowSchema* schema) {
-  auto* priv = static_cast<StructSchemaPrivate*>(schema->private_data);
-  for (ArrowSchema& child : priv->children) {
-    // A consumer may have moved a child out (leaving release null): then it is theirs to free.
-    if (child.release != nullptr) child.release(&child);
-  }
-  delete priv;
-  schema->release = nullptr;
-}
-
 void fill_field(const FrameColumn& col, ArrowSchema* out) {
-  auto* priv = new FieldPrivate();
-  if (col.is_timestamp) {
-    priv->format = "tsn:UTC";
-  } else {
-    priv->format = col.spec.dtype == DType::kInt64 ? "l" : "g";
-  }
-  priv->name = col.spec.name;
-  priv->metadata = encode_metadata({{"unit", col.spec.unit},
-                                    {"kind", kind_name(col.spec.kind)},
-                                    {"help", col.spec.help}});
-  *out = ArrowSchema{};
-  out->format = priv->format.c_str();
-  out->name = priv->name.c_str();
-  out->metadata = priv->metadata.data();
-  out->flags = ARROW_FLAG_NULLABLE;
-  out->release = release_field;
-  out->private_data = priv;
+  build_owned<ArrowSchema, FieldPrivate>(
+      out, release_owned<ArrowSchema, FieldPrivate>, [&](FieldPrivate& priv) {
+        priv.name = col.spec.name;
+        priv.metadata = encode_metadata({{"unit", col.spec.unit},
+                                         {"kind", kind_name(col.spec.kind)},
+                                         {"help", col.spec.help}});
+        // Format strings are literals: nothing to own.
+        if (col.is_timestamp) {
+          out->format = "tsn:UTC";
+        } else {
+          out->format = col.spec.dtype == DType::kInt64 ? "l" : "g";
+        }
+        out->name = priv.name.c_str();
+        out->metadata = priv.metadata.data();
+        out->flags = ARROW_FLAG_NULLABLE;
+      });
 }
 
 // ---------------------------------------------------------------- array
 
 struct ColumnArrayPrivate {
   std::shared_ptr<const Frame> frame;  // keeps the buffers alive
-  const void* buffers[2];
+  const void* buffers[2] = {nullptr, nullptr};
 };
 
 struct StructArrayPrivate {
@@ -88,33 +122,19 @@ struct StructArrayPrivate {
   const void* buffers[1] = {nullptr};
 };
 
-void release_column_array(ArrowArray* array) {
-  delete static_cast<ColumnArrayPrivate*>(array->private_data);
-  array->release = nullptr;
-}
-
-void release_struct_array(ArrowArray* array) {
-  auto* priv = static_cast<StructArrayPrivate*>(array->private_data);
-  for (ArrowArray& child : priv->children) {
-    if (child.release != nullptr) child.release(&child);
-  }
-  delete priv;
-  array->release = nullptr;
-}
-
 void fill_column_array(const std::shared_ptr<const Frame>& frame, const FrameColumn& col,
                        ArrowArray* out) {
-  auto* priv = new ColumnArrayPrivate{frame, {nullptr, nullptr}};
-  // A column without nulls may omit its validity bitmap (buffer 0 = null).
-  priv->buffers[0] = col.null_count == 0 ? nullptr : col.validity.get();
-  priv->buffers[1] = col.cells.get();
-  *out = ArrowArray{};
-  out->length = frame->length();
-  out->null_count = col.null_count;
-  out->n_buffers = 2;
-  out->buffers = priv->buffers;
-  out->release = release_column_array;
-  out->private_data = priv;
+  build_owned<ArrowArray, ColumnArrayPrivate>(
+      out, release_owned<ArrowArray, ColumnArrayPrivate>, [&](ColumnArrayPrivate& priv) {
+        priv.frame = frame;
+        // A column without nulls may omit its validity bitmap (buffer 0 = null).
+        priv.buffers[0] = col.null_count == 0 ? nullptr : col.validity.get();
+        priv.buffers[1] = col.cells.get();
+        out->length = frame->length();
+        out->null_count = col.null_count;
+        out->n_buffers = 2;
+        out->buffers = priv.buffers;
+      });
 }
 
 // ---------------------------------------------------------------- stream
@@ -125,18 +145,34 @@ struct StreamPrivate {
   std::string last_error;
 };
 
-int stream_get_schema(ArrowArrayStream* stream, ArrowSchema* out) {
+// Keeps the text of the exception being handled for get_last_error; never throws (it runs in a C
+// callback): when the text cannot be stored, the error says so in fewer words.
+int stream_error(StreamPrivate* priv) noexcept {
+  try {
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      priv->last_error = e.what();
+    } catch (...) {
+      priv->last_error = "unknown error";
+    }
+  } catch (...) {
+    priv->last_error.clear();  // no room for the text: get_last_error returns null
+  }
+  return ENOMEM;
+}
+
+int stream_get_schema(ArrowArrayStream* stream, ArrowSchema* out) noexcept {
   auto* priv = static_cast<StreamPrivate*>(stream->private_data);
   try {
     export_schema(priv->frame, out);
     return 0;
-  } catch (const std::exception& e) {
-    priv->last_error = e.what();
-    return ENOMEM;
+  } catch (...) {
+    return stream_error(priv);
   }
 }
 
-int stream_get_next(ArrowArrayStream* stream, ArrowArray* out) {
+int stream_get_next(ArrowArrayStream* stream, ArrowArray* out) noexcept {
   auto* priv = static_cast<StreamPrivate*>(stream->private_data);
   if (priv->batch_sent) {
     *out = ArrowArray{};  // release == nullptr marks the end of the stream
@@ -146,81 +182,53 @@ int stream_get_next(ArrowArrayStream* stream, ArrowArray* out) {
     export_array(priv->frame, out);
     priv->batch_sent = true;
     return 0;
-  } catch (const std::exception& e) {
-    priv->last_error = e.what();
-    return ENOMEM;
+  } catch (...) {
+    return stream_error(priv);
   }
 }
 
-const char* stream_get_last_error(ArrowArrayStream* stream) {
+const char* stream_get_last_error(ArrowArrayStream* stream) noexcept {
   auto* priv = static_cast<StreamPrivate*>(stream->private_data);
   return priv->last_error.empty() ? nullptr : priv->last_error.c_str();
-}
-
-void stream_release(ArrowArrayStream* stream) {
-  delete static_cast<StreamPrivate*>(stream->private_data);
-  stream->release = nullptr;
 }
 
 }  // namespace
 
 void export_schema(const std::shared_ptr<const Frame>& frame, ArrowSchema* out) {
-  auto* priv = new StructSchemaPrivate();
-  const auto& cols = frame->columns();
-  priv->children.resize(cols.size());
-  priv->child_ptrs.resize(cols.size());
-  try {
-    for (std::size_t i = 0; i < cols.size(); ++i) {
-      fill_field(cols[i], &priv->children[i]);
-      priv->child_ptrs[i] = &priv->children[i];
-    }
-  } catch (...) {
-    for (ArrowSchema& child : priv->children) {
-      if (child.release != nullptr) child.release(&child);
-    }
-    delete priv;
-    throw;
-  }
-  *out = ArrowSchema{};
-  out->format = "+s";
-  out->name = "";
-  out->metadata = nullptr;
-  out->flags = 0;
-  out->n_children = static_cast<std::int64_t>(cols.size());
-  out->children = priv->child_ptrs.data();
-  out->release = release_struct_schema;
-  out->private_data = priv;
+  build_owned<ArrowSchema, StructSchemaPrivate>(
+      out, release_with_children<ArrowSchema, StructSchemaPrivate>,
+      [&](StructSchemaPrivate& priv) {
+        out->format = "+s";
+        out->name = "";
+        build_children(priv, frame->columns(), fill_field);
+        out->n_children = static_cast<std::int64_t>(priv.children.size());
+        out->children = priv.child_ptrs.data();
+      });
 }
 
 void export_array(const std::shared_ptr<const Frame>& frame, ArrowArray* out) {
-  auto* priv = new StructArrayPrivate();
-  priv->frame = frame;
-  const auto& cols = frame->columns();
-  priv->children.resize(cols.size());
-  priv->child_ptrs.resize(cols.size());
-  for (std::size_t i = 0; i < cols.size(); ++i) {
-    fill_column_array(frame, cols[i], &priv->children[i]);
-    priv->child_ptrs[i] = &priv->children[i];
-  }
-  *out = ArrowArray{};
-  out->length = frame->length();
-  out->null_count = 0;
-  out->n_buffers = 1;
-  out->n_children = static_cast<std::int64_t>(cols.size());
-  out->buffers = priv->buffers;
-  out->children = priv->child_ptrs.data();
-  out->release = release_struct_array;
-  out->private_data = priv;
+  build_owned<ArrowArray, StructArrayPrivate>(
+      out, release_with_children<ArrowArray, StructArrayPrivate>, [&](StructArrayPrivate& priv) {
+        priv.frame = frame;
+        build_children(priv, frame->columns(), [&](const FrameColumn& col, ArrowArray* child) {
+          fill_column_array(frame, col, child);
+        });
+        out->length = frame->length();
+        out->n_buffers = 1;
+        out->n_children = static_cast<std::int64_t>(priv.children.size());
+        out->buffers = priv.buffers;
+        out->children = priv.child_ptrs.data();
+      });
 }
 
 void export_stream(const std::shared_ptr<const Frame>& frame, ArrowArrayStream* out) {
-  auto* priv = new StreamPrivate{frame, false, {}};
-  *out = ArrowArrayStream{};
-  out->get_schema = stream_get_schema;
-  out->get_next = stream_get_next;
-  out->get_last_error = stream_get_last_error;
-  out->release = stream_release;
-  out->private_data = priv;
+  build_owned<ArrowArrayStream, StreamPrivate>(
+      out, release_owned<ArrowArrayStream, StreamPrivate>, [&](StreamPrivate& priv) {
+        priv.frame = frame;
+        out->get_schema = stream_get_schema;
+        out->get_next = stream_get_next;
+        out->get_last_error = stream_get_last_error;
+      });
 }
 
 }  // namespace stroboscope

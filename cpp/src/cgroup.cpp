@@ -1,277 +1,38 @@
-// Reads the cgroup of a process: the "cgroup" source (CPU quota and use in cores, memory limit and
-// use in bytes, both as % of the limit), for cgroup v2 and v1.
-//
-// The cgroup comes from /proc/<pid>/cgroup. v2 (a "0::/path" line and <cgroup_root>/
-// cgroup.controllers): cpu.max, cpu.stat usage_usec, memory.max, memory.current. v1: the "cpu" and
-// "cpuacct" hierarchies (cpu.cfs_quota_us / cpu.cfs_period_us, cpuacct.usage in ns) and "memory"
-// (memory.limit_in_bytes / memory.usage_in_bytes; >= 2^62 means no limit), each mounted at
-// <cgroup_root>/<controller> or a combined "cpu,cpuacct" directory. Inside a container the listed
-// path often does not exist under the mount (the mount is the container's own cgroup): then the
-// controller's root directory is used.
-//
-// Usage is read from the process's own cgroup. The limit that applies is the tightest one on the
-// path from that cgroup up to the root; which directory holds it is decided at construction, and
-// its file is re-read every tick (so a changed value shows, a newly set ancestor limit does not).
-#include <sys/stat.h>
-
+// Reads the cgroup of a process every tick: the "cgroup" source (CPU quota and use in cores,
+// memory limit and use in bytes, both as % of the limit), for cgroup v2 and v1. Which files it
+// reads was decided by discovery (cgroup_discover.cpp); see cgroup.hpp for the rules.
 #include <cerrno>
 #include <memory>
-#include <stdexcept>
 #include <string>
-#include <vector>
 
+#include "stroboscope/cgroup.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/procfs.hpp"
 
 namespace stroboscope {
-namespace procfs {
+namespace cgroup {
 
-std::vector<CgroupMembership> parse_proc_cgroup(std::string_view text) {
-  std::vector<CgroupMembership> out;
-  while (!text.empty()) {
-    std::string_view line = next_line(text);
-    std::size_t c1 = line.find(':');
-    if (c1 == std::string_view::npos) continue;
-    std::size_t c2 = line.find(':', c1 + 1);
-    if (c2 == std::string_view::npos) continue;
-    std::string_view id = line.substr(0, c1);
-    std::uint64_t n = 0;
-    if (!next_u64(id, &n) || !id.empty() || n > 1u << 20) continue;
-    out.push_back(CgroupMembership{static_cast<int>(n),
-                                   std::string(line.substr(c1 + 1, c2 - c1 - 1)),
-                                   std::string(line.substr(c2 + 1))});
-  }
-  return out;
-}
-
-const CgroupMembership* find_v1_controller(const std::vector<CgroupMembership>& lines,
-                                           std::string_view controller) noexcept {
-  for (const CgroupMembership& m : lines) {
-    if (m.hierarchy_id == 0) continue;
-    std::string_view list = m.controllers;
-    while (!list.empty()) {
-      std::size_t comma = list.find(',');
-      if (list.substr(0, comma) == controller) return &m;
-      list.remove_prefix(comma == std::string_view::npos ? list.size() : comma + 1);
-    }
-  }
-  return nullptr;
-}
-
-const CgroupMembership* find_v2(const std::vector<CgroupMembership>& lines) noexcept {
-  for (const CgroupMembership& m : lines) {
-    if (m.hierarchy_id == 0 && m.controllers.empty()) return &m;
-  }
-  return nullptr;
-}
-
-bool parse_cpu_max(std::string_view text, CpuMax* out) noexcept {
-  CpuMax c;
-  std::string_view quota = next_token(text);
-  if (quota.empty()) return false;
-  std::int64_t period = 100000;  // the kernel's default when only the quota is shown
-  std::string_view rest = text;
-  if (std::int64_t p = 0; next_i64(rest, &p)) period = p;
-  if (period <= 0) return false;
-  c.period_us = period;
-  if (quota != "max") {
-    std::int64_t q = 0;
-    if (!next_i64(quota, &q) || !quota.empty()) return false;
-    c.has_quota = q > 0;
-    c.quota_us = q;
-  }
-  *out = c;
-  return true;
-}
-
-bool parse_single_i64(std::string_view text, std::int64_t* out) noexcept {
-  std::int64_t v = 0;
-  if (!next_i64(text, &v)) return false;
-  if (!text.empty() && text.front() != '\n' && !is_blank(text.front())) return false;
-  *out = v;
-  return true;
-}
-
-bool parse_memory_limit(std::string_view text, std::int64_t* limit) noexcept {
-  skip_blanks(text);
-  if (text.substr(0, 3) == "max") {
-    *limit = kMissing;
-    return true;
-  }
-  std::uint64_t v = 0;
-  if (!next_u64(text, &v)) return false;
-  *limit = v >= (std::uint64_t{1} << 62) ? kMissing : static_cast<std::int64_t>(v);
-  return true;
-}
-
-std::int64_t find_keyed_i64(std::string_view text, std::string_view key) noexcept {
-  while (!text.empty()) {
-    std::string_view line = next_line(text);
-    if (line.size() <= key.size() || line.substr(0, key.size()) != key ||
-        !is_blank(line[key.size()])) {
-      continue;
-    }
-    line.remove_prefix(key.size());
-    std::int64_t v = 0;
-    return next_i64(line, &v) ? v : kMissing;
-  }
-  return kMissing;
-}
-
-}  // namespace procfs
-
-namespace {
-
-bool is_dir(const std::string& p) {
-  struct stat st{};
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool is_file(const std::string& p) {
-  struct stat st{};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-// The cgroup directory for a hierarchy: <mount><path>, or <mount> when that does not exist.
-std::string leaf_dir(const std::string& mount, const std::string& path) {
-  std::string d = detail::join_path(mount, path);
-  while (d.size() > mount.size() && d.back() == '/') d.pop_back();
-  return is_dir(d) ? d : mount;
-}
-
-// `leaf`, then its parents up to and including `mount`.
-std::vector<std::string> dirs_up(const std::string& mount, const std::string& leaf) {
-  std::vector<std::string> out{leaf};
-  std::string d = leaf;
-  while (d.size() > mount.size()) {
-    std::size_t slash = d.rfind('/');
-    if (slash == std::string::npos || slash < mount.size()) break;
-    d.resize(slash);
-    out.push_back(d.size() < mount.size() ? mount : d);
-  }
-  if (out.back() != mount) out.push_back(mount);
-  return out;
-}
-
-// The first existing "<cgroup_root>/<name>" directory among `names`, or "".
-std::string find_mount(const std::string& root, std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    std::string d = detail::join_path(root, n);
-    if (is_dir(d)) return d;
-  }
-  return {};
-}
-
-struct Layout {  // what the constructor found; file paths empty when absent
-  bool v2 = false;
-  std::string cpu_limit, cpu_period;  // v2: cpu.max in cpu_limit; v1: quota and period
-  std::string cpu_usage;              // v2 cpu.stat, v1 cpuacct.usage
-  std::string mem_limit, mem_usage;
-};
-
-double read_cpu_limit_file(ProcFile& a, ProcFile& b, bool v2, int* err) noexcept;
-
-// Limit in cores from the files at `dir` (v2 cpu.max or v1 quota/period), or -1 for none.
-double cpu_limit_at(const std::string& dir, bool v2) {
-  int err = 0;
-  ProcFile a(dir + (v2 ? "/cpu.max" : "/cpu.cfs_quota_us"));
-  ProcFile b;
-  if (!v2) b = ProcFile(dir + "/cpu.cfs_period_us");
-  return read_cpu_limit_file(a, b, v2, &err);
-}
-
-std::int64_t mem_limit_at(const std::string& dir, bool v2) {
-  ProcFile f(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
-  int err = 0;
-  std::int64_t lim = procfs::kMissing;
-  if (!f.read(&err) || !procfs::parse_memory_limit(f.view(), &lim)) return procfs::kMissing;
-  return lim;
-}
-
-double read_cpu_limit_file(ProcFile& a, ProcFile& b, bool v2, int* err) noexcept {
-  if (!a.read(err)) return -2;
+double read_cpu_limit(ProcFile& limit, ProcFile& period, bool v2, int* err) noexcept {
+  if (!limit.read(err)) return kCpuLimitUnreadable;
   if (v2) {
     procfs::CpuMax m;
-    if (!procfs::parse_cpu_max(a.view(), &m)) return -2;
-    return m.has_quota ? static_cast<double>(m.quota_us) / static_cast<double>(m.period_us) : -1;
+    if (!procfs::parse_cpu_max(limit.view(), &m)) return kCpuLimitUnreadable;
+    return m.has_quota ? static_cast<double>(m.quota_us) / static_cast<double>(m.period_us)
+                       : kNoCpuLimit;
   }
-  std::int64_t quota = 0, period = 0;
-  if (!procfs::parse_single_i64(a.view(), &quota)) return -2;
-  if (quota <= 0) return -1;
-  if (!b.read(err) || !procfs::parse_single_i64(b.view(), &period) || period <= 0) return -2;
-  return static_cast<double>(quota) / static_cast<double>(period);
+  std::int64_t quota = 0, period_us = 0;
+  if (!procfs::parse_single_i64(limit.view(), &quota)) return kCpuLimitUnreadable;
+  if (quota <= 0) return kNoCpuLimit;
+  if (!period.read(err) || !procfs::parse_single_i64(period.view(), &period_us) ||
+      period_us <= 0) {
+    return kCpuLimitUnreadable;
+  }
+  return static_cast<double>(quota) / static_cast<double>(period_us);
 }
 
-Layout find_layout(const SourceOptions& opts) {
-  int pid = resolve_pid(opts);
-  std::string cg_path = detail::join_path(opts.proc_root, std::to_string(pid) + "/cgroup");
-  ProcFile f(cg_path);
-  int err = 0;
-  if (!f.is_open() || !f.read(&err)) {
-    throw std::runtime_error("cannot read " + cg_path + " (the cgroup of pid " +
-                             std::to_string(pid) + ")");
-  }
-  auto lines = procfs::parse_proc_cgroup(f.view());
-  Layout l;
-  const procfs::CgroupMembership* v2 = procfs::find_v2(lines);
-  std::string root = opts.cgroup_root;
-  while (root.size() > 1 && root.back() == '/') root.pop_back();
-  // Pick, for each of cpu limit / memory limit, the directory with the tightest limit.
-  auto pick = [&](const std::string& mount, const std::string& leaf, bool cpu, bool is_v2) {
-    std::string best = leaf;
-    double best_cpu = -1;
-    std::int64_t best_mem = procfs::kMissing;
-    for (const std::string& d : dirs_up(mount, leaf)) {
-      if (cpu) {
-        double c = cpu_limit_at(d, is_v2);
-        if (c > 0 && (best_cpu < 0 || c < best_cpu)) best_cpu = c, best = d;
-      } else {
-        std::int64_t m = mem_limit_at(d, is_v2);
-        if (m >= 0 && (best_mem < 0 || m < best_mem)) best_mem = m, best = d;
-      }
-    }
-    return best;
-  };
-  if (v2 != nullptr && is_file(root + "/cgroup.controllers")) {
-    l.v2 = true;
-    std::string leaf = leaf_dir(root, v2->path);
-    std::string cpu_dir = pick(root, leaf, true, true);
-    std::string mem_dir = pick(root, leaf, false, true);
-    if (is_file(cpu_dir + "/cpu.max")) l.cpu_limit = cpu_dir + "/cpu.max";
-    if (is_file(leaf + "/cpu.stat")) l.cpu_usage = leaf + "/cpu.stat";
-    if (is_file(mem_dir + "/memory.max")) l.mem_limit = mem_dir + "/memory.max";
-    if (is_file(leaf + "/memory.current")) l.mem_usage = leaf + "/memory.current";
-    return l;
-  }
-  if (const auto* cpu = procfs::find_v1_controller(lines, "cpu")) {
-    std::string mount = find_mount(root, {"cpu", "cpu,cpuacct", "cpuacct,cpu"});
-    if (!mount.empty()) {
-      std::string dir = pick(mount, leaf_dir(mount, cpu->path), true, false);
-      if (is_file(dir + "/cpu.cfs_quota_us") && is_file(dir + "/cpu.cfs_period_us")) {
-        l.cpu_limit = dir + "/cpu.cfs_quota_us";
-        l.cpu_period = dir + "/cpu.cfs_period_us";
-      }
-    }
-  }
-  if (const auto* acct = procfs::find_v1_controller(lines, "cpuacct")) {
-    std::string mount = find_mount(root, {"cpuacct", "cpu,cpuacct", "cpuacct,cpu"});
-    std::string leaf = mount.empty() ? std::string() : leaf_dir(mount, acct->path);
-    if (!leaf.empty() && is_file(leaf + "/cpuacct.usage")) l.cpu_usage = leaf + "/cpuacct.usage";
-  }
-  if (const auto* mem = procfs::find_v1_controller(lines, "memory")) {
-    std::string mount = find_mount(root, {"memory"});
-    if (!mount.empty()) {
-      std::string leaf = leaf_dir(mount, mem->path);
-      std::string dir = pick(mount, leaf, false, false);
-      if (is_file(dir + "/memory.limit_in_bytes")) l.mem_limit = dir + "/memory.limit_in_bytes";
-      if (is_file(leaf + "/memory.usage_in_bytes")) l.mem_usage = leaf + "/memory.usage_in_bytes";
-    }
-  }
-  if (l.cpu_usage.empty() && l.mem_usage.empty()) {
-    throw std::runtime_error("no cgroup cpu or memory accounting found under " + root +
-                             " for pid " + std::to_string(pid));
-  }
-  return l;
-}
+}  // namespace cgroup
+
+namespace {
 
 ProcFile open_optional(const std::string& path) {
   return path.empty() ? ProcFile() : ProcFile(path);
@@ -279,11 +40,12 @@ ProcFile open_optional(const std::string& path) {
 
 class CgroupSource final : public Source {
  public:
-  explicit CgroupSource(const SourceOptions& opts) : CgroupSource(find_layout(opts)) {}
+  explicit CgroupSource(const SourceOptions& opts)
+      : CgroupSource(cgroup::find_layout(opts)) {}
 
   bool has_limits() noexcept {
     int err = 0;
-    if (cpu_limit_.is_open() && read_cpu_limit_file(cpu_limit_, cpu_period_, v2_, &err) > 0) {
+    if (cpu_limit_.is_open() && cgroup::read_cpu_limit(cpu_limit_, cpu_period_, v2_, &err) > 0) {
       return true;
     }
     std::int64_t lim = procfs::kMissing;
@@ -299,10 +61,10 @@ class CgroupSource final : public Source {
     };
     int err = 0;
     // CPU: limit (cores), usage (ns) -> cores used over the interval.
-    double limit = -1;
+    double limit = cgroup::kNoCpuLimit;
     if (cpu_limit_.is_open()) {
-      limit = read_cpu_limit_file(cpu_limit_, cpu_period_, v2_, &err);
-      if (limit == -2) failed("cannot read the cgroup cpu limit", err);
+      limit = cgroup::read_cpu_limit(cpu_limit_, cpu_period_, v2_, &err);
+      if (limit == cgroup::kCpuLimitUnreadable) failed("cannot read the cgroup cpu limit", err);
       if (limit > 0) row.set_f64(0, limit);
     }
     std::int64_t usage_ns = -1;
@@ -360,7 +122,7 @@ class CgroupSource final : public Source {
   }
 
  private:
-  explicit CgroupSource(const Layout& l)
+  explicit CgroupSource(const cgroup::Layout& l)
       : Source("cgroup"),
         v2_(l.v2),
         cpu_limit_(open_optional(l.cpu_limit)),

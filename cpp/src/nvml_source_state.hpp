@@ -1,6 +1,6 @@
 // The "gpu" source's tables (columns, NVML queries, batch fields, which queries feed which
-// column) and its per-device state, shared by nvml_device.cpp (reading) and nvml_status.cpp
-// (saying what is unavailable and why). Internal to cpp/src.
+// column) and its per-device state, shared by nvml_device*.cpp (building and reading) and
+// nvml_status.cpp (saying what is unavailable and why). Internal to cpp/src.
 #pragma once
 
 #include <atomic>
@@ -87,31 +87,88 @@ enum Query : std::size_t {
   kQComputeProcs, kQGraphicsProcs, kQProcUtil, kQueryCount
 };
 
-inline constexpr const char* kQueryNames[kQueryCount] = {
-    "nvmlDeviceGetFieldValues", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature", "nvmlDeviceGetPowerUsage",
-    "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTotalEnergyConsumption",
-    "nvmlDeviceGetClockInfo(SM)", "nvmlDeviceGetClockInfo(MEM)",
-    "nvmlDeviceGetClockInfo(GRAPHICS)", "nvmlDeviceGetFanSpeed",
-    "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTotalEccErrors(CORRECTED)",
-    "nvmlDeviceGetTotalEccErrors(UNCORRECTED)", "nvmlDeviceGetComputeRunningProcesses",
-    "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetProcessUtilization"};
+// Whether this NVML library exports the function behind a query.
+template <auto kMember>
+constexpr bool exported(const NvmlFunctions& f) noexcept {
+  return f.*kMember != nullptr;
+}
+
+struct QuerySpec {
+  Query query;
+  const char* name;  // the NVML call, as gpu_status() names it
+  bool (*present)(const NvmlFunctions& f) noexcept;
+};
+
+// One entry per Query, in enum order (checked below): a query whose function the library lacks
+// is disabled from the start.
+inline constexpr QuerySpec kQueries[] = {
+    {kQFieldValues, "nvmlDeviceGetFieldValues", exported<&NvmlFunctions::device_get_field_values>},
+    {kQMemoryV2, "nvmlDeviceGetMemoryInfo_v2",
+     exported<&NvmlFunctions::device_get_memory_info_v2>},
+    {kQMemory, "nvmlDeviceGetMemoryInfo", exported<&NvmlFunctions::device_get_memory_info>},
+    {kQUtil, "nvmlDeviceGetUtilizationRates",
+     exported<&NvmlFunctions::device_get_utilization_rates>},
+    {kQTemp, "nvmlDeviceGetTemperature", exported<&NvmlFunctions::device_get_temperature>},
+    {kQPowerUsage, "nvmlDeviceGetPowerUsage", exported<&NvmlFunctions::device_get_power_usage>},
+    {kQPowerLimit, "nvmlDeviceGetEnforcedPowerLimit",
+     exported<&NvmlFunctions::device_get_enforced_power_limit>},
+    {kQEnergy, "nvmlDeviceGetTotalEnergyConsumption",
+     exported<&NvmlFunctions::device_get_total_energy_consumption>},
+    {kQClockSm, "nvmlDeviceGetClockInfo(SM)", exported<&NvmlFunctions::device_get_clock_info>},
+    {kQClockMem, "nvmlDeviceGetClockInfo(MEM)", exported<&NvmlFunctions::device_get_clock_info>},
+    {kQClockGfx, "nvmlDeviceGetClockInfo(GRAPHICS)",
+     exported<&NvmlFunctions::device_get_clock_info>},
+    {kQFan, "nvmlDeviceGetFanSpeed", exported<&NvmlFunctions::device_get_fan_speed>},
+    {kQClockReasons, "nvmlDeviceGetCurrentClocksEventReasons",
+     exported<&NvmlFunctions::device_get_clocks_event_reasons>},
+    {kQEccCorrected, "nvmlDeviceGetTotalEccErrors(CORRECTED)",
+     exported<&NvmlFunctions::device_get_total_ecc_errors>},
+    {kQEccUncorrected, "nvmlDeviceGetTotalEccErrors(UNCORRECTED)",
+     exported<&NvmlFunctions::device_get_total_ecc_errors>},
+    {kQComputeProcs, "nvmlDeviceGetComputeRunningProcesses",
+     exported<&NvmlFunctions::device_get_compute_running_processes>},
+    {kQGraphicsProcs, "nvmlDeviceGetGraphicsRunningProcesses",
+     exported<&NvmlFunctions::device_get_graphics_running_processes>},
+    {kQProcUtil, "nvmlDeviceGetProcessUtilization",
+     exported<&NvmlFunctions::device_get_process_utilization>},
+};
 
 // The fields of the per-device batch.
 enum Field : std::size_t {
   kFPowerInstant, kFPowerLimit, kFEnergy, kFPcieTx, kFPcieRx, kFEccSbe, kFEccDbe, kFieldCount
 };
 
-inline constexpr unsigned kFieldIds[kFieldCount] = {
-    nvml::kFieldPowerInstant,     nvml::kFieldPowerCurrentLimit, nvml::kFieldTotalEnergyConsumption,
-    nvml::kFieldPcieCountTxBytes, nvml::kFieldPcieCountRxBytes,  nvml::kFieldEccSbeVolTotal,
-    nvml::kFieldEccDbeVolTotal};
+struct FieldSpec {
+  Field field;
+  unsigned id;       // NVML_FI_*
+  const char* name;  // its name in nvml.h, for gpu_status()
+};
 
-inline constexpr const char* kFieldNames[kFieldCount] = {
-    "NVML_FI_DEV_POWER_INSTANT",       "NVML_FI_DEV_POWER_CURRENT_LIMIT",
-    "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "NVML_FI_DEV_PCIE_COUNT_TX_BYTES",
-    "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL",
-    "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"};
+// One entry per Field, in enum order (checked below).
+inline constexpr FieldSpec kFields[] = {
+    {kFPowerInstant, nvml::kFieldPowerInstant, "NVML_FI_DEV_POWER_INSTANT"},
+    {kFPowerLimit, nvml::kFieldPowerCurrentLimit, "NVML_FI_DEV_POWER_CURRENT_LIMIT"},
+    {kFEnergy, nvml::kFieldTotalEnergyConsumption, "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION"},
+    {kFPcieTx, nvml::kFieldPcieCountTxBytes, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES"},
+    {kFPcieRx, nvml::kFieldPcieCountRxBytes, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES"},
+    {kFEccSbe, nvml::kFieldEccSbeVolTotal, "NVML_FI_DEV_ECC_SBE_VOL_TOTAL"},
+    {kFEccDbe, nvml::kFieldEccDbeVolTotal, "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"},
+};
+
+// Whether a table indexed by an enum lists every value once, at its own index.
+template <typename Entry, std::size_t kSize, typename Key>
+constexpr bool indexed_by(const Entry (&table)[kSize], Key Entry::*key, std::size_t count) {
+  if (kSize != count) return false;
+  for (std::size_t i = 0; i < kSize; ++i) {
+    if (static_cast<std::size_t>(table[i].*key) != i) return false;
+  }
+  return true;
+}
+// So a new Query or Field without its entry (or entries out of order) does not compile.
+static_assert(indexed_by(kQueries, &QuerySpec::query, kQueryCount),
+              "kQueries needs one entry per Query, in enum order");
+static_assert(indexed_by(kFields, &FieldSpec::field, kFieldCount),
+              "kFields needs one entry per Field, in enum order");
 
 // A way to read a metric: a field of the batch or a query.
 struct Path {
@@ -149,6 +206,18 @@ inline constexpr MetricPaths kMetricPaths[kMetricCount] = {
     {{{false, kQProcUtil}}, 1},                                     // proc_sm_pct
     {{{false, kQComputeProcs}, {false, kQGraphicsProcs}}, 2},       // other_procs
 };
+
+// kMetrics and kMetricPaths are sized by kMetricCount, so an extra entry does not compile; a
+// missing one would be zero-filled, which this catches.
+constexpr bool every_metric_described() {
+  for (std::size_t m = 0; m < kMetricCount; ++m) {
+    if (kMetrics[m].suffix == nullptr || kMetrics[m].help == nullptr || kMetricPaths[m].n == 0) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(every_metric_described(), "kMetrics and kMetricPaths need an entry per Metric");
 
 // Largest pid Linux hands out (PID_MAX_LIMIT on 64-bit).
 inline constexpr unsigned kMaxPid = 4194304;

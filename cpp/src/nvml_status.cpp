@@ -143,7 +143,8 @@ std::vector<NvmlDeviceStatus> NvmlSource::device_status() const {
     s.mig_enabled = d.id.mig_enabled;
     for (const auto& m : d.id.mig) s.mig_instances.push_back(NvmlMigInstance{m.index, m.uuid});
 
-    // acquire pairs with the release in read_device(): fail_what is the failing call's.
+    // acquire pairs with the release stores of fail_code (nvml_device_read.cpp): fail_what is
+    // the failing call's.
     const int fc = d.fail_code.load(std::memory_order_acquire);
     if (fc != 0) {
       const char* what = d.fail_what.load(std::memory_order_relaxed);
@@ -156,12 +157,12 @@ std::vector<NvmlDeviceStatus> NvmlSource::device_status() const {
         const int qc = d.query_code[kQFieldValues].load(std::memory_order_relaxed);
         const int c = qc != 0 ? qc : d.field_code[p.id].load(std::memory_order_relaxed);
         if (c == 0) return {};
-        return std::string(kQueryNames[kQFieldValues]) + "(" + kFieldNames[p.id] +
+        return std::string(kQueries[kQFieldValues].name) + "(" + kFields[p.id].name +
                "): " + nvml_detail::describe_code(*lib_, c);
       }
       const int c = d.query_code[p.id].load(std::memory_order_relaxed);
       if (c == 0) return {};
-      return std::string(kQueryNames[p.id]) + ": " + nvml_detail::describe_code(*lib_, c);
+      return std::string(kQueries[p.id].name) + ": " + nvml_detail::describe_code(*lib_, c);
     };
     for (std::size_t m = 0; m < kMetricCount; ++m) {
       const MetricPaths& mp = kMetricPaths[m];

@@ -6,8 +6,8 @@
 // seen (a single faccessat on a directory fd opened at construction, no allocation). Without
 // <sys_root>/block the kernel's naming rule decides: "<disk><N>", or "<disk>p<N>" when <disk> ends
 // in a digit, is a partition of a listed <disk>. Counter resets and devices that come and go are
-// handled as in the network source: a decrease is a reset, a device new after the first reading
-// counts in full.
+// handled by the slot table the network source uses too (counter_slots.hpp): a decrease is a
+// reset, a device new after the first reading counts in full.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "stroboscope/counter_slots.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/procfs.hpp"
 
@@ -80,20 +81,11 @@ namespace {
 constexpr std::size_t kMaxDevices = 1024;
 constexpr std::uint64_t kSectorBytes = 512;
 
-struct DevSlot {
-  char name[procfs::kNameMax] = {};
-  std::uint64_t rsect = 0, wsect = 0;
-  std::uint64_t seen_gen = 0;
-  bool used = false;
-  bool whole = false;
-};
-
 class DiskIoSource final : public Source {
  public:
   explicit DiskIoSource(const SourceOptions& opts)
       : Source("diskio"),
-        read_rate_(opts.rate_window_ns),
-        write_rate_(opts.rate_window_ns),
+        totals_(opts.rate_window_ns),
         file_(detail::open_required(detail::join_path(opts.proc_root, "diskstats"),
                                     "block device counters")),
         scratch_(kMaxDevices),
@@ -128,43 +120,16 @@ class DiskIoSource final : public Source {
     std::string_view text = file_.view();
     if (file_.truncated()) text = procfs::complete_lines(text);
     std::size_t n = procfs::parse_diskstats(text, scratch_);
-    ++gen_;
-    std::uint64_t d_r = 0, d_w = 0;
+    slots_.begin_reading();
+    detail::CounterSlots::Counters sectors{};  // read, written
     for (std::size_t i = 0; i < n; ++i) {
       const procfs::DiskStatLine& d = scratch_[i];
-      DevSlot* s = find_slot(d.name, i);
-      bool fresh = s == nullptr;
-      if (fresh) {
-        s = free_slot();
-        if (s == nullptr) continue;  // table full: this device is not counted
-        std::memcpy(s->name, d.name, sizeof s->name);
-        s->used = true;
-        s->whole = is_whole(d.name, n);
-      }
-      if (s->whole) {
-        if (!fresh) {
-          d_r += procfs::counter_delta(s->rsect, d.read_sectors);
-          d_w += procfs::counter_delta(s->wsect, d.write_sectors);
-        } else if (has_prev_) {  // appeared after the first reading: all of it counts
-          d_r += d.read_sectors;
-          d_w += d.write_sectors;
-        }
-      }
-      s->rsect = d.read_sectors;
-      s->wsect = d.write_sectors;
-      s->seen_gen = gen_;
+      // A device that is not whole (a partition) gets a slot too, uncounted.
+      slots_.add(d.name, i, {d.read_sectors, d.write_sectors}, sectors,
+                 [&](const char* name) noexcept { return is_whole(name, n); });
     }
-    for (DevSlot& s : slots_) {
-      if (s.used && s.seen_gen != gen_) s.used = false;
-    }
-    read_total_ += d_r * kSectorBytes;
-    write_total_ += d_w * kSectorBytes;
-    row.set_i64(0, static_cast<std::int64_t>(read_total_));
-    row.set_i64(1, static_cast<std::int64_t>(write_total_));
-    double rate = 0;
-    if (read_rate_.update(read_total_, now_ns, &rate)) row.set_f64(2, rate);
-    if (write_rate_.update(write_total_, now_ns, &rate)) row.set_f64(3, rate);
-    has_prev_ = true;
+    slots_.end_reading();
+    totals_.write({sectors[0] * kSectorBytes, sectors[1] * kSectorBytes}, row, now_ns);
     ok();
   }
 
@@ -183,30 +148,12 @@ class DiskIoSource final : public Source {
     }
     return true;
   }
-  DevSlot* find_slot(const char* name, std::size_t hint) noexcept {
-    if (hint < slots_.size() && slots_[hint].used && std::strcmp(slots_[hint].name, name) == 0) {
-      return &slots_[hint];
-    }
-    for (DevSlot& s : slots_) {
-      if (s.used && std::strcmp(s.name, name) == 0) return &s;
-    }
-    return nullptr;
-  }
-  DevSlot* free_slot() noexcept {
-    for (DevSlot& s : slots_) {
-      if (!s.used) return &s;
-    }
-    return nullptr;
-  }
 
-  detail::WindowedRate read_rate_, write_rate_;
+  detail::CounterTotals totals_;
   ProcFile file_;
   int block_dir_ = -1;
   std::vector<procfs::DiskStatLine> scratch_;
-  std::vector<DevSlot> slots_;
-  std::uint64_t gen_ = 0;
-  std::uint64_t read_total_ = 0, write_total_ = 0;
-  bool has_prev_ = false;
+  detail::CounterSlots slots_;
 };
 
 }  // namespace

@@ -1,10 +1,11 @@
 // Reads /proc/net/dev: the "network" source (bytes sent/received by all interfaces but lo, as
 // totals since the first reading and as per-second rates).
 //
-// Each interface is tracked in a fixed slot table sized at construction. An interface whose
-// counter goes backwards was reset (delta = new value); one that disappears frees its slot; one
-// that appears after the first reading was created after we started, so all its bytes count.
-// Interfaces present at the first reading are the baseline (their earlier bytes do not count).
+// Each interface is tracked in a fixed slot table sized at construction (counter_slots.hpp). An
+// interface whose counter goes backwards was reset (delta = new value); one that disappears frees
+// its slot; one that appears after the first reading was created after we started, so all its
+// bytes count. Interfaces present at the first reading are the baseline (their earlier bytes do
+// not count).
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "stroboscope/counter_slots.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/procfs.hpp"
 
@@ -59,20 +61,12 @@ namespace {
 
 constexpr std::size_t kMaxInterfaces = 256;
 
-struct IfSlot {
-  char name[procfs::kNameMax] = {};
-  std::uint64_t rx = 0, tx = 0;
-  std::uint64_t seen_gen = 0;
-  bool used = false;
-};
-
 class NetworkSource final : public Source {
  public:
   explicit NetworkSource(const SourceOptions& opts)
       : Source("network"),
         include_lo_(opts.net_include_loopback),
-        sent_rate_(opts.rate_window_ns),
-        recv_rate_(opts.rate_window_ns),
+        totals_(opts.rate_window_ns),
         file_(detail::open_required(detail::join_path(opts.proc_root, "net/dev"),
                                     "network interface counters")),
         scratch_(kMaxInterfaces),
@@ -101,73 +95,26 @@ class NetworkSource final : public Source {
     std::string_view text = file_.view();
     if (file_.truncated()) text = procfs::complete_lines(text);
     std::size_t n = procfs::parse_net_dev(text, scratch_);
-    ++gen_;
-    std::uint64_t d_rx = 0, d_tx = 0;
+    slots_.begin_reading();
+    detail::CounterSlots::Counters bytes{};  // sent, received: the column order
     for (std::size_t i = 0; i < n; ++i) {
       const procfs::NetDevCounters& c = scratch_[i];
       // lo gets a slot too (uncounted) so slot i usually matches line i.
-      bool counted = include_lo_ || std::strcmp(c.name, "lo") != 0;
-      IfSlot* s = find_slot(c.name, i);
-      if (s != nullptr) {
-        if (counted) {
-          d_rx += procfs::counter_delta(s->rx, c.rx_bytes);
-          d_tx += procfs::counter_delta(s->tx, c.tx_bytes);
-        }
-      } else {
-        s = free_slot();
-        if (s == nullptr) continue;  // table full: this interface is not counted
-        std::memcpy(s->name, c.name, sizeof s->name);
-        s->used = true;
-        if (counted && has_prev_) {  // appeared after the first reading: all of it is new
-          d_rx += c.rx_bytes;
-          d_tx += c.tx_bytes;
-        }
-      }
-      s->rx = c.rx_bytes;
-      s->tx = c.tx_bytes;
-      s->seen_gen = gen_;
+      slots_.add(c.name, i, {c.tx_bytes, c.rx_bytes}, bytes, [&](const char* name) noexcept {
+        return include_lo_ || std::strcmp(name, "lo") != 0;
+      });
     }
-    for (IfSlot& s : slots_) {
-      if (s.used && s.seen_gen != gen_) s.used = false;  // gone: a later one with its name is new
-    }
-    recv_total_ += d_rx;
-    sent_total_ += d_tx;
-    row.set_i64(0, static_cast<std::int64_t>(sent_total_));
-    row.set_i64(1, static_cast<std::int64_t>(recv_total_));
-    double rate = 0;
-    if (sent_rate_.update(sent_total_, now_ns, &rate)) row.set_f64(2, rate);
-    if (recv_rate_.update(recv_total_, now_ns, &rate)) row.set_f64(3, rate);
-    has_prev_ = true;
+    slots_.end_reading();
+    totals_.write(bytes, row, now_ns);
     ok();
   }
 
  private:
   bool include_lo_;
-  detail::WindowedRate sent_rate_, recv_rate_;
-  // The slot holding `name`; tries the slot at the line's position first (the usual case: the
-  // same interfaces in the same order every time).
-  IfSlot* find_slot(const char* name, std::size_t hint) noexcept {
-    if (hint < slots_.size() && slots_[hint].used && std::strcmp(slots_[hint].name, name) == 0) {
-      return &slots_[hint];
-    }
-    for (IfSlot& s : slots_) {
-      if (s.used && std::strcmp(s.name, name) == 0) return &s;
-    }
-    return nullptr;
-  }
-  IfSlot* free_slot() noexcept {
-    for (IfSlot& s : slots_) {
-      if (!s.used) return &s;
-    }
-    return nullptr;
-  }
-
+  detail::CounterTotals totals_;
   ProcFile file_;
   std::vector<procfs::NetDevCounters> scratch_;
-  std::vector<IfSlot> slots_;
-  std::uint64_t gen_ = 0;
-  std::uint64_t sent_total_ = 0, recv_total_ = 0;
-  bool has_prev_ = false;
+  detail::CounterSlots slots_;
 };
 
 }  // namespace

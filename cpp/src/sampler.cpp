@@ -203,19 +203,14 @@ std::int64_t Sampler::run_ticks_inline(std::uint64_t n) {
   return mono_ns() - t0;
 }
 
-std::shared_ptr<Frame> Sampler::copy_rows(std::uint64_t from, std::uint64_t to) {
+std::shared_ptr<Frame> Sampler::copy_rows(std::uint64_t from, std::uint64_t to,
+                                          std::uint64_t lost) {
   // Metric columns of the frame = ring columns (mono_ns first); the frame adds `time` in front.
-  auto frame = std::make_shared<Frame>(columns_, to - from);
-  std::vector<ColumnDest> dest;
-  dest.reserve(columns_.size());
-  for (std::size_t c = 0; c < columns_.size(); ++c) {
-    FrameColumn& col = frame->columns()[c + 1];
-    dest.push_back(ColumnDest{col.cells.get(), col.validity.get()});
-  }
-  frame->first_row = from;
+  FrameBuilder frame(columns_, to - from, from);
+  const std::vector<ColumnDest> dest = frame.ring_destinations();
   const std::uint64_t first_intact = ring_->copy(from, to, dest.data());
-  frame->finish(first_intact - from, anchor_offset_ns_.load(std::memory_order_relaxed));
-  return frame;
+  return std::move(frame).finish(first_intact - from,
+                                 anchor_offset_ns_.load(std::memory_order_relaxed), lost);
 }
 
 std::shared_ptr<Frame> Sampler::snapshot() {
@@ -234,16 +229,14 @@ std::shared_ptr<Frame> Sampler::copy_since(std::uint64_t from) {
     from = oldest;
   }
   if (from > to) from = to;
-  auto frame = copy_rows(from, to);
-  frame->rows_lost += lost;
-  return frame;
+  return copy_rows(from, to, lost);
 }
 
 std::shared_ptr<Frame> Sampler::drain() {
   std::lock_guard<std::mutex> lock(drain_mutex_);
   auto frame = copy_since(drain_cursor_);
-  drain_cursor_ = frame->first_row + static_cast<std::uint64_t>(frame->length());
-  rows_lost_.store(rows_lost_.load(std::memory_order_relaxed) + frame->rows_lost,
+  drain_cursor_ = frame->first_row() + static_cast<std::uint64_t>(frame->length());
+  rows_lost_.store(rows_lost_.load(std::memory_order_relaxed) + frame->rows_lost(),
                    std::memory_order_relaxed);
   return frame;
 }

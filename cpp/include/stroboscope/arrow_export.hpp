@@ -5,6 +5,10 @@
 // exactly what that struct allocated, then drops the reference: the frame lives until the last
 // consumer (pyarrow, polars, DuckDB...) releases the last struct pointing into it.
 // Field metadata carries each column's "unit", "kind" and "help".
+//
+// `out` may hold garbage on entry. On failure (std::bad_alloc) every function leaves `out`
+// released (release == nullptr) with nothing it allocated left behind, and rethrows; the stream's
+// get_schema/get_next callbacks return ENOMEM instead and say why in get_last_error.
 #pragma once
 
 #include <memory>

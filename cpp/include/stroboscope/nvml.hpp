@@ -209,7 +209,7 @@ class NvmlSource final : public Source {
     return transient_errors_.load(std::memory_order_relaxed);
   }
 
-  struct DeviceState;  // per-device handles, buffers and support flags (nvml_device.cpp)
+  struct DeviceState;  // per-device handles, buffers and support flags (nvml_source_state.hpp)
 
  private:
   void read_device(DeviceState& d, RowWriter& row) noexcept;

@@ -105,7 +105,8 @@ class Sampler {
  private:
   void run() noexcept;
   void tick(std::uint64_t k, std::int64_t now) noexcept;
-  std::shared_ptr<Frame> copy_rows(std::uint64_t from, std::uint64_t to);
+  // Rows [from, to) as a frame; `lost` rows wanted before `from` were already overwritten.
+  std::shared_ptr<Frame> copy_rows(std::uint64_t from, std::uint64_t to, std::uint64_t lost = 0);
 
   std::vector<SourceSlot> sources_;
   std::vector<std::size_t> offsets_;            // first ring column of each source

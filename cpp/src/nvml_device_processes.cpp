@@ -1,0 +1,133 @@
+// The per-process groups of a "gpu" device read: the monitored process's memory and how many
+// others hold a context on the GPU (the compute and graphics process lists), and its SM % (the
+// driver's per-process utilisation samples).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "nvml_device_read.hpp"
+
+namespace stroboscope::nvml_detail {
+
+std::size_t process_info_stride(const unsigned char* buf, unsigned count, int version) noexcept {
+  if (version <= 1) return sizeof(nvml::ProcessInfoV1);
+  if (count < 2) return sizeof(nvml::ProcessInfoV2);
+  auto plausible = [&](std::size_t stride) {
+    for (unsigned i = 0; i < count; ++i) {
+      const unsigned char* p = buf + static_cast<std::size_t>(i) * stride;
+      unsigned pid = 0, gi = 0, ci = 0;
+      std::memcpy(&pid, p, sizeof pid);
+      std::memcpy(&gi, p + 16, sizeof gi);
+      std::memcpy(&ci, p + 20, sizeof ci);
+      if (pid == 0 || pid > kMaxPid) return false;
+      if (gi != nvml::kInstanceIdNone && gi > 64) return false;
+      if (ci != nvml::kInstanceIdNone && ci > 64) return false;
+    }
+    return true;
+  };
+  if (plausible(sizeof(nvml::ProcessInfoV2))) return sizeof(nvml::ProcessInfoV2);
+  if (plausible(nvml::kProcessInfoMaxStride)) return nvml::kProcessInfoMaxStride;
+  return sizeof(nvml::ProcessInfoV2);
+}
+
+// Processes: the monitored one's memory and how many others hold a context here.
+void read_processes(DeviceRead& r) noexcept {
+  DeviceState& d = r.d;
+  struct List {
+    Query q;
+    nvml::DeviceGetRunningProcessesFn fn;
+    int version;
+    std::vector<unsigned char>* buf;
+    unsigned count;
+    bool ok;
+  } lists[2] = {
+      {kQComputeProcs, r.f.device_get_compute_running_processes, r.f.compute_processes_version,
+       &d.compute_buf, 0, false},
+      {kQGraphicsProcs, r.f.device_get_graphics_running_processes,
+       r.f.graphics_processes_version, &d.graphics_buf, 0, false}};
+  bool any_usable = false, all_ok = true;
+  for (List& l : lists) {
+    if (!r.asks(l.q)) continue;
+    any_usable = true;
+    l.count = r.max_processes;
+    l.ok = r.check(l.q, l.fn(r.h, &l.count, l.buf->data()));
+    all_ok = all_ok && l.ok;
+  }
+  // Both lists (where asked) must have come back, or a process in the missing one is missed.
+  if (!any_usable || !all_ok || d.failed()) return;
+  bool mine = false, mine_known = true;
+  unsigned long long mine_bytes = 0;
+  std::size_t others = 0;
+  for (const List& l : lists) {
+    if (!l.ok) continue;
+    const unsigned n = std::min(l.count, r.max_processes);
+    const std::size_t stride = process_info_stride(l.buf->data(), n, l.version);
+    for (unsigned i = 0; i < n; ++i) {
+      unsigned pid = 0;
+      unsigned long long used = 0;
+      process_info_at(l.buf->data(), stride, i, &pid, &used);
+      if (pid == r.pid) {
+        mine = true;
+        // A process in both lists (compute and graphics) reports the same memory twice.
+        if (used == nvml::kValueNotAvailableUll) {
+          mine_known = false;
+        } else {
+          mine_bytes = std::max(mine_bytes, used);
+        }
+      } else if (others < d.other_pids.size()) {
+        d.other_pids[others++] = pid;
+      }
+    }
+  }
+  const auto first = d.other_pids.begin();
+  const auto last = first + static_cast<std::ptrdiff_t>(others);
+  std::sort(first, last);
+  const auto distinct = std::unique(first, last) - first;
+  r.set_i(kOtherProcs, static_cast<std::uint64_t>(distinct));
+  if (!mine) {
+    r.set_i(kProcMem, 0);
+  } else if (mine_known) {
+    r.set_i(kProcMem, mine_bytes);
+  }
+}
+
+// The monitored process's SM %, from the samples newer than the last one seen.
+void read_process_util(DeviceRead& r) noexcept {
+  DeviceState& d = r.d;
+  if (!r.asks(kQProcUtil)) return;
+  unsigned count = static_cast<unsigned>(d.util_buf.size());
+  const int rc =
+      r.f.device_get_process_utilization(r.h, d.util_buf.data(), &count, d.proc_util_last_seen_us);
+  if (rc == nvml::kSuccess) {
+    count = std::min<unsigned>(count, static_cast<unsigned>(d.util_buf.size()));
+    unsigned long long newest = d.proc_util_last_seen_us, mine_ts = 0;
+    bool mine = false;
+    unsigned mine_sm = 0;
+    for (unsigned i = 0; i < count; ++i) {
+      const nvml::ProcessUtilizationSample& s = d.util_buf[i];
+      newest = std::max(newest, s.timestamp_us);
+      if (s.pid == r.pid && (!mine || s.timestamp_us >= mine_ts)) {
+        mine = true;
+        mine_ts = s.timestamp_us;
+        mine_sm = s.sm_util;
+      }
+    }
+    d.proc_util_last_seen_us = newest;
+    d.proc_sm = mine ? mine_sm : 0.0;  // new samples without us: we were idle
+    d.proc_sm_known = true;
+  } else if (rc == nvml::kErrorNotFound) {
+    // Nothing newer than the last sample: the latest value stands (none yet: nobody ran).
+    if (!d.proc_sm_known) d.proc_sm = 0.0;
+    d.proc_sm_known = true;
+  } else {
+    d.proc_sm_known = d.proc_sm_known && classify(rc) == ErrorClass::kTransient;
+    r.check(kQProcUtil, rc);
+  }
+  if (d.proc_sm_known && (rc == nvml::kSuccess || rc == nvml::kErrorNotFound)) {
+    r.set_f(kProcSm, d.proc_sm);
+  }
+}
+
+}  // namespace stroboscope::nvml_detail

@@ -1,0 +1,289 @@
+// One read of one GPU for the "gpu" source: a reader per metric group, run from a table.
+//
+// Per device and read: one nvmlDeviceGetFieldValues batch (instant power, enforced limit, energy,
+// PCIe bytes, ECC counts) where the driver supports it, then the plain queries group by group in
+// the order of kGroupReaders (memory, utilisation, temperature, power, clocks, fan, clock-event
+// reasons, PCIe, ECC, processes, process utilisation, MIG instances). A query the device cannot
+// answer is disabled for good (with its code kept for gpu_status()), a passing error leaves one
+// cell null, and a lost GPU turns all of its cells null from then on.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "nvml_device_read.hpp"
+
+namespace stroboscope {
+
+using namespace nvml_detail;  // the tables and helpers this file reads with
+
+namespace {
+
+// The field batch: one call for every field still asked.
+void read_field_batch(DeviceRead& r) noexcept {
+  DeviceState& d = r.d;
+  if (!d.usable(kQFieldValues)) return;
+  nvml::FieldValue fv[kFieldCount];
+  Field which[kFieldCount];
+  int n = 0;
+  for (const FieldSpec& s : kFields) {
+    if (!d.field_usable(s.field)) continue;
+    fv[n] = nvml::FieldValue{};
+    fv[n].field_id = s.id;
+    which[n++] = s.field;
+  }
+  if (n == 0 || !r.check(kQFieldValues, r.f.device_get_field_values(r.h, n, fv))) return;
+  for (int i = 0; i < n && !d.failed(); ++i) {
+    const Field w = which[i];
+    const int rc = fv[i].nvml_return;
+    if (rc == nvml::kSuccess) {
+      if (value_to_u64(fv[i].value_type, fv[i].value, &r.field[w])) {
+        r.have_field[w] = true;
+      } else {
+        d.field_code[w].store(kCodeBadValueType, std::memory_order_relaxed);
+      }
+    } else if (classify(rc) == ErrorClass::kUnsupported) {
+      d.field_code[w].store(rc, std::memory_order_relaxed);
+    } else {
+      r.check(kQFieldValues, rc);  // passing: count it; fatal: the device failed
+    }
+  }
+}
+
+// Memory: _v2 where the driver has it, the original struct otherwise.
+void read_memory(DeviceRead& r) noexcept {
+  DeviceState& d = r.d;
+  if (d.failed()) return;
+  bool ok = false;
+  std::uint64_t total = 0, free = 0, used = 0;
+  if (d.usable(kQMemoryV2)) {
+    nvml::MemoryV2 m{};
+    m.version = nvml::kMemoryV2Version;
+    if (r.check(kQMemoryV2, r.f.device_get_memory_info_v2(r.h, &m))) {
+      ok = true;
+      total = m.total, free = m.free, used = m.used;
+    }
+  }
+  // Only once _v2 is disabled (maybe by the call just made), not after a passing error.
+  if (!ok && !d.usable(kQMemoryV2) && r.asks(kQMemory)) {
+    nvml::Memory m{};
+    if (r.check(kQMemory, r.f.device_get_memory_info(r.h, &m))) {
+      ok = true;
+      total = m.total, free = m.free, used = m.used;
+    }
+  }
+  if (!ok) return;
+  r.set_i(kMemUsed, used);
+  r.set_i(kMemFree, free);
+  r.set_i(kMemTotal, total);
+  if (total > 0) {
+    r.set_f(kMemAllocPct, static_cast<double>(used) / static_cast<double>(total) * 100.0);
+  }
+}
+
+void read_utilisation(DeviceRead& r) noexcept {
+  if (!r.asks(kQUtil)) return;
+  nvml::Utilization u{};
+  if (r.check(kQUtil, r.f.device_get_utilization_rates(r.h, &u))) {
+    r.set_f(kUtil, u.gpu);
+    r.set_f(kMemUtil, u.memory);
+  }
+}
+
+void read_temperature(DeviceRead& r) noexcept {
+  if (!r.asks(kQTemp)) return;
+  unsigned t = 0;
+  if (r.check(kQTemp, r.f.device_get_temperature(r.h, nvml::kTemperatureGpu, &t))) {
+    r.set_f(kTemp, t);
+  }
+}
+
+// Power, limit, energy: the field where it came back, the older query otherwise.
+void read_power(DeviceRead& r) noexcept {
+  DeviceState& d = r.d;
+  bool have_power = r.have_field[kFPowerInstant];
+  std::uint64_t power_mw = r.field[kFPowerInstant];
+  if (!have_power && r.asks(kQPowerUsage)) {
+    unsigned p = 0;
+    if ((have_power = r.check(kQPowerUsage, r.f.device_get_power_usage(r.h, &p)))) power_mw = p;
+  }
+  bool have_limit = r.have_field[kFPowerLimit];
+  std::uint64_t limit_mw = r.field[kFPowerLimit];
+  if (!have_limit && r.asks(kQPowerLimit)) {
+    unsigned p = 0;
+    if ((have_limit = r.check(kQPowerLimit, r.f.device_get_enforced_power_limit(r.h, &p)))) {
+      limit_mw = p;
+    }
+  }
+  if (have_power) r.set_f(kPower, static_cast<double>(power_mw) / 1000.0);
+  if (have_limit) r.set_f(kPowerLimit, static_cast<double>(limit_mw) / 1000.0);
+  if (have_power && have_limit && limit_mw > 0) {
+    r.set_f(kPowerPct, static_cast<double>(power_mw) / static_cast<double>(limit_mw) * 100.0);
+  }
+  bool have_energy = r.have_field[kFEnergy];
+  std::uint64_t energy_mj = r.field[kFEnergy];
+  if (!have_energy && r.asks(kQEnergy)) {
+    unsigned long long e = 0;
+    if ((have_energy = r.check(kQEnergy, r.f.device_get_total_energy_consumption(r.h, &e)))) {
+      energy_mj = e;
+    }
+  }
+  if (have_energy) r.set_i(kEnergy, d.energy.update(energy_mj));
+}
+
+void read_clocks(DeviceRead& r) noexcept {
+  constexpr struct {
+    Query q;
+    int type;
+    Metric m;
+  } kClocks[] = {{kQClockSm, nvml::kClockSm, kSmClock},
+                 {kQClockMem, nvml::kClockMem, kMemClock},
+                 {kQClockGfx, nvml::kClockGraphics, kGfxClock}};
+  for (const auto& c : kClocks) {
+    if (!r.asks(c.q)) continue;
+    unsigned mhz = 0;
+    if (r.check(c.q, r.f.device_get_clock_info(r.h, c.type, &mhz))) r.set_i(c.m, mhz);
+  }
+}
+
+void read_fan(DeviceRead& r) noexcept {
+  if (!r.asks(kQFan)) return;
+  unsigned pct = 0;
+  if (r.check(kQFan, r.f.device_get_fan_speed(r.h, &pct))) r.set_f(kFan, pct);
+}
+
+void read_clock_reasons(DeviceRead& r) noexcept {
+  if (!r.asks(kQClockReasons)) return;
+  unsigned long long bits = 0;
+  if (r.check(kQClockReasons, r.f.device_get_clocks_event_reasons(r.h, &bits))) {
+    r.set_i(kClockReasons, bits);
+  }
+}
+
+// PCIe bytes: fields only (the older throughput query blocks ~20 ms per direction).
+void read_pcie(DeviceRead& r) noexcept {
+  DeviceState& d = r.d;
+  if (r.have_field[kFPcieTx]) r.set_i(kPcieTx, d.pcie_tx.update(r.field[kFPcieTx]));
+  if (r.have_field[kFPcieRx]) r.set_i(kPcieRx, d.pcie_rx.update(r.field[kFPcieRx]));
+}
+
+// ECC, volatile totals: the field where it came back, the query otherwise.
+void read_ecc(DeviceRead& r) noexcept {
+  constexpr struct {
+    Field fi;
+    Query q;
+    int type;
+    Metric m;
+  } kEcc[] = {{kFEccSbe, kQEccCorrected, nvml::kMemoryErrorTypeCorrected, kEccCorrected},
+              {kFEccDbe, kQEccUncorrected, nvml::kMemoryErrorTypeUncorrected, kEccUncorrected}};
+  for (const auto& e : kEcc) {
+    if (r.have_field[e.fi]) {
+      r.set_i(e.m, r.field[e.fi]);
+    } else if (r.asks(e.q)) {
+      unsigned long long n = 0;
+      if (r.check(e.q, r.f.device_get_total_ecc_errors(r.h, e.type, nvml::kVolatileEcc, &n))) {
+        r.set_i(e.m, n);
+      }
+    }
+  }
+}
+
+// MIG instances' memory, into their own columns.
+void read_mig(DeviceRead& r) noexcept {
+  DeviceState& d = r.d;
+  for (std::size_t j = 0; j < d.mig.size() && !d.failed(); ++j) {
+    DeviceState::Mig& m = *d.mig[j];
+    if (m.code.load(std::memory_order_relaxed) != 0) continue;
+    const nvml::Device mh = d.id.mig[j].handle;
+    int rc = nvml::kErrorFunctionNotFound;
+    std::uint64_t used = 0, total = 0;
+    if (d.usable(kQMemoryV2)) {
+      nvml::MemoryV2 mem{};
+      mem.version = nvml::kMemoryV2Version;
+      rc = r.f.device_get_memory_info_v2(mh, &mem);
+      used = mem.used, total = mem.total;
+    } else if (d.usable(kQMemory)) {
+      nvml::Memory mem{};
+      rc = r.f.device_get_memory_info(mh, &mem);
+      used = mem.used, total = mem.total;
+    }
+    if (rc == nvml::kSuccess) {
+      r.row.set_i64(m.col_used, static_cast<std::int64_t>(used));
+      r.row.set_i64(m.col_total, static_cast<std::int64_t>(total));
+    } else if (classify(rc) == ErrorClass::kUnsupported) {
+      m.code.store(rc, std::memory_order_relaxed);
+    } else if (classify(rc) == ErrorClass::kTransient) {
+      // A count with no data behind it: relaxed is enough.
+      r.transient_errors.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      d.fail_what.store("nvmlDeviceGetMemoryInfo(MIG instance)", std::memory_order_relaxed);
+      // release: a reader that sees the code also sees which call failed.
+      d.fail_code.store(rc, std::memory_order_release);
+    }
+  }
+}
+
+// The groups of one device read, in the order their NVML calls are made.
+enum Group : std::size_t {
+  kGFieldBatch, kGMemory, kGUtilisation, kGTemperature, kGPower, kGClocks, kGFan,
+  kGClockReasons, kGPcie, kGEcc, kGProcesses, kGProcessUtil, kGMig, kGroupCount
+};
+
+struct GroupReader {
+  Group group;
+  void (*read)(DeviceRead& r) noexcept;
+  Metric metrics[4];  // the device columns (kMetrics) it writes; MIG columns are its own
+  std::size_t n_metrics;
+};
+
+// Every reader runs on every read, each checking for itself whether the device has failed. The
+// field batch comes first: the groups after it use what it brought back.
+constexpr GroupReader kGroupReaders[] = {
+    {kGFieldBatch, read_field_batch, {}, 0},
+    {kGMemory, read_memory, {kMemUsed, kMemFree, kMemTotal, kMemAllocPct}, 4},
+    {kGUtilisation, read_utilisation, {kUtil, kMemUtil}, 2},
+    {kGTemperature, read_temperature, {kTemp}, 1},
+    {kGPower, read_power, {kPower, kPowerLimit, kPowerPct, kEnergy}, 4},
+    {kGClocks, read_clocks, {kSmClock, kMemClock, kGfxClock}, 3},
+    {kGFan, read_fan, {kFan}, 1},
+    {kGClockReasons, read_clock_reasons, {kClockReasons}, 1},
+    {kGPcie, read_pcie, {kPcieTx, kPcieRx}, 2},
+    {kGEcc, read_ecc, {kEccCorrected, kEccUncorrected}, 2},
+    {kGProcesses, read_processes, {kProcMem, kOtherProcs}, 2},
+    {kGProcessUtil, read_process_util, {kProcSm}, 1},
+    {kGMig, read_mig, {}, 0},
+};
+
+// Every Metric is written by exactly one group's reader.
+constexpr bool each_metric_read_once() {
+  for (std::size_t m = 0; m < kMetricCount; ++m) {
+    std::size_t readers = 0;
+    for (const GroupReader& g : kGroupReaders) {
+      for (std::size_t i = 0; i < g.n_metrics; ++i) readers += g.metrics[i] == m ? 1 : 0;
+    }
+    if (readers != 1) return false;
+  }
+  return true;
+}
+static_assert(indexed_by(kGroupReaders, &GroupReader::group, kGroupCount),
+              "kGroupReaders needs one entry per Group, in enum order");
+static_assert(each_metric_read_once(),
+              "every Metric must be listed by exactly one entry of kGroupReaders");
+
+}  // namespace
+
+void NvmlSource::read_device(DeviceState& d, RowWriter& row) noexcept {
+  if (d.failed()) return;
+  DeviceRead r{d, lib_->fn(), d.id.handle, row, pid_, max_processes_, transient_errors_};
+  for (const GroupReader& g : kGroupReaders) g.read(r);
+
+  // The read that found the device failed leaves none of its cells, not half a row.
+  if (d.failed()) {
+    for (std::size_t m = 0; m < kMetricCount; ++m) row.set_null(d.col0 + m);
+    for (const auto& m : d.mig) {
+      row.set_null(m->col_used);
+      row.set_null(m->col_total);
+    }
+  }
+}
+
+}  // namespace stroboscope

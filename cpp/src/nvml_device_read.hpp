@@ -1,0 +1,60 @@
+// One device read of the "gpu" source in progress, shared by the group readers of
+// nvml_device_read.cpp (device-level metrics) and nvml_device_processes.cpp (per-process ones).
+// Internal to cpp/src.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "nvml_source_state.hpp"
+
+namespace stroboscope::nvml_detail {
+
+using DeviceState = NvmlSource::DeviceState;
+
+// One device's read in progress: what every group reader works with.
+struct DeviceRead {
+  DeviceState& d;
+  const NvmlFunctions& f;
+  nvml::Device h;
+  RowWriter& row;
+  unsigned pid;            // the monitored process
+  unsigned max_processes;  // per process list
+  std::atomic<std::uint64_t>& transient_errors;
+  // What the field batch brought back; the groups after it use these before asking again.
+  std::uint64_t field[kFieldCount] = {};
+  bool have_field[kFieldCount] = {};
+
+  // Returns true on success; otherwise disables the query, counts a passing error, or marks the
+  // device failed, by the error's class.
+  bool check(Query q, int rc) noexcept {
+    if (rc == nvml::kSuccess) return true;
+    switch (classify(rc)) {
+      case ErrorClass::kUnsupported:
+        d.query_code[q].store(rc, std::memory_order_relaxed);
+        break;
+      case ErrorClass::kTransient:
+        // A count with no data behind it: relaxed is enough.
+        transient_errors.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case ErrorClass::kFatal:
+        d.fail_what.store(kQueries[q].name, std::memory_order_relaxed);
+        // release: a reader that sees the code also sees which call failed.
+        d.fail_code.store(rc, std::memory_order_release);
+        break;
+    }
+    return false;
+  }
+  // Whether to make query `q` now: the device has not failed and the query is still asked.
+  [[nodiscard]] bool asks(Query q) const noexcept { return !d.failed() && d.usable(q); }
+  void set_f(Metric m, double v) noexcept { row.set_f64(d.col0 + m, v); }
+  void set_i(Metric m, std::uint64_t v) noexcept {
+    row.set_i64(d.col0 + m, static_cast<std::int64_t>(v));
+  }
+};
+
+// The per-process groups (nvml_device_processes.cpp).
+void read_processes(DeviceRead& r) noexcept;
+void read_process_util(DeviceRead& r) noexcept;
+
+}  // namespace stroboscope::nvml_detail
