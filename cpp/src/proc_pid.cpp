@@ -236,18 +236,23 @@ class ProcessSource final : public Source {
       prev_ns_ = now_ns;
       has_prev_ = true;
     }
-    if (have_statm) {
-      auto rss = static_cast<std::int64_t>(sm.resident_pages) * page_size_;
+    // Resident pages × page size; a product that does not fit in int64 leaves both cells null.
+    std::int64_t rss = 0;
+    bool rss_fits = have_statm && procfs::to_i64(sm.resident_pages, &rss) &&
+                    procfs::checked_mul(rss, page_size_, &rss);
+    if (rss_fits) {
       row.set_i64(1, rss);
       if (mem_total_ > 0) {
         row.set_f64(2, 100.0 * static_cast<double>(rss) / static_cast<double>(mem_total_));
       }
     }
     row.set_i64(3, st.num_threads);
-    if (have_statm) {
-      ok();
-    } else {
+    if (!have_statm) {
       fail("unexpected content in /proc/<pid>/statm", EINVAL);
+    } else if (!rss_fits) {
+      fail("value out of range in /proc/<pid>/statm", ERANGE);
+    } else {
+      ok();
     }
   }
 

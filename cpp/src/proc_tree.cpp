@@ -156,8 +156,9 @@ class ProcTreeSource final : public Source {
       last_scan_ns_ = now_ns;
     }
     std::uint64_t d_ticks = 0;
-    std::int64_t rss_pages = 0, threads = 0, count = 0;
-    if (!sample(root_, &d_ticks, &rss_pages, &threads)) {
+    std::int64_t count = 0;
+    Sums sums;
+    if (!sample(root_, &d_ticks, &sums)) {
       close_member(root_);
       fail(kReasonProcessExited, ESRCH);
       return;
@@ -166,7 +167,7 @@ class ProcTreeSource final : public Source {
     for (std::size_t i = 0; i < n_members_; ++i) {
       Member& m = members_[i];
       if (!m.alive) continue;
-      if (sample(m, &d_ticks, &rss_pages, &threads)) {
+      if (sample(m, &d_ticks, &sums)) {
         ++count;
       } else {
         close_member(m);  // exited: drops out until the next scan
@@ -183,17 +184,28 @@ class ProcTreeSource final : public Source {
       prev_ns_ = now_ns;
       has_prev_ = true;
     }
-    row.set_i64(1, rss_pages * page_size_);
-    row.set_i64(2, threads);
+    std::int64_t rss_bytes = 0;
+    bool rss_fits = sums.rss_fits && procfs::checked_mul(sums.rss_pages, page_size_, &rss_bytes);
+    if (rss_fits) row.set_i64(1, rss_bytes);
+    if (sums.threads_fit) row.set_i64(2, sums.threads);
     row.set_i64(3, count);
     row.set_i64(4, untracked_);
-    ok();
+    if (!rss_fits || !sums.threads_fit) {
+      fail("value out of range in /proc/<pid>/stat or statm", ERANGE);
+    } else {
+      ok();
+    }
   }
 
  private:
+  // Sums over the members; a sum that leaves int64 stops there and its cell is null.
+  struct Sums {
+    std::int64_t rss_pages = 0, threads = 0;
+    bool rss_fits = true, threads_fit = true;
+  };
+
   // Reads one member; false when it has exited (or its pid now names another process).
-  bool sample(Member& m, std::uint64_t* d_ticks, std::int64_t* rss_pages,
-              std::int64_t* threads) noexcept {
+  bool sample(Member& m, std::uint64_t* d_ticks, Sums* sums) noexcept {
     ssize_t n = pread_all(m.stat_fd, stat_buf_.data(), stat_buf_.size());
     procfs::PidStat st;
     if (n <= 0 || !procfs::parse_pid_stat({stat_buf_.data(), static_cast<std::size_t>(n)}, &st) ||
@@ -206,12 +218,15 @@ class ProcTreeSource final : public Source {
     if (m.has_prev) *d_ticks += procfs::counter_delta(m.prev_ticks, ticks);
     m.prev_ticks = ticks;
     m.has_prev = true;
-    *threads += st.num_threads;
+    sums->threads_fit = sums->threads_fit &&
+                        procfs::checked_add(sums->threads, st.num_threads, &sums->threads);
     n = pread_all(m.statm_fd, stat_buf_.data(), stat_buf_.size());
     procfs::PidStatm sm;
     if (n <= 0) return false;
     if (procfs::parse_pid_statm({stat_buf_.data(), static_cast<std::size_t>(n)}, &sm)) {
-      *rss_pages += static_cast<std::int64_t>(sm.resident_pages);
+      std::int64_t pages = 0;
+      sums->rss_fits = sums->rss_fits && procfs::to_i64(sm.resident_pages, &pages) &&
+                       procfs::checked_add(sums->rss_pages, pages, &sums->rss_pages);
     }
     return true;
   }
