@@ -111,6 +111,7 @@ class ProcTreeSource final : public Source {
     clk_tck_ = tck > 0 ? static_cast<double>(tck) : 100.0;
     long page = ::sysconf(_SC_PAGESIZE);
     page_size_ = page > 0 ? page : 4096;
+    online_cpus_ = detail::online_cpus();
 
     root_.pid = pid;
     root_.stat_fd = open_pid_file(dir_fd_, pid, "stat");
@@ -125,7 +126,9 @@ class ProcTreeSource final : public Source {
     rescan();  // so the first tick does not pay for it
 
     add_column("proc.tree.cpu_pct", "%", DType::kFloat64, Kind::kRate,
-               "CPU time of the process and its descendants per wall time; 100 per busy core.");
+               "CPU time of the process and its descendants per wall time; 100 per busy core. "
+               "Capped at 100 x their threads and at 100 x online CPUs (whole USER_HZ ticks over "
+               "a short window can exceed what the threads could use).");
     add_column("proc.tree.rss_bytes", "bytes", DType::kInt64, Kind::kGauge,
                "Resident set size summed over the process and its descendants.");
     add_column("proc.tree.threads", "count", DType::kInt64, Kind::kGauge,
@@ -175,12 +178,19 @@ class ProcTreeSource final : public Source {
     }
     // Tick counters (10 ms): accumulate until the window reaches cpu_window_ns, then emit.
     window_ticks_ += d_ticks;
+    // Threads bound the CPU % (unknown when their sum overflowed: then only the CPUs do).
+    const std::int64_t threads_now = sums.threads_fit ? sums.threads : 0;
+    window_threads_ = sums.threads_fit && window_threads_ >= 0
+                          ? std::max(window_threads_, threads_now)
+                          : -1;
     if (!has_prev_ || now_ns - prev_ns_ >= cpu_window_ns_) {
       double dt = detail::seconds_between(prev_ns_, now_ns);
       if (has_prev_ && dt > 0) {
-        row.set_f64(0, 100.0 * static_cast<double>(window_ticks_) / clk_tck_ / dt);
+        double pct = 100.0 * static_cast<double>(window_ticks_) / clk_tck_ / dt;
+        row.set_f64(0, detail::cap_cpu_pct(pct, window_threads_, online_cpus_));
       }
       window_ticks_ = 0;
+      window_threads_ = sums.threads_fit ? threads_now : -1;
       prev_ns_ = now_ns;
       has_prev_ = true;
     }
@@ -343,6 +353,8 @@ class ProcTreeSource final : public Source {
   std::int64_t last_scan_ns_ = 0, prev_ns_ = 0;
   std::int64_t cpu_window_ns_;
   std::uint64_t window_ticks_ = 0;
+  std::int64_t window_threads_ = 0;  // most threads summed in this CPU window; -1: unknown
+  std::int64_t online_cpus_ = 0;     // 0: unknown, no cap by CPUs
   bool scan_time_set_ = false, has_prev_ = false;
 };
 

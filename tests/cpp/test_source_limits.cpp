@@ -76,9 +76,39 @@ void test_cgroup_usage_overflow() {
   CHECK_EQ(r.i64("cgroup.mem_used_bytes"), 4096);
 }
 
+// ---- CPU % never above what the threads could use -------------------------------------------------
+
+// proc/cpu_cap: one thread, utime+stime 120 -> 131 over 0.1 s. At USER_HZ 100 that is 11 ticks
+// = 0.11 s of CPU in 0.1 s = 110 %, more than one thread can use: reported as 100 %.
+void test_cpu_pct_capped_at_threads() {
+  const double raw = 100.0 * 11.0 / static_cast<double>(kTck) / 0.1;
+  const double expected = raw > 100.0 ? 100.0 : raw;
+  for (const char* name : {"process", "proc_tree"}) {
+    Tree t;
+    auto src = make_source(name, t.opts("cpu_cap", 5000));
+    Row r(*src);
+    r.read(*src, kT0);
+    t.advance("proc/cpu_cap");
+    r.read(*src, kT0 + 100'000'000);
+    const char* col = std::string(name) == "process" ? "proc.cpu_pct" : "proc.tree.cpu_pct";
+    CHECK_NEAR(r.f64(col), expected, 1e-9);
+    if (kTck == 100) CHECK_NEAR(r.f64(col), 100.0, 1e-9);
+    CHECK(src->reason() == nullptr);
+  }
+}
+
+void test_cap_cpu_pct() {
+  CHECK_NEAR(detail::cap_cpu_pct(110.0, 1, 8), 100.0, 0);
+  CHECK_NEAR(detail::cap_cpu_pct(350.0, 4, 2), 200.0, 0);  // 4 threads on 2 CPUs
+  CHECK_NEAR(detail::cap_cpu_pct(150.0, 4, 8), 150.0, 0);  // within both bounds: unchanged
+  CHECK_NEAR(detail::cap_cpu_pct(150.0, 0, 0), 150.0, 0);  // bounds unknown: unchanged
+}
+
 }  // namespace
 
 int main() {
+  test_cpu_pct_capped_at_threads();
+  test_cap_cpu_pct();
   test_meminfo_estimate_overflow();
   test_process_rss_overflow();
   test_proc_tree_sum_overflow();
