@@ -5,14 +5,22 @@
 // root into a buffer allocated at construction, each listed pid's stat read into a stack buffer for
 // its ppid, then the descendants of the root found by marking a pid bitmap. That scan costs about
 // a stat read per process on the machine, which is why it is slow-paced and the source is opt-in.
-// Between scans the members' kept-open fds are read every tick. At most kMaxMembers processes are
-// followed; descendants beyond that are counted in proc.tree.untracked.
+// Between scans the members are read every tick. At most kMaxMembers processes are followed;
+// descendants beyond that are counted in proc.tree.untracked and in stats() (not_followed).
+//
+// Descriptors: a member's stat and statm are kept open only within a budget far below the soft
+// RLIMIT_NOFILE (an eighth of it, re-read at every scan), so a large tree never exhausts the host
+// process's descriptors; members beyond the budget are opened, read and closed on each read
+// (openat on the kept procfs root fd, one file at a time). A member whose file cannot be opened
+// for want of descriptors (EMFILE, ENFILE) is not followed that tick and counted as such; a member
+// whose file is gone has exited.
 //
 // CPU % is the sum over members seen in both readings of Δ(utime + stime). A member that exits
 // between two readings drops out (its last partial interval is lost); one found by a rescan counts
 // from its second reading. RSS is summed per process, so shared pages count once per member (as
 // summing psutil's rss does).
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -36,10 +44,25 @@ constexpr std::size_t kMaxScan = 1 << 16;       // processes listed per rescan
 constexpr std::int64_t kRescanNs = 1000000000;  // once per second
 constexpr std::size_t kDentsBytes = 64 * 1024;
 constexpr std::size_t kStatBytes = 4096;  // a stat line is a few hundred bytes
+constexpr std::uint64_t kFdShareOfLimit = 8;  // kept-open fds: at most 1/8 of the soft limit
+
+// Descriptors this source may keep open for its members: 1/8 of the soft RLIMIT_NOFILE, never
+// more than two per member (getrlimit is a plain syscall: safe on the sampler thread).
+std::size_t member_fd_budget() noexcept {
+  constexpr std::uint64_t kMax = 2 * kMaxMembers;
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return kMax;
+  return static_cast<std::size_t>(std::min<std::uint64_t>(kMax, rl.rlim_cur / kFdShareOfLimit));
+}
+
+// What reading one member found.
+enum class Sampled { kOk, kGone, kNoFd };
+
+bool out_of_fds(int err) noexcept { return err == EMFILE || err == ENFILE || err == ENOMEM; }
 
 struct Member {
   int pid = 0;
-  int stat_fd = -1, statm_fd = -1;
+  int stat_fd = -1, statm_fd = -1;  // kept open within the fd budget; -1: opened on each read
   std::uint64_t starttime = 0;  // from the scan: a reused pid has a different one
   std::uint64_t prev_ticks = 0;
   bool has_prev = false;
@@ -137,7 +160,8 @@ class ProcTreeSource final : public Source {
                "Processes followed: the process itself plus the descendants found by the last "
                "scan.");
     add_column("proc.tree.untracked", "count", DType::kInt64, Kind::kGauge,
-               "Descendants found but not followed because the tree exceeds 1024 processes.");
+               "Descendants found but not followed: beyond 1024 processes, or whose /proc files "
+               "could not be opened for want of file descriptors this tick.");
   }
 
   ~ProcTreeSource() override {
@@ -161,21 +185,30 @@ class ProcTreeSource final : public Source {
     std::uint64_t d_ticks = 0;
     std::int64_t count = 0;
     Sums sums;
-    if (!sample(root_, &d_ticks, &sums)) {
+    if (sample(root_, &d_ticks, &sums) != Sampled::kOk) {
       close_member(root_);
       fail(kReasonProcessExited, ESRCH);
       return;
     }
     ++count;
+    std::int64_t no_fd = 0;
     for (std::size_t i = 0; i < n_members_; ++i) {
       Member& m = members_[i];
       if (!m.alive) continue;
-      if (sample(m, &d_ticks, &sums)) {
-        ++count;
-      } else {
-        close_member(m);  // exited: drops out until the next scan
+      switch (sample(m, &d_ticks, &sums)) {
+        case Sampled::kOk:
+          ++count;
+          break;
+        case Sampled::kNoFd:
+          ++no_fd;  // still there, not read this tick
+          break;
+        case Sampled::kGone:
+          close_member(m);  // exited: drops out until the next scan
+          break;
       }
     }
+    const std::int64_t not_followed = untracked_ + no_fd;
+    set_not_followed(static_cast<std::uint64_t>(not_followed));
     // Tick counters (10 ms): accumulate until the window reaches cpu_window_ns, then emit.
     window_ticks_ += d_ticks;
     // Threads bound the CPU % (unknown when their sum overflowed: then only the CPUs do).
@@ -199,7 +232,7 @@ class ProcTreeSource final : public Source {
     if (rss_fits) row.set_i64(1, rss_bytes);
     if (sums.threads_fit) row.set_i64(2, sums.threads);
     row.set_i64(3, count);
-    row.set_i64(4, untracked_);
+    row.set_i64(4, not_followed);
     if (!rss_fits || !sums.threads_fit) {
       fail("value out of range in /proc/<pid>/stat or statm", ERANGE);
     } else {
@@ -214,15 +247,38 @@ class ProcTreeSource final : public Source {
     bool rss_fits = true, threads_fit = true;
   };
 
-  // Reads one member; false when it has exited (or its pid now names another process).
-  bool sample(Member& m, std::uint64_t* d_ticks, Sums* sums) noexcept {
-    ssize_t n = pread_all(m.stat_fd, stat_buf_.data(), stat_buf_.size());
-    procfs::PidStat st;
-    if (n <= 0 || !procfs::parse_pid_stat({stat_buf_.data(), static_cast<std::size_t>(n)}, &st) ||
-        st.state == 'Z' || st.state == 'X') {
-      return false;
+  // Reads `leaf` of a member into stat_buf_: through its kept fd, or opened for this read only.
+  // Returns the byte count, 0 when the process is gone, -1 when no descriptor was available.
+  ssize_t read_member_file(const Member& m, int kept_fd, const char* leaf) noexcept {
+    int fd = kept_fd;
+    if (fd < 0) {
+      fd = open_pid_file(dir_fd_, m.pid, leaf);
+      if (fd < 0) return out_of_fds(errno) ? -1 : 0;
     }
-    if (m.starttime != 0 && st.starttime != m.starttime) return false;
+    ssize_t n = pread_all(fd, stat_buf_.data(), stat_buf_.size());
+    if (kept_fd < 0) ::close(fd);
+    return n < 0 ? 0 : n;  // ESRCH and friends: the process is gone
+  }
+
+  // Reads one member: kGone when it has exited (or its pid now names another process), kNoFd
+  // when its files could not be opened for want of descriptors.
+  Sampled sample(Member& m, std::uint64_t* d_ticks, Sums* sums) noexcept {
+    ssize_t n = read_member_file(m, m.stat_fd, "stat");
+    if (n < 0) return Sampled::kNoFd;
+    procfs::PidStat st;
+    if (n == 0 ||
+        !procfs::parse_pid_stat({stat_buf_.data(), static_cast<std::size_t>(n)}, &st) ||
+        st.state == 'Z' || st.state == 'X') {
+      return Sampled::kGone;
+    }
+    if (m.starttime != 0 && st.starttime != m.starttime) return Sampled::kGone;
+    // statm before anything is counted, so a member that cannot be read whole adds nothing.
+    n = read_member_file(m, m.statm_fd, "statm");
+    if (n < 0) return Sampled::kNoFd;
+    if (n == 0) return Sampled::kGone;
+    procfs::PidStatm sm;
+    const bool have_statm =
+        procfs::parse_pid_statm({stat_buf_.data(), static_cast<std::size_t>(n)}, &sm);
     m.starttime = st.starttime;
     std::uint64_t ticks = st.utime + st.stime;
     if (m.has_prev) *d_ticks += procfs::counter_delta(m.prev_ticks, ticks);
@@ -230,15 +286,12 @@ class ProcTreeSource final : public Source {
     m.has_prev = true;
     sums->threads_fit = sums->threads_fit &&
                         procfs::checked_add(sums->threads, st.num_threads, &sums->threads);
-    n = pread_all(m.statm_fd, stat_buf_.data(), stat_buf_.size());
-    procfs::PidStatm sm;
-    if (n <= 0) return false;
-    if (procfs::parse_pid_statm({stat_buf_.data(), static_cast<std::size_t>(n)}, &sm)) {
+    if (have_statm) {
       std::int64_t pages = 0;
       sums->rss_fits = sums->rss_fits && procfs::to_i64(sm.resident_pages, &pages) &&
                        procfs::checked_add(sums->rss_pages, pages, &sums->rss_pages);
     }
-    return true;
+    return Sampled::kOk;
   }
 
   bool marked(std::int64_t pid) const noexcept {
@@ -315,7 +368,10 @@ class ProcTreeSource final : public Source {
     std::sort(next_.begin(), next_.begin() + static_cast<std::ptrdiff_t>(n_next),
               [](const Member& a, const Member& b) { return a.pid < b.pid; });
     // Merge with the current (sorted) members: keep the fds and previous reading of a process
-    // still there, open the new ones, close the ones gone.
+    // still there, close the ones gone. Fds are kept (or opened) only within the budget; the
+    // other members are opened on each read.
+    const std::size_t budget = member_fd_budget();
+    std::size_t kept = 0;
     std::size_t j = 0;
     for (std::size_t i = 0; i < n_next; ++i) {
       Member& nm = next_[i];
@@ -325,12 +381,21 @@ class ProcTreeSource final : public Source {
         nm = members_[j];
         members_[j].stat_fd = members_[j].statm_fd = -1;
         ++j;
-        continue;
+      } else {
+        nm.alive = true;
       }
-      nm.stat_fd = open_pid_file(dir_fd_, nm.pid, "stat");
-      nm.statm_fd = open_pid_file(dir_fd_, nm.pid, "statm");
-      nm.alive = nm.stat_fd >= 0 && nm.statm_fd >= 0;
-      if (!nm.alive) close_member(nm);
+      if (nm.stat_fd >= 0 && kept + 2 > budget) {
+        close_member(nm);  // over the budget (the limit was lowered): read on demand from now
+        nm.alive = true;
+      } else if (nm.stat_fd < 0 && kept + 2 <= budget) {
+        nm.stat_fd = open_pid_file(dir_fd_, nm.pid, "stat");
+        nm.statm_fd = nm.stat_fd >= 0 ? open_pid_file(dir_fd_, nm.pid, "statm") : -1;
+        if (nm.statm_fd < 0) {
+          close_member(nm);  // gone, or no fd to spare: the next read decides which
+          nm.alive = true;
+        }
+      }
+      if (nm.stat_fd >= 0) kept += 2;
     }
     while (j < n_members_) close_member(members_[j++]);
     members_.swap(next_);

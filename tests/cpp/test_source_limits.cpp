@@ -2,6 +2,7 @@
 // overflow int64 once scaled or summed (tests/data/proc/overflow, tests/data/cgroup/overflow:
 // each was a signed-overflow abort under UBSan), CPU % capped at what the threads could use, and
 // the descriptors proc_tree keeps open for a tree larger than the fd budget.
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "source_fixture.hpp"
 
@@ -104,9 +106,103 @@ void test_cap_cpu_pct() {
   CHECK_NEAR(detail::cap_cpu_pct(150.0, 0, 0), 150.0, 0);  // bounds unknown: unchanged
 }
 
+// ---- proc_tree: descriptors bounded far below the soft limit ----------------------------------------
+
+// A tree under proc/wide: root 1000 and `children` children 1001.., one thread and 10 pages each.
+void make_wide_tree(const Tree& t, int children) {
+  fs::create_directories(t.path("proc/wide"));
+  for (int pid = 1000; pid <= 1000 + children; ++pid) {
+    const std::string dir = t.path("proc/wide/" + std::to_string(pid));
+    fs::create_directories(dir);
+    const int ppid = pid == 1000 ? 1 : 1000;
+    Tree::write(dir + "/stat", std::to_string(pid) + " (w) S " + std::to_string(ppid) +
+                                   " 1 1 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 " +
+                                   std::to_string(100000 + pid) + " 1000 10\n");
+    Tree::write(dir + "/statm", "100 10 0 0 0 0 0\n");
+  }
+}
+
+std::size_t open_fds() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// Runs `body` in a forked child (so a lowered RLIMIT_NOFILE and exhausted fds stay there);
+// returns the child's failed-check count (or 1000 + signal when it died).
+template <typename F>
+int in_child(F&& body) {
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    body();
+    std::fflush(stderr);
+    ::_exit(stroboscope_test::failures() > 100 ? 100 : stroboscope_test::failures());
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+}
+
+// 300 children under a soft limit of 128 descriptors: before, proc_tree held 2 per member and
+// silently dropped all but ~60 of them (and left none for the host). Now it keeps at most 16
+// (1/8 of the limit) and reads the rest on demand: all 301 counted, the host can still open files.
+// With every descriptor taken by the host, the members without a kept fd are reported as not
+// followed (not as exited), and followed again once descriptors are free.
+void test_proc_tree_fd_budget() {
+  Tree t;
+  make_wide_tree(t, 300);
+  int child_failures = in_child([&] {
+    rlimit rl{};
+    CHECK(::getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    rl.rlim_cur = 128;
+    CHECK(::setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    const std::size_t before = open_fds();
+    auto src = make_source("proc_tree", t.opts("wide", 1000));
+    const std::size_t held = open_fds() - before;
+    CHECK(held <= 1 + 2 + 16);  // the procfs root, the root process, 8 members within budget
+    Row r(*src);
+    r.read(*src, kT0);
+    CHECK(src->reason() == nullptr);
+    CHECK_EQ(r.i64("proc.tree.count"), 301);
+    CHECK_EQ(r.i64("proc.tree.threads"), 301);
+    CHECK_EQ(r.i64("proc.tree.rss_bytes"), 3010LL * kPage);
+    CHECK_EQ(r.i64("proc.tree.untracked"), 0);
+    CHECK_EQ(src->not_followed(), 0u);
+    CHECK_EQ(open_fds() - before, held);  // reading on demand leaves nothing open
+    // The host takes every descriptor left.
+    std::vector<int> hog;
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY)) >= 0;) hog.push_back(fd);
+    CHECK(errno == EMFILE);
+    r.read(*src, kT0 + 100'000'000);
+    CHECK_EQ(r.i64("proc.tree.count"), 9);  // the root and the 8 members with kept fds
+    CHECK_EQ(r.i64("proc.tree.untracked"), 292);
+    CHECK_EQ(src->not_followed(), 292u);
+    for (int fd : hog) ::close(fd);
+    r.read(*src, kT0 + 200'000'000);
+    CHECK_EQ(r.i64("proc.tree.count"), 301);
+    CHECK_EQ(src->not_followed(), 0u);
+  });
+  CHECK_EQ(child_failures, 0);
+}
+
+// 1030 children: 1023 followed with the root (the cap), 7 reported not followed.
+void test_proc_tree_cap_reported() {
+  Tree t;
+  make_wide_tree(t, 1030);
+  auto src = make_source("proc_tree", t.opts("wide", 1000));
+  Row r(*src);
+  r.read(*src, kT0);
+  CHECK_EQ(r.i64("proc.tree.count"), 1024);
+  CHECK_EQ(r.i64("proc.tree.untracked"), 7);
+  CHECK_EQ(src->not_followed(), 7u);
+}
+
 }  // namespace
 
 int main() {
+  test_proc_tree_fd_budget();
+  test_proc_tree_cap_reported();
   test_cpu_pct_capped_at_threads();
   test_cap_cpu_pct();
   test_meminfo_estimate_overflow();
