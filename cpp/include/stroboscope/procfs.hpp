@@ -113,9 +113,12 @@ inline void skip_blanks(std::string_view& s) noexcept {
   return nl == std::string_view::npos ? std::string_view{} : s.substr(0, nl + 1);
 }
 
-// Copies `name` into a fixed field; false when it does not fit (the caller skips the line).
+// Copies `name` into a fixed field; false when it does not fit or holds a NUL byte (cut short as a
+// C string it could pass for another name): the caller skips the line.
 [[nodiscard]] inline bool copy_name(std::string_view name, char (&dst)[kNameMax]) noexcept {
-  if (name.empty() || name.size() >= kNameMax) return false;
+  if (name.empty() || name.size() >= kNameMax || name.find('\0') != std::string_view::npos) {
+    return false;
+  }
   name.copy(dst, name.size());
   dst[name.size()] = '\0';
   return true;
