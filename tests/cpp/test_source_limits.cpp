@@ -135,6 +135,7 @@ int in_child(F&& body) {
   std::fflush(stderr);
   pid_t pid = ::fork();
   if (pid == 0) {
+    stroboscope_test::failures() = 0;  // count only the child's own checks
     body();
     std::fflush(stderr);
     ::_exit(stroboscope_test::failures() > 100 ? 100 : stroboscope_test::failures());
@@ -198,9 +199,36 @@ void test_proc_tree_cap_reported() {
   CHECK_EQ(src->not_followed(), 7u);
 }
 
+// Counters whose total since the first reading leaves int64 (net rx 0 -> 2^64 - 1; disk read
+// sectors 0 -> 2^63, whose bytes wrapped to 0): null with a reason, the other direction intact.
+// Unsigned arithmetic, so no UB here; before, they read as -1 and 0 bytes.
+void test_counter_totals_out_of_range() {
+  Tree t;
+  auto net = make_source("network", t.opts("overflow"));
+  auto disk = make_source("diskio", t.opts("overflow"));
+  Row rn(*net), rd(*disk);
+  rn.read(*net, kT0);
+  rd.read(*disk, kT0);
+  t.advance("proc/overflow");
+  rn.read(*net, kT1);
+  rd.read(*disk, kT1);
+  CHECK(rn.null("net.recv_bytes"));
+  CHECK(rn.null("net.recv_bytes_per_s"));
+  CHECK_EQ(rn.i64("net.sent_bytes"), 100);
+  CHECK(reason_is(*net, "byte counter out of range in /proc/net/dev"));
+  CHECK_EQ(net->error_number(), ERANGE);
+  CHECK(rd.null("disk.read_bytes"));
+  CHECK_EQ(rd.i64("disk.write_bytes"), 8 * 512);
+  CHECK(reason_is(*disk, "sector counter out of range in /proc/diskstats"));
+  rn.read(*net, kT2);  // stays unknown: the total since the first reading is lost
+  CHECK(rn.null("net.recv_bytes"));
+  CHECK_EQ(rn.i64("net.sent_bytes"), 100);
+}
+
 }  // namespace
 
 int main() {
+  test_counter_totals_out_of_range();
   test_proc_tree_fd_budget();
   test_proc_tree_cap_reported();
   test_cpu_pct_capped_at_threads();

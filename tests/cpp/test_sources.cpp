@@ -690,7 +690,7 @@ void test_counter_slots() {
   auto write = [&](CounterSlots::Counters delta, std::int64_t now) {
     std::fill(std::begin(valid), std::end(valid), 0);
     RowWriter row(cells, valid, 4);
-    totals.write(delta, row, now);
+    CHECK(totals.write(delta, row, now));  // every total within int64 here
   };
   write({0, 0}, kT0);
   CHECK(valid[0] && valid[1] && !valid[2] && !valid[3]);
