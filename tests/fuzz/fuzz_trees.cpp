@@ -8,14 +8,17 @@
 // fabricated time after the previous tick (so proc_tree rescans every other tick). Every file
 // starts each input from a valid baseline; the records before the first tick shape what the
 // sources see when they are built. tests/fuzz/make_seeds.py writes tests/data's cases in this
-// format.
+// format. Besides the sanitizers, it checks the hot-path rule: no read() allocates, whatever the
+// files hold.
 #include <fcntl.h>
+#include <sanitizer/allocator_interface.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +26,23 @@
 #include "fuzz_check.hpp"
 #include "stroboscope/registry.hpp"
 #include "stroboscope/source.hpp"
+
+// ---- heap allocations made while a source reads: there must be none ----------------------------
+// Counted through the sanitizer allocator's hooks (malloc and operator new alike), so nothing
+// of libFuzzer's own allocation is replaced.
+namespace {
+// Only this thread reads; relaxed is enough (atomics only because the hook runs on every
+// thread that allocates).
+std::atomic<bool> g_in_read{false};
+std::atomic<long> g_read_allocs{0};
+void on_malloc(const volatile void*, std::size_t) {
+  if (g_in_read.load(std::memory_order_relaxed)) {
+    g_read_allocs.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+void on_free(const volatile void*) {}
+const int g_hooks_installed = __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
+}  // namespace
 
 namespace {
 
@@ -101,8 +121,16 @@ struct Reader {
 void read_all(std::vector<Reader>& readers, std::int64_t now_ns) {
   for (Reader& r : readers) {
     std::fill(r.valid.begin(), r.valid.end(), 0);
+    FUZZ_CHECK(g_hooks_installed != 0);
+    g_read_allocs.store(0, std::memory_order_relaxed);
+    g_in_read.store(true, std::memory_order_relaxed);
     r.source->read(stroboscope::RowWriter(r.cells.data(), r.valid.data(), r.cells.size()),
                    now_ns);
+    g_in_read.store(false, std::memory_order_relaxed);
+    if (g_read_allocs.load(std::memory_order_relaxed) != 0) {
+      std::fprintf(stderr, "source %s allocated in read()\n", r.source->name().c_str());
+      std::abort();
+    }
   }
 }
 
