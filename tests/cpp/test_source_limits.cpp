@@ -225,9 +225,26 @@ void test_counter_totals_out_of_range() {
   CHECK_EQ(rn.i64("net.sent_bytes"), 100);
 }
 
+// /proc/stat whose user ticks jump by 2^64 - 1: the sum of the deltas wrapped to 19 ticks and
+// read as 47 % busy. Now null with a reason, for the aggregate and the per-core columns.
+void test_cpu_total_out_of_range() {
+  for (const char* name : {"cpu", "cpu_cores"}) {
+    Tree t;
+    auto src = make_source(name, t.opts("overflow"));
+    Row r(*src);
+    r.read(*src, kT0);
+    t.advance("proc/overflow");
+    r.read(*src, kT1);
+    CHECK(r.null(std::string(name) == "cpu" ? "cpu.util_pct" : "cpu.0.util_pct"));
+    CHECK(reason_is(*src, "value out of range in /proc/stat"));
+    CHECK_EQ(src->error_number(), ERANGE);
+  }
+}
+
 }  // namespace
 
 int main() {
+  test_cpu_total_out_of_range();
   test_counter_totals_out_of_range();
   test_proc_tree_fd_budget();
   test_proc_tree_cap_reported();

@@ -147,6 +147,16 @@ struct CpuTimes {
 [[nodiscard]] inline std::uint64_t cpu_busy(const CpuTimes& t) noexcept {
   return cpu_total(t) - t.idle - t.iowait;
 }
+// cpu_total without wrapping: false when the sum of the fields leaves 64 bits (only garbage
+// counters get there; then cpu_total and cpu_busy would be silently wrong).
+[[nodiscard]] inline bool cpu_total_fits(const CpuTimes& t, std::uint64_t* total) noexcept {
+  std::uint64_t s = 0;
+  for (std::uint64_t v : {t.user, t.nice, t.system, t.idle, t.iowait, t.irq, t.softirq, t.steal}) {
+    if (__builtin_add_overflow(s, v, &s)) return false;
+  }
+  *total = s;
+  return true;
+}
 
 struct CoreTimes {
   int id = -1;  // N of the "cpuN" line
