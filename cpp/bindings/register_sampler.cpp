@@ -70,6 +70,7 @@ py::dict stats_dict(const SamplerStats& s) {
     sd["reason"] = src.reason.empty() ? py::object(py::none()) : py::object(py::str(src.reason));
     sd["errno"] = src.error_number;
     sd["process_exited"] = src.process_exited;
+    sd["not_followed"] = src.not_followed;
     sources.append(sd);
   }
   d["sources"] = sources;

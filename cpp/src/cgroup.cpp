@@ -73,7 +73,13 @@ class CgroupSource final : public Source {
         failed("cannot read the cgroup cpu usage", err);
       } else if (v2_) {
         std::int64_t us = procfs::find_keyed_i64(cpu_usage_.view(), "usage_usec");
-        usage_ns = us >= 0 ? us * 1000 : -1;
+        if (us >= 0 && !procfs::checked_mul(us, 1000, &usage_ns)) {
+          // Over 292 years of CPU time: not a real reading; the cells stay null.
+          usage_ns = -1;
+          failed("cgroup cpu usage out of range", ERANGE);
+        } else if (us < 0) {
+          usage_ns = -1;
+        }
       } else if (!procfs::parse_single_i64(cpu_usage_.view(), &usage_ns)) {
         usage_ns = -1;
       }

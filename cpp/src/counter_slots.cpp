@@ -32,16 +32,23 @@ void CounterSlots::end_reading() noexcept {
   has_baseline_ = true;
 }
 
-void CounterTotals::write(const CounterSlots::Counters& deltas, RowWriter& row,
+bool CounterTotals::write(const CounterSlots::Counters& deltas, RowWriter& row,
                           std::int64_t now_ns) noexcept {
+  bool all_in_range = true;
   for (std::size_t k = 0; k < CounterSlots::kCounters; ++k) {
-    totals_[k] += deltas[k];
-    row.set_i64(k, static_cast<std::int64_t>(totals_[k]));
-  }
-  for (std::size_t k = 0; k < CounterSlots::kCounters; ++k) {
+    std::uint64_t total = 0;
+    if (out_of_range_[k] || __builtin_add_overflow(totals_[k], deltas[k], &total) ||
+        total > static_cast<std::uint64_t>(INT64_MAX)) {
+      out_of_range_[k] = true;  // the total since the first reading is no longer known
+      all_in_range = false;
+      continue;
+    }
+    totals_[k] = total;
+    row.set_i64(k, static_cast<std::int64_t>(total));
     double rate = 0;
-    if (rates_[k].update(totals_[k], now_ns, &rate)) row.set_f64(CounterSlots::kCounters + k, rate);
+    if (rates_[k].update(total, now_ns, &rate)) row.set_f64(CounterSlots::kCounters + k, rate);
   }
+  return all_in_range;
 }
 
 }  // namespace stroboscope::detail

@@ -129,8 +129,16 @@ class DiskIoSource final : public Source {
                  [&](const char* name) noexcept { return is_whole(name, n); });
     }
     slots_.end_reading();
-    totals_.write({sectors[0] * kSectorBytes, sectors[1] * kSectorBytes}, row, now_ns);
-    ok();
+    // Sectors to bytes; a product past 64 bits saturates, and the total then reads as out of range.
+    auto bytes = [](std::uint64_t s) noexcept {
+      std::uint64_t b = 0;
+      return __builtin_mul_overflow(s, kSectorBytes, &b) ? UINT64_MAX : b;
+    };
+    if (totals_.write({bytes(sectors[0]), bytes(sectors[1])}, row, now_ns)) {
+      ok();
+    } else {
+      fail("sector counter out of range in /proc/diskstats", ERANGE);
+    }
   }
 
  private:

@@ -104,6 +104,11 @@ std::string join_path(std::string_view root, std::string_view rel) {
   return out;
 }
 
+std::int64_t online_cpus() noexcept {
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<std::int64_t>(n) : 0;
+}
+
 ProcFile open_required(const std::string& path, const char* what, std::size_t min_capacity) {
   ProcFile f(path, min_capacity);
   if (!f.is_open()) {

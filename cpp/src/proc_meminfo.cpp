@@ -47,10 +47,17 @@ MemInfo parse_meminfo(std::string_view text) noexcept {
   return m;
 }
 
-std::int64_t mem_available_or_estimate(const MemInfo& m) noexcept {
+std::int64_t mem_available_or_estimate(const MemInfo& m, bool* out_of_range) noexcept {
+  if (out_of_range != nullptr) *out_of_range = false;
   if (m.available != kMissing) return m.available;
   if (m.free == kMissing) return kMissing;
-  return m.free + (m.buffers != kMissing ? m.buffers : 0) + (m.cached != kMissing ? m.cached : 0);
+  std::int64_t sum = 0;
+  if (!checked_add(m.free, m.buffers != kMissing ? m.buffers : 0, &sum) ||
+      !checked_add(sum, m.cached != kMissing ? m.cached : 0, &sum)) {
+    if (out_of_range != nullptr) *out_of_range = true;
+    return kMissing;
+  }
+  return sum;
 }
 
 }  // namespace procfs
@@ -66,7 +73,10 @@ class MemorySource final : public Source {
     int err = 0;
     if (!file_.read(&err)) throw std::runtime_error("cannot read " + file_.path());
     procfs::MemInfo m = procfs::parse_meminfo(file_.view());
-    if (m.total <= 0 || procfs::mem_available_or_estimate(m) == procfs::kMissing) {
+    bool out_of_range = false;
+    if (m.total <= 0 ||
+        (procfs::mem_available_or_estimate(m, &out_of_range) == procfs::kMissing &&
+         !out_of_range)) {
       throw std::runtime_error("no MemTotal/MemAvailable (or MemFree) in " + file_.path());
     }
     add_column("mem.total_bytes", "bytes", DType::kInt64, Kind::kGauge,
@@ -88,22 +98,34 @@ class MemorySource final : public Source {
       return;
     }
     procfs::MemInfo m = procfs::parse_meminfo(file_.view());
-    std::int64_t avail = procfs::mem_available_or_estimate(m);
+    bool out_of_range = false;
+    std::int64_t avail = procfs::mem_available_or_estimate(m, &out_of_range);
+    if (m.total > 0 && out_of_range) {
+      // The pre-3.14 estimate does not fit in int64: what derives from it stays null.
+      row.set_i64(0, m.total);
+      set_swap(row, m);
+      fail("value out of range in /proc/meminfo", ERANGE);
+      return;
+    }
     if (m.total <= 0 || avail == procfs::kMissing) {
       fail("no MemTotal/MemAvailable in /proc/meminfo", EINVAL);
       return;
     }
     row.set_i64(0, m.total);
     row.set_i64(1, avail);
-    row.set_i64(2, m.total - avail);
-    if (m.swap_total != procfs::kMissing && m.swap_free != procfs::kMissing) {
-      row.set_i64(3, m.swap_total - m.swap_free);
-    }
+    row.set_i64(2, m.total - avail);  // both in [0, INT64_MAX]: cannot overflow
+    set_swap(row, m);
     row.set_f64(4, 100.0 * static_cast<double>(m.total - avail) / static_cast<double>(m.total));
     ok();
   }
 
  private:
+  static void set_swap(RowWriter& row, const procfs::MemInfo& m) noexcept {
+    if (m.swap_total != procfs::kMissing && m.swap_free != procfs::kMissing) {
+      row.set_i64(3, m.swap_total - m.swap_free);  // both in [0, INT64_MAX]: cannot overflow
+    }
+  }
+
   ProcFile file_;
 };
 

@@ -105,8 +105,11 @@ class NetworkSource final : public Source {
       });
     }
     slots_.end_reading();
-    totals_.write(bytes, row, now_ns);
-    ok();
+    if (totals_.write(bytes, row, now_ns)) {
+      ok();
+    } else {
+      fail("byte counter out of range in /proc/net/dev", ERANGE);
+    }
   }
 
  private:

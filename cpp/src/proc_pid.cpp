@@ -8,6 +8,7 @@
 // source stays in place (other sources keep sampling) and keeps reporting that.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -158,13 +159,16 @@ class ProcessSource final : public Source {
     clk_tck_ = tck > 0 ? static_cast<double>(tck) : 100.0;
     long page = ::sysconf(_SC_PAGESIZE);
     page_size_ = page > 0 ? page : 4096;
+    online_cpus_ = detail::online_cpus();
 
     if (io_part_) {
       add_io_columns();
       return;
     }
     add_column("proc.cpu_pct", "%", DType::kFloat64, Kind::kRate,
-               "CPU time (user + system) of the process per wall time; 100 per busy core.");
+               "CPU time (user + system) of the process per wall time; 100 per busy core. "
+               "Capped at 100 x its threads and at 100 x online CPUs: the kernel counts whole "
+               "USER_HZ ticks, which over a short window can exceed what the threads could use.");
     add_column("proc.rss_bytes", "bytes", DType::kInt64, Kind::kGauge,
                "Resident set size of the process.");
     add_column("proc.mem_pct", "%", DType::kFloat64, Kind::kGauge,
@@ -226,28 +230,35 @@ class ProcessSource final : public Source {
     std::uint64_t ticks = st.utime + st.stime;
     // utime/stime count USER_HZ ticks (10 ms): the % is only computed once the window since the
     // baseline reaches cpu_window_ns; before that the cell stays null and the baseline is kept.
+    window_threads_ = std::max(window_threads_, st.num_threads);
     if (!has_prev_ || now_ns - prev_ns_ >= cpu_window_ns_) {
       double dt = detail::seconds_between(prev_ns_, now_ns);
       if (has_prev_ && dt > 0) {
         double busy = static_cast<double>(procfs::counter_delta(prev_ticks_, ticks)) / clk_tck_;
-        row.set_f64(0, 100.0 * busy / dt);
+        row.set_f64(0, detail::cap_cpu_pct(100.0 * busy / dt, window_threads_, online_cpus_));
       }
       prev_ticks_ = ticks;
       prev_ns_ = now_ns;
       has_prev_ = true;
+      window_threads_ = st.num_threads;  // the next window starts with the threads seen now
     }
-    if (have_statm) {
-      auto rss = static_cast<std::int64_t>(sm.resident_pages) * page_size_;
+    // Resident pages × page size; a product that does not fit in int64 leaves both cells null.
+    std::int64_t rss = 0;
+    bool rss_fits = have_statm && procfs::to_i64(sm.resident_pages, &rss) &&
+                    procfs::checked_mul(rss, page_size_, &rss);
+    if (rss_fits) {
       row.set_i64(1, rss);
       if (mem_total_ > 0) {
         row.set_f64(2, 100.0 * static_cast<double>(rss) / static_cast<double>(mem_total_));
       }
     }
     row.set_i64(3, st.num_threads);
-    if (have_statm) {
-      ok();
-    } else {
+    if (!have_statm) {
       fail("unexpected content in /proc/<pid>/statm", EINVAL);
+    } else if (!rss_fits) {
+      fail("value out of range in /proc/<pid>/statm", ERANGE);
+    } else {
+      ok();
     }
   }
 
@@ -307,6 +318,8 @@ class ProcessSource final : public Source {
   double clk_tck_ = 100.0;
   std::int64_t page_size_ = 4096;
   std::uint64_t prev_ticks_ = 0;
+  std::int64_t window_threads_ = 0;  // most threads seen in the current CPU window
+  std::int64_t online_cpus_ = 0;     // 0: unknown, no cap by CPUs
   std::int64_t prev_ns_ = 0;
   bool has_prev_ = false;
   std::int64_t cpu_window_ns_;

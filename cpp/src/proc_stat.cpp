@@ -114,10 +114,12 @@ class CpuSource final : public Source {
       fail("no aggregate cpu line in /proc/stat", EINVAL);
       return;
     }
+    bool in_range = true;
     if (has_prev_) {
       CpuTimes d = field_deltas(prev_, s.total);
-      std::uint64_t total = procfs::cpu_total(d);
-      if (total > 0) {
+      std::uint64_t total = 0;
+      in_range = procfs::cpu_total_fits(d, &total);
+      if (in_range && total > 0) {
         double scale = 100.0 / static_cast<double>(total);
         row.set_f64(0, static_cast<double>(procfs::cpu_busy(d)) * scale);
         row.set_f64(1, static_cast<double>(d.user + d.nice) * scale);
@@ -129,7 +131,11 @@ class CpuSource final : public Source {
     prev_ = s.total;
     prev_ns_ = now_ns;
     has_prev_ = true;
-    ok();
+    if (in_range) {
+      ok();
+    } else {
+      fail("value out of range in /proc/stat", ERANGE);
+    }
   }
 
  private:
@@ -189,6 +195,7 @@ class CpuCoresSource final : public Source {
     }
     procfs::StatCpus s = procfs::parse_stat_cpus(file_.view(), scratch_);
     std::fill(seen_.begin(), seen_.end(), 0);
+    bool in_range = true;
     for (std::size_t i = 0; i < s.n_cores; ++i) {
       const procfs::CoreTimes& c = scratch_[i];
       if (c.id < 0 || static_cast<std::size_t>(c.id) >= col_of_id_.size()) continue;
@@ -198,8 +205,10 @@ class CpuCoresSource final : public Source {
       seen_[k] = 1;
       if (has_prev_[k]) {
         CpuTimes d = field_deltas(prev_[k], c.times);
-        std::uint64_t total = procfs::cpu_total(d);
-        if (total > 0) {
+        std::uint64_t total = 0;
+        const bool fits = procfs::cpu_total_fits(d, &total);
+        in_range = in_range && fits;
+        if (fits && total > 0) {
           row.set_f64(k, 100.0 * static_cast<double>(procfs::cpu_busy(d)) /
                              static_cast<double>(total));
         }
@@ -213,7 +222,11 @@ class CpuCoresSource final : public Source {
     }
     prev_ns_ = now_ns;
     have_baseline_ = true;
-    ok();
+    if (in_range) {
+      ok();
+    } else {
+      fail("value out of range in /proc/stat", ERANGE);
+    }
   }
 
  private:

@@ -5,8 +5,15 @@
 // root into a buffer allocated at construction, each listed pid's stat read into a stack buffer for
 // its ppid, then the descendants of the root found by marking a pid bitmap. That scan costs about
 // a stat read per process on the machine, which is why it is slow-paced and the source is opt-in.
-// Between scans the members' kept-open fds are read every tick. At most kMaxMembers processes are
-// followed; descendants beyond that are counted in proc.tree.untracked.
+// Between scans the members are read every tick. At most kMaxMembers processes are followed;
+// descendants beyond that are counted in proc.tree.untracked and in stats() (not_followed).
+//
+// Descriptors: a member's stat and statm are kept open only within a budget far below the soft
+// RLIMIT_NOFILE (an eighth of it, re-read at every scan), so a large tree never exhausts the host
+// process's descriptors; members beyond the budget are opened, read and closed on each read
+// (openat on the kept procfs root fd, one file at a time). A member whose file cannot be opened
+// for want of descriptors (EMFILE, ENFILE) is not followed that tick and counted as such; a member
+// whose file is gone has exited.
 //
 // CPU % is the sum over members seen in both readings of Δ(utime + stime). A member that exits
 // between two readings drops out (its last partial interval is lost); one found by a rescan counts
@@ -25,53 +32,26 @@
 #include <string>
 #include <vector>
 
+#include "proc_tree_member.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/procfs.hpp"
 
 namespace stroboscope {
 namespace {
 
-constexpr std::size_t kMaxMembers = 1024;       // followed processes, the root included
+using proc_tree::close_member;
+using proc_tree::kMaxMembers;
+using proc_tree::Member;
+using proc_tree::member_fd_budget;
+using proc_tree::open_pid_file;
+using proc_tree::out_of_fds;
+using proc_tree::pread_all;
+using proc_tree::Sampled;
+
 constexpr std::size_t kMaxScan = 1 << 16;       // processes listed per rescan
 constexpr std::int64_t kRescanNs = 1000000000;  // once per second
 constexpr std::size_t kDentsBytes = 64 * 1024;
 constexpr std::size_t kStatBytes = 4096;  // a stat line is a few hundred bytes
-
-struct Member {
-  int pid = 0;
-  int stat_fd = -1, statm_fd = -1;
-  std::uint64_t starttime = 0;  // from the scan: a reused pid has a different one
-  std::uint64_t prev_ticks = 0;
-  bool has_prev = false;
-  bool alive = false;
-};
-
-void close_member(Member& m) noexcept {
-  if (m.stat_fd >= 0) ::close(m.stat_fd);
-  if (m.statm_fd >= 0) ::close(m.statm_fd);
-  m.stat_fd = m.statm_fd = -1;
-  m.alive = false;
-}
-
-// pread into buf, retrying EINTR; -1 with errno on failure.
-ssize_t pread_all(int fd, char* buf, std::size_t n) noexcept {
-  ssize_t r;
-  do {
-    r = ::pread(fd, buf, n, 0);
-  } while (r < 0 && errno == EINTR);
-  return r;
-}
-
-// openat(dir, "<pid>/<leaf>") with the path built on the stack.
-int open_pid_file(int dir_fd, int pid, const char* leaf) noexcept {
-  char path[64];
-  auto [end, ec] = std::to_chars(path, path + 16, pid);
-  if (ec != std::errc{}) return -1;
-  *end++ = '/';
-  std::size_t len = std::strlen(leaf);
-  std::memcpy(end, leaf, len + 1);
-  return ::openat(dir_fd, path, O_RDONLY | O_CLOEXEC);
-}
 
 class ProcTreeSource final : public Source {
  public:
@@ -111,6 +91,7 @@ class ProcTreeSource final : public Source {
     clk_tck_ = tck > 0 ? static_cast<double>(tck) : 100.0;
     long page = ::sysconf(_SC_PAGESIZE);
     page_size_ = page > 0 ? page : 4096;
+    online_cpus_ = detail::online_cpus();
 
     root_.pid = pid;
     root_.stat_fd = open_pid_file(dir_fd_, pid, "stat");
@@ -125,7 +106,9 @@ class ProcTreeSource final : public Source {
     rescan();  // so the first tick does not pay for it
 
     add_column("proc.tree.cpu_pct", "%", DType::kFloat64, Kind::kRate,
-               "CPU time of the process and its descendants per wall time; 100 per busy core.");
+               "CPU time of the process and its descendants per wall time; 100 per busy core. "
+               "Capped at 100 x their threads and at 100 x online CPUs (whole USER_HZ ticks over "
+               "a short window can exceed what the threads could use).");
     add_column("proc.tree.rss_bytes", "bytes", DType::kInt64, Kind::kGauge,
                "Resident set size summed over the process and its descendants.");
     add_column("proc.tree.threads", "count", DType::kInt64, Kind::kGauge,
@@ -134,7 +117,8 @@ class ProcTreeSource final : public Source {
                "Processes followed: the process itself plus the descendants found by the last "
                "scan.");
     add_column("proc.tree.untracked", "count", DType::kInt64, Kind::kGauge,
-               "Descendants found but not followed because the tree exceeds 1024 processes.");
+               "Descendants found but not followed: beyond 1024 processes, or whose /proc files "
+               "could not be opened for want of file descriptors this tick.");
   }
 
   ~ProcTreeSource() override {
@@ -156,64 +140,115 @@ class ProcTreeSource final : public Source {
       last_scan_ns_ = now_ns;
     }
     std::uint64_t d_ticks = 0;
-    std::int64_t rss_pages = 0, threads = 0, count = 0;
-    if (!sample(root_, &d_ticks, &rss_pages, &threads)) {
+    std::int64_t count = 0;
+    Sums sums;
+    if (sample(root_, &d_ticks, &sums) != Sampled::kOk) {
       close_member(root_);
       fail(kReasonProcessExited, ESRCH);
       return;
     }
     ++count;
+    std::int64_t no_fd = 0;
     for (std::size_t i = 0; i < n_members_; ++i) {
       Member& m = members_[i];
       if (!m.alive) continue;
-      if (sample(m, &d_ticks, &rss_pages, &threads)) {
-        ++count;
-      } else {
-        close_member(m);  // exited: drops out until the next scan
+      switch (sample(m, &d_ticks, &sums)) {
+        case Sampled::kOk:
+          ++count;
+          break;
+        case Sampled::kNoFd:
+          ++no_fd;  // still there, not read this tick
+          break;
+        case Sampled::kGone:
+          close_member(m);  // exited: drops out until the next scan
+          break;
       }
     }
+    const std::int64_t not_followed = untracked_ + no_fd;
+    set_not_followed(static_cast<std::uint64_t>(not_followed));
     // Tick counters (10 ms): accumulate until the window reaches cpu_window_ns, then emit.
     window_ticks_ += d_ticks;
+    // Threads bound the CPU % (unknown when their sum overflowed: then only the CPUs do).
+    const std::int64_t threads_now = sums.threads_fit ? sums.threads : 0;
+    window_threads_ = sums.threads_fit && window_threads_ >= 0
+                          ? std::max(window_threads_, threads_now)
+                          : -1;
     if (!has_prev_ || now_ns - prev_ns_ >= cpu_window_ns_) {
       double dt = detail::seconds_between(prev_ns_, now_ns);
       if (has_prev_ && dt > 0) {
-        row.set_f64(0, 100.0 * static_cast<double>(window_ticks_) / clk_tck_ / dt);
+        double pct = 100.0 * static_cast<double>(window_ticks_) / clk_tck_ / dt;
+        row.set_f64(0, detail::cap_cpu_pct(pct, window_threads_, online_cpus_));
       }
       window_ticks_ = 0;
+      window_threads_ = sums.threads_fit ? threads_now : -1;
       prev_ns_ = now_ns;
       has_prev_ = true;
     }
-    row.set_i64(1, rss_pages * page_size_);
-    row.set_i64(2, threads);
+    std::int64_t rss_bytes = 0;
+    bool rss_fits = sums.rss_fits && procfs::checked_mul(sums.rss_pages, page_size_, &rss_bytes);
+    if (rss_fits) row.set_i64(1, rss_bytes);
+    if (sums.threads_fit) row.set_i64(2, sums.threads);
     row.set_i64(3, count);
-    row.set_i64(4, untracked_);
-    ok();
+    row.set_i64(4, not_followed);
+    if (!rss_fits || !sums.threads_fit) {
+      fail("value out of range in /proc/<pid>/stat or statm", ERANGE);
+    } else {
+      ok();
+    }
   }
 
  private:
-  // Reads one member; false when it has exited (or its pid now names another process).
-  bool sample(Member& m, std::uint64_t* d_ticks, std::int64_t* rss_pages,
-              std::int64_t* threads) noexcept {
-    ssize_t n = pread_all(m.stat_fd, stat_buf_.data(), stat_buf_.size());
-    procfs::PidStat st;
-    if (n <= 0 || !procfs::parse_pid_stat({stat_buf_.data(), static_cast<std::size_t>(n)}, &st) ||
-        st.state == 'Z' || st.state == 'X') {
-      return false;
+  // Sums over the members; a sum that leaves int64 stops there and its cell is null.
+  struct Sums {
+    std::int64_t rss_pages = 0, threads = 0;
+    bool rss_fits = true, threads_fit = true;
+  };
+
+  // Reads `leaf` of a member into stat_buf_: through its kept fd, or opened for this read only.
+  // Returns the byte count, 0 when the process is gone, -1 when no descriptor was available.
+  ssize_t read_member_file(const Member& m, int kept_fd, const char* leaf) noexcept {
+    int fd = kept_fd;
+    if (fd < 0) {
+      fd = open_pid_file(dir_fd_, m.pid, leaf);
+      if (fd < 0) return out_of_fds(errno) ? -1 : 0;
     }
-    if (m.starttime != 0 && st.starttime != m.starttime) return false;
+    ssize_t n = pread_all(fd, stat_buf_.data(), stat_buf_.size());
+    if (kept_fd < 0) ::close(fd);
+    return n < 0 ? 0 : n;  // ESRCH and friends: the process is gone
+  }
+
+  // Reads one member: kGone when it has exited (or its pid now names another process), kNoFd
+  // when its files could not be opened for want of descriptors.
+  Sampled sample(Member& m, std::uint64_t* d_ticks, Sums* sums) noexcept {
+    ssize_t n = read_member_file(m, m.stat_fd, "stat");
+    if (n < 0) return Sampled::kNoFd;
+    procfs::PidStat st;
+    if (n == 0 ||
+        !procfs::parse_pid_stat({stat_buf_.data(), static_cast<std::size_t>(n)}, &st) ||
+        st.state == 'Z' || st.state == 'X') {
+      return Sampled::kGone;
+    }
+    if (m.starttime != 0 && st.starttime != m.starttime) return Sampled::kGone;
+    // statm before anything is counted, so a member that cannot be read whole adds nothing.
+    n = read_member_file(m, m.statm_fd, "statm");
+    if (n < 0) return Sampled::kNoFd;
+    if (n == 0) return Sampled::kGone;
+    procfs::PidStatm sm;
+    const bool have_statm =
+        procfs::parse_pid_statm({stat_buf_.data(), static_cast<std::size_t>(n)}, &sm);
     m.starttime = st.starttime;
     std::uint64_t ticks = st.utime + st.stime;
     if (m.has_prev) *d_ticks += procfs::counter_delta(m.prev_ticks, ticks);
     m.prev_ticks = ticks;
     m.has_prev = true;
-    *threads += st.num_threads;
-    n = pread_all(m.statm_fd, stat_buf_.data(), stat_buf_.size());
-    procfs::PidStatm sm;
-    if (n <= 0) return false;
-    if (procfs::parse_pid_statm({stat_buf_.data(), static_cast<std::size_t>(n)}, &sm)) {
-      *rss_pages += static_cast<std::int64_t>(sm.resident_pages);
+    sums->threads_fit = sums->threads_fit &&
+                        procfs::checked_add(sums->threads, st.num_threads, &sums->threads);
+    if (have_statm) {
+      std::int64_t pages = 0;
+      sums->rss_fits = sums->rss_fits && procfs::to_i64(sm.resident_pages, &pages) &&
+                       procfs::checked_add(sums->rss_pages, pages, &sums->rss_pages);
     }
-    return true;
+    return Sampled::kOk;
   }
 
   bool marked(std::int64_t pid) const noexcept {
@@ -290,7 +325,10 @@ class ProcTreeSource final : public Source {
     std::sort(next_.begin(), next_.begin() + static_cast<std::ptrdiff_t>(n_next),
               [](const Member& a, const Member& b) { return a.pid < b.pid; });
     // Merge with the current (sorted) members: keep the fds and previous reading of a process
-    // still there, open the new ones, close the ones gone.
+    // still there, close the ones gone. Fds are kept (or opened) only within the budget; the
+    // other members are opened on each read.
+    const std::size_t budget = member_fd_budget();
+    std::size_t kept = 0;
     std::size_t j = 0;
     for (std::size_t i = 0; i < n_next; ++i) {
       Member& nm = next_[i];
@@ -300,12 +338,21 @@ class ProcTreeSource final : public Source {
         nm = members_[j];
         members_[j].stat_fd = members_[j].statm_fd = -1;
         ++j;
-        continue;
+      } else {
+        nm.alive = true;
       }
-      nm.stat_fd = open_pid_file(dir_fd_, nm.pid, "stat");
-      nm.statm_fd = open_pid_file(dir_fd_, nm.pid, "statm");
-      nm.alive = nm.stat_fd >= 0 && nm.statm_fd >= 0;
-      if (!nm.alive) close_member(nm);
+      if (nm.stat_fd >= 0 && kept + 2 > budget) {
+        close_member(nm);  // over the budget (the limit was lowered): read on demand from now
+        nm.alive = true;
+      } else if (nm.stat_fd < 0 && kept + 2 <= budget) {
+        nm.stat_fd = open_pid_file(dir_fd_, nm.pid, "stat");
+        nm.statm_fd = nm.stat_fd >= 0 ? open_pid_file(dir_fd_, nm.pid, "statm") : -1;
+        if (nm.statm_fd < 0) {
+          close_member(nm);  // gone, or no fd to spare: the next read decides which
+          nm.alive = true;
+        }
+      }
+      if (nm.stat_fd >= 0) kept += 2;
     }
     while (j < n_members_) close_member(members_[j++]);
     members_.swap(next_);
@@ -328,6 +375,8 @@ class ProcTreeSource final : public Source {
   std::int64_t last_scan_ns_ = 0, prev_ns_ = 0;
   std::int64_t cpu_window_ns_;
   std::uint64_t window_ticks_ = 0;
+  std::int64_t window_threads_ = 0;  // most threads summed in this CPU window; -1: unknown
+  std::int64_t online_cpus_ = 0;     // 0: unknown, no cap by CPUs
   bool scan_time_set_ = false, has_prev_ = false;
 };
 

@@ -281,7 +281,7 @@ SamplerStats Sampler::stats() const {
     s.sources.push_back(SourceStats{src.name(), sources_[i].every, src.reads(), src.failures(),
                                     source_ns_[i].load(std::memory_order_relaxed),
                                     why != nullptr ? std::string(why) : std::string(),
-                                    src.error_number(), exited});
+                                    src.error_number(), exited, src.not_followed()});
     s.process_exited = s.process_exited || exited;
   }
   return s;

@@ -167,6 +167,15 @@ void test_net_dev() {
   n = parse_net_dev("eth1: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\neth2: 1 2 3\n", out, &seen);
   CHECK_EQ(n, 1u);
   CHECK_EQ(out[0].tx_bytes, 9u);
+
+  // A name holding a NUL byte (found by fuzz_net_dev) would be cut short as a C string and could
+  // pass for another interface ("eth0\0x" as "eth0"): the line is skipped.
+  using namespace std::string_view_literals;
+  n = parse_net_dev("eth0\0x: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n"
+                    "eth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n"sv,
+                    out, &seen);
+  CHECK_EQ(n, 1u);
+  CHECK(std::string_view(out[0].name) == "eth0");
 }
 
 void test_diskstats() {
@@ -211,6 +220,15 @@ void test_diskstats() {
   CHECK_EQ(n, 1u);
   CHECK_EQ(seen, 1u);
   CHECK(std::string_view(out[0].name) == "sdb");
+}
+
+// A disk name holding a NUL byte (found by fuzz_diskstats) is skipped like an overlong one.
+void test_diskstats_nul_in_name() {
+  using namespace std::string_view_literals;
+  std::vector<DiskStatLine> out(4);
+  std::size_t n = parse_diskstats("   8 0 sd\0a 1 0 8 0 1 0 16 0 0 0 0\n   8 0 sda 1 0 8 0 1 0 16 0 0 0 0\n"sv, out);
+  CHECK_EQ(n, 1u);
+  CHECK(std::string_view(out[0].name) == "sda");
 }
 
 void test_partition_names() {
@@ -384,6 +402,7 @@ int main() {
   test_meminfo();
   test_net_dev();
   test_diskstats();
+  test_diskstats_nul_in_name();
   test_partition_names();
   test_loadavg();
   test_pressure();

@@ -90,11 +90,15 @@ class CounterTotals {
   explicit CounterTotals(std::int64_t rate_window_ns) noexcept
       : rates_{WindowedRate(rate_window_ns), WindowedRate(rate_window_ns)} {}
 
-  // Adds `deltas` to the totals and writes the cells for the tick at `now_ns`.
-  void write(const CounterSlots::Counters& deltas, RowWriter& row, std::int64_t now_ns) noexcept;
+  // Adds `deltas` to the totals and writes the cells for the tick at `now_ns`. A total that
+  // leaves int64 (only garbage counters get there) stays null from then on, with its rate:
+  // returns false when any total is out of range.
+  [[nodiscard]] bool write(const CounterSlots::Counters& deltas, RowWriter& row,
+                           std::int64_t now_ns) noexcept;
 
  private:
   CounterSlots::Counters totals_{};
+  std::array<bool, CounterSlots::kCounters> out_of_range_{};
   std::array<WindowedRate, CounterSlots::kCounters> rates_;
 };
 

@@ -61,6 +61,21 @@ namespace detail {
   return now_ns > prev_ns ? static_cast<double>(now_ns - prev_ns) * 1e-9 : 0.0;
 }
 
+// CPUs online now (sysconf), or 0 when unknown. Read at construction, never on the hot path.
+[[nodiscard]] std::int64_t online_cpus() noexcept;
+
+// A CPU % from USER_HZ tick counters, capped at what `threads` threads on `cpus` CPUs could have
+// used (100 each): whole ticks over a short window overshoot (11 ticks in 0.1 s reads 110 % for
+// one thread). A bound <= 0 means unknown and does not cap.
+[[nodiscard]] inline double cap_cpu_pct(double pct, std::int64_t threads,
+                                        std::int64_t cpus) noexcept {
+  if (threads > 0 && pct > 100.0 * static_cast<double>(threads)) {
+    pct = 100.0 * static_cast<double>(threads);
+  }
+  if (cpus > 0 && pct > 100.0 * static_cast<double>(cpus)) pct = 100.0 * static_cast<double>(cpus);
+  return pct;
+}
+
 // A per-second rate of a since-start byte total over windows of at least `window_ns`. Kernel
 // byte counters advance in bursts (a disk request completes, a NIC interrupt fires), so a rate
 // over one 1 ms tick reads "0" or "2 GiB/s"; before the window has elapsed the baseline is kept

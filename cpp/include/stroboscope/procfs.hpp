@@ -9,6 +9,11 @@
 //
 // Conventions: an int64 field that a key/value file did not contain is `kMissing` (-1). Byte
 // values are converted to bytes (meminfo's kB × 1024); everything else is in the file's unit.
+//
+// Overflow: the files are not trusted to hold sane numbers. A value that does not fit once scaled
+// or summed (a kB count × 1024, pages × page size, a sum over processes) is never wrapped or
+// saturated: the caller leaves that cell null with a reason and errno ERANGE. Use checked_add and
+// checked_mul below for every int64 sum or product of values read from a file.
 #pragma once
 
 #include <charconv>
@@ -26,6 +31,21 @@ inline constexpr std::int64_t kMissing = -1;
 // Capacity of the fixed name fields (interface and block device names), including the NUL.
 // Linux limits interface names to 15 bytes and disk names to 31; longer lines are skipped.
 inline constexpr std::size_t kNameMax = 64;
+
+// ---- checked int64 arithmetic: false when the exact result does not fit (then *out is unspecified)
+
+[[nodiscard]] inline bool checked_add(std::int64_t a, std::int64_t b, std::int64_t* out) noexcept {
+  return !__builtin_add_overflow(a, b, out);
+}
+[[nodiscard]] inline bool checked_mul(std::int64_t a, std::int64_t b, std::int64_t* out) noexcept {
+  return !__builtin_mul_overflow(a, b, out);
+}
+// An unsigned count from a file (pages, ticks) as int64; false when it is 2^63 or more.
+[[nodiscard]] inline bool to_i64(std::uint64_t v, std::int64_t* out) noexcept {
+  if (v > static_cast<std::uint64_t>(INT64_MAX)) return false;
+  *out = static_cast<std::int64_t>(v);
+  return true;
+}
 
 // ---- scanning helpers: advance a view over the buffer, never allocate ---------------------------
 
@@ -93,9 +113,12 @@ inline void skip_blanks(std::string_view& s) noexcept {
   return nl == std::string_view::npos ? std::string_view{} : s.substr(0, nl + 1);
 }
 
-// Copies `name` into a fixed field; false when it does not fit (the caller skips the line).
+// Copies `name` into a fixed field; false when it does not fit or holds a NUL byte (cut short as a
+// C string it could pass for another name): the caller skips the line.
 [[nodiscard]] inline bool copy_name(std::string_view name, char (&dst)[kNameMax]) noexcept {
-  if (name.empty() || name.size() >= kNameMax) return false;
+  if (name.empty() || name.size() >= kNameMax || name.find('\0') != std::string_view::npos) {
+    return false;
+  }
   name.copy(dst, name.size());
   dst[name.size()] = '\0';
   return true;
@@ -124,6 +147,16 @@ struct CpuTimes {
 [[nodiscard]] inline std::uint64_t cpu_busy(const CpuTimes& t) noexcept {
   return cpu_total(t) - t.idle - t.iowait;
 }
+// cpu_total without wrapping: false when the sum of the fields leaves 64 bits (only garbage
+// counters get there; then cpu_total and cpu_busy would be silently wrong).
+[[nodiscard]] inline bool cpu_total_fits(const CpuTimes& t, std::uint64_t* total) noexcept {
+  std::uint64_t s = 0;
+  for (std::uint64_t v : {t.user, t.nice, t.system, t.idle, t.iowait, t.irq, t.softirq, t.steal}) {
+    if (__builtin_add_overflow(s, v, &s)) return false;
+  }
+  *total = s;
+  return true;
+}
 
 struct CoreTimes {
   int id = -1;  // N of the "cpuN" line
@@ -150,7 +183,9 @@ struct MemInfo {  // bytes; kMissing when the key is absent
 [[nodiscard]] MemInfo parse_meminfo(std::string_view text) noexcept;
 
 // MemAvailable, or MemFree + Buffers + Cached on kernels before 3.14; kMissing if neither works.
-[[nodiscard]] std::int64_t mem_available_or_estimate(const MemInfo& m) noexcept;
+// When the sum does not fit in int64, kMissing too and *out_of_range (optional) is set to true.
+[[nodiscard]] std::int64_t mem_available_or_estimate(const MemInfo& m,
+                                                     bool* out_of_range = nullptr) noexcept;
 
 // ---- /proc/net/dev ------------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ struct SourceStats {
   std::string reason;           // why the latest read left cells null ("" when fine)
   int error_number;
   bool process_exited;  // the latest read found the monitored process gone
+  std::uint64_t not_followed = 0;  // found but not followed at the latest read (Source)
 };
 
 struct SamplerStats {

@@ -101,6 +101,11 @@ class Source {
   [[nodiscard]] std::uint64_t reads() const noexcept {
     return reads_.load(std::memory_order_relaxed);
   }
+  // Things the source found but does not follow at its latest read (proc_tree: descendants past
+  // its cap or without a descriptor); 0 for sources that follow everything they find.
+  [[nodiscard]] std::uint64_t not_followed() const noexcept {
+    return not_followed_.load(std::memory_order_relaxed);
+  }
 
  protected:
   void add_column(std::string name, std::string unit, DType dtype, Kind kind, std::string help) {
@@ -112,6 +117,10 @@ class Source {
   void ok() noexcept {
     reads_.store(reads_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     reason_.store(nullptr, std::memory_order_release);
+  }
+  // Single writer (the sampler thread); readers only need an untorn value: relaxed.
+  void set_not_followed(std::uint64_t n) noexcept {
+    not_followed_.store(n, std::memory_order_relaxed);
   }
   // Record a failed read: `why` must be a string literal (no allocation on the hot path).
   void fail(const char* why, int err = 0) noexcept {
@@ -128,6 +137,7 @@ class Source {
   std::atomic<int> errno_{0};
   std::atomic<std::uint64_t> failures_{0};
   std::atomic<std::uint64_t> reads_{0};
+  std::atomic<std::uint64_t> not_followed_{0};
 };
 
 // A file kept open for the life of a source and re-read with pread(fd, buf, n, 0): /proc files

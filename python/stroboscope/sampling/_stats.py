@@ -28,6 +28,11 @@ class SourceStats:
         The errno of the latest failure (0 when none).
     process_exited : bool
         The latest read found the monitored process gone (process sources only).
+    not_followed : int
+        Processes (count) the latest read found but did not follow: for ``proc_tree``, the
+        descendants past its cap of 1024 and those whose /proc files could not be opened for
+        want of file descriptors (it keeps few open: at most an eighth of the soft
+        ``RLIMIT_NOFILE``). 0 for the other sources.
     """
 
     name: str
@@ -38,6 +43,7 @@ class SourceStats:
     reason: str | None
     errno: int
     process_exited: bool
+    not_followed: int = 0
 
 
 @dataclass(frozen=True)

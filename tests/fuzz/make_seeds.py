@@ -1,0 +1,143 @@
+"""Write the seed corpora of the libFuzzer harnesses from the recorded trees in tests/data.
+
+    python tests/fuzz/make_seeds.py OUT_DIR
+
+makes ``OUT_DIR/<harness>/`` for every harness in tests/fuzz: the parser harnesses get copies of
+the matching recorded files (the regression inputs under ``proc/overflow`` and
+``cgroup/overflow`` among them); ``fuzz_trees`` gets each recorded case in its record format
+(see fuzz_trees.cpp): the case's files, a tick, its ``.1`` snapshots, a tick. Inputs kept under
+``tests/fuzz/regressions/<harness>/`` (crashes found and fixed) are added to their harness's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+import struct
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+REGRESSIONS = Path(__file__).resolve().parent / "regressions"
+
+# Harness -> globs under tests/data of the files it parses.
+PARSER_SEEDS: dict[str, tuple[str, ...]] = {
+    "fuzz_proc_stat": ("proc/*/stat", "proc/*/stat.1"),
+    "fuzz_meminfo": ("proc/*/meminfo", "proc/*/meminfo.1"),
+    "fuzz_net_dev": ("proc/*/net/dev", "proc/*/net/dev.1"),
+    "fuzz_diskstats": ("proc/*/diskstats", "proc/*/diskstats.1"),
+    "fuzz_loadavg": ("proc/*/loadavg", "proc/*/loadavg.1"),
+    "fuzz_pressure": ("proc/*/pressure/*", "cgroup/**/*.pressure"),
+    "fuzz_pid": ("proc/*/[0-9]*/stat*", "proc/*/[0-9]*/status*", "proc/*/[0-9]*/io*"),
+    "fuzz_cgroup": ("proc/*/[0-9]*/cgroup", "cgroup/**/*"),
+}
+
+# The file list of fuzz_trees.cpp (kFiles), in order: a record's selector is its index here.
+TREE_FILES: tuple[str, ...] = (
+    "proc/stat",
+    "proc/meminfo",
+    "proc/net/dev",
+    "proc/diskstats",
+    "proc/loadavg",
+    "proc/pressure/cpu",
+    "proc/pressure/memory",
+    "proc/pressure/io",
+    "proc/42/stat",
+    "proc/42/statm",
+    "proc/42/status",
+    "proc/42/io",
+    "proc/42/cgroup",
+    "proc/43/stat",
+    "proc/43/statm",
+    "proc/sys/kernel/pid_max",
+    "cgroup/cgroup.controllers",
+    "cgroup/cpu.max",
+    "cgroup/cpu.stat",
+    "cgroup/memory.max",
+    "cgroup/memory.current",
+)
+TICK = len(TREE_FILES)
+# Proc cases whose cgroup tree is a flat v2 root, as fuzz_trees lays it out.
+TREE_CGROUP_CASES: dict[str, str] = {
+    "overflow": "overflow",
+    "cgroup_ns": "ns_root",
+    "basic": "ns_root",
+}
+MAX_RECORD = 0xFFFF
+
+
+def _write_unique(out: Path, content: bytes) -> None:
+    """Store ``content`` under its hash (duplicates collapse, as in a libFuzzer corpus)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / hashlib.sha1(content).hexdigest()).write_bytes(content)
+
+
+def _record(selector: int, content: bytes) -> bytes:
+    content = content[:MAX_RECORD]
+    return struct.pack("<BH", selector, len(content)) + content
+
+
+def _pid_dirs(case: Path) -> list[Path]:
+    return sorted(
+        (d for d in case.iterdir() if d.is_dir() and d.name.isdigit()), key=lambda d: int(d.name)
+    )
+
+
+def _tree_seed(proc_case: Path, cgroup_case: Path | None) -> bytes:
+    """One recorded case as fuzz_trees records: base files, a tick, the .1 files, a tick."""
+    pids = _pid_dirs(proc_case)
+    renames = {p.name: str(42 + i) for i, p in enumerate(pids[:2])}
+
+    def source_of(rel: str) -> Path | None:
+        top, _, rest = rel.partition("/")
+        base = cgroup_case if top == "cgroup" else proc_case
+        if base is None:
+            return None
+        m = re.match(r"(4[23])/(.*)", rest)
+        if m:
+            orig = [k for k, v in renames.items() if v == m.group(1)]
+            return base / orig[0] / m.group(2) if orig else None
+        return base / rest
+
+    def rename_pids(content: bytes) -> bytes:
+        for old, new in renames.items():
+            content = re.sub(rb"\b" + old.encode() + rb"\b", new.encode(), content)
+        return content
+
+    snapshots: list[bytes] = [b"", b""]
+    for i, rel in enumerate(TREE_FILES):
+        src = source_of(rel)
+        for k, suffix in enumerate(("", ".1")):
+            if src is not None and Path(str(src) + suffix).is_file():
+                content = rename_pids(Path(str(src) + suffix).read_bytes())
+                snapshots[k] += _record(i, content)
+    return snapshots[0] + _record(TICK, b"") + snapshots[1] + _record(TICK, b"")
+
+
+def _files(globs: Iterable[str]) -> list[Path]:
+    return sorted({p for g in globs for p in DATA.glob(g) if p.is_file()})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write every harness's seed directory under the output directory; returns the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="directory to create the corpora in")
+    out: Path = parser.parse_args(argv).out
+    for harness, globs in PARSER_SEEDS.items():
+        for f in _files(globs):
+            _write_unique(out / harness, f.read_bytes())
+    for case in sorted(p for p in (DATA / "proc").iterdir() if p.is_dir()):
+        cg = TREE_CGROUP_CASES.get(case.name)
+        _write_unique(out / "fuzz_trees", _tree_seed(case, DATA / "cgroup" / cg if cg else None))
+    # Inputs that once crashed a harness stay in its corpus: each run replays them first.
+    for crash in sorted(REGRESSIONS.glob("*/*")):
+        _write_unique(out / crash.parent.name, crash.read_bytes())
+    for harness in (*PARSER_SEEDS, "fuzz_trees"):
+        print(f"{harness}: {len(list((out / harness).iterdir()))} seeds")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
