@@ -35,7 +35,7 @@ def test_a_failure_while_writing_csv_leaves_the_existing_output_intact(tmp_path:
     write_csv(_table(), out)
     before = out.read_bytes()
     with pytest.raises(TypeError):
-        write_csv("not a table", out)  # type: ignore[arg-type]
+        write_csv("not a table", out)
     assert out.read_bytes() == before
     assert os.listdir(tmp_path) == ["run.csv"]
 
