@@ -28,10 +28,12 @@ std::vector<ColumnSpec> columns() {
 }
 
 std::string temp_dir() {
-  char tmpl[] = "/tmp/stroboscope-spool-test-XXXXXX";
-  const char* dir = ::mkdtemp(tmpl);
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
+                     "/stroboscope-spool-test-XXXXXX";
+  const char* dir = ::mkdtemp(tmpl.data());
   CHECK(dir != nullptr);
-  return dir != nullptr ? std::string(dir) : std::string("/tmp");
+  return tmpl;
 }
 
 // Whether another open file description can take a shared lock on `path` right now.
