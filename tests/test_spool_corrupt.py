@@ -216,3 +216,47 @@ def test_a_good_spool_still_recovers(tmp_path: Path) -> None:
     frame = recover(path)
     assert len(frame) == 40 and frame.rows_lost == 0
     assert frame.to_arrow().column("mono_ns").null_count == 0
+
+
+BIG_FILE_CHILD = """
+import resource, sys
+from stroboscope import SpoolError, recover
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    recover(sys.argv[1])
+except SpoolError as exc:
+    print(exc)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+def test_a_huge_file_is_refused_by_its_header_without_being_read(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    big = tmp_path / "big.spool"
+    with open(big, "wb") as f:
+        f.write(b"NOTASPOOL")
+        f.truncate(4 << 30)  # 4 GiB, sparse
+    out = subprocess.run(
+        [sys.executable, "-c", BIG_FILE_CHILD, str(big)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    message, grown_kib = out.stdout.splitlines()
+    assert "not a stroboscope spool" in message and str(big) in message
+    assert int(grown_kib) < 64 * 1024  # not read into memory (it would be 4 GiB)
+
+
+def test_a_ring_that_wrapped_reads_back_the_rows_it_holds(tmp_path: Path) -> None:
+    from stroboscope.recording.spool import read_spool
+
+    path = tmp_path / "wrap.spool"
+    s = Sampler(0.01, sources=["memory", "cpu"], spool=path, capacity=64, segment_seconds=0.3)
+    s.tick_now(100)  # 36 rows overwritten: slots 36..63 then 0..35 hold rows 36..99
+    table, first = read_spool(path)
+    snap = s.snapshot().to_arrow()
+    s.close()
+    assert first == 36 and table.num_rows == 64
+    for name in snap.column_names:
+        assert table.column(name).to_pylist() == snap.column(name).to_pylist(), name
+    assert table.column("cpu.util_pct").null_count == snap.column("cpu.util_pct").null_count
