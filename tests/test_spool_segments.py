@@ -109,3 +109,16 @@ def test_a_dropped_spooled_sampler_releases_its_spool(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="already exists: recover it"):  # not "in use"
         Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
     assert len(recover(path)) == 3
+
+
+def test_remove_spool_removes_a_dead_writers_temporary_too(tmp_path: Path) -> None:
+    from stroboscope.recording.spool import remove_spool
+
+    path = tmp_path / "run.spool"
+    s = Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
+    s.tick_now(2)
+    s.close()
+    (tmp_path / ".run.spool.seg-000002.parquet.k3j9x_2a.tmp").write_bytes(b"half a segment")
+    (tmp_path / "other.txt").write_bytes(b"not ours")
+    remove_spool(path)
+    assert os.listdir(tmp_path) == ["other.txt"]

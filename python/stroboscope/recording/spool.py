@@ -277,7 +277,10 @@ def _check_order(name: str, table: pa.Table, last_mono: int) -> int:
 
 
 def remove_spool(path: str | os.PathLike[str]) -> None:
-    """Delete a spool file and its segments (after their rows were written elsewhere)."""
-    for seg in segment_paths(path):
-        seg.unlink(missing_ok=True)
+    """Delete a spool file and its segments (after their rows were written elsewhere), and the
+    temporary file of a segment whose writer died half-way (``.NAME.seg-N.parquet.*.tmp``)."""
+    directory, name = os.path.split(os.fspath(path))
+    pattern = os.path.join(glob.escape(directory), glob.escape("." + name) + ".seg-*.parquet.*.tmp")
+    for p in [*segment_paths(path), *map(Path, glob.glob(pattern))]:
+        p.unlink(missing_ok=True)
     Path(path).unlink(missing_ok=True)
