@@ -132,3 +132,19 @@ def test_a_directory_others_can_write_is_refused_unless_sticky(tmp_path: Path, m
     s.tick_now(1)
     s.close()
     assert len(recover(shared / "x.spool")) == 1
+
+
+def test_a_setup_that_fails_after_the_spool_is_made_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_watchdog(jobs: object) -> None:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(recording_sampler, "Watchdog", no_watchdog)
+    path = tmp_path / "run.spool"
+    with pytest.raises(OSError, match="Too many open files"):
+        Sampler(0.01, sources=["memory"], spool=path, crash_safe=True, segment_seconds=1)
+    assert os.listdir(tmp_path) == []  # the next run can start on the same path
+    monkeypatch.undo()
+    s = Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
+    s.close()

@@ -182,23 +182,33 @@ class Sampler(_BaseSampler):
             self._remove_temp_dir()
             raise
         self._spool = spool_path or None
-        self._segments: SegmentWriter | None = None
-        if spool_path:
-            cap_rows = int(self._core.stats()["capacity"])
-            self._segments = SegmentWriter(self._core, spool_path, seg_s, max(cap_rows // 2, 1))
-        self._watchdog: Watchdog | None = None
-        if crash_safe:
-            dump = None if dump_path is None else os.fspath(dump_path)
-            private = self._temp_spool_dir is not None  # nobody else knows it: remove once dumped
-            job = DumpJob(
-                "spool",
-                spool_path,
-                dump=dump,
-                format=dump_format,
-                remove_source=private,
-                remove_source_dir=private,
-            )
-            self._watchdog = Watchdog([job])
+        try:
+            self._segments: SegmentWriter | None = None
+            if spool_path:
+                cap_rows = int(self._core.stats()["capacity"])
+                self._segments = SegmentWriter(self._core, spool_path, seg_s, max(cap_rows // 2, 1))
+            self._watchdog: Watchdog | None = None
+            if crash_safe:
+                dump = None if dump_path is None else os.fspath(dump_path)
+                private = (
+                    self._temp_spool_dir is not None
+                )  # nobody else knows it: remove once dumped
+                job = DumpJob(
+                    "spool",
+                    spool_path,
+                    dump=dump,
+                    format=dump_format,
+                    remove_source=private,
+                    remove_source_dir=private,
+                )
+                self._watchdog = Watchdog([job])
+        except BaseException:
+            # The spool was created by this run (exclusively, in C++): nobody else's file.
+            if spool_path:
+                with contextlib.suppress(OSError):
+                    os.unlink(spool_path)
+            self._remove_temp_dir()
+            raise
         # Runs at close(), at exit, or when this object is collected without close(): stops the
         # sampler, the segment writer and the watchdog (a normal end: no dump) and removes a
         # private spool. Only in the process that made it (a forked child inherits it too).
