@@ -187,13 +187,16 @@ def recover(path: str | os.PathLike[str]) -> Frame:
         format version): the message says which.
     """
     p = os.fspath(path)
+    # Segments listed before the spool's counters are read: on a live recording, every segment
+    # listed then holds rows the counters already count.
+    segments = segment_paths(p)
     spool, first_spool_row, h = _read_spool(p, 0)
     want = [(f.name, f.type) for f in spool.schema]
     tables: list[pa.Table] = []
     next_row = 0
     lost = 0
     last_mono = -1
-    for seg in segment_paths(p):
+    for seg in segments:
         table = _read_segment(str(seg), h["uid"], want)
         first = _first_row(str(seg), table, h["head"])
         if first > next_row:
