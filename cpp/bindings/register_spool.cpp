@@ -1,9 +1,11 @@
-// The spool file's layout, from its one definition in spool.hpp, and the /proc/net/dev totals
-// (the same parser as the network source) that the drop-in monitor starts its counters from.
+// The spool file's layout, from its one definition in spool.hpp, the OSError a spool that cannot
+// be created raises, and the /proc/net/dev totals (the same parser as the network source) that
+// the drop-in monitor starts its counters from.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <array>
+#include <exception>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -67,6 +69,16 @@ std::pair<std::uint64_t, std::uint64_t> net_dev_totals(const std::string& proc_r
 
 void register_spool(py::module_& m) {
   m.attr("SPOOL_LAYOUT") = spool_layout();
+  // SpoolCreateError -> OSError(errno, action, path): Python picks the subclass from the errno
+  // (FileExistsError for EEXIST) and the message and `filename` name the spool.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const SpoolCreateError& e) {
+      const py::tuple args = py::make_tuple(e.code().value(), e.action(), e.path());
+      PyErr_SetObject(PyExc_OSError, args.ptr());
+    }
+  });
   m.def("net_dev_totals", &net_dev_totals, py::arg("proc_root"), py::arg("include_loopback"),
         "(sent, recv) bytes of all interfaces from PROC/net/dev, lo only when asked.");
 }

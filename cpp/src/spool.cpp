@@ -2,6 +2,7 @@
 #include "stroboscope/spool.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -53,8 +54,13 @@ std::string schema_text(const std::vector<ColumnSpec>& columns) {
   return text;
 }
 
-std::system_error path_error(const std::string& what, const std::string& path) {
-  return std::system_error(errno, std::generic_category(), what + " " + path);
+// Removes the file this run created at `path`, unless what is there now is another file (someone
+// renamed ours away and put theirs in its place): only the inode behind `fd` is unlinked.
+void remove_created(int fd, const std::string& path) noexcept {
+  struct stat ours{};
+  struct stat there{};
+  if (::fstat(fd, &ours) != 0 || ::lstat(path.c_str(), &there) != 0) return;
+  if (ours.st_dev == there.st_dev && ours.st_ino == there.st_ino) ::unlink(path.c_str());
 }
 
 }  // namespace
@@ -69,28 +75,45 @@ RingStorage create_spool(const std::string& path, const std::vector<ColumnSpec>&
   const std::size_t validity_bytes = (ncols * words + 1) * sizeof(std::uint64_t);
   const std::size_t total = header + cells_bytes + validity_bytes;
 
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) throw path_error("cannot create spool", path);
-  if (::fchmod(fd, 0600) != 0 || ::ftruncate(fd, static_cast<off_t>(total)) != 0) {
-    const auto err = path_error("cannot size spool", path);
-    ::close(fd);
-    throw err;
+  // O_EXCL: two recorders racing for one path cannot both get it (the loser gets EEXIST and the
+  // winner's file is untouched); O_NOFOLLOW: a planted symlink is refused, not followed.
+  const int fd =
+      ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == EEXIST) {
+      throw SpoolCreateError(err,
+                             "spool already exists (another recording may be writing it: "
+                             "recover it or remove it, then start again)",
+                             path);
+    }
+    throw SpoolCreateError(err, "cannot create spool", path);
   }
-  // Reserve the blocks now: a sparse file would allocate them from inside Ring::push, and a full
-  // filesystem would then kill the process with SIGBUS instead of failing here with a message.
-  if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
+  // From here the file is ours: any failure removes it (a headerless full-size file left behind
+  // would block the next run) and reports the errno taken before the cleanup.
+  const auto fail = [fd, &path](int err, const std::string& what) {
+    remove_created(fd, path);
     ::close(fd);
-    errno = rc;
-    throw path_error("cannot reserve " + std::to_string(total) + " bytes for spool", path);
+    return SpoolCreateError(err, what, path);
+  };
+  // The lock lives as long as the fd, which the storage keeps until the ring goes: other
+  // processes can tell a live spool from a leftover one (flock LOCK_SH fails on a live one).
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) throw fail(errno, "cannot lock spool");
+  if (::fchmod(fd, 0600) != 0) throw fail(errno, "cannot set mode 0600 on spool");
+  // Reserve the blocks now (posix_fallocate also sets the size, zero-filled): a sparse file would
+  // allocate them from inside Ring::push, and a full filesystem would then kill the process with
+  // SIGBUS instead of failing here with a message.
+  if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
+    throw fail(rc, "cannot reserve " + std::to_string(total) + " bytes for spool");
   }
   // MAP_POPULATE: fault every page in now, not on the sampler's first lap.
   void* map =
       ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  ::close(fd);  // the mapping keeps the file
-  if (map == MAP_FAILED) throw path_error("cannot map spool", path);
+  if (map == MAP_FAILED) throw fail(errno, "cannot map spool");
 
   char* base = static_cast<char*>(map);
-  // ftruncate gave zeros: only the header needs writing. Counters are placement-new'd atomics.
+  // posix_fallocate gave zeros: only the header needs writing. Counters are placement-new'd
+  // atomics.
   std::memcpy(base, kSpoolMagic, sizeof kSpoolMagic);
   put<std::uint32_t>(base, field_offset("version"), kSpoolVersion);
   put<std::uint32_t>(base, field_offset("header_size"), static_cast<std::uint32_t>(header));
@@ -110,7 +133,11 @@ RingStorage create_spool(const std::string& path, const std::vector<ColumnSpec>&
   storage.head = new (base + kHeadOffset) std::atomic<std::uint64_t>(0);
   storage.cells = reinterpret_cast<std::uint64_t*>(base + header);
   storage.validity = reinterpret_cast<std::uint64_t*>(base + header + cells_bytes);
-  storage.release = [map, total] { ::munmap(map, total); };
+  // Unmapping and closing the fd (which drops the flock) when the ring goes.
+  storage.release = [map, total, fd] {
+    ::munmap(map, total);
+    ::close(fd);
+  };
   return storage;
 }
 

@@ -1,20 +1,98 @@
-"""Files the package writes are created with mode 0600 (only the owner can read them)."""
+"""Files the package writes: created with mode 0600 (only the owner can read them), never through a
+symbolic link, and outputs written whole before they replace anything.
+
+:func:`open_private` opens a file that is written as it goes (a sender's CSV or JSON lines);
+:func:`replace_private` writes a finished output (a Parquet or CSV export, a segment) into a
+temporary file with an unpredictable name beside it and renames it into place only once the
+whole file is written, so a failure half-way (a bad argument, a full disk) leaves what was at
+the path before intact.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
+import tempfile
+from collections.abc import Iterator
 from typing import BinaryIO
+
+
+def _refuse_symlink(path: str, exc: OSError) -> OSError:
+    """The error for an ``O_NOFOLLOW`` open that met a symlink (ELOOP), naming the path."""
+    if exc.errno == errno.ELOOP and os.path.islink(path):
+        return OSError(
+            errno.ELOOP,
+            "refusing to write through a symbolic link (remove it or give another path)",
+            path,
+        )
+    return exc
 
 
 def open_private(path: str | os.PathLike[str]) -> BinaryIO:
     """Open ``path`` for writing (truncating), creating it with mode 0600.
 
-    An existing file keeps its inode but has its mode narrowed to 0600 before anything is written.
+    A symbolic link at ``path`` is refused (``O_NOFOLLOW``: never written through), and so is
+    anything that is not a regular file (a FIFO would block, a device is not an output). An
+    existing regular file keeps its inode but has its mode narrowed to 0600 before anything is
+    written.
+
+    Raises
+    ------
+    OSError
+        With ``filename`` set to ``path``: ELOOP for a symbolic link, EINVAL for a FIFO, device,
+        socket or directory, or the error of the open itself.
     """
-    fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    p = os.fspath(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
+        # No O_TRUNC yet: nothing is truncated before the file is known to be a regular one.
+        fd = os.open(p, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads (O_NONBLOCK instead of blocking)
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO)", p) from None
+        raise _refuse_symlink(p, exc) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)", p)
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
         os.fchmod(fd, 0o600)
         return os.fdopen(fd, "wb")
     except BaseException:
         os.close(fd)
+        raise
+
+
+@contextlib.contextmanager
+def replace_private(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Write a new file at ``path`` whole, or not at all.
+
+    Yields a binary file created with mode 0600 under an unpredictable name in the same
+    directory (``O_EXCL | O_NOFOLLOW``: a planted file or symlink is never opened). When the
+    ``with`` body finishes, the file is flushed to disk and renamed over ``path`` (a symlink at
+    ``path`` is replaced, never followed); when the body raises, the temporary file is removed
+    and whatever was at ``path`` is left as it was.
+
+    Raises
+    ------
+    IsADirectoryError
+        When ``path`` is a directory (before anything is written).
+    """
+    p = os.fspath(path)
+    if os.path.isdir(p) and not os.path.islink(p):
+        raise IsADirectoryError(errno.EISDIR, "is a directory; give a file path", p)
+    directory, name = os.path.split(os.path.abspath(p))
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise

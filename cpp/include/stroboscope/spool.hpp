@@ -30,6 +30,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include "stroboscope/column.hpp"
@@ -66,9 +68,30 @@ struct SpoolInfo {
   std::int64_t interval_ns;
 };
 
-// Creates (truncating) the spool file with mode 0600, writes its header and maps it. Returns the
-// storage for a Ring of `columns.size()` columns and `capacity` rows; throws std::system_error or
-// std::invalid_argument with the path in the message.
+// Why a spool could not be created, sized or mapped: the errno, what was being done, and the path
+// (the bindings turn it into the matching OSError subclass with `filename` set).
+class SpoolCreateError : public std::system_error {
+ public:
+  SpoolCreateError(int err, const std::string& what, std::string path)
+      : std::system_error(err, std::generic_category(), what + " " + path),
+        what_(what),
+        path_(std::move(path)) {}
+  // What was being done, without the path ("cannot create spool").
+  [[nodiscard]] const std::string& action() const noexcept { return what_; }
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string what_;
+  std::string path_;
+};
+
+// Creates the spool file exclusively (O_EXCL | O_NOFOLLOW: never an existing file or a symlink's
+// target) with mode 0600, takes an exclusive flock on it for the life of the storage, reserves its
+// blocks, writes its header and maps it. Returns the storage for a Ring of `columns.size()`
+// columns and `capacity` rows; its `release` unmaps the file and drops the lock. When anything
+// after the creation fails, the file this call created is removed (and only that file: one that
+// was there before is never touched). Throws SpoolCreateError (EEXIST when the path exists) or
+// std::invalid_argument, with the path in the message.
 [[nodiscard]] RingStorage create_spool(const std::string& path,
                                        const std::vector<ColumnSpec>& columns,
                                        std::uint64_t capacity, const SpoolInfo& info);

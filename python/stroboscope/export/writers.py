@@ -1,7 +1,10 @@
 """Output formats: the one home of how tables become Parquet and CSV files.
 
 Every file is created with mode 0600 and written whole: Parquet and CSV go to the path given,
-the format chosen by its suffix (:func:`output_format`, the one rule for it).
+the format chosen by its suffix (:func:`output_format`, the one rule for it). Each is written
+to a temporary file with an unpredictable name in the same directory and renamed over the path
+only once complete (:func:`stroboscope._files.replace_private`): a bad argument or a full disk
+leaves an existing file at the path as it was, and a symlink there is replaced, never followed.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import os
 
 import pyarrow as pa
 
-from stroboscope._files import open_private
+from stroboscope._files import replace_private
 
 FORMATS = ("parquet", "csv")
 _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
@@ -36,10 +39,14 @@ def output_format(path: str | os.PathLike[str], *, default: str | None = None) -
 def write_parquet(
     table: pa.Table, path: str | os.PathLike[str], *, compression: str = "zstd"
 ) -> None:
-    """Write an Arrow table as Parquet (units kept as field metadata) to a file created 0600."""
+    """Write an Arrow table as Parquet (units kept as field metadata) to a file created 0600.
+
+    ``compression`` is any codec pyarrow accepts (``"zstd"``, ``"snappy"``, ``"gzip"``,
+    ``"none"``, ...); an unknown one raises before ``path`` is touched.
+    """
     import pyarrow.parquet as pq
 
-    with open_private(path) as f:
+    with replace_private(path) as f:
         pq.write_table(table, f, compression=compression)
 
 
@@ -47,7 +54,7 @@ def write_csv(table: pa.Table, path: str | os.PathLike[str]) -> None:
     """Write an Arrow table as CSV (ISO-8601 UTC times, nulls as empty cells), created 0600."""
     import pyarrow.csv as pacsv
 
-    with open_private(path) as f:
+    with replace_private(path) as f:
         pacsv.write_csv(table, f)
 
 

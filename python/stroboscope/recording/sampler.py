@@ -9,22 +9,21 @@ recorded row if this process dies. This is the ``stroboscope.Sampler`` of the pa
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
 import os
 import shutil
+import stat
 import tempfile
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from stroboscope.recording.segments import SegmentWriter
+from stroboscope.recording import _layout
+from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.spool import remove_spool, segment_paths
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import Sampler as _BaseSampler
-from stroboscope.sampling._checks import (
-    check_capacity,
-    check_interval,
-    check_new_file,
-)
+from stroboscope.sampling._checks import check_capacity, check_interval
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11; only for mypy here
@@ -32,19 +31,82 @@ if TYPE_CHECKING:
     from stroboscope.sampling import SamplerOptions
 
 DUMP_FORMATS = ("csv", "parquet")
+_PID_OFFSET = next(offset for name, offset, _ in _layout.FIELDS if name == "pid")
+
+
+def _spool_in_use(path: str) -> int | None:
+    """The pid in the header of a spool a live recording holds (its flock), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            head = os.pread(fd, 4, _PID_OFFSET)
+            return int.from_bytes(head, "little") if len(head) == 4 else 0
+        return None
+    finally:
+        os.close(fd)
+
+
+def check_spool_dir(spool: str | os.PathLike[str]) -> str:
+    """The directory of a new spool, if only this user can replace files in it.
+
+    Accepted: a directory you own that nobody else can write, or a sticky one (like ``/tmp``)
+    owned by you or root, where nobody else can remove or rename your files. Refused: one
+    writable by others without the sticky bit (anyone could swap the spool or its segments),
+    and one owned by someone else.
+    """
+    directory = os.path.dirname(os.path.abspath(os.fspath(spool)))
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        raise ValueError(f"spool: directory {directory!r} does not exist") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"spool: {directory!r} is not a directory")
+    mode = stat.S_IMODE(st.st_mode)
+    shared = mode & (stat.S_IWGRP | stat.S_IWOTH)
+    sticky = mode & stat.S_ISVTX
+    if shared and not sticky:
+        raise ValueError(
+            f"spool: directory {directory!r} is writable by others (mode {mode:04o}) and not "
+            f"sticky, so anyone could replace the spool or its segments; give a directory only "
+            f"you can write (or a sticky one such as /tmp)"
+        )
+    if st.st_uid != os.getuid() and not (sticky and st.st_uid == 0):
+        raise ValueError(
+            f"spool: directory {directory!r} is not owned by you (its owner is uid "
+            f"{st.st_uid}, you are uid {os.getuid()}); give a directory you own"
+        )
+    return directory
 
 
 def check_spool(spool: str | os.PathLike[str]) -> str:
-    """A spool path that may be created: absent, its segments absent, in a directory you own."""
+    """A spool path that may be created: absent, its segments absent, in a directory where only
+    this user can replace files (:func:`check_spool_dir`)."""
     path = os.path.abspath(os.fspath(spool))
+    check_spool_dir(path)
+    if os.path.isdir(path):
+        raise ValueError(f"spool {os.fspath(spool)!r} is a directory; give a file path")
+    pid = _spool_in_use(path)
+    if pid is not None:
+        raise ValueError(
+            f"spool {os.fspath(spool)!r} is in use by a running recording (pid {pid}): give "
+            f"another path, or recover it once that recording ends"
+        )
     if os.path.lexists(path) or segment_paths(path):
         # Starting over would truncate a recording nobody has recovered yet, and its segments
-        # would be read back as if they belonged to the new one.
+        # would be read back as if they belonged to the new one. (The C++ side creates the file
+        # with O_EXCL too, so a spool made after this check is never truncated either.)
         raise ValueError(
             f"spool {os.fspath(spool)!r} (or its segments) already exists: recover it with "
             f"`stroboscope recover {os.fspath(spool)} -o FILE`, or remove it, then start again"
         )
-    return check_new_file("spool", path)
+    return path
 
 
 class Sampler(_BaseSampler):
@@ -56,10 +118,14 @@ class Sampler(_BaseSampler):
     ----------
     spool : path, optional
         Keep the ring in this file, mapped ``MAP_SHARED`` and created 0600 in a directory you
-        own: every row is in the file as soon as it is written and survives any death of the
-        process; :func:`stroboscope.recover` reads it back. While running, the rows are also
-        drained every ``segment_seconds`` into Parquet segments beside it (``PATH.seg-N.parquet``)
-        so the ring never has to hold the whole run.
+        own (or a sticky one such as ``/tmp``; never one others can write without the sticky
+        bit). The file is created exclusively and locked (``flock``) while the sampler lives: a
+        second recording on the same path is refused, naming it. Every row is in the file as
+        soon as it is written and survives any death of the process; :func:`stroboscope.recover`
+        reads it back. While running, the rows are also drained every ``segment_seconds`` into
+        Parquet segments beside it (``PATH.seg-N.parquet``) so the ring never has to hold the
+        whole run; a segment that cannot be written is retried and reported in
+        :attr:`segments`, its rows staying in the spool.
     segment_seconds : float
         Interval of the spool's segment writer (default 10 s); the ring must hold at least twice
         that many rows.
@@ -116,23 +182,33 @@ class Sampler(_BaseSampler):
             self._remove_temp_dir()
             raise
         self._spool = spool_path or None
-        self._segments: SegmentWriter | None = None
-        if spool_path:
-            cap_rows = int(self._core.stats()["capacity"])
-            self._segments = SegmentWriter(self, spool_path, seg_s, max(cap_rows // 2, 1))
-        self._watchdog: Watchdog | None = None
-        if crash_safe:
-            dump = None if dump_path is None else os.fspath(dump_path)
-            private = self._temp_spool_dir is not None  # nobody else knows it: remove once dumped
-            job = DumpJob(
-                "spool",
-                spool_path,
-                dump=dump,
-                format=dump_format,
-                remove_source=private,
-                remove_source_dir=private,
-            )
-            self._watchdog = Watchdog([job])
+        try:
+            self._segments: SegmentWriter | None = None
+            if spool_path:
+                cap_rows = int(self._core.stats()["capacity"])
+                self._segments = SegmentWriter(self._core, spool_path, seg_s, max(cap_rows // 2, 1))
+            self._watchdog: Watchdog | None = None
+            if crash_safe:
+                dump = None if dump_path is None else os.fspath(dump_path)
+                private = (
+                    self._temp_spool_dir is not None
+                )  # nobody else knows it: remove once dumped
+                job = DumpJob(
+                    "spool",
+                    spool_path,
+                    dump=dump,
+                    format=dump_format,
+                    remove_source=private,
+                    remove_source_dir=private,
+                )
+                self._watchdog = Watchdog([job])
+        except BaseException:
+            # The spool was created by this run (exclusively, in C++): nobody else's file.
+            if spool_path:
+                with contextlib.suppress(OSError):
+                    os.unlink(spool_path)
+            self._remove_temp_dir()
+            raise
         # Runs at close(), at exit, or when this object is collected without close(): stops the
         # sampler, the segment writer and the watchdog (a normal end: no dump) and removes a
         # private spool. Only in the process that made it (a forked child inherits it too).
@@ -152,6 +228,14 @@ class Sampler(_BaseSampler):
     def spool(self) -> str | None:
         """The spool file, when the ring lives in one."""
         return self._spool
+
+    @property
+    def segments(self) -> SegmentStatus | None:
+        """What the segment writer of a spooled sampler has done: segments written, rows lost
+        to the ring, failed writes (``errors``), rows waiting in the spool after a failed write
+        (``rows_unwritten``) and the ``last_error``; None without a spool. See
+        :class:`stroboscope.recording.segments.SegmentStatus`."""
+        return None if self._segments is None else self._segments.status()
 
     @property
     def watchdog(self) -> Watchdog | None:

@@ -2,24 +2,79 @@
 
 For runs longer than the ring holds, a background thread copies the rows written since the last
 segment (with the sampler's own consumer API, not its drain cursor) and writes them as one
-complete Parquet file, written whole and renamed into place, so a segment on disk is always
-readable. :func:`stroboscope.recording.spool.recover` reads them back with the spool.
+complete Parquet file, written whole under an unpredictable temporary name and renamed into
+place, so a segment on disk is always readable. :func:`stroboscope.recording.spool.recover`
+reads them back with the spool.
+
+The spool stays the source of truth: a segment that cannot be written (a full disk, a removed
+directory) is retried with backoff, and until one is written its rows are read from the spool by
+``recover``. What the writer could not do is counted in :class:`SegmentStatus`
+(``Sampler.segments``) and logged (rate-limited) on the ``stroboscope.recording`` logger.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stroboscope._files import open_private
+from stroboscope._files import replace_private
+from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.recording.spool import FIRST_ROW_KEY, last_segment_index
+from stroboscope.sampling._frame import Frame
 
 if TYPE_CHECKING:
-    from stroboscope.sampling import Sampler
+    from stroboscope import _core
+
+_LOG = logging.getLogger("stroboscope.recording")
+
+RETRY_FIRST_S = 0.05
+"""Wait before the first retry of a failed segment (seconds); doubled on each failure after."""
+RETRY_MAX_S = 5.0
+"""Longest wait between retries (seconds; shorter when ``segment_seconds`` is)."""
+STOP_ATTEMPTS = 3
+"""Tries of the last segment at :meth:`SegmentWriter.stop` before its rows are left to the spool."""
+
+
+@dataclass(frozen=True)
+class SegmentStatus:
+    """What the segment writer of a spooled sampler has done (``Sampler.segments``).
+
+    Attributes
+    ----------
+    segments_written : int
+        Segment files written.
+    rows_lost : int
+        Rows overwritten in the ring before a segment took them: in no segment and no longer in
+        the spool (``recover`` reports them as ``rows_lost`` too).
+    errors : int
+        Segment writes that failed (each retry counts); 0 when every write succeeded.
+    rows_unwritten : int
+        Rows that the latest write failed to put in a segment and no later write has: they are
+        still in the spool, where ``recover`` reads them, until the ring overwrites them (then
+        ``rows_lost`` counts them). 0 after a successful write.
+    last_error : str or None
+        The latest failure (``"OSError: [Errno 28] No space left on device: ..."``), None when
+        there was none.
+    """
+
+    segments_written: int
+    rows_lost: int
+    errors: int
+    rows_unwritten: int
+    last_error: str | None
+
+
+def _write_segment(table: pa.Table, path: str) -> None:
+    """Write one segment file whole: a 0600 temporary beside ``path``, renamed over it."""
+    with replace_private(path) as f:
+        pq.write_table(table, f, compression="zstd")
 
 
 class SegmentWriter:
@@ -27,15 +82,19 @@ class SegmentWriter:
 
     Every ``segment_seconds`` (or sooner when ``segment_rows`` rows are waiting) the rows written
     since the last segment are copied out (with the sampler's own consumer API, not its drain
-    cursor) and written as one complete Parquet file, renamed into place. The ring must hold a
+    cursor) and written as one complete Parquet file, renamed into place. ``core`` is the
+    extension's sampler (``Sampler._core``) whose ring is the spool. The ring must hold a
     segment's worth of rows; rows overwritten before a segment took them are counted in
-    :attr:`rows_lost`.
+    :attr:`rows_lost`. A failed write is retried with backoff (``RETRY_FIRST_S`` doubling up to
+    ``RETRY_MAX_S``) and counted in :meth:`status`; the thread never dies of one.
     """
 
     def __init__(
-        self, sampler: Sampler, spool: str, segment_seconds: float, segment_rows: int
+        self, core: _core.Sampler, spool: str, segment_seconds: float, segment_rows: int
     ) -> None:
-        self._sampler = sampler
+        # The extension's sampler, not the Python one: the Sampler's finalizer holds this writer,
+        # and a reference back to the Sampler would keep it (and its spool's lock) alive forever.
+        self._core = core
         self._spool = spool
         self._seconds = segment_seconds
         self._rows = segment_rows
@@ -43,9 +102,25 @@ class SegmentWriter:
         self._seq = last_segment_index(spool)
         self.rows_lost = 0
         self.segments_written = 0
+        self.errors = 0
+        self.rows_unwritten = 0
+        self.last_error: str | None = None
+        self._log = RateLimitedLog(_LOG)
+        self._gave_up_at: int | None = None  # rows_written when stop() last gave up
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+
+    def status(self) -> SegmentStatus:
+        """The counters as one consistent snapshot."""
+        with self._lock:
+            return SegmentStatus(
+                self.segments_written,
+                self.rows_lost,
+                self.errors,
+                self.rows_unwritten,
+                self.last_error,
+            )
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -55,40 +130,100 @@ class SegmentWriter:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and write what is left as a last segment."""
+        """Stop the thread and write what is left as a last segment.
+
+        The last segment is tried ``STOP_ATTEMPTS`` times; when every try fails its rows stay in
+        the spool (``recover`` reads them), :meth:`status` counts them in ``rows_unwritten``
+        and a warning is logged; nothing is raised.
+        """
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self.flush()
+        written = int(self._core.stats()["rows_written"])
+        if self._gave_up_at == written:
+            return  # stopped before (stop() then close()) and nothing new: not tried again
+        self._gave_up_at = None
+        wait = RETRY_FIRST_S
+        for attempt in range(STOP_ATTEMPTS):
+            if self._try_flush():
+                return
+            if attempt + 1 < STOP_ATTEMPTS:
+                time.sleep(wait)
+                wait *= 2
+        self._gave_up_at = written
+        _LOG.warning(
+            "%d rows of %s are in no segment (%s); they stay in the spool: "
+            "`stroboscope recover %s -o FILE` reads them",
+            self.rows_unwritten,
+            self._spool,
+            self.last_error,
+            self._spool,
+        )
 
     def _run(self) -> None:
         poll = min(self._seconds / 2, 0.25)
+        longest = min(RETRY_MAX_S, max(self._seconds, RETRY_FIRST_S))
         last = time.monotonic()
-        while not self._stop.wait(poll):
-            pending = self._sampler.stats().rows_written - self._cursor
-            if time.monotonic() - last >= self._seconds or pending >= self._rows:
-                self.flush()
-                last = time.monotonic()
+        retry_in = 0.0  # > 0 while the latest write failed
+        while not self._stop.wait(retry_in or poll):
+            try:
+                pending = int(self._core.stats()["rows_written"]) - self._cursor
+            except Exception:  # the sampler closing under us: nothing to decide this round
+                continue
+            if retry_in or time.monotonic() - last >= self._seconds or pending >= self._rows:
+                if self._try_flush():
+                    retry_in = 0.0
+                    last = time.monotonic()
+                else:
+                    retry_in = min(max(2 * retry_in, RETRY_FIRST_S), longest)
+
+    def _try_flush(self) -> bool:
+        try:
+            self.flush()
+        except Exception:  # counted and logged by flush(); the rows stay in the spool
+            return False
+        return True
+
+    def _failed(self, exc: BaseException, rows: int) -> None:
+        self.errors += 1
+        self.rows_unwritten = rows
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self._log(
+            logging.WARNING,
+            "segment of %s not written (%s); %d rows wait in the spool, retrying",
+            self._spool,
+            self.last_error,
+            rows,
+        )
 
     def flush(self) -> None:
-        """Write the rows not yet in a segment as a new segment (nothing when there are none)."""
+        """Write the rows not yet in a segment as a new segment (nothing when there are none).
+
+        Raises whatever the write raised, after counting it (:meth:`status`); the rows stay in
+        the ring and the spool, and the next flush tries them again.
+        """
         with self._lock:
-            frame = self._sampler.copy_since(self._cursor)
+            frame = Frame(self._core.copy_since(self._cursor))
             self.rows_lost += frame.rows_lost
             if len(frame) == 0:
+                self.rows_unwritten = 0
                 return
-            table = frame.to_arrow()
-            meta = dict(table.schema.metadata or {})
-            meta[FIRST_ROW_KEY] = str(frame.first_row).encode()
-            table = table.replace_schema_metadata(meta)
-            self._seq += 1
-            final = f"{self._spool}.seg-{self._seq:06d}.parquet"
-            tmp = final + ".tmp"
-            with open_private(tmp) as f:
-                pq.write_table(table, f, compression="zstd")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
+            try:
+                table = frame.to_arrow()
+                meta = dict(table.schema.metadata or {})
+                meta[FIRST_ROW_KEY] = str(frame.first_row).encode()
+                table = table.replace_schema_metadata(meta)
+                seq = self._seq + 1
+                # A name nobody holds: a file planted at the next name is never replaced.
+                while os.path.lexists(final := f"{self._spool}.seg-{seq:06d}.parquet"):
+                    seq += 1
+                _write_segment(table, final)
+            except Exception as exc:
+                # The cursor stays: the rows are copied again (from the ring) by the next try.
+                self._failed(exc, len(frame))
+                raise
+            self._seq = seq
             self._cursor = frame.first_row + len(frame)
             self.segments_written += 1
+            self.rows_unwritten = 0

@@ -12,10 +12,9 @@ first, then the rows of the spool that no segment holds.
 from __future__ import annotations
 
 import glob
+import mmap
 import os
 import re
-import stat
-import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,24 +22,35 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stroboscope.recording import _layout
+from stroboscope.recording._spool_header import (
+    COUNTERS,
+    COUNTERS_OFFSET,
+    MAGIC,
+    MAX_NS,
+    VERSION,
+    SpoolError,
+    open_regular,
+    read_header,
+)
 
 if TYPE_CHECKING:
     from stroboscope.sampling import Frame
 
-MAGIC = _layout.MAGIC
-VERSION = _layout.VERSION
-_SCHEMA_OFFSET = _layout.SCHEMA_OFFSET
-_FIELDS = {name: (offset, code) for name, offset, code in _layout.FIELDS}
-_COUNTERS = struct.Struct("<QQ")  # write_begin, head: adjacent in the layout
-_COUNTERS_OFFSET = _FIELDS["write_begin"][0]
-assert _FIELDS["head"][0] == _COUNTERS_OFFSET + 8
+__all__ = [
+    "FIRST_ROW_KEY",
+    "MAGIC",
+    "VERSION",
+    "SpoolError",
+    "last_segment_index",
+    "read_spool",
+    "recover",
+    "remove_spool",
+    "segment_paths",
+]
+
 FIRST_ROW_KEY = b"stroboscope.first_row"
 _SEGMENT_RE = re.compile(r"\.seg-(\d+)\.parquet$")
-
-
-class SpoolError(ValueError):
-    """A file that is not a readable spool: the message says what is wrong with it."""
+_ROW_INDEX_RE = re.compile(r"[0-9]{1,19}")
 
 
 def segment_paths(spool: str | os.PathLike[str]) -> list[Path]:
@@ -68,135 +78,82 @@ def _field(name: str, unit: str, dtype: str, kind: str) -> pa.Field:
     return pa.field(name, typ, nullable=True, metadata={"unit": unit, "kind": kind})
 
 
-def _read_header(path: str, buf: memoryview, size: int) -> dict[str, Any]:
-    if size == 0:
-        raise SpoolError(f"{path} is empty (0 bytes): not a stroboscope spool")
-    if size < _SCHEMA_OFFSET:
-        if buf[:8].tobytes() != MAGIC[: min(8, size)]:
-            raise SpoolError(
-                f"{path} is not a stroboscope spool (it does not start with {MAGIC!r})"
-            )
-        raise SpoolError(f"{path} is truncated: {size} bytes, shorter than a spool header")
-
-    def field(name: str) -> Any:
-        offset, code = _FIELDS[name]
-        fmt = "<8s" if code == "s" else "<" + code
-        return struct.unpack_from(fmt, buf, offset)[0]
-
-    magic, version = field("magic"), field("version")
-    header, capacity, ncols = field("header_size"), field("capacity"), field("columns")
-    schema_len, anchor, interval = field("schema_size"), field("anchor_ns"), field("interval_ns")
-    created, pid, words, total = (
-        field("created_ns"),
-        field("pid"),
-        field("words"),
-        field("total_size"),
-    )
-    if magic != MAGIC:
-        raise SpoolError(
-            f"{path} is not a stroboscope spool (starts with {magic!r}, expected {MAGIC!r})"
-        )
-    if version != VERSION:
-        raise SpoolError(
-            f"{path} is a spool of format version {version}; this stroboscope reads version "
-            f"{VERSION}"
-        )
-    if (
-        header % _layout.PAGE
-        or header < _SCHEMA_OFFSET + schema_len
-        or capacity < 2
-        or capacity & (capacity - 1)
-        or ncols < 1
-        or words != (capacity + 63) // 64
-    ):
-        raise SpoolError(f"{path} has a corrupt header (capacity {capacity}, {ncols} columns)")
-    expected = header + 8 * ncols * capacity + 8 * (ncols * words + 1)
-    if total != expected:
-        raise SpoolError(f"{path} has a corrupt header (size field {total}, layout {expected})")
-    if size < total:
-        raise SpoolError(f"{path} is truncated: {size} of {total} bytes")
-    try:
-        text = buf[_SCHEMA_OFFSET : _SCHEMA_OFFSET + schema_len].tobytes().decode()
-    except UnicodeDecodeError:
-        raise SpoolError(f"{path} has a corrupt schema (not UTF-8)") from None
-    lines = [ln.split("\t") for ln in text.splitlines()]
-    if len(lines) != ncols or any(len(f) != 4 for f in lines) or lines[0][0] != "mono_ns":
-        raise SpoolError(f"{path} has a corrupt schema ({len(lines)} lines for {ncols} columns)")
-    begin, head = _COUNTERS.unpack_from(buf, _COUNTERS_OFFSET)
-    if head > begin or begin > head + 1:
-        raise SpoolError(f"{path} has corrupt counters (write_begin {begin}, head {head})")
-    return {
-        "header": header,
-        "capacity": capacity,
-        "ncols": ncols,
-        "anchor": anchor,
-        "interval_ns": interval,
-        "created_ns": created,
-        "pid": pid,
-        "words": words,
-        "write_begin": begin,
-        "head": head,
-        "fields": [_field(*f) for f in lines],
-    }
-
-
-def _map_spool(p: str) -> np.ndarray[Any, Any]:
-    """The spool file mapped read-only (never read whole into memory); SpoolError for anything
-    that is not a regular, non-empty file."""
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        raise SpoolError(f"{p} does not exist") from None
-    except OSError as exc:
-        raise SpoolError(f"{p} cannot be read: {exc.strerror or exc}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise SpoolError(f"{p} is a directory, not a spool file")
-    if not stat.S_ISREG(st.st_mode):
-        raise SpoolError(f"{p} is not a regular file (a FIFO, device or socket): not a spool")
-    if st.st_size == 0:
-        raise SpoolError(f"{p} is empty (0 bytes): not a stroboscope spool")
-    try:
-        return np.memmap(p, dtype=np.uint8, mode="r")
-    except (OSError, ValueError) as exc:
-        raise SpoolError(f"{p} cannot be mapped: {exc}") from None
-
-
 def read_spool(path: str | os.PathLike[str], *, from_row: int = 0) -> tuple[pa.Table, int]:
     """The intact rows of a spool file with index ``>= from_row``, and the index of the first.
 
     Rows ``[max(0, write_begin - capacity), head)`` are intact; a row being written when the
-    writer died is left out.
+    writer died is left out. The file's type and header are checked before anything else is
+    read; the file is then mapped (never read whole) and only the rows asked for are copied.
     """
-    p = os.fspath(path)
-    data = _map_spool(p)
-    h = _read_header(p, data.data, len(data))
-    cap, ncols, words = h["capacity"], h["ncols"], h["words"]
+    table, first, _ = _read_spool(os.fspath(path), from_row)
+    return table, first
+
+
+def _read_spool(p: str, from_row: int) -> tuple[pa.Table, int, dict[str, Any]]:
+    fd, st = open_regular(p, "spool")
+    try:
+        h = read_header(p, fd, st.st_size)
+        try:
+            data = mmap.mmap(fd, h["total_size"], prot=mmap.PROT_READ)
+        except (OSError, ValueError) as exc:
+            raise SpoolError(f"{p} cannot be mapped: {exc}") from None
+    finally:
+        os.close(fd)
+    with data:
+        table, first = _copy_rows(p, data, h, from_row)
+    return table, first, h
+
+
+def _validity(vwords: np.ndarray[Any, Any], a: int, b: int) -> np.ndarray[Any, Any]:
+    """Validity of slots ``[a, b)`` of every column, one uint8 (0 or 1) per cell."""
+    w0 = a // 64
+    part = np.ascontiguousarray(vwords[:, w0 : (b + 63) // 64]).view(np.uint8)
+    bits = np.unpackbits(part, axis=1, bitorder="little")  # the layout is little-endian
+    return bits[:, a - 64 * w0 : b - 64 * w0]
+
+
+def _copy_rows(p: str, data: mmap.mmap, h: dict[str, Any], from_row: int) -> tuple[pa.Table, int]:
+    cap, ncols, words = h["capacity"], h["columns"], h["words"]
     first = max(0, h["write_begin"] - cap, from_row)
-    end = h["head"]
-    n = max(0, end - first)
-    slots = (np.arange(first, first + n, dtype=np.uint64) % np.uint64(cap)).astype(np.int64)
-    cells = np.frombuffer(data, dtype=np.uint64, count=ncols * cap, offset=h["header"])
-    cells = cells.reshape(ncols, cap)
-    vwords = np.frombuffer(
-        data, dtype=np.uint64, count=ncols * words, offset=h["header"] + 8 * ncols * cap
-    ).reshape(ncols, words)
-    # Only the rows asked for are copied out of the mapping (never the whole file).
-    word_of, bit_of = slots // 64, (slots % 64).astype(np.uint64)
-    copied = cells[:, slots]
-    valid = (vwords[:, word_of] >> bit_of) & np.uint64(1)
+    n = max(0, h["head"] - first)
+    view = memoryview(data)
+    try:
+        cells = np.frombuffer(view, np.uint64, ncols * cap, h["header_size"]).reshape(ncols, cap)
+        vwords = np.frombuffer(
+            view, np.uint64, ncols * words, h["header_size"] + 8 * ncols * cap
+        ).reshape(ncols, words)
+        # Only the rows asked for are copied out of the mapping (never the whole file): one or
+        # two runs of slots (the ring wraps once at most), with one validity byte per cell.
+        start = first % cap
+        runs = [(start, start + n)] if start + n <= cap else [(start, cap), (0, start + n - cap)]
+        copied = np.concatenate([cells[:, a:b] for a, b in runs], axis=1)
+        valid = np.concatenate([_validity(vwords, a, b) for a, b in runs], axis=1)
+        del cells, vwords
+    finally:
+        view.release()
     # The file may still be written (a live recording): the counters were read before the
     # cells. Read them again; rows whose slots the writer may have reused since are dropped.
-    begin_now, _ = _COUNTERS.unpack_from(data.data, _COUNTERS_OFFSET)
+    begin_now, _ = COUNTERS.unpack_from(data, COUNTERS_OFFSET)
     drop = max(0, max(h["write_begin"], begin_now) - cap - first)
     if drop:
         copied, valid, first = copied[:, drop:], valid[:, drop:], first + drop
-    arrays = []
-    arrays.append(
-        pa.array(copied[0].view(np.int64) + np.int64(h["anchor"]), pa.int64()).cast(
-            pa.timestamp("ns", "UTC")
+    mono = copied[0].view(np.int64)
+    # A header that lies about its counters points at slots no row was written to.
+    bad = np.flatnonzero((valid[0] == 0) | (mono < 0) | (mono >= MAX_NS))
+    if bad.size:
+        raise SpoolError(
+            f"{p} has a corrupt header: field head = {h['head']} names row {first + bad[0]}, "
+            f"which holds no mono_ns: the counters do not match the rows"
         )
-    )
-    for c, field in enumerate(h["fields"]):
+    back = np.flatnonzero(np.diff(mono) < 0)
+    if back.size:
+        raise SpoolError(
+            f"{p} has corrupt rows: mono_ns goes back at row {first + back[0] + 1} (fields "
+            f"write_begin/head = {h['write_begin']}/{h['head']} do not match the rows)"
+        )
+    fields = [_field(*f) for f in h["fields"]]
+    arrays = [pa.array(mono + np.int64(h["anchor_ns"]), pa.int64()).cast(pa.timestamp("ns", "UTC"))]
+    for c, field in enumerate(fields):
         raw = copied[c]
         values = raw.view(np.int64) if pa.types.is_integer(field.type) else raw.view(np.float64)
         mask = valid[c] == 0
@@ -204,7 +161,7 @@ def read_spool(path: str | os.PathLike[str], *, from_row: int = 0) -> tuple[pa.T
     time_field = pa.field(
         "time", pa.timestamp("ns", "UTC"), metadata={"unit": "ns", "kind": "gauge"}
     )
-    schema = pa.schema([time_field, *h["fields"]])
+    schema = pa.schema([time_field, *fields])
     return pa.Table.from_arrays(arrays, schema=schema), first
 
 
@@ -229,28 +186,32 @@ def recover(path: str | os.PathLike[str]) -> Frame:
         When the file is missing, empty, truncated, corrupt, or not a spool (wrong magic or
         format version): the message says which.
     """
-    spool, first_spool_row = read_spool(path)
+    p = os.fspath(path)
+    # Segments listed before the spool's counters are read: on a live recording, every segment
+    # listed then holds rows the counters already count.
+    segments = segment_paths(p)
+    spool, first_spool_row, h = _read_spool(p, 0)
+    want = [(f.name, f.type) for f in spool.schema]
     tables: list[pa.Table] = []
     next_row = 0
     lost = 0
-    for seg in segment_paths(path):
-        try:
-            table = pq.read_table(seg)
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise SpoolError(f"segment {seg} cannot be read: {exc}") from None
-        meta = table.schema.metadata or {}
-        if FIRST_ROW_KEY not in meta:
-            raise SpoolError(f"segment {seg} has no {FIRST_ROW_KEY.decode()} metadata")
-        first = int(meta[FIRST_ROW_KEY])
+    last_mono = -1
+    for seg in segments:
+        table = _read_segment(str(seg), h["uid"], want)
+        first = _first_row(str(seg), table, h["head"])
         if first > next_row:
             lost += first - next_row
         skip = max(0, next_row - first)
         if skip < table.num_rows:
-            tables.append(table.slice(skip).replace_schema_metadata(None))
+            part = table.slice(skip).replace_schema_metadata(None)
+            last_mono = _check_order(str(seg), part, last_mono)
+            tables.append(part)
         next_row = max(next_row, first + table.num_rows)
     spool_from = max(next_row, first_spool_row)
     lost += max(0, first_spool_row - next_row)
-    tables.append(spool.slice(spool_from - first_spool_row))
+    rest = spool.slice(spool_from - first_spool_row)
+    _check_order(p, rest, last_mono)
+    tables.append(rest)
     schema = spool.schema
     out = pa.concat_tables([t.cast(schema) if t.schema != schema else t for t in tables])
     from stroboscope.sampling._frame import Frame  # the one frame type (pyarrow-backed here)
@@ -259,8 +220,70 @@ def recover(path: str | os.PathLike[str]) -> Frame:
     return Frame(table, rows_lost=lost)
 
 
+def _read_segment(seg: str, uid: int, want: list[tuple[str, pa.DataType]]) -> pa.Table:
+    """A segment file read whole (it is one segment's rows), checked to be a regular file of the
+    spool's owner with the spool's columns."""
+    fd, st = open_regular(seg, "segment", follow=False)
+    with os.fdopen(fd, "rb") as f:
+        if st.st_uid != uid:
+            raise SpoolError(
+                f"segment {seg} is owned by uid {st.st_uid}, its spool by uid {uid}: not written "
+                f"by the same recording"
+            )
+        try:
+            table = pq.read_table(f)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+    got = [(fld.name, fld.type) for fld in table.schema]
+    if got != want:
+        diff = next(
+            (
+                f"{g[0]} ({g[1]}) where the spool has {w[0]} ({w[1]})"
+                for g, w in zip(got, want)
+                if g != w
+            ),
+            f"{len(got)} columns where the spool has {len(want)}",
+        )
+        raise SpoolError(f"segment {seg} has another schema than its spool: column {diff}")
+    return table
+
+
+def _first_row(seg: str, table: pa.Table, head: int) -> int:
+    """The segment's ``stroboscope.first_row``: a row index whose rows the spool has counted."""
+    key = FIRST_ROW_KEY.decode()
+    raw = (table.schema.metadata or {}).get(FIRST_ROW_KEY)
+    if raw is None:
+        raise SpoolError(f"segment {seg} has no {key} metadata")
+    text = raw.decode("ascii", "replace")
+    if not _ROW_INDEX_RE.fullmatch(text):
+        raise SpoolError(f"segment {seg} has metadata {key} = {text[:40]!r}, not a row index")
+    first = int(text)
+    if first + table.num_rows > head:
+        raise SpoolError(
+            f"segment {seg} has metadata {key} = {first} with {table.num_rows} rows, past the "
+            f"{head} rows its spool's head field counts"
+        )
+    return first
+
+
+def _check_order(name: str, table: pa.Table, last_mono: int) -> int:
+    """``last_mono`` after ``table``, whose mono_ns must go on from it without going back."""
+    if table.num_rows == 0:
+        return last_mono
+    mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
+    if mono[0] < last_mono or np.any(np.diff(mono) < 0):
+        raise SpoolError(
+            f"{name} has rows out of order (mono_ns goes back): its {FIRST_ROW_KEY.decode()} or "
+            f"the spool's counters do not match the rows"
+        )
+    return int(mono[-1])
+
+
 def remove_spool(path: str | os.PathLike[str]) -> None:
-    """Delete a spool file and its segments (after their rows were written elsewhere)."""
-    for seg in segment_paths(path):
-        seg.unlink(missing_ok=True)
+    """Delete a spool file and its segments (after their rows were written elsewhere), and the
+    temporary file of a segment whose writer died half-way (``.NAME.seg-N.parquet.*.tmp``)."""
+    directory, name = os.path.split(os.fspath(path))
+    pattern = os.path.join(glob.escape(directory), glob.escape("." + name) + ".seg-*.parquet.*.tmp")
+    for p in [*segment_paths(path), *map(Path, glob.glob(pattern))]:
+        p.unlink(missing_ok=True)
     Path(path).unlink(missing_ok=True)

@@ -1,0 +1,199 @@
+"""Opening a spool or segment file for reading, and checking a spool's header against its file.
+
+Standard library only (the watchdog child reads spools without the extension). Every check
+happens before anything is mapped or read in bulk: the file must be a regular file (a FIFO, a
+device or a directory is refused at once, never read), the header's every field must agree with
+the layout and the file's size, and every error is a :class:`SpoolError` naming the file and
+the field.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import struct
+from typing import Any
+
+from stroboscope.recording import _layout
+
+MAGIC = _layout.MAGIC
+VERSION = _layout.VERSION
+SCHEMA_OFFSET = _layout.SCHEMA_OFFSET
+FIELDS = {name: (offset, code) for name, offset, code in _layout.FIELDS}
+COUNTERS = struct.Struct("<QQ")  # write_begin, head: adjacent in the layout
+COUNTERS_OFFSET = FIELDS["write_begin"][0]
+assert FIELDS["head"][0] == COUNTERS_OFFSET + 8
+
+MAX_COUNTER = 1 << 62
+"""Largest believable row counter (at 1 MHz, 146,000 years of rows)."""
+MAX_NS = 1 << 62
+"""Largest believable time in ns (a UTC time in 2116, an uptime of 146 years): with it, a
+``mono_ns`` plus the anchor always fits in an int64."""
+MAX_CAPACITY = 1 << 40
+MAX_COLUMNS = 1 << 16
+MAX_SCHEMA = 1 << 24
+CLOCK_SLACK_NS = 86_400 * 10**9  # the anchor and the creation time are taken apart: a day
+DTYPES = ("int64", "float64")
+KINDS = ("gauge", "counter", "rate")
+
+
+class SpoolError(ValueError):
+    """A file that is not a readable spool: the message says what is wrong with it."""
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def open_regular(path: str, what: str, *, follow: bool = True) -> tuple[int, os.stat_result]:
+    """An fd open for reading on ``path`` and its stat, when it is a regular file.
+
+    Opened ``O_NONBLOCK`` (a FIFO is refused, never waited on) and, unless ``follow``, with
+    ``O_NOFOLLOW``. ``what`` ("spool", "segment") starts every error message.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise SpoolError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow and os.path.islink(path):
+            raise SpoolError(
+                f"{what} {path} is a symbolic link: stroboscope writes segments as regular files"
+            ) from None
+        raise SpoolError(f"{what} {path} cannot be opened: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SpoolError(
+                f"{what} {path} is {_kind_of(st.st_mode)}, not a regular file: not a spool"
+                if what == "spool"
+                else f"{what} {path} is {_kind_of(st.st_mode)}, not a regular file"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    out = b""
+    while len(out) < size:
+        chunk = os.pread(fd, size - len(out), offset + len(out))
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def read_header(path: str, fd: int, size: int) -> dict[str, Any]:
+    """Every header field of the spool open on ``fd`` (``size`` bytes), checked against the layout
+    and the file; SpoolError naming the file and the field otherwise. Reads the fixed header and
+    the schema only."""
+    if size == 0:
+        raise SpoolError(f"{path} is empty (0 bytes): not a stroboscope spool")
+    fixed = _pread(fd, SCHEMA_OFFSET, 0)
+    if fixed[:8] != MAGIC[: min(8, len(fixed))]:
+        raise SpoolError(
+            f"{path} is not a stroboscope spool (starts with {fixed[:8]!r}, expected {MAGIC!r})"
+        )
+    if len(fixed) < SCHEMA_OFFSET:
+        raise SpoolError(f"{path} is truncated: {size} bytes, shorter than a spool header")
+
+    def field(name: str) -> Any:
+        offset, code = FIELDS[name]
+        return struct.unpack_from("<8s" if code == "s" else "<" + code, fixed, offset)[0]
+
+    def corrupt(name: str, value: Any, why: str) -> SpoolError:
+        return SpoolError(f"{path} has a corrupt header: field {name} = {value} {why}")
+
+    h: dict[str, Any] = {name: field(name) for name in FIELDS}
+    if h["version"] != VERSION:
+        raise SpoolError(
+            f"{path} is a spool of format version {h['version']}; this stroboscope reads "
+            f"version {VERSION}"
+        )
+    cap, ncols, words = h["capacity"], h["columns"], h["words"]
+    header, schema_len = h["header_size"], h["schema_size"]
+    if cap < 2 or cap & (cap - 1) or cap > MAX_CAPACITY:
+        raise corrupt("capacity", cap, f"(a power of two from 2 to {MAX_CAPACITY} rows)")
+    if not 1 <= ncols <= MAX_COLUMNS:
+        raise corrupt("columns", ncols, f"(from 1 to {MAX_COLUMNS})")
+    if words != (cap + 63) // 64:
+        raise corrupt("words", words, f"(capacity {cap} needs {(cap + 63) // 64})")
+    if schema_len > MAX_SCHEMA:
+        raise corrupt("schema_size", schema_len, f"(at most {MAX_SCHEMA} bytes)")
+    if header % _layout.PAGE or header < SCHEMA_OFFSET + schema_len:
+        raise corrupt(
+            "header_size",
+            header,
+            f"(a multiple of {_layout.PAGE} holding the {schema_len}-byte schema)",
+        )
+    expected = header + 8 * ncols * cap + 8 * (ncols * words + 1)
+    if h["total_size"] != expected:
+        raise corrupt("total_size", h["total_size"], f"(the layout gives {expected} bytes)")
+    if size < expected:
+        raise SpoolError(f"{path} is truncated: {size} of {expected} bytes")
+    if not 0 < h["interval_ns"] < MAX_NS:
+        raise corrupt("interval_ns", h["interval_ns"], "(a sampling interval > 0)")
+    created, anchor = h["created_ns"], h["anchor_ns"]
+    if not 0 < created < MAX_NS:
+        raise corrupt("created_ns", created, "(a UTC time in ns between 1970 and 2116)")
+    # anchor = realtime - monotonic, and monotonic >= 0 when the spool was created.
+    if not created - MAX_NS < anchor <= created + CLOCK_SLACK_NS:
+        raise corrupt("anchor_ns", anchor, f"(the creation time {created} minus an uptime)")
+    begin, head = h["write_begin"], h["head"]
+    if head >= MAX_COUNTER:
+        raise corrupt("head", head, f"(a row counter below {MAX_COUNTER})")
+    if head > begin or begin > head + 1:
+        raise SpoolError(
+            f"{path} has corrupt counters: fields write_begin {begin} and head {head} (write_begin "
+            f"is head or head + 1)"
+        )
+    h["fields"] = _read_schema(path, _pread(fd, schema_len, SCHEMA_OFFSET), ncols)
+    h["uid"] = os.fstat(fd).st_uid
+    return h
+
+
+def _read_schema(path: str, raw: bytes, ncols: int) -> list[tuple[str, str, str, str]]:
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise SpoolError(f"{path} has a corrupt schema (not UTF-8)") from None
+    lines = [tuple(ln.split("\t")) for ln in text.splitlines()]
+    if len(lines) != ncols or any(len(f) != 4 for f in lines):
+        raise SpoolError(
+            f"{path} has a corrupt schema ({len(lines)} lines for header field columns = {ncols})"
+        )
+    fields: list[tuple[str, str, str, str]] = [(f[0], f[1], f[2], f[3]) for f in lines]
+    if fields[0][0] != "mono_ns" or fields[0][2] != "int64":
+        raise SpoolError(f"{path} has a corrupt schema (the first column must be mono_ns, int64)")
+    seen: set[str] = set()
+    for name, _unit, dtype, kind in fields:
+        if not name or name in seen or name == "time":
+            raise SpoolError(
+                f"{path} has a corrupt schema (column name {name!r} empty or repeated)"
+            )
+        seen.add(name)
+        if dtype not in DTYPES:
+            raise SpoolError(
+                f"{path} has a corrupt schema (column {name!r} has dtype {dtype!r}; known: "
+                f"{', '.join(DTYPES)})"
+            )
+        if kind not in KINDS:
+            raise SpoolError(
+                f"{path} has a corrupt schema (column {name!r} has kind {kind!r}; known: "
+                f"{', '.join(KINDS)})"
+            )
+    return fields
