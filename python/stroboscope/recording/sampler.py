@@ -24,6 +24,7 @@ from stroboscope.sampling._checks import (
     check_capacity,
     check_interval,
     check_new_file,
+    check_path,
 )
 
 if TYPE_CHECKING:
@@ -36,7 +37,8 @@ DUMP_FORMATS = ("csv", "parquet")
 
 def check_spool(spool: str | os.PathLike[str]) -> str:
     """A spool path that may be created: absent, its segments absent, in a directory you own."""
-    path = os.path.abspath(os.fspath(spool))
+    spool = check_path("spool", spool)  # bytes, "" (the working directory) or a NUL: refused
+    path = os.path.abspath(spool)
     if os.path.lexists(path) or segment_paths(path):
         # Starting over would truncate a recording nobody has recovered yet, and its segments
         # would be read back as if they belonged to the new one.
