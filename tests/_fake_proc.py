@@ -34,23 +34,49 @@ class FakeProc:
         self.root = root
         self._stat_rest = (root / "stat").read_text().splitlines()[1:]
         self._dev_lines = (root / "net" / "dev").read_text().splitlines()
+        self._disk_lines = (root / "diskstats").read_text().splitlines()
+        self._pid_stat = (root / str(PID) / "stat").read_text().split()
         self.user_ticks = 10_000  # aggregate "cpu" line, in USER_HZ ticks
         self.idle_ticks = 100_000
         self.eth0_sent = 1_000  # bytes
         self.eth0_recv = 2_000
+        self.vda_written_sectors = 5_000  # 512-byte sectors
+        self.pid_utime = 17  # USER_HZ ticks of process PID
         self._write()
 
-    def advance(self, *, user: int = 0, idle: int = 0, sent: int = 0, recv: int = 0) -> None:
-        """Add to the counters (USER_HZ ticks, bytes) and rewrite the files."""
+    def advance(
+        self,
+        *,
+        user: int = 0,
+        idle: int = 0,
+        sent: int = 0,
+        recv: int = 0,
+        written_sectors: int = 0,
+        pid_utime: int = 0,
+    ) -> None:
+        """Add to the counters (USER_HZ ticks, bytes, sectors) and rewrite the files."""
         self.user_ticks += user
         self.idle_ticks += idle
         self.eth0_sent += sent
         self.eth0_recv += recv
+        self.vda_written_sectors += written_sectors
+        self.pid_utime += pid_utime
         self._write()
 
     def _write(self) -> None:
         cpu = f"cpu  {self.user_ticks} 0 0 {self.idle_ticks} 0 0 0 0 0 0"
         _rewrite(self.root / "stat", "\n".join([cpu, *self._stat_rest]) + "\n")
+        fields = list(self._pid_stat)
+        fields[13] = str(self.pid_utime)  # field 14 of /proc/PID/stat: utime
+        _rewrite(self.root / str(PID) / "stat", " ".join(fields) + "\n")
+        disks = []
+        for line in self._disk_lines:
+            parts = line.split()
+            if parts[2] == "vda":
+                parts[9] = str(self.vda_written_sectors)  # field 10: sectors written
+                line = " ".join(parts)
+            disks.append(line)
+        _rewrite(self.root / "diskstats", "\n".join(disks) + "\n")
         lines = []
         for line in self._dev_lines:
             if line.strip().startswith("eth0:"):
