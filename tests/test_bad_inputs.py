@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -69,8 +70,44 @@ def copy_since_huge(ctx: Ctx) -> object:
 
 
 KNOWN = r"known sources: cpu, cpu_cores"
+FINITE = r"^interval must be a finite number of seconds in \[0\.0001, 3600\], got "
+WITHIN = r"^interval must be within \[0\.0001, 3600\] seconds \(100 µs to 1 h\), got "
+CAPACITY = r"^capacity must be within \[2, 1073741824\] rows, got "
 BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
     # -- numbers -------------------------------------------------------------------------------
+    ("interval-0", lambda ctx: sampling.Sampler(0), ValueError, FINITE + "int 0"),
+    ("interval-negative", lambda ctx: sampling.Sampler(-1.0), ValueError, FINITE + "float -1.0"),
+    ("interval-nan", lambda ctx: sampling.Sampler(math.nan), ValueError, FINITE + "float nan"),
+    ("interval-inf", lambda ctx: sampling.Sampler(math.inf), ValueError, FINITE + "float inf"),
+    ("interval-50us", lambda ctx: sampling.Sampler(0.00005), ValueError, WITHIN + "float 5e-05"),
+    ("interval-3601s", lambda ctx: sampling.Sampler(3601.0), ValueError, WITHIN + "float 3601"),
+    (
+        "interval-str",
+        lambda ctx: sampling.Sampler("1"),  # type: ignore[arg-type]
+        TypeError,
+        r"^interval must be a number of seconds \(int or float\), got str '1'",
+    ),
+    (
+        "interval-bool",
+        lambda ctx: sampling.Sampler(True),
+        TypeError,
+        r"^interval must be a number of seconds \(int or float\), got bool True",
+    ),
+    ("capacity-1", base(capacity=1), ValueError, CAPACITY + "int 1"),
+    ("capacity-0", base(capacity=0), ValueError, CAPACITY + "int 0"),
+    ("capacity-2**40", base(capacity=1 << 40), ValueError, CAPACITY + "int 1099511627776"),
+    (
+        "capacity-float",
+        base(capacity=2.5),
+        TypeError,
+        r"^capacity must be an int \(rows\), got float 2\.5",
+    ),
+    (
+        "rate_window-negative",
+        base(sources=["network"], rate_window=-1),
+        ValueError,
+        r"^rate_window must be a number of seconds in \[0, 3600\], got int -1",
+    ),
     (
         "interval-beyond-float",
         lambda ctx: sampling.Sampler(10**400),
@@ -142,6 +179,31 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         r"^sources entries must be source names \(str\), got bytes b'cpu'; " + KNOWN,
     ),
     (
+        "sources-unknown",
+        base(sources=["cpux"]),
+        ValueError,
+        r"^unknown source 'cpux' in sources; " + KNOWN,
+    ),
+    ("sources-empty", base(sources=[]), ValueError, r"^sources must name at least one source"),
+    (
+        "sources-twice",
+        base(sources=["cpu", "cpu"]),
+        ValueError,
+        r"^source 'cpu' is listed twice in sources",
+    ),
+    (
+        "sources-not-a-multiple",
+        base(sources={"memory": 0.015}),
+        ValueError,
+        r"^sources\['memory'\] = 0\.015 s must be a whole multiple of the base interval 0\.01 s",
+    ),
+    (
+        "sources-one-string",
+        base(sources="cpu"),
+        TypeError,
+        r"^sources must be a list .* not a string; did you mean sources=\['cpu'\]\?",
+    ),
+    (
         "sources-comma-string",
         base(sources="cpu,memory"),
         TypeError,
@@ -187,6 +249,19 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
     ),
     # -- processes and GPUs --------------------------------------------------------------------
     ("pid-str", base(pid="x"), TypeError, r"^pid must be an int \(a process id\) or None, got str"),
+    (
+        "pid-absent",
+        base(pid=999_999_999),
+        ValueError,
+        r"^pid 999999999 does not exist \(no /proc/999999999/stat\)",
+    ),
+    ("pid-negative", base(pid=-3), ValueError, r"^pid must be a positive process id, got int -3"),
+    (
+        "disk_paths-absent",
+        base(sources=["disk"], disk_paths=["/no/such/dir"]),
+        ValueError,
+        r"^disk_paths entry '/no/such/dir' is not an existing directory",
+    ),
     (
         "available_sources-pid-str",
         lambda ctx: stroboscope.available_sources(pid="x"),  # type: ignore[arg-type]

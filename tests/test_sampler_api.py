@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import time
 
@@ -10,37 +9,8 @@ import pytest
 import stroboscope
 from stroboscope import Sampler
 
-
-@pytest.mark.parametrize(
-    ("interval", "exc", "fragment"),
-    [
-        (0, ValueError, "interval"),
-        (-1.0, ValueError, "interval"),
-        (math.nan, ValueError, "interval"),
-        (math.inf, ValueError, "interval"),
-        (0.00005, ValueError, "100 µs to 1 h"),
-        (3601.0, ValueError, "100 µs to 1 h"),
-        ("1", TypeError, "interval must be a number"),
-        (True, TypeError, "interval must be a number"),
-    ],
-)
-def test_bad_interval_names_argument_and_range(interval: object, exc: type, fragment: str) -> None:
-    with pytest.raises(exc, match=fragment):
-        Sampler(interval)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("capacity", "exc", "fragment"),
-    [
-        (1, ValueError, "capacity must be within"),
-        (0, ValueError, "capacity"),
-        (1 << 40, ValueError, "capacity must be within"),
-        (2.5, TypeError, "capacity must be an int"),
-    ],
-)
-def test_bad_capacity(capacity: object, exc: type, fragment: str) -> None:
-    with pytest.raises(exc, match=fragment):
-        Sampler(0.01, capacity=capacity)  # type: ignore[arg-type]
+# Bad arguments (interval, capacity, sources, pid, disk_paths, ...) are rows of the one table
+# of bad inputs in test_bad_inputs.py.
 
 
 def test_capacity_rounds_up_to_power_of_two() -> None:
@@ -48,35 +18,10 @@ def test_capacity_rounds_up_to_power_of_two() -> None:
     assert s.stats().capacity == 1024
 
 
-def test_unknown_source_lists_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown source 'cpux'.*known sources: cpu, cpu_cores"):
-        Sampler(0.01, sources=["cpux"])
-    with pytest.raises(TypeError, match="not a string"):
-        Sampler(0.01, sources="cpu")
-    with pytest.raises(ValueError, match="at least one source"):
-        Sampler(0.01, sources=[])
-
-
-def test_source_interval_must_be_multiple_of_base() -> None:
-    with pytest.raises(ValueError, match=r"sources\['memory'\].*whole multiple"):
-        Sampler(0.01, sources={"memory": 0.015})
+def test_source_interval_is_a_multiple_of_the_base() -> None:
     s = Sampler(0.01, sources={"memory": 0.05, "cpu": None})
     every = {src.name: src.every for src in s.stats().sources}
     assert every == {"memory": 5, "cpu": 1}
-
-
-def test_bad_pid() -> None:
-    with pytest.raises(ValueError, match="pid 999999999 does not exist"):
-        Sampler(0.01, pid=999999999)
-    with pytest.raises(ValueError, match="pid must be a positive"):
-        Sampler(0.01, pid=-3)
-    with pytest.raises(TypeError, match="pid must be an int"):
-        Sampler(0.01, pid="1")  # type: ignore[arg-type]
-
-
-def test_bad_disk_path() -> None:
-    with pytest.raises(ValueError, match="disk_paths entry '/no/such/dir'"):
-        Sampler(0.01, disk_paths=["/no/such/dir"])
 
 
 def test_default_schema_has_units_and_seed_columns() -> None:
