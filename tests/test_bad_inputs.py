@@ -152,6 +152,15 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         ValueError,
         r"^first_row must be a row index in \[0, 2\*\*63 - 1\], got an int of 22 digits",
     ),
+    (
+        "gpu_sample_interval-spooled",
+        lambda ctx: stroboscope.Sampler(
+            0.01, sources=["memory"], spool="run.spool", capacity=4096, gpu_sample_interval=-1
+        ),
+        ValueError,
+        r"^gpu_sample_interval must be a finite number of seconds in \[0\.0001, 3600\], got "
+        r"int -1",
+    ),
     # -- booleans ------------------------------------------------------------------------------
     (
         "net_include_loopback-str",

@@ -135,6 +135,7 @@ class Sampler:
         options.rate_window_ns = check_window("rate_window", rate_window)
         options.net_include_loopback = check_bool("net_include_loopback", net_include_loopback)
         want_gpu_samples = check_bool("gpu_samples", gpu_samples)
+        gpu_every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
         defaults = list(_core.default_source_names(options))
         specs = check_sources(sources, self._interval, defaults)
         if gpus is not None and "gpu" not in {name for name, _ in specs}:
@@ -150,8 +151,7 @@ class Sampler:
         self._gpu_recorder: _core.GpuSampleRecorder | None = None
         self._gpu_labels: dict[int, int] = {}
         if want_gpu_samples and any(name == "gpu" for name, _ in specs):
-            every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
-            self._gpu_recorder = _core.GpuSampleRecorder(devices, round(every_s * 1e9), 1 << 18)
+            self._gpu_recorder = _core.GpuSampleRecorder(devices, round(gpu_every_s * 1e9), 1 << 18)
             found = list(self._gpu_recorder.devices)
             self._gpu_labels = {
                 idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(found)
