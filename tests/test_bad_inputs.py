@@ -353,3 +353,14 @@ def test_path_objects_are_accepted_where_paths_are(tmp_path: Path) -> None:
     assert total == vfs.f_blocks * vfs.f_frsize
     single = sampling.Sampler(0.01, sources=["disk"], disk_paths=tmp_path)
     assert single.columns == sampling.Sampler(0.01, sources=["disk"], disk_paths=[tmp_path]).columns
+
+
+def test_the_ring_bound_counts_what_the_ring_allocates() -> None:
+    from stroboscope import _core
+    from stroboscope.sampling._checks import ring_bytes
+
+    s = sampling.Sampler(0.01, capacity=1000)
+    options = _core.SourceOptions()
+    columns = 1 + sum(len(_core.source_columns(src.name, options)) for src in s.stats().sources)
+    assert columns == len(s.columns) - 1  # every column but time lives in the ring
+    assert ring_bytes(1024, columns) == s.stats().ring_bytes
