@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import ctypes
+import gc
 import os
 import stat
 import time
@@ -12,20 +14,34 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _fake_proc import PID, FakeProc
 from stroboscope import Frame, Sampler
+
+ROWS = 64
 
 
 @pytest.fixture(scope="module")
-def frame() -> Frame:
-    s = Sampler(0.001, sources={"memory": None, "cpu": 0.004}, capacity=1 << 12)
-    with s:
-        time.sleep(0.1)
+def frame(tmp_path_factory: pytest.TempPathFactory) -> Frame:
+    # Deterministic ticks on a recorded /proc whose CPU counters advance by user 1, idle 3 after
+    # every tick: cpu is due every 4th tick and reads 25 % busy. No sleeping, no luck.
+    fake = FakeProc(tmp_path_factory.mktemp("frame") / "proc")
+    s = Sampler(
+        0.001,
+        pid=PID,
+        sources={"memory": None, "cpu": 0.004},
+        capacity=1 << 12,
+        cpu_window=0,
+        proc_root=str(fake.root),
+    )
+    for _ in range(ROWS):
+        s.tick_now(1)
+        fake.advance(user=1, idle=3)
     return s.snapshot()
 
 
 def test_pyarrow_table_types_and_units(frame: Frame) -> None:
     table = pa.table(frame)
-    assert table.num_rows == len(frame) > 20
+    assert table.num_rows == len(frame) == ROWS
     assert table.schema.field("time").type == pa.timestamp("ns", tz="UTC")
     assert table.schema.field("mono_ns").type == pa.int64()
     assert table.schema.field("mem.util_pct").type == pa.float64()
@@ -46,9 +62,12 @@ def test_null_cells_where_source_not_due(frame: Frame) -> None:
     mem = table.column("mem.util_pct")
     cpu = table.column("cpu.util_pct")
     assert mem.null_count == 0
-    # cpu is read every 4th tick (and its first read has no previous reading: null).
-    assert cpu.null_count >= (len(frame) * 3) // 4
-    assert cpu.null_count < len(frame)
+    # cpu is read on ticks 0, 4, 8, ...; its first read has no previous reading: null too.
+    due = [i for i in range(ROWS) if i % 4 == 0 and i > 0]
+    valid = cpu.is_valid().to_numpy(zero_copy_only=False)
+    assert np.flatnonzero(valid).tolist() == due
+    # 4 ticks of user +1, idle +3 between reads: 25 % busy.
+    assert [cpu[i].as_py() for i in due] == [pytest.approx(25.0)] * len(due)
 
 
 def test_capsules_zero_copy(frame: Frame) -> None:
@@ -61,19 +80,56 @@ def test_capsules_zero_copy(frame: Frame) -> None:
     assert pa.schema(frame).names == frame.column_names
 
 
-def test_frame_outlives_sampler_and_arrow_outlives_frame() -> None:
-    s = Sampler(0.001, sources=["memory"])
-    with s:
-        time.sleep(0.02)
-    f = s.snapshot()
-    del s
-    table = pa.table(f)
-    expect = table.column("mem.total_bytes").to_pylist()
-    del f
-    import gc
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
+
+def _malloc_in_use() -> int:
+    """Bytes the C allocator has handed out and not had back (glibc's mallinfo2)."""
+    libc = ctypes.CDLL(None)
+    if not hasattr(libc, "mallinfo2"):
+        pytest.skip("needs glibc >= 2.33 (mallinfo2) to see the C++ frame's memory")
+    libc.mallinfo2.restype = _MallInfo2
     gc.collect()
+    info = libc.mallinfo2()
+    return int(info.uordblks) + int(info.hblkhd)
+
+
+def test_arrow_buffers_keep_the_frame_alive() -> None:
+    # Reading the values back after `del frame` would pass even if the buffers were freed (the
+    # bytes are still there): instead, watch the allocator. The frame's buffers (50,000 rows
+    # x 6 columns x 8 bytes, 2.4 MB) must stay allocated while an Arrow table uses them and
+    # go back to the allocator when the last table goes.
+    s = Sampler(0.001, sources=["memory"], capacity=1 << 16)
+    s.tick_now(50_000)
+    expected_bytes = 50_000 * 6 * 8
+    before = _malloc_in_use()
+    f = s.snapshot()
+    assert _malloc_in_use() - before >= 0.95 * expected_bytes  # the allocator sees the frame
+    del s  # (its ring may go now)
+    table = f.to_arrow()
+    expect = table.column("mem.total_bytes").to_pylist()
+    with_frame = _malloc_in_use()
+    del f
+    with_table = _malloc_in_use()
+    assert with_frame - with_table < 0.05 * expected_bytes  # nothing freed: the table holds it
     assert table.column("mem.total_bytes").to_pylist() == expect
+    del table
+    assert with_table - _malloc_in_use() >= 0.95 * expected_bytes  # freed with the last user
 
 
 def test_polars_and_duckdb_read_the_frame(frame: Frame) -> None:

@@ -68,43 +68,72 @@ def test_process_rss_threads_and_memory_percent() -> None:
             w.join()
 
 
-def test_process_io_and_context_switches() -> None:
+def test_process_io_and_context_switches(tmp_path: Path) -> None:
     me = psutil.Process()
     s = Sampler(0.01, sources=["process_io"])
-    s.tick_now(1)
+    # psutil reads /proc/self/io and /proc/self/status on both sides of each tick: since-start
+    # counters are bracketed exactly by [inner delta, outer delta].
     io0, ctx0 = me.io_counters(), me.num_ctx_switches()
-    for _ in range(200):
-        time.sleep(0)  # voluntary switches
-        os.sched_yield()
-    time.sleep(0.01)
-    io1, ctx1 = me.io_counters(), me.num_ctx_switches()
     s.tick_now(1)
+    io1, ctx1 = me.io_counters(), me.num_ctx_switches()
+    for _ in range(200):
+        time.sleep(0.0001)  # each real sleep blocks: one voluntary switch at least
+    blob = tmp_path / "blob"
+    with open(blob, "wb") as f:
+        f.write(os.urandom(MiB))
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(blob, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # so the read below hits storage
+        while os.read(fd, 1 << 16):
+            pass
+    finally:
+        os.close(fd)
+    io2, ctx2 = me.io_counters(), me.num_ctx_switches()
+    s.tick_now(1)
+    io3, ctx3 = me.io_counters(), me.num_ctx_switches()
     row = last_row(s)
-    # Since-start counters: our delta must cover psutil's delta measured inside our interval.
-    assert row["proc.ctx_voluntary"] >= ctx1.voluntary - ctx0.voluntary
-    assert row["proc.ctx_voluntary"] <= ctx1.voluntary - ctx0.voluntary + 50
-    assert row["proc.read_bytes"] is not None and row["proc.read_bytes"] >= 0
-    assert row["proc.write_bytes"] >= io1.write_bytes - io0.write_bytes
+    for column, field in (
+        ("proc.read_bytes", "read_bytes"),
+        ("proc.write_bytes", "write_bytes"),
+    ):
+        inner = getattr(io2, field) - getattr(io1, field)
+        outer = getattr(io3, field) - getattr(io0, field)
+        assert inner <= row[column] <= outer, column
+    inner = ctx2.voluntary - ctx1.voluntary
+    assert inner >= 200  # the sleeps above
+    assert inner <= row["proc.ctx_voluntary"] <= ctx3.voluntary - ctx0.voluntary
 
 
 def test_process_cpu_percent_of_a_busy_child() -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"]
+        [sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<60: pass"]
     )
     try:
-        time.sleep(0.2)  # past interpreter start-up
-        s = Sampler(0.01, pid=child.pid, sources=["process"])
-        with s:
-            time.sleep(0.8)
-        cpu = [
-            v for v in s.snapshot().to_arrow().column("proc.cpu_pct").to_pylist() if v is not None
-        ]
+        me = psutil.Process(child.pid)
+        s = Sampler(0.01, pid=child.pid, sources=["process"], cpu_window=0)
+        # psutil reads the child's /proc/PID/stat on both sides of each tick, so the CPU time
+        # between our two reads is bracketed; divided by the interval between the rows' own
+        # timestamps, so is our percentage (± one 10 ms tick of /proc's resolution per read).
+        c0 = sum(me.cpu_times()[:2])
+        s.tick_now(1)
+        c1 = sum(me.cpu_times()[:2])
+        time.sleep(0.5)
+        c2 = sum(me.cpu_times()[:2])
+        s.tick_now(1)
+        c3 = sum(me.cpu_times()[:2])
     finally:
+        child.kill()
         child.wait()
-    # A spinning child uses one core: ~100 %. Values come every cpu_window (0.1 s); the machine is
-    # shared, so allow for stolen time.
-    assert 4 <= len(cpu) <= 9
-    assert 60.0 < sum(cpu) / len(cpu) < 110.0
+    table = s.snapshot().to_arrow()
+    mono = table.column("mono_ns").to_pylist()
+    pct = table.column("proc.cpu_pct").to_pylist()
+    seconds = (mono[1] - mono[0]) / 1e9
+    assert pct[0] is None  # no previous reading
+    assert c2 - c1 > 0.05  # the child did spin between our reads
+    tick = 0.01
+    assert (c2 - c1 - tick) / seconds * 100 <= pct[1] <= (c3 - c0 + tick) / seconds * 100
 
 
 def test_system_cpu_percent_matches_psutil_over_busy_interval() -> None:
@@ -139,7 +168,11 @@ def test_network_counters_match_psutil_deltas() -> None:
     # Our window contains psutil's; other traffic in the gaps is small.
     assert sent1 - sent0 <= row["net.sent_bytes"] <= sent1 - sent0 + 256 * 1024
     assert recv1 - recv0 <= row["net.recv_bytes"] <= recv1 - recv0 + 256 * 1024
-    assert row["net.sent_bytes_per_s"] >= 0
+    # The rate over a window of >= rate_window (0.1 s) is the bytes over the rows' own interval.
+    mono = s.snapshot().to_arrow().column("mono_ns").to_pylist()
+    seconds = (mono[1] - mono[0]) / 1e9
+    assert row["net.sent_bytes_per_s"] == pytest.approx(row["net.sent_bytes"] / seconds)
+    assert row["net.recv_bytes_per_s"] == pytest.approx(row["net.recv_bytes"] / seconds)
 
 
 def test_disk_usage_matches_psutil(tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from stroboscope.compat import AbstractBackendSender, StatsDict, SystemMonitor
@@ -443,20 +444,52 @@ def test_too_slow_sender_drops_oldest(caplog: pytest.LogCaptureFixture) -> None:
     assert any("too slow" in r.getMessage() for r in caplog.records)
 
 
+class Gated(AbstractBackendSender):
+    """Held in publish() until the test releases it: as slow as wanted, with no sleeping."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.events: list[dict[str, Any]] = []
+        self.closed = 0
+
+    def publish(self, event: StatsDict, **kwargs: Any) -> None:
+        self.entered.set()
+        self.release.wait(60)
+        self.events.append(dict(event))
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_monitor_sampling_and_other_senders_are_not_held_by_a_slow_one() -> None:
-    slow = Slow(0.3)  # three times slower than the publishing rate
+    gated = Gated()
     bad = Raising()
     fast: list[dict[str, Any]] = []
-    mon = SystemMonitor(os.getpid(), [slow, bad, fast.append], 0.1, interval=0.01)
+    mon = SystemMonitor(os.getpid(), [gated, bad, fast.append], 0.1, interval=0.01)
     mon.start()
-    time.sleep(1.0)
-    stats = mon.raw_sampler.stats()
-    mon.shutdown()
-    # 1 s at 10 ms is ~100 ticks: a generous bound, the point is that sampling went on.
-    assert stats.ticks_taken >= 50
-    assert len(fast) >= 5  # ~10 windows published while the slow sender handled ~3
-    # shutdown() let the slow sender work through its backlog, then closed everyone once.
-    assert len(slow.events) == len(fast) and slow.closed == 1 and bad.closed == 1
+    try:
+        assert gated.entered.wait(30)  # the gated sender is held on its first event from now on
+        ticks_then, published_then = mon.raw_sampler.stats().ticks_taken, len(fast)
+        # While it is held, the other senders keep receiving and the sampler keeps sampling.
+        assert wait_for(lambda: len(fast) >= published_then + 3)
+        assert mon.raw_sampler.stats().ticks_taken > ticks_then
+        assert gated.events == []  # (still held)
+    finally:
+        gated.release.set()
+        mon.shutdown()
+    # shutdown() let the held sender work through its backlog, then closed everyone once.
+    assert len(gated.events) == len(fast) and gated.closed == 1 and bad.closed == 1
     assert bad.calls == len(fast)
     assert fast[-1] == mon.sampler
 
@@ -464,14 +497,15 @@ def test_monitor_sampling_and_other_senders_are_not_held_by_a_slow_one() -> None
 def test_monitor_with_builtin_senders_end_to_end(tmp_path: Path) -> None:
     csv_sender = CSVSender(tmp_path / "m.csv")
     jsonl_sender = JSONLinesSender(tmp_path / "m.jsonl")
-    mon = SystemMonitor(os.getpid(), [csv_sender, jsonl_sender], 0.2, rank=0)
+    seen: list[dict[str, Any]] = []
+    mon = SystemMonitor(os.getpid(), [csv_sender, jsonl_sender, seen.append], 0.2, rank=0)
     mon.start()
-    time.sleep(0.5)
+    assert wait_for(lambda: len(seen) >= 2)  # two windows published (not: 0.5 s passed)
     mon.shutdown()
     lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     with open(tmp_path / "m.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert len(lines) == len(rows) >= 3
+    assert len(lines) == len(rows) == len(seen) >= 3  # + the last window, at shutdown
     assert set(lines[-1]) - {"time"} == set(mon.sampler)
     assert float(rows[-1]["rank0.network.sent"]) == mon.sampler["rank0.network"]["sent"]  # type: ignore[index]
     assert float(rows[-1]["rank0.memory"]) == pytest.approx(mon.sampler["rank0.memory"])
@@ -481,10 +515,12 @@ def test_sender_threads_end_with_the_monitor() -> None:
     before = {t.ident for t in threading.enumerate()}
     mon = SystemMonitor(os.getpid(), [lambda e: None, lambda e: None], 60)
     mon.start()
+    during = sorted(t.name for t in threading.enumerate() if t.ident not in before)
     mon.shutdown()
     leftover = [t for t in threading.enumerate() if t.ident not in before]
+    # The check sees the threads (one per sender and the monitor's own): a leftover would show.
+    assert during == ["stroboscope-monitor"] + ["stroboscope-sender-CallableSender"] * 2
     assert leftover == []
-    assert os.getpid() > 0
 
 
 # -- the command-line helpers --------------------------------------------------------------------
@@ -504,12 +540,20 @@ def test_parse_sender_spec() -> None:
         parse_sender_spec(":a=1")
 
 
-def test_record_publisher_windows(tmp_path: Path) -> None:
+def test_record_publisher_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
+    import types
 
+    from _fake_proc import PID, FakeProc
     from stroboscope import Sampler
+    from stroboscope.cli import _publish
     from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
 
+    # The publisher's clock is a script and the sampler ticks deterministically on a recorded
+    # /proc whose counters we advance: which window each row falls in, and so every published
+    # value, is known by hand.
+    clock = [1000.0]
+    monkeypatch.setattr(_publish, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     parser = argparse.ArgumentParser()
     add_sender_arguments(parser)
     args = parser.parse_args(
@@ -517,34 +561,38 @@ def test_record_publisher_windows(tmp_path: Path) -> None:
             "--sender",
             f"jsonl:path={tmp_path / 'm.jsonl'}",
             "--publish-every",
-            "0.2",
+            "0.5",
             "--aggregate",
             "max",
         ]
     )
-    sampler = Sampler(0.01, sources=["cpu", "network"])
+    fake = FakeProc(tmp_path / "proc")
+    sampler = Sampler(
+        0.01, pid=PID, sources=["cpu", "network"], cpu_window=0, proc_root=str(fake.root)
+    )
     publisher = RecordPublisher.from_args(args, sampler.columns)
     assert publisher is not None
     assert RecordPublisher.from_args(parser.parse_args([]), sampler.columns) is None
     tables = []
-    with sampler:
-        for _ in range(5):
-            time.sleep(0.1)
-            tables.append(sampler.drain().to_arrow())
-            publisher.feed(tables[-1])
-    tables.append(sampler.drain().to_arrow())
-    publisher.feed(tables[-1])
+    for step in range(1, 6):  # at t = 0.25 ... 1.25 s: windows close at 0.5, 1.0 and at close
+        for busy in (step, 2 * step):  # two rows a step: CPU 10*busy % busy, 100 bytes sent
+            fake.advance(user=busy, idle=10 - busy, sent=100)
+            sampler.tick_now(1)
+        clock[0] += 0.25  # (binary fractions: no rounding in the publisher's comparisons)
+        tables.append(sampler.drain().to_arrow())
+        publisher.feed(tables[-1])
     publisher.close()
     lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
-    assert 2 <= len(lines) <= 4
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    # Row 0 has no CPU % (no previous reading); then 10 % x busy of the step that ended there.
+    assert [line["cpu.util_pct"] for line in lines] == [
+        pytest.approx(40.0),  # steps 1-2: busy 1, 2, 2, 4 (the first is row 0: no reading)
+        pytest.approx(80.0),  # steps 3-4: busy 3, 6, 4, 8
+        pytest.approx(100.0),  # step 5: busy 5, 10
+    ]
+    # A counter publishes its last value: bytes sent since the first row, 100 per row.
+    assert [line["net.sent_bytes"] for line in lines] == [300, 700, 900]
     whole = pa.concat_tables(tables)
-    # A window in which the CPU % had no reading yet has no cpu key (nothing is made up).
-    cpu = [line["cpu.util_pct"] for line in lines if "cpu.util_pct" in line]
-    assert cpu and max(cpu) == pc.max(whole["cpu.util_pct"]).as_py()
-    assert lines[-1]["net.sent_bytes"] == whole["net.sent_bytes"].drop_null()[-1].as_py()
+    assert lines[-1]["net.sent_bytes"] == whole["net.sent_bytes"][-1].as_py()
 
 
 def test_empty_events_write_no_rows(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.spool import remove_spool, segment_paths
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import Sampler as _BaseSampler
-from stroboscope.sampling._checks import check_capacity, check_interval
+from stroboscope.sampling._checks import check_capacity, check_interval, check_path
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11; only for mypy here
@@ -88,7 +88,8 @@ def check_spool_dir(spool: str | os.PathLike[str]) -> str:
 def check_spool(spool: str | os.PathLike[str]) -> str:
     """A spool path that may be created: absent, its segments absent, in a directory where only
     this user can replace files (:func:`check_spool_dir`)."""
-    path = os.path.abspath(os.fspath(spool))
+    spool = check_path("spool", spool)  # bytes, "" (the working directory) or a NUL: refused
+    path = os.path.abspath(spool)
     check_spool_dir(path)
     if os.path.isdir(path):
         raise ValueError(f"spool {os.fspath(spool)!r} is a directory; give a file path")

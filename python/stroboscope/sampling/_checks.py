@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
 from stroboscope import _core
@@ -13,66 +14,181 @@ from stroboscope import _core
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
 MAX_INTERVAL_S = _core.MAX_INTERVAL_NS / 1e9
 MAX_CAPACITY = 1 << 30
+#: Upper bound on a ring's memory, checked before it is allocated: capacity x columns x 8 bytes
+#: (plus one validity bit per cell). 1 GiB holds ~5 million rows of the default sources; a longer
+#: run belongs in a spool, whose segments take the rows out of the ring.
+MAX_RING_BYTES = 1 << 30
+MAX_ROW_INDEX = (1 << 63) - 1
 
 SourcesArg = Union[Sequence[str], Mapping[str, Union[float, None]], None]
+PathsArg = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+
+
+def describe(value: object) -> str:
+    """The type and a short repr of ``value`` for an error message (huge ints abbreviated)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        digits = len(str(abs(value)))
+        return f"an int of {digits} digits ({'-' if value < 0 else ''}~1e{digits - 1})"
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _seconds(name: str, value: object) -> float:
+    """A number of seconds as a float (inf for an int too large for one); TypeError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds (int or float), got {describe(value)}")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond 1.8e308: out of every range below
+        return math.inf
 
 
 def check_interval(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    seconds = float(value)
+    """A sampling interval in seconds, within [MIN_INTERVAL_S, MAX_INTERVAL_S]."""
+    seconds = _seconds(name, value)
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(
             f"{name} must be a finite number of seconds in [{MIN_INTERVAL_S:g}, "
-            f"{MAX_INTERVAL_S:g}], got {value!r}"
+            f"{MAX_INTERVAL_S:g}], got {describe(value)}"
         )
     if seconds < MIN_INTERVAL_S or seconds > MAX_INTERVAL_S:
         raise ValueError(
             f"{name} must be within [{MIN_INTERVAL_S:g}, {MAX_INTERVAL_S:g}] seconds "
-            f"(100 µs to 1 h), got {value!r}"
+            f"(100 µs to 1 h), got {describe(value)}"
         )
     return seconds
 
 
 def check_seconds(name: str, value: object) -> float:
     """Any positive, finite number of seconds (no upper bound: publish periods, timeouts)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    seconds = float(value)
+    seconds = _seconds(name, value)
     if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"{name} must be a positive finite number of seconds, got {value!r}")
+        raise ValueError(
+            f"{name} must be a positive finite number of seconds, got {describe(value)}"
+        )
     return seconds
 
 
 def check_window(name: str, value: object) -> int:
     """A minimum rate window in seconds, [0, 1 h], as nanoseconds."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (0 <= value <= MAX_INTERVAL_S)
-    ):
+    seconds = _seconds(name, value)
+    if not 0 <= seconds <= MAX_INTERVAL_S:  # NaN fails this too
         raise ValueError(
-            f"{name} must be a number of seconds in [0, {MAX_INTERVAL_S:g}], got {value!r}"
+            f"{name} must be a number of seconds in [0, {MAX_INTERVAL_S:g}], got {describe(value)}"
         )
-    return round(value * 1e9)
+    return round(seconds * 1e9)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """A real ``bool``: ``'no'``, ``0`` or ``None`` would read as a choice nobody made."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {describe(value)}")
+    return value
 
 
 def check_capacity(capacity: object, name: str = "capacity") -> int:
     """Rows of a ring in [2, MAX_CAPACITY], rounded up to the power of two the ring holds."""
     if isinstance(capacity, bool) or not isinstance(capacity, int):
-        raise TypeError(f"{name} must be an int (rows), got {type(capacity).__name__}")
+        raise TypeError(f"{name} must be an int (rows), got {describe(capacity)}")
     if capacity < 2 or capacity > MAX_CAPACITY:
-        raise ValueError(f"{name} must be within [2, {MAX_CAPACITY}] rows, got {capacity}")
+        raise ValueError(
+            f"{name} must be within [2, {MAX_CAPACITY}] rows, got {describe(capacity)}"
+        )
     return 1 << (capacity - 1).bit_length()  # the ring needs a power of two: round up
 
 
-def check_pid(pid: object, proc_root: str) -> int:
+def ring_bytes(rows: int, columns: int) -> int:
+    """Memory of a ring of ``rows`` x ``columns`` (8-byte cells plus a validity bit per cell)."""
+    return columns * (rows + (rows + 63) // 64) * 8
+
+
+def check_ring_bytes(rows: int, columns: Sequence[tuple[str, int]], name: str = "capacity") -> None:
+    """Refuse a ring over :data:`MAX_RING_BYTES` before it is allocated.
+
+    Parameters
+    ----------
+    rows : int
+        The ring's capacity in rows (already a power of two).
+    columns : sequence of (source name, number of columns)
+        The columns each source adds (the ring has one more: ``mono_ns``).
+    name : str
+        The argument that set ``rows``, for the message.
+    """
+    ncol = 1 + sum(n for _, n in columns)
+    need = ring_bytes(rows, ncol)
+    if need <= MAX_RING_BYTES:
+        return
+    fit = rows
+    while fit > 2 and ring_bytes(fit, ncol) > MAX_RING_BYTES:
+        fit //= 2
+    parts = ", ".join(f"{src} {n}" for src, n in sorted(columns, key=lambda c: -c[1]))
+    advice = (
+        f"lower {name} to at most {fit} rows or record fewer sources"
+        if ring_bytes(fit, ncol) <= MAX_RING_BYTES
+        else "record fewer sources"
+    )
+    raise ValueError(
+        f"{name}={rows} rows x {ncol} columns (mono_ns 1, {parts}) x 8 bytes needs a "
+        f"{need / (1 << 30):.2f} GiB ring, over the limit of {MAX_RING_BYTES >> 20} MiB; {advice}"
+    )
+
+
+def check_row_index(name: str, value: object) -> int:
+    """A row index in the sampler's lifetime count, [0, 2**63 - 1]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ROW_INDEX:
+        raise ValueError(f"{name} must be a row index in [0, 2**63 - 1], got {describe(value)}")
+    return value
+
+
+def check_path(name: str, value: object) -> str:
+    """A path as ``str`` (``str`` or ``os.PathLike[str]``): not bytes, not empty, no NUL byte."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, (bytes, bytearray)):
+        raise TypeError(
+            f"{name} must be a str path or os.PathLike, got bytes {value!r}; decode it first "
+            "(os.fsdecode)"
+        )
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str path or os.PathLike, got {describe(value)}")
+    if not value:
+        raise ValueError(f"{name} is an empty path; give a non-empty path")
+    if "\0" in value:
+        # The C side would stop at the NUL and use (and create) a shorter, different path.
+        raise ValueError(f"{name} {value!r} contains a NUL byte, which no file path can hold")
+    return value
+
+
+def check_dir_paths(name: str, value: object) -> list[str]:
+    """One directory path or a sequence of them, each an existing directory."""
+    if isinstance(value, (str, bytes, os.PathLike)):
+        value = [value]
+    if not isinstance(value, Iterable):
+        raise TypeError(
+            f"{name} must be a sequence of directory paths (str or os.PathLike), got "
+            f"{describe(value)}"
+        )
+    out: list[str] = []
+    for i, entry in enumerate(value):
+        path = check_path(f"{name}[{i}]", entry)
+        if not os.path.isdir(path):
+            raise ValueError(f"{name} entry {path!r} is not an existing directory")
+        out.append(path)
+    if not out:
+        raise ValueError(f"{name} must name at least one directory, got an empty sequence")
+    return out
+
+
+def check_pid(pid: object, proc_root: str = "/proc") -> int:
+    """A process id that exists under ``proc_root`` (None: the calling process)."""
     if pid is None:
         return os.getpid()
     if isinstance(pid, bool) or not isinstance(pid, int):
-        raise TypeError(f"pid must be an int or None, got {type(pid).__name__}")
+        raise TypeError(f"pid must be an int (a process id) or None, got {describe(pid)}")
     if pid <= 0:
-        raise ValueError(f"pid must be a positive process id, got {pid}")
+        raise ValueError(f"pid must be a positive process id, got {describe(pid)}")
     stat_path = os.path.join(proc_root, str(pid), "stat")
     try:
         with open(stat_path, "rb") as f:
@@ -88,7 +204,7 @@ def check_pid(pid: object, proc_root: str) -> int:
 
 def check_private_dir(name: str, path: str | os.PathLike[str]) -> str:
     """An existing directory owned by this user (where the package may create its files)."""
-    directory = os.path.abspath(os.fspath(path))
+    directory = os.path.abspath(check_path(name, path))
     try:
         st = os.stat(directory)
     except FileNotFoundError:
@@ -105,36 +221,50 @@ def check_private_dir(name: str, path: str | os.PathLike[str]) -> str:
 
 def check_new_file(name: str, path: str | os.PathLike[str]) -> str:
     """A path where a new file may be created: absent, in a directory this user owns."""
-    full = os.path.abspath(os.fspath(path))
+    text = check_path(name, path)
+    full = os.path.abspath(text)
     check_private_dir(name, os.path.dirname(full))
     if os.path.isdir(full):
-        raise ValueError(f"{name} {os.fspath(path)!r} is a directory; give a file path")
+        raise ValueError(f"{name} {text!r} is a directory; give a file path")
     if os.path.lexists(full):
-        raise ValueError(f"{name} {os.fspath(path)!r} already exists; give a new file path")
+        raise ValueError(f"{name} {text!r} already exists; give a new file path")
     return full
+
+
+def _list_form(text: str) -> list[str]:
+    return [part for part in re.split(r"[\s,;]+", text) if part]
 
 
 def check_sources(
     sources: SourcesArg, interval: float, defaults: list[str]
 ) -> list[tuple[str, int]]:
+    """``(source name, every n ticks)`` for the ``sources`` argument (None: ``defaults``)."""
     known = list(_core.source_names())
+    accepted = "a list of source names such as ['cpu', 'memory'] or a {name: interval_s} mapping"
     if sources is None:
         return [(name, 1) for name in defaults]
     if isinstance(sources, str):
         raise TypeError(
-            f"sources must be a list of names or a {{name: interval}} mapping, not a string; "
-            f"did you mean [{sources!r}]? Known sources: {', '.join(known)}"
+            f"sources must be {accepted}, not a string; did you mean "
+            f"sources={_list_form(sources)!r}? Known sources: {', '.join(known)}"
         )
-    items: list[tuple[str, float | None]]
+    items: list[tuple[object, object]]
     if isinstance(sources, Mapping):
         items = list(sources.items())
-    else:
+    elif isinstance(sources, Iterable) and not isinstance(sources, (bytes, bytearray)):
         items = [(name, None) for name in sources]
+    else:
+        raise TypeError(f"sources must be {accepted}, got {describe(sources)}")
     if not items:
         raise ValueError(f"sources must name at least one source; known: {', '.join(known)}")
     out: list[tuple[str, int]] = []
     seen: set[str] = set()
     for name, every_s in items:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"sources entries must be source names (str), got {describe(name)}; "
+                f"known sources: {', '.join(known)}"
+            )
         if name not in known:
             raise ValueError(
                 f"unknown source {name!r} in sources; known sources: {', '.join(known)}"

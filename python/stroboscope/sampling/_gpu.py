@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Union
 
+import pyarrow as pa
+
 from stroboscope import _core
+from stroboscope.sampling._checks import describe
 
 GpusArg = Union[str, Sequence[Union[int, str]], None]
+MAX_GPU_INDEX = (1 << 32) - 1  # NVML indices are C unsigned ints
+_ACCEPTED = "None, 'cuda' or a list of NVML indices (int) and/or GPU UUIDs (str)"
 
 
 def gpu_status() -> dict[str, Any]:
@@ -24,25 +29,28 @@ def gpu_status() -> dict[str, Any]:
     return dict(_core.gpu_status())
 
 
-def _index_of(entry: int | str, what: str) -> int:
-    if isinstance(entry, bool):
-        raise TypeError(f"{what} must be an NVML index (int) or a UUID (str), got {entry!r}")
+def _index_of(entry: object, what: str) -> int:
+    if isinstance(entry, bool) or not isinstance(entry, (int, str)):
+        raise TypeError(
+            f"{what} must be an NVML index (int) or a UUID (str), got {describe(entry)}"
+        )
     if isinstance(entry, int):
-        if entry < 0:
-            raise ValueError(f"{what} must be a non-negative NVML index, got {entry}")
-        return entry
-    if isinstance(entry, str):
-        text = entry.strip()
-        if text.isdigit():
-            return int(text)
-        index = _core.nvml_index_of_uuid(text)
-        if index is None:
+        if not 0 <= entry <= MAX_GPU_INDEX:
             raise ValueError(
-                f"{what} {entry!r} matches no GPU UUID that NVML reports here "
-                f"(see stroboscope.gpu_status())"
+                f"{what} must be an NVML index in [0, {MAX_GPU_INDEX}] (see "
+                f"stroboscope.gpu_status() for the devices here), got {describe(entry)}"
             )
-        return int(index)
-    raise TypeError(f"{what} must be an NVML index (int) or a UUID (str), got {entry!r}")
+        return entry
+    text = entry.strip()
+    if text.isdigit():
+        return _index_of(int(text), what)
+    index = _core.nvml_index_of_uuid(text)
+    if index is None:
+        raise ValueError(
+            f"{what} {entry!r} matches no GPU UUID that NVML reports here "
+            f"(see stroboscope.gpu_status())"
+        )
+    return int(index)
 
 
 def resolve_gpus(gpus: GpusArg) -> tuple[list[int], list[str]]:
@@ -51,9 +59,7 @@ def resolve_gpus(gpus: GpusArg) -> tuple[list[int], list[str]]:
         return [], []
     if isinstance(gpus, str):
         if gpus != "cuda":
-            raise ValueError(
-                f"gpus must be None, 'cuda' or a list of NVML indices/UUIDs, got {gpus!r}"
-            )
+            raise ValueError(f"gpus must be {_ACCEPTED}, got {gpus!r}")
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if visible is None:
             return [], []
@@ -71,11 +77,33 @@ def resolve_gpus(gpus: GpusArg) -> tuple[list[int], list[str]]:
             )
         indices = [_index_of(e, "CUDA_VISIBLE_DEVICES entry") for e in kept]
         labels = [str(i) for i in range(len(indices))]  # CUDA ordinals: gpu.0 is cuda:0
-    else:
+    elif isinstance(gpus, Iterable) and not isinstance(gpus, (bytes, bytearray)):
         indices = [_index_of(e, "gpus entry") for e in gpus]
         labels = []
         if not indices:
             raise ValueError("gpus must name at least one device (or be None for all)")
+    else:
+        raise TypeError(f"gpus must be {_ACCEPTED}, got {describe(gpus)}")
     if len(set(indices)) != len(indices):
         raise ValueError(f"gpus names a device twice: NVML indices {indices}")
     return indices, labels
+
+
+def gpu_sample_table(rows: Mapping[str, Any], labels: Mapping[int, int]) -> pa.Table:
+    """Driver samples (the recorder's columns) as the long table of ``Sampler.gpu_samples()``."""
+    kinds = list(_core.GPU_SAMPLE_KINDS)
+    n = len(rows.get("value", ()))
+    gpu = [labels.get(int(i), int(i)) for i in rows["gpu"]] if n else []
+    return pa.table(
+        {
+            "time": pa.array(rows["time_ns"] if n else [], pa.int64()).cast(
+                pa.timestamp("ns", "UTC")
+            ),
+            "mono_ns": pa.array(rows["mono_ns"] if n else [], pa.int64()),
+            "gpu": pa.array(gpu, pa.int32()),
+            "kind": pa.DictionaryArray.from_arrays(
+                pa.array(rows["kind"] if n else [], pa.int8()), pa.array(kinds, pa.string())
+            ),
+            "value": pa.array(rows["value"] if n else [], pa.float64()),
+        }
+    )

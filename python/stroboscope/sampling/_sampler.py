@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypedDict
 
@@ -17,16 +16,22 @@ import pyarrow as pa
 
 from stroboscope import _core, _lifecycle
 from stroboscope.sampling._checks import (
+    PathsArg,
     SourcesArg,
+    check_bool,
     check_capacity,
+    check_dir_paths,
     check_interval,
     check_new_file,
+    check_path,
     check_pid,
+    check_ring_bytes,
+    check_row_index,
     check_sources,
     check_window,
 )
 from stroboscope.sampling._frame import Frame
-from stroboscope.sampling._gpu import GpusArg, resolve_gpus
+from stroboscope.sampling._gpu import GpusArg, gpu_sample_table, resolve_gpus
 from stroboscope.sampling._schema import TIME_COLUMN, Column
 from stroboscope.sampling._stats import SamplerStats
 
@@ -37,16 +42,16 @@ class SamplerOptions(TypedDict, total=False):
 
     pid: int | None
     sources: SourcesArg
-    disk_paths: Sequence[str]
+    disk_paths: PathsArg
     gpus: GpusArg
     cpu_window: float
     rate_window: float
     net_include_loopback: bool
     gpu_samples: bool
     gpu_sample_interval: float
-    proc_root: str
-    sys_root: str
-    cgroup_root: str
+    proc_root: str | os.PathLike[str]
+    sys_root: str | os.PathLike[str]
+    cgroup_root: str | os.PathLike[str]
 
 
 class Sampler:
@@ -65,8 +70,11 @@ class Sampler:
     capacity : int
         Rows the ring holds (rounded up to a power of two). When full, the oldest rows are
         overwritten and counted in :meth:`stats`. Memory: rows * (columns + 1) * 8 bytes plus one
-        validity bit per cell; see ``stats().ring_bytes``.
-    disk_paths : sequence of str
+        validity bit per cell; see ``stats().ring_bytes``. A ring over 1 GiB
+        (``stroboscope.sampling._checks.MAX_RING_BYTES``) is refused before it is allocated,
+        naming the columns of each source (thousands of cores: thousands of ``cpu_cores``
+        columns).
+    disk_paths : path or sequence of paths (str or os.PathLike)
         Mount points whose usage the ``disk`` source reports (default ``("/",)``).
     gpus : None, "cuda", or sequence of int or str
         Devices of the ``gpu`` source: ``None`` = every GPU NVML sees (columns ``gpu.{nvml
@@ -92,7 +100,7 @@ class Sampler:
         Keep the ring in this new file (created 0600 in a directory you own), mapped
         ``MAP_SHARED``, so every row survives any death of the process. The crash-safe recording
         built on it (segments, recovery, a watchdog) is :class:`stroboscope.Sampler`'s ``spool``.
-    proc_root, sys_root, cgroup_root : str
+    proc_root, sys_root, cgroup_root : str or os.PathLike
         Where procfs, sysfs and the cgroup hierarchy are read from (tests replay recorded trees).
     """
 
@@ -103,7 +111,7 @@ class Sampler:
         pid: int | None = None,
         sources: SourcesArg = None,
         capacity: int = 65536,
-        disk_paths: Sequence[str] = ("/",),
+        disk_paths: PathsArg = ("/",),
         gpus: GpusArg = None,
         cpu_window: float = 0.1,
         rate_window: float = 0.1,
@@ -111,45 +119,39 @@ class Sampler:
         gpu_samples: bool = True,
         gpu_sample_interval: float = 0.25,
         ring_file: str | os.PathLike[str] | None = None,
-        proc_root: str = "/proc",
-        sys_root: str = "/sys",
-        cgroup_root: str = "/sys/fs/cgroup",
+        proc_root: str | os.PathLike[str] = "/proc",
+        sys_root: str | os.PathLike[str] = "/sys",
+        cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
     ) -> None:
+        # Every argument is checked here, before anything is allocated or created.
         self._interval = check_interval("interval", interval)
         cap = check_capacity(capacity)
-        self._pid = check_pid(pid, proc_root)
-        if isinstance(disk_paths, str):
-            disk_paths = (disk_paths,)
-        for path in disk_paths:
-            if not os.path.isdir(path):
-                raise ValueError(f"disk_paths entry {path!r} is not an existing directory")
-        options = _core.SourceOptions()
-        options.proc_root = proc_root
-        options.sys_root = sys_root
-        options.cgroup_root = cgroup_root
-        options.pid = self._pid
-        options.disk_paths = list(disk_paths)
+        options = _source_options(pid, proc_root, sys_root, cgroup_root, disk_paths)
+        self._pid = options.pid
         devices, labels = resolve_gpus(gpus)
         options.gpu_devices = devices
         options.gpu_labels = labels
         options.cpu_window_ns = check_window("cpu_window", cpu_window)
         options.rate_window_ns = check_window("rate_window", rate_window)
-        options.net_include_loopback = bool(net_include_loopback)
+        options.net_include_loopback = check_bool("net_include_loopback", net_include_loopback)
+        want_gpu_samples = check_bool("gpu_samples", gpu_samples)
+        gpu_every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
         defaults = list(_core.default_source_names(options))
         specs = check_sources(sources, self._interval, defaults)
         if gpus is not None and "gpu" not in {name for name, _ in specs}:
-            raise ValueError("gpus was given but the 'gpu' source is not in sources")
+            _refuse_gpus_without_gpu_source(gpus, sources, options)
         ring_path = "" if ring_file is None else check_new_file("ring_file", ring_file)
         try:
+            columns = [(name, len(_core.source_columns(name, options))) for name, _ in specs]
+            check_ring_bytes(cap, columns)
             self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options, ring_path)
         except (RuntimeError, OSError) as exc:
             raise RuntimeError(f"cannot build sampler: {exc}") from None
         self._ring_file = ring_path or None
         self._gpu_recorder: _core.GpuSampleRecorder | None = None
         self._gpu_labels: dict[int, int] = {}
-        if gpu_samples and any(name == "gpu" for name, _ in specs):
-            every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
-            self._gpu_recorder = _core.GpuSampleRecorder(devices, round(every_s * 1e9), 1 << 18)
+        if want_gpu_samples and any(name == "gpu" for name, _ in specs):
+            self._gpu_recorder = _core.GpuSampleRecorder(devices, round(gpu_every_s * 1e9), 1 << 18)
             found = list(self._gpu_recorder.devices)
             self._gpu_labels = {
                 idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(found)
@@ -268,9 +270,7 @@ class Sampler:
     def copy_since(self, first_row: int) -> Frame:
         """The rows with index ``>= first_row`` still in the ring, for a consumer that keeps its
         own cursor (moves no cursor; rows already overwritten are counted in ``rows_lost``)."""
-        if isinstance(first_row, bool) or not isinstance(first_row, int) or first_row < 0:
-            raise ValueError(f"first_row must be a row index >= 0, got {first_row!r}")
-        return Frame(self._core.copy_since(first_row))
+        return Frame(self._core.copy_since(check_row_index("first_row", first_row)))
 
     def gpu_samples(self, *, drain: bool = False) -> Frame:
         """Every GPU sample the driver buffered, at the driver's own resolution, in long form.
@@ -284,9 +284,9 @@ class Sampler:
         """
         recorder = self._gpu_recorder
         if recorder is None:
-            return Frame(_gpu_sample_table({}, {}))
+            return Frame(gpu_sample_table({}, {}))
         rows = recorder.take() if drain else recorder.peek()
-        return Frame(_gpu_sample_table(rows, self._gpu_labels), rows_lost=int(rows["dropped"]))
+        return Frame(gpu_sample_table(rows, self._gpu_labels), rows_lost=int(rows["dropped"]))
 
     def stats(self) -> SamplerStats:
         """The sampler's measurement of itself (see :class:`SamplerStats`)."""
@@ -342,35 +342,44 @@ class Sampler:
 def available_sources(
     *,
     pid: int | None = None,
-    proc_root: str = "/proc",
-    sys_root: str = "/sys",
-    cgroup_root: str = "/sys/fs/cgroup",
-    disk_paths: Sequence[str] = ("/",),
+    proc_root: str | os.PathLike[str] = "/proc",
+    sys_root: str | os.PathLike[str] = "/sys",
+    cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
+    disk_paths: PathsArg = ("/",),
 ) -> list[dict[str, Any]]:
-    """Every source this build knows: ``name``, ``help``, ``default``, ``available``, ``reason``."""
-    options = _core.SourceOptions()
-    options.proc_root = proc_root
-    options.sys_root = sys_root
-    options.cgroup_root = cgroup_root
-    options.pid = os.getpid() if pid is None else pid
-    options.disk_paths = list(disk_paths)
+    """Every source this build knows: ``name``, ``help``, ``default``, ``available``, ``reason``.
+
+    Takes the :class:`Sampler` arguments of the same names, checked the same way.
+    """
+    options = _source_options(pid, proc_root, sys_root, cgroup_root, disk_paths)
     return list(_core.describe_sources(options))
 
 
-def _gpu_sample_table(rows: Mapping[str, Any], labels: Mapping[int, int]) -> pa.Table:
-    kinds = list(_core.GPU_SAMPLE_KINDS)
-    n = len(rows.get("value", ()))
-    gpu = [labels.get(int(i), int(i)) for i in rows["gpu"]] if n else []
-    return pa.table(
-        {
-            "time": pa.array(rows["time_ns"] if n else [], pa.int64()).cast(
-                pa.timestamp("ns", "UTC")
-            ),
-            "mono_ns": pa.array(rows["mono_ns"] if n else [], pa.int64()),
-            "gpu": pa.array(gpu, pa.int32()),
-            "kind": pa.DictionaryArray.from_arrays(
-                pa.array(rows["kind"] if n else [], pa.int8()), pa.array(kinds, pa.string())
-            ),
-            "value": pa.array(rows["value"] if n else [], pa.float64()),
-        }
+def _source_options(
+    pid: object, proc_root: object, sys_root: object, cgroup_root: object, disk_paths: object
+) -> _core.SourceOptions:
+    """The checked arguments every source needs (the roots, the pid, the disk paths)."""
+    options = _core.SourceOptions()
+    options.proc_root = check_path("proc_root", proc_root)
+    options.sys_root = check_path("sys_root", sys_root)
+    options.cgroup_root = check_path("cgroup_root", cgroup_root)
+    options.pid = check_pid(pid, options.proc_root)
+    options.disk_paths = check_dir_paths("disk_paths", disk_paths)
+    return options
+
+
+def _refuse_gpus_without_gpu_source(
+    gpus: object, sources: object, options: _core.SourceOptions
+) -> None:
+    """``gpus`` was given but the sources have no ``gpu``: say whether NVML or the list is why."""
+    if sources is not None:
+        raise ValueError(
+            f"gpus={gpus!r} was given but 'gpu' is not in sources; add 'gpu' to sources "
+            "(or leave gpus out)"
+        )
+    gpu = next((s for s in _core.describe_sources(options) if s["name"] == "gpu"), None)
+    why = (gpu or {}).get("reason") or "NVML sees no GPU"
+    raise RuntimeError(
+        f"gpus={gpus!r} was given but no GPU can be read here, so the default sources leave "
+        f"'gpu' out: {why} (see stroboscope.gpu_status())"
     )
