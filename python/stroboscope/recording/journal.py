@@ -8,12 +8,14 @@ pandas.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import fcntl
 import json
 import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -81,41 +83,214 @@ def _make_fast_encode() -> Callable[[dict[str, Any]], str]:
 _fast_encode = _make_fast_encode()
 
 
-def _encode_row(row: object) -> str | None:
-    """One journal line (without its newline), or None for a row that is not a mapping."""
-    if not isinstance(row, Mapping):
-        return None
+MAX_DEPTH = 64
+"""Deepest nesting of a row that is written (the row itself is level 1): a deeper row is refused
+(a row nested 2,000 deep would make every reader of the journal fail)."""
+
+
+class Refused(Exception):
+    """A row that cannot be written; the message says why."""
+
+
+@dataclass
+class EncodedBatch:
+    """Journal bytes for a batch of rows and what happened to the rows.
+
+    ``rows``: rows in ``data`` (one line each); ``refused``: rows left out (not a mapping,
+    nested deeper than :data:`MAX_DEPTH`, a key or value without a text form); ``with_text``:
+    rows written with at least one value as its ``str()``; ``renamed``: rows written with keys
+    renamed because they had the same JSON text; ``first_refusal``: why the first refused row
+    was refused.
+    """
+
+    data: bytes = b""
+    rows: int = 0
+    refused: int = 0
+    with_text: int = 0
+    renamed: int = 0
+    first_refusal: str | None = None
+
+
+class _Notes:
+    """What :func:`_sanitize` did to one row."""
+
+    def __init__(self) -> None:
+        self.text = False
+        self.renamed = False
+
+
+def _key_text(key: object) -> str:
+    """A key as JSON writes it (``1`` → ``"1"``, ``True`` → ``"true"``, ``None`` → ``"null"``),
+    or ``str(key)`` for keys JSON cannot hold (a tuple)."""
+    if isinstance(key, str):
+        return key
+    if key is True or key is False or key is None:
+        return "true" if key else ("false" if key is False else "null")
+    if isinstance(key, float):
+        return json.dumps(key)  # 1.5, NaN, Infinity
+    if isinstance(key, int):
+        return int.__repr__(key)
     try:
-        return _encoder.encode(row)
-    except (TypeError, ValueError, RecursionError):  # keys JSON cannot hold, circular values
-        plain = {str(k): v for k, v in row.items()}
+        return str(key)
+    except Exception as exc:
+        raise Refused(f"a key of type {type(key).__name__} has no text: {exc}") from exc
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """``names`` with every repeat renamed: the first of equal names keeps it, each other takes
+    the first ``NAME~2``, ``NAME~3``, … that is not among the names (given or taken)."""
+    if len(set(names)) == len(names):
+        return names
+    taken = set(names)
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        if name in seen:
+            i = 2
+            while f"{name}~{i}" in taken:
+                i += 1
+            name = f"{name}~{i}"
+            taken.add(name)
+        seen.add(name)
+        out.append(name)
+    return out
+
+
+_SCALARS = (str, int, float)
+
+
+def _sanitize(value: Any, depth: int, notes: _Notes) -> Any:
+    """``value`` as plain JSON data: str keys (renamed where they clash), lists for tuples and
+    sets, and ``str(value)`` for what JSON cannot hold. Raises :class:`Refused`."""
+    if value is None or isinstance(value, _SCALARS):  # bool is an int
+        return value
+    if depth >= MAX_DEPTH:
+        raise Refused(f"nested deeper than {MAX_DEPTH} levels")
+    try:
+        if isinstance(value, Mapping):
+            items = list(value.items())
+            texts = [_key_text(k) for k, _ in items]
+            names = unique_names(texts)
+            notes.renamed |= names is not texts
+            return {n: _sanitize(v, depth + 1, notes) for n, (_, v) in zip(names, items)}
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return [_sanitize(v, depth + 1, notes) for v in value]
+        if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+            return value.isoformat()
+        item = getattr(value, "item", None)
+        if callable(item):  # numpy scalars
+            try:
+                plain = item()
+            except Exception:  # .item() of a tensor of several elements, and the like
+                pass
+            else:
+                return _sanitize(plain, depth + 1, notes)
+    except Refused:
+        raise
+    except Exception as exc:  # a mapping or sequence that fails while being read
+        raise Refused(f"reading a {type(value).__name__} failed: {exc}") from exc
+    notes.text = True
+    try:
+        return str(value)
+    except Exception as exc:
+        raise Refused(f"a value of type {type(value).__name__} has no text: {exc}") from exc
+
+
+def _all_str_keys(mapping: Mapping[Any, Any]) -> bool:
+    try:
+        "".join(mapping)  # TypeError at the first key that is not a str (C speed)
+    except TypeError:
+        return False
+    return True
+
+
+_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
+_CONTAINERS = (dict, list, tuple)
+
+
+def _nested_plain(value: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int) -> bool:
+    """Whether the fast path wrote the container ``value`` exactly: its dicts have str keys
+    only, it nests at most :data:`MAX_DEPTH` levels, and no value is a mapping the encoder had
+    to convert (whose keys it did not check)."""
+    if depth >= MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        if not _all_str_keys(value):
+            return False
+        values: Iterable[Any] = value.values()
+    else:
+        values = value
+    if set(map(type, values)) <= _PLAIN_TYPES:  # the common case, at C speed
+        return True
+    for v in values:
+        if type(v) in _PLAIN_TYPES:
+            continue
+        if isinstance(v, _CONTAINERS):
+            if not _nested_plain(v, depth + 1):
+                return False
+        elif isinstance(v, Mapping):
+            return False
+    return True
+
+
+def _fast_line(row: dict[Any, Any]) -> str | None:
+    """The line of a plain dict row by the C encoder, or None when it needs the careful path."""
+    try:
+        line = _fast_encode(row)
+    except Exception:  # unencodable values, .item() raising, circular or very deep rows
+        return None
+    if not _all_str_keys(row):  # 1 and "1" would both be written "1"
+        return None
+    if line.find("{", 1) < 0 and "[" not in line:  # flat: no container inside the row
+        return line
+    return line if _nested_plain(row, 0) else None
+
+
+def encode_row(row: object) -> tuple[str, _Notes]:
+    """One journal line (without its newline) and what was changed. Raises :class:`Refused`."""
+    if type(row) is dict:
+        line = _fast_line(row)
+        if line is not None:
+            return line, _Notes()
+    if not isinstance(row, Mapping):
+        raise Refused(f"not a mapping but a {type(row).__name__}")
+    notes = _Notes()
+    plain = _sanitize(row, 0, notes)
+    try:
+        return _encoder.encode(plain), notes
+    except Exception as exc:  # pragma: no cover - plain data always encodes
+        raise Refused(f"{type(exc).__name__}: {exc}") from exc
+
+
+def encode_batch(rows: Iterable[object]) -> EncodedBatch:
+    """Journal bytes for ``rows`` (see :class:`EncodedBatch`); never raises for a bad row."""
+    out = EncodedBatch()
+    lines = []
+    for row in rows:
         try:
-            return _encoder.encode(plain)
-        except (TypeError, ValueError):
-            return _encoder.encode({k: str(v) for k, v in plain.items()})
+            line, notes = encode_row(row)
+        except Refused as exc:
+            out.refused += 1
+            out.first_refusal = out.first_refusal or str(exc)
+            continue
+        except Exception as exc:  # a row whose type misbehaves in a way not foreseen
+            out.refused += 1
+            out.first_refusal = out.first_refusal or f"{type(exc).__name__}: {exc}"
+            continue
+        lines.append(line)
+        out.with_text += notes.text
+        out.renamed += notes.renamed
+    if lines:
+        lines.append("")
+        out.data = "\n".join(lines).encode("ascii")
+        out.rows = len(lines) - 1
+    return out
 
 
 def encode_rows(rows: Iterable[object]) -> tuple[bytes, int, int]:
-    """Journal bytes for ``rows``: ``(data, rows written, rows skipped as not mappings)``."""
-    lines = []
-    skipped = 0
-    fast = _fast_encode
-    for row in rows:
-        if type(row) is dict:
-            try:
-                lines.append(fast(row))
-                continue
-            except (TypeError, ValueError, RecursionError):
-                pass  # the slow path below says what to do with it
-        line = _encode_row(row)
-        if line is None:
-            skipped += 1
-        else:
-            lines.append(line)
-    if not lines:
-        return b"", 0, skipped
-    lines.append("")
-    return "\n".join(lines).encode("ascii"), len(lines) - 1, skipped
+    """Journal bytes for ``rows``: ``(data, rows written, rows refused)``."""
+    batch = encode_batch(rows)
+    return batch.data, batch.rows, batch.refused
 
 
 def parse_journal(data: bytes) -> tuple[list[dict[str, Any]], int]:
@@ -146,15 +321,23 @@ def read_journal_rows(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]
         return parse_journal(f.read())
 
 
-def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _collect(row: dict[str, Any], prefix: str, names: list[str], values: list[Any]) -> None:
     for key, value in row.items():
-        name = f"{prefix}{key}"
         if isinstance(value, dict):
-            out.update(_flatten(value, name + "."))
+            _collect(value, f"{prefix}{key}.", names, values)
         else:
-            out[name] = value
-    return out
+            names.append(f"{prefix}{key}")
+            values.append(value)
+
+
+def _flatten(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with nested objects flattened to dotted keys; names that come out equal
+    (``{"x.y": 1, "x": {"y": 2}}``) are made unique by :func:`unique_names` (``x.y``,
+    ``x.y~2``) in the row's order, depth first."""
+    names: list[str] = []
+    values: list[Any] = []
+    _collect(row, "", names, values)
+    return dict(zip(unique_names(names), values))
 
 
 def _as_text(value: Any) -> str | None:
@@ -191,6 +374,14 @@ def read_journal(path: str | os.PathLike[str]) -> pa.Table:
     return rows_to_table(read_journal_rows(path)[0])
 
 
+class JournalWriteError(OSError):
+    """A journal write that failed part way: ``rows_kept`` of its lines are in the journal."""
+
+    def __init__(self, rows_kept: int, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.rows_kept = rows_kept
+
+
 class Journal:
     """The append-only journal file of one receiver (read and written through one descriptor)."""
 
@@ -210,16 +401,56 @@ class Journal:
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         self.fd: int | None = fd
         self.owner = os.getpid()
+        self.torn = False
+        """Whether the file ends in a torn line that a failed cut left (see :meth:`append`)."""
 
     def append(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd(), view)
-            view = view[written:]
+        """Append ``data`` (whole lines). On a failed or short write the file is cut back to its
+        last complete line, so no torn line is left for the next row to be glued to; when even
+        that fails, the next append first ends the torn line (the reader then skips exactly it,
+        as one damaged line).
 
-    def read(self) -> bytes:
+        Raises
+        ------
+        JournalWriteError
+            When not all of ``data`` could be written; ``rows_kept`` says how many of its lines
+            are in the journal.
+        """
         fd = self._fd()
-        size = os.fstat(fd).st_size
+        prefix = b"\n" if self.torn else b""
+        data = prefix + data
+        start = os.fstat(fd).st_size
+        view = memoryview(data)
+        done = 0
+        try:
+            while done < len(data):
+                written = os.write(fd, view[done:])
+                if written <= 0:  # pragma: no cover - a regular file writes or raises
+                    raise OSError(errno.ENOSPC, "the journal write wrote nothing")
+                done += written
+        except OSError as exc:
+            kept = data.rfind(b"\n", 0, done) + 1  # bytes up to the last complete line
+            if kept < done:
+                try:
+                    os.ftruncate(fd, start + kept)
+                except OSError:
+                    self.torn = True
+                else:
+                    self.torn = bool(prefix) and kept == 0
+            elif kept:
+                self.torn = False
+            lines = data.count(b"\n", 0, kept) - (1 if prefix and kept else 0)
+            raise JournalWriteError(lines, exc) from exc
+        self.torn = False
+
+    def size(self) -> int:
+        """The journal's size in bytes (its complete lines, unless :attr:`torn`)."""
+        return os.fstat(self._fd()).st_size
+
+    def read(self, end: int | None = None) -> bytes:
+        """The journal's first ``end`` bytes (default: all)."""
+        fd = self._fd()
+        size = os.fstat(fd).st_size if end is None else end
         chunks = []
         offset = 0
         while offset < size:
@@ -231,7 +462,9 @@ class Journal:
         return b"".join(chunks)
 
     def truncate(self) -> None:
+        """Empty the journal."""
         os.ftruncate(self._fd(), 0)
+        self.torn = False
 
     def _fd(self) -> int:
         if self.fd is None:

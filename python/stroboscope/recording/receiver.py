@@ -16,20 +16,33 @@ A journal is a UTF-8 text file in JSON Lines form:
 
 - one row per line: a JSON object (``json.dumps`` with ASCII output, so a line holds no raw
   newline), terminated by ``\\n``; the file has no header and no footer;
-- keys are the row's keys (strings); values are JSON numbers, strings, booleans, ``null``, arrays
-  or objects; NaN and infinities are written as Python's ``json`` writes them (``NaN``,
-  ``Infinity``, ``-Infinity``); numpy scalars are written as their Python value, dates and times
-  in ISO 8601, anything else as ``str(value)``; nothing is ever pickled;
+- keys are the row's keys as JSON writes them (``1`` → ``"1"``, ``True`` → ``"true"``, ``None``
+  → ``"null"``; a key JSON cannot hold, such as a tuple, as ``str(key)``); when two keys of one
+  object have the same text (``{1: …, "1": …}``), the first keeps it and each other takes the
+  first of ``NAME~2``, ``NAME~3``, … that no key of the object has, so no value is lost;
+- values are JSON numbers, strings, booleans, ``null``, arrays or objects; NaN and infinities
+  are written as Python's ``json`` writes them (``NaN``, ``Infinity``, ``-Infinity``); numpy
+  scalars are written as their Python value (``.item()``), dates and times in ISO 8601, anything
+  else (a tensor of several elements, whose ``.item()`` raises) as ``str(value)``; nothing is
+  ever pickled;
+- a row is refused (counted in :meth:`Receiver.stats`, with a warning at most once a minute)
+  when it is not a mapping, nests deeper than ``MAX_DEPTH`` (64) levels, or holds a key or value
+  whose ``str()`` fails; a refused row never stops the receiver;
 - rows are appended with ``os.write`` on an ``O_APPEND`` descriptor, one write per batch of rows
   taken from the queue, before the receiver blocks on the queue again (no fsync: a journal
-  survives the death of the process, not of the machine);
+  survives the death of the process, not of the machine); a write that fails part way (a full
+  disk) is cut back to its last complete line, and the rows it could not write are counted as
+  ``rows_lost``; if even the cut fails, the next write starts with ``\\n`` so that the torn line
+  is one damaged line on reading and the next row stays whole;
 - on reading, a last line without its ``\\n`` (a write torn by the process's death) is skipped, as
   is any line that is not a JSON object (counted as damaged);
 - ``snapshot(path, reset_metrics=True)`` truncates the journal to zero bytes: it then holds only
   the rows taken since.
 
 Reading a journal into a table: nested objects are flattened with dotted keys (``{"network":
-{"sent": 1}}`` → column ``network.sent``), the columns are the union of all rows' keys in order
+{"sent": 1}}`` → column ``network.sent``; names that come out equal, as ``{"x.y": 1, "x": {"y":
+2}}`` does, are made unique the same way as keys: ``x.y`` and ``x.y~2``, in the row's order,
+depth first), the columns are the union of all rows' keys in order
 of first appearance, a key missing from a row is null, and a column whose values Arrow cannot hold
 in one type (say numbers and strings), or holds only as lists, is written as text.
 
@@ -46,14 +59,15 @@ import queue as _queue
 import threading
 import time
 import weakref
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stroboscope import _lifecycle
+from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.export.writers import write_table
 from stroboscope.recording.journal import (
     Journal,
-    encode_rows,
+    JournalWriteError,
+    encode_batch,
     parse_journal,
     read_journal,
     read_journal_rows,
@@ -94,8 +108,9 @@ class Receiver:
     Parameters
     ----------
     queue : queue.Queue or multiprocessing queue
-        Where the rows (dicts; keys may differ between rows) arrive. Anything that is not a
-        mapping is skipped with a warning.
+        Where the rows (dicts; keys may differ between rows) arrive. A row that cannot be
+        written (not a mapping, nested too deep) is refused and counted, a value JSON cannot
+        hold is written as its ``str()``; see :meth:`stats`. A bad row never stops the receiver.
     journal_dir : str or os.PathLike, optional
         An existing directory owned by this user, for the journal file. Default: a new private
         temporary directory.
@@ -147,8 +162,13 @@ class Receiver:
         self._thread: threading.Thread | None = None
         self._watchdog: Watchdog | None = None
         self._rows = 0
-        self._skipped = 0
+        self._refused = 0
+        self._with_text = 0
+        self._renamed = 0
+        self._lost = 0
         self._errors = 0
+        self._bad_row_log = RateLimitedLog(logger)
+        self._write_log = RateLimitedLog(logger)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -197,12 +217,12 @@ class Receiver:
                 self._queue_error(exc)
                 time.sleep(GET_TIMEOUT_S)
                 continue
-            self._journal_batch(self._drain([first]))
+            self._journal_batch_safely(self._drain([first]))
         # Take what is already waiting (for at most FINAL_DRAIN_S against an endless producer).
         deadline = time.monotonic() + FINAL_DRAIN_S
         while time.monotonic() < deadline:
             batch = self._drain([])
-            self._journal_batch(batch)
+            self._journal_batch_safely(batch)
             if len(batch) < MAX_BATCH_ROWS:
                 break
 
@@ -274,6 +294,39 @@ class Receiver:
         return self._rows
 
     @property
+    def rows_refused(self) -> int:
+        """Rows taken from the queue and not journaled because they cannot be written: not a
+        mapping, nested deeper than ``MAX_DEPTH`` levels, or holding a key or value that has no
+        text form (see :meth:`stats`)."""
+        return self._refused
+
+    def stats(self) -> dict[str, int]:
+        """What happened to the rows taken from the queue since :meth:`start`.
+
+        Returns
+        -------
+        dict
+            ``rows_received``: rows journaled (resets do not count);
+            ``rows_refused``: rows left out because they cannot be written (not a mapping,
+            nested deeper than ``stroboscope.recording.journal.MAX_DEPTH`` levels, a key or
+            value whose ``str()`` fails); each is logged, at most once a minute;
+            ``rows_with_text``: rows journaled with a value written as its ``str()`` (an
+            object JSON cannot hold, e.g. a tensor of several elements);
+            ``rows_renamed``: rows journaled with keys renamed because two of them had the same
+            JSON text (``1`` and ``"1"``: the second becomes ``"1~2"``);
+            ``rows_lost``: rows the journal could not take (a full disk), logged as errors;
+            ``queue_errors``: failed reads of the queue.
+        """
+        return {
+            "rows_received": self._rows,
+            "rows_refused": self._refused,
+            "rows_with_text": self._with_text,
+            "rows_renamed": self._renamed,
+            "rows_lost": self._lost,
+            "queue_errors": self._errors,
+        }
+
+    @property
     def journal_path(self) -> str | None:
         """The journal file (``None`` before :meth:`start`)."""
         return None if self._journal is None else self._journal.path
@@ -309,27 +362,59 @@ class Receiver:
     def _journal_batch(self, batch: list[Any]) -> None:
         if not batch:
             return
-        data, written, skipped = encode_rows(batch)
-        if skipped:
-            if not self._skipped:
-                logger.warning(
-                    "ParentReceiver: skipping rows that are not dicts (first: %r)",
-                    next(r for r in batch if not isinstance(r, Mapping)),
-                )
-            self._skipped += skipped
-        if not data:
+        try:
+            encoded = encode_batch(batch)
+        except Exception as exc:  # pragma: no cover - encode_batch refuses rows, never raises
+            self._refused += len(batch)
+            self._bad_row_log(
+                logging.WARNING, "ParentReceiver: %d rows refused: %s", len(batch), exc
+            )
+            return
+        self._with_text += encoded.with_text
+        self._renamed += encoded.renamed
+        if encoded.refused:
+            self._refused += encoded.refused
+            self._bad_row_log(
+                logging.WARNING,
+                "ParentReceiver: %d row(s) refused (%d so far; first: %s)",
+                encoded.refused,
+                self._refused,
+                encoded.first_refusal,
+            )
+        if not encoded.data:
             return
         with self.lock:
             try:
-                self._open_journal().append(data)
+                self._open_journal().append(encoded.data)
             except OSError as exc:
-                logger.error(
-                    "ParentReceiver: %d rows lost, the journal could not be written: %s",
-                    written,
+                kept = exc.rows_kept if isinstance(exc, JournalWriteError) else 0
+                self._rows += kept
+                self._lost += encoded.rows - kept
+                self._write_log(
+                    logging.ERROR,
+                    "ParentReceiver: %d row(s) lost, the journal could not be written "
+                    "(%d lost so far): %s",
+                    encoded.rows - kept,
+                    self._lost,
                     exc,
                 )
                 return
-            self._rows += written
+            self._rows += encoded.rows
+
+    def _journal_batch_safely(self, batch: list[Any]) -> None:
+        """:meth:`_journal_batch`, and whatever it raises is counted and logged: the receiving
+        thread never dies of a row."""
+        try:
+            self._journal_batch(batch)
+        except Exception as exc:  # pragma: no cover - _journal_batch handles what it expects
+            self._lost += len(batch)
+            self._write_log(
+                logging.ERROR,
+                "ParentReceiver: %d row(s) lost: %s: %s",
+                len(batch),
+                type(exc).__name__,
+                exc,
+            )
 
     def _queue_error(self, exc: Exception) -> None:
         if not self._errors:
