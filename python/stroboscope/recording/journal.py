@@ -1,12 +1,14 @@
 """The receiver's journal: JSON Lines rows appended with ``os.write``, read back as Arrow.
 
-The format is documented at the top of :mod:`stroboscope.recording.receiver`. This module
-imports only the standard library and pyarrow, so the watchdog child can read a journal without
-pandas.
+The format is documented at the top of :mod:`stroboscope.recording.receiver`. Writing (rows to
+lines, the file) is here; reading (lines to Arrow, a block at a time) is in
+:mod:`._journal_read`, re-exported here. Standard library and pyarrow only, so the watchdog
+child can read a journal without pandas.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import fcntl
@@ -18,7 +20,31 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
+from stroboscope.recording._journal_read import (
+    parse_journal,
+    read_journal,
+    read_journal_fd,
+    read_journal_rows,
+    read_journal_table,
+    rows_to_table,
+    unique_names,
+)
+
+__all__ = [
+    "MAX_DEPTH",
+    "EncodedBatch",
+    "Journal",
+    "JournalWriteError",
+    "encode_batch",
+    "encode_rows",
+    "parse_journal",
+    "read_journal",
+    "read_journal_fd",
+    "read_journal_rows",
+    "read_journal_table",
+    "rows_to_table",
+    "unique_names",
+]
 
 logger = logging.getLogger("stroboscope.receiver")
 
@@ -134,26 +160,6 @@ def _key_text(key: object) -> str:
         return str(key)
     except Exception as exc:
         raise Refused(f"a key of type {type(key).__name__} has no text: {exc}") from exc
-
-
-def unique_names(names: list[str]) -> list[str]:
-    """``names`` with every repeat renamed: the first of equal names keeps it, each other takes
-    the first ``NAME~2``, ``NAME~3``, … that is not among the names (given or taken)."""
-    if len(set(names)) == len(names):
-        return names
-    taken = set(names)
-    seen: set[str] = set()
-    out = []
-    for name in names:
-        if name in seen:
-            i = 2
-            while f"{name}~{i}" in taken:
-                i += 1
-            name = f"{name}~{i}"
-            taken.add(name)
-        seen.add(name)
-        out.append(name)
-    return out
 
 
 _SCALARS = (str, int, float)
@@ -293,87 +299,6 @@ def encode_rows(rows: Iterable[object]) -> tuple[bytes, int, int]:
     return batch.data, batch.rows, batch.refused
 
 
-def parse_journal(data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """Rows of a journal's bytes and the number of damaged lines skipped (a torn last line is
-    expected after a crash and is not counted)."""
-    lines = data.split(b"\n")
-    rows: list[dict[str, Any]] = []
-    damaged = 0
-    loads = json.loads
-    for line in lines[:-1]:  # the last piece is b"" or a torn line
-        if not line:
-            continue
-        try:
-            row = loads(line)
-        except ValueError:
-            damaged += 1
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            damaged += 1
-    return rows, damaged
-
-
-def read_journal_rows(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
-    """Rows of the journal file ``path`` and the number of damaged lines skipped."""
-    with open(path, "rb") as f:
-        return parse_journal(f.read())
-
-
-def _collect(row: dict[str, Any], prefix: str, names: list[str], values: list[Any]) -> None:
-    for key, value in row.items():
-        if isinstance(value, dict):
-            _collect(value, f"{prefix}{key}.", names, values)
-        else:
-            names.append(f"{prefix}{key}")
-            values.append(value)
-
-
-def _flatten(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with nested objects flattened to dotted keys; names that come out equal
-    (``{"x.y": 1, "x": {"y": 2}}``) are made unique by :func:`unique_names` (``x.y``,
-    ``x.y~2``) in the row's order, depth first."""
-    names: list[str] = []
-    values: list[Any] = []
-    _collect(row, "", names, values)
-    return dict(zip(unique_names(names), values))
-
-
-def _as_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _column(values: list[Any]) -> pa.Array:
-    try:
-        array = pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
-        return pa.array([_as_text(v) for v in values], pa.string())
-    if pa.types.is_nested(array.type):  # lists: CSV cannot hold them
-        return pa.array([_as_text(v) for v in values], pa.string())
-    return array
-
-
-def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """An Arrow table of ``rows``: nested objects flattened to dotted keys, the union of the
-    keys as columns (in order of first appearance), missing cells null."""
-    flat = [_flatten(r) if any(isinstance(v, dict) for v in r.values()) else r for r in rows]
-    names: dict[str, None] = {}
-    for r in flat:
-        if r.keys() - names.keys():
-            names.update(dict.fromkeys(r))
-    return pa.table({name: _column([r.get(name) for r in flat]) for name in names})
-
-
-def read_journal(path: str | os.PathLike[str]) -> pa.Table:
-    """The journal file ``path`` as an Arrow table (see the module documentation)."""
-    return rows_to_table(read_journal_rows(path)[0])
-
-
 class JournalWriteError(OSError):
     """A journal write that failed part way: ``rows_kept`` of its lines are in the journal."""
 
@@ -465,6 +390,37 @@ class Journal:
         """Empty the journal."""
         os.ftruncate(self._fd(), 0)
         self.torn = False
+
+    def drop_prefix(self, end: int) -> None:
+        """Remove the first ``end`` bytes (whole lines), keeping what was appended after them.
+
+        When nothing was appended the file is truncated; otherwise the rest is written to a new
+        private file in the same directory that then replaces the journal (``rename``), so a
+        reader of the path (the watchdog) sees either the old journal or the new one, never a
+        journal without the rows appended since ``end``.
+        """
+        fd = self._fd()
+        size = os.fstat(fd).st_size
+        if size <= end:
+            self.truncate()
+            return
+        rest = self.read(size)[end:]
+        new_fd, tmp = tempfile.mkstemp(
+            prefix=".stroboscope-journal-", suffix=".tmp", dir=os.path.dirname(self.path)
+        )
+        try:
+            view = memoryview(rest)
+            while view:
+                view = view[os.write(new_fd, view) :]
+            fcntl.fcntl(new_fd, fcntl.F_SETFL, fcntl.fcntl(new_fd, fcntl.F_GETFL) | os.O_APPEND)
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.close(new_fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        self.fd = new_fd
+        os.close(fd)
 
     def _fd(self) -> int:
         if self.fd is None:

@@ -42,9 +42,13 @@ A journal is a UTF-8 text file in JSON Lines form:
 Reading a journal into a table: nested objects are flattened with dotted keys (``{"network":
 {"sent": 1}}`` → column ``network.sent``; names that come out equal, as ``{"x.y": 1, "x": {"y":
 2}}`` does, are made unique the same way as keys: ``x.y`` and ``x.y~2``, in the row's order,
-depth first), the columns are the union of all rows' keys in order
-of first appearance, a key missing from a row is null, and a column whose values Arrow cannot hold
-in one type (say numbers and strings), or holds only as lists, is written as text.
+depth first), the columns are the union of all rows' keys in order of first appearance, a key
+missing from a row is null, a column of integers and floats is float64, and a column whose values
+Arrow cannot hold in one type (say numbers and strings), or holds only as lists, is written as
+text. The journal is read a block of about 256 KiB at a time (each block's rows become Arrow
+arrays before the next is read), so ``snapshot``, ``get_metrics`` and the crash dump hold the
+Arrow form of the rows, not the whole journal as Python objects; and they hold the receiver's
+lock only to take the journal's size, so rows keep being received meanwhile.
 
 The journal file is created with mode 0600, by default in a private directory made with
 :func:`tempfile.mkdtemp` (mode 0700), and removed when the receiver is garbage-collected or the
@@ -68,8 +72,8 @@ from stroboscope.recording.journal import (
     Journal,
     JournalWriteError,
     encode_batch,
-    parse_journal,
     read_journal,
+    read_journal_fd,
     read_journal_rows,
     rows_to_table,
 )
@@ -78,6 +82,7 @@ from stroboscope.sampling._checks import check_private_dir
 
 if TYPE_CHECKING:
     import pandas
+    import pyarrow as pa
 
 __all__ = ["Receiver", "read_journal", "read_journal_rows", "rows_to_table"]
 
@@ -130,7 +135,8 @@ class Receiver:
     keep_running : threading.Event
         Set while the thread runs; :meth:`stop` clears it.
     lock : threading.Lock
-        Held while the journal is written, read or reset.
+        Held while the journal is written or reset, and while a reader takes its size (not
+        while the rows are read and converted).
     """
 
     def __init__(
@@ -158,6 +164,7 @@ class Receiver:
         self.dump_format = dump_format
         self.keep_running = threading.Event()
         self.lock = threading.Lock()
+        self._read_lock = threading.Lock()  # one reader at a time: snapshot, get_metrics
         self._journal: Journal | None = None
         self._thread: threading.Thread | None = None
         self._watchdog: Watchdog | None = None
@@ -249,8 +256,11 @@ class Receiver:
     def snapshot(self, path: str | os.PathLike[str], reset_metrics: bool = True) -> None:
         """Write the rows collected so far to ``path``: Parquet when it ends in ``.parquet`` or
         ``.pq``, CSV for any other name (created with mode 0600). With ``reset_metrics`` the
-        rows are then cleared (the journal is truncated), so the next snapshot holds only newer
-        rows.
+        rows written are then cleared from the journal, so the next snapshot holds only newer
+        rows (rows that arrive while the snapshot is written are kept for the next one).
+
+        The journal is read a block at a time into Arrow, without holding the lock the
+        receiving thread writes under: rows keep being received meanwhile.
 
         Raises
         ------
@@ -258,16 +268,17 @@ class Receiver:
             When called before :meth:`start`.
         """
         self._require_started("snapshot")
-        with self.lock:
+        with self._read_lock:
             journal = self._open_journal()
-            table = rows_to_table(parse_journal(journal.read())[0])
+            table, end = self._read_table(journal)
             write_table(table, path, default="csv")
             if reset_metrics:
-                journal.truncate()
+                with self.lock:
+                    journal.drop_prefix(end)
 
     def get_metrics(self) -> pandas.DataFrame:
         """The rows collected so far (since the last reset) as a pandas DataFrame: one column per
-        key of any row, NaN/None where a row lacks it.
+        key of any row, NaN/None where a row lacks it. Rows keep being received meanwhile.
 
         Raises
         ------
@@ -275,16 +286,28 @@ class Receiver:
             When called before :meth:`start`.
         """
         self._require_started("get_metrics")
-        with self.lock:
-            data = self._open_journal().read()
         try:
             import pandas  # noqa: F401
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
                 "get_metrics() needs pandas: pip install 'stroboscope[pandas]'"
             ) from exc
-        df: pandas.DataFrame = rows_to_table(parse_journal(data)[0]).to_pandas()
+        with self._read_lock:
+            table, _ = self._read_table(self._open_journal())
+        df: pandas.DataFrame = table.to_pandas()
         return df
+
+    def _read_table(self, journal: Journal) -> tuple[pa.Table, int]:
+        """The journal's rows as a table and the journal size they were read up to. The lock is
+        held only to take the size (the rows up to it are complete lines then); the reading is
+        done under ``_read_lock`` alone, which the journal's descriptor only changes under."""
+        with self.lock:
+            end = journal.size()
+            fd = journal.fd
+        if fd is None:
+            raise RuntimeError("the receiver's journal is closed")
+        table, _damaged = read_journal_fd(fd, end)
+        return table, end
 
     # -- introspection -----------------------------------------------------------------------
 
