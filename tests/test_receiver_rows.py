@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -133,16 +135,33 @@ def test_keys_colliding_after_flattening_keep_both_values() -> None:
         ({1.5: 0, "1.5": 1}, {"1.5": 0, "1.5~2": 1}),
         ({"n": {2: "x", "2": "y"}}, {"n.2": "x", "n.2~2": "y"}),
         ({(1, 2): "t", "(1, 2)": "s"}, {"(1, 2)": "t", "(1, 2)~2": "s"}),
+        # Mappings that are not dicts, and dict subclasses, nested or as the row itself.
+        ({"m": MappingProxyType({1: "a", "1": "b"})}, {"m.1": "a", "m.1~2": "b"}),
+        ({"o": OrderedDict([(1, "a"), ("1", "b")])}, {"o.1": "a", "o.1~2": "b"}),
+        (MappingProxyType({"k": [{2: 0, "2": 1}]}), {"k": '[{"2":0,"2~2":1}]'}),
     ],
 )
 def test_keys_colliding_in_json_keep_both_values(
-    row: dict[Any, Any], expected: dict[str, Any]
+    row: Mapping[Any, Any], expected: dict[str, Any]
 ) -> None:
     data, written, refused = encode_rows([row])
     assert (written, refused) == (1, 0)
     rows, damaged = parse_journal(data)
     assert damaged == 0
     assert rows_to_table(rows).to_pylist() == [expected]
+
+
+def test_objects_without_a_json_form_are_text_and_counted() -> None:
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque!"
+
+    data, written, refused = encode_rows([{"a": Opaque(), "b": {"c": Opaque()}}])
+    assert (written, refused) == (1, 0)
+    assert parse_journal(data)[0] == [{"a": "opaque!", "b": {"c": "opaque!"}}]
+    from stroboscope.recording.journal import encode_batch
+
+    assert encode_batch([{"a": Opaque()}, {"a": 1}]).with_text == 1
 
 
 def test_renamed_keys_are_counted(receiver: tuple[ParentReceiver, queue.Queue[Any]]) -> None:

@@ -52,20 +52,27 @@ JOURNAL_NAME = "journal.jsonl"
 """File name of a journal in its own private directory."""
 
 
-def _json_default(value: object) -> object:
+_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def _fast_default(value: object) -> object:
+    """What the fast path's C encoder calls for a value it cannot write itself: numpy scalars
+    (``.item()``), dates and times (ISO 8601) and sets. Anything else raises, so that the row
+    takes the careful path (:func:`_sanitize`), which says what it changed: a mapping that is
+    not a dict (its keys are checked there), a value written as ``str(value)``."""
     item = getattr(value, "item", None)
     if callable(item):  # numpy scalars
-        return item()
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        plain = item()
+        if type(plain) in _PLAIN_TYPES:
+            return plain
+    elif isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
         return value.isoformat()
-    if isinstance(value, (tuple, set, frozenset)):
+    elif isinstance(value, (set, frozenset)):
         return list(value)
-    return str(value)
+    raise TypeError(f"{type(value).__name__} takes the careful path")
 
 
-_encoder = json.JSONEncoder(separators=(",", ":"), default=_json_default)
+_encoder = json.JSONEncoder(separators=(",", ":"), default=_fast_default)
 
 
 def _make_fast_encode() -> Callable[[dict[str, Any]], str]:
@@ -78,7 +85,7 @@ def _make_fast_encode() -> Callable[[dict[str, Any]], str]:
     try:
         c_encode = make(
             None,
-            _json_default,
+            _fast_default,
             json.encoder.encode_basestring_ascii,
             None,
             ":",
@@ -210,54 +217,36 @@ def _all_str_keys(mapping: Mapping[Any, Any]) -> bool:
     return True
 
 
-_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
-_CONTAINERS = (dict, list, tuple)
-
-
-def _nested_plain(value: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int) -> bool:
-    """Whether the fast path wrote the container ``value`` exactly: its dicts have str keys
-    only, it nests at most :data:`MAX_DEPTH` levels, and no value is a mapping the encoder had
-    to convert (whose keys it did not check)."""
-    if depth >= MAX_DEPTH:
-        return False
-    if isinstance(value, dict):
-        if not _all_str_keys(value):
-            return False
-        values: Iterable[Any] = value.values()
-    else:
-        values = value
-    if set(map(type, values)) <= _PLAIN_TYPES:  # the common case, at C speed
-        return True
+def _nested_ok(values: Iterable[Any], depth: int) -> bool:
+    """Whether the containers among ``values`` (of a container at level ``depth``) have str keys
+    only (no two keys written alike) and nest at most :data:`MAX_DEPTH` levels."""
     for v in values:
         if type(v) in _PLAIN_TYPES:
             continue
-        if isinstance(v, _CONTAINERS):
-            if not _nested_plain(v, depth + 1):
+        if isinstance(v, dict):
+            if depth >= MAX_DEPTH or not _all_str_keys(v) or not _nested_ok(v.values(), depth + 1):
                 return False
-        elif isinstance(v, Mapping):
+        elif isinstance(v, (list, tuple)) and (depth >= MAX_DEPTH or not _nested_ok(v, depth + 1)):
             return False
     return True
 
 
 def _fast_line(row: dict[Any, Any]) -> str | None:
-    """The line of a plain dict row by the C encoder, or None when it needs the careful path."""
+    """The line of a dict row by the C encoder, or None when it needs the careful path."""
     try:
         line = _fast_encode(row)
     except Exception:  # unencodable values, .item() raising, circular or very deep rows
         return None
     if not _all_str_keys(row):  # 1 and "1" would both be written "1"
         return None
-    if line.find("{", 1) < 0 and "[" not in line:  # flat: no container inside the row
+    if line.find("{", 1) < 0 and line.find("[") < 0:  # flat: no container inside the row
         return line
-    return line if _nested_plain(row, 0) else None
+    return line if _nested_ok(row.values(), 1) else None
 
 
-def encode_row(row: object) -> tuple[str, _Notes]:
-    """One journal line (without its newline) and what was changed. Raises :class:`Refused`."""
-    if type(row) is dict:
-        line = _fast_line(row)
-        if line is not None:
-            return line, _Notes()
+def _careful_line(row: object) -> tuple[str, _Notes]:
+    """One journal line (without its newline) by the careful path, and what was changed.
+    Raises :class:`Refused`."""
     if not isinstance(row, Mapping):
         raise Refused(f"not a mapping but a {type(row).__name__}")
     notes = _Notes()
@@ -271,19 +260,23 @@ def encode_row(row: object) -> tuple[str, _Notes]:
 def encode_batch(rows: Iterable[object]) -> EncodedBatch:
     """Journal bytes for ``rows`` (see :class:`EncodedBatch`); never raises for a bad row."""
     out = EncodedBatch()
-    lines = []
+    lines: list[str] = []
+    append = lines.append
     for row in rows:
+        if type(row) is dict:
+            line = _fast_line(row)
+            if line is not None:
+                append(line)
+                continue
         try:
-            line, notes = encode_row(row)
-        except Refused as exc:
+            line, notes = _careful_line(row)
+        except Exception as exc:  # Refused, or a row whose type misbehaves unforeseen
             out.refused += 1
-            out.first_refusal = out.first_refusal or str(exc)
+            if out.first_refusal is None:
+                why = str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}"
+                out.first_refusal = why
             continue
-        except Exception as exc:  # a row whose type misbehaves in a way not foreseen
-            out.refused += 1
-            out.first_refusal = out.first_refusal or f"{type(exc).__name__}: {exc}"
-            continue
-        lines.append(line)
+        append(line)
         out.with_text += notes.text
         out.renamed += notes.renamed
     if lines:
