@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import os
 import queue
+import stat
 import threading
 import time
 import tracemalloc
@@ -124,6 +125,7 @@ def test_receiving_goes_on_while_a_snapshot_is_written(
 
     monkeypatch.setattr(receiver, "write_table", slow_write_table)
     r.start()
+    journal_path = r.journal_path or ""
     for i in range(100):
         q.put({"id": i})
     wait_rows(r, 100)
@@ -149,8 +151,15 @@ def test_receiving_goes_on_while_a_snapshot_is_written(
     assert not errors
     with open(snap, newline="") as f:
         assert [int(row["id"]) for row in csv.DictReader(f)] == list(range(100))
-    # The reset removed what the snapshot holds, not the rows that arrived meanwhile.
+    # The reset removed what the snapshot holds, not the rows that arrived meanwhile; the
+    # journal keeps its path (the watchdog's) and its mode.
     assert r.get_metrics()["id"].tolist() == list(range(100, 150))
+    assert r.journal_path == journal_path
+    assert stat.S_IMODE(os.stat(journal_path).st_mode) == 0o600
+    assert sorted(os.listdir(os.path.dirname(journal_path))) == [os.path.basename(journal_path)]
+    q.put({"id": 150})
+    wait_rows(r, 151)
+    assert r.get_metrics()["id"].tolist() == list(range(100, 151))
     r.stop()
 
 

@@ -365,12 +365,12 @@ class Journal:
         """The journal's size in bytes (its complete lines, unless :attr:`torn`)."""
         return os.fstat(self._fd()).st_size
 
-    def read(self, end: int | None = None) -> bytes:
-        """The journal's first ``end`` bytes (default: all)."""
+    def read(self, end: int | None = None, start: int = 0) -> bytes:
+        """The journal's bytes from ``start`` to ``end`` (default: to its end)."""
         fd = self._fd()
         size = os.fstat(fd).st_size if end is None else end
         chunks = []
-        offset = 0
+        offset = start
         while offset < size:
             chunk = os.pread(fd, min(size - offset, 1 << 24), offset)
             if not chunk:
@@ -397,7 +397,7 @@ class Journal:
         if size <= end:
             self.truncate()
             return
-        rest = self.read(size)[end:]
+        rest = self.read(size, start=end)
         new_fd, tmp = tempfile.mkstemp(
             prefix=".stroboscope-journal-", suffix=".tmp", dir=os.path.dirname(self.path)
         )
