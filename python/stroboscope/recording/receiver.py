@@ -10,49 +10,7 @@ process writes every row taken from the queue to a CSV dump. Unlike that design,
 kept in a Python list nor pickled to a helper process: they are appended to a journal file, so
 memory stays flat on long runs and a SIGKILL loses nothing already taken.
 
-Journal format (version 1)
---------------------------
-A journal is a UTF-8 text file in JSON Lines form:
-
-- one row per line: a JSON object (``json.dumps`` with ASCII output, so a line holds no raw
-  newline), terminated by ``\\n``; the file has no header and no footer;
-- keys are the row's keys as JSON writes them (``1`` → ``"1"``, ``True`` → ``"true"``, ``None``
-  → ``"null"``; a key JSON cannot hold, such as a tuple, as ``str(key)``); when two keys of one
-  object have the same text (``{1: …, "1": …}``), the first keeps it and each other takes the
-  first of ``NAME~2``, ``NAME~3``, … that no key of the object has, so no value is lost;
-- values are JSON numbers, strings, booleans, ``null``, arrays or objects; NaN and infinities
-  are written as Python's ``json`` writes them (``NaN``, ``Infinity``, ``-Infinity``); numpy
-  scalars are written as their Python value (``.item()``), dates and times in ISO 8601, anything
-  else (a tensor of several elements, whose ``.item()`` raises) as ``str(value)``; nothing is
-  ever pickled;
-- a row is refused (counted in :meth:`Receiver.stats`, with a warning at most once a minute)
-  when it is not a mapping, nests deeper than ``MAX_DEPTH`` (64) levels, or holds a key or value
-  whose ``str()`` fails; a refused row never stops the receiver;
-- rows are appended with ``os.write`` on an ``O_APPEND`` descriptor, one write per batch of rows
-  taken from the queue, before the receiver blocks on the queue again (no fsync: a journal
-  survives the death of the process, not of the machine); a write that fails part way (a full
-  disk) is cut back to its last complete line, and the rows it could not write are counted as
-  ``rows_lost``; if even the cut fails, the next write starts with ``\\n`` so that the torn line
-  is one damaged line on reading and the next row stays whole;
-- on reading, a last line without its ``\\n`` (a write torn by the process's death) is skipped, as
-  is any line that is not a JSON object (counted as damaged);
-- ``snapshot(path, reset_metrics=True)`` truncates the journal to zero bytes: it then holds only
-  the rows taken since.
-
-Reading a journal into a table: nested objects are flattened with dotted keys (``{"network":
-{"sent": 1}}`` → column ``network.sent``; names that come out equal, as ``{"x.y": 1, "x": {"y":
-2}}`` does, are made unique the same way as keys: ``x.y`` and ``x.y~2``, in the row's order,
-depth first), the columns are the union of all rows' keys in order of first appearance, a key
-missing from a row is null, a column of integers and floats is float64, and a column whose values
-Arrow cannot hold in one type (say numbers and strings), or holds only as lists, is written as
-text. The journal is read a block of about 256 KiB at a time (each block's rows become Arrow
-arrays before the next is read), so ``snapshot``, ``get_metrics`` and the crash dump hold the
-Arrow form of the rows, not the whole journal as Python objects; and they hold the receiver's
-lock only to take the journal's size, so rows keep being received meanwhile.
-
-The journal file is created with mode 0600, by default in a private directory made with
-:func:`tempfile.mkdtemp` (mode 0700), and removed when the receiver is garbage-collected or the
-interpreter exits (after a crash, by the watchdog once its dump is written).
+The journal's format and how it reads back as a table: :mod:`stroboscope.recording.journal`.
 """
 
 from __future__ import annotations
