@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 from stroboscope.compat.aitune import ParentReceiver
-from stroboscope.recording.journal import MAX_DEPTH, encode_rows, parse_journal, rows_to_table
+from stroboscope.recording.journal import (
+    MAX_DEPTH,
+    encode_batch,
+    encode_rows,
+    parse_journal,
+    rows_to_table,
+)
 
 
 class MultiElementTensor:
@@ -75,7 +81,15 @@ def test_bad_rows_are_refused_counted_and_the_receiver_goes_on(
 ) -> None:
     r, q = receiver
     r.start()
-    bad = [nested(2000), {"id": -1, "u": Unprintable()}, nested(MAX_DEPTH + 1), "not a row"]
+    circular: dict[str, Any] = {"id": -2}
+    circular["self"] = circular
+    bad = [
+        nested(2000),
+        {"id": -1, "u": Unprintable()},
+        nested(MAX_DEPTH + 1),
+        "not a row",
+        circular,
+    ]
     q.put({"id": 0})
     for row in bad:
         q.put(row)
@@ -151,6 +165,28 @@ def test_keys_colliding_in_json_keep_both_values(
     assert rows_to_table(rows).to_pylist() == [expected]
 
 
+def test_numpy_values_and_dates_are_values_not_text() -> None:
+    import datetime
+
+    import numpy as np
+
+    deep: dict[str, Any] = {"n": np.int16(3)}  # a numpy leaf in the deepest level allowed
+    for _ in range(MAX_DEPTH - 2):
+        deep = {"d": deep}
+    row = {
+        "f": np.float32(0.5),
+        "i": np.int64(7),
+        "t": np.datetime64("2024-01-02T03:04:05"),
+        "deep": deep,
+        "d": datetime.date(2024, 1, 2),
+    }
+    batch = encode_batch([row])
+    assert (batch.rows, batch.refused, batch.with_text) == (1, 0, 0)
+    got = parse_journal(batch.data)[0][0]
+    assert (got["f"], got["i"], got["t"], got["d"]) == (0.5, 7, "2024-01-02T03:04:05", "2024-01-02")
+    assert rows_to_table([got]).column("deep" + ".d" * (MAX_DEPTH - 2) + ".n").to_pylist() == [3]
+
+
 def test_objects_without_a_json_form_are_text_and_counted() -> None:
     class Opaque:
         def __str__(self) -> str:
@@ -159,8 +195,6 @@ def test_objects_without_a_json_form_are_text_and_counted() -> None:
     data, written, refused = encode_rows([{"a": Opaque(), "b": {"c": Opaque()}}])
     assert (written, refused) == (1, 0)
     assert parse_journal(data)[0] == [{"a": "opaque!", "b": {"c": "opaque!"}}]
-    from stroboscope.recording.journal import encode_batch
-
     assert encode_batch([{"a": Opaque()}, {"a": 1}]).with_text == 1
 
 

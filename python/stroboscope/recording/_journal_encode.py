@@ -143,9 +143,9 @@ def _sanitize(value: Any, depth: int, notes: _Notes) -> Any:
     sets, and ``str(value)`` for what JSON cannot hold. Raises :class:`Refused`."""
     if value is None or isinstance(value, _SCALARS):  # bool is an int
         return value
-    if depth >= MAX_DEPTH:
-        raise Refused(f"nested deeper than {MAX_DEPTH} levels")
     try:
+        if isinstance(value, (Mapping, list, tuple, set, frozenset)) and depth >= MAX_DEPTH:
+            raise Refused(f"nested deeper than {MAX_DEPTH} levels")
         if isinstance(value, Mapping):
             items = list(value.items())
             texts = [_key_text(k) for k, _ in items]
@@ -154,16 +154,17 @@ def _sanitize(value: Any, depth: int, notes: _Notes) -> Any:
             return {n: _sanitize(v, depth + 1, notes) for n, (_, v) in zip(names, items)}
         if isinstance(value, (list, tuple, set, frozenset)):
             return [_sanitize(v, depth + 1, notes) for v in value]
-        if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-            return value.isoformat()
         item = getattr(value, "item", None)
         if callable(item):  # numpy scalars
             try:
-                plain = item()
+                value = item()
             except Exception:  # .item() of a tensor of several elements, and the like
                 pass
             else:
-                return _sanitize(plain, depth + 1, notes)
+                if value is None or isinstance(value, _SCALARS):
+                    return value
+        if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+            return value.isoformat()
     except Refused:
         raise
     except Exception as exc:  # a mapping or sequence that fails while being read
