@@ -20,7 +20,7 @@ from stroboscope.export.writers import write_table as real_write_table
 from stroboscope.recording import receiver
 from stroboscope.recording.journal import encode_rows, rows_to_table
 
-DEADLINE_S = 30.0
+DEADLINE_S = 120.0
 
 
 def wait_rows(r: ParentReceiver, n: int) -> None:
