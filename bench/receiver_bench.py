@@ -22,6 +22,12 @@ child; the producer's own CPU is left out), and memory held per row (journal byt
 ParentReceiver; the child's RSS growth for the pure-Python design).
 
     python bench/receiver_bench.py [--rows 100000] [--repeats 5] [--json out.json]
+
+With ``--read-rows N`` it measures reading instead: a journal of N such rows is written, then a
+fresh process reads it as the crash dump does (journal → Arrow table → CSV) and reports the
+seconds and its peak RSS growth, as a multiple of the journal's size.
+
+    python bench/receiver_bench.py --read-rows 1000000
 """
 
 from __future__ import annotations
@@ -209,12 +215,67 @@ def run_pickle_child(rows: list[dict[str, Any]], scenario: str) -> Run:
     )
 
 
+def _read_child(path: str) -> None:
+    """In a fresh process: read the journal ``path`` into a table and write it as CSV; print
+    the seconds and the peak RSS growth (bytes) as JSON."""
+    import resource
+
+    import pyarrow.csv as pacsv
+    from stroboscope.recording.journal import read_journal
+
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t0 = time.perf_counter()
+    table = read_journal(path)
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        pacsv.write_csv(table, os.path.join(tmp, "dump.csv"))
+    t2 = time.perf_counter()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"read_s": t1 - t0, "csv_s": t2 - t1, "peak_growth": peak - base}))
+
+
+def bench_read(n: int) -> int:
+    """Write a journal of ``n`` rows, read it in a fresh process, print one line of results."""
+    import subprocess
+
+    from stroboscope.recording.journal import encode_rows
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "journal.jsonl")
+        with open(path, "wb") as f:
+            for start in range(0, n, 10_000):
+                f.write(encode_rows([make_row(i) for i in range(start, min(n, start + 10_000))])[0])
+        size = os.path.getsize(path)
+        out = subprocess.run(
+            [sys.executable, __file__, "--read-child", path],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
+    print("rows | journal | read to Arrow | CSV | peak RSS growth | x journal")
+    print("--- | --- | --- | --- | --- | ---")
+    print(
+        f"{n:,} | {size / 2**20:.0f} MiB | {got['read_s']:.1f} s | {got['csv_s']:.1f} s | "
+        f"{got['peak_growth'] / 2**20:.0f} MiB | {got['peak_growth'] / size:.1f}"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--read-rows", type=int, default=0, help="measure reading N rows")
+    parser.add_argument("--read-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--rows", type=int, default=100_000, help="rows per run (default 100000)")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats (default 5)")
     parser.add_argument("--json", default=None, help="also write the raw runs to this file")
     args = parser.parse_args(argv)
+    if args.read_child:
+        _read_child(args.read_child)
+        return 0
+    if args.read_rows:
+        return bench_read(args.read_rows)
     rows = [make_row(i) for i in range(args.rows)]
 
     jobs: list[Callable[[], Run]] = []

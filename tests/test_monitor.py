@@ -520,3 +520,41 @@ def test_crash_safe_monitor_dumps_after_sigkill(tmp_path: Path) -> None:
     table = pa_csv.read_csv(dump)
     assert table.num_rows >= 80  # ~1 s at the monitor's 10 ms sampling
     assert "cpu.util_pct" in table.column_names and "mem.util_pct" in table.column_names
+
+
+@pytest.mark.parametrize("how", ["mean", "max"])
+def test_thread_count_publishes_the_last_value(how: str) -> None:
+    """A count is never averaged: 3 ticks with n threads and 1 with n + 2 publish the last
+    count (an int), not a mean such as 5.99 threads (issue 9, item 20)."""
+    rec = Recorder()
+    mon = monitor(rec, aggregate=how, interval=0.01)
+    stop = threading.Event()
+    extra = [threading.Thread(target=stop.wait) for _ in range(2)]
+    try:
+        sampler = mon.raw_sampler
+        assert sampler.tick_now(3) == 3
+        for t in extra:
+            t.start()
+        assert sampler.tick_now(1) == 1
+        counts = sampler.snapshot().to_arrow().column("proc.threads").to_pylist()
+        mon.flush()
+    finally:
+        stop.set()
+        for t in extra:
+            t.join()
+        mon.shutdown()
+    assert len(counts) == 4 and counts[-1] > counts[0]  # the sampler saw the new threads
+    published = rec.events[0]["proc.cpu.threads"]
+    assert published == counts[-1] and isinstance(published, int)
+
+
+def test_key_aggregates_say_which_applies() -> None:
+    mon = monitor(Recorder(), aggregate="mean", extended=True)
+    try:
+        agg = mon.key_aggregates
+    finally:
+        mon.shutdown()
+    assert agg["cpu"] == "mean" and agg["memory"] == "mean" and agg["proc.memory.rssMB"] == "mean"
+    assert agg["proc.cpu.threads"] == "last"  # an integer count
+    assert agg["network"] == "last" and agg["disk.in"] == "last"  # running totals
+    assert set(agg) >= BASE_KEYS

@@ -450,3 +450,30 @@ def test_default_names_never_replace(tmp_path: Path) -> None:
         assert Path(got).read_bytes() == b"new" and not tmp.exists()
     assert existing.read_bytes() == b"keep"
     assert _watchdog_child.default_dump_name("parquet", 77, 0.0).endswith("-77.parquet")
+
+
+def test_journal_job_reads_a_block_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The crash dump of a journal goes through the block reader (issue 9, item 14): with blocks
+    of a few rows, the dump still holds the union of the columns, a column that turns from
+    integers to floats as float64, and every row once; damaged lines are counted in the log."""
+    from stroboscope.recording import _journal_read
+    from stroboscope.recording.journal import encode_rows
+
+    rows: list[dict[str, Any]] = [{"id": i, "v": i if i < 50 else i + 0.5} for i in range(100)]
+    rows[70]["late"] = "x"
+    data = encode_rows(rows)[0]
+    journal = tmp_path / "journal.jsonl"
+    cut = data.index(b"\n", 200) + 1
+    journal.write_bytes(data[:cut] + b"not json\n" + data[cut:])  # a damaged line, between rows
+    monkeypatch.setattr(_journal_read, "BLOCK_BYTES", 64)
+    job = _resolve(DumpJob("journal", journal, tmp_path / "dump.parquet", "parquet"))
+    line = _watchdog_child.run_job(job, 4242)
+    table = pq.read_table(tmp_path / "dump.parquet")
+    assert table.column_names == ["id", "v", "late"]
+    assert table.column("id").to_pylist() == list(range(100))
+    assert table.schema.field("v").type == pa.float64()
+    assert table.column("v").to_pylist() == [float(r["v"]) for r in rows]
+    assert table.column("late").to_pylist() == [("x" if i == 70 else None) for i in range(100)]
+    assert "wrote 100 rows of journal" in line and "(1 damaged line(s) skipped)" in line

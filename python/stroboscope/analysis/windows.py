@@ -50,11 +50,19 @@ class WindowAggregator:
     counters : iterable of str
         Columns that are running totals (e.g. ``net.sent_bytes``): they always yield their last
         value, whatever the aggregate, because a mean or max of a total is not a total.
+    levels : iterable of str
+        Columns that are counts or integer levels (e.g. ``proc.threads``): they always yield
+        their last value too, because a mean of a count (5.99 threads) is a value the process
+        never had.
     """
 
-    def __init__(self, columns: Iterable[str], counters: Iterable[str] = ()) -> None:
+    def __init__(
+        self, columns: Iterable[str], counters: Iterable[str] = (), levels: Iterable[str] = ()
+    ) -> None:
         self.columns = list(dict.fromkeys(columns))
         self.counters = frozenset(counters)
+        self.levels = frozenset(levels)
+        self._last_only = self.counters | self.levels
         self.reset()
 
     def reset(self) -> None:
@@ -94,8 +102,9 @@ class WindowAggregator:
         """The window's value per column that had at least one valid cell.
 
         ``how`` is ``"last"`` (the latest valid value), ``"mean"`` (mean of the valid values) or
-        ``"max"``; counter columns always give their last value. The last value and the max of
-        an integer column are ints; everything else is a float.
+        ``"max"``; counter and level columns always give their last value (see
+        :meth:`aggregate_of`). The last value and the max of an integer column are ints;
+        everything else is a float.
         """
         if how not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {how!r}")
@@ -103,12 +112,18 @@ class WindowAggregator:
         for name, part in self._parts.items():
             if part.count == 0 or part.last is None:
                 continue
-            if how == "mean" and name not in self.counters:
+            applies = self.aggregate_of(name, how)
+            if applies == "mean":
                 out[name] = part.total / part.count
                 continue
-            value = part.last if how == "last" or name in self.counters else part.maximum
+            value = part.last if applies == "last" else part.maximum
             out[name] = int(value) if part.integer else value
         return out
+
+    def aggregate_of(self, column: str, how: Aggregate) -> Aggregate:
+        """The aggregate that applies to ``column`` when ``how`` is asked: ``"last"`` for
+        counter and level columns, else ``how``."""
+        return "last" if column in self._last_only else how
 
     def info(self) -> WindowInfo:
         """The rows and time span of the window so far."""

@@ -5,6 +5,18 @@ This is the only place where compatibility keys (``cpu``, ``memory``, ``network`
 canonical columns (``cpu.util_pct``, ``mem.util_pct``, ``net.sent_bytes``, ``gpu.0.power_w``).
 Units follow the pure-Python monitors: percentages 0 to 100, memory in MiB (``…MB`` keys divide by
 1,048,576), network in bytes, temperature in °C, power in W.
+
+Which aggregate a key publishes (the last element of each row of the tables below):
+
+- ``WINDOW``: the monitor's ``aggregate`` over the window (mean, max or last), for levels that
+  are measured values (percentages, MiB, °C, W);
+- ``LAST``: the window's last value whatever the aggregate, for counts and integer levels (thread
+  count, clocks in MHz, fan %, power limit, device bytes in use, ECC error counts): a mean of a
+  count (5.99 threads) is a value the process never had;
+- running totals (``network``, ``disk.in``/``disk.out``, ``energyJoules``: columns of kind
+  ``counter``) always publish their last value too.
+
+:meth:`CompatKeys.aggregates` (and ``SystemMonitor.key_aggregates``) give the rule per key.
 """
 
 from __future__ import annotations
@@ -14,18 +26,25 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+WINDOW = "window"
+"""The key publishes the monitor's aggregate of the window (mean, max or last)."""
+LAST = "last"
+"""The key publishes the window's last value whatever the aggregate (counts, integer levels)."""
+
 MIB = 1048576.0
 """Bytes per MiB: the ``…MB`` keys of the pure-Python monitors are bytes / 2**20."""
 
-# (key, canonical column, scale). The monitor's default key set, in the order it publishes them.
-SYSTEM_KEYS: tuple[tuple[str, str, float], ...] = (
-    ("cpu", "cpu.util_pct", 1.0),  # system CPU busy %, all cores
-    ("memory", "mem.util_pct", 1.0),  # system memory in use, %
-    ("disk", "disk.used_pct", 1.0),  # usage of the filesystem holding /, %
-    ("proc.memory.availableMB", "mem.available_bytes", 1.0 / MIB),  # system MemAvailable, MiB
-    ("proc.memory.rssMB", "proc.rss_bytes", 1.0 / MIB),  # process RSS, MiB
-    ("proc.memory.percent", "proc.mem_pct", 1.0),  # process RSS / physical memory, %
-    ("proc.cpu.threads", "proc.threads", 1.0),  # threads of the process
+# (key, canonical column, scale, aggregate rule). The monitor's default key set, in the
+# order it publishes them.
+SYSTEM_KEYS: tuple[tuple[str, str, float, str], ...] = (
+    ("cpu", "cpu.util_pct", 1.0, WINDOW),  # system CPU busy %, all cores
+    ("memory", "mem.util_pct", 1.0, WINDOW),  # system memory in use, %
+    ("disk", "disk.used_pct", 1.0, WINDOW),  # usage of the filesystem holding /, %
+    # system MemAvailable, MiB
+    ("proc.memory.availableMB", "mem.available_bytes", 1.0 / MIB, WINDOW),
+    ("proc.memory.rssMB", "proc.rss_bytes", 1.0 / MIB, WINDOW),  # process RSS, MiB
+    ("proc.memory.percent", "proc.mem_pct", 1.0, WINDOW),  # process RSS / physical memory, %
+    ("proc.cpu.threads", "proc.threads", 1.0, LAST),  # threads of the process
 )
 
 NETWORK_KEY = "network"
@@ -35,35 +54,36 @@ NETWORK_COLUMNS: tuple[tuple[str, str], ...] = (
     ("recv", "net.recv_bytes"),
 )
 
-# Per GPU i: (key suffix after "gpu.{i}.", canonical suffix after "gpu.{i}.", scale).
-GPU_KEYS: tuple[tuple[str, str, float], ...] = (
-    ("gpu", "util_pct", 1.0),  # % of the sample period a kernel ran
-    ("memory", "mem_util_pct", 1.0),  # % of the sample period memory was read/written
-    ("memoryAllocated", "mem_allocated_pct", 1.0),  # used / total device memory, %
-    ("temp", "temp_c", 1.0),  # °C
-    ("powerWatts", "power_w", 1.0),  # W (only on devices that report power)
-    ("powerPercent", "power_pct", 1.0),  # % of the enforced power limit
+# Per GPU i: (key suffix after "gpu.{i}.", canonical suffix after "gpu.{i}.", scale, rule).
+GPU_KEYS: tuple[tuple[str, str, float, str], ...] = (
+    ("gpu", "util_pct", 1.0, WINDOW),  # % of the sample period a kernel ran
+    ("memory", "mem_util_pct", 1.0, WINDOW),  # % of the sample period memory was read/written
+    ("memoryAllocated", "mem_allocated_pct", 1.0, WINDOW),  # used / total device memory, %
+    ("temp", "temp_c", 1.0, WINDOW),  # °C
+    ("powerWatts", "power_w", 1.0, WINDOW),  # W (only on devices that report power)
+    ("powerPercent", "power_pct", 1.0, WINDOW),  # % of the enforced power limit
 )
 
 # extended=True: the fuller W&B-style key set.
-EXTENDED_SYSTEM_KEYS: tuple[tuple[str, str, float], ...] = (
-    ("proc.cpu.percent", "proc.cpu_pct", 1.0),  # process CPU, 100 per busy core (psutil)
-    ("disk.in", "disk.read_bytes", 1.0 / MIB),  # MiB read from disks since start
-    ("disk.out", "disk.write_bytes", 1.0 / MIB),  # MiB written to disks since start
+EXTENDED_SYSTEM_KEYS: tuple[tuple[str, str, float, str], ...] = (
+    ("proc.cpu.percent", "proc.cpu_pct", 1.0, WINDOW),  # process CPU, 100 per busy core (psutil)
+    ("disk.in", "disk.read_bytes", 1.0 / MIB, LAST),  # MiB read from disks since start
+    ("disk.out", "disk.write_bytes", 1.0 / MIB, LAST),  # MiB written to disks since start
 )
 EXTENDED_CORE_KEY = ("cpu.{i}.cpu_percent", "cpu.{i}.util_pct")  # per core busy %
-EXTENDED_GPU_KEYS: tuple[tuple[str, str, float], ...] = (
-    ("memoryAllocatedBytes", "mem_used_bytes", 1.0),  # bytes
-    ("smClock", "sm_clock_mhz", 1.0),  # MHz
-    ("memoryClock", "mem_clock_mhz", 1.0),  # MHz
-    ("graphicsClock", "graphics_clock_mhz", 1.0),  # MHz
-    ("enforcedPowerLimitWatts", "power_limit_w", 1.0),  # W
-    ("energyJoules", "energy_mj", 1e-3),  # J since the monitor started
-    ("fanSpeed", "fan_pct", 1.0),  # % of maximum
-    ("correctedMemoryErrors", "ecc_corrected", 1.0),
-    ("unCorrectedMemoryErrors", "ecc_uncorrected", 1.0),
+EXTENDED_GPU_KEYS: tuple[tuple[str, str, float, str], ...] = (
+    ("memoryAllocatedBytes", "mem_used_bytes", 1.0, LAST),  # bytes
+    ("smClock", "sm_clock_mhz", 1.0, LAST),  # MHz
+    ("memoryClock", "mem_clock_mhz", 1.0, LAST),  # MHz
+    ("graphicsClock", "graphics_clock_mhz", 1.0, LAST),  # MHz
+    ("enforcedPowerLimitWatts", "power_limit_w", 1.0, LAST),  # W
+    ("energyJoules", "energy_mj", 1e-3, LAST),  # J since the monitor started
+    ("fanSpeed", "fan_pct", 1.0, LAST),  # % of maximum
+    ("correctedMemoryErrors", "ecc_corrected", 1.0, LAST),
+    ("unCorrectedMemoryErrors", "ecc_uncorrected", 1.0, LAST),
 )
-EXTENDED_GPU_PROCESS_KEY = ("gpu.process.{i}.memoryAllocatedBytes", "proc_mem_bytes")  # bytes
+# bytes (an integer level: LAST)
+EXTENDED_GPU_PROCESS_KEY = ("gpu.process.{i}.memoryAllocatedBytes", "proc_mem_bytes")
 
 BASE_SOURCES = ("cpu", "memory", "network", "disk", "process")
 EXTENDED_SOURCES = ("cpu_cores", "diskio")
@@ -91,11 +111,13 @@ def sources(extended: bool, gpu: bool) -> list[str]:
 
 @dataclass(frozen=True)
 class KeyMap:
-    """One published key: the canonical column it comes from and the factor applied."""
+    """One published key: the canonical column it comes from, the factor applied and its
+    aggregate rule (:data:`WINDOW` or :data:`LAST`)."""
 
     key: str
     column: str
     scale: float = 1.0
+    aggregate: str = WINDOW
 
 
 class CompatKeys:
@@ -119,12 +141,12 @@ class CompatKeys:
         maps: list[KeyMap] = []
         for i in self.gpu_labels:
             table = GPU_KEYS + (EXTENDED_GPU_KEYS if extended else ())
-            maps += [KeyMap(f"{prefix}gpu.{i}.{k}", f"gpu.{i}.{c}", s) for k, c, s in table]
+            maps += [KeyMap(f"{prefix}gpu.{i}.{k}", f"gpu.{i}.{c}", s, a) for k, c, s, a in table]
             if extended:
                 key, suffix = EXTENDED_GPU_PROCESS_KEY
-                maps.append(KeyMap(prefix + key.format(i=i), f"gpu.{i}.{suffix}"))
+                maps.append(KeyMap(prefix + key.format(i=i), f"gpu.{i}.{suffix}", 1.0, LAST))
         system = SYSTEM_KEYS + (EXTENDED_SYSTEM_KEYS if extended else ())
-        maps += [KeyMap(prefix + k, c, s) for k, c, s in system]
+        maps += [KeyMap(prefix + k, c, s, a) for k, c, s, a in system]
         if extended:
             cores = sorted(int(m.group(1)) for c in columns if (m := _CORE_UTIL.match(c)))
             key, column = EXTENDED_CORE_KEY
@@ -137,6 +159,24 @@ class CompatKeys:
     def columns(self) -> list[str]:
         """Every canonical column the keys read."""
         return [m.column for m in self.maps] + [c for _, c in self.network_columns]
+
+    @property
+    def last_columns(self) -> list[str]:
+        """The canonical columns whose keys publish the window's last value (rule :data:`LAST`,
+        and the network totals)."""
+        return [m.column for m in self.maps if m.aggregate == LAST] + [
+            c for _, c in self.network_columns
+        ]
+
+    def aggregates(self, how: str, counters: Sequence[str] = ()) -> dict[str, str]:
+        """Which aggregate each key publishes when the monitor's aggregate is ``how``:
+        ``{key: "mean" | "max" | "last"}``. Keys of :data:`LAST` columns, of ``counters``
+        (running totals) and ``network`` give ``"last"``; the others give ``how``."""
+        last = set(self.last_columns) | set(counters)
+        out = {m.key: "last" if m.column in last else how for m in self.maps}
+        if self.network_columns:
+            out[self.network_key] = "last"
+        return out
 
     def update(
         self,

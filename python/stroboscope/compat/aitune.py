@@ -5,7 +5,10 @@ module holds no machinery of its own.
 ``ParentReceiver`` keeps the surface of the pure-Python receiver: ``start``, ``stop``,
 ``snapshot(path, reset_metrics=True)`` (CSV for any name but ``.parquet``/``.pq``, as before),
 ``get_metrics()`` → pandas DataFrame, and a CSV dump of every row taken when the main process
-dies.
+dies. Beyond it: a row that cannot be written never stops the receiver (it is refused and
+counted), and ``rows_received``, ``rows_refused`` and ``stats()`` say what happened to every row
+taken from the queue (received, refused, written with text values or renamed keys, lost to a
+full disk).
 """
 
 from __future__ import annotations

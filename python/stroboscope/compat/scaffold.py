@@ -83,7 +83,9 @@ class SystemMonitor:
         Keyword-only. Sampling interval of the C++ sampler in seconds (default 0.01).
     aggregate : {"mean", "max", "last"}
         Keyword-only. How each published value reduces its window's samples (default ``"mean"``).
-        Running totals (``network``, ``disk.in``/``out``, GPU energy) always give the latest.
+        Running totals (``network``, ``disk.in``/``out``, GPU energy) and counts or integer
+        levels (``proc.cpu.threads``, GPU clocks, fan, power limit, device bytes, ECC counts)
+        always give the latest: :attr:`key_aggregates` says which applies per key.
     extended : bool
         Keyword-only. Add the fuller W&B-style keys: ``cpu.{i}.cpu_percent`` per core,
         ``proc.cpu.percent``, ``disk.in``/``disk.out`` (MiB since start), and per GPU clocks,
@@ -187,7 +189,10 @@ class SystemMonitor:
         self._keys = CompatKeys(columns, rank, extended)
         self.gpu_count = len(self._keys.gpu_labels)
         counters = [c.name for c in self._core.columns if c.kind == "counter"]
-        self._window = WindowAggregator(self._keys.columns, counters)
+        self._counters = counters
+        self._window = WindowAggregator(
+            self._keys.columns, counters, levels=self._keys.last_columns
+        )
         self.network_init = _net_totals(self._loopback)
         self._net_offset = {"sent": 0, "recv": 0}
         self.sampler = {}
@@ -279,6 +284,12 @@ class SystemMonitor:
     def raw_sampler(self) -> Sampler:
         """The :class:`stroboscope.Sampler` underneath (for ``stats()``, ``snapshot()``)."""
         return self._core
+
+    @property
+    def key_aggregates(self) -> dict[str, str]:
+        """Which aggregate each key publishes: ``{key: "mean" | "max" | "last"}`` (the
+        ``aggregate`` asked, or ``"last"`` for running totals, counts and integer levels)."""
+        return self._keys.aggregates(self._aggregate, self._counters)
 
     @property
     def sample_rate_seconds(self) -> float:

@@ -85,11 +85,11 @@ def _load(job: dict[str, Any]) -> tuple[pa.Table, str]:
         from stroboscope.recording.spool import recover
 
         return recover(job["source"]).to_arrow(), ""
-    from stroboscope.recording.journal import read_journal_rows, rows_to_table
+    from stroboscope.recording._journal_read import read_journal_table
 
-    rows, damaged = read_journal_rows(job["source"])
+    table, damaged = read_journal_table(job["source"])  # a block at a time: memory stays flat
     note = f" ({damaged} damaged line(s) skipped)" if damaged else ""
-    return rows_to_table(rows), note
+    return table, note
 
 
 def _write_table(table: pa.Table, fd: int, fmt: str) -> None:

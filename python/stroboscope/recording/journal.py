@@ -1,22 +1,98 @@
 """The receiver's journal: JSON Lines rows appended with ``os.write``, read back as Arrow.
 
-The format is documented at the top of :mod:`stroboscope.recording.receiver`. This module
-imports only the standard library and pyarrow, so the watchdog child can read a journal without
-pandas.
+The file is here (:class:`Journal`); rows become lines in :mod:`._journal_encode` and lines
+become Arrow in :mod:`._journal_read` (both re-exported here). Standard library and pyarrow only,
+so the watchdog child can read a journal without pandas.
+
+Journal format (version 1)
+--------------------------
+A journal is a UTF-8 text file in JSON Lines form:
+
+- one row per line: a JSON object (``json.dumps`` with ASCII output, so a line holds no raw
+  newline), terminated by ``\\n``; the file has no header and no footer;
+- keys are the row's keys as JSON writes them (``1`` → ``"1"``, ``True`` → ``"true"``, ``None``
+  → ``"null"``; a key JSON cannot hold, such as a tuple, as ``str(key)``); when two keys of one
+  object have the same text (``{1: …, "1": …}``), the first keeps it and each other takes the
+  first of ``NAME~2``, ``NAME~3``, … that no key of the object has, so no value is lost;
+- values are JSON numbers, strings, booleans, ``null``, arrays or objects; NaN and infinities
+  are written as Python's ``json`` writes them (``NaN``, ``Infinity``, ``-Infinity``); numpy
+  scalars are written as their Python value (``.item()``), dates and times in ISO 8601, anything
+  else (a tensor of several elements, whose ``.item()`` raises) as ``str(value)``; nothing is
+  ever pickled;
+- a row is refused (counted in ``Receiver.stats()["rows_refused"]``, with a warning at most
+  once a minute) when it is not a mapping, nests deeper than ``MAX_DEPTH`` (64) levels, or holds
+  a key or value whose ``str()`` fails; a refused row never stops the receiver;
+- rows are appended with ``os.write`` on an ``O_APPEND`` descriptor, one write per batch of rows
+  taken from the queue, before the receiver blocks on the queue again (no fsync: a journal
+  survives the death of the process, not of the machine); a write that fails part way (a full
+  disk) is cut back to its last complete line, and the rows it could not write are counted as
+  ``rows_lost``; if even the cut fails, the next write starts with ``\\n`` so that the torn line
+  is one damaged line on reading and the next row stays whole;
+- on reading, a last line without its ``\\n`` (a write torn by the process's death) is skipped, as
+  is any line that is not a JSON object (counted as damaged);
+- ``snapshot(path, reset_metrics=True)`` removes the rows the snapshot wrote: the journal is
+  truncated to zero bytes, or, when rows arrived while the snapshot was written, a copy of those
+  rows (a new file, mode 0600, in the same directory) is renamed over it; it then holds only the
+  rows taken since.
+
+Reading a journal into a table: nested objects are flattened with dotted keys (``{"network":
+{"sent": 1}}`` → column ``network.sent``; names that come out equal, as ``{"x.y": 1, "x": {"y":
+2}}`` does, are made unique the same way as keys: ``x.y`` and ``x.y~2``, in the row's order,
+depth first), the columns are the union of all rows' keys in order of first appearance, a key
+missing from a row is null, a column of integers and floats is float64, and a column whose values
+Arrow cannot hold in one type (say numbers and strings), or holds only as lists, is written as
+text. The journal is read a block of about 256 KiB at a time (each block's rows become Arrow
+arrays before the next is read), so ``snapshot``, ``get_metrics`` and the crash dump hold the
+Arrow form of the rows, not the whole journal as Python objects; and they hold the receiver's
+lock only to take the journal's size, so rows keep being received meanwhile.
+
+The journal file is created with mode 0600, by default in a private directory made with
+:func:`tempfile.mkdtemp` (mode 0700), and removed when the receiver is garbage-collected or the
+interpreter exits (after a crash, by the watchdog once its dump is written).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
+import contextlib
+import errno
 import fcntl
-import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
-import pyarrow as pa
+from stroboscope.recording._journal_encode import (
+    MAX_DEPTH,
+    EncodedBatch,
+    Refused,
+    encode_batch,
+    encode_rows,
+)
+from stroboscope.recording._journal_read import (
+    parse_journal,
+    read_journal,
+    read_journal_fd,
+    read_journal_rows,
+    read_journal_table,
+    rows_to_table,
+    unique_names,
+)
+
+__all__ = [
+    "MAX_DEPTH",
+    "EncodedBatch",
+    "Journal",
+    "JournalWriteError",
+    "Refused",
+    "encode_batch",
+    "encode_rows",
+    "parse_journal",
+    "read_journal",
+    "read_journal_fd",
+    "read_journal_rows",
+    "read_journal_table",
+    "rows_to_table",
+    "unique_names",
+]
 
 logger = logging.getLogger("stroboscope.receiver")
 
@@ -24,171 +100,12 @@ JOURNAL_NAME = "journal.jsonl"
 """File name of a journal in its own private directory."""
 
 
-def _json_default(value: object) -> object:
-    item = getattr(value, "item", None)
-    if callable(item):  # numpy scalars
-        return item()
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, (tuple, set, frozenset)):
-        return list(value)
-    return str(value)
+class JournalWriteError(OSError):
+    """A journal write that failed part way: ``rows_kept`` of its lines are in the journal."""
 
-
-_encoder = json.JSONEncoder(separators=(",", ":"), default=_json_default)
-
-
-def _make_fast_encode() -> Callable[[dict[str, Any]], str]:
-    """``_encoder.encode`` without its set-up on every call: the json module's C encoder, made
-    once (without the circular-reference check; a circular row fails with RecursionError and
-    takes the slow path). Used only when it gives the same text as ``_encoder.encode``."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - an interpreter without the C accelerator
-        return _encoder.encode
-    try:
-        c_encode = make(
-            None,
-            _json_default,
-            json.encoder.encode_basestring_ascii,
-            None,
-            ":",
-            ",",
-            False,
-            False,
-            True,
-        )
-
-        def encode(row: dict[str, Any]) -> str:
-            return "".join(c_encode(row, 0))
-
-        sample = {
-            "a": 1,
-            "b": [1.5, float("nan"), (2, 3)],
-            "c": {"d": "\u00e9\n"},
-            "e": None,
-            "f": True,
-            "g": _dt.date(2024, 1, 2),
-        }
-        if encode(sample) == _encoder.encode(sample):
-            return encode
-    except Exception:  # pragma: no cover - a json module whose internals differ
-        pass
-    return _encoder.encode  # pragma: no cover
-
-
-_fast_encode = _make_fast_encode()
-
-
-def _encode_row(row: object) -> str | None:
-    """One journal line (without its newline), or None for a row that is not a mapping."""
-    if not isinstance(row, Mapping):
-        return None
-    try:
-        return _encoder.encode(row)
-    except (TypeError, ValueError, RecursionError):  # keys JSON cannot hold, circular values
-        plain = {str(k): v for k, v in row.items()}
-        try:
-            return _encoder.encode(plain)
-        except (TypeError, ValueError):
-            return _encoder.encode({k: str(v) for k, v in plain.items()})
-
-
-def encode_rows(rows: Iterable[object]) -> tuple[bytes, int, int]:
-    """Journal bytes for ``rows``: ``(data, rows written, rows skipped as not mappings)``."""
-    lines = []
-    skipped = 0
-    fast = _fast_encode
-    for row in rows:
-        if type(row) is dict:
-            try:
-                lines.append(fast(row))
-                continue
-            except (TypeError, ValueError, RecursionError):
-                pass  # the slow path below says what to do with it
-        line = _encode_row(row)
-        if line is None:
-            skipped += 1
-        else:
-            lines.append(line)
-    if not lines:
-        return b"", 0, skipped
-    lines.append("")
-    return "\n".join(lines).encode("ascii"), len(lines) - 1, skipped
-
-
-def parse_journal(data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """Rows of a journal's bytes and the number of damaged lines skipped (a torn last line is
-    expected after a crash and is not counted)."""
-    lines = data.split(b"\n")
-    rows: list[dict[str, Any]] = []
-    damaged = 0
-    loads = json.loads
-    for line in lines[:-1]:  # the last piece is b"" or a torn line
-        if not line:
-            continue
-        try:
-            row = loads(line)
-        except ValueError:
-            damaged += 1
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            damaged += 1
-    return rows, damaged
-
-
-def read_journal_rows(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
-    """Rows of the journal file ``path`` and the number of damaged lines skipped."""
-    with open(path, "rb") as f:
-        return parse_journal(f.read())
-
-
-def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in row.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
-
-
-def _as_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _column(values: list[Any]) -> pa.Array:
-    try:
-        array = pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
-        return pa.array([_as_text(v) for v in values], pa.string())
-    if pa.types.is_nested(array.type):  # lists: CSV cannot hold them
-        return pa.array([_as_text(v) for v in values], pa.string())
-    return array
-
-
-def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """An Arrow table of ``rows``: nested objects flattened to dotted keys, the union of the
-    keys as columns (in order of first appearance), missing cells null."""
-    flat = [_flatten(r) if any(isinstance(v, dict) for v in r.values()) else r for r in rows]
-    names: dict[str, None] = {}
-    for r in flat:
-        if r.keys() - names.keys():
-            names.update(dict.fromkeys(r))
-    return pa.table({name: _column([r.get(name) for r in flat]) for name in names})
-
-
-def read_journal(path: str | os.PathLike[str]) -> pa.Table:
-    """The journal file ``path`` as an Arrow table (see the module documentation)."""
-    return rows_to_table(read_journal_rows(path)[0])
+    def __init__(self, rows_kept: int, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.rows_kept = rows_kept
 
 
 class Journal:
@@ -210,18 +127,58 @@ class Journal:
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         self.fd: int | None = fd
         self.owner = os.getpid()
+        self.torn = False
+        """Whether the file ends in a torn line that a failed cut left (see :meth:`append`)."""
 
     def append(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd(), view)
-            view = view[written:]
+        """Append ``data`` (whole lines). On a failed or short write the file is cut back to its
+        last complete line, so no torn line is left for the next row to be glued to; when even
+        that fails, the next append first ends the torn line (the reader then skips exactly it,
+        as one damaged line).
 
-    def read(self) -> bytes:
+        Raises
+        ------
+        JournalWriteError
+            When not all of ``data`` could be written; ``rows_kept`` says how many of its lines
+            are in the journal.
+        """
         fd = self._fd()
-        size = os.fstat(fd).st_size
+        prefix = b"\n" if self.torn else b""
+        data = prefix + data
+        start = os.fstat(fd).st_size
+        view = memoryview(data)
+        done = 0
+        try:
+            while done < len(data):
+                written = os.write(fd, view[done:])
+                if written <= 0:  # pragma: no cover - a regular file writes or raises
+                    raise OSError(errno.ENOSPC, "the journal write wrote nothing")
+                done += written
+        except OSError as exc:
+            kept = data.rfind(b"\n", 0, done) + 1  # bytes up to the last complete line
+            if kept < done:
+                try:
+                    os.ftruncate(fd, start + kept)
+                except OSError:
+                    self.torn = True
+                else:
+                    self.torn = bool(prefix) and kept == 0
+            elif kept:
+                self.torn = False
+            lines = data.count(b"\n", 0, kept) - (1 if prefix and kept else 0)
+            raise JournalWriteError(lines, exc) from exc
+        self.torn = False
+
+    def size(self) -> int:
+        """The journal's size in bytes (its complete lines, unless :attr:`torn`)."""
+        return os.fstat(self._fd()).st_size
+
+    def read(self, end: int | None = None, start: int = 0) -> bytes:
+        """The journal's bytes from ``start`` to ``end`` (default: to its end)."""
+        fd = self._fd()
+        size = os.fstat(fd).st_size if end is None else end
         chunks = []
-        offset = 0
+        offset = start
         while offset < size:
             chunk = os.pread(fd, min(size - offset, 1 << 24), offset)
             if not chunk:
@@ -231,7 +188,40 @@ class Journal:
         return b"".join(chunks)
 
     def truncate(self) -> None:
+        """Empty the journal."""
         os.ftruncate(self._fd(), 0)
+        self.torn = False
+
+    def drop_prefix(self, end: int) -> None:
+        """Remove the first ``end`` bytes (whole lines), keeping what was appended after them.
+
+        When nothing was appended the file is truncated; otherwise the rest is written to a new
+        private file in the same directory that then replaces the journal (``rename``), so a
+        reader of the path (the watchdog) sees either the old journal or the new one, never a
+        journal without the rows appended since ``end``.
+        """
+        fd = self._fd()
+        size = os.fstat(fd).st_size
+        if size <= end:
+            self.truncate()
+            return
+        rest = self.read(size, start=end)
+        new_fd, tmp = tempfile.mkstemp(
+            prefix=".stroboscope-journal-", suffix=".tmp", dir=os.path.dirname(self.path)
+        )
+        try:
+            view = memoryview(rest)
+            while view:
+                view = view[os.write(new_fd, view) :]
+            fcntl.fcntl(new_fd, fcntl.F_SETFL, fcntl.fcntl(new_fd, fcntl.F_GETFL) | os.O_APPEND)
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.close(new_fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        self.fd = new_fd
+        os.close(fd)
 
     def _fd(self) -> int:
         if self.fd is None:

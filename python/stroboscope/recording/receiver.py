@@ -10,32 +10,7 @@ process writes every row taken from the queue to a CSV dump. Unlike that design,
 kept in a Python list nor pickled to a helper process: they are appended to a journal file, so
 memory stays flat on long runs and a SIGKILL loses nothing already taken.
 
-Journal format (version 1)
---------------------------
-A journal is a UTF-8 text file in JSON Lines form:
-
-- one row per line: a JSON object (``json.dumps`` with ASCII output, so a line holds no raw
-  newline), terminated by ``\\n``; the file has no header and no footer;
-- keys are the row's keys (strings); values are JSON numbers, strings, booleans, ``null``, arrays
-  or objects; NaN and infinities are written as Python's ``json`` writes them (``NaN``,
-  ``Infinity``, ``-Infinity``); numpy scalars are written as their Python value, dates and times
-  in ISO 8601, anything else as ``str(value)``; nothing is ever pickled;
-- rows are appended with ``os.write`` on an ``O_APPEND`` descriptor, one write per batch of rows
-  taken from the queue, before the receiver blocks on the queue again (no fsync: a journal
-  survives the death of the process, not of the machine);
-- on reading, a last line without its ``\\n`` (a write torn by the process's death) is skipped, as
-  is any line that is not a JSON object (counted as damaged);
-- ``snapshot(path, reset_metrics=True)`` truncates the journal to zero bytes: it then holds only
-  the rows taken since.
-
-Reading a journal into a table: nested objects are flattened with dotted keys (``{"network":
-{"sent": 1}}`` → column ``network.sent``), the columns are the union of all rows' keys in order
-of first appearance, a key missing from a row is null, and a column whose values Arrow cannot hold
-in one type (say numbers and strings), or holds only as lists, is written as text.
-
-The journal file is created with mode 0600, by default in a private directory made with
-:func:`tempfile.mkdtemp` (mode 0700), and removed when the receiver is garbage-collected or the
-interpreter exits (after a crash, by the watchdog once its dump is written).
+The journal's format and how it reads back as a table: :mod:`stroboscope.recording.journal`.
 """
 
 from __future__ import annotations
@@ -46,16 +21,17 @@ import queue as _queue
 import threading
 import time
 import weakref
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stroboscope import _lifecycle
+from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.export.writers import write_table
 from stroboscope.recording.journal import (
     Journal,
-    encode_rows,
-    parse_journal,
+    JournalWriteError,
+    encode_batch,
     read_journal,
+    read_journal_fd,
     read_journal_rows,
     rows_to_table,
 )
@@ -64,6 +40,7 @@ from stroboscope.sampling._checks import check_private_dir
 
 if TYPE_CHECKING:
     import pandas
+    import pyarrow as pa
 
 __all__ = ["Receiver", "read_journal", "read_journal_rows", "rows_to_table"]
 
@@ -94,8 +71,9 @@ class Receiver:
     Parameters
     ----------
     queue : queue.Queue or multiprocessing queue
-        Where the rows (dicts; keys may differ between rows) arrive. Anything that is not a
-        mapping is skipped with a warning.
+        Where the rows (dicts; keys may differ between rows) arrive. A row that cannot be
+        written (not a mapping, nested too deep) is refused and counted, a value JSON cannot
+        hold is written as its ``str()``; see :meth:`stats`. A bad row never stops the receiver.
     journal_dir : str or os.PathLike, optional
         An existing directory owned by this user, for the journal file. Default: a new private
         temporary directory.
@@ -115,7 +93,8 @@ class Receiver:
     keep_running : threading.Event
         Set while the thread runs; :meth:`stop` clears it.
     lock : threading.Lock
-        Held while the journal is written, read or reset.
+        Held while the journal is written or reset, and while a reader takes its size (not
+        while the rows are read and converted).
     """
 
     def __init__(
@@ -143,12 +122,18 @@ class Receiver:
         self.dump_format = dump_format
         self.keep_running = threading.Event()
         self.lock = threading.Lock()
+        self._read_lock = threading.Lock()  # one reader at a time: snapshot, get_metrics
         self._journal: Journal | None = None
         self._thread: threading.Thread | None = None
         self._watchdog: Watchdog | None = None
         self._rows = 0
-        self._skipped = 0
+        self._refused = 0
+        self._with_text = 0
+        self._renamed = 0
+        self._lost = 0
         self._errors = 0
+        self._bad_row_log = RateLimitedLog(logger)
+        self._write_log = RateLimitedLog(logger)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -197,12 +182,12 @@ class Receiver:
                 self._queue_error(exc)
                 time.sleep(GET_TIMEOUT_S)
                 continue
-            self._journal_batch(self._drain([first]))
+            self._journal_batch_safely(self._drain([first]))
         # Take what is already waiting (for at most FINAL_DRAIN_S against an endless producer).
         deadline = time.monotonic() + FINAL_DRAIN_S
         while time.monotonic() < deadline:
             batch = self._drain([])
-            self._journal_batch(batch)
+            self._journal_batch_safely(batch)
             if len(batch) < MAX_BATCH_ROWS:
                 break
 
@@ -229,8 +214,11 @@ class Receiver:
     def snapshot(self, path: str | os.PathLike[str], reset_metrics: bool = True) -> None:
         """Write the rows collected so far to ``path``: Parquet when it ends in ``.parquet`` or
         ``.pq``, CSV for any other name (created with mode 0600). With ``reset_metrics`` the
-        rows are then cleared (the journal is truncated), so the next snapshot holds only newer
-        rows.
+        rows written are then cleared from the journal, so the next snapshot holds only newer
+        rows (rows that arrive while the snapshot is written are kept for the next one).
+
+        The journal is read a block at a time into Arrow, without holding the lock the
+        receiving thread writes under: rows keep being received meanwhile.
 
         Raises
         ------
@@ -238,16 +226,17 @@ class Receiver:
             When called before :meth:`start`.
         """
         self._require_started("snapshot")
-        with self.lock:
+        with self._read_lock:
             journal = self._open_journal()
-            table = rows_to_table(parse_journal(journal.read())[0])
+            table, end = self._read_table(journal)
             write_table(table, path, default="csv")
             if reset_metrics:
-                journal.truncate()
+                with self.lock:
+                    journal.drop_prefix(end)
 
     def get_metrics(self) -> pandas.DataFrame:
         """The rows collected so far (since the last reset) as a pandas DataFrame: one column per
-        key of any row, NaN/None where a row lacks it.
+        key of any row, NaN/None where a row lacks it. Rows keep being received meanwhile.
 
         Raises
         ------
@@ -255,16 +244,28 @@ class Receiver:
             When called before :meth:`start`.
         """
         self._require_started("get_metrics")
-        with self.lock:
-            data = self._open_journal().read()
         try:
             import pandas  # noqa: F401
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
                 "get_metrics() needs pandas: pip install 'stroboscope[pandas]'"
             ) from exc
-        df: pandas.DataFrame = rows_to_table(parse_journal(data)[0]).to_pandas()
+        with self._read_lock:
+            table, _ = self._read_table(self._open_journal())
+        df: pandas.DataFrame = table.to_pandas()
         return df
+
+    def _read_table(self, journal: Journal) -> tuple[pa.Table, int]:
+        """The journal's rows as a table and the journal size they were read up to. The lock is
+        held only to take the size (the rows up to it are complete lines then); the reading is
+        done under ``_read_lock`` alone, which the journal's descriptor only changes under."""
+        with self.lock:
+            end = journal.size()
+            fd = journal.fd
+        if fd is None:
+            raise RuntimeError("the receiver's journal is closed")
+        table, _damaged = read_journal_fd(fd, end)
+        return table, end
 
     # -- introspection -----------------------------------------------------------------------
 
@@ -272,6 +273,39 @@ class Receiver:
     def rows_received(self) -> int:
         """Rows taken from the queue and journaled since :meth:`start` (resets do not count)."""
         return self._rows
+
+    @property
+    def rows_refused(self) -> int:
+        """Rows taken from the queue and not journaled because they cannot be written: not a
+        mapping, nested deeper than ``MAX_DEPTH`` levels, or holding a key or value that has no
+        text form (see :meth:`stats`)."""
+        return self._refused
+
+    def stats(self) -> dict[str, int]:
+        """What happened to the rows taken from the queue since :meth:`start`.
+
+        Returns
+        -------
+        dict
+            ``rows_received``: rows journaled (resets do not count);
+            ``rows_refused``: rows left out because they cannot be written (not a mapping,
+            nested deeper than ``stroboscope.recording.journal.MAX_DEPTH`` levels, a key or
+            value whose ``str()`` fails); each is logged, at most once a minute;
+            ``rows_with_text``: rows journaled with a value written as its ``str()`` (an
+            object JSON cannot hold, e.g. a tensor of several elements);
+            ``rows_renamed``: rows journaled with keys renamed because two of them had the same
+            JSON text (``1`` and ``"1"``: the second becomes ``"1~2"``);
+            ``rows_lost``: rows the journal could not take (a full disk), logged as errors;
+            ``queue_errors``: failed reads of the queue.
+        """
+        return {
+            "rows_received": self._rows,
+            "rows_refused": self._refused,
+            "rows_with_text": self._with_text,
+            "rows_renamed": self._renamed,
+            "rows_lost": self._lost,
+            "queue_errors": self._errors,
+        }
 
     @property
     def journal_path(self) -> str | None:
@@ -309,27 +343,59 @@ class Receiver:
     def _journal_batch(self, batch: list[Any]) -> None:
         if not batch:
             return
-        data, written, skipped = encode_rows(batch)
-        if skipped:
-            if not self._skipped:
-                logger.warning(
-                    "ParentReceiver: skipping rows that are not dicts (first: %r)",
-                    next(r for r in batch if not isinstance(r, Mapping)),
-                )
-            self._skipped += skipped
-        if not data:
+        try:
+            encoded = encode_batch(batch)
+        except Exception as exc:  # pragma: no cover - encode_batch refuses rows, never raises
+            self._refused += len(batch)
+            self._bad_row_log(
+                logging.WARNING, "ParentReceiver: %d rows refused: %s", len(batch), exc
+            )
+            return
+        self._with_text += encoded.with_text
+        self._renamed += encoded.renamed
+        if encoded.refused:
+            self._refused += encoded.refused
+            self._bad_row_log(
+                logging.WARNING,
+                "ParentReceiver: %d row(s) refused (%d so far; first: %s)",
+                encoded.refused,
+                self._refused,
+                encoded.first_refusal,
+            )
+        if not encoded.data:
             return
         with self.lock:
             try:
-                self._open_journal().append(data)
+                self._open_journal().append(encoded.data)
             except OSError as exc:
-                logger.error(
-                    "ParentReceiver: %d rows lost, the journal could not be written: %s",
-                    written,
+                kept = exc.rows_kept if isinstance(exc, JournalWriteError) else 0
+                self._rows += kept
+                self._lost += encoded.rows - kept
+                self._write_log(
+                    logging.ERROR,
+                    "ParentReceiver: %d row(s) lost, the journal could not be written "
+                    "(%d lost so far): %s",
+                    encoded.rows - kept,
+                    self._lost,
                     exc,
                 )
                 return
-            self._rows += written
+            self._rows += encoded.rows
+
+    def _journal_batch_safely(self, batch: list[Any]) -> None:
+        """:meth:`_journal_batch`, and whatever it raises is counted and logged: the receiving
+        thread never dies of a row."""
+        try:
+            self._journal_batch(batch)
+        except Exception as exc:  # pragma: no cover - _journal_batch handles what it expects
+            self._lost += len(batch)
+            self._write_log(
+                logging.ERROR,
+                "ParentReceiver: %d row(s) lost: %s: %s",
+                len(batch),
+                type(exc).__name__,
+                exc,
+            )
 
     def _queue_error(self, exc: Exception) -> None:
         if not self._errors:
