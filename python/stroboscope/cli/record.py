@@ -9,9 +9,7 @@ output is written from the spool and its segments, every row once, in order.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import shutil
 import signal
 import sys
 import time
@@ -19,130 +17,59 @@ from types import FrameType
 from typing import Any
 
 from stroboscope.analysis.summary import summarize
+from stroboscope.cli import _args
+from stroboscope.cli._command import Command
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
 from stroboscope.export.writers import output_format, write_table
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.spool import recover, remove_spool
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import SamplerStats
-from stroboscope.sampling._checks import check_capacity, check_seconds
+from stroboscope.sampling._checks import check_capacity
 
 WAIT_PERIOD_S = 0.25
 """How often the recording loop drains, publishes and checks for the end (seconds)."""
 
-# The command waits in this shell until sampling has started, then becomes the command itself
-# (exec keeps the pid, so the pid the sampler follows is the command's). An EOF on the gate
-# (setup failed) makes `read` fail: the shell then exits without running anything.
-_GATE = 'read -r _ <&3 || exit 125; exec 3<&-; exec "$@"'
+_POLL_S = 0.005
+"""How often a wait looks at the command, the signals and the clock (seconds)."""
 
 
-class _Stopped(Exception):
-    """SIGTERM or SIGINT asked the recording to end."""
+class _Signals:
+    """SIGTERM and SIGINT, caught while recording: they only set a flag (no exception thrown
+    into whatever code runs), which the loop reads to end the recording cleanly."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.count = 0
+        self._previous: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
+        self.count += 1
 
+    def __enter__(self) -> _Signals:
+        for s in (signal.SIGTERM, signal.SIGINT):
+            self._previous[s] = signal.signal(s, self._on_signal)
+        return self
 
-def parse_sources(text: str | None) -> dict[str, float | None] | None:
-    """``"cpu,memory,disk=1"`` → ``{"cpu": None, "memory": None, "disk": 1.0}``."""
-    if text is None:
-        return None
-    out: dict[str, float | None] = {}
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        name, _, every = part.partition("=")
-        name = name.strip()
-        if name in out:
-            raise ValueError(f"--sources: {name!r} is listed twice in {text!r}")
-        try:
-            out[name] = check_seconds(f"--sources {name}", float(every)) if every else None
-        except ValueError as exc:
-            if every and "could not convert" in str(exc):
-                raise ValueError(
-                    f"--sources: {every!r} in {part!r} is not a number of seconds"
-                ) from None
-            raise
-    return out
-
-
-class _Command:
-    """The wrapped command: started gated, released once sampling runs, waited for.
-
-    Spawned with ``posix_spawn`` so the gate pipe can be given to it as descriptor 3 (which the
-    waiting shell reads and closes before it execs the command).
-    """
-
-    def __init__(self, argv: list[str]) -> None:
-        if shutil.which(argv[0]) is None:
-            raise ValueError(f"record: cannot run {argv[0]!r}: no such command")
-        gate_r, self._gate_w = os.pipe()
-        try:
-            self.pid = os.posix_spawn(
-                "/bin/sh",
-                ["/bin/sh", "-c", _GATE, "stroboscope-record", *argv],
-                os.environ,
-                file_actions=[(os.POSIX_SPAWN_DUP2, gate_r, 3)],
-            )
-        except BaseException:
-            os.close(self._gate_w)
-            raise
-        finally:
-            os.close(gate_r)
-        self.returncode: int | None = None
-
-    def release(self) -> None:
-        """Let the command run (it is exec'd in place of the waiting shell)."""
-        with contextlib.suppress(OSError):
-            os.write(self._gate_w, b"go\n")
-        os.close(self._gate_w)
-        self._gate_w = -1
-
-    def poll(self) -> int | None:
-        """The exit status (negative: killed by that signal), or None while it runs."""
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        """Wait up to ``timeout`` seconds (None: until it exits); the status or None."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
-            time.sleep(0.005 if left is None else min(0.005, left))
-        return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signum)
-
-    def kill(self) -> None:
-        """Setup failed: end the command before it ever ran."""
-        if self._gate_w >= 0:
-            os.close(self._gate_w)  # the shell's read gets EOF: it then runs nothing
-            self._gate_w = -1
-        self.send_signal(signal.SIGKILL)
-        self.wait()
-
-    def exit_code(self) -> int:
-        """The shell's convention: the command's status, or 128 + the signal that killed it."""
-        code = self.wait()
-        assert code is not None
-        return 128 - code if code < 0 else code
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
 
 
 def _check_paths(args: argparse.Namespace) -> tuple[str, str]:
     fmt = output_format(args.output)  # a bad suffix fails before anything is recorded
     spool = args.spool or f"{args.output}.spool"
-    if os.path.abspath(spool) == os.path.abspath(args.output):
-        raise ValueError(f"--spool {spool!r} is the output file too: give two different paths")
+    if _args.same_file(spool, args.output):
+        raise ValueError(
+            f"--spool {spool!r} is the output file too (-o {args.output!r}, once links and "
+            f"relative parts are resolved): give two different paths"
+        )
+    if os.path.realpath(args.output).startswith(os.path.realpath(spool) + ".seg-"):
+        raise ValueError(
+            f"-o {args.output!r} is named like a segment of the spool {spool!r} (they are "
+            f"removed after the run): give another output path"
+        )
     return fmt, spool
 
 
@@ -155,60 +82,81 @@ def _build(
     sampler = Sampler(
         args.interval,
         pid=pid,
-        sources=parse_sources(args.sources),
+        sources=args.sources,
         capacity=args.capacity,
         spool=spool,
         segment_seconds=segment_s,
     )
+    publisher = None
     try:
         publisher = RecordPublisher.from_args(args, sampler.columns)
         # If this process dies (SIGKILL, OOM, a crash), the watchdog writes FILE from the spool.
         watchdog = Watchdog([DumpJob("spool", spool, dump=args.output, format=fmt)])
         watchdog.start()
     except BaseException:
+        if publisher is not None:
+            publisher.abandon()
         sampler.close()
         remove_spool(spool)  # this run made it and nothing was recorded
         raise
     return sampler, publisher, watchdog
 
 
-def _wait_first_row(sampler: Sampler) -> None:
+def _pause(seconds: float, stop: _Signals, command: Command | None) -> None:
+    """Wait ``seconds``, or less when a signal came or the command exited."""
+    deadline = time.monotonic() + seconds
+    count = stop.count
+    while stop.count == count and (command is None or command.poll() is None):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(_POLL_S, left))
+
+
+def _wait_first_row(sampler: Sampler, stop: _Signals) -> None:
     """Wait (a few intervals at most, and at most 2 s) until the sampler wrote its first row."""
     deadline = time.monotonic() + min(2.0, 4 * sampler.interval + 0.5)
     while sampler.stats().rows_written == 0 and time.monotonic() < deadline:
-        time.sleep(min(sampler.interval, 0.001))
+        _pause(min(sampler.interval, 0.001), stop, None)
+        if stop.signum is not None:
+            return
 
 
 def _loop(
     args: argparse.Namespace,
     sampler: Sampler,
     publisher: RecordPublisher | None,
-    command: _Command | None,
-) -> int | None:
-    """Sample until the duration, the command's or the process's end, or a signal; return the
-    signal that ended it (None otherwise)."""
+    command: Command | None,
+    stop: _Signals,
+) -> None:
+    """Sample until the duration, the command's or the process's end, or a signal."""
     started = time.monotonic()
-    try:
-        while True:
-            wait = WAIT_PERIOD_S
-            if args.duration is not None:
-                wait = min(wait, args.duration - (time.monotonic() - started))
-            if command is not None:
-                command.wait(timeout=max(wait, 0.0))
-            elif wait > 0:
-                time.sleep(wait)
-            if publisher is not None:
-                publisher.feed(sampler.drain().to_arrow())
-            if command is not None and command.poll() is not None:
-                return None
-            if command is None and args.pid is not None and sampler.stats().process_exited:
-                return None
-            if args.duration is not None and time.monotonic() - started >= args.duration:
-                return None
-    except _Stopped as stop:
-        return stop.signum
-    except KeyboardInterrupt:
-        return signal.SIGINT
+    while stop.signum is None:
+        wait = WAIT_PERIOD_S
+        if args.duration is not None:
+            wait = min(wait, args.duration - (time.monotonic() - started))
+        _pause(wait, stop, command)
+        if publisher is not None:
+            publisher.feed(sampler.drain().to_arrow())
+        if command is not None and command.poll() is not None:
+            return
+        if command is None and args.pid is not None and sampler.stats().process_exited:
+            return
+        if args.duration is not None and time.monotonic() - started >= args.duration:
+            return
+
+
+def _end_command(command: Command, stop: _Signals) -> int:
+    """Forward the signal that ended the recording (and each later one) to the command, wait
+    for it, and return its exit code (128 + the signal when one killed it)."""
+    forwarded = 0
+    while command.poll() is None:
+        if stop.count > forwarded:
+            forwarded = stop.count
+            assert stop.signum is not None
+            command.send_signal(stop.signum)  # the command ends as it would without us
+        _pause(WAIT_PERIOD_S, stop, command)
+    return command.exit_code()
 
 
 def _print_summary(
@@ -243,13 +191,17 @@ def run(args: argparse.Namespace) -> int:
         command_argv = command_argv[1:]
     if command_argv and args.pid is not None:
         raise ValueError("record: give either --pid or a command after --, not both")
-    if args.duration is not None:
-        args.duration = check_seconds("--duration", args.duration)
     fmt, spool = _check_paths(args)
-    if not command_argv and args.duration is None:
+    if not command_argv and args.duration is None and args.pid is None:
         print("recording until Ctrl-C (use --duration S to stop by itself)", file=sys.stderr)
+    with _Signals() as stop:
+        return _record(args, command_argv, fmt, spool, stop)
 
-    command = _Command(command_argv) if command_argv else None
+
+def _record(
+    args: argparse.Namespace, command_argv: list[str], fmt: str, spool: str, stop: _Signals
+) -> int:
+    command = Command(command_argv) if command_argv else None
     try:
         sampler, publisher, watchdog = _build(
             args, command.pid if command else args.pid, spool, fmt
@@ -258,24 +210,25 @@ def run(args: argparse.Namespace) -> int:
         if command is not None:  # setup failed: the command never runs
             command.kill()
         raise
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        raise _Stopped(signum)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     started = time.monotonic()
+    exit_code = 0
     try:
         sampler.start()
         if command is not None:
-            _wait_first_row(sampler)  # the command's first instant is recorded
-            command.release()
-        stopped_by = _loop(args, sampler, publisher, command)
-        if command is not None and stopped_by is not None and command.poll() is None:
-            command.send_signal(stopped_by)  # the command ends as it would without us
-        exit_code = command.exit_code() if command is not None else 0
+            _wait_first_row(sampler, stop)  # the command's first instant is recorded
+            if stop.signum is None:
+                command.release()
+            else:  # stopped before it ran: it never runs
+                command.kill()
+        if stop.signum is None:
+            _loop(args, sampler, publisher, command, stop)
+        if command is not None:
+            exit_code = _end_command(command, stop)
+            if stop.signum is not None and exit_code == 128 + signal.SIGKILL:
+                exit_code = 128 + stop.signum  # killed before it ran, by us
+        elif stop.signum is not None:
+            exit_code = 128 + stop.signum
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         sampler.close()
         if publisher is not None:
             publisher.feed(sampler.drain().to_arrow())
@@ -296,8 +249,6 @@ def run(args: argparse.Namespace) -> int:
         sampler.stats(),
         summarize(table, units),
     )
-    if stopped_by is not None and command is None:
-        return 128 + int(stopped_by)
     return exit_code
 
 
@@ -315,30 +266,34 @@ def add_parser(sub: Any) -> None:
     )
     rec.add_argument(
         "--interval",
-        type=float,
+        action=_args.checked(_args.interval),
         default=0.01,
         metavar="S",
         help="sampling interval in seconds (default 0.01; 0.0001 to 3600)",
     )
     rec.add_argument(
         "--duration",
-        type=float,
+        action=_args.checked(_args.seconds),
         default=None,
         metavar="S",
         help="stop after S seconds (default: until the command or --pid exits, or Ctrl-C)",
     )
     rec.add_argument(
-        "--pid", type=int, default=None, help="process to monitor (stops when it exits)"
+        "--pid",
+        action=_args.checked(_args.pid),
+        default=None,
+        help="process to monitor (stops when it exits)",
     )
     rec.add_argument(
         "--sources",
+        action=_args.checked(_args.sources),
         default=None,
         metavar="LIST",
         help="comma-separated sources, NAME or NAME=SECONDS (see `stroboscope info`)",
     )
     rec.add_argument(
         "--capacity",
-        type=int,
+        action=_args.checked(_args.capacity),
         default=1 << 16,
         metavar="ROWS",
         help="ring capacity in rows (default 65536)",
