@@ -19,7 +19,10 @@ BAD_INPUTS = [
     (["record", "--duration", "-1"], ["--duration", "'-1'", SECONDS]),
     (["record", "--duration", "0"], ["--duration", "'0'", SECONDS]),
     (["record", "--duration", "soon"], ["--duration", "'soon'", SECONDS]),
-    (["record", "--duration", "1", "--publish-every", "nan"], ["--publish-every", "'nan'", SECONDS]),
+    (
+        ["record", "--duration", "1", "--publish-every", "nan"],
+        ["--publish-every", "'nan'", SECONDS],
+    ),
     (["record", "--duration", "1", "--publish-every", "0"], ["--publish-every", "'0'", SECONDS]),
     (
         ["record", "--duration", "1", "--sources", "cpu,cpu=0.02"],
