@@ -104,3 +104,30 @@ def test_bad_durations_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture
         assert "--duration must be a positive finite number of seconds" in capsys.readouterr().err
     assert main(["info", "--pid", "-5"]) == 2
     assert "pid must be a positive process id" in capsys.readouterr().err
+
+
+def test_the_readme_synopsis_puts_options_before_the_command() -> None:
+    """argparse hands everything after `--` to the command: the README must not show an option
+    there, and its record line must parse as documented."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = readme.split("## Command line", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    record = " ".join(line.strip() for line in block.splitlines() if line.strip())
+    record = record.split("stroboscope recover", 1)[0]
+    assert record.startswith("stroboscope record ")
+    after = record.split("-- COMMAND ARGS...", 1)[1]
+    assert after.strip(" ]") == "", f"options after the command in {record!r}"
+    from stroboscope.cli import build_parser
+
+    args = build_parser().parse_args(["record", "-o", "m.parquet", "--", "sleep", "1"])
+    assert args.output == "m.parquet" and args.command == ["--", "sleep", "1"]
+
+
+def test_an_output_after_the_command_is_explained(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["record", "--", "sleep", "1", "-o", str(tmp_path / "m.parquet")]
+    assert main(argv) == 2
+    assert "-o after the command is the command's own argument" in capsys.readouterr().err
+    assert main(["record", "--duration", "1"]) == 2
+    assert "the output file is required: give -o FILE" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -189,6 +189,17 @@ def run(args: argparse.Namespace) -> int:
     command_argv: list[str] = list(args.command or [])
     if command_argv and command_argv[0] == "--":
         command_argv = command_argv[1:]
+    if args.output is None:
+        misplaced = [
+            a for a in command_argv if a in ("-o", "--output") or a.startswith("--output=")
+        ]
+        hint = (
+            f"; {misplaced[0]} after the command is the command's own argument: put "
+            f"-o FILE before the command"
+            if misplaced
+            else ""
+        )
+        raise ValueError(f"the output file is required: give -o FILE{hint}")
     if command_argv and args.pid is not None:
         raise ValueError("record: give either --pid or a command after --, not both")
     fmt, spool = _check_paths(args)
@@ -262,7 +273,10 @@ def add_parser(sub: Any) -> None:
         "the command to run and monitor.",
     )
     rec.add_argument(
-        "-o", "--output", required=True, help="output file; .parquet/.pq or .csv chooses the format"
+        "-o",
+        "--output",
+        default=None,  # required; checked in run() to say where a misplaced -o went
+        help="output file, required; .parquet/.pq or .csv chooses the format",
     )
     rec.add_argument(
         "--interval",
