@@ -79,16 +79,39 @@ def test_output_and_spool_must_differ(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not out.exists()
 
 
-def test_pid_recording_stops_when_the_process_exits(tmp_path: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
+@pytest.mark.parametrize(
+    "sources", [[], ["--sources", "cpu,memory"]], ids=["default", "no-process-source"]
+)
+def test_pid_recording_stops_when_the_process_exits(tmp_path: Path, sources: list[str]) -> None:
+    """Also without a process source (then nothing reads the pid on each tick)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     out = tmp_path / "p.parquet"
-    t0 = time.monotonic()
+    recorder = subprocess.Popen(
+        [*CLI, "record", "--pid", str(child.pid), *sources, "-o", str(out)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        assert main(["record", "--pid", str(child.pid), "-o", str(out)]) == 0
+        deadline = time.monotonic() + 60
+        while not any(tmp_path.glob("*.spool")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert child.stdin is not None
+        child.stdin.close()  # the process exits now (a zombie until we wait for it)
+        try:
+            stdout, stderr = recorder.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("record --pid went on recording after the process exited")
     finally:
-        child.wait()
-    assert time.monotonic() - t0 < 30  # it did not record until killed
-    assert pq.read_table(out).num_rows >= 1
+        for proc in (recorder, child):
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()  # reaps it and closes its pipes
+    assert recorder.returncode == 0, stderr
+    assert "recorded" in stdout and pq.read_table(out).num_rows >= 1
 
 
 def test_version_and_no_command() -> None:

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Union
 
 import pyarrow.parquet as pq
 import pytest
@@ -44,14 +45,23 @@ def _text(path: Path) -> str:
         return ""
 
 
+Started = Union["subprocess.Popen[str]", int]
+
+
 @pytest.fixture
-def procs() -> Iterator[list[int]]:
-    """Pids a test started (directly or not): any still running at the end is killed."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+def procs() -> Iterator[list[Started]]:
+    """Processes a test started (a Popen, or the pid of a grandchild): any still running at the
+    end is killed, and each Popen reaped with its pipes closed."""
+    started: list[Started] = []
+    yield started
+    for p in started:
+        if isinstance(p, int):
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+        else:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
 
 
 def _child(tmp_path: Path, body: str) -> list[str]:
@@ -69,11 +79,11 @@ def _child(tmp_path: Path, body: str) -> list[str]:
 
 
 def _start(
-    tmp_path: Path, out: Path, body: str, procs: list[int]
+    tmp_path: Path, out: Path, body: str, procs: list[Started]
 ) -> tuple[subprocess.Popen[str], int]:
     cmd = [*CLI, "record", "--interval", "0.005", "-o", str(out), "--", *_child(tmp_path, body)]
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    procs.append(proc.pid)
+    procs.append(proc)
     pid_file = tmp_path / "child.pid"
     _wait_for(lambda: pid_file.exists() or proc.poll() is not None, "the command to start")
     assert proc.poll() is None, proc.communicate()
@@ -82,7 +92,7 @@ def _start(
     return proc, child
 
 
-def test_sigkill_of_the_recorder_kills_the_command(tmp_path: Path, procs: list[int]) -> None:
+def test_sigkill_of_the_recorder_kills_the_command(tmp_path: Path, procs: list[Started]) -> None:
     out = tmp_path / "k.parquet"
     proc, child = _start(tmp_path, out, "", procs)
     proc.kill()
@@ -92,7 +102,7 @@ def test_sigkill_of_the_recorder_kills_the_command(tmp_path: Path, procs: list[i
 
 
 def test_sigterm_is_forwarded_and_the_recording_ends_cleanly(
-    tmp_path: Path, procs: list[int]
+    tmp_path: Path, procs: list[Started]
 ) -> None:
     out = tmp_path / "term.parquet"
     proc, child = _start(tmp_path, out, "", procs)
@@ -106,7 +116,7 @@ def test_sigterm_is_forwarded_and_the_recording_ends_cleanly(
 
 
 def test_sigint_is_forwarded_and_the_commands_code_returned(
-    tmp_path: Path, procs: list[int]
+    tmp_path: Path, procs: list[Started]
 ) -> None:
     out = tmp_path / "int.parquet"
     body = "signal.signal(signal.SIGINT, lambda *a: sys.exit(5))"
@@ -118,7 +128,7 @@ def test_sigint_is_forwarded_and_the_commands_code_returned(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["child.pid", "int.parquet"]
 
 
-def test_each_later_signal_is_forwarded_too(tmp_path: Path, procs: list[int]) -> None:
+def test_each_later_signal_is_forwarded_too(tmp_path: Path, procs: list[Started]) -> None:
     """A command that handles the first SIGTERM (say, to save a checkpoint) keeps being
     recorded; the second SIGTERM reaches it as well, and the recorder still ends cleanly."""
     out = tmp_path / "twice.parquet"

@@ -140,10 +140,23 @@ def _loop(
             publisher.feed(sampler.drain().to_arrow())
         if command is not None and command.poll() is not None:
             return
-        if command is None and args.pid is not None and sampler.stats().process_exited:
+        if command is None and args.pid is not None and _gone(args.pid, sampler):
             return
         if args.duration is not None and time.monotonic() - started >= args.duration:
             return
+
+
+def _gone(pid: int, sampler: Sampler) -> bool:
+    """Whether the ``--pid`` process has exited: the process sources say so, or (when none is
+    recorded) /proc shows it gone or a zombie."""
+    if sampler.stats().process_exited:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[:1]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ([b"Z"], [b"X"])
 
 
 def _end_command(command: Command, stop: _Signals) -> int:
