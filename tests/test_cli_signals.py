@@ -4,10 +4,12 @@ takes its command with it. No test depends on timing: each waits for a marker th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,3 +177,66 @@ def test_sigterm_without_a_command_ends_with_output_and_summary(tmp_path: Path) 
     rows = pq.read_table(out).num_rows
     assert f"recorded {rows} rows" in stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.parquet"]
+
+
+def test_ctrl_c_on_a_terminal_reaches_the_command_once(
+    tmp_path: Path, procs: list[Started]
+) -> None:
+    """Ctrl-C on the recorder's terminal sends SIGINT to its whole foreground group, the command
+    included: the recorder must not send it a second one (that would break the command's own
+    handling of the first, e.g. saving a checkpoint)."""
+    import fcntl
+    import pty
+    import termios
+
+    seen = tmp_path / "seen"
+    body = (
+        "count = []\n"
+        "def on_int(*a):\n"
+        "    count.append(1)\n"
+        f"    open({str(seen)!r}, 'w').write(str(len(count)))\n"
+        "signal.signal(signal.SIGINT, on_int)"
+    )
+    # Once it saw a SIGINT the command waits 1 s more (for a second one) and exits 5.
+    body += (
+        "\nimport threading\n"
+        "def ender():\n"
+        f"    while not os.path.exists({str(seen)!r}):\n"
+        "        time.sleep(0.01)\n"
+        "    time.sleep(1.0)\n"
+        "    os._exit(5)\n"
+        "threading.Thread(target=ender, daemon=True).start()"
+    )
+    primary, secondary = pty.openpty()
+
+    def own_terminal() -> None:  # a new session with the pty as its controlling terminal
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    out = tmp_path / "tty.parquet"
+    cmd = [*CLI, "record", "--interval", "0.005", "-o", str(out), "--", *_child(tmp_path, body)]
+    proc = subprocess.Popen(
+        cmd, env=ENV, stdin=secondary, stdout=secondary, stderr=secondary, preexec_fn=own_terminal
+    )
+    procs.append(proc)
+    os.close(secondary)
+    output: list[bytes] = []
+
+    def drain() -> None:  # the recorder never blocks on a full terminal
+        with contextlib.suppress(OSError):
+            while chunk := os.read(primary, 65536):
+                output.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        pid_file = tmp_path / "child.pid"
+        _wait_for(lambda: pid_file.exists() or proc.poll() is not None, "the command to start")
+        procs.append(int(pid_file.read_text()))
+        os.write(primary, b"\x03")  # Ctrl-C
+        assert proc.wait(timeout=WAIT_S) == 5
+        assert seen.read_text() == "1"
+        reader.join(WAIT_S)  # EOF (or EIO) once the recorder and the command closed the pty
+        assert out.exists() and b"recorded" in b"".join(output)
+    finally:
+        os.close(primary)

@@ -91,6 +91,8 @@ class Command:
         finally:
             os.close(gate_r)
         self.pid = self._proc.pid
+        self.released = False
+        """Whether the command was let run (False: it was killed in the gate, or not yet)."""
 
     def release(self) -> None:
         """Let the command run (it is exec'd in place of the waiting shell)."""
@@ -100,6 +102,7 @@ class Command:
             os.write(self._gate_w, b"go\n")
         os.close(self._gate_w)
         self._gate_w = -1
+        self.released = True
 
     def poll(self) -> int | None:
         """The exit status (negative: killed by that signal), or None while it runs."""

@@ -159,15 +159,32 @@ def _gone(pid: int, sampler: Sampler) -> bool:
     return state in ([b"Z"], [b"X"])
 
 
+def _keyboard_reaches_the_command() -> bool:
+    """Whether a terminal's Ctrl-C reaches the command by itself: our process group (which the
+    command shares) is the foreground group of our terminal, so the kernel sent SIGINT to both."""
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
+
+
 def _end_command(command: Command, stop: _Signals) -> int:
     """Forward the signal that ended the recording (and each later one) to the command, wait
-    for it, and return its exit code (128 + the signal when one killed it)."""
+    for it, and return its exit code (128 + the signal when one killed it).
+
+    A SIGINT is not forwarded when it came from our terminal's Ctrl-C, which the command got
+    too: a second one would interrupt the command's own handling of the first.
+    """
     forwarded = 0
     while command.poll() is None:
         if stop.count > forwarded:
             forwarded = stop.count
             assert stop.signum is not None
-            command.send_signal(stop.signum)  # the command ends as it would without us
+            if stop.signum != signal.SIGINT or not _keyboard_reaches_the_command():
+                command.send_signal(stop.signum)  # the command ends as it would without us
         _pause(WAIT_PERIOD_S, stop, command)
     return command.exit_code()
 
@@ -242,16 +259,19 @@ def _record(
             _wait_first_row(sampler, stop)  # the command's first instant is recorded
             if stop.signum is None:
                 command.release()
-            else:  # stopped before it ran: it never runs
+            else:  # stopped before it ran: it never runs, and ends as if the signal killed it
                 command.kill()
+                exit_code = 128 + stop.signum
         if stop.signum is None:
             _loop(args, sampler, publisher, command, stop)
-        if command is not None:
+        if command is not None and command.released:
             exit_code = _end_command(command, stop)
-            if stop.signum is not None and exit_code == 128 + signal.SIGKILL:
-                exit_code = 128 + stop.signum  # killed before it ran, by us
-        elif stop.signum is not None:
+        elif command is None and stop.signum is not None:
             exit_code = 128 + stop.signum
+    except BaseException:
+        if command is not None and not command.released:
+            command.kill()  # it never runs unrecorded
+        raise
     finally:
         sampler.close()
         if publisher is not None:
