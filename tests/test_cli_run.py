@@ -154,3 +154,40 @@ def test_an_output_after_the_command_is_explained(
     assert main(["record", "--duration", "1"]) == 2
     assert "the output file is required: give -o FILE" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_command_never_runs_when_setup_fails_after_it_was_spawned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command is spawned before the sampler (to follow its pid) but held at a gate: a
+    setup that then fails (here a bad sender) must not let it run."""
+    marker = tmp_path / "ran"
+    out = tmp_path / "s.parquet"
+    code = main(
+        [
+            "record",
+            "--sender",
+            "bogus",
+            "-o",
+            str(out),
+            "--",
+            sys.executable,
+            "-c",
+            f"open({str(marker)!r}, 'w')",
+        ]
+    )
+    assert code == 2 and "unknown sender 'bogus'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no marker: it never ran; no spool
+
+
+def test_record_runs_from_a_thread_too(tmp_path: Path) -> None:
+    """Only the main thread may set signal handlers: elsewhere record runs without them."""
+    import threading
+
+    out = tmp_path / "t.parquet"
+    codes: list[int] = []
+    argv = ["record", "--interval", "0.005", "--duration", "0.2", "-o", str(out)]
+    worker = threading.Thread(target=lambda: codes.append(main(argv)))
+    worker.start()
+    worker.join(120)
+    assert codes == [0] and pq.read_table(out).num_rows >= 1

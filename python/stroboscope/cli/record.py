@@ -12,6 +12,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 from types import FrameType
 from typing import Any
@@ -48,8 +49,9 @@ class _Signals:
         self.count += 1
 
     def __enter__(self) -> _Signals:
-        for s in (signal.SIGTERM, signal.SIGINT):
-            self._previous[s] = signal.signal(s, self._on_signal)
+        if threading.current_thread() is threading.main_thread():  # only it may set handlers
+            for s in (signal.SIGTERM, signal.SIGINT):
+                self._previous[s] = signal.signal(s, self._on_signal)
         return self
 
     def __exit__(self, *exc: object) -> None:
