@@ -47,7 +47,7 @@ def _text(path: Path) -> str:
         return ""
 
 
-Started = Union["subprocess.Popen[str]", int]
+Started = Union["subprocess.Popen[str]", "subprocess.Popen[bytes]", int]
 
 
 @pytest.fixture
