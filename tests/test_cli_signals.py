@@ -240,3 +240,19 @@ def test_ctrl_c_on_a_terminal_reaches_the_command_once(
         assert out.exists() and b"recorded" in b"".join(output)
     finally:
         os.close(primary)
+
+
+def test_an_ignored_sigint_stays_ignored_for_the_command(tmp_path: Path) -> None:
+    """A recorder started with SIGINT ignored (a background job, nohup) must not hand the
+    command a SIGINT that kills it: the command inherits the ignored disposition."""
+    out = tmp_path / "ign.parquet"
+    probe = "import signal as s, sys; sys.exit(3 if s.getsignal(s.SIGINT) is s.SIG_IGN else 4)"
+    got = subprocess.run(
+        [*CLI, "record", "--interval", "0.005", "-o", str(out), "--", sys.executable, "-c", probe],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert got.returncode == 3, got.stderr

@@ -51,6 +51,8 @@ class _Signals:
     def __enter__(self) -> _Signals:
         if threading.current_thread() is threading.main_thread():  # only it may set handlers
             for s in (signal.SIGTERM, signal.SIGINT):
+                if signal.getsignal(s) is signal.SIG_IGN:
+                    continue  # ignored (nohup, a background job): so it stays, for the command too
                 self._previous[s] = signal.signal(s, self._on_signal)
         return self
 
