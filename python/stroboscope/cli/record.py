@@ -31,6 +31,9 @@ from stroboscope.sampling._checks import check_capacity
 WAIT_PERIOD_S = 0.25
 """How often the recording loop drains, publishes and checks for the end (seconds)."""
 
+FIRST_ROW_WAIT_S = 10.0
+"""The longest the command is held back for the sampler's first row (seconds)."""
+
 _POLL_S = 0.005
 """How often a wait looks at the command, the signals and the clock (seconds)."""
 
@@ -118,8 +121,10 @@ def _pause(seconds: float, stop: _Signals, command: Command | None) -> None:
 
 
 def _wait_first_row(sampler: Sampler, stop: _Signals) -> None:
-    """Wait (a few intervals at most, and at most 2 s) until the sampler wrote its first row."""
-    deadline = time.monotonic() + min(2.0, 4 * sampler.interval + 0.5)
+    """Wait until the sampler wrote its first row (taken as it starts; however long a loaded
+    machine makes that, so the command's first instant is recorded). The 10 s bound is only
+    for a sampler that cannot write: the command then runs anyway."""
+    deadline = time.monotonic() + FIRST_ROW_WAIT_S
     while sampler.stats().rows_written == 0 and time.monotonic() < deadline:
         _pause(min(sampler.interval, 0.001), stop, None)
         if stop.signum is not None:
