@@ -1,9 +1,12 @@
 """``stroboscope record``: sample to a crash-safe spool, write Parquet or CSV, print a summary.
 
-The order of a run: build the sampler (and its spool), start the watchdog that writes the output
-if this process dies, start sampling, and only then let the wrapped command run, so its first
-rows are recorded. SIGINT and SIGTERM end the recording cleanly (forwarded to the command); the
-output is written from the spool and its segments, every row once, in order.
+The order of a run: check every option (``cli/_args.py``) and the paths, catch SIGTERM/SIGINT,
+spawn the wrapped command held at a gate (``cli/_command.py``: it does not run yet, and dies with
+this process), build the sampler (and its spool) on its pid, start the watchdog that writes the
+output if this process dies, start sampling, and only once the first row exists let the command
+run, so its first instant is recorded. If setup fails, the command never runs and what this run
+made is removed. SIGINT and SIGTERM end the recording cleanly (passed on to the command, which is
+waited for); the output is written from the spool and its segments, every row once, in order.
 """
 
 from __future__ import annotations
@@ -318,6 +321,7 @@ def add_parser(sub: Any) -> None:
         "-o",
         "--output",
         default=None,  # required; checked in run() to say where a misplaced -o went
+        metavar="FILE",
         help="output file, required; .parquet/.pq or .csv chooses the format",
     )
     rec.add_argument(
@@ -332,7 +336,8 @@ def add_parser(sub: Any) -> None:
         action=_args.checked(_args.seconds),
         default=None,
         metavar="S",
-        help="stop after S seconds (default: until the command or --pid exits, or Ctrl-C)",
+        help="stop after S seconds (default: until the command or --pid exits, or Ctrl-C "
+        "or SIGTERM, which are passed on to the command)",
     )
     rec.add_argument(
         "--pid",
