@@ -114,7 +114,8 @@ def test_record_leaves_no_spool_after_a_clean_run(tmp_path: Path) -> None:
 
 def test_killed_record_still_writes_its_output(tmp_path: Path) -> None:
     """SIGKILL once the spool holds 500 rows (as the spool itself says, however long a loaded
-    machine takes): the watchdog writes every row of the spool to the output."""
+    machine takes): the watchdog writes every row of the spool to the output (--keep-spool keeps
+    the spool to compare with)."""
     import signal
     import time
 
@@ -125,7 +126,7 @@ def test_killed_record_still_writes_its_output(tmp_path: Path) -> None:
     marker = tmp_path / "running"
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "stroboscope", "record", "--interval", "0.001"),
+            *(sys.executable, "-m", "stroboscope", "record", "--interval", "0.001", "--keep-spool"),
             *("-o", str(out), "--", sys.executable, "-c"),
             f"import time; open({str(marker)!r}, 'w'); time.sleep(120)",
         ],

@@ -256,3 +256,26 @@ def test_an_ignored_sigint_stays_ignored_for_the_command(tmp_path: Path) -> None
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     assert got.returncode == 3, got.stderr
+
+
+def test_after_a_sigkill_the_spool_is_removed_once_the_output_is_written(
+    tmp_path: Path, procs: list[Started]
+) -> None:
+    """The watchdog writes FILE, then removes FILE.spool as a clean run would: the next run on
+    FILE is not blocked by a leftover spool."""
+    out = tmp_path / "again.parquet"
+    spool = tmp_path / "again.parquet.spool"
+    proc, _ = _start(tmp_path, out, "", procs)
+    proc.kill()
+    proc.communicate(timeout=WAIT_S)
+    _wait_for(lambda: out.exists() and not spool.exists(), "the watchdog to write and clean up")
+    assert pq.read_table(out).num_rows >= 1
+    assert not list(tmp_path.glob("again.parquet.spool*"))  # no segment either
+    rerun = subprocess.run(
+        [*CLI, "record", "--interval", "0.005", "--duration", "0.1", "-o", str(out)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert rerun.returncode == 0, rerun.stderr

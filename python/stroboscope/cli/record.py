@@ -100,8 +100,13 @@ def _build(
     publisher = None
     try:
         publisher = RecordPublisher.from_args(args, sampler.columns)
-        # If this process dies (SIGKILL, OOM, a crash), the watchdog writes FILE from the spool.
-        watchdog = Watchdog([DumpJob("spool", spool, dump=args.output, format=fmt)])
+        # If this process dies (SIGKILL, OOM, a crash), the watchdog writes FILE from the spool,
+        # then removes the spool as a clean run does (only once FILE is complete), so the next
+        # run on FILE is not blocked by it.
+        job = DumpJob(
+            "spool", spool, dump=args.output, format=fmt, remove_source=not args.keep_spool
+        )
+        watchdog = Watchdog([job])
         watchdog.start()
     except BaseException:
         if publisher is not None:
