@@ -89,3 +89,20 @@ def test_a_spool_of_another_run_is_never_removed(
     assert os.stat(spool).st_ino == before.st_ino and not out.exists()
     assert len(recover(spool)) == 5
     other.close()
+
+
+@pytest.mark.parametrize("name", ["s.parquet", "s.parquet.seg-000001.parquet"])
+def test_recover_refuses_to_write_over_the_spool_or_its_segments(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spool = tmp_path / "s.parquet"  # a spool may have any name
+    s = Sampler(0.01, sources=["memory"], spool=spool, capacity=1024, segment_seconds=1)
+    s.tick_now(5)
+    s.close()
+    before = _tree(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    assert main(["recover", str(spool), "-o", str(link / name)]) == 2
+    err = capsys.readouterr().err
+    assert "is the output file too" in err or "named like a segment of the spool" in err, err
+    assert _tree(tmp_path) == sorted([*before, "link"]) and len(recover(spool)) == 5

@@ -132,3 +132,19 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def check_output_not_spool(output: str, spool: str, spool_option: str) -> None:
+    """Refuse an output file that is the spool (once links and relative parts are resolved) or
+    is named like one of its segments: writing it would destroy rows, and removing the spool
+    afterwards would delete the output."""
+    if same_file(spool, output):
+        raise ValueError(
+            f"{spool_option} {spool!r} is the output file too (-o {output!r}, once links and "
+            f"relative parts are resolved): give two different paths"
+        )
+    if os.path.realpath(output).startswith(os.path.realpath(spool) + ".seg-"):
+        raise ValueError(
+            f"-o {output!r} is named like a segment of the spool {spool!r}: give another "
+            f"output path"
+        )

@@ -70,16 +70,7 @@ class _Signals:
 def _check_paths(args: argparse.Namespace) -> tuple[str, str]:
     fmt = output_format(args.output)  # a bad suffix fails before anything is recorded
     spool = args.spool or f"{args.output}.spool"
-    if _args.same_file(spool, args.output):
-        raise ValueError(
-            f"--spool {spool!r} is the output file too (-o {args.output!r}, once links and "
-            f"relative parts are resolved): give two different paths"
-        )
-    if os.path.realpath(args.output).startswith(os.path.realpath(spool) + ".seg-"):
-        raise ValueError(
-            f"-o {args.output!r} is named like a segment of the spool {spool!r} (they are "
-            f"removed after the run): give another output path"
-        )
+    _args.check_output_not_spool(args.output, spool, "--spool")
     return fmt, spool
 
 
