@@ -40,6 +40,9 @@ FIRST_ROW_WAIT_S = 10.0
 _POLL_S = 0.005
 """How often a wait looks at the command, the signals and the clock (seconds)."""
 
+_SIGNAL_POLL_S = 0.05
+"""How often a wait without a command looks at the signals (seconds)."""
+
 
 class _Signals:
     """SIGTERM and SIGINT, caught while recording: they only set a flag (no exception thrown
@@ -109,14 +112,16 @@ def _build(
 
 
 def _pause(seconds: float, stop: _Signals, command: Command | None) -> None:
-    """Wait ``seconds``, or less when a signal came or the command exited."""
+    """Wait ``seconds``, or less when a signal came or the command exited (noticed within
+    ``_POLL_S``; a signal alone within ``_SIGNAL_POLL_S``)."""
     deadline = time.monotonic() + seconds
     count = stop.count
+    step = _POLL_S if command is not None else _SIGNAL_POLL_S
     while stop.count == count and (command is None or command.poll() is None):
         left = deadline - time.monotonic()
         if left <= 0:
             return
-        time.sleep(min(_POLL_S, left))
+        time.sleep(min(step, left))
 
 
 def _wait_first_row(sampler: Sampler, stop: _Signals) -> None:
