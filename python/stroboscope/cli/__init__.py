@@ -35,7 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stroboscope`` command; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version, or a bad option (argparse printed why)
+        return exit_.code if isinstance(exit_.code, int) else 2
     if args.cmd is None:
         parser.print_help(sys.stderr)
         return 2

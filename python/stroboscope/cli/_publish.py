@@ -9,48 +9,106 @@ sender, each on its own worker thread.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
+import os
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from stroboscope import senders as senders_module
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator
+from stroboscope.cli import _args
 from stroboscope.sampling import Column
 from stroboscope.sampling._checks import check_seconds
-from stroboscope.senders import available_senders, load_sender
+from stroboscope.senders import (
+    BUILTIN_SENDERS,
+    AbstractBackendSender,
+    available_senders,
+    load_sender,
+)
 from stroboscope.senders._dispatch import Fanout
 
 
 def parse_sender_spec(text: str) -> tuple[str, dict[str, Any]]:
     """``"prometheus:port=9464,addr=0.0.0.0"`` → ``("prometheus", {"port": 9464, "addr": …})``.
 
-    Values that read as int, float or true/false become those; anything else stays text.
+    Each value is converted by the type the sender's class declares for that argument: a
+    ``path`` stays text even when it reads as a number (``path=1e3``), a ``port: int`` becomes an
+    int. Where the type is not known (plugins, ``Any``), values that read as int, float or
+    true/false become those; anything else stays text.
     """
     name, _, rest = text.partition(":")
     name = name.strip()
     if not name:
         raise ValueError(f"--sender {text!r}: give a sender name, e.g. csv:path=metrics.csv")
+    declared = _declared_types(name)
     kwargs: dict[str, Any] = {}
     for part in rest.split(",") if rest else ():
         key, eq, value = part.partition("=")
         key = key.strip()
         if not eq or not key:
             raise ValueError(f"--sender {text!r}: {part!r} is not key=value")
-        kwargs[key] = _value(value.strip())
+        kwargs[key] = _value(value.strip(), declared.get(key))
     return name, kwargs
 
 
-def _value(text: str) -> Any:
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for convert in (int, float):
-        try:
-            return convert(text)
-        except ValueError:
+_TYPE_WORDS = re.compile(r"\b(Any|bool|int|float|str|PathLike|Path)\b")
+
+
+def _declared_types(name: str) -> dict[str, set[str]]:
+    """Argument name → the simple types its annotation names, for a built-in sender (empty
+    when unknown: a plugin, or a module that cannot be imported here)."""
+    target = BUILTIN_SENDERS.get(name)
+    if target is None:
+        return {}
+    try:
+        cls = getattr(senders_module, target.rpartition(":")[2])
+        params = inspect.signature(cls).parameters.values()
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return {}  # load_sender reports why the sender cannot be made
+    out: dict[str, set[str]] = {}
+    for p in params:
+        annotation = p.annotation
+        if annotation is inspect.Parameter.empty:
             continue
-    return text
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+        out[p.name] = set(_TYPE_WORDS.findall(str(text)))
+    return out
+
+
+def _value(text: str, declared: set[str] | None = None) -> Any:
+    lowered = text.lower()
+    if not declared or "Any" in declared:  # unknown: what the text reads as
+        if lowered in ("true", "false"):
+            return lowered == "true"
+        for convert in (int, float):
+            try:
+                return convert(text)
+            except ValueError:
+                continue
+        return text
+    if "bool" in declared and lowered in ("true", "false"):
+        return lowered == "true"
+    for word, convert in (("int", int), ("float", float)):
+        if word in declared:
+            try:
+                return convert(text)
+            except ValueError:
+                continue
+    return text  # text, a path, or a bad number the sender itself refuses by name
+
+
+def _undo(senders: Sequence[AbstractBackendSender], new_paths: Sequence[str]) -> None:
+    """Close the senders made so far and remove the files this run made for them."""
+    for made in senders:
+        made.close()
+    for path in new_paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def add_sender_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +123,7 @@ def add_sender_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--publish-every",
-        type=float,
+        action=_args.checked(_args.seconds),
         default=2.0,
         metavar="S",
         help="seconds between events published to the senders (default 2; checked at each "
@@ -109,6 +167,7 @@ class RecordPublisher:
         self._every = every
         self._next = time.monotonic() + every
         self._fanout = Fanout(senders)
+        self._new_paths: list[str] = []
 
     @classmethod
     def from_args(
@@ -123,14 +182,29 @@ class RecordPublisher:
         if not specs:
             return None
         senders = []
+        new_paths = []  # files the senders may create: removed again if setup fails
         for text, name, kwargs in specs:
+            path = kwargs.get("path")
+            if isinstance(path, str) and not os.path.lexists(path):
+                new_paths.append(path)
             try:
                 senders.append(load_sender(name, **kwargs))
             except (ImportError, TypeError, ValueError, OSError) as exc:
-                for made in senders:
-                    made.close()
+                _undo(senders, new_paths)
                 raise ValueError(f"--sender {text}: {exc}") from None
-        return cls(senders, columns, args.publish_every, args.aggregate)
+        try:
+            publisher = cls(senders, columns, args.publish_every, args.aggregate)
+        except BaseException:
+            _undo(senders, new_paths)
+            raise
+        publisher._new_paths = new_paths
+        return publisher
+
+    def abandon(self) -> None:
+        """Setup failed after the senders were made: close them, publishing nothing, and
+        remove the files they created."""
+        self._fanout.close(5.0)  # nothing was queued: the workers only close their sender
+        _undo([], self._new_paths)
 
     def feed(self, table: pa.Table) -> None:
         """Add a drained table; publish the window when its time has come."""

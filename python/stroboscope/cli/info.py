@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from stroboscope.cli import _args
 from stroboscope.sampling import available_sources, gpu_status
-from stroboscope.sampling._checks import check_pid
 
 
 def run(args: argparse.Namespace) -> int:
     """The ``info`` command; returns the exit code."""
-    pid = None if args.pid is None else check_pid(args.pid, "/proc")
-    infos = available_sources(pid=pid)
+    infos = available_sources(pid=args.pid)
     width = max(len(i["name"]) for i in infos)
     print("sources:")
     for info in infos:
@@ -31,5 +30,10 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     """Add ``info`` to the subcommands."""
     p = sub.add_parser("info", help="list the sources (and GPUs) available here, and why not")
-    p.add_argument("--pid", type=int, default=None, help="process the process sources would read")
+    p.add_argument(
+        "--pid",
+        action=_args.checked(_args.pid),
+        default=None,
+        help="process the process sources would read (default: this one)",
+    )
     p.set_defaults(func=run)

@@ -1,148 +1,79 @@
 """``stroboscope record``: sample to a crash-safe spool, write Parquet or CSV, print a summary.
 
-The order of a run: build the sampler (and its spool), start the watchdog that writes the output
-if this process dies, start sampling, and only then let the wrapped command run, so its first
-rows are recorded. SIGINT and SIGTERM end the recording cleanly (forwarded to the command); the
-output is written from the spool and its segments, every row once, in order.
+The order of a run: check every option (``cli/_args.py``) and the paths, catch SIGTERM/SIGINT,
+spawn the wrapped command held at a gate (``cli/_command.py``: it does not run yet, and dies with
+this process), build the sampler (and its spool) on its pid, start the watchdog that writes the
+output if this process dies, start sampling, and only once the first row exists let the command
+run, so its first instant is recorded. If setup fails, the command never runs and what this run
+made is removed. SIGINT and SIGTERM end the recording cleanly (passed on to the command, which is
+waited for); the output is written from the spool and its segments, every row once, in order.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import shutil
 import signal
 import sys
+import threading
 import time
 from types import FrameType
 from typing import Any
 
 from stroboscope.analysis.summary import summarize
+from stroboscope.cli import _args
+from stroboscope.cli._command import Command
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
 from stroboscope.export.writers import output_format, write_table
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.spool import recover, remove_spool
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import SamplerStats
-from stroboscope.sampling._checks import check_capacity, check_seconds
+from stroboscope.sampling._checks import check_capacity
 
 WAIT_PERIOD_S = 0.25
 """How often the recording loop drains, publishes and checks for the end (seconds)."""
 
-# The command waits in this shell until sampling has started, then becomes the command itself
-# (exec keeps the pid, so the pid the sampler follows is the command's). An EOF on the gate
-# (setup failed) makes `read` fail: the shell then exits without running anything.
-_GATE = 'read -r _ <&3 || exit 125; exec 3<&-; exec "$@"'
+FIRST_ROW_WAIT_S = 10.0
+"""The longest the command is held back for the sampler's first row (seconds)."""
+
+_POLL_S = 0.005
+"""How often a wait looks at the command, the signals and the clock (seconds)."""
+
+_SIGNAL_POLL_S = 0.05
+"""How often a wait without a command looks at the signals (seconds)."""
 
 
-class _Stopped(Exception):
-    """SIGTERM or SIGINT asked the recording to end."""
+class _Signals:
+    """SIGTERM and SIGINT, caught while recording: they only set a flag (no exception thrown
+    into whatever code runs), which the loop reads to end the recording cleanly."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.count = 0
+        self._previous: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
+        self.count += 1
 
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():  # only it may set handlers
+            for s in (signal.SIGTERM, signal.SIGINT):
+                if signal.getsignal(s) is signal.SIG_IGN:
+                    continue  # ignored (nohup, a background job): so it stays, for the command too
+                self._previous[s] = signal.signal(s, self._on_signal)
+        return self
 
-def parse_sources(text: str | None) -> dict[str, float | None] | None:
-    """``"cpu,memory,disk=1"`` → ``{"cpu": None, "memory": None, "disk": 1.0}``."""
-    if text is None:
-        return None
-    out: dict[str, float | None] = {}
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        name, _, every = part.partition("=")
-        name = name.strip()
-        if name in out:
-            raise ValueError(f"--sources: {name!r} is listed twice in {text!r}")
-        try:
-            out[name] = check_seconds(f"--sources {name}", float(every)) if every else None
-        except ValueError as exc:
-            if every and "could not convert" in str(exc):
-                raise ValueError(
-                    f"--sources: {every!r} in {part!r} is not a number of seconds"
-                ) from None
-            raise
-    return out
-
-
-class _Command:
-    """The wrapped command: started gated, released once sampling runs, waited for.
-
-    Spawned with ``posix_spawn`` so the gate pipe can be given to it as descriptor 3 (which the
-    waiting shell reads and closes before it execs the command).
-    """
-
-    def __init__(self, argv: list[str]) -> None:
-        if shutil.which(argv[0]) is None:
-            raise ValueError(f"record: cannot run {argv[0]!r}: no such command")
-        gate_r, self._gate_w = os.pipe()
-        try:
-            self.pid = os.posix_spawn(
-                "/bin/sh",
-                ["/bin/sh", "-c", _GATE, "stroboscope-record", *argv],
-                os.environ,
-                file_actions=[(os.POSIX_SPAWN_DUP2, gate_r, 3)],
-            )
-        except BaseException:
-            os.close(self._gate_w)
-            raise
-        finally:
-            os.close(gate_r)
-        self.returncode: int | None = None
-
-    def release(self) -> None:
-        """Let the command run (it is exec'd in place of the waiting shell)."""
-        with contextlib.suppress(OSError):
-            os.write(self._gate_w, b"go\n")
-        os.close(self._gate_w)
-        self._gate_w = -1
-
-    def poll(self) -> int | None:
-        """The exit status (negative: killed by that signal), or None while it runs."""
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        """Wait up to ``timeout`` seconds (None: until it exits); the status or None."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
-            time.sleep(0.005 if left is None else min(0.005, left))
-        return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signum)
-
-    def kill(self) -> None:
-        """Setup failed: end the command before it ever ran."""
-        if self._gate_w >= 0:
-            os.close(self._gate_w)  # the shell's read gets EOF: it then runs nothing
-            self._gate_w = -1
-        self.send_signal(signal.SIGKILL)
-        self.wait()
-
-    def exit_code(self) -> int:
-        """The shell's convention: the command's status, or 128 + the signal that killed it."""
-        code = self.wait()
-        assert code is not None
-        return 128 - code if code < 0 else code
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
 
 
 def _check_paths(args: argparse.Namespace) -> tuple[str, str]:
     fmt = output_format(args.output)  # a bad suffix fails before anything is recorded
     spool = args.spool or f"{args.output}.spool"
-    if os.path.abspath(spool) == os.path.abspath(args.output):
-        raise ValueError(f"--spool {spool!r} is the output file too: give two different paths")
+    _args.check_output_not_spool(args.output, spool, "--spool")
     return fmt, spool
 
 
@@ -155,60 +86,120 @@ def _build(
     sampler = Sampler(
         args.interval,
         pid=pid,
-        sources=parse_sources(args.sources),
+        sources=args.sources,
         capacity=args.capacity,
         spool=spool,
         segment_seconds=segment_s,
     )
+    publisher = None
     try:
         publisher = RecordPublisher.from_args(args, sampler.columns)
-        # If this process dies (SIGKILL, OOM, a crash), the watchdog writes FILE from the spool.
-        watchdog = Watchdog([DumpJob("spool", spool, dump=args.output, format=fmt)])
+        # If this process dies (SIGKILL, OOM, a crash), the watchdog writes FILE from the spool,
+        # then removes the spool as a clean run does (only once FILE is complete), so the next
+        # run on FILE is not blocked by it.
+        job = DumpJob(
+            "spool", spool, dump=args.output, format=fmt, remove_source=not args.keep_spool
+        )
+        watchdog = Watchdog([job])
         watchdog.start()
     except BaseException:
+        if publisher is not None:
+            publisher.abandon()
         sampler.close()
         remove_spool(spool)  # this run made it and nothing was recorded
         raise
     return sampler, publisher, watchdog
 
 
-def _wait_first_row(sampler: Sampler) -> None:
-    """Wait (a few intervals at most, and at most 2 s) until the sampler wrote its first row."""
-    deadline = time.monotonic() + min(2.0, 4 * sampler.interval + 0.5)
+def _pause(seconds: float, stop: _Signals, command: Command | None) -> None:
+    """Wait ``seconds``, or less when a signal came or the command exited (noticed within
+    ``_POLL_S``; a signal alone within ``_SIGNAL_POLL_S``)."""
+    deadline = time.monotonic() + seconds
+    count = stop.count
+    step = _POLL_S if command is not None else _SIGNAL_POLL_S
+    while stop.count == count and (command is None or command.poll() is None):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(step, left))
+
+
+def _wait_first_row(sampler: Sampler, stop: _Signals) -> None:
+    """Wait until the sampler wrote its first row (taken as it starts; however long a loaded
+    machine makes that, so the command's first instant is recorded). The 10 s bound is only
+    for a sampler that cannot write: the command then runs anyway."""
+    deadline = time.monotonic() + FIRST_ROW_WAIT_S
     while sampler.stats().rows_written == 0 and time.monotonic() < deadline:
-        time.sleep(min(sampler.interval, 0.001))
+        _pause(min(sampler.interval, 0.001), stop, None)
+        if stop.signum is not None:
+            return
 
 
 def _loop(
     args: argparse.Namespace,
     sampler: Sampler,
     publisher: RecordPublisher | None,
-    command: _Command | None,
-) -> int | None:
-    """Sample until the duration, the command's or the process's end, or a signal; return the
-    signal that ended it (None otherwise)."""
+    command: Command | None,
+    stop: _Signals,
+) -> None:
+    """Sample until the duration, the command's or the process's end, or a signal."""
     started = time.monotonic()
+    while stop.signum is None:
+        wait = WAIT_PERIOD_S
+        if args.duration is not None:
+            wait = min(wait, args.duration - (time.monotonic() - started))
+        _pause(wait, stop, command)
+        if publisher is not None:
+            publisher.feed(sampler.drain().to_arrow())
+        if command is not None and command.poll() is not None:
+            return
+        if command is None and args.pid is not None and _gone(args.pid, sampler):
+            return
+        if args.duration is not None and time.monotonic() - started >= args.duration:
+            return
+
+
+def _gone(pid: int, sampler: Sampler) -> bool:
+    """Whether the ``--pid`` process has exited: the process sources say so, or (when none is
+    recorded) /proc shows it gone or a zombie."""
+    if sampler.stats().process_exited:
+        return True
     try:
-        while True:
-            wait = WAIT_PERIOD_S
-            if args.duration is not None:
-                wait = min(wait, args.duration - (time.monotonic() - started))
-            if command is not None:
-                command.wait(timeout=max(wait, 0.0))
-            elif wait > 0:
-                time.sleep(wait)
-            if publisher is not None:
-                publisher.feed(sampler.drain().to_arrow())
-            if command is not None and command.poll() is not None:
-                return None
-            if command is None and args.pid is not None and sampler.stats().process_exited:
-                return None
-            if args.duration is not None and time.monotonic() - started >= args.duration:
-                return None
-    except _Stopped as stop:
-        return stop.signum
-    except KeyboardInterrupt:
-        return signal.SIGINT
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[:1]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ([b"Z"], [b"X"])
+
+
+def _keyboard_reaches_the_command() -> bool:
+    """Whether a terminal's Ctrl-C reaches the command by itself: our process group (which the
+    command shares) is the foreground group of our terminal, so the kernel sent SIGINT to both."""
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
+
+
+def _end_command(command: Command, stop: _Signals) -> int:
+    """Forward the signal that ended the recording (and each later one) to the command, wait
+    for it, and return its exit code (128 + the signal when one killed it).
+
+    A SIGINT is not forwarded when it came from our terminal's Ctrl-C, which the command got
+    too: a second one would interrupt the command's own handling of the first.
+    """
+    forwarded = 0
+    while command.poll() is None:
+        if stop.count > forwarded:
+            forwarded = stop.count
+            assert stop.signum is not None
+            if stop.signum != signal.SIGINT or not _keyboard_reaches_the_command():
+                command.send_signal(stop.signum)  # the command ends as it would without us
+        _pause(WAIT_PERIOD_S, stop, command)
+    return command.exit_code()
 
 
 def _print_summary(
@@ -241,15 +232,30 @@ def run(args: argparse.Namespace) -> int:
     command_argv: list[str] = list(args.command or [])
     if command_argv and command_argv[0] == "--":
         command_argv = command_argv[1:]
+    if args.output is None:
+        misplaced = [
+            a for a in command_argv if a in ("-o", "--output") or a.startswith("--output=")
+        ]
+        hint = (
+            f"; {misplaced[0]} after the command is the command's own argument: put "
+            f"-o FILE before the command"
+            if misplaced
+            else ""
+        )
+        raise ValueError(f"the output file is required: give -o FILE{hint}")
     if command_argv and args.pid is not None:
         raise ValueError("record: give either --pid or a command after --, not both")
-    if args.duration is not None:
-        args.duration = check_seconds("--duration", args.duration)
     fmt, spool = _check_paths(args)
-    if not command_argv and args.duration is None:
+    if not command_argv and args.duration is None and args.pid is None:
         print("recording until Ctrl-C (use --duration S to stop by itself)", file=sys.stderr)
+    with _Signals() as stop:
+        return _record(args, command_argv, fmt, spool, stop)
 
-    command = _Command(command_argv) if command_argv else None
+
+def _record(
+    args: argparse.Namespace, command_argv: list[str], fmt: str, spool: str, stop: _Signals
+) -> int:
+    command = Command(command_argv) if command_argv else None
     try:
         sampler, publisher, watchdog = _build(
             args, command.pid if command else args.pid, spool, fmt
@@ -258,24 +264,28 @@ def run(args: argparse.Namespace) -> int:
         if command is not None:  # setup failed: the command never runs
             command.kill()
         raise
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        raise _Stopped(signum)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     started = time.monotonic()
+    exit_code = 0
     try:
         sampler.start()
         if command is not None:
-            _wait_first_row(sampler)  # the command's first instant is recorded
-            command.release()
-        stopped_by = _loop(args, sampler, publisher, command)
-        if command is not None and stopped_by is not None and command.poll() is None:
-            command.send_signal(stopped_by)  # the command ends as it would without us
-        exit_code = command.exit_code() if command is not None else 0
+            _wait_first_row(sampler, stop)  # the command's first instant is recorded
+            if stop.signum is None:
+                command.release()
+            else:  # stopped before it ran: it never runs, and ends as if the signal killed it
+                command.kill()
+                exit_code = 128 + stop.signum
+        if stop.signum is None:
+            _loop(args, sampler, publisher, command, stop)
+        if command is not None and command.released:
+            exit_code = _end_command(command, stop)
+        elif command is None and stop.signum is not None:
+            exit_code = 128 + stop.signum
+    except BaseException:
+        if command is not None and not command.released:
+            command.kill()  # it never runs unrecorded
+        raise
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         sampler.close()
         if publisher is not None:
             publisher.feed(sampler.drain().to_arrow())
@@ -296,8 +306,6 @@ def run(args: argparse.Namespace) -> int:
         sampler.stats(),
         summarize(table, units),
     )
-    if stopped_by is not None and command is None:
-        return 128 + int(stopped_by)
     return exit_code
 
 
@@ -311,34 +319,43 @@ def add_parser(sub: Any) -> None:
         "the command to run and monitor.",
     )
     rec.add_argument(
-        "-o", "--output", required=True, help="output file; .parquet/.pq or .csv chooses the format"
+        "-o",
+        "--output",
+        default=None,  # required; checked in run() to say where a misplaced -o went
+        metavar="FILE",
+        help="output file, required; .parquet/.pq or .csv chooses the format",
     )
     rec.add_argument(
         "--interval",
-        type=float,
+        action=_args.checked(_args.interval),
         default=0.01,
         metavar="S",
         help="sampling interval in seconds (default 0.01; 0.0001 to 3600)",
     )
     rec.add_argument(
         "--duration",
-        type=float,
+        action=_args.checked(_args.seconds),
         default=None,
         metavar="S",
-        help="stop after S seconds (default: until the command or --pid exits, or Ctrl-C)",
+        help="stop after S seconds (default: until the command or --pid exits, or Ctrl-C "
+        "or SIGTERM, which are passed on to the command)",
     )
     rec.add_argument(
-        "--pid", type=int, default=None, help="process to monitor (stops when it exits)"
+        "--pid",
+        action=_args.checked(_args.pid),
+        default=None,
+        help="process to monitor (stops when it exits)",
     )
     rec.add_argument(
         "--sources",
+        action=_args.checked(_args.sources),
         default=None,
         metavar="LIST",
         help="comma-separated sources, NAME or NAME=SECONDS (see `stroboscope info`)",
     )
     rec.add_argument(
         "--capacity",
-        type=int,
+        action=_args.checked(_args.capacity),
         default=1 << 16,
         metavar="ROWS",
         help="ring capacity in rows (default 65536)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from stroboscope.cli import _args
 from stroboscope.export.writers import output_format, write_table
 from stroboscope.recording.spool import recover
 
@@ -12,6 +13,7 @@ from stroboscope.recording.spool import recover
 def run(args: argparse.Namespace) -> int:
     """The ``recover`` command; returns the exit code."""
     output_format(args.output)  # a bad suffix fails before the spool is read
+    _args.check_output_not_spool(args.output, args.spool, "SPOOL")
     frame = recover(args.spool)
     fmt = write_table(frame.to_arrow(), args.output)
     print(f"recovered {len(frame)} rows from {args.spool} to {args.output} ({fmt})")

@@ -1,0 +1,150 @@
+"""Option values of the command line, checked while argparse reads them.
+
+Each converter turns the text of one option into its value through the package's checks
+(``sampling/_checks.py``), so a bad value is refused the argparse way: the usage, then
+``stroboscope record: error: --duration must be …, got 'nan'`` and exit code 2, before anything
+is created or launched. Use them as ``parser.add_argument(..., action=checked(seconds))``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from stroboscope.sampling._checks import check_capacity, check_interval, check_pid, check_seconds
+
+Converter = Callable[[str, str], Any]
+"""``(option, text) -> value``; raises ``ValueError``/``TypeError`` naming the option."""
+
+
+def _number(option: str, text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{option} must be {what}, got {text!r}") from None
+    return value
+
+
+def seconds(option: str, text: str) -> float:
+    """A positive, finite number of seconds (``--duration``, ``--publish-every``)."""
+    value = _number(option, text, "a positive finite number of seconds")
+    try:
+        return check_seconds(option, value)
+    except ValueError:
+        raise ValueError(
+            f"{option} must be a positive finite number of seconds, got {text!r}"
+        ) from None
+
+
+def interval(option: str, text: str) -> float:
+    """A sampling interval in seconds, within the sampler's bounds (``--interval``)."""
+    return check_interval(option, _number(option, text, "a number of seconds"))
+
+
+def _integer(option: str, text: str, what: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise ValueError(f"{option} must be {what}, got {text!r}") from None
+
+
+def pid(option: str, text: str) -> int:
+    """The id of a process that exists and can be read (``--pid``)."""
+    number = _integer(option, text, "a positive process id (an integer)")
+    try:
+        return check_pid(number, "/proc")
+    except (ValueError, PermissionError) as exc:
+        raise ValueError(f"{option} {text}: {exc}") from None
+
+
+def capacity(option: str, text: str) -> int:
+    """Rows of the ring (``--capacity``); the sampler rounds it up to a power of two."""
+    rows = _integer(option, text, "a whole number of rows")
+    check_capacity(rows, option)
+    return rows
+
+
+def sources(option: str, text: str) -> dict[str, float | None]:
+    """``"cpu,memory,disk=1"`` → ``{"cpu": None, "memory": None, "disk": 1.0}``.
+
+    A name listed twice, an empty list or a bad number of seconds is refused; unknown names are
+    refused by the sampler, which lists the known ones.
+    """
+    out: dict[str, float | None] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, eq, every = part.partition("=")
+        name = name.strip()
+        if not name:
+            raise ValueError(f"{option}: {part!r} in {text!r} has no source name")
+        if name in out:
+            raise ValueError(
+                f"{option}: {name!r} is listed twice in {text!r}; give each source once "
+                f"(NAME or NAME=SECONDS)"
+            )
+        if not eq:
+            out[name] = None
+            continue
+        value = _number(f"{option} {name}", every.strip(), "a number of seconds")
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(
+                f"{option} {name} must be a positive finite number of seconds, got {every!r}"
+            )
+        out[name] = value
+    if not out:
+        raise ValueError(f"{option} must name at least one source, got {text!r}")
+    return out
+
+
+def checked(convert: Converter) -> type[argparse.Action]:
+    """An argparse action that stores ``convert(option, text)`` or fails with its message."""
+
+    class Checked(argparse.Action):
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: str | Sequence[Any] | None,
+            option_string: str | None = None,
+        ) -> None:
+            option = option_string or self.dest
+            try:
+                value = convert(option, str(values))
+            except (ValueError, TypeError) as exc:
+                parser.error(str(exc))
+            setattr(namespace, self.dest, value)
+
+    Checked.__name__ = f"Checked_{convert.__name__}"
+    return Checked
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file: equal once symlinks, ``..`` and relative parts are
+    resolved (also for paths that do not exist yet), or hard links to one inode."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output_not_spool(output: str, spool: str, spool_option: str) -> None:
+    """Refuse an output file that is the spool (once links and relative parts are resolved) or
+    is named like one of its segments: writing it would destroy rows, and removing the spool
+    afterwards would delete the output."""
+    if same_file(spool, output):
+        raise ValueError(
+            f"{spool_option} {spool!r} is the output file too (-o {output!r}, once links and "
+            f"relative parts are resolved): give two different paths"
+        )
+    if os.path.realpath(output).startswith(os.path.realpath(spool) + ".seg-"):
+        raise ValueError(
+            f"-o {output!r} is named like a segment of the spool {spool!r}: give another "
+            f"output path"
+        )

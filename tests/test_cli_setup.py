@@ -1,0 +1,108 @@
+"""What `record` refuses or cleans up before it records: an output that is also the spool (or one
+of its segments), and a setup that fails after the sampler was built."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from stroboscope import Sampler, recover
+from stroboscope.cli import main
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_output_and_spool_through_a_symlinked_directory_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "link").symlink_to("d")
+    out = tmp_path / "d" / "m.parquet"
+    spool = tmp_path / "link" / "m.parquet"
+    assert main(["record", "--duration", "0.2", "-o", str(out), "--spool", str(spool)]) == 2
+    err = capsys.readouterr().err
+    assert "is the output file too" in err and str(spool) in err and str(out) in err
+    assert _tree(tmp_path) == ["d", "link"]
+
+
+def test_output_and_spool_as_relative_paths_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    argv = ["record", "--duration", "0.2", "-o", "d/m.csv", "--spool", "./d/../d/m.csv"]
+    assert main(argv) == 2
+    assert "is the output file too" in capsys.readouterr().err
+    assert _tree(tmp_path) == ["d"]
+
+
+def test_an_output_named_like_a_segment_of_the_spool_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spool = tmp_path / "r.spool"
+    out = tmp_path / "r.spool.seg-000001.parquet"
+    assert main(["record", "--duration", "0.2", "-o", str(out), "--spool", str(spool)]) == 2
+    assert "named like a segment of the spool" in capsys.readouterr().err
+    assert _tree(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "senders",
+    [
+        ["bogus"],
+        ["csv"],
+        ["csv:nokey"],
+        ["csv:path=a.csv", "bogus"],
+        ["jsonl:path=a.jsonl", "csv:path=b.csv,nosuchoption=1"],
+    ],
+    ids=lambda s: " ".join(s),
+)
+def test_a_setup_that_fails_after_the_sampler_leaves_nothing_behind(
+    senders: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["record", "--duration", "0.2", "-o", "m.parquet"]
+    for spec in senders:
+        argv += ["--sender", spec]
+    assert main(argv) == 2
+    assert "--sender" in capsys.readouterr().err
+    assert _tree(tmp_path) == []
+    assert main(["record", "--interval", "0.005", "--duration", "0.1", "-o", "m.parquet"]) == 0
+
+
+def test_a_spool_of_another_run_is_never_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "m.parquet"
+    spool = tmp_path / "m.parquet.spool"
+    other = Sampler(0.01, sources=["memory"], spool=spool, capacity=1024, segment_seconds=1)
+    other.tick_now(5)
+    before = os.stat(spool)
+    assert main(["record", "--duration", "0.2", "-o", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert os.stat(spool).st_ino == before.st_ino and not out.exists()
+    assert len(recover(spool)) == 5
+    other.close()
+
+
+@pytest.mark.parametrize("name", ["s.parquet", "s.parquet.seg-000001.parquet"])
+def test_recover_refuses_to_write_over_the_spool_or_its_segments(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spool = tmp_path / "s.parquet"  # a spool may have any name
+    s = Sampler(0.01, sources=["memory"], spool=spool, capacity=1024, segment_seconds=1)
+    s.tick_now(5)
+    s.close()
+    before = _tree(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    assert main(["recover", str(spool), "-o", str(link / name)]) == 2
+    err = capsys.readouterr().err
+    assert "is the output file too" in err or "named like a segment of the spool" in err, err
+    assert _tree(tmp_path) == sorted([*before, "link"]) and len(recover(spool)) == 5
