@@ -284,6 +284,20 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         r"^pid must be an int \(a process id\) or None, got str 'x'",
     ),
     (
+        "SystemMonitor-pid-negative",
+        lambda ctx: stroboscope.SystemMonitor(-5, lambda event: None),
+        ValueError,
+        r"^pid must be a positive process id, got int -5",
+    ),
+    (
+        "dump_path-nul",
+        lambda ctx: stroboscope.Sampler(
+            0.01, sources=["memory"], crash_safe=True, dump_path=str(ctx.tmp / "d\0ump.csv")
+        ),
+        ValueError,
+        r"^dump_path .*NUL",
+    ),
+    (
         "gpus-index-beyond-uint",
         base(sources=["gpu"], gpus=[2**40]),
         ValueError,

@@ -173,3 +173,17 @@ def test_recover_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     bad.write_bytes(b"")
     assert main(["recover", str(bad), "-o", str(out)]) == 2
     assert "is empty" in capsys.readouterr().err
+
+
+def test_record_reports_failed_segment_writes_and_keeps_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_spool_segments import _failing_writes
+
+    _failing_writes(monkeypatch, 1000)  # every segment write hits a full disk
+    out = tmp_path / "m.parquet"
+    assert main(["record", "--interval", "0.01", "--duration", "0.3", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "segment writes failed" in printed and "No space left on device" in printed
+    recorded = int(re.search(r"recorded (\d+) rows", printed).group(1))  # type: ignore[union-attr]
+    assert recorded >= 1 and pq.read_table(out).num_rows == recorded  # from the spool

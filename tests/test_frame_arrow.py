@@ -198,3 +198,19 @@ def test_empty_frame_exports() -> None:
     assert len(f) == 0
     table = pa.table(f)
     assert table.num_rows == 0 and "mem.util_pct" in table.column_names
+
+
+def test_cpu_all_busy_reads_exactly_100(tmp_path: Path) -> None:
+    # 11 busy ticks of 11: busy * (100 / total) gave 100.00000000000001; 100 * busy / total is
+    # exact for whole tick counts.
+    fake = FakeProc(tmp_path / "proc")
+    s = Sampler(0.001, pid=PID, sources=["cpu"], cpu_window=0, proc_root=str(fake.root))
+    try:
+        for busy in (11, 22, 39):
+            s.tick_now(1)
+            fake.advance(user=busy)
+        s.tick_now(1)
+        util = s.snapshot().to_arrow().column("cpu.util_pct").drop_null().to_pylist()
+    finally:
+        s.close()
+    assert util == [100.0, 100.0, 100.0]

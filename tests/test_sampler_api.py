@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 import stroboscope
@@ -170,3 +171,23 @@ def test_running_sampler_is_stopped_at_interpreter_exit(tmp_path: os.PathLike[st
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_ring_file_directory_follows_the_spool_rule(tmp_path: Path) -> None:
+    # One rule for the directory of every file the sampler creates: a directory others can
+    # write is refused unless sticky (then the file is created O_EXCL | O_NOFOLLOW).
+    from stroboscope import sampling
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(ValueError, match=r"^ring_file: directory .* writable by others"):
+        sampling.Sampler(0.01, sources=["memory"], ring_file=str(shared / "ring"))
+    assert list(shared.iterdir()) == []
+    shared.chmod(0o1777)
+    s = sampling.Sampler(0.01, sources=["memory"], ring_file=str(shared / "ring"))
+    s.close()
+    assert (shared / "ring").exists()
+    # An existing file is never reused.
+    with pytest.raises(ValueError, match="already exists"):
+        sampling.Sampler(0.01, sources=["memory"], ring_file=str(shared / "ring"))

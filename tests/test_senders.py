@@ -618,3 +618,20 @@ def test_record_publisher_bad_sender_is_a_clear_exit(tmp_path: Path) -> None:
     args = parser.parse_args(["--sender", f"csv:path={tmp_path / 'm.csv'}", "--sender", "nope"])
     with pytest.raises(ValueError, match=r"--sender nope: unknown sender 'nope'"):
         RecordPublisher.from_args(args, [])
+
+
+def test_record_publisher_counts_publish_the_last_value() -> None:
+    from stroboscope.cli._publish import RecordPublisher
+    from stroboscope.sampling import Column
+
+    # A thread count averaged over a window reads 4.67 threads: a count publishes its last value,
+    # a float gauge its mean.
+    columns = [
+        Column("proc.threads", "count", "int64", "gauge", "threads"),
+        Column("proc.cpu_pct", "%", "float64", "gauge", "cpu"),
+    ]
+    events: list[dict[str, object]] = []
+    publisher = RecordPublisher([events.append], columns, every=3600.0, aggregate="mean")
+    publisher.feed(pa.table({"proc.threads": [4, 4, 6], "proc.cpu_pct": [10.0, 20.0, 60.0]}))
+    publisher.close()
+    assert events == [{"proc.threads": 6, "proc.cpu_pct": pytest.approx(30.0)}]

@@ -120,12 +120,15 @@ class CpuSource final : public Source {
       std::uint64_t total = 0;
       in_range = procfs::cpu_total_fits(d, &total);
       if (in_range && total > 0) {
-        double scale = 100.0 / static_cast<double>(total);
-        row.set_f64(0, static_cast<double>(procfs::cpu_busy(d)) * scale);
-        row.set_f64(1, static_cast<double>(d.user + d.nice) * scale);
-        row.set_f64(2, static_cast<double>(d.system) * scale);
-        row.set_f64(3, static_cast<double>(d.iowait) * scale);
-        row.set_f64(4, static_cast<double>(d.steal) * scale);
+        // 100 * part / total, not part * (100 / total): the latter reads 100.00000000000001 when
+        // part == total (e.g. 11 of 11 ticks); this form is exact for whole tick counts.
+        const double whole = static_cast<double>(total);
+        auto pct = [whole](std::uint64_t part) { return 100.0 * static_cast<double>(part) / whole; };
+        row.set_f64(0, pct(procfs::cpu_busy(d)));
+        row.set_f64(1, pct(d.user + d.nice));
+        row.set_f64(2, pct(d.system));
+        row.set_f64(3, pct(d.iowait));
+        row.set_f64(4, pct(d.steal));
       }
     }
     prev_ = s.total;

@@ -162,7 +162,9 @@ class RecordPublisher:
         every = check_seconds("--publish-every", every)
         names = [c.name for c in columns if c.name not in ("time", "mono_ns")]
         counters = [c.name for c in columns if c.kind == "counter"]
-        self._window = WindowAggregator(names, counters)
+        # Counts and integer levels (threads, fds) publish the window's last value, not a mean.
+        levels = [c.name for c in columns if c.unit == "count" and c.dtype == "int64"]
+        self._window = WindowAggregator(names, counters, levels=levels)
         self._aggregate: Aggregate = aggregate
         self._every = every
         self._next = time.monotonic() + every

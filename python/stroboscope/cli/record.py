@@ -26,6 +26,7 @@ from stroboscope.cli._command import Command
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
 from stroboscope.export.writers import output_format, write_table
 from stroboscope.recording.sampler import Sampler
+from stroboscope.recording.segments import SegmentStatus
 from stroboscope.recording.spool import recover, remove_spool
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import SamplerStats
@@ -210,6 +211,7 @@ def _print_summary(
     elapsed: float,
     stats: SamplerStats,
     summary: str,
+    segments: SegmentStatus | None = None,
 ) -> None:
     print(f"recorded {rows} rows x {columns} columns over {elapsed:.2f} s to {args.output} ({fmt})")
     print(
@@ -220,6 +222,11 @@ def _print_summary(
         f"sampler CPU {100 * stats.thread_cpu_ns / 1e9 / max(elapsed, 1e-9):.2f} %, "
         f"rows lost {stats.segment_rows_lost or 0}"
     )
+    if segments is not None and segments.errors:
+        print(
+            f"segment writes failed {segments.errors} times (last: {segments.last_error}); "
+            f"the output was read from the spool, which held those rows"
+        )
     for src in stats.sources:
         if src.reason:
             print(f"source {src.name}: {src.reason} ({src.failures} failed reads)")
@@ -305,6 +312,7 @@ def _record(
         elapsed,
         sampler.stats(),
         summarize(table, units),
+        sampler.segments,
     )
     return exit_code
 

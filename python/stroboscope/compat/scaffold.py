@@ -18,13 +18,12 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from stroboscope import _core
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
 from stroboscope.recording.sampler import Sampler
-from stroboscope.sampling import available_sources
-from stroboscope.sampling._checks import check_seconds
+from stroboscope.sampling import available_sources, net_dev_totals
+from stroboscope.sampling._checks import check_pid, check_seconds
 from stroboscope.senders._base import AbstractBackendSender, StatsDict, as_sender
 from stroboscope.senders._dispatch import Fanout
 
@@ -44,8 +43,8 @@ SenderArg = Union[AbstractBackendSender, Callable[[StatsDict], Any], Sequence[An
 def _net_totals(include_loopback: bool, proc_root: str = "/proc") -> dict[str, int]:
     """Bytes sent and received by all interfaces (``lo`` only when asked), read with the
     network source's own /proc/net/dev parser."""
-    sent, recv = _core.net_dev_totals(proc_root, include_loopback)
-    return {"sent": int(sent), "recv": int(recv)}
+    sent, recv = net_dev_totals(include_loopback, proc_root)
+    return {"sent": sent, "recv": recv}
 
 
 def _sender_list(backend_sender: SenderArg) -> list[AbstractBackendSender]:
@@ -145,6 +144,7 @@ class SystemMonitor:
         dump_path: str | os.PathLike[str] | None = None,
         dump_format: str = "csv",
     ) -> None:
+        pid = check_pid(pid)  # first: a bad pid is named before anything else is checked
         self._rate = check_seconds("sample_rate_seconds", sample_rate_seconds)
         interval = check_seconds("interval", interval)
         if self._rate < interval:

@@ -23,7 +23,7 @@ from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.spool import remove_spool, segment_paths
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import Sampler as _BaseSampler
-from stroboscope.sampling._checks import check_capacity, check_interval, check_path
+from stroboscope.sampling._checks import check_capacity, check_file_dir, check_interval, check_path
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11; only for mypy here
@@ -54,35 +54,9 @@ def _spool_in_use(path: str) -> int | None:
 
 
 def check_spool_dir(spool: str | os.PathLike[str]) -> str:
-    """The directory of a new spool, if only this user can replace files in it.
-
-    Accepted: a directory you own that nobody else can write, or a sticky one (like ``/tmp``)
-    owned by you or root, where nobody else can remove or rename your files. Refused: one
-    writable by others without the sticky bit (anyone could swap the spool or its segments),
-    and one owned by someone else.
-    """
-    directory = os.path.dirname(os.path.abspath(os.fspath(spool)))
-    try:
-        st = os.stat(directory)
-    except FileNotFoundError:
-        raise ValueError(f"spool: directory {directory!r} does not exist") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"spool: {directory!r} is not a directory")
-    mode = stat.S_IMODE(st.st_mode)
-    shared = mode & (stat.S_IWGRP | stat.S_IWOTH)
-    sticky = mode & stat.S_ISVTX
-    if shared and not sticky:
-        raise ValueError(
-            f"spool: directory {directory!r} is writable by others (mode {mode:04o}) and not "
-            f"sticky, so anyone could replace the spool or its segments; give a directory only "
-            f"you can write (or a sticky one such as /tmp)"
-        )
-    if st.st_uid != os.getuid() and not (sticky and st.st_uid == 0):
-        raise ValueError(
-            f"spool: directory {directory!r} is not owned by you (its owner is uid "
-            f"{st.st_uid}, you are uid {os.getuid()}); give a directory you own"
-        )
-    return directory
+    """The directory of a new spool, if only this user can replace files in it (the rule of
+    :func:`stroboscope.sampling._checks.check_file_dir`)."""
+    return check_file_dir("spool", os.path.dirname(os.path.abspath(os.fspath(spool))))
 
 
 def check_spool(spool: str | os.PathLike[str]) -> str:
@@ -158,6 +132,8 @@ class Sampler(_BaseSampler):
             raise TypeError("give spool= (the crash-safe ring file), not ring_file=")
         if dump_format not in DUMP_FORMATS:
             raise ValueError(f"dump_format must be 'csv' or 'parquet', got {dump_format!r}")
+        if dump_path is not None:
+            dump_path = check_path("dump_path", dump_path)  # bytes, "" or a NUL: refused
         seg_s = 0.0
         spool_path = ""
         if spool is not None or crash_safe:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
@@ -219,11 +220,45 @@ def check_private_dir(name: str, path: str | os.PathLike[str]) -> str:
     return directory
 
 
+def check_file_dir(name: str, directory: str) -> str:
+    """The directory of a new file (a spool, a ring file), if only this user can replace files
+    in it.
+
+    Accepted: a directory you own that nobody else can write, or a sticky one (like ``/tmp``)
+    owned by you or root, where nobody else can remove or rename your files (the file itself
+    is created with ``O_EXCL | O_NOFOLLOW``, so nothing planted there is followed). Refused: one
+    writable by others without the sticky bit (anyone could swap the file), and one owned by
+    someone else.
+    """
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        raise ValueError(f"{name}: directory {directory!r} does not exist") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{name}: {directory!r} is not a directory")
+    mode = stat.S_IMODE(st.st_mode)
+    shared = mode & (stat.S_IWGRP | stat.S_IWOTH)
+    sticky = mode & stat.S_ISVTX
+    if shared and not sticky:
+        raise ValueError(
+            f"{name}: directory {directory!r} is writable by others (mode {mode:04o}) and not "
+            f"sticky, so anyone could replace the file; give a directory only you can write "
+            f"(or a sticky one such as /tmp)"
+        )
+    if st.st_uid != os.getuid() and not (sticky and st.st_uid == 0):
+        raise ValueError(
+            f"{name}: directory {directory!r} is not owned by you (its owner is uid "
+            f"{st.st_uid}, you are uid {os.getuid()}); give a directory you own"
+        )
+    return directory
+
+
 def check_new_file(name: str, path: str | os.PathLike[str]) -> str:
-    """A path where a new file may be created: absent, in a directory this user owns."""
+    """A path where a new file may be created: absent, in a directory that passes
+    :func:`check_file_dir`."""
     text = check_path(name, path)
     full = os.path.abspath(text)
-    check_private_dir(name, os.path.dirname(full))
+    check_file_dir(name, os.path.dirname(full))
     if os.path.isdir(full):
         raise ValueError(f"{name} {text!r} is a directory; give a file path")
     if os.path.lexists(full):

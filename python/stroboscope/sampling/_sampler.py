@@ -145,7 +145,9 @@ class Sampler:
             columns = [(name, len(_core.source_columns(name, options))) for name, _ in specs]
             check_ring_bytes(cap, columns)
             self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options, ring_path)
-        except (RuntimeError, OSError) as exc:
+        except OSError:
+            raise  # the ring file could not be made: the type (FileExistsError, ...) and path stay
+        except RuntimeError as exc:
             raise RuntimeError(f"cannot build sampler: {exc}") from None
         self._ring_file = ring_path or None
         self._gpu_recorder: _core.GpuSampleRecorder | None = None
