@@ -30,7 +30,7 @@ BAD_INPUTS = [
     ),
     (
         ["record", "--duration", "1", "--sources", "cpu=nan"],
-        ["--sources cpu", "'nan'", SECONDS],
+        ["--sources cpu", "got float nan", SECONDS],
     ),
     (["record", "--duration", "1", "--sources", ","], ["--sources", "at least one source"]),
     (["record", "--duration", "1", "--interval", "0"], ["--interval", "0", "[0.0001, 3600]"]),

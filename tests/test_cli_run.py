@@ -191,3 +191,45 @@ def test_record_runs_from_a_thread_too(tmp_path: Path) -> None:
     worker.start()
     worker.join(120)
     assert codes == [0] and pq.read_table(out).num_rows >= 1
+
+
+def test_the_duration_ends_the_recording_and_the_command_runs_to_its_end(tmp_path: Path) -> None:
+    out = tmp_path / "d.parquet"
+    marker = tmp_path / "ended"
+    code = main(
+        [
+            "record",
+            "--interval",
+            "0.01",
+            "--duration",
+            "0.3",
+            "-o",
+            str(out),
+            "--",
+            sys.executable,
+            "-c",
+            "import sys, time; time.sleep(3); "
+            f"open({str(marker)!r}, 'w').write(repr(time.time_ns())); sys.exit(5)",
+        ]
+    )
+    assert code == 5  # waited for, its code returned
+    ended_ns = int(marker.read_text())
+    last_row_ns = pq.read_table(out).column("time").cast("int64")[-1].as_py()
+    # The recording stopped at --duration (0.3 s), not when the command ended 3 s after its start.
+    assert last_row_ns < ended_ns - 1_000_000_000
+
+
+def test_the_command_starts_with_the_signal_dispositions_a_shell_gives(tmp_path: Path) -> None:
+    # The gate is a Python program, and Python ignores SIGPIPE at start-up: the command must not
+    # inherit that (`yes | head` would print "Broken pipe" errors), nor an ignored SIGINT.
+    status = tmp_path / "status"
+    out = tmp_path / "s.parquet"
+    assert (
+        main(["record", "-o", str(out), "--", "sh", "-c", f"cat /proc/self/status > {status}"]) == 0
+    )
+    ignored = int(
+        next(ln for ln in status.read_text().splitlines() if ln.startswith("SigIgn:")).split()[1],
+        16,
+    )
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+        assert not ignored & (1 << (sig - 1)), sig

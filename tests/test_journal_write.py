@@ -119,3 +119,35 @@ def test_a_torn_line_that_cannot_be_cut_is_ended(
         assert damaged == 1
     finally:
         journal.close()
+
+
+def test_dropping_the_snapshotted_rows_copies_the_backlog_without_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from stroboscope.recording.journal import Journal
+
+    lock = threading.Lock()
+    j = Journal(str(tmp_path))
+    try:
+        j.append(line({"id": 0}) + line({"id": 1}))
+        end = j.size()  # a snapshot read up to here
+        j.append(line({"id": 2}))  # arrived while the snapshot was written
+        real = Journal._copy
+        free_during: list[bool] = []
+
+        def copy(src: int, dst: int, start: int, stop: int) -> None:
+            if not free_during:  # the bulk copy: the writer can take the lock and append
+                free_during.append(lock.acquire(blocking=False))
+                j.append(line({"id": 3}))
+                lock.release()
+            real(src, dst, start, stop)
+
+        monkeypatch.setattr(Journal, "_copy", staticmethod(copy))
+        j.drop_prefix(end, lock)
+        assert free_during == [True]
+        rows, damaged = read_journal_rows(j.path)
+        assert [r["id"] for r in rows] == [2, 3] and damaged == 0  # nothing lost
+    finally:
+        j.close()

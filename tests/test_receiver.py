@@ -263,13 +263,26 @@ def test_errors_before_start(tmp_path: Path) -> None:
     assert not (tmp_path / "x.csv").exists()
 
 
-def test_bad_arguments(tmp_path: Path) -> None:
+def test_bad_arguments(tmp_path: Path, receivers: list[ParentReceiver]) -> None:
     with pytest.raises(TypeError, match="queue"):
         ParentReceiver([])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dump_format"):
         ParentReceiver(queue.Queue(), dump_format="xlsx")
     with pytest.raises(ValueError, match="journal_dir"):
         ParentReceiver(queue.Queue(), journal_dir=tmp_path / "missing")
+    # A directory others can write (not sticky): anyone could swap the journal. Refused, as for
+    # spools; a sticky one is accepted.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(ValueError, match=r"^journal_dir: directory .* writable by others"):
+        ParentReceiver(queue.Queue(), journal_dir=shared)
+    with pytest.raises(ValueError, match=r"^dump_path .* NUL byte"):
+        ParentReceiver(queue.Queue(), dump_path=str(tmp_path / "a\0b.csv"))
+    shared.chmod(0o1777)
+    r = new_receiver(receivers, queue.Queue(), journal_dir=shared)
+    r.start()
+    assert r.journal_path is not None and os.path.dirname(r.journal_path) == str(shared)
 
 
 def test_stop_twice_and_restart(receivers: list[ParentReceiver]) -> None:

@@ -148,3 +148,19 @@ def test_a_setup_that_fails_after_the_spool_is_made_removes_it(
     monkeypatch.undo()
     s = Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
     s.close()
+
+
+def test_a_failed_setup_never_removes_a_file_swapped_in_at_the_spool_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "run.spool"
+
+    def swap_then_fail(jobs: object) -> None:
+        os.rename(path, tmp_path / "ours.spool")  # another run's file now holds the name
+        path.write_text("theirs")
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(recording_sampler, "Watchdog", swap_then_fail)
+    with pytest.raises(OSError, match="Too many open files"):
+        Sampler(0.01, sources=["memory"], spool=path, crash_safe=True, segment_seconds=1)
+    assert path.read_text() == "theirs"

@@ -122,3 +122,22 @@ def test_remove_spool_removes_a_dead_writers_temporary_too(tmp_path: Path) -> No
     (tmp_path / "other.txt").write_bytes(b"not ours")
     remove_spool(path)
     assert os.listdir(tmp_path) == ["other.txt"]
+
+
+def test_rows_overwritten_during_failed_writes_are_counted_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 300 rows into a 256-row ring: 44 are gone before any segment. Two failed tries and a good
+    # one at stop(): the 44 are lost once, not once per try.
+    tried = _failing_writes(monkeypatch, 2)
+    path = tmp_path / "run.spool"
+    s = Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
+    s.tick_now(300)
+    with caplog.at_level(logging.WARNING, logger="stroboscope.recording"):
+        s.close()
+    status = s.segments
+    assert status is not None and len(tried) == 3
+    assert status.errors == 2 and status.segments_written == 1
+    assert status.rows_lost == 44 and status.rows_unwritten == 0
+    segment_rows = sum(pa.parquet.read_table(p).num_rows for p in segment_paths(path))
+    assert segment_rows == 256

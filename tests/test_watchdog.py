@@ -477,3 +477,28 @@ def test_journal_job_reads_a_block_at_a_time(
     assert table.column("v").to_pylist() == [float(r["v"]) for r in rows]
     assert table.column("late").to_pylist() == [("x" if i == 70 else None) for i in range(100)]
     assert "wrote 100 rows of journal" in line and "(1 damaged line(s) skipped)" in line
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_dump_is_on_disk_before_it_gets_its_name(
+    fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A crash of the machine right after the rename must not leave an empty or partial dump.
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append("fsync")
+        real_fsync(fd)
+
+    def replace(a: str, b: str) -> None:
+        events.append("replace")
+        real_replace(a, b)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    table = pa.table({"x": [1, 2, 3]})
+    out = tmp_path / f"dump.{fmt}"
+    job = {"format": fmt, "dump": str(out), "dump_dir": str(tmp_path)}
+    assert _watchdog_child.write_dump(table, job, 4242) == str(out)
+    assert events == ["fsync", "replace"]

@@ -9,7 +9,6 @@ is created or launched. Use them as ``parser.add_argument(..., action=checked(se
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -91,11 +90,7 @@ def sources(option: str, text: str) -> dict[str, float | None]:
             out[name] = None
             continue
         value = _number(f"{option} {name}", every.strip(), "a number of seconds")
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(
-                f"{option} {name} must be a positive finite number of seconds, got {every!r}"
-            )
-        out[name] = value
+        out[name] = check_seconds(f"{option} {name}", value)  # the rule the sampler applies
     if not out:
         raise ValueError(f"{option} must name at least one source, got {text!r}")
     return out

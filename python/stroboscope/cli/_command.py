@@ -1,60 +1,70 @@
 """The command ``stroboscope record -- CMD`` runs: spawned gated, released once sampling runs.
 
 The command is spawned first, before the sampler, so the sampler can follow its pid from the
-first row; but it waits in a small shell until :meth:`Command.release` writes to a pipe, and then
-``exec``\\ s the command in place of the shell (same pid). If setup fails, :meth:`Command.kill`
-closes the pipe: the shell's ``read`` gets EOF and it exits without running anything. So the
-command never runs unrecorded, and never runs at all when the recording could not start.
+first row; but it waits in a small gate program until :meth:`Command.release` writes to a
+pipe, and then ``exec``\\ s the command in its place (same pid). If setup fails,
+:meth:`Command.kill` closes the pipe: the gate's ``read`` gets EOF and it exits without running
+anything. So the command never runs unrecorded, and never runs at all when the recording could
+not start.
 
-The child asks the kernel (``prctl(PR_SET_PDEATHSIG, SIGKILL)``, kept across ``exec``) to be
-killed when the recorder dies, so a recorder killed by SIGKILL or the OOM killer leaves no
-orphan behind. (The kernel sends it when the thread that spawned the command ends: run the
-command line from the main thread, as ``stroboscope`` does.)
+The child is asked to be killed when the recorder dies (``PR_SET_PDEATHSIG`` with SIGKILL, kept
+across ``exec``), so a recorder killed by SIGKILL or the OOM killer leaves no orphan behind. It
+is set before the gate, by util-linux's ``setpriv --pdeathsig KILL`` in front of the gate, so no
+Python code runs between fork and exec (which can deadlock a parent that has other threads). A
+parent that dies before that closes the gate: the command never runs. Without ``setpriv`` the
+command runs without a parent-death signal, and the recorder logs a warning. (The kernel sends the
+signal when the *thread* that spawned the command ends: run the command line from a thread that
+outlives the recording, as ``stroboscope`` does.)
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import logging
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
-# The command waits in this shell until sampling has started, then becomes the command itself
-# (exec keeps the pid, so the pid the sampler follows is the command's). An EOF on the gate
-# (setup failed) makes `read` fail: the shell then exits without running anything.
-_GATE = 'read -r _ <&3 || exit 125; exec 3<&-; exec "$@"'
-_GATE_FD = 3
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+log = logging.getLogger("stroboscope.cli")
+
+# The command waits in this small Python program until sampling has started, then becomes the
+# command itself (exec keeps the pid, so the pid the sampler follows is the command's). argv[1] is
+# the gate's fd (any number: a shell such as dash only redirects fds 0-9). An EOF on the gate
+# (setup failed, or the recorder died) ends it with 125 without running anything. Python ignores
+# SIGPIPE and SIGXFSZ at start-up: the command gets them back at their defaults, as a shell would
+# give them (what subprocess's restore_signals does).
+_GATE = """
+import os, signal, sys
+interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the recorder handles a Ctrl-C here
+gate = int(sys.argv[1])
+if not os.read(gate, 1):
+    os._exit(125)
+os.close(gate)
+for name in ("SIGPIPE", "SIGXFSZ"):
+    signal.signal(getattr(signal, name), signal.SIG_DFL)
+signal.signal(signal.SIGINT, signal.SIG_IGN if interrupt is signal.SIG_IGN else signal.SIG_DFL)
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as exc:
+    sys.stderr.write(f"stroboscope record: cannot run {sys.argv[2]!r}: {exc.strerror}\\n")
+    os._exit(127)
+"""
+_SETPRIV = shutil.which("setpriv")
 
 
-def _die_with_parent(gate_r: int, parent: int, prctl: object) -> None:
-    """In the child between fork and exec: the gate as fd 3, and SIGKILL when the parent dies.
-
-    Runs in a forked child: only async-signal-safe work (a few system calls), no allocation
-    that could wait on a lock another thread of the parent held at the fork.
-    """
-    if gate_r == _GATE_FD:
-        os.set_inheritable(_GATE_FD, True)
-    else:
-        os.dup2(gate_r, _GATE_FD)  # inheritable; the pipe's own fds are closed on exec
-    if prctl is not None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # type: ignore[operator]
-    if os.getppid() != parent:  # the parent died before prctl: it will never signal us
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _load_prctl() -> object:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):  # not Linux/glibc: no parent-death signal
-        return None
-    prctl.restype = ctypes.c_int
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    return prctl
+def _parent_death_prefix() -> list[str]:
+    """The argv prefix that makes the spawned process get SIGKILL when we die ([] without
+    ``setpriv``)."""
+    if _SETPRIV is None:
+        log.warning(
+            "setpriv (util-linux) not found: the command is not killed if the recorder is "
+            "killed with SIGKILL"
+        )
+        return []
+    return [_SETPRIV, "--pdeathsig", "KILL", "--"]
 
 
 class Command:
@@ -75,15 +85,19 @@ class Command:
         if shutil.which(argv[0]) is None:
             raise ValueError(f"record: cannot run {argv[0]!r}: no such command")
         gate_r, self._gate_w = os.pipe()
-        prctl = _load_prctl()
-        parent = os.getpid()
         try:
             self._proc = subprocess.Popen(
-                ["/bin/sh", "-c", _GATE, "stroboscope-record", *argv],
-                # Not close_fds: fd 3 is made in the child, after Popen would close it. Python's
-                # own descriptors are not inheritable (PEP 446), so nothing else is passed on.
-                close_fds=False,
-                preexec_fn=lambda: _die_with_parent(gate_r, parent, prctl),
+                [
+                    *_parent_death_prefix(),
+                    sys.executable,
+                    "-I",  # isolated: no site, no environment variables, no user paths
+                    "-S",
+                    "-c",
+                    _GATE,
+                    str(gate_r),
+                    *argv,
+                ],
+                pass_fds=(gate_r,),  # the gate's read end only; the write end stays ours
             )
         except BaseException:
             os.close(self._gate_w)
@@ -95,7 +109,7 @@ class Command:
         """Whether the command was let run (False: it was killed in the gate, or not yet)."""
 
     def release(self) -> None:
-        """Let the command run (it is exec'd in place of the waiting shell)."""
+        """Let the command run (it is exec'd in place of the waiting gate)."""
         if self._gate_w < 0:
             return
         with contextlib.suppress(OSError):
@@ -127,12 +141,12 @@ class Command:
     def kill(self) -> None:
         """Setup failed: end the command before it ever ran."""
         if self._gate_w >= 0:
-            os.close(self._gate_w)  # the shell's read gets EOF: it then runs nothing
+            os.close(self._gate_w)  # the gate's read gets EOF: it then runs nothing
             self._gate_w = -1
         self.send_signal(signal.SIGKILL)
         self._proc.wait()
 
     def exit_code(self) -> int:
-        """The shell's convention: the command's status, or 128 + the signal that killed it."""
+        """A shell's convention: the command's status, or 128 + the signal that killed it."""
         code = self._proc.wait()
         return 128 - code if code < 0 else code

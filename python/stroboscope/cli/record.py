@@ -285,6 +285,8 @@ def _record(
         if stop.signum is None:
             _loop(args, sampler, publisher, command, stop)
         if command is not None and command.released:
+            if stop.signum is None and command.poll() is None:
+                sampler.stop()  # --duration is up: recording ends; the command runs to its end
             exit_code = _end_command(command, stop)
         elif command is None and stop.signum is not None:
             exit_code = 128 + stop.signum

@@ -102,6 +102,8 @@ def _write_table(table: pa.Table, fd: int, fmt: str) -> None:
             import pyarrow.csv as pacsv
 
             pacsv.write_csv(table, f)
+        f.flush()
+        os.fsync(f.fileno())  # on disk before the rename makes it the dump
 
 
 def _publish_unique(tmp: str, path: str) -> str:

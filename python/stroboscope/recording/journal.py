@@ -59,6 +59,7 @@ import fcntl
 import logging
 import os
 import tempfile
+import threading
 
 from stroboscope.recording._journal_encode import (
     MAX_DEPTH,
@@ -192,36 +193,52 @@ class Journal:
         os.ftruncate(self._fd(), 0)
         self.torn = False
 
-    def drop_prefix(self, end: int) -> None:
+    def drop_prefix(self, end: int, lock: threading.Lock) -> None:
         """Remove the first ``end`` bytes (whole lines), keeping what was appended after them.
 
-        When nothing was appended the file is truncated; otherwise the rest is written to a new
-        private file in the same directory that then replaces the journal (``rename``), so a
-        reader of the path (the watchdog) sees either the old journal or the new one, never a
-        journal without the rows appended since ``end``.
+        ``lock`` is the one the writer appends under. When nothing was appended the file is
+        truncated; otherwise the rest is copied to a new private file in the same directory that
+        then replaces the journal (``rename``), so a reader of the path (the watchdog) sees either
+        the old journal or the new one, never a journal without the rows appended since ``end``.
+        The bulk of the copy is made without ``lock`` (the writer only appends past it); only the
+        rows that arrived during that copy are copied under it, with the rename.
         """
-        fd = self._fd()
-        size = os.fstat(fd).st_size
-        if size <= end:
-            self.truncate()
-            return
-        rest = self.read(size, start=end)
+        with lock:
+            fd = self._fd()
+            size = os.fstat(fd).st_size
+            if size <= end:
+                self.truncate()
+                return
         new_fd, tmp = tempfile.mkstemp(
             prefix=".stroboscope-journal-", suffix=".tmp", dir=os.path.dirname(self.path)
         )
         try:
-            view = memoryview(rest)
-            while view:
-                view = view[os.write(new_fd, view) :]
-            fcntl.fcntl(new_fd, fcntl.F_SETFL, fcntl.fcntl(new_fd, fcntl.F_GETFL) | os.O_APPEND)
-            os.replace(tmp, self.path)
+            self._copy(fd, new_fd, end, size)  # receiving goes on meanwhile
+            with lock:
+                self._copy(fd, new_fd, size, os.fstat(fd).st_size)  # what arrived meanwhile
+                flags = fcntl.fcntl(new_fd, fcntl.F_GETFL)
+                fcntl.fcntl(new_fd, fcntl.F_SETFL, flags | os.O_APPEND)
+                os.replace(tmp, self.path)
+                self.fd = new_fd
         except BaseException:
             os.close(new_fd)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        self.fd = new_fd
         os.close(fd)
+
+    @staticmethod
+    def _copy(src: int, dst: int, start: int, end: int) -> None:
+        """Append bytes ``[start, end)`` of ``src`` to ``dst``, a block at a time."""
+        offset = start
+        while offset < end:
+            chunk = os.pread(src, min(end - offset, 1 << 20), offset)
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(dst, view) :]
+            offset += len(chunk)
 
     def _fd(self) -> int:
         if self.fd is None:

@@ -36,7 +36,7 @@ from stroboscope.recording.journal import (
     rows_to_table,
 )
 from stroboscope.recording.watchdog import FORMATS, DumpJob, Watchdog
-from stroboscope.sampling._checks import check_private_dir
+from stroboscope.sampling._checks import check_file_dir, check_path
 
 if TYPE_CHECKING:
     import pandas
@@ -113,12 +113,17 @@ class Receiver:
             )
         if dump_format not in FORMATS:
             raise ValueError(f"dump_format must be one of {FORMATS}, got {dump_format!r}")
+        # The journal is made with O_EXCL there, so the directory rule of spools applies.
         self._journal_dir = (
-            None if journal_dir is None else check_private_dir("journal_dir", journal_dir)
+            None
+            if journal_dir is None
+            else check_file_dir(
+                "journal_dir", os.path.abspath(check_path("journal_dir", journal_dir))
+            )
         )
         self.queue = queue
         self.crash_safe = bool(crash_safe)
-        self.dump_path = None if dump_path is None else os.fspath(dump_path)
+        self.dump_path = None if dump_path is None else check_path("dump_path", dump_path)
         self.dump_format = dump_format
         self.keep_running = threading.Event()
         self.lock = threading.Lock()
@@ -231,8 +236,7 @@ class Receiver:
             table, end = self._read_table(journal)
             write_table(table, path, default="csv")
             if reset_metrics:
-                with self.lock:
-                    journal.drop_prefix(end)
+                journal.drop_prefix(end, self.lock)
 
     def get_metrics(self) -> pandas.DataFrame:
         """The rows collected so far (since the last reset) as a pandas DataFrame: one column per

@@ -159,6 +159,7 @@ class Sampler(_BaseSampler):
             self._remove_temp_dir()
             raise
         self._spool = spool_path or None
+        made = os.stat(spool_path) if spool_path else None  # the file C++ created (O_EXCL)
         try:
             self._segments: SegmentWriter | None = None
             if spool_path:
@@ -180,10 +181,15 @@ class Sampler(_BaseSampler):
                 )
                 self._watchdog = Watchdog([job])
         except BaseException:
-            # The spool was created by this run (exclusively, in C++): nobody else's file.
-            if spool_path:
+            # Release the ring (its mapping, fd and lock go with the last reference), then remove
+            # the spool this run created, only if the name still holds that very file.
+            self._segments = None
+            self.__dict__.pop("_core", None)
+            if made is not None:
                 with contextlib.suppress(OSError):
-                    os.unlink(spool_path)
+                    now = os.lstat(spool_path)
+                    if (now.st_dev, now.st_ino) == (made.st_dev, made.st_ino):
+                        os.unlink(spool_path)
             self._remove_temp_dir()
             raise
         # Runs at close(), at exit, or when this object is collected without close(): stops the

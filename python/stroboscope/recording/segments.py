@@ -220,7 +220,10 @@ class SegmentWriter:
                     seq += 1
                 _write_segment(table, final)
             except Exception as exc:
-                # The cursor stays: the rows are copied again (from the ring) by the next try.
+                # The cursor moves to the frame's first row only: its rows are copied again (from
+                # the ring) by the next try, and the rows before it, already counted in rows_lost,
+                # are not counted again.
+                self._cursor = frame.first_row
                 self._failed(exc, len(frame))
                 raise
             self._seq = seq

@@ -203,23 +203,6 @@ def check_pid(pid: object, proc_root: str = "/proc") -> int:
     return pid
 
 
-def check_private_dir(name: str, path: str | os.PathLike[str]) -> str:
-    """An existing directory owned by this user (where the package may create its files)."""
-    directory = os.path.abspath(check_path(name, path))
-    try:
-        st = os.stat(directory)
-    except FileNotFoundError:
-        raise ValueError(f"{name}: directory {directory!r} does not exist") from None
-    if not os.path.isdir(directory):
-        raise ValueError(f"{name}: {directory!r} is not a directory")
-    if st.st_uid != os.getuid():
-        raise ValueError(
-            f"{name}: directory {directory!r} is not owned by you (its owner is uid "
-            f"{st.st_uid}, you are uid {os.getuid()}); give a directory you own"
-        )
-    return directory
-
-
 def check_file_dir(name: str, directory: str) -> str:
     """The directory of a new file (a spool, a ring file), if only this user can replace files
     in it.
