@@ -106,3 +106,25 @@ def test_recover_refuses_to_write_over_the_spool_or_its_segments(
     err = capsys.readouterr().err
     assert "is the output file too" in err or "named like a segment of the spool" in err, err
     assert _tree(tmp_path) == sorted([*before, "link"]) and len(recover(spool)) == 5
+
+
+def test_abandoning_senders_removes_only_the_files_they_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from stroboscope.cli import _publish
+    from stroboscope.senders import as_sender
+
+    # A sender that creates its file lazily (at its first publish): when setup is abandoned,
+    # a file that another run put at its free path meanwhile is not ours to remove.
+    monkeypatch.setattr(_publish, "load_sender", lambda name, **kw: as_sender(lambda e: None))
+    parser = argparse.ArgumentParser()
+    _publish.add_sender_arguments(parser)
+    theirs = tmp_path / "m.jsonl"
+    args = parser.parse_args(["--sender", f"jsonl:path={theirs}"])
+    publisher = _publish.RecordPublisher.from_args(args, [])
+    assert publisher is not None
+    theirs.write_text("another run's rows\n")
+    publisher.abandon()
+    assert theirs.read_text() == "another run's rows\n"

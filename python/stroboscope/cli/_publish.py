@@ -14,7 +14,7 @@ import inspect
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -102,13 +102,25 @@ def _value(text: str, declared: set[str] | None = None) -> Any:
     return text  # text, a path, or a bad number the sender itself refuses by name
 
 
-def _undo(senders: Sequence[AbstractBackendSender], new_paths: Sequence[str]) -> None:
-    """Close the senders made so far and remove the files this run made for them."""
-    for made in senders:
-        made.close()
-    for path in new_paths:
+def _undo(senders: Sequence[AbstractBackendSender], made: Mapping[str, tuple[int, int]]) -> None:
+    """Close the senders made so far and remove the files this run made for them: only a path
+    that still holds the very file (device, inode) a sender created there."""
+    for sender in senders:
+        sender.close()
+    for path, identity in made.items():
         with contextlib.suppress(OSError):
-            os.unlink(path)
+            st = os.lstat(path)
+            if (st.st_dev, st.st_ino) == identity:
+                os.unlink(path)
+
+
+def _note_made(made: dict[str, tuple[int, int]], path: object) -> None:
+    """Remember which file (device, inode) now stands at ``path``, a path that was free before
+    a sender was made for it (None or a free path: nothing to remember)."""
+    if isinstance(path, str):
+        with contextlib.suppress(OSError):
+            st = os.lstat(path)
+            made[path] = (st.st_dev, st.st_ino)
 
 
 def add_sender_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,7 +181,7 @@ class RecordPublisher:
         self._every = every
         self._next = time.monotonic() + every
         self._fanout = Fanout(senders)
-        self._new_paths: list[str] = []
+        self._made: dict[str, tuple[int, int]] = {}
 
     @classmethod
     def from_args(
@@ -184,29 +196,30 @@ class RecordPublisher:
         if not specs:
             return None
         senders = []
-        new_paths = []  # files the senders may create: removed again if setup fails
+        made: dict[str, tuple[int, int]] = {}  # files the senders created: removed on failure
         for text, name, kwargs in specs:
             path = kwargs.get("path")
-            if isinstance(path, str) and not os.path.lexists(path):
-                new_paths.append(path)
+            fresh = isinstance(path, str) and not os.path.lexists(path)
             try:
                 senders.append(load_sender(name, **kwargs))
             except (ImportError, TypeError, ValueError, OSError) as exc:
-                _undo(senders, new_paths)
+                _note_made(made, path if fresh else None)  # made before it failed
+                _undo(senders, made)
                 raise ValueError(f"--sender {text}: {exc}") from None
+            _note_made(made, path if fresh else None)
         try:
             publisher = cls(senders, columns, args.publish_every, args.aggregate)
         except BaseException:
-            _undo(senders, new_paths)
+            _undo(senders, made)
             raise
-        publisher._new_paths = new_paths
+        publisher._made = made
         return publisher
 
     def abandon(self) -> None:
         """Setup failed after the senders were made: close them, publishing nothing, and
         remove the files they created."""
         self._fanout.close(5.0)  # nothing was queued: the workers only close their sender
-        _undo([], self._new_paths)
+        _undo([], self._made)
 
     def feed(self, table: pa.Table) -> None:
         """Add a drained table; publish the window when its time has come."""
