@@ -631,9 +631,27 @@ def test_record_publisher_counts_publish_the_last_value() -> None:
     columns = [
         Column("proc.threads", "count", "int64", "gauge", "threads"),
         Column("proc.cpu_pct", "%", "float64", "gauge", "cpu"),
+        Column("gpu.0.sm_clock_mhz", "MHz", "int64", "gauge", "clock"),
+        Column("gpu.0.clock_event_reasons", "bitmask", "int64", "gauge", "reasons"),
     ]
     events: list[dict[str, object]] = []
     publisher = RecordPublisher([events.append], columns, every=3600.0, aggregate="mean")
-    publisher.feed(pa.table({"proc.threads": [4, 4, 6], "proc.cpu_pct": [10.0, 20.0, 60.0]}))
+    publisher.feed(
+        pa.table(
+            {
+                "proc.threads": [4, 4, 6],
+                "proc.cpu_pct": [10.0, 20.0, 60.0],
+                "gpu.0.sm_clock_mhz": [1980, 1980, 345],
+                "gpu.0.clock_event_reasons": [0, 4, 1],
+            }
+        )
+    )
     publisher.close()
-    assert events == [{"proc.threads": 6, "proc.cpu_pct": pytest.approx(30.0)}]
+    assert events == [
+        {
+            "proc.threads": 6,
+            "proc.cpu_pct": pytest.approx(30.0),
+            "gpu.0.sm_clock_mhz": 345,
+            "gpu.0.clock_event_reasons": 1,
+        }
+    ]

@@ -114,6 +114,10 @@ def _undo(senders: Sequence[AbstractBackendSender], made: Mapping[str, tuple[int
                 os.unlink(path)
 
 
+LAST_VALUE_UNITS = frozenset({"count", "MHz", "bitmask"})
+"""Units of integer gauges that publish their window's last value (counters always do)."""
+
+
 def _note_made(made: dict[str, tuple[int, int]], path: object) -> None:
     """Remember which file (device, inode) now stands at ``path``, a path that was free before
     a sender was made for it (None or a free path: nothing to remember)."""
@@ -174,8 +178,9 @@ class RecordPublisher:
         every = check_seconds("--publish-every", every)
         names = [c.name for c in columns if c.name not in ("time", "mono_ns")]
         counters = [c.name for c in columns if c.kind == "counter"]
-        # Counts and integer levels (threads, fds) publish the window's last value, not a mean.
-        levels = [c.name for c in columns if c.unit == "count" and c.dtype == "int64"]
+        # Counts, clocks and bitmasks publish the window's last value: a mean of them (5.99
+        # threads, half a throttle bit) is a value that never was.
+        levels = [c.name for c in columns if c.dtype == "int64" and c.unit in LAST_VALUE_UNITS]
         self._window = WindowAggregator(names, counters, levels=levels)
         self._aggregate: Aggregate = aggregate
         self._every = every
