@@ -196,7 +196,8 @@ def run(floor: Floor, rounds: int, seconds_per_round: float) -> BenchResult:
         res.details.append(f"floor unavailable: {floor.error}")
     if shipped_ns:
         sh = median(shipped_ns)
-        window = inspect.signature(stroboscope.Sampler).parameters["cpu_window"].default
+        # (the facade holds the default; the recording Sampler passes its options through)
+        window = inspect.signature(stroboscope.sampling.Sampler).parameters["cpu_window"].default
         res.rows.append(
             Row(
                 b,
