@@ -15,7 +15,6 @@ The journal's format and how it reads back as a table: :mod:`stroboscope.recordi
 
 from __future__ import annotations
 
-import logging
 import os
 import queue as _queue
 import threading
@@ -24,12 +23,10 @@ import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stroboscope import _lifecycle
-from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.export.writers import write_table
+from stroboscope.recording._intake import Intake
 from stroboscope.recording.journal import (
     Journal,
-    JournalWriteError,
-    encode_batch,
     read_journal,
     read_journal_fd,
     read_journal_rows,
@@ -44,7 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Receiver", "read_journal", "read_journal_rows", "rows_to_table"]
 
-logger = logging.getLogger("stroboscope.receiver")
 
 GET_TIMEOUT_S = 0.1
 """How long one blocking ``queue.get`` waits before ``keep_running`` is checked again (seconds)."""
@@ -131,14 +127,7 @@ class Receiver:
         self._journal: Journal | None = None
         self._thread: threading.Thread | None = None
         self._watchdog: Watchdog | None = None
-        self._rows = 0
-        self._refused = 0
-        self._with_text = 0
-        self._renamed = 0
-        self._lost = 0
-        self._errors = 0
-        self._bad_row_log = RateLimitedLog(logger)
-        self._write_log = RateLimitedLog(logger)
+        self._intake = Intake(self.lock, self._open_journal)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -184,15 +173,15 @@ class Receiver:
             except _queue.Empty:
                 continue
             except Exception as exc:  # a closed or broken multiprocessing queue
-                self._queue_error(exc)
+                self._intake.queue_error(exc)
                 time.sleep(GET_TIMEOUT_S)
                 continue
-            self._journal_batch_safely(self._drain([first]))
+            self._intake.journal_batch_safely(self._drain([first]))
         # Take what is already waiting (for at most FINAL_DRAIN_S against an endless producer).
         deadline = time.monotonic() + FINAL_DRAIN_S
         while time.monotonic() < deadline:
             batch = self._drain([])
-            self._journal_batch_safely(batch)
+            self._intake.journal_batch_safely(batch)
             if len(batch) < MAX_BATCH_ROWS:
                 break
 
@@ -276,14 +265,14 @@ class Receiver:
     @property
     def rows_received(self) -> int:
         """Rows taken from the queue and journaled since :meth:`start` (resets do not count)."""
-        return self._rows
+        return self._intake.rows
 
     @property
     def rows_refused(self) -> int:
         """Rows taken from the queue and not journaled because they cannot be written: not a
         mapping, nested deeper than ``MAX_DEPTH`` levels, or holding a key or value that has no
         text form (see :meth:`stats`)."""
-        return self._refused
+        return self._intake.refused
 
     def stats(self) -> dict[str, int]:
         """What happened to the rows taken from the queue since :meth:`start`.
@@ -302,14 +291,7 @@ class Receiver:
             ``rows_lost``: rows the journal could not take (a full disk), logged as errors;
             ``queue_errors``: failed reads of the queue.
         """
-        return {
-            "rows_received": self._rows,
-            "rows_refused": self._refused,
-            "rows_with_text": self._with_text,
-            "rows_renamed": self._renamed,
-            "rows_lost": self._lost,
-            "queue_errors": self._errors,
-        }
+        return self._intake.stats()
 
     @property
     def journal_path(self) -> str | None:
@@ -328,7 +310,7 @@ class Receiver:
 
     def __repr__(self) -> str:
         state = "running" if self.running else "not running"
-        return f"<stroboscope.Receiver rows={self._rows} {state}>"
+        return f"<stroboscope.Receiver rows={self._intake.rows} {state}>"
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -340,73 +322,9 @@ class Receiver:
             except _queue.Empty:
                 break
             except Exception as exc:
-                self._queue_error(exc)
+                self._intake.queue_error(exc)
                 break
         return batch
-
-    def _journal_batch(self, batch: list[Any]) -> None:
-        if not batch:
-            return
-        try:
-            encoded = encode_batch(batch)
-        except Exception as exc:  # pragma: no cover - encode_batch refuses rows, never raises
-            self._refused += len(batch)
-            self._bad_row_log(
-                logging.WARNING, "ParentReceiver: %d rows refused: %s", len(batch), exc
-            )
-            return
-        self._with_text += encoded.with_text
-        self._renamed += encoded.renamed
-        if encoded.refused:
-            self._refused += encoded.refused
-            self._bad_row_log(
-                logging.WARNING,
-                "ParentReceiver: %d row(s) refused (%d so far; first: %s)",
-                encoded.refused,
-                self._refused,
-                encoded.first_refusal,
-            )
-        if not encoded.data:
-            return
-        with self.lock:
-            try:
-                self._open_journal().append(encoded.data)
-            except OSError as exc:
-                kept = exc.rows_kept if isinstance(exc, JournalWriteError) else 0
-                self._rows += kept
-                self._lost += encoded.rows - kept
-                self._write_log(
-                    logging.ERROR,
-                    "ParentReceiver: %d row(s) lost, the journal could not be written "
-                    "(%d lost so far): %s",
-                    encoded.rows - kept,
-                    self._lost,
-                    exc,
-                )
-                return
-            self._rows += encoded.rows
-
-    def _journal_batch_safely(self, batch: list[Any]) -> None:
-        """:meth:`_journal_batch`, and whatever it raises is counted and logged: the receiving
-        thread never dies of a row."""
-        try:
-            self._journal_batch(batch)
-        except Exception as exc:  # pragma: no cover - _journal_batch handles what it expects
-            self._lost += len(batch)
-            self._write_log(
-                logging.ERROR,
-                "ParentReceiver: %d row(s) lost: %s: %s",
-                len(batch),
-                type(exc).__name__,
-                exc,
-            )
-
-    def _queue_error(self, exc: Exception) -> None:
-        if not self._errors:
-            logger.warning(
-                "ParentReceiver: reading the queue failed: %s: %s", type(exc).__name__, exc
-            )
-        self._errors += 1
 
     def _open_journal(self) -> Journal:
         if self._journal is None:
