@@ -5,15 +5,26 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <cstdint>
 #include <new>
+#include <stdexcept>
 
 namespace stroboscope {
 namespace {
 
 constexpr std::size_t kAlign = 64;
 
-std::uint64_t* alloc_words(std::size_t n) {
-  const std::size_t bytes = ((n * sizeof(std::uint64_t) + kAlign - 1) / kAlign) * kAlign;
+// n words times `count` (columns), zeroed and 64-byte aligned. A size that does not fit in
+// size_t throws std::length_error: a wrapped product would allocate a few bytes for a huge ring.
+std::uint64_t* alloc_words(std::size_t n, std::size_t count = 1) {
+  std::size_t words = 0;
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(n, count, &words) ||
+      __builtin_mul_overflow(words, sizeof(std::uint64_t), &bytes) ||
+      bytes > SIZE_MAX - kAlign) {
+    throw std::length_error("ring size overflows: too many columns times rows");
+  }
+  bytes = ((bytes + kAlign - 1) / kAlign) * kAlign;
   void* p = std::aligned_alloc(kAlign, bytes == 0 ? kAlign : bytes);
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, bytes);  // touch every page now, not on the sampler's first lap
@@ -49,9 +60,14 @@ Ring::Ring(std::size_t num_columns, std::uint64_t capacity)
       write_begin_(&own_counters_[0]),
       head_(&own_counters_[1]) {
   assert(capacity >= 2 && (capacity & (capacity - 1)) == 0);
-  cells_ = alloc_words(num_columns_ * capacity_);
+  cells_ = alloc_words(capacity_, num_columns_);
   // One spare word at the end so read_bits64 may look one word past a column's last word.
-  validity_ = alloc_words(num_columns_ * words_per_column_ + 1);
+  try {
+    validity_ = alloc_words(num_columns_ * words_per_column_ + 1);  // < cells: cannot overflow
+  } catch (...) {
+    std::free(cells_);  // the destructor does not run for a constructor that throws
+    throw;
+  }
   release_ = [cells = cells_, validity = validity_] {
     std::free(cells);
     std::free(validity);

@@ -71,9 +71,16 @@ RingStorage create_spool(const std::string& path, const std::vector<ColumnSpec>&
   const std::size_t header = ((kSchemaOffset + schema.size() + kPage - 1) / kPage) * kPage;
   const std::size_t ncols = columns.size();
   const std::size_t words = Ring::words_per_column(capacity);
-  const std::size_t cells_bytes = ncols * capacity * sizeof(std::uint64_t);
-  const std::size_t validity_bytes = (ncols * words + 1) * sizeof(std::uint64_t);
-  const std::size_t total = header + cells_bytes + validity_bytes;
+  // Checked before the file exists: a wrapped product would size the file too small for the
+  // ring that is then mapped over it.
+  std::size_t cells_bytes = 0;
+  std::size_t total = 0;
+  if (__builtin_mul_overflow(ncols, capacity, &cells_bytes) ||
+      __builtin_mul_overflow(cells_bytes, sizeof(std::uint64_t), &cells_bytes) ||
+      __builtin_add_overflow(header, cells_bytes, &total) ||
+      __builtin_add_overflow(total, (ncols * words + 1) * sizeof(std::uint64_t), &total)) {
+    throw std::length_error("spool size overflows: too many columns times rows");
+  }
 
   // O_EXCL: two recorders racing for one path cannot both get it (the loser gets EEXIST and the
   // winner's file is untouched); O_NOFOLLOW: a planted symlink is refused, not followed.

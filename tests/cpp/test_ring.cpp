@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -210,9 +211,22 @@ void test_concurrent_consistency() {
               static_cast<unsigned long long>(torn_dropped));
 }
 
+// 16 columns x 2^60 rows is 2^64 cells: a product that wraps to 0 in size_t. It must be
+// refused as too large, not allocated as a few bytes (or left to bad_alloc).
+void test_size_overflow_is_refused() {
+  bool refused = false;
+  try {
+    Ring ring(16, std::uint64_t{1} << 60);
+  } catch (const std::length_error&) {
+    refused = true;
+  }
+  CHECK(refused);
+}
+
 }  // namespace
 
 int main() {
+  test_size_overflow_is_refused();
   test_fill_without_wrap();
   test_wraparound_and_overwrite_accounting();
   test_small_capacity();

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -96,9 +97,28 @@ void test_a_failed_reservation_removes_the_file_it_created() {
   ::rmdir(dir.c_str());
 }
 
+// 2 columns x 2^63 rows: the file size wraps around size_t. Refused before the file is made.
+void test_a_size_that_overflows_is_refused_before_the_file_exists() {
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/huge.spool";
+  bool refused = false;
+  try {
+    auto s = stroboscope::create_spool(path, columns(), std::uint64_t{1} << 63,
+                                       stroboscope::SpoolInfo{1, 1000});
+    s.release();
+  } catch (const std::length_error&) {
+    refused = true;
+  }
+  CHECK(refused);
+  struct stat st {};
+  CHECK(::lstat(path.c_str(), &st) != 0 && errno == ENOENT);
+  ::rmdir(dir.c_str());
+}
+
 }  // namespace
 
 int main() {
+  test_a_size_that_overflows_is_refused_before_the_file_exists();
   test_second_creator_is_refused_and_the_lock_lives_with_the_storage();
   test_a_failed_reservation_removes_the_file_it_created();
   TEST_MAIN_END();
