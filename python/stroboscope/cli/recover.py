@@ -6,19 +6,19 @@ import argparse
 from typing import Any
 
 from stroboscope.cli import _args
-from stroboscope.export.writers import output_format, write_table
-from stroboscope.recording.spool import recover
+from stroboscope.export.writers import output_format, write_parts
+from stroboscope.recording.spool import recover_parts
 
 
 def run(args: argparse.Namespace) -> int:
     """The ``recover`` command; returns the exit code."""
     output_format(args.output)  # a bad suffix fails before the spool is read
     _args.check_output_not_spool(args.output, args.spool, "SPOOL")
-    frame = recover(args.spool)
-    fmt = write_table(frame.to_arrow(), args.output)
-    print(f"recovered {len(frame)} rows from {args.spool} to {args.output} ({fmt})")
-    if frame.rows_lost:
-        print(f"{frame.rows_lost} rows were overwritten in the ring before a segment took them")
+    got = recover_parts(args.spool)  # one segment in memory at a time, however long the run
+    fmt = write_parts(got.schema, got.parts, args.output)
+    print(f"recovered {got.rows} rows from {args.spool} to {args.output} ({fmt})")
+    if got.rows_lost:
+        print(f"{got.rows_lost} rows were overwritten in the ring before a segment took them")
     return 0
 
 

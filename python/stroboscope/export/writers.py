@@ -10,6 +10,7 @@ leaves an existing file at the path as it was, and a symlink there is replaced, 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import pyarrow as pa
 
@@ -67,4 +68,34 @@ def write_table(
         write_parquet(table, path)
     else:
         write_csv(table, path)
+    return fmt
+
+
+def write_parts(
+    schema: pa.Schema,
+    parts: Iterable[pa.Table],
+    path: str | os.PathLike[str],
+    *,
+    default: str | None = None,
+) -> str:
+    """Write tables of one ``schema`` one after another as a single Parquet or CSV file (the
+    format by :func:`output_format`), holding one part in memory at a time; return the format.
+
+    Written whole like :func:`write_table`: when a part raises, the file at ``path`` is left as
+    it was.
+    """
+    fmt = output_format(path, default=default)
+    with replace_private(path) as f:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            with pq.ParquetWriter(f, schema, compression="zstd") as writer:
+                for part in parts:
+                    writer.write_table(part)
+        else:
+            import pyarrow.csv as pacsv
+
+            with pacsv.CSVWriter(f, schema) as writer:
+                for part in parts:
+                    writer.write_table(part)
     return fmt

@@ -15,6 +15,8 @@ import glob
 import mmap
 import os
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +42,12 @@ __all__ = [
     "FIRST_ROW_KEY",
     "MAGIC",
     "VERSION",
+    "Recovered",
     "SpoolError",
     "last_segment_index",
     "read_spool",
     "recover",
+    "recover_parts",
     "remove_spool",
     "segment_paths",
 ]
@@ -165,6 +169,83 @@ def _copy_rows(p: str, data: mmap.mmap, h: dict[str, Any], from_row: int) -> tup
     return pa.Table.from_arrays(arrays, schema=schema), first
 
 
+@dataclass(frozen=True)
+class Recovered:
+    """A spool's rows, planned from the files' headers and read one part at a time
+    (:func:`recover_parts`): memory holds the ring's rows and one segment, whatever the run's
+    length.
+
+    Attributes
+    ----------
+    schema : pyarrow.Schema
+        The columns, with ``stroboscope.rows_lost`` in the schema metadata.
+    rows : int
+        Rows the parts hold in all.
+    rows_lost : int
+        Rows overwritten in the ring before a segment could take them.
+    parts : iterator of pyarrow.Table
+        The rows in order, each part cast to ``schema``: the segments' new rows, then the
+        spool's. Reading a part checks it again (a segment that changed since the plan, or rows
+        out of order, raise :class:`SpoolError`).
+    """
+
+    schema: pa.Schema
+    rows: int
+    rows_lost: int
+    parts: Iterator[pa.Table]
+
+
+def recover_parts(path: str | os.PathLike[str]) -> Recovered:
+    """Every row recorded in a spool and its segments, in order and without duplicates, as
+    parts to write one at a time (``stroboscope recover`` and ``record`` stream them to their
+    output). :func:`recover` is the same rows as one frame.
+
+    Raises
+    ------
+    SpoolError
+        When the spool or a segment is missing, empty, truncated, corrupt, or not a spool: the
+        message names the file and what is wrong.
+    """
+    p = os.fspath(path)
+    # Segments listed before the spool's counters are read: on a live recording, every segment
+    # listed then holds rows the counters already count.
+    segments = [str(seg) for seg in segment_paths(p)]
+    spool, first_spool_row, h = _read_spool(p, 0)
+    want = [(f.name, f.type) for f in spool.schema]
+    plan: list[tuple[str, int, int]] = []  # (segment, first row, rows to skip)
+    next_row = 0
+    lost = 0
+    rows = 0
+    for seg in segments:  # from the footers only: the rows are read one segment at a time later
+        first, n = _segment_extent(seg, h, want)
+        if first > next_row:
+            lost += first - next_row
+        skip = max(0, next_row - first)
+        if skip < n:
+            plan.append((seg, first, skip))
+            rows += n - skip
+        next_row = max(next_row, first + n)
+    spool_from = max(next_row, first_spool_row)
+    lost += max(0, first_spool_row - next_row)
+    rest = spool.slice(spool_from - first_spool_row)
+    rows += rest.num_rows
+    schema = spool.schema.with_metadata({"stroboscope.rows_lost": str(lost)})
+
+    def parts() -> Iterator[pa.Table]:
+        last_mono = -1
+        for seg, first, skip in plan:
+            table = _read_segment(seg, h["uid"], want)
+            if _first_row(seg, table.schema.metadata, table.num_rows, h["head"]) != first:
+                raise SpoolError(f"segment {seg} changed while it was being recovered")
+            part = table.slice(skip).replace_schema_metadata(None)
+            last_mono = _check_order(seg, part, last_mono)
+            yield part.cast(schema)
+        _check_order(p, rest, last_mono)
+        yield rest.cast(schema)
+
+    return Recovered(schema, rows, lost, parts())
+
+
 def recover(path: str | os.PathLike[str]) -> Frame:
     """Every row recorded in a spool and its segments, in order and without duplicates.
 
@@ -186,55 +267,29 @@ def recover(path: str | os.PathLike[str]) -> Frame:
         When the file is missing, empty, truncated, corrupt, or not a spool (wrong magic or
         format version): the message says which.
     """
-    p = os.fspath(path)
-    # Segments listed before the spool's counters are read: on a live recording, every segment
-    # listed then holds rows the counters already count.
-    segments = segment_paths(p)
-    spool, first_spool_row, h = _read_spool(p, 0)
-    want = [(f.name, f.type) for f in spool.schema]
-    tables: list[pa.Table] = []
-    next_row = 0
-    lost = 0
-    last_mono = -1
-    for seg in segments:
-        table = _read_segment(str(seg), h["uid"], want)
-        first = _first_row(str(seg), table, h["head"])
-        if first > next_row:
-            lost += first - next_row
-        skip = max(0, next_row - first)
-        if skip < table.num_rows:
-            part = table.slice(skip).replace_schema_metadata(None)
-            last_mono = _check_order(str(seg), part, last_mono)
-            tables.append(part)
-        next_row = max(next_row, first + table.num_rows)
-    spool_from = max(next_row, first_spool_row)
-    lost += max(0, first_spool_row - next_row)
-    rest = spool.slice(spool_from - first_spool_row)
-    _check_order(p, rest, last_mono)
-    tables.append(rest)
-    schema = spool.schema
-    out = pa.concat_tables([t.cast(schema) if t.schema != schema else t for t in tables])
+    got = recover_parts(path)
+    table = pa.Table.from_batches(
+        [batch for part in got.parts for batch in part.to_batches()], schema=got.schema
+    )
     from stroboscope.sampling._frame import Frame  # the one frame type (pyarrow-backed here)
 
-    table = out.replace_schema_metadata({"stroboscope.rows_lost": str(lost)})
-    return Frame(table, rows_lost=lost)
+    return Frame(table, rows_lost=got.rows_lost)
 
 
-def _read_segment(seg: str, uid: int, want: list[tuple[str, pa.DataType]]) -> pa.Table:
-    """A segment file read whole (it is one segment's rows), checked to be a regular file of the
-    spool's owner with the spool's columns."""
+def _open_segment(seg: str, uid: int) -> tuple[int, os.stat_result]:
+    """A segment opened read-only: a regular file (no symlink followed) of the spool's owner."""
     fd, st = open_regular(seg, "segment", follow=False)
-    with os.fdopen(fd, "rb") as f:
-        if st.st_uid != uid:
-            raise SpoolError(
-                f"segment {seg} is owned by uid {st.st_uid}, its spool by uid {uid}: not written "
-                f"by the same recording"
-            )
-        try:
-            table = pq.read_table(f)
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
-    got = [(fld.name, fld.type) for fld in table.schema]
+    if st.st_uid != uid:
+        os.close(fd)
+        raise SpoolError(
+            f"segment {seg} is owned by uid {st.st_uid}, its spool by uid {uid}: not written "
+            f"by the same recording"
+        )
+    return fd, st
+
+
+def _check_schema(seg: str, schema: pa.Schema, want: list[tuple[str, pa.DataType]]) -> None:
+    got = [(fld.name, fld.type) for fld in schema]
     if got != want:
         diff = next(
             (
@@ -245,22 +300,50 @@ def _read_segment(seg: str, uid: int, want: list[tuple[str, pa.DataType]]) -> pa
             f"{len(got)} columns where the spool has {len(want)}",
         )
         raise SpoolError(f"segment {seg} has another schema than its spool: column {diff}")
+
+
+def _segment_extent(
+    seg: str, h: dict[str, Any], want: list[tuple[str, pa.DataType]]
+) -> tuple[int, int]:
+    """``(first row, rows)`` of a segment, from its Parquet footer, checked as when it is read."""
+    fd, _st = _open_segment(seg, h["uid"])
+    with os.fdopen(fd, "rb") as f:
+        try:
+            footer = pq.ParquetFile(f)
+            schema = footer.schema_arrow
+            n = footer.metadata.num_rows
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+    _check_schema(seg, schema, want)
+    return _first_row(seg, schema.metadata, n, h["head"]), n
+
+
+def _read_segment(seg: str, uid: int, want: list[tuple[str, pa.DataType]]) -> pa.Table:
+    """A segment file read whole (it is one segment's rows), checked to be a regular file of the
+    spool's owner with the spool's columns."""
+    fd, _st = _open_segment(seg, uid)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            table = pq.read_table(f)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+    _check_schema(seg, table.schema, want)
     return table
 
 
-def _first_row(seg: str, table: pa.Table, head: int) -> int:
+def _first_row(seg: str, metadata: dict[bytes, bytes] | None, rows: int, head: int) -> int:
     """The segment's ``stroboscope.first_row``: a row index whose rows the spool has counted."""
     key = FIRST_ROW_KEY.decode()
-    raw = (table.schema.metadata or {}).get(FIRST_ROW_KEY)
+    raw = (metadata or {}).get(FIRST_ROW_KEY)
     if raw is None:
         raise SpoolError(f"segment {seg} has no {key} metadata")
     text = raw.decode("ascii", "replace")
     if not _ROW_INDEX_RE.fullmatch(text):
         raise SpoolError(f"segment {seg} has metadata {key} = {text[:40]!r}, not a row index")
     first = int(text)
-    if first + table.num_rows > head:
+    if first + rows > head:
         raise SpoolError(
-            f"segment {seg} has metadata {key} = {first} with {table.num_rows} rows, past the "
+            f"segment {seg} has metadata {key} = {first} with {rows} rows, past the "
             f"{head} rows its spool's head field counts"
         )
     return first
