@@ -96,3 +96,20 @@ def replace_private(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file at ``path`` (a link itself, not followed); None if none."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def unlink_if_same(path: str | os.PathLike[str], made: tuple[int, int] | None) -> None:
+    """Remove ``path`` only if it still holds the file :func:`identity` saw (``made``): a file
+    another process put at that name since is never removed. Errors are ignored."""
+    if made is not None and identity(path) == made:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

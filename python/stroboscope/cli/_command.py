@@ -26,7 +26,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 log = logging.getLogger("stroboscope.cli")
 
@@ -52,19 +51,19 @@ except OSError as exc:
     sys.stderr.write(f"stroboscope record: cannot run {sys.argv[2]!r}: {exc.strerror}\\n")
     os._exit(127)
 """
-_SETPRIV = shutil.which("setpriv")
 
 
 def _parent_death_prefix() -> list[str]:
     """The argv prefix that makes the spawned process get SIGKILL when we die ([] without
-    ``setpriv``)."""
-    if _SETPRIV is None:
+    ``setpriv``). Looked up when a command is spawned, not at import."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
         log.warning(
             "setpriv (util-linux) not found: the command is not killed if the recorder is "
             "killed with SIGKILL"
         )
         return []
-    return [_SETPRIV, "--pdeathsig", "KILL", "--"]
+    return [setpriv, "--pdeathsig", "KILL", "--"]
 
 
 class Command:
@@ -121,16 +120,6 @@ class Command:
     def poll(self) -> int | None:
         """The exit status (negative: killed by that signal), or None while it runs."""
         return self._proc.poll()
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        """Wait up to ``timeout`` seconds (None: until it exits); the status or None."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
-            time.sleep(0.005 if left is None else min(0.005, left))
-        return self._proc.returncode
 
     def send_signal(self, signum: int) -> None:
         """Send ``signum`` to the command if it still runs."""

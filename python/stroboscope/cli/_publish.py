@@ -9,7 +9,6 @@ sender, each on its own worker thread.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import inspect
 import os
 import re
@@ -20,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from stroboscope import senders as senders_module
+from stroboscope._files import identity, unlink_if_same
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator
 from stroboscope.cli import _args
 from stroboscope.sampling import Column
@@ -102,29 +102,26 @@ def _value(text: str, declared: set[str] | None = None) -> Any:
     return text  # text, a path, or a bad number the sender itself refuses by name
 
 
-def _undo(senders: Sequence[AbstractBackendSender], made: Mapping[str, tuple[int, int]]) -> None:
+def _undo(
+    senders: Sequence[AbstractBackendSender], made: Mapping[str, tuple[int, int] | None]
+) -> None:
     """Close the senders made so far and remove the files this run made for them: only a path
-    that still holds the very file (device, inode) a sender created there."""
+    that still holds the very file a sender created there."""
     for sender in senders:
         sender.close()
-    for path, identity in made.items():
-        with contextlib.suppress(OSError):
-            st = os.lstat(path)
-            if (st.st_dev, st.st_ino) == identity:
-                os.unlink(path)
+    for path, was in made.items():
+        unlink_if_same(path, was)
 
 
 LAST_VALUE_UNITS = frozenset({"count", "MHz", "bitmask"})
 """Units of integer gauges that publish their window's last value (counters always do)."""
 
 
-def _note_made(made: dict[str, tuple[int, int]], path: object) -> None:
-    """Remember which file (device, inode) now stands at ``path``, a path that was free before
-    a sender was made for it (None or a free path: nothing to remember)."""
+def _note_made(made: dict[str, tuple[int, int] | None], path: object) -> None:
+    """Remember which file now stands at ``path``, a path that was free before a sender was made
+    for it (None or a free path: nothing to remember)."""
     if isinstance(path, str):
-        with contextlib.suppress(OSError):
-            st = os.lstat(path)
-            made[path] = (st.st_dev, st.st_ino)
+        made[path] = identity(path)
 
 
 def add_sender_arguments(parser: argparse.ArgumentParser) -> None:
@@ -186,7 +183,7 @@ class RecordPublisher:
         self._every = every
         self._next = time.monotonic() + every
         self._fanout = Fanout(senders)
-        self._made: dict[str, tuple[int, int]] = {}
+        self._made: dict[str, tuple[int, int] | None] = {}
 
     @classmethod
     def from_args(
@@ -201,7 +198,9 @@ class RecordPublisher:
         if not specs:
             return None
         senders = []
-        made: dict[str, tuple[int, int]] = {}  # files the senders created: removed on failure
+        made: dict[
+            str, tuple[int, int] | None
+        ] = {}  # files the senders created: removed on failure
         for text, name, kwargs in specs:
             path = kwargs.get("path")
             fresh = isinstance(path, str) and not os.path.lexists(path)

@@ -174,20 +174,6 @@ class Journal:
         """The journal's size in bytes (its complete lines, unless :attr:`torn`)."""
         return os.fstat(self._fd()).st_size
 
-    def read(self, end: int | None = None, start: int = 0) -> bytes:
-        """The journal's bytes from ``start`` to ``end`` (default: to its end)."""
-        fd = self._fd()
-        size = os.fstat(fd).st_size if end is None else end
-        chunks = []
-        offset = start
-        while offset < size:
-            chunk = os.pread(fd, min(size - offset, 1 << 24), offset)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            offset += len(chunk)
-        return b"".join(chunks)
-
     def truncate(self) -> None:
         """Empty the journal."""
         os.ftruncate(self._fd(), 0)

@@ -18,7 +18,8 @@ import tempfile
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from stroboscope.recording import _layout
+from stroboscope._files import identity, unlink_if_same
+from stroboscope.recording._spool_header import FIELDS
 from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.spool import remove_spool, segment_paths
 from stroboscope.recording.watchdog import DumpJob, Watchdog
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from stroboscope.sampling import SamplerOptions
 
 DUMP_FORMATS = ("csv", "parquet")
-_PID_OFFSET = next(offset for name, offset, _ in _layout.FIELDS if name == "pid")
+_PID_OFFSET = FIELDS["pid"][0]
 
 
 def _spool_in_use(path: str) -> int | None:
@@ -159,7 +160,7 @@ class Sampler(_BaseSampler):
             self._remove_temp_dir()
             raise
         self._spool = spool_path or None
-        made = os.stat(spool_path) if spool_path else None  # the file C++ created (O_EXCL)
+        made = identity(spool_path) if spool_path else None  # the file C++ created (O_EXCL)
         try:
             self._segments: SegmentWriter | None = None
             if spool_path:
@@ -185,11 +186,7 @@ class Sampler(_BaseSampler):
             # the spool this run created, only if the name still holds that very file.
             self._segments = None
             self.__dict__.pop("_core", None)
-            if made is not None:
-                with contextlib.suppress(OSError):
-                    now = os.lstat(spool_path)
-                    if (now.st_dev, now.st_ino) == (made.st_dev, made.st_ino):
-                        os.unlink(spool_path)
+            unlink_if_same(spool_path, made)
             self._remove_temp_dir()
             raise
         # Runs at close(), at exit, or when this object is collected without close(): stops the

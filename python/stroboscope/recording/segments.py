@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from stroboscope._files import replace_private
 from stroboscope._ratelimit import RateLimitedLog
+from stroboscope.export.writers import write_parquet
 from stroboscope.recording.spool import FIRST_ROW_KEY, last_segment_index
 from stroboscope.sampling._frame import Frame
 
@@ -73,8 +72,7 @@ class SegmentStatus:
 
 def _write_segment(table: pa.Table, path: str) -> None:
     """Write one segment file whole: a 0600 temporary beside ``path``, renamed over it."""
-    with replace_private(path) as f:
-        pq.write_table(table, f, compression="zstd")
+    write_parquet(table, path)
 
 
 class SegmentWriter:
