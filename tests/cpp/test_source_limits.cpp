@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "source_fixture.hpp"
+#include "stroboscope/counter_slots.hpp"
 
 namespace {
 
@@ -243,7 +244,30 @@ void test_cpu_total_out_of_range() {
 
 }  // namespace
 
+// Two interfaces that appear after the first reading with 2^63 bytes each: their sum is 2^64,
+// which wrapped to 0 and read as "nothing new". It must saturate (then read as out of range).
+void test_counter_slot_sum_saturates() {
+  stroboscope::detail::CounterSlots slots(4);
+  auto counted = [](const char*) noexcept { return true; };
+  stroboscope::detail::CounterSlots::Counters deltas{};
+  const stroboscope::detail::CounterSlots::Name first = "eth0";
+  slots.begin_reading();
+  slots.add(first, 0, {1, 1}, deltas, counted);
+  slots.end_reading();  // the baseline: later names count whole
+  deltas = {};
+  const stroboscope::detail::CounterSlots::Name a = "veth1", b = "veth2";
+  const std::uint64_t half = std::uint64_t{1} << 63;
+  slots.begin_reading();
+  slots.add(first, 0, {1, 1}, deltas, counted);
+  slots.add(a, 1, {half, 5}, deltas, counted);
+  slots.add(b, 2, {half, 7}, deltas, counted);
+  slots.end_reading();
+  CHECK_EQ(deltas[0], UINT64_MAX);
+  CHECK_EQ(deltas[1], std::uint64_t{12});
+}
+
 int main() {
+  test_counter_slot_sum_saturates();
   test_cpu_total_out_of_range();
   test_counter_totals_out_of_range();
   test_proc_tree_fd_budget();

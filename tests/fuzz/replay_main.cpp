@@ -16,9 +16,9 @@ namespace {
 
 void replay(const std::filesystem::path& file, std::size_t* count) {
   std::ifstream in(file, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // A heap copy of exactly the file's size, so ASan sees a read one byte past the input.
-  std::vector<std::uint8_t> input(bytes.begin(), bytes.end());
+  // On the heap at exactly the file's size, so ASan sees a read one byte past the input.
+  std::vector<std::uint8_t> input((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
   LLVMFuzzerTestOneInput(input.empty() ? nullptr : input.data(), input.size());
   ++*count;
 }

@@ -45,13 +45,13 @@ class CounterSlots {
       if (s == nullptr) return false;
       s->counted = counts(name);
     }
-    if (s->counted) {
+    if (s->counted && (!fresh || has_baseline_)) {
       for (std::size_t k = 0; k < kCounters; ++k) {
-        if (!fresh) {
-          deltas[k] += procfs::counter_delta(s->previous[k], now[k]);
-        } else if (has_baseline_) {  // appeared after the first reading: all of it is new
-          deltas[k] += now[k];
-        }
+        // A name that appeared after the first reading is new: all of its count is new.
+        const std::uint64_t d = fresh ? now[k] : procfs::counter_delta(s->previous[k], now[k]);
+        // A sum past 64 bits saturates; CounterTotals::write then reads it as out of range
+        // instead of a wrapped, plausible-looking total.
+        if (__builtin_add_overflow(deltas[k], d, &deltas[k])) deltas[k] = UINT64_MAX;
       }
     }
     s->previous = now;
