@@ -39,7 +39,8 @@ def samples_by_scope(
         ``"stack"`` (default): one row per (sample, stack with a scope open at that sample), so
         two threads inside scopes at once give two rows for the sample, one per thread; with a
         single thread this is one row per sample. ``"sample"``: exactly one row per sample, for
-        the scope opened most recently among all stacks (aitune's single ``scope`` column).
+        the scope opened most recently among all stacks (aitune's single ``scope`` column;
+        ties go to the deeper call, then to the larger ``stack_id``).
 
     Returns
     -------
@@ -97,7 +98,7 @@ def _join(t: I64, iv: Intervals, per: str) -> tuple[I64, I64]:
     found = scope >= 0
     pair_sample, scope = pair_sample[found], scope[found]
     if per == "sample":  # the most recently opened call among the stacks
-        pick = np.lexsort((iv.depth[scope], iv.begin[scope], pair_sample))
+        pick = np.lexsort((iv.stack[scope], iv.depth[scope], iv.begin[scope], pair_sample))
         pair_sample, scope = pair_sample[pick], scope[pick]
         last = np.ones(len(pick), dtype=bool)
         last[:-1] = pair_sample[1:] != pair_sample[:-1]
