@@ -41,7 +41,7 @@ class Series:
 
 
 def check_samples(samples: Any) -> pa.Table:
-    """``samples`` as a pyarrow Table with an ``int64`` ``mono_ns`` column, or TypeError/ValueError."""
+    """``samples`` as a pyarrow Table with an int64 ``mono_ns`` column (TypeError, ValueError)."""
     if not isinstance(samples, pa.Table):
         to_arrow = getattr(samples, "to_arrow", None)
         if to_arrow is None:
@@ -176,7 +176,7 @@ def interp(s: Series, x: I64) -> F64:
 
 
 def integral(s: Series, x: I64) -> F64:
-    """The integral of the series (value × ns) from its first reading to ``x``, with the value
+    """The integral of the series (value * ns) from its first reading to ``x``, with the value
     linear between readings (a trapezoid per gap); NaN outside the series' span."""
     if len(s) == 0:
         return np.full(len(x), np.nan)

@@ -56,7 +56,9 @@ def format_summary(df: pandas.DataFrame) -> str:
     for key, row in zip(df.index, df.itertuples(index=False)):
         values = dict(zip(df.columns, row))
         keys = key if isinstance(key, tuple) else (key,)
-        cells = ["-" if k is None or (isinstance(k, float) and math.isnan(k)) else str(k) for k in keys]
+        cells = [
+            "-" if k is None or (isinstance(k, float) and math.isnan(k)) else str(k) for k in keys
+        ]
         for _, columns, count, kind in shown:
             text = " / ".join(_value(values[c], kind) for c in columns)
             if count is not None and count in values:
@@ -69,6 +71,8 @@ def format_summary(df: pandas.DataFrame) -> str:
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:
         lines.append(
-            "  ".join(v.ljust(w) if i < labels else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
+            "  ".join(
+                v.ljust(w) if i < labels else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))
+            )
         )
     return "\n".join(lines)

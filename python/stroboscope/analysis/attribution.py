@@ -54,7 +54,7 @@ def _load_events(
     """The trace's base time, and for each complete event of ``categories``: its category,
     name, and realtime start and end in ns."""
     p = os.fspath(path)
-    with (gzip.open(p, "rt") if p.endswith(".gz") else open(p)) as f:
+    with gzip.open(p, "rt") if p.endswith(".gz") else open(p) as f:
         trace = json.load(f)
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ValueError(f"{p} is not a Chrome trace object with a 'traceEvents' list")
@@ -137,7 +137,8 @@ def attribute_trace(
     _, cats, names, rt_begin, rt_end = _load_events(trace_path, categories)
     begin, end = rt_begin - anchor, rt_end - anchor
     power, method = _power(samples, gpus)
-    util_cols = _pick(gpu_columns(samples.column_names, "util_pct"), gpus)
+    found_util = gpu_columns(samples.column_names, "util_pct")
+    util_cols = _pick(found_util, gpus) if _has_all(found_util, gpus) else []
     keys = pd.MultiIndex.from_arrays([cats, names], names=["category", "name"])
     frame = pd.DataFrame({"k": np.arange(len(names))}, index=keys)
     group = np.asarray(frame.groupby(level=[0, 1], sort=True).ngroup().to_numpy(), np.int64)
@@ -165,7 +166,7 @@ def attribute_trace(
         with np.errstate(invalid="ignore", divide="ignore"):
             cols["energy_share"] = cols["energy_j"] / run
             cols["power_w_mean"] = np.where(covered > 0, energy / covered, np.nan)
-        cols["power_n"] = _readings_used(power, begin, end, group, count)
+        cols["power_n"] = _readings_used(power, begin[known], end[known], group[known], count)
         attrs["run_energy_j"] = run
         attrs["energy_method"] = method
     if util_cols:
@@ -178,10 +179,15 @@ def attribute_trace(
             cols["util_pct_mean"] = np.where(
                 time > 0, np.bincount(group[known], area[known], minlength=count) / time, np.nan
             )
-        cols["util_pct_n"] = _readings_used(util, begin, end, group, count)
-    df = pd.DataFrame(cols, index=index).sort_values("total_s", ascending=False, kind="stable")
+        cols["util_pct_n"] = _readings_used(util, begin[known], end[known], group[known], count)
+    df: pandas.DataFrame = pd.DataFrame(cols, index=index)
+    df = df.sort_values("total_s", ascending=False, kind="stable")
     df.attrs.update(attrs)
     return df
+
+
+def _has_all(found: dict[int, str], gpus: Sequence[int] | None) -> bool:
+    return bool(found) and (gpus is None or all(i in found for i in gpus))
 
 
 def _pick(found: dict[int, str], gpus: Sequence[int] | None) -> list[str]:
@@ -201,7 +207,7 @@ def _power(samples: pa.Table, gpus: Sequence[int] | None) -> tuple[Series | None
         ("energy_mj", "gpu.energy_mj", "counter"),
     ):
         found = gpu_columns(names, metric)
-        if found and (gpus is None or all(i in found for i in gpus)):
+        if _has_all(found, gpus):
             return total_series(samples, _pick(found, gpus), name), method
     if gpus is not None and gpus:
         raise ValueError(f"gpus {list(gpus)}: samples has no power or energy column for them")

@@ -163,7 +163,7 @@ def summary(samples: pa.Table, intervals: pa.Table) -> pandas.DataFrame:
         s = series(samples, "proc.rss_bytes")
         cols.update(_levels(s, g, "rss_bytes", ("max", "growth")))
     cols.update(_gpu_levels(samples, g, attrs))
-    df = pd.DataFrame(cols, index=index)
+    df: pandas.DataFrame = pd.DataFrame(cols, index=index)
     df.attrs.update(attrs)
     return df
 
@@ -172,7 +172,8 @@ def _cpu_column(samples: pa.Table) -> str | None:
     """``proc.cpu_pct`` when it has values, else ``cpu.util_pct`` when present."""
     present = [c for c in ("proc.cpu_pct", "cpu.util_pct") if c in samples.column_names]
     with_values = [c for c in present if samples.column(c).null_count < samples.num_rows]
-    return (with_values or present or [None])[0]
+    chosen = with_values or present
+    return chosen[0] if chosen else None
 
 
 def _durations(iv: Intervals, g: _Groups, code: I64) -> dict[str, object]:
@@ -186,7 +187,7 @@ def _durations(iv: Intervals, g: _Groups, code: I64) -> dict[str, object]:
         iv.parent[child], (iv.end[child] - iv.begin[child]) / _NS, minlength=len(closed)
     )
     by = pd.Series(dur).groupby(g.code)
-    q = by.quantile([0.5, 0.99]).unstack()
+    q = by.quantile(np.array([0.5, 0.99])).unstack()
 
     def full(values: pd.Series) -> F64:
         return np.asarray(values.reindex(range(g.count)).to_numpy(dtype=np.float64))

@@ -124,4 +124,3 @@ def _assemble(samples: pa.Table, iv: Intervals, sample_idx: I64, scope_idx: I64)
     for name, column in zip(names, picked.columns):
         out = out.append_column(name, column)
     return out
-

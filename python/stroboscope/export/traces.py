@@ -48,8 +48,13 @@ def _events(data: TraceData, base_ns: int, process_name: str) -> Iterator[str]:
     s = data.slices
     for tid in sorted(set(s.thread.tolist())):
         yield dumps(
-            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-             "args": {"name": f"thread {tid}"}}  # fmt: skip
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pid,
+                "tid": tid,
+                "args": {"name": f"thread {tid}"},
+            }
         )
     begin = (s.begin - base_ns).tolist()
     dur = (s.end - s.begin).tolist()
@@ -135,7 +140,7 @@ def export_chrome_trace(
 
 def _load(path: PathLike) -> dict[str, Any]:
     p = os.fspath(path)
-    with (gzip.open(p, "rt") if p.endswith(".gz") else open(p)) as f:
+    with gzip.open(p, "rt") if p.endswith(".gz") else open(p) as f:
         trace = json.load(f)
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ValueError(f"{p} is not a Chrome trace object with a 'traceEvents' list")
