@@ -385,3 +385,15 @@ def test_samples_by_scope_on_a_real_frame(nvml: ScriptFn) -> None:
     assert joined.drop_columns(
         ["scope", "scope_name", "thread_id", "stack_id", "scope_depth"]
     ).equals(table)
+
+
+def test_empty_inputs_give_empty_results() -> None:
+    no_calls = intervals([])
+    df = summary(frame([1, 2], {"proc.cpu_pct": [1.0, 2.0]}), no_calls)
+    assert len(df) == 0 and "cpu_pct_mean" in df.columns
+    assert format_summary(df).splitlines()[0].split()[:2] == ["scope", "calls"]
+    joined = samples_by_scope(frame([1, 2], {}), no_calls)
+    assert joined.column("scope").null_count == joined.num_rows == 2
+    one: list[Call] = [("a", "a", 1, 1, 0, 0, 10, {})]
+    assert summary(frame([], {}), intervals(one)).loc["a", "calls"] == 1
+    assert samples_by_scope(frame([], {}), intervals(one)).num_rows == 0

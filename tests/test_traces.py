@@ -29,6 +29,7 @@ CALLS: list[Call] = [
     ("step", "step", 11, 11, 0, 1 * MS, 9 * MS + 123, {"module": "net"}),
     ("fwd", "step/fwd", 11, 11, 1, 2 * MS, 4 * MS, {"module": "net", "backend": "trt"}),
     ("load", "load", 12, 12, 0, 3 * MS + 7, None, {}),
+    ("mark", "step/mark", 11, 11, 1, 5 * MS, 5 * MS, {}),  # empty: begins before it ends
 ]
 
 
@@ -195,6 +196,8 @@ def test_perfetto_trace_decodes_to_the_same_content(tmp_path: Path, anchor: int)
         (1 * MS, 1, "step"),
         (2 * MS, 1, "fwd"),
         (4 * MS, 2, ""),
+        (5 * MS, 1, "mark"),
+        (5 * MS, 2, ""),
         (9 * MS + 123, 2, ""),
     ]
     begin = next(p for p in events if p.track_event.name == "fwd").track_event

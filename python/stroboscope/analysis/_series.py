@@ -83,30 +83,30 @@ def anchor_of(samples: pa.Table | None, intervals: pa.Table | None, given: int |
     )
 
 
-def _times(samples: pa.Table, column: str) -> tuple[I64, npt.NDArray[np.bool_]]:
-    """Per row: the time its ``column`` cell was read, and whether that time is known."""
+def _times(samples: pa.Table, column: str) -> I64:
+    """Per row: the time its ``column`` cell was read (see the module docstring)."""
     m = mono(samples)
     if column.startswith("gpu.") and GPU_READ in samples.column_names:
         read = samples.column(GPU_READ)
         known = np.asarray(read.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         t = np.asarray(read.cast(pa.int64()).fill_null(0).to_numpy(), dtype=np.int64)
-        return np.where(known, t, m), np.ones(len(m), dtype=bool)
-    return m, np.ones(len(m), dtype=bool)
+        return np.where(known, t, m)
+    return m
 
 
 def series(samples: pa.Table, column: str) -> Series:
     """The valid cells of ``column`` (see the module docstring for their times)."""
-    t, known = _times(samples, column)
+    t = _times(samples, column)
     col = samples.column(column)
-    valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool) & known
+    valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     v = np.asarray(col.cast(pa.float64()).fill_null(0.0).to_numpy(), dtype=np.float64)
     return _sorted(column, t[valid], v[valid])
 
 
 def total_series(samples: pa.Table, columns: list[str], name: str) -> Series:
     """Row-wise sum of ``columns`` on the rows where every one of them is valid."""
-    t, known = _times(samples, columns[0])
-    valid = known.copy()
+    t = _times(samples, columns[0])
+    valid = np.ones(samples.num_rows, dtype=bool)
     total = np.zeros(samples.num_rows, dtype=np.float64)
     for c in columns:
         col = samples.column(c)
@@ -165,6 +165,18 @@ def range_max(v: F64, lo: I64, hi: I64) -> F64:
     flat, starts = expand(lo[nonempty], hi[nonempty])
     out[nonempty] = np.maximum.reduceat(v[flat], starts)
     return out
+
+
+def sorted_unique(a: I64) -> I64:
+    """The distinct values of ``a``, sorted (a sort and a neighbour test: much faster than
+    ``np.unique``'s hashing on millions of int64)."""
+    a = np.sort(a)
+    if len(a) < 2:
+        return a
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
 
 
 def interp(s: Series, x: I64) -> F64:

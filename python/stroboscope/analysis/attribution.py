@@ -38,6 +38,7 @@ from stroboscope.analysis._series import (
     gpu_columns,
     integral,
     interp,
+    sorted_unique,
     total_series,
 )
 
@@ -90,7 +91,7 @@ def _readings_used(s: Series, begin: I64, end: I64, group: I64, groups: int) -> 
     n = hi - lo + 1
     starts = np.concatenate(([0], np.cumsum(n)[:-1])).astype(np.int64)
     flat = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(starts - lo, n)
-    key = np.unique(np.repeat(group, n) * (len(s) + 1) + flat)
+    key = sorted_unique(np.repeat(group, n) * (len(s) + 1) + flat)
     return np.bincount(key // (len(s) + 1), minlength=groups).astype(np.int64)
 
 

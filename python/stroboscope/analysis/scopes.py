@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from stroboscope.analysis._intervals import Intervals, check_intervals
-from stroboscope.analysis._series import I64, check_samples, mono
+from stroboscope.analysis._series import I64, check_samples, mono, sorted_unique
 from stroboscope.analysis.scope_summary import format_summary, summary
 
 __all__ = ["format_summary", "samples_by_scope", "summary"]
@@ -91,7 +91,7 @@ def _join(t: I64, iv: Intervals, per: str) -> tuple[I64, I64]:
     length = pe[roots] - pb[roots]
     starts = np.repeat(pb[roots] - np.concatenate(([0], np.cumsum(length)[:-1])), length)
     pair_sample = np.arange(int(length.sum()), dtype=np.int64) + starts
-    pair_key = np.unique(np.repeat(iv.stack[roots], length) * (n + 1) + pair_sample)
+    pair_key = sorted_unique(np.repeat(iv.stack[roots], length) * (n + 1) + pair_sample)
     at = np.searchsorted(ev_key, pair_key, side="right") - 1
     scope = ev_value[at] if len(at) else np.zeros(0, np.int64)
     pair_sample = pair_key % (n + 1)

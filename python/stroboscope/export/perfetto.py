@@ -156,12 +156,14 @@ def _slice_tracks(
 
 def _slices(pb: Any, builder: Any, data: TraceData, tracks: dict[int, int]) -> None:
     """Begin and end events in time order; at one instant ends first (inner first), then
-    begins (outer first), so every track nests."""
+    begins (outer first), then the ends of empty calls (inner first), so every track nests."""
     s = data.slices
     n = len(s.begin)
     depth = s.depth
     times = np.concatenate((s.begin, s.end))
-    kind = np.concatenate((np.ones(n, np.int64), np.zeros(n, np.int64)))
+    # an empty call's end comes after the begins of its instant (its own included)
+    empty = (s.end == s.begin).astype(np.int64) * 2
+    kind = np.concatenate((np.ones(n, np.int64), empty))
     order = np.lexsort((np.concatenate((depth, -depth)), kind, times))
     for e in order.tolist():
         row = e % n
