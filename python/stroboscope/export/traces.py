@@ -9,7 +9,12 @@ line up by subtracting their base times, nothing else.
 What a trace holds: each scope call as a complete event (``"ph": "X"``, ``cat`` ``"scope"``,
 ``args`` its labels and path) on its thread (``tid`` = OS thread id); each metric column as a
 counter track (``"ph": "C"``, one series per event, named after the column); the process and
-thread names as metadata events (``"ph": "M"``).
+thread names as metadata events (``"ph": "M"``). GPU values are placed at the moment NVML was
+read (``gpu.read_mono_ns``), the rest at their row's ``mono_ns``.
+
+Limitation: Chrome JSON has one track per ``tid``, so the calls of several asyncio tasks of one
+thread share it and may overlap without nesting there; the Perfetto protobuf trace
+(:func:`export_perfetto_trace`) gives each further stack of a thread its own track.
 """
 
 from __future__ import annotations
