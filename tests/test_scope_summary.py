@@ -189,6 +189,22 @@ def test_summary_metric_figures_match_loops_over_the_frame() -> None:
         if rss_in_all:
             assert row["rss_bytes_max"] == max(rss_in_all)
             assert row["rss_bytes_growth"] == growth
+        # (stack, depth, begin, end) of the closed calls
+        closed = [(m[3], m[4], m[5], m[6]) for m in members if m[6] is not None]
+        durations = [(e - b) / 1e9 for _, _, b, e in closed]
+        assert (row["calls"], row["open"]) == (len(closed), len(members) - len(closed))
+        if durations:
+            assert row["total_s"] == pytest.approx(sum(durations))
+            assert row["p50_s"] == pytest.approx(np.percentile(durations, 50))
+            assert row["p99_s"] == pytest.approx(np.percentile(durations, 99))
+            assert (row["min_s"], row["max_s"]) == pytest.approx((min(durations), max(durations)))
+        children = 0.0
+        for stack, depth, b, e in closed:
+            for c in calls:
+                ce = c[6]
+                if ce is not None and (c[3], c[4]) == (stack, depth + 1) and b <= c[5] < e:
+                    children += (ce - c[5]) / 1e9
+        assert row["exclusive_s"] == pytest.approx(sum(durations) - children, abs=1e-12)
     assert df.attrs["cpu_column"] == "proc.cpu_pct"
     assert not any(c.startswith(("gpu", "power", "energy")) for c in df.columns)  # absent
 
