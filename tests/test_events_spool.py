@@ -90,7 +90,8 @@ def test_events_survive_a_sigkill_of_the_recording(tmp_path: Path) -> None:
 def test_a_live_sampler_writes_only_its_own_events(tmp_path: Path) -> None:
     _core.events_begin(_core.events_intern("before the sampler"), 0, 0, 1)
     spool = tmp_path / "live.spool"
-    with Sampler(0.01, sources=["memory"], spool=spool, segment_seconds=0.2, capacity=1024) as s:
+    s = Sampler(0.01, sources=["memory"], spool=spool, segment_seconds=0.2, capacity=1024)
+    with s:
         sid = _core.events_intern("inside")
         _core.events_begin(sid, 0, 0, 2)
         _core.events_end(sid, 0, 0, 2)
