@@ -138,6 +138,8 @@ def test_read_and_intern_refuse_bad_arguments() -> None:
     written = _core.events_written()
     with pytest.raises(ValueError, match=r"first must be <= events_written\(\)"):
         _core.events_read(written + 1)
+    with pytest.raises(ValueError, match=r"first must be <= events_written\(\)"):
+        _core.events_read(2**70)
     with pytest.raises(ValueError, match="first must be >= 0"):
         _core.events_read(-1)
     with pytest.raises(ValueError, match="last must be >= first"):

@@ -115,10 +115,16 @@ py::object record_batch(const std::shared_ptr<EventRead>& b) {
   return pa.attr("RecordBatch").attr("from_arrays")(arrays, py::arg("names") = names);
 }
 
-std::uint64_t index_arg(const py::int_& v, const char* name) {
+// `first` of events_read as an index in [0, written], compared as Python ints (so 2**70 gets
+// the same clear error as any other index past the end).
+std::uint64_t first_arg(const py::int_& v, std::uint64_t written) {
   if (PyObject_RichCompareBool(v.ptr(), py::int_(0).ptr(), Py_LT) == 1) {
-    throw py::value_error(std::string("events_read(): ") + name + " must be >= 0, got " +
+    throw py::value_error("events_read(): first must be >= 0, got " +
                           py::str(v).cast<std::string>());
+  }
+  if (PyObject_RichCompareBool(v.ptr(), py::int_(written).ptr(), Py_GT) == 1) {
+    throw py::value_error("events_read(): first must be <= events_written() = " +
+                          std::to_string(written) + ", got " + py::str(v).cast<std::string>());
   }
   return v.cast<std::uint64_t>();
 }
@@ -191,13 +197,8 @@ void register_events(py::module_& m) {
   m.def(
       "events_read",
       [](const py::int_& first, const py::object& last) {
-        const std::uint64_t from = index_arg(first, "first");
+        const std::uint64_t from = first_arg(first, EventLog::global().written());
         std::uint64_t to = std::numeric_limits<std::uint64_t>::max();
-        const std::uint64_t written = EventLog::global().written();
-        if (from > written) {
-          throw py::value_error("events_read(): first must be <= events_written() = " +
-                                std::to_string(written) + ", got " + std::to_string(from));
-        }
         if (!last.is_none()) {
           if (!PyLong_Check(last.ptr())) {
             throw py::type_error(std::string("events_read(): last must be an int or None, got ") +
