@@ -7,14 +7,17 @@
 // i" (some i < j) to "writing j" with a compare-exchange, stores the four record words and then
 // publishes "published j" (release). Owning the slot through the state word means two producers
 // never write one slot at once, even when one of them was preempted for a whole lap of the ring:
-// the later one finds the slot busy and drops its event (counted in dropped()) instead of tearing
-// a record. A producer never waits, allocates, locks or throws.
+// the later one finds the slot busy and drops its event (counted in stats().dropped) instead of
+// tearing a record. A producer never waits, allocates, locks or throws (except the first push of
+// a log, which maps its ring once under a mutex).
 //
 // A claimed index that is not published yet stops a read there (the next read starts at it):
 // its producer is between its fetch_add and its last store, or was preempted there. It is
 // skipped as lost only when it can never come: its producer dropped it (listed in the last
 // kDropMemory drops), it was claimed by a parent thread before a fork, or a later lap overwrote
-// the slot. So no event is called lost because its producer was slow.
+// the slot. So no event is called lost because its producer was slow. (A drop that fell out of
+// that memory holds reads at its index until the ring laps it: drops need a producer stalled
+// for a whole lap, and 64 of them at once is not a case worth more machinery.)
 //
 // The reader copies a slot seqlock-style: state == "published j" (acquire), the four words
 // (acquire loads), state again (acquire). A record overwritten while it was copied fails the
@@ -22,7 +25,7 @@
 // through std::atomic_ref / std::atomic, so the protocol is well defined and ThreadSanitizer can
 // check it (it does not model fences, which is why there are none).
 //
-// When the ring is full the oldest records are overwritten and counted (overwritten()). One log
+// When the ring is full the oldest records are overwritten and counted (stats().overwritten). One log
 // per process (EventLog::global()) serves the Python binding; tests make their own.
 //
 // fork: the child keeps its copy of the log and the counters go on (indices stay monotonic in
