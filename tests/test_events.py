@@ -12,6 +12,7 @@ import threading
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from stroboscope import _core
 
@@ -86,7 +87,7 @@ def test_events_of_several_threads_carry_their_native_ids() -> None:
     table = _core.events_read(start).to_arrow()
     assert table.num_rows == 4 * 2 * n_each
     for k in range(4):
-        mine = table.filter(pa.compute.equal(table.column("stack_id"), k))
+        mine = table.filter(pc.equal(table.column("stack_id"), k))
         assert mine.num_rows == 2 * n_each
         assert set(mine.column("thread_id").to_pylist()) == {ids[k]}
         assert mine.column("scope_id").to_pylist() == [n // 2 for n in range(2 * n_each)]
