@@ -184,3 +184,39 @@ def test_a_sidecar_that_is_a_link_or_not_an_events_file_is_refused(tmp_path: Pat
         recover_events(spool)
     side.unlink()
     assert recover_events(spool).num_rows == 0  # no sidecar: no events, not an error
+
+
+LOSSY_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from stroboscope import _core
+    from stroboscope.recording.sampler import Sampler
+    _core.events_configure(16)
+    s = Sampler(0.01, sources=["memory"], spool=sys.argv[1], segment_seconds=0.2, capacity=1024)
+    with s:
+        for n in range(100):
+            _core.events_begin(n, 0, 0, 0)
+    st = s.segments
+    print(json.dumps({"written": st.events_written, "lost": st.events_lost,
+                      "log": _core.events_stats()}))
+    """
+)
+
+
+def test_events_the_log_overwrote_are_counted_in_the_sidecar(tmp_path: Path) -> None:
+    spool = tmp_path / "lossy.spool"
+    out = subprocess.run(
+        [sys.executable, "-c", LOSSY_CHILD, str(spool)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    got = json.loads(out.stdout)
+    assert got["written"] + got["lost"] == 100 == got["log"]["written"]
+    assert got["written"] >= 16  # at least the last lap, taken at stop()
+    events = recover_events(spool)
+    assert events.num_rows == got["written"]
+    assert events.schema.metadata[b"stroboscope.events_lost"] == str(got["lost"]).encode()
+    scopes = events.column("scope_id").to_pylist()
+    assert scopes == sorted(scopes) and scopes[-16:] == list(range(84, 100))
