@@ -79,7 +79,11 @@ SPOOL_LAYOUT: dict[str, Any]
 
 def net_dev_totals(proc_root: str, include_loopback: bool) -> tuple[int, int]: ...
 
-# Scope events (cpp/bindings/register_events.cpp): one log per process.
+# Scope events (cpp/bindings/register_events.cpp): one log per process. A batch covers the
+# indices [first, next): `lost` of them (overwritten, or dropped by a producer) are not in it;
+# `first` is above the index asked for when older events were already overwritten (those count
+# in `lost` too), and `next` stops before an event still being written (read again from it).
+# Interned string id 0 is "" (use it for "no labels").
 class EventBatch:
     def __len__(self) -> int: ...
     @property
