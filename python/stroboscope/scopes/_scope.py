@@ -67,17 +67,20 @@ class annotate:  # noqa: N801  (a decorator and context manager, named like a fu
         nvtx: bool | str = False,
         **labels: LabelValue,
     ) -> None:
-        if name is not None and not isinstance(name, str):
+        if name is not None and type(name) is not str:
             hint = " (as a decorator, write @annotate() with parentheses)" if callable(name) else ""
             raise TypeError(f"name must be a str or None, not {type(name).__name__}{hint}")
         if name == "":
             raise ValueError("name must not be empty")
-        if not isinstance(nvtx, (bool, str)):
-            raise TypeError(f"nvtx must be a bool or a domain name (str), not {nvtx!r}")
         self.name = name
         self._color = color
-        self._domain: str | None = (nvtx or None) and ("stroboscope" if nvtx is True else nvtx)
-        self._labels = _stack.check_labels(type(self).__name__ + "()", dict(labels))
+        if nvtx is False:
+            self._domain: str | None = None
+        elif isinstance(nvtx, (bool, str)):
+            self._domain = "stroboscope" if nvtx is True else (nvtx or None)
+        else:
+            raise TypeError(f"nvtx must be a bool or a domain name (str), not {nvtx!r}")
+        self._labels = _stack.check_labels(type(self).__name__ + "()", labels) if labels else {}
         self._scope_id = -1 if name is None else _stack.intern(name)
         self._label_ids: dict[int, int] = {}  # ambient labels id -> id with this scope's own
 
@@ -145,16 +148,20 @@ class annotate:  # noqa: N801  (a decorator and context manager, named like a fu
     # -- context manager ---------------------------------------------------------------------
 
     def __enter__(self) -> annotate:
-        if self.name is None:
+        if self._scope_id < 0:
             raise ValueError(
                 f"{type(self).__name__}() used as a context manager needs a name: "
                 f"with {type(self).__name__}('forward'): ..."
             )
-        self._open()
+        if _state.recording or self._domain is not None:
+            self._open()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._close()  # the exception, if any, goes on unchanged
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        # A frame is on the stack only if something recorded when a scope opened; the
+        # exception, if any, goes on unchanged.
+        if self._domain is not None or _STACK.get():
+            self._close()
 
     # -- decorator ---------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import asyncio
 import contextvars
 import json
 import threading
-from typing import NamedTuple, Union
+from typing import Any, NamedTuple, Union
 
 from stroboscope import _core
 
@@ -89,7 +89,7 @@ def current_stack() -> tuple[Frame, ...]:
     return _STACK.get()
 
 
-def check_labels(where: str, labels: dict[str, object]) -> dict[str, str]:
+def check_labels(where: str, labels: dict[str, Any]) -> dict[str, str]:
     """Labels as strings; a reserved key or a value that is not a plain scalar is refused."""
     out: dict[str, str] = {}
     for key, value in labels.items():
@@ -130,7 +130,7 @@ class labels:  # noqa: N801  (used like a function: ``with stroboscope.labels(st
     __slots__ = ("_labels", "_tokens")
 
     def __init__(self, **labels: LabelValue) -> None:
-        self._labels = check_labels("labels()", dict(labels))
+        self._labels = check_labels("labels()", labels)
         self._tokens: list[contextvars.Token[tuple[dict[str, str], int]]] = []
 
     def __enter__(self) -> dict[str, str]:
