@@ -106,7 +106,9 @@ def main() -> None:
     rows.append(("disabled: with annotate('step')", _per_call_ns(_with_new, n, reps) - loop))
     plain = _per_call_ns(_calls(_tiny), n, reps)
     decorated = scopes.annotate()(_tiny)
-    rows.append(("disabled: decorated call - plain call", _per_call_ns(_calls(decorated), n, reps) - plain))
+    rows.append(
+        ("disabled: decorated call - plain call", _per_call_ns(_calls(decorated), n, reps) - plain)
+    )
 
     with Sampler(0.001, sources=["memory"], capacity=1 << 12):
         rows.append(("enabled: with a kept scope", _per_call_ns(_with(kept), n, reps) - loop))
@@ -115,7 +117,9 @@ def main() -> None:
         rows.append(("enabled: decorated call - plain call", scoped - plain))
         slowdown = scoped / plain - 1
         nvtx_scope = scopes.annotate("nvtx", nvtx=True)
-        rows.append(("enabled + NVTX: with a kept scope", _per_call_ns(_with(nvtx_scope), n, reps) - loop))
+        rows.append(
+            ("enabled + NVTX: with a kept scope", _per_call_ns(_with(nvtx_scope), n, reps) - loop)
+        )
         # Scopes per second with nothing lost: the log holds 2 edges per scope.
         stats0 = _core.events_stats()
         t0 = time.perf_counter_ns()
@@ -123,13 +127,23 @@ def main() -> None:
         elapsed = time.perf_counter_ns() - t0
         stats1 = _core.events_stats()
     with Sampler(0.001, sources=["memory"], capacity=1 << 12, edge_rows=True) as s:
-        rows.append(("enabled + edge rows: with a kept scope", _per_call_ns(_with(kept), n // 10, reps) - loop))
+        rows.append(
+            (
+                "enabled + edge rows: with a kept scope",
+                _per_call_ns(_with(kept), n // 10, reps) - loop,
+            )
+        )
         edge_stats = s.stats()
 
     ait = _aitune_scope(args.aitune)
     if ait is not None:
         scope = ait("aitune-step")
-        rows.append(("aitune collect_hardware_metrics (same name)", _per_call_ns(_with(scope), n // 20, 3) - loop))
+        rows.append(
+            (
+                "aitune collect_hardware_metrics (same name)",
+                _per_call_ns(_with(scope), n // 20, 3) - loop,
+            )
+        )
         names = [ait(f"name-{i % 2}") for i in range(2)]
 
         def alternating(k: int) -> None:
@@ -137,15 +151,31 @@ def main() -> None:
                 with names[i % 2]:
                     pass
 
-        rows.append(("aitune collect_hardware_metrics (alternating names)", _per_call_ns(alternating, 200, 3) - loop))
+        rows.append(
+            (
+                "aitune collect_hardware_metrics (alternating names)",
+                _per_call_ns(alternating, 200, 3) - loop,
+            )
+        )
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in open("/proc/cpuinfo")
+            if ln.startswith("model name")
+        ),
+        "?",
+    )
     print(f"CPU: {cpu}; {os.cpu_count()} CPUs; n={n}, median of {reps}\n")
     print("| what | ns per scope (enter + exit) |\n| --- | --- |")
     for what, ns in rows:
         print(f"| {what} | {ns:,.0f} |")
-    lost = int(stats1.get("overwritten", stats1.get("lost", 0))) - int(stats0.get("overwritten", stats0.get("lost", 0)))
-    print(f"\nscopes/s from one thread into the events log: {n / (elapsed / 1e9):,.0f} ({lost} edges lost)")
+    lost = int(stats1.get("overwritten", stats1.get("lost", 0))) - int(
+        stats0.get("overwritten", stats0.get("lost", 0))
+    )
+    print(
+        f"\nscopes/s from one thread into the events log: {n / (elapsed / 1e9):,.0f} ({lost} edges lost)"
+    )
     print(f"loop of tiny scoped functions while recording: {slowdown:+.1%} against the plain loop")
     print(f"edge rows: ticks_requested={getattr(edge_stats, 'ticks_requested', 'n/a')}")
 

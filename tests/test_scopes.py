@@ -62,12 +62,10 @@ def test_names_paths_depths_and_exact_edges(sampler: Sampler) -> None:
 
 
 def test_a_context_manager_needs_a_name_and_bad_arguments_are_named() -> None:
-    with pytest.raises(ValueError, match="needs a name"):
-        with scopes.annotate():
-            pass
-    with pytest.raises(ValueError, match="needs a name"):
-        with scopes.collect_hardware_metrics():
-            pass
+    with pytest.raises(ValueError, match="needs a name"), scopes.annotate():
+        pass
+    with pytest.raises(ValueError, match="needs a name"), scopes.collect_hardware_metrics():
+        pass
     with pytest.raises(TypeError, match="parentheses"):
         scopes.annotate(lambda: None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="empty"):
@@ -84,9 +82,8 @@ def test_a_context_manager_needs_a_name_and_bad_arguments_are_named() -> None:
 
 def test_an_exception_closes_the_scope_and_goes_on_unchanged(sampler: Sampler) -> None:
     err = KeyError("mine")
-    with pytest.raises(KeyError) as caught:
-        with scopes.annotate("fails"):
-            raise err
+    with pytest.raises(KeyError) as caught, scopes.annotate("fails"):
+        raise err
     assert caught.value is err
     assert scopes.current_stack() == ()
     (row,) = _rows(sampler)
@@ -96,9 +93,8 @@ def test_an_exception_closes_the_scope_and_goes_on_unchanged(sampler: Sampler) -
 def test_labels_ambient_and_own(sampler: Sampler) -> None:
     with scopes.labels(module="resnet", backend="trt"):
         assert scopes.current_labels() == {"module": "resnet", "backend": "trt"}
-        with scopes.labels(backend="onnx"):
-            with scopes.annotate("build", step=3):
-                pass
+        with scopes.labels(backend="onnx"), scopes.annotate("build", step=3):
+            pass
         with scopes.annotate("plain"):
             pass
     assert scopes.current_labels() == {}

@@ -55,7 +55,15 @@ def test_enable_checks_its_arguments_before_any_scope(session_off: None) -> None
 
 
 def test_module_functions_need_a_session() -> None:
-    code = "import stroboscope.scopes as s\ntry:\n    s.summary()\nexcept RuntimeError as e:\n    print(e)"
+    code = textwrap.dedent(
+        """
+        import stroboscope.scopes as s
+        try:
+            s.summary()
+        except RuntimeError as e:
+            print(e)
+        """
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120
     )
@@ -106,10 +114,8 @@ def test_open_hooks_see_every_scope_while_recording() -> None:
     try:
         with scopes.annotate("unrecorded"):
             pass
-        with Sampler(0.005, sources=["memory"]):
-            with scopes.annotate("a"):
-                with scopes.annotate("b"):
-                    pass
+        with Sampler(0.005, sources=["memory"]), scopes.annotate("a"), scopes.annotate("b"):
+            pass
     finally:
         remove()
         remove_broken()

@@ -79,12 +79,20 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from stroboscope.compat.aitune import ParentReceiver
     from stroboscope.analysis.attribution import attribute_trace
+    from stroboscope.compat.aitune import ParentReceiver
     from stroboscope.compat.scaffold import SystemMonitor
     from stroboscope.recording.sampler import Sampler
     from stroboscope.recording.spool import SpoolError, recover
     from stroboscope.recording.watchdog import DumpJob, Watchdog
+    from stroboscope.sampling import (
+        Column,
+        Frame,
+        SamplerStats,
+        SourceStats,
+        available_sources,
+        gpu_status,
+    )
     from stroboscope.scopes import (
         annotate,
         collect_hardware_metrics,
@@ -94,14 +102,6 @@ if TYPE_CHECKING:
         labels,
         samples_by_scope,
         summary,
-    )
-    from stroboscope.sampling import (
-        Column,
-        Frame,
-        SamplerStats,
-        SourceStats,
-        available_sources,
-        gpu_status,
     )
     from stroboscope.senders import (
         AbstractBackendSender,

@@ -40,7 +40,7 @@ def _nvtx_module() -> Any:
     return _nvtx
 
 
-class annotate:  # noqa: N801  (a decorator and context manager, named like a function)
+class annotate:
     """A named region: its calls, durations and the metrics sampled while it ran.
 
     Parameters
@@ -270,7 +270,7 @@ class annotate:  # noqa: N801  (a decorator and context manager, named like a fu
         return f"<{type(self).__name__} {self.name!r}>"
 
 
-class collect_hardware_metrics(annotate):  # noqa: N801
+class collect_hardware_metrics(annotate):
     """A scope without NVTX: ``collect_hardware_metrics(name=None)``, as in aitune."""
 
     __slots__ = ()

@@ -105,12 +105,12 @@ def summary() -> pd.DataFrame:
 
 
 def samples_by_scope() -> pa.Table:
-    """The default session's samples with their scope (:meth:`stroboscope.Sampler.samples_by_scope`)."""
+    """The default session's samples with their scope (see ``Sampler.samples_by_scope``)."""
     return _need_session().samples_by_scope()
 
 
 def export_chrome_trace(path: str | os.PathLike[str]) -> str:
-    """The default session as a Chrome/Perfetto trace (:meth:`stroboscope.Sampler.export_chrome_trace`)."""
+    """The default session as a Chrome/Perfetto trace (see ``Sampler.export_chrome_trace``)."""
     return _need_session().export_chrome_trace(path)
 
 

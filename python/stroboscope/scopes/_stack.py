@@ -119,7 +119,7 @@ def ambient() -> tuple[dict[str, str], int]:
     return _LABELS.get()
 
 
-class labels:  # noqa: N801  (used like a function: ``with stroboscope.labels(step=3):``)
+class labels:
     """Labels that every scope opened inside carries (nested ``labels`` add to the outer ones).
 
     >>> with stroboscope.labels(module="resnet", backend="tensorrt"):
