@@ -158,14 +158,8 @@ def main() -> None:
             )
         )
 
-    cpu = next(
-        (
-            ln.split(":", 1)[1].strip()
-            for ln in open("/proc/cpuinfo")
-            if ln.startswith("model name")
-        ),
-        "?",
-    )
+    with open("/proc/cpuinfo") as info:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in info if "model name" in ln), "?")
     print(f"CPU: {cpu}; {os.cpu_count()} CPUs; n={n}, median of {reps}\n")
     print("| what | ns per scope (enter + exit) |\n| --- | --- |")
     for what, ns in rows:
@@ -174,7 +168,8 @@ def main() -> None:
         stats0.get("overwritten", stats0.get("lost", 0))
     )
     print(
-        f"\nscopes/s from one thread into the events log: {n / (elapsed / 1e9):,.0f} ({lost} edges lost)"
+        f"\nscopes/s from one thread into the events log: {n / (elapsed / 1e9):,.0f} "
+        f"({lost} edges lost)"
     )
     print(f"loop of tiny scoped functions while recording: {slowdown:+.1%} against the plain loop")
     print(f"edge rows: ticks_requested={getattr(edge_stats, 'ticks_requested', 'n/a')}")
