@@ -75,8 +75,7 @@ import json, sys, time
 import stroboscope
 gpus = sys.argv[1] == "gpu"
 seconds = float(sys.argv[2])
-sources = stroboscope.default_sources() if hasattr(stroboscope, "default_sources") else None
-s = stroboscope.Sampler(0.001, gpus=[0, 1, 2, 3, 4, 5, 6, 7]) if gpus else stroboscope.Sampler(0.001)
+s = stroboscope.Sampler(0.001, gpus=list(range(8))) if gpus else stroboscope.Sampler(0.001)
 s.start()
 time.sleep(seconds)
 s.stop()
@@ -113,7 +112,10 @@ def baseline_tree(workdir: Path, ref: str) -> tuple[Path, Path]:
         ("cpp/src/ring.cpp", base / "ring.cpp"),
     ]:
         text = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{ref}:{rel}"], capture_output=True, text=True, check=True
+            ["git", "-C", str(REPO), "show", f"{ref}:{rel}"],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         dest.write_text(text)
     return base, base / "ring.cpp"
@@ -128,7 +130,10 @@ def run_tick(gpu: bool, seconds: float, library: Path, script: Path) -> dict[str
         env["FAKE_NVML_SCRIPT"] = str(script)
     out = subprocess.run(
         [sys.executable, "-c", TICK_CHILD, "gpu" if gpu else "plain", str(seconds)],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
@@ -147,7 +152,11 @@ def main() -> None:
     results: dict[str, Any] = {"cpu": cpu_model(), "push": {}, "tick": {}}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        variants = {"this tree": build_push(work, REPO / "cpp" / "include", REPO / "cpp" / "src" / "ring.cpp", "push_now")}
+        variants = {
+            "this tree": build_push(
+                work, REPO / "cpp" / "include", REPO / "cpp" / "src" / "ring.cpp", "push_now"
+            )
+        }
         if args.baseline:
             inc, cpp = baseline_tree(work, args.baseline)
             variants[f"{args.baseline}"] = build_push(work, inc, cpp, "push_base")
@@ -156,14 +165,22 @@ def main() -> None:
             log(f"push round {r + 1}/{args.rounds}")
             for name, exe in variants.items():
                 for cols in (25, 185):
-                    out = subprocess.run([str(exe), str(cols), str(args.rows)], capture_output=True, text=True, check=True)
+                    out = subprocess.run(
+                        [str(exe), str(cols), str(args.rows)],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
                     push[name][cols].append(float(out.stdout))
         results["push"] = push
         print(f"CPU: {results['cpu']}")
         print("Ring::push, ns per row (median of rounds; ratio = median of per-round ratios)")
         for name, by in push.items():
             ratios = [b / a for a, b in zip(by[25], by[185])]
-            print(f"  {name:>12}: 25 columns {median(by[25]):8.1f}  185 columns {median(by[185]):8.1f}  185/25 {median(ratios):.2f}x")
+            print(
+                f"  {name:>12}: 25 columns {median(by[25]):8.1f}  "
+                f"185 columns {median(by[185]):8.1f}  185/25 {median(ratios):.2f}x"
+            )
         if args.baseline:
             for cols in (25, 185):
                 rat = [a / b for a, b in zip(push[args.baseline][cols], push["this tree"][cols])]
@@ -171,7 +188,9 @@ def main() -> None:
 
         if not args.no_tick:
             lib = work / "libfake_nvml.so"
-            subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(lib), str(FAKE_SOURCE)], check=True)
+            subprocess.run(
+                ["cc", "-shared", "-fPIC", "-O2", "-o", str(lib), str(FAKE_SOURCE)], check=True
+            )
             script = work / "fake.txt"
             script.write_text(fake_script(8))
             ticks: dict[str, list[dict[str, Any]]] = {"plain": [], "gpu": []}
@@ -184,7 +203,10 @@ def main() -> None:
             gpu = [t["cost_mean_ns"] for t in ticks["gpu"]]
             ratio = median([g / p for p, g in zip(plain, gpu)])
             print("Sampler tick at 1 kHz, stats().cost_mean_ns (median of rounds)")
-            print(f"  default sources, {ticks['plain'][0]['columns']} columns: {median(plain):8.0f} ns")
+            print(
+                f"  default sources, {ticks['plain'][0]['columns']} columns: "
+                f"{median(plain):8.0f} ns"
+            )
             print(f"  + 8 fake GPUs, {ticks['gpu'][0]['columns']} columns: {median(gpu):8.0f} ns")
             verdict = "PASS" if ratio <= TARGET_RATIO else "MISS"
             print(f"  ratio {ratio:.2f}x (target <= {TARGET_RATIO}x): {verdict}")

@@ -106,8 +106,10 @@ def test_a_spool_written_by_cpp_decodes_with_the_layout(tmp_path: Path) -> None:
     assert field("pid") == os.getpid()
     assert field("block_rows") == 64
     # 256 rows = 4 blocks of 64 cells per column + the validity words padded to 8
-    assert field("total_size") == len(data) == field("header_size") + 4 * 8 * (
-        64 * ncols + (ncols + 7) // 8 * 8
+    assert (
+        field("total_size")
+        == len(data)
+        == field("header_size") + 4 * 8 * (64 * ncols + (ncols + 7) // 8 * 8)
     )
     assert field("head") == field("write_begin") == 7
     schema = data[_layout.SCHEMA_OFFSET : _layout.SCHEMA_OFFSET + int(field("schema_size"))]

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stroboscope.recording._spool_cells import read_rows
 from stroboscope.recording._spool_header import (
     COUNTERS,
     COUNTERS_OFFSET,
@@ -34,7 +35,6 @@ from stroboscope.recording._spool_header import (
     open_regular,
     read_header,
 )
-from stroboscope.recording._spool_cells import read_rows
 
 if TYPE_CHECKING:
     from stroboscope.sampling import Frame
