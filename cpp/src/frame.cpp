@@ -163,7 +163,9 @@ std::shared_ptr<Frame> FrameBuilder::finish(std::uint64_t first_intact,
   if (first_intact < from_) first_intact = from_;
   if (first_intact > to_) first_intact = to_;
   const std::uint64_t n = to_ - first_intact;
-  const std::uint64_t off = first_intact - base_;
+  // An empty frame points at the start of its (one-line) buffers: an offset past them would
+  // name memory the frame does not hold.
+  const std::uint64_t off = n == 0 ? 0 : first_intact - base_;
   // time = mono_ns + anchor, over the frame's rows only.
   std::uint64_t* time = cells_[0];
   const std::uint64_t* mono = cells_[1];
