@@ -33,9 +33,7 @@ def _valid(table: pa.Table, name: str) -> np.ndarray:
     return np.asarray(table.column(name).drop_null().to_numpy(zero_copy_only=False), float)
 
 
-def test_terminal_summary_matches_the_data(
-    run: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_terminal_summary_matches_the_data(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     table = pq.read_table(run)
     assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
@@ -96,7 +94,10 @@ def test_summarize_counts_from_metadata_kinds() -> None:
     kinds = {"c": b"counter", "g": b"gauge"}
     schema = pa.schema(
         [pa.field("time", pa.timestamp("ns", tz="UTC")), pa.field("mono_ns", pa.int64())]
-        + [pa.field(k, pa.int64(), metadata={b"unit": b"count", b"kind": v}) for k, v in kinds.items()]
+        + [
+            pa.field(k, pa.int64(), metadata={b"unit": b"count", b"kind": v})
+            for k, v in kinds.items()
+        ]
     )
     t = pa.table(
         {
@@ -163,7 +164,12 @@ def test_columns_and_time_range_select_rows(run: Path) -> None:
     t = table.column("time").cast(pa.int64()).to_numpy()
     report = build_report([str(run)], columns=["cpu.*", "net.sent_bytes"], start="0", end="0.002s")
     got = report.series[0].table
-    assert got.column_names == ["time", "mono_ns", *[c for c in table.column_names if c.startswith("cpu.")], "net.sent_bytes"]
+    assert got.column_names == [
+        "time",
+        "mono_ns",
+        *[c for c in table.column_names if c.startswith("cpu.")],
+        "net.sent_bytes",
+    ]
     want = int(((t >= t[0]) & (t <= t[0] + 2_000_000)).sum())
     assert got.num_rows == want
 

@@ -66,7 +66,7 @@ def column_kind(field: pa.Field, name: str | None = None) -> str:
     """The ``kind`` of a column from its field metadata; without it (a CSV read back) a name
     ending in ``_per_s`` is a rate and any other a gauge (no running total is assumed)."""
     md = field.metadata or {}
-    kind = md.get(b"kind", b"").decode(errors="replace")
+    kind = str(md.get(b"kind", b"").decode(errors="replace"))
     if kind in KINDS:
         return kind
     return "rate" if (name or field.name).endswith("_per_s") else "gauge"
@@ -74,7 +74,7 @@ def column_kind(field: pa.Field, name: str | None = None) -> str:
 
 def column_unit(field: pa.Field) -> str:
     """The unit of a column from its field metadata (``""`` when absent)."""
-    return (field.metadata or {}).get(b"unit", b"").decode(errors="replace")
+    return str((field.metadata or {}).get(b"unit", b"").decode(errors="replace"))
 
 
 def _median_spacing_s(mono: np.ndarray) -> float | None:
@@ -227,11 +227,15 @@ def counter_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
 
 def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> str:
     """Columns padded to their widest cell; the first ``left`` columns left-aligned."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:
-        cells = [(v.ljust(w) if i < left else v.rjust(w)) for i, (v, w) in enumerate(zip(r, widths))]
+        cells = [
+            (v.ljust(w) if i < left else v.rjust(w)) for i, (v, w) in enumerate(zip(r, widths))
+        ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
 

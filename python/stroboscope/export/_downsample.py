@@ -29,7 +29,9 @@ def bucket_of(x: Array, width: int, lo: int | None = None, hi: int | None = None
     return np.clip(b, 0, width - 1)
 
 
-def minmax_indices(x: Array, y: Array, width: int, lo: int | None = None, hi: int | None = None) -> Array:
+def minmax_indices(
+    x: Array, y: Array, width: int, lo: int | None = None, hi: int | None = None
+) -> Array:
     """Indices of the points to draw: per pixel bucket the first, min, max and last point.
 
     Parameters
@@ -69,7 +71,9 @@ def minmax_indices(x: Array, y: Array, width: int, lo: int | None = None, hi: in
     return np.unique(keep)
 
 
-def downsample(x: Array, y: Array, width: int, lo: int | None = None, hi: int | None = None) -> tuple[Array, Array]:
+def downsample(
+    x: Array, y: Array, width: int, lo: int | None = None, hi: int | None = None
+) -> tuple[Array, Array]:
     """``x`` and ``y`` reduced to the points :func:`minmax_indices` keeps (NaN dropped first)."""
     x = np.asarray(x, dtype=np.int64)
     y = np.asarray(y, dtype=np.float64)

@@ -74,7 +74,9 @@ def plot_groups(schema: pa.Schema) -> list[Group]:
         found.setdefault(slot, {}).setdefault(_panel_label(column_unit(f), kind), []).append(name)
     return [
         Group(key, titles[(order, key)], tuple((u, tuple(c)) for u, c in panels.items()))
-        for (order, key), panels in sorted(found.items(), key=lambda kv: (kv[0][0], _natural(kv[0][1])))
+        for (order, key), panels in sorted(
+            found.items(), key=lambda kv: (kv[0][0], _natural(kv[0][1]))
+        )
     ]
 
 

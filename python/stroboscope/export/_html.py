@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -35,7 +36,7 @@ table{border-collapse:collapse;margin:.5em 0;font-size:12px}
 td,th{border:1px solid #ddd;padding:2px 6px}th{background:#f3f3f3;text-align:left}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:1em 0}img{max-width:100%;height:auto;border:1px solid #eee}
-p.note,figcaption{color:#555;font-size:12px}
+p.note{color:#555;font-size:12px}
 """
 
 
@@ -43,7 +44,7 @@ def _esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def table_html(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> str:
+def table_html(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], left: int = 1) -> str:
     """An HTML table; the first ``left`` columns as text, the others right-aligned numbers."""
     head = "".join(f"<th>{_esc(h)}</th>" for h in header)
     body = "".join(
@@ -89,10 +90,10 @@ def _series_html(report: Report, s: Series) -> str:
         parts += ["<h3>Sampler</h3>", table_html(("figure", "value"), figures)]
     if s.scopes is not None and s.scopes.num_rows:
         parts += ["<h3>Scopes</h3>", table_html(SCOPE_HEADER, scope_summary(s.scopes))]
-    items = _meta.metadata_items(s.metadata)
+    entries = _meta.metadata_items(s.metadata)
     parts.append("<h3>Provenance and metadata</h3>")
-    if items:
-        parts.append(table_html(("key", "value"), items))
+    if entries:
+        parts.append(table_html(("key", "value"), entries))
     else:
         parts.append('<p class="note">This recording carries no metadata.</p>')
     return "\n".join(parts)
@@ -103,8 +104,7 @@ def _figure_html(plot: Plot) -> str:
     return (
         f'<figure id="plot-{_esc(plot.key)}" class="plot">'
         f'<img alt="{_esc(plot.title)}" width="{plot.width}" height="{plot.height}" '
-        f'src="data:image/png;base64,{data}">'
-        f"<figcaption>{_esc(plot.title)}</figcaption></figure>"
+        f'src="data:image/png;base64,{data}"></figure>'
     )
 
 

@@ -64,7 +64,9 @@ class Series:
 
 
 def _decode(metadata: dict[bytes, bytes] | None) -> dict[str, str]:
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in (metadata or {}).items()}
+    return {
+        k.decode(errors="replace"): v.decode(errors="replace") for k, v in (metadata or {}).items()
+    }
 
 
 def check_recording(table: pa.Table, what: str) -> pa.Table:
@@ -133,7 +135,9 @@ def read_scopes(path: str | os.PathLike[str]) -> pa.Table:
     try:
         table = pq.read_table(p)
     except (pa.ArrowException, OSError) as exc:
-        raise ValueError(f"--scopes {os.fspath(path)!r} is not a readable Parquet file: {exc}") from None
+        raise ValueError(
+            f"--scopes {os.fspath(path)!r} is not a readable Parquet file: {exc}"
+        ) from None
     missing = [c for c in SCOPE_COLUMNS if c not in table.column_names]
     if missing:
         raise ValueError(
@@ -173,7 +177,9 @@ def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, byte
     try:
         dataset = ds.dataset(directory, format="parquet", partitioning="hive")
     except (pa.ArrowException, OSError) as exc:
-        raise ValueError(f"{directory} is not a readable dataset of Parquet recordings: {exc}") from None
+        raise ValueError(
+            f"{directory} is not a readable dataset of Parquet recordings: {exc}"
+        ) from None
     if not dataset.files:
         raise ValueError(
             f"{directory} holds no recording: no .parquet file in it or below it (give a "
@@ -208,7 +214,12 @@ def read_input(path: str | os.PathLike[str]) -> list[Series]:
         if segments:
             found = [(base, _read_segments(p, base, segs)) for base, segs in segments.items()]
             return [
-                Series(base, str(p / base), check_recording(t, f"{p / base}"), _decode(t.schema.metadata))
+                Series(
+                    base,
+                    str(p / base),
+                    check_recording(t, f"{p / base}"),
+                    _decode(t.schema.metadata),
+                )
                 for base, t in found
             ]
         return [
@@ -221,9 +232,7 @@ def read_input(path: str | os.PathLike[str]) -> list[Series]:
     return [Series(p.stem, str(p), table, _decode(table.schema.metadata), scopes)]
 
 
-def read_inputs(
-    paths: list[str], scopes: str | os.PathLike[str] | None = None
-) -> list[Series]:
+def read_inputs(paths: list[str], scopes: str | os.PathLike[str] | None = None) -> list[Series]:
     """Every series of every input, in order; ``scopes`` (a scope-intervals Parquet file) is
     attached to each, replacing one found beside it."""
     if not paths:

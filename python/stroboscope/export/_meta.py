@@ -103,8 +103,10 @@ def sampler_figures(metadata: dict[str, str]) -> list[tuple[str, str]]:
 
 
 def _as_histogram(value: Any) -> tuple[list[float], list[int]] | None:
-    if isinstance(value, list) and value and all(
-        isinstance(p, (list, tuple)) and len(p) == 2 for p in value
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value)
     ):
         return [float(p[0]) / 1e3 for p in value], [int(p[1]) for p in value]
     if not isinstance(value, dict):

@@ -70,12 +70,12 @@ def _figure(panels: int) -> tuple[Figure, list[Axes]]:
 def _png(fig: Figure, key: str, title: str) -> Plot:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    canvas = FigureCanvasAgg(fig)
+    FigureCanvasAgg(fig)  # the figure draws on Agg: no GUI backend, no pyplot
     fig.tight_layout()
     buf = io.BytesIO()
-    canvas.print_png(buf)
-    width, height = canvas.get_width_height()
-    return Plot(key, title, buf.getvalue(), int(width), int(height))
+    fig.savefig(buf, format="png", dpi=DPI)
+    w_in, h_in = fig.get_size_inches()
+    return Plot(key, title, buf.getvalue(), round(w_in * DPI), round(h_in * DPI))
 
 
 def _unit_formatter(unit: str) -> Any:
@@ -107,7 +107,7 @@ def time_origin(series: list[Series]) -> tuple[int, int]:
 def _draw_scopes(axes: list[Axes], series: list[Series], t0: int) -> None:
     import matplotlib as mpl
 
-    colors = mpl.colormaps["tab10"].colors
+    cmap = mpl.colormaps["tab10"]
     names: dict[str, Any] = {}
     labelled: list[tuple[float, float, str]] = []
     for s in series:
@@ -120,21 +120,41 @@ def _draw_scopes(axes: list[Axes], series: list[Series], t0: int) -> None:
         x0 = (begin + anchor - t0) / 1e9
         x1 = (end.astype(np.int64) + anchor - t0) / 1e9
         for name in dict.fromkeys(s.scopes.column("name").to_pylist()):
-            color = names.setdefault(str(name), colors[len(names) % len(colors)])
+            color = names.setdefault(str(name), cmap(len(names) % 10))
             mask = pc.equal(s.scopes.column("name"), name).to_numpy(zero_copy_only=False)
             spans = list(zip(x0[mask].tolist(), (x1[mask] - x0[mask]).tolist()))
             for ax in axes:
-                ax.broken_barh(spans, (0, 1), transform=ax.get_xaxis_transform(),
-                               facecolors=color, alpha=0.15, edgecolors="none")
+                ax.broken_barh(
+                    spans,
+                    (0, 1),
+                    transform=ax.get_xaxis_transform(),
+                    facecolors=color,
+                    alpha=0.15,
+                    edgecolors="none",
+                )
             labelled += [(a, w, str(name)) for a, w in spans]
     for a, w, name in sorted(labelled, key=lambda t: -t[1])[:MAX_SCOPE_LABELS]:
-        axes[0].text(a + w / 2, 1.0, name, transform=axes[0].get_xaxis_transform(),
-                     ha="center", va="bottom", fontsize=7, color=names[name], clip_on=True)
+        axes[0].text(
+            a + w / 2,
+            0.98,
+            name,
+            transform=axes[0].get_xaxis_transform(),
+            ha="center",
+            va="top",
+            fontsize=7,
+            color="0.25",
+            clip_on=True,
+        )
     if names:
         from matplotlib.patches import Patch
 
-        handles = [Patch(facecolor=c, alpha=0.3, label=f"scope {n}") for n, c in list(names.items())[:10]]
-        axes[-1].legend(handles=handles, loc="lower right", fontsize=7, framealpha=0.6)
+        handles = [
+            Patch(facecolor=c, alpha=0.3, label=f"scope {n}") for n, c in list(names.items())[:10]
+        ]
+        # a figure legend: the panels keep their own legends of lines
+        axes[0].figure.legend(
+            handles=handles, loc="upper right", fontsize=7, ncol=len(handles), frameon=False
+        )
 
 
 def _draw_group(group: Group, series: list[Series], t0: int, t1: int) -> Plot:
@@ -162,7 +182,9 @@ def _draw_group(group: Group, series: list[Series], t0: int, t1: int) -> Plot:
         ax.grid(True, alpha=0.3)
         ax.tick_params(labelsize=8)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="upper left", ncol=4 if len(columns) > 8 else 1, framealpha=0.6)
+            ax.legend(
+                fontsize=7, loc="upper left", ncol=4 if len(columns) > 8 else 1, framealpha=0.6
+            )
     _draw_scopes(axes, series, t0)
     axes[-1].set_xlabel("seconds after the first row", fontsize=8)
     axes[-1].set_xlim(0, max((t1 - t0) / 1e9, 1e-9))
@@ -176,7 +198,9 @@ def row_spacing_ns(series: Series) -> np.ndarray[Any, Any]:
     return np.diff(mono)
 
 
-def _draw_timing(series: list[Series], lateness: dict[str, tuple[list[float], list[int]]]) -> Plot | None:
+def _draw_timing(
+    series: list[Series], lateness: dict[str, tuple[list[float], list[int]]]
+) -> Plot | None:
     panels = [s for s in series if s.table.num_rows > 1]
     if not panels and not lateness:
         return None
@@ -185,7 +209,7 @@ def _draw_timing(series: list[Series], lateness: dict[str, tuple[list[float], li
     for s in panels:
         gaps_ms = row_spacing_ns(s) / 1e6
         edges = np.geomspace(max(gaps_ms.min(), 1e-3), max(gaps_ms.max(), 1e-3) * 1.01, 60)
-        ax.hist(gaps_ms, bins=edges, histtype="step", label=s.label)
+        ax.hist(gaps_ms, bins=edges.tolist(), histtype="step", label=s.label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("time between consecutive rows (ms), from the data", fontsize=8)

@@ -45,13 +45,9 @@ def scope_summary(intervals: pa.Table) -> list[tuple[str, ...]]:
     for name in dict.fromkeys(names):
         mask = pc.equal(intervals.column("name"), name).to_numpy(zero_copy_only=False)
         done = (end - begin)[mask & closed] / 1e9
-        stats = (
-            (done.sum(), done.mean(), done.min(), done.max()) if len(done) else (None,) * 4
-        )
-        rows.append(
-            (str(name), str(int(mask.sum())), str(int((mask & ~closed).sum())))
-            + tuple(fmt_seconds(None if v is None else float(v)) for v in stats)
-        )
+        stats = (done.sum(), done.mean(), done.min(), done.max()) if len(done) else (None,) * 4
+        durations = [fmt_seconds(None if v is None else float(v)) for v in stats]
+        rows.append((str(name), str(int(mask.sum())), str(int((mask & ~closed).sum())), *durations))
     return rows
 
 
