@@ -35,13 +35,20 @@ INLINE_ROWS = 200
 SENT_PER_ROW = 1000
 RECV_PER_ROW = 500
 
-PROVENANCE = {
+PROVENANCE = {  # the layout of stroboscope.sampling._provenance (format 1), plus a histogram
+    "format": 1,
     "stroboscope_version": "0.1.0",
     "host": "testhost",
     "pid": PID,
-    "command": ["python", "train.py"],
-    "sampler": {"interval_s": 0.001, "ticks_missed": 3, "lateness_p99_ns": 1032192},
-    "gpus": {"name": "gpu", "reason": "fake NVML: 1 GPU of 2 visible"},
+    "cmdline": ["python", "train.py"],
+    "interval_s": 0.001,
+    "ticks_taken": 240,
+    "ticks_missed": 3,
+    "rows_lost": 0,
+    "clock": {"anchor_ns": 1, "anchor_uncertainty_ns": 17, "clock": "CLOCK_MONOTONIC"},
+    "sources": [{"name": "cpu", "every": 4, "interval_s": 0.004, "interface": "/proc/stat"}],
+    "gpus": {"driver_version": "550.54.15", "devices": [], "reason": "fake NVML: 1 of 2 GPUs"},
+    "missing": ["cmdline of the monitored process"],
     "lateness_histogram": {"upper_ns": [1000, 10000, 100000, 1000000], "counts": [5, 40, 7, 1]},
 }
 

@@ -71,8 +71,10 @@ def test_terminal_summary_matches_the_data(run: Path, capsys: pytest.CaptureFixt
     assert "net.sent_bytes " not in out.split("column  ")[1].split("column  ")[0]  # not a level
     # What was not there, and why; the sampler's own figures; the scopes.
     assert "no value in any row: " in out and "gpu.0.fan_pct" in out
-    assert "gpu: fake NVML: 1 GPU of 2 visible" in out
-    assert "sampler.ticks_missed: 3" in out and "rows lost" in out
+    assert "gpus: fake NVML: 1 of 2 GPUs" in out
+    assert "provenance: cmdline of the monitored process not known" in out
+    assert "ticks_missed: 3" in out and "clock.anchor_uncertainty_ns: 17" in out
+    assert "source cpu: every 0.004 s, reads /proc/stat" in out and "rows lost" in out
     step = _row(out, "step")
     assert step[1:3] == ["3", "0"]
     train = _row(out, "train")
@@ -121,6 +123,7 @@ BAD_CASES = [
     ("not-ours.parquet", "is not a stroboscope recording: it has no time and no mono_ns column"),
     ("empty.parquet", "is an empty recording"),
     ("missing.parquet", "no such file or directory"),
+    ("zero-bytes.parquet", "is empty (0 bytes): not a recording"),
     ("empty-dir", "holds no recording"),
 ]
 
@@ -133,6 +136,7 @@ def test_bad_inputs_exit_2_naming_the_problem(
     pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "not-ours.parquet")
     pq.write_table(pq.read_table(run).slice(0, 0), tmp_path / "empty.parquet")
     (tmp_path / "empty-dir").mkdir()
+    (tmp_path / "zero-bytes.parquet").write_bytes(b"")
     assert main(["report", str(tmp_path / name)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("stroboscope report: error: ") and message in err

@@ -61,9 +61,10 @@ def test_page_holds_the_figures_of_the_data(run: Path, page: Path) -> None:
     assert _cells(text, "net.sent_bytes")[4] == fmt_value(float(sent[-1] - sent[0]), "bytes")
     assert _cells(text, "step")[1:3] == ["3", "0"]
     assert "gpu.0.fan_pct: no value in any row" in text
-    assert "gpu: fake NVML: 1 GPU of 2 visible" in text
+    assert "gpus: fake NVML: 1 of 2 GPUs" in text
+    assert _cells(text, "ticks_missed")[1] == "3"
     assert _cells(text, "host")[1] == "testhost"  # provenance, flattened
-    assert _cells(text, "command")[1] == '["python", "train.py"]'
+    assert _cells(text, "cmdline")[1] == '["python", "train.py"]'
 
 
 def test_png_plots_match_the_html(run: Path, page: Path) -> None:

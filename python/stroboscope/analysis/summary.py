@@ -92,6 +92,8 @@ def describe_columns(
     """
     out: list[ColumnSummary] = []
     has_mono = "mono_ns" in table.column_names
+    all_mono = table.column("mono_ns").to_numpy(zero_copy_only=False) if has_mono else None
+    every_row: list[float | None] = []  # the spacing of all rows, computed once when needed
     for field in table.schema:
         name = field.name
         if name in TIME_COLUMNS or not (
@@ -101,13 +103,19 @@ def describe_columns(
         unit = (units or {}).get(name) or column_unit(field)
         kind = column_kind(field)
         col = table.column(name)
-        valid_mask = col.is_valid()
-        values = col.filter(valid_mask).cast(pa.float64()).to_numpy()
-        values = values[~np.isnan(values)]
-        every = None
-        if has_mono:
-            mono = table.column("mono_ns").filter(valid_mask).to_numpy(zero_copy_only=False)
-            every = _median_spacing_s(mono)
+        values = np.asarray(pc.fill_null(col, 0).to_numpy(zero_copy_only=False), np.float64)
+        mask = ~np.isnan(values)
+        if col.null_count:
+            mask &= np.asarray(col.is_valid().to_numpy(zero_copy_only=False), bool)
+        mono = all_mono
+        if all_mono is not None and mask.all():
+            if not every_row:
+                every_row.append(_median_spacing_s(all_mono))
+            every = every_row[0]
+        else:
+            values = values[mask]
+            mono = None if all_mono is None else all_mono[mask]
+            every = None if mono is None else _median_spacing_s(mono)
         if len(values) == 0:
             out.append(
                 ColumnSummary(name, unit, kind, table.num_rows, 0, None, None, None, None, None)
@@ -116,8 +124,7 @@ def describe_columns(
         total = rate = None
         if kind == "counter":
             total = float(values[-1] - values[0])
-            if has_mono and len(values) > 1:
-                mono = table.column("mono_ns").filter(valid_mask).to_numpy(zero_copy_only=False)
+            if mono is not None and len(values) > 1:
                 span = (int(mono[-1]) - int(mono[0])) / 1e9
                 rate = total / span if span > 0 else None
         out.append(
@@ -247,14 +254,21 @@ SAMPLES_NOTE = (
 )
 
 
-def summarize(table: pa.Table, units: Mapping[str, str] | None = None) -> str:
+def summarize(
+    table: pa.Table,
+    units: Mapping[str, str] | None = None,
+    *,
+    summaries: list[ColumnSummary] | None = None,
+) -> str:
     """A plain-text summary of ``table``: its span from the data, one table for levels and
     rates (mean, min, max, last), one for counters (total and mean rate), what each sample
     count means, and the columns that hold no value at all.
 
-    ``units`` overrides the units of the field metadata.
+    ``units`` overrides the units of the field metadata; ``summaries`` are the figures of
+    :func:`describe_columns` when already computed.
     """
-    summaries = describe_columns(table, units)
+    if summaries is None:
+        summaries = describe_columns(table, units)
     span = data_span_s(table)
     spacing = None
     if "mono_ns" in table.column_names:

@@ -55,18 +55,22 @@ def minmax_indices(
     if n <= 4 * width:
         return np.arange(n, dtype=np.int64)
     y = np.asarray(y, dtype=np.float64)
+    x = np.asarray(x, dtype=np.int64)
+    lo = int(x[0]) if lo is None else lo
+    hi = int(x[-1]) if hi is None else hi
+    # x ascending: each bucket is a run of indices; its first index is where x reaches the
+    # bucket's left edge (the same rule as bucket_of, evaluated at the W edges, not n points)
     b = bucket_of(x, width, lo, hi)
-    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])  # x ascending: buckets are runs
-    ends = np.r_[starts[1:], n] - 1
-    seg = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
+    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    lengths = np.diff(np.r_[starts, n])
+    ends = starts + lengths - 1
     mins = np.minimum.reduceat(y, starts)
     maxs = np.maximum.reduceat(y, starts)
-    pos = np.arange(n, dtype=np.int64)
-    # the first index in each run holding its min (and max): a masked minimum of positions
-    at_min = np.where(y == mins[seg], pos, n)
-    at_max = np.where(y == maxs[seg], pos, n)
-    first_min = np.minimum.reduceat(at_min, starts)
-    first_max = np.minimum.reduceat(at_max, starts)
+    # the first index in each run holding its min (max): the first hit at or after its start
+    hits_min = np.flatnonzero(y == np.repeat(mins, lengths))
+    hits_max = np.flatnonzero(y == np.repeat(maxs, lengths))
+    first_min = hits_min[np.searchsorted(hits_min, starts)]
+    first_max = hits_max[np.searchsorted(hits_max, starts)]
     keep = np.concatenate([starts, first_min, first_max, ends])
     return np.unique(keep)
 

@@ -18,7 +18,6 @@ from stroboscope.analysis.summary import (
     SAMPLES_NOTE,
     counter_rows,
     data_span_s,
-    describe_columns,
     level_rows,
 )
 from stroboscope.export import _meta
@@ -73,7 +72,7 @@ def _series_html(report: Report, s: Series) -> str:
         f"<p>{_esc(s.source)}: {s.table.num_rows} rows from {_iso(int(mm['min'].as_py()))} to "
         f"{_iso(int(mm['max'].as_py()))}, {data_span_s(s.table):.3f} s of data</p>",
     ]
-    summaries = describe_columns(s.table)
+    summaries = report.describe(s)
     levels, counters = level_rows(summaries), counter_rows(summaries)
     if levels:
         parts += ["<h3>Levels and rates</h3>", table_html(LEVEL_HEADER, levels, left=3)]

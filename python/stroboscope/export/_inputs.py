@@ -11,6 +11,7 @@ recording (``<stem>.scopes.parquet``) or given by the caller is attached to it.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -98,21 +99,35 @@ def check_recording(table: pa.Table, what: str) -> pa.Table:
     return table
 
 
-def _read_file(path: Path) -> pa.Table:
+def _wanted(schema: pa.Schema, patterns: list[str] | None) -> list[str] | None:
+    """The columns to read for ``patterns`` (``--columns``), or None for all of them: also
+    when a pattern matches nothing, so that the selection's error can list every column."""
+    if not patterns:
+        return None
+    names = [n for n in schema.names if n not in ("time", "mono_ns")]
+    if not all(fnmatch.filter(names, p) for p in patterns):
+        return None
+    keep = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    return [n for n in ("time", "mono_ns") if n in schema.names] + keep
+
+
+def _read_file(path: Path, patterns: list[str] | None = None) -> pa.Table:
     with open(path, "rb") as f:
         head = f.read(8)
     if head[: len(MAGIC)] == MAGIC:
         from stroboscope.recording.spool import recover
 
         return recover(path).to_arrow()
+    if not head:
+        raise ValueError(f"{path} is empty (0 bytes): not a recording")
     if head[:4] != b"PAR1":
         raise ValueError(
             f"{path} is not a recording: neither a Parquet file nor a stroboscope spool "
             f"(it starts with {head!r}); give a .parquet recording, a spool, a segment folder "
             f"or a partitioned dataset directory"
         )
-    try:
-        return pq.read_table(path)
+    try:  # only the columns asked for: a 1-hour 1 kHz run is read in a fraction of the time
+        return pq.read_table(path, columns=_wanted(pq.read_schema(path), patterns))
     except (pa.ArrowException, OSError) as exc:
         raise ValueError(f"{path} is not a readable Parquet file: {exc}") from None
 
@@ -204,7 +219,7 @@ def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, byte
     return out
 
 
-def read_input(path: str | os.PathLike[str]) -> list[Series]:
+def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) -> list[Series]:
     """The series of one input (see the module's docstring); ValueError naming what is wrong."""
     p = Path(path)
     if not p.exists():
@@ -226,18 +241,23 @@ def read_input(path: str | os.PathLike[str]) -> list[Series]:
             Series(label, str(p), check_recording(t, f"{p} ({label})"), _decode(md))
             for label, t, md in _read_dataset(p)
         ]
-    table = check_recording(_read_file(p), str(p))
+    table = check_recording(_read_file(p, patterns), str(p))
     beside = scopes_beside(p)
     scopes = read_scopes(beside) if beside is not None else None
     return [Series(p.stem, str(p), table, _decode(table.schema.metadata), scopes)]
 
 
-def read_inputs(paths: list[str], scopes: str | os.PathLike[str] | None = None) -> list[Series]:
+def read_inputs(
+    paths: list[str],
+    scopes: str | os.PathLike[str] | None = None,
+    patterns: list[str] | None = None,
+) -> list[Series]:
     """Every series of every input, in order; ``scopes`` (a scope-intervals Parquet file) is
-    attached to each, replacing one found beside it."""
+    attached to each, replacing one found beside it. ``patterns`` (column names or patterns)
+    lets a Parquet file be read for those columns only."""
     if not paths:
         raise ValueError("give at least one recording (RUN.parquet, a spool or a directory)")
-    series = [s for path in paths for s in read_input(path)]
+    series = [s for path in paths for s in read_input(path, patterns)]
     if scopes is not None:
         table = read_scopes(scopes)
         series = [replace(s, scopes=table) for s in series]

@@ -74,11 +74,12 @@ def _walk(value: Any, path: str) -> list[tuple[str, Any]]:
 
 def unavailable(metadata: dict[str, str]) -> list[str]:
     """``"what: why"`` for every object in the provenance with a non-empty ``reason`` (a
-    source that failed, no GPU found and why)."""
+    source that failed, no GPU found and why), and what the provenance says is ``missing``
+    (a recording recovered from a spool knows less)."""
     prov = provenance(metadata)
     if prov is None:
         return []
-    out = []
+    out = [f"provenance: {m} not known" for m in prov.get("missing") or [] if isinstance(m, str)]
     for path, value in _walk(prov, ""):
         if isinstance(value, dict) and value.get("reason"):
             name = value.get("name") or path or "run"
@@ -86,11 +87,38 @@ def unavailable(metadata: dict[str, str]) -> list[str]:
     return out
 
 
+_SAMPLER_KEYS = (
+    "interval_s",
+    "ticks_",
+    "lateness_",
+    "cost_",
+    "rows_lost",
+    "table_rows_lost",
+    "thread_cpu",
+    "clock.anchor_uncertainty_ns",
+)
+"""Top-level provenance figures (and prefixes) that are the sampler's measurement of itself."""
+
+
 def sampler_figures(metadata: dict[str, str]) -> list[tuple[str, str]]:
-    """The sampler's measurement of itself, when the provenance has it (``sampler`` or
-    ``stats``), plus ``stroboscope.rows_lost``; per-source lists are left to "not available"."""
+    """The sampler's measurement of itself, when the provenance has it: its top-level figures
+    (interval, ticks taken/missed, lateness, rows lost, the clock anchor's uncertainty), each
+    source's interval and interface, any ``sampler``/``stats`` object, and
+    ``stroboscope.rows_lost``."""
     out: list[tuple[str, str]] = []
     prov = provenance(metadata) or {}
+    out += [
+        (k, v)
+        for k, v in flatten({k: v for k, v in prov.items() if not isinstance(v, list)})
+        if any(k == key or (key.endswith("_") and k.startswith(key)) for key in _SAMPLER_KEYS)
+    ]
+    for src in prov.get("sources") or []:
+        if isinstance(src, dict) and "name" in src:
+            every = src.get("interval_s")
+            text = f"every {every} s" if every is not None else "interval unknown"
+            if src.get("interface"):
+                text += f", reads {src['interface']}"
+            out.append((f"source {src['name']}", text))
     for key in ("sampler", "stats"):
         value = prov.get(key)
         if isinstance(value, dict):

@@ -59,11 +59,11 @@ class Plot:
     height: int
 
 
-def _figure(panels: int) -> tuple[Figure, list[Axes]]:
+def _figure(panels: int, sharex: bool = True) -> tuple[Figure, list[Axes]]:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(WIDTH_PX / DPI, 0.6 + PANEL_HEIGHT_IN * panels), dpi=DPI)
-    axes = fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0].tolist()
+    axes = fig.subplots(panels, 1, sharex=sharex, squeeze=False)[:, 0].tolist()
     return fig, axes
 
 
@@ -204,7 +204,7 @@ def _draw_timing(
     panels = [s for s in series if s.table.num_rows > 1]
     if not panels and not lateness:
         return None
-    fig, axes = _figure(1 + bool(lateness))
+    fig, axes = _figure(1 + bool(lateness), sharex=False)
     ax = axes[0]
     for s in panels:
         gaps_ms = row_spacing_ns(s) / 1e6
@@ -218,7 +218,8 @@ def _draw_timing(
     if lateness:
         ax2 = axes[1]
         for label, (upper_us, counts) in lateness.items():
-            ax2.step(upper_us, counts, where="post", label=label)
+            # bin i holds the ticks late by up to upper_us[i] (and more than the bin before)
+            ax2.stairs(counts, [upper_us[0] / 10, *upper_us], label=label)
         ax2.set_xscale("log")
         ax2.set_xlabel("sampler's wake-up lateness (µs, upper bound of each bin)", fontsize=8)
         ax2.set_ylabel("ticks", fontsize=8)

@@ -21,12 +21,17 @@ _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|
 _SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
+def split_patterns(patterns: list[str]) -> list[str]:
+    """``["cpu.*,mem.used_bytes", "gpu.0.*"]`` → each name or pattern once, in order."""
+    return list(dict.fromkeys(p.strip() for text in patterns for p in text.split(",") if p.strip()))
+
+
 def select_columns(series: list[Series], patterns: list[str] | None) -> list[Series]:
     """Keep ``time``, ``mono_ns`` and the columns matching any of ``patterns`` (names or
     shell-style patterns such as ``gpu.0.*``; comma-separated lists are split)."""
     if not patterns:
         return series
-    wanted = [p.strip() for text in patterns for p in text.split(",") if p.strip()]
+    wanted = split_patterns(patterns)
     if not wanted:
         raise ValueError("--columns names no column: give names or patterns such as 'cpu.*'")
     available = sorted({c for s in series for c in s.table.column_names if c not in TIME_COLUMNS})

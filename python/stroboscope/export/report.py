@@ -22,11 +22,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stroboscope._files import replace_private
-from stroboscope.analysis.summary import fmt_seconds, summarize, text_table
+from stroboscope.analysis.summary import (
+    ColumnSummary,
+    describe_columns,
+    fmt_seconds,
+    summarize,
+    text_table,
+)
 from stroboscope.export import _meta
 from stroboscope.export._inputs import Series, read_inputs
 from stroboscope.export._plots import Plot, render_plots, require_matplotlib
-from stroboscope.export._select import select_columns, select_scope, select_time
+from stroboscope.export._select import (
+    select_columns,
+    select_scope,
+    select_time,
+    split_patterns,
+)
 
 __all__ = ["Report", "build_report", "scope_summary", "write_html", "write_pngs"]
 
@@ -63,6 +74,14 @@ class Report:
 
     series: list[Series]
     _plots: list[Plot] | None = field(default=None, repr=False)
+    _described: dict[int, list[ColumnSummary]] = field(default_factory=dict, repr=False)
+
+    def describe(self, s: Series) -> list[ColumnSummary]:
+        """The column figures of one series (computed once, shared by the text and the page)."""
+        key = id(s.table)
+        if key not in self._described:
+            self._described[key] = describe_columns(s.table)
+        return self._described[key]
 
     def lateness(self) -> dict[str, tuple[list[float], list[int]]]:
         """The sampler's lateness histogram of each series that recorded one, by label."""
@@ -81,7 +100,7 @@ class Report:
 
     def sections(self, s: Series) -> list[tuple[str, str]]:
         """The text sections of one series: summary, sampler, not available, scopes."""
-        out = [("summary", summarize(s.table))]
+        out = [("summary", summarize(s.table, summaries=self.describe(s)))]
         figures = _meta.sampler_figures(s.metadata)
         if figures:
             out.append(("sampler", "\n".join(f"{k}: {v}" for k, v in figures)))
@@ -139,7 +158,8 @@ def build_report(
         An input that is not a recording or is empty, a column no input has, a time range
         outside the run, a scope never entered: the message names which and why.
     """
-    series = read_inputs(list(inputs), scopes)
+    patterns = split_patterns(columns) if columns else None
+    series = read_inputs(list(inputs), scopes, patterns)
     series = select_columns(series, columns)
     series = select_time(series, start, end)
     series = select_scope(series, scope)
