@@ -74,7 +74,8 @@ def test_terminal_summary_matches_the_data(run: Path, capsys: pytest.CaptureFixt
     assert "gpus: fake NVML: 1 of 2 GPUs" in out
     assert "provenance: cmdline of the monitored process not known" in out
     assert "ticks_missed: 3" in out and "clock.anchor_uncertainty_ns: 17" in out
-    assert "source cpu: every 0.004 s, reads /proc/stat" in out and "rows lost" in out
+    assert "source cpu: every 0.004 s, reads /proc/stat" in out and "rows_lost: 0" in out
+    assert "lateness_histogram" not in out  # drawn in the HTML, not listed
     step = _row(out, "step")
     assert step[1:3] == ["3", "0"]
     train = _row(out, "train")
@@ -188,3 +189,13 @@ def test_scope_option_keeps_rows_inside_its_spans(run: Path) -> None:
     assert report.series[0].table.column("mono_ns").to_pylist() == want
     by_path = build_report([str(run)], scope="train/step").series[0].table
     assert by_path.column("mono_ns").to_pylist() == want
+
+
+def test_metadata_without_provenance(run: Path, tmp_path: Path) -> None:
+    # A recording from before provenance: rows lost from the schema metadata, nothing else.
+    table = pq.read_table(run)
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(table.replace_schema_metadata({b"stroboscope.rows_lost": b"7"}), bare)
+    text = build_report([str(bare)]).text()
+    assert "rows lost (overwritten before they were kept): 7" in text
+    assert "not available:" not in text and "scopes:" not in text

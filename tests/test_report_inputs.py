@@ -75,6 +75,7 @@ def test_partitioned_dataset_gives_one_series_per_host_and_rank(
         table = _recorded(tmp_path, 12, sent)
         pq.write_table(table.slice(0, 6), d / "part-0.parquet")
         pq.write_table(table.slice(6), d / "part-1.parquet")
+        pq.write_table(pa.table({"name": ["x"]}), d / "part-0.scopes.parquet")  # not a part
         tables[(host, rank)] = table
     series = build_report([str(root)]).series
     assert [s.label for s in series] == [

@@ -189,17 +189,30 @@ def _read_segments(directory: Path, base: str, segments: list[Path]) -> pa.Table
 def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, bytes] | None]]:
     import pyarrow.dataset as ds
 
-    try:
-        dataset = ds.dataset(directory, format="parquet", partitioning="hive")
-    except (pa.ArrowException, OSError) as exc:
-        raise ValueError(
-            f"{directory} is not a readable dataset of Parquet recordings: {exc}"
-        ) from None
-    if not dataset.files:
+    # Recordings only: not scope tables kept beside them, nor hidden or temporary files.
+    files = sorted(
+        str(f)
+        for f in directory.rglob("*.parquet")
+        if f.is_file()
+        and not f.name.endswith(".scopes.parquet")
+        and not any(part.startswith((".", "_")) for part in f.relative_to(directory).parts)
+    )
+    if not files:
         raise ValueError(
             f"{directory} holds no recording: no .parquet file in it or below it (give a "
             f"recording, a spool, a segment folder or a partitioned dataset directory)"
         )
+    try:
+        dataset = ds.dataset(
+            files,
+            format="parquet",
+            partitioning=ds.HivePartitioning.discover(),
+            partition_base_dir=str(directory),
+        )
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(
+            f"{directory} is not a readable dataset of Parquet recordings: {exc}"
+        ) from None
     first = pq.read_schema(dataset.files[0])
     keys = [n for n in dataset.schema.names if n not in first.names]
     table = dataset.to_table()

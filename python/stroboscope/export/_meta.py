@@ -111,6 +111,7 @@ def sampler_figures(metadata: dict[str, str]) -> list[tuple[str, str]]:
         (k, v)
         for k, v in flatten({k: v for k, v in prov.items() if not isinstance(v, list)})
         if any(k == key or (key.endswith("_") and k.startswith(key)) for key in _SAMPLER_KEYS)
+        and "hist" not in k  # the histogram is drawn, not listed
     ]
     for src in prov.get("sources") or []:
         if isinstance(src, dict) and "name" in src:
@@ -125,7 +126,7 @@ def sampler_figures(metadata: dict[str, str]) -> list[tuple[str, str]]:
             plain = {k: v for k, v in value.items() if not isinstance(v, (dict, list))}
             out += flatten(plain, key)
     lost = metadata.get("stroboscope.rows_lost")
-    if lost is not None:
+    if lost is not None and "rows_lost" not in prov:
         out.append(("rows lost (overwritten before they were kept)", lost))
     return out
 
