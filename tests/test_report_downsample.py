@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from stroboscope.export._downsample import bucket_of, downsample, minmax_indices
+from stroboscope.export._downsample import break_gaps, bucket_of, downsample, minmax_indices
 from stroboscope.export._select import scope_mask
 
 
@@ -72,3 +72,12 @@ def test_scope_mask_is_the_union_of_intervals() -> None:
     want = [any(b <= m <= e for b, e in zip(begins, ends)) for m in mono.tolist()]
     assert scope_mask(mono, begins, ends).tolist() == want
     assert not scope_mask(mono, begins[:0], ends[:0]).any()
+
+
+def test_gaps_break_the_line() -> None:
+    x = np.array([0, 10, 20, 200, 210], dtype=np.int64)
+    y = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    xs, ys = break_gaps(x, y, spacing=10.0)
+    assert np.isnan(xs[3]) and np.isnan(ys[3])
+    assert xs[~np.isnan(xs)].tolist() == x.tolist() and ys[~np.isnan(ys)].tolist() == y.tolist()
+    assert not np.isnan(break_gaps(x[:3], y[:3], spacing=10.0)[1]).any()

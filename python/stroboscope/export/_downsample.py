@@ -75,6 +75,21 @@ def minmax_indices(
     return np.unique(keep)
 
 
+def break_gaps(x: Array, y: Array, spacing: float, factor: float = 5.0) -> tuple[Array, Array]:
+    """Insert a NaN point (a break in a matplotlib line) between consecutive points more than
+    ``factor * spacing`` apart, so no line is drawn across a stretch without readings.
+
+    Consecutive points that :func:`minmax_indices` keeps in two different buckets are
+    consecutive in the data too (the last of one bucket, the first of the next), so a gap seen
+    here is a gap in the data."""
+    if len(x) < 2 or not spacing > 0:
+        return np.asarray(x, np.float64), np.asarray(y, np.float64)
+    cut = np.flatnonzero(np.diff(x) > factor * spacing) + 1
+    xf = np.insert(np.asarray(x, np.float64), cut, np.nan)
+    yf = np.insert(np.asarray(y, np.float64), cut, np.nan)
+    return xf, yf
+
+
 def downsample(
     x: Array, y: Array, width: int, lo: int | None = None, hi: int | None = None
 ) -> tuple[Array, Array]:

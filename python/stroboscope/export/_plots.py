@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stroboscope.analysis.summary import fmt_value
-from stroboscope.export._downsample import downsample
+from stroboscope.export._downsample import break_gaps, downsample
 from stroboscope.export._groups import Group, plot_groups
 from stroboscope.export._inputs import Series
 
@@ -157,6 +157,14 @@ def _draw_scopes(axes: list[Axes], series: list[Series], t0: int) -> None:
         )
 
 
+def _isolated(y: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Points with no drawn neighbour (NaN or nothing on both sides)."""
+    ok = ~np.isnan(y)
+    before = np.r_[False, ok[:-1]]
+    after = np.r_[ok[1:], False]
+    return np.asarray(ok & ~before & ~after)
+
+
 def _draw_group(group: Group, series: list[Series], t0: int, t1: int) -> Plot:
     fig, axes = _figure(len(group.panels))
     many = len(series) > 1
@@ -173,8 +181,13 @@ def _draw_group(group: Group, series: list[Series], t0: int, t1: int) -> Plot:
                     continue
                 x = x_all.filter(valid).to_numpy(zero_copy_only=False)
                 xs, ys = downsample(x, y, WIDTH_PX, t0, t1)
+                spacing = float(np.median(np.diff(x))) if len(x) > 1 else 0.0
+                xs, ys = break_gaps(xs - t0, ys, spacing)  # no line across missing readings
                 name = f"{col} [{s.label}]" if many else col
-                ax.plot((xs - t0) / 1e9, ys, linewidth=0.9, label=name)
+                (line,) = ax.plot(xs / 1e9, ys, linewidth=0.9, label=name)
+                alone = _isolated(ys)  # a reading between two gaps: a dot, not an invisible line
+                if alone.any():
+                    ax.plot(xs[alone] / 1e9, ys[alone], ".", markersize=2, color=line.get_color())
         ax.set_ylabel(label, fontsize=8)
         formatter = _unit_formatter(label)
         if formatter is not None:
@@ -182,9 +195,8 @@ def _draw_group(group: Group, series: list[Series], t0: int, t1: int) -> Plot:
         ax.grid(True, alpha=0.3)
         ax.tick_params(labelsize=8)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(
-                fontsize=7, loc="upper left", ncol=4 if len(columns) > 8 else 1, framealpha=0.6
-            )
+            lines = len(ax.get_legend_handles_labels()[0])
+            ax.legend(fontsize=7, loc="upper left", ncol=min(4, 1 + lines // 6), framealpha=0.6)
     _draw_scopes(axes, series, t0)
     axes[-1].set_xlabel("seconds after the first row", fontsize=8)
     axes[-1].set_xlim(0, max((t1 - t0) / 1e9, 1e-9))
