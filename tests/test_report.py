@@ -154,6 +154,7 @@ def test_bad_inputs_exit_2_naming_the_problem(
         (["--from", "yesterday"], "--from must be seconds after the run's start"),
         (["--scope", "nope"], "--scope 'nope' is not a scope of the recording(s); they have: "),
         (["--scopes", "missing.parquet"], "--scopes 'missing.parquet': no such file"),
+        (["--png", __file__], "is a file, not a directory"),
     ],
 )
 def test_bad_selections_exit_2(
@@ -199,3 +200,56 @@ def test_metadata_without_provenance(run: Path, tmp_path: Path) -> None:
     text = build_report([str(bare)]).text()
     assert "rows lost (overwritten before they were kept): 7" in text
     assert "not available:" not in text and "scopes:" not in text
+
+
+def test_columns_go_to_their_plots() -> None:
+    from stroboscope.export._groups import plot_groups
+
+    def f(name: str, unit: str, kind: str) -> pa.Field:
+        return pa.field(
+            name, pa.float64(), metadata={b"unit": unit.encode(), b"kind": kind.encode()}
+        )
+
+    schema = pa.schema(
+        [
+            pa.field("time", pa.timestamp("ns", tz="UTC")),
+            pa.field("mono_ns", pa.int64()),
+            f("cpu.util_pct", "%", "rate"),
+            f("cpu.0.util_pct", "%", "rate"),
+            f("cpu.1.util_pct", "%", "rate"),
+            f("proc.cpu_pct", "%", "rate"),
+            f("mem.used_bytes", "bytes", "gauge"),
+            f("cgroup.mem_limit_bytes", "bytes", "gauge"),
+            f("proc.rss_bytes", "bytes", "gauge"),
+            f("gpu.1.power_w", "W", "gauge"),
+            f("gpu.0.util_pct", "%", "gauge"),
+            f("gpu.0.energy_mj", "mJ", "counter"),
+            f("gpu.0.clock_event_reasons", "bitmask", "gauge"),
+            f("gpu.read_mono_ns", "ns", "gauge"),
+            f("net.sent_bytes", "bytes", "counter"),
+            f("net.sent_bytes_per_s", "bytes/s", "rate"),
+            f("psi.io.some_pct", "%", "rate"),
+            f("proc.threads", "count", "gauge"),
+        ]
+    )
+    got = {g.key: (g.title, dict(g.panels)) for g in plot_groups(schema)}
+    assert list(got) == [
+        "cpu-cores",
+        "cpu",
+        "memory",
+        "gpu-0",
+        "gpu-1",
+        "network",
+        "pressure",
+        "process",
+    ]
+    assert got["cpu-cores"][1] == {"%": ("cpu.0.util_pct", "cpu.1.util_pct")}
+    assert got["cpu"][1] == {"%": ("cpu.util_pct", "proc.cpu_pct")}
+    assert got["memory"][1] == {
+        "bytes": ("mem.used_bytes", "cgroup.mem_limit_bytes", "proc.rss_bytes")
+    }
+    assert got["gpu-0"] == (
+        "GPU 0",
+        {"%": ("gpu.0.util_pct",), "mJ (total since start)": ("gpu.0.energy_mj",)},
+    )
+    assert got["network"][1] == {"bytes/s": ("net.sent_bytes_per_s",)}  # the counter's rate
