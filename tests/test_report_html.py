@@ -105,6 +105,7 @@ def test_page_opens_in_headless_chromium(page: Path, tmp_path: Path) -> None:
             "--no-sandbox",
             "--disable-gpu",
             "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'profile'}",  # no shared profile, no lock
             "--enable-logging=stderr",
             "--v=0",
             f"--screenshot={shot}",
