@@ -4,6 +4,7 @@ data (a run on the fake /proc tree and fake NVML library with known values), and
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -76,20 +77,35 @@ def test_terminal_summary_matches_the_data(run: Path, capsys: pytest.CaptureFixt
     assert "ticks_missed: 3" in out and "clock.anchor_uncertainty_ns: 17" in out
     assert "source cpu: every 0.004 s, reads /proc/stat" in out and "rows_lost: 0" in out
     assert "lateness_histogram" not in out  # drawn in the HTML, not listed
-    step = _row(out, "step")
-    assert step[1:3] == ["3", "0"]
-    train = _row(out, "train")
-    assert train[1:3] == ["1", "1"] and train[3] == "-"  # still open: no duration
+    assert _row(out, "train/step")[1] == "3"  # the per-scope summary, by path
+    assert _row(out, "train")[1] == "0"  # still open: no closed call
 
 
-def test_scope_table_durations(run: Path) -> None:
+def test_scope_summary_is_the_analysis_one(run: Path) -> None:
+    from stroboscope.analysis.scope_summary import format_summary, summary
+
     report = build_report([str(run)])
-    scopes = report.series[0].scopes
-    assert scopes is not None
-    text = report.text()
-    steps = scopes.filter(pa.compute.equal(scopes.column("name"), "step"))
+    s = report.series[0]
+    assert s.scopes is not None
+    df = summary(s.table, s.scopes)
+    assert format_summary(df) in report.text()
+    steps = s.scopes.filter(pa.compute.equal(s.scopes.column("name"), "step"))
     d = (steps.column("end_ns").to_numpy() - steps.column("begin_ns").to_numpy()) / 1e9
+    assert df.loc["train/step", "total_s"] == pytest.approx(d.sum(), abs=1e-9)
+
+
+def test_scope_counts_without_pandas(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas fails
+    report = build_report([str(run)])
+    s = report.series[0]
+    assert s.scopes is not None
+    text = report.text()
+    steps = s.scopes.filter(pa.compute.equal(s.scopes.column("name"), "step"))
+    d = (steps.column("end_ns").to_numpy() - steps.column("begin_ns").to_numpy()) / 1e9
+    assert _row(text, "step")[1:3] == ["3", "0"]
     assert _row(text, "step")[3:] == [fmt_seconds(x) for x in (d.sum(), d.mean(), d.min(), d.max())]
+    train = _row(text, "train")
+    assert train[1:3] == ["1", "1"] and train[3] == "-"  # still open: no duration
 
 
 def test_summarize_counts_from_metadata_kinds() -> None:

@@ -8,6 +8,7 @@ import dataclasses
 import html
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,7 +61,8 @@ def test_page_holds_the_figures_of_the_data(run: Path, page: Path) -> None:
     assert _cells(text, "cpu.util_pct")[3] == f"{len(cpu_values)}/{table.num_rows}"
     sent = table.column("net.sent_bytes").to_numpy()
     assert _cells(text, "net.sent_bytes")[4] == fmt_value(float(sent[-1] - sent[0]), "bytes")
-    assert _cells(text, "step")[1:3] == ["3", "0"]
+    scopes = text.split('<pre class="scopes">')[1].split("</pre>")[0]
+    assert re.search(r"^train/step +3 ", html.unescape(scopes), re.M)
     assert "gpu.0.fan_pct: no value in any row" in text
     assert "gpus: fake NVML: 1 of 2 GPUs" in text
     assert _cells(text, "ticks_missed")[1] == "3"

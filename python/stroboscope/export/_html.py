@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1240px;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ccc}
-h3{font-size:1.05em}
+h3{font-size:1.05em}pre{font-size:12px;overflow-x:auto}
 table{border-collapse:collapse;margin:.5em 0;font-size:12px}
 td,th{border:1px solid #ddd;padding:2px 6px}th{background:#f3f3f3;text-align:left}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -64,7 +64,7 @@ def _iso(ns: int) -> str:
 
 
 def _series_html(report: Report, s: Series) -> str:
-    from stroboscope.export.report import SCOPE_HEADER, scope_summary
+    from stroboscope.export.report import scope_text
 
     mm = pc.min_max(s.table.column("time").cast(pa.int64()))
     parts = [
@@ -88,7 +88,10 @@ def _series_html(report: Report, s: Series) -> str:
     if figures:
         parts += ["<h3>Sampler</h3>", table_html(("figure", "value"), figures)]
     if s.scopes is not None and s.scopes.num_rows:
-        parts += ["<h3>Scopes</h3>", table_html(SCOPE_HEADER, scope_summary(s.scopes))]
+        parts += [
+            "<h3>Scopes</h3>",
+            f'<pre class="scopes">{_esc(scope_text(s.table, s.scopes))}</pre>',
+        ]
     entries = _meta.metadata_items(s.metadata)
     parts.append("<h3>Provenance and metadata</h3>")
     if entries:

@@ -39,14 +39,27 @@ from stroboscope.export._select import (
     split_patterns,
 )
 
-__all__ = ["Report", "build_report", "scope_summary", "write_html", "write_pngs"]
+__all__ = ["Report", "build_report", "scope_counts", "scope_text", "write_html", "write_pngs"]
 
 SCOPE_HEADER = ("scope", "calls", "open", "total", "mean", "min", "max")
 
 
-def scope_summary(intervals: pa.Table) -> list[tuple[str, ...]]:
+def scope_text(samples: pa.Table, intervals: pa.Table) -> str:
+    """The per-scope summary as text: :func:`stroboscope.analysis.scope_summary.summary`
+    (durations, and CPU, memory, GPU, power and energy inside each scope), which needs pandas;
+    without pandas, the calls and durations of :func:`scope_counts`."""
+    try:
+        import pandas  # noqa: F401
+
+        from stroboscope.analysis.scope_summary import format_summary, summary
+    except ImportError:
+        return text_table(SCOPE_HEADER, scope_counts(intervals))
+    return format_summary(summary(samples, intervals))
+
+
+def scope_counts(intervals: pa.Table) -> list[tuple[str, ...]]:
     """Per scope name: calls, calls still open, and the total, mean, min and max duration of
-    the closed ones. (The one place to swap for ``stroboscope.analysis.scopes.summary``.)"""
+    the closed ones (the scope table when pandas is not installed)."""
     rows = []
     names = intervals.column("name").to_pylist()
     begin = intervals.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64)
@@ -108,7 +121,7 @@ class Report:
         if missing:
             out.append(("not available", "\n".join(missing)))
         if s.scopes is not None and s.scopes.num_rows:
-            out.append(("scopes", text_table(SCOPE_HEADER, scope_summary(s.scopes))))
+            out.append(("scopes", scope_text(s.table, s.scopes)))
         return out
 
     def text(self) -> str:
