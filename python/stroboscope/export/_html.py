@@ -86,7 +86,7 @@ def _series_html(report: Report, s: Series) -> str:
         parts.append(f"<h3>Not available</h3><ul>{items}</ul>")
     figures = _meta.sampler_figures(s.metadata)
     if figures:
-        parts += ["<h3>Sampler</h3>", table_html(("figure", "value"), figures)]
+        parts += ["<h3>Sampler</h3>", table_html(("figure", "value"), figures, left=2)]
     if s.scopes is not None and s.scopes.num_rows:
         parts += [
             "<h3>Scopes</h3>",
@@ -95,7 +95,7 @@ def _series_html(report: Report, s: Series) -> str:
     entries = _meta.metadata_items(s.metadata)
     parts.append("<h3>Provenance and metadata</h3>")
     if entries:
-        parts.append(table_html(("key", "value"), entries))
+        parts.append(table_html(("key", "value"), entries, left=2))
     else:
         parts.append('<p class="note">This recording carries no metadata.</p>')
     return "\n".join(parts)
