@@ -57,7 +57,7 @@ def main() -> None:
                 with stroboscope.annotate("validation"), torch.no_grad():
                     model.eval()
                     val_loss = sum(float(torch.nn.functional.mse_loss(model(x), y)) for x, y in val)
-            print(f"epoch {epoch}: train loss {float(loss):.4f}, validation loss {val_loss:.4f}")
+            print(f"epoch {epoch}: train loss {loss.item():.4f}, validation loss {val_loss:.4f}")
 
     print(sampler.summary().to_string())
     parquet = out / "run.parquet"

@@ -108,8 +108,9 @@ def test_receiver_fed_by_a_sampler(tmp_path: Path) -> None:
 
 def test_torch_training_loop_with_scopes(tmp_path: Path) -> None:
     _needs("torch", "pandas")
-    if importlib.util.find_spec("stroboscope.scopes") is None:
-        pytest.skip("the scopes room (stroboscope.annotate) is not installed")
+    for room in ("stroboscope.scopes", "stroboscope.analysis.scopes"):
+        if importlib.util.find_spec(room) is None:
+            pytest.skip(f"{room} (scopes and their summary) is not installed")
     stdout = _run("torch_training_loop.py", tmp_path)
     for scope in ("epoch", "train_step", "forward", "backward", "optimizer", "validation"):
         assert scope in stdout
