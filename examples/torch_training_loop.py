@@ -36,9 +36,9 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    train = torch.utils.data.DataLoader(make_data(), batch_size=32, shuffle=True)
+    train = torch.utils.data.DataLoader(make_data(8192), batch_size=32, shuffle=True)
     val = torch.utils.data.DataLoader(make_data(128), batch_size=64)
 
     with stroboscope.Sampler(interval=0.002) as sampler:
