@@ -102,7 +102,8 @@ def _check_windows_against_the_rows(
 
 def test_lightning_hooks_in_fit_order(tmp_path: Path) -> None:
     out = tmp_path / "run.parquet"
-    cb = LightningHooks(out, log_every_n_steps=3, interval=0.005, sources=["memory", "process"])
+    every_tick = {"memory": 0.005, "process": 0.005}  # not at their natural resolution: each row
+    cb = LightningHooks(out, log_every_n_steps=3, interval=0.005, sources=every_tick)
     logger = _Logger(cb.recorder)
     trainer = SimpleNamespace(
         global_step=0,
@@ -139,7 +140,7 @@ def test_lightning_hooks_in_fit_order(tmp_path: Path) -> None:
 
 def test_trainer_hooks_in_train_order(tmp_path: Path) -> None:
     out = tmp_path / "run.csv"
-    cb = TrainerHooks(out, interval=0.005, sources=["memory"], prefix="system/")
+    cb = TrainerHooks(out, interval=0.005, sources={"memory": 0.005}, prefix="system/")
     state = SimpleNamespace(global_step=0, epoch=0.0, log_history=[])
     args, control = object(), object()
     logged: list[tuple[int, dict[str, Any], int]] = []

@@ -3,12 +3,15 @@ never when stderr is not one or with --quiet; its text checked by hand."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -64,10 +67,12 @@ def test_wanted_only_on_a_terminal(tmp_path: Path) -> None:
         os.close(slave)
 
 
-def _record_on_a_pty(tmp_path: Path, *extra: str) -> tuple[int, str, str]:
-    """Run ``record`` with stderr on a pseudo-terminal (stdout a pipe); return the exit code,
-    what the terminal got and stdout."""
+def _record_on_a_pty(tmp_path: Path, *extra: str, columns: int = 0) -> tuple[int, str, str]:
+    """Run ``record`` with stderr on a pseudo-terminal (stdout a pipe; ``columns`` wide, or of
+    no size it tells); return the exit code, what the terminal got and stdout."""
     master, slave = pty.openpty()
+    if columns:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     out = tmp_path / "run.parquet"
     proc = subprocess.Popen(
         [sys.executable, "-m", "stroboscope", "record", "-o", str(out), *extra],
@@ -142,3 +147,13 @@ def test_no_status_line_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "\x1b[K" not in done.stderr and "rows |" not in done.stderr
     assert "\x1b" not in done.stdout and done.stdout.startswith("recorded ")
+
+
+def test_the_status_line_fits_a_narrow_terminal(tmp_path: Path) -> None:
+    code, tty, _ = _record_on_a_pty(
+        tmp_path, "--duration", "1.5", "--sources", "memory,process", columns=30
+    )
+    assert code == 0, tty
+    draws = [d for d in tty.split(ERASE) if d]
+    assert draws, repr(tty)
+    assert all(len(d) == 29 and d.startswith("rec ") for d in draws), draws  # cut at 29 columns

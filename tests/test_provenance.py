@@ -42,8 +42,11 @@ def test_a_frame_carries_its_run_and_rows() -> None:
     assert prov["cmdline"] == me.cmdline()
     assert prov["interval_s"] == 0.01
     by_name = {src["name"]: src for src in prov["sources"]}
-    assert by_name["memory"]["every"] == 1 and by_name["memory"]["interval_s"] == 0.01
     assert by_name["cpu"]["every"] == 3 and by_name["cpu"]["interval_s"] == pytest.approx(0.03)
+    for source in s.stats().sources:  # as the sampler's own figures say, interface included
+        assert by_name[source.name]["every"] == source.every
+        assert by_name[source.name]["interval_s"] == pytest.approx(source.every * 0.01)
+        assert by_name[source.name]["interface"] == (getattr(source, "interface", None) or None)
     times = _times(table)
     assert prov["rows"] == 7 == table.num_rows
     assert (prov["start_ns"], prov["end_ns"]) == (times[0], times[-1])
