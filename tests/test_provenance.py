@@ -20,7 +20,13 @@ import stroboscope
 from stroboscope.export.writers import sidecar_path, write_csv
 from stroboscope.recording.spool import segment_paths
 from stroboscope.sampling import Sampler
-from stroboscope.sampling._provenance import PROVENANCE_KEY, from_schema, iso_utc, rank_of
+from stroboscope.sampling._provenance import (
+    PROVENANCE_KEY,
+    for_table,
+    from_schema,
+    iso_utc,
+    rank_of,
+)
 
 
 def _times(table: pa.Table) -> list[int]:
@@ -281,3 +287,22 @@ def test_gpus_from_the_fake_nvml(
             "uuid": "GPU-bbbbbbbb-0000-0000-0000-000000000000",
         }
     ]
+
+
+def test_first_and_last_row_across_empty_chunks() -> None:
+    """Recovered tables are parts put together, some of them empty."""
+
+    def part(times: list[int], monos: list[int]) -> pa.RecordBatch:
+        return pa.record_batch(
+            {
+                "time": pa.array(times, pa.timestamp("ns", "UTC")),
+                "mono_ns": pa.array(monos, pa.int64()),
+            }
+        )
+
+    table = pa.Table.from_batches([part([], []), part([105, 109], [5, 9]), part([], [])])
+    got = for_table({"clock": {"clock": "CLOCK_MONOTONIC"}}, table)
+    assert (got["start_ns"], got["end_ns"], got["rows"]) == (105, 109, 2)
+    assert got["clock"] == {"clock": "CLOCK_MONOTONIC", "anchor_ns": 100}
+    empty = for_table({}, pa.Table.from_batches([part([], [])]))
+    assert (empty["start_time"], empty["end_time"], empty["rows"]) == (None, None, 0)

@@ -195,7 +195,9 @@ def provenance(sampler: Sampler, *, command: list[str] | None = None) -> dict[st
         ``ticks_missed``, ``rows_lost`` (overwritten before a drain or a segment took them),
         ``missing`` (names of facts not known). :func:`for_table` adds the rows' own facts.
     """
-    stats = sampler.stats()
+    # The core's own counters (a dict, not the typed stats: this runs for every frame), and
+    # what the sampler adds to them (a spool's segment rows lost).
+    stats = {**sampler._core.stats(), **sampler._extra_stats()}
     cmdline = command
     if cmdline is None:
         cmdline = read_cmdline(sampler.pid)
@@ -203,7 +205,9 @@ def provenance(sampler: Sampler, *, command: list[str] | None = None) -> dict[st
             _cmdlines[sampler] = cmdline
         else:
             cmdline = _cmdlines.get(sampler)
-    lost = stats.rows_lost if stats.segment_rows_lost is None else stats.segment_rows_lost
+    lost = (
+        stats["rows_lost"] if stats.get("segment_rows_lost") is None else stats["segment_rows_lost"]
+    )
     out: dict[str, Any] = {
         "format": FORMAT,
         "stroboscope_version": _version(),
@@ -213,10 +217,10 @@ def provenance(sampler: Sampler, *, command: list[str] | None = None) -> dict[st
         "clock": {
             "clock": "CLOCK_MONOTONIC",
             "anchor_ns": None,
-            "anchor_uncertainty_ns": stats.clock_anchor_uncertainty_ns,
+            "anchor_uncertainty_ns": int(stats["clock_anchor_uncertainty_ns"]),
         },
-        "ticks_taken": stats.ticks_taken,
-        "ticks_missed": stats.ticks_missed,
+        "ticks_taken": int(stats["ticks_taken"]),
+        "ticks_missed": int(stats["ticks_missed"]),
         "rows_lost": lost,
     }
     out["missing"] = [k for k in ("cmdline",) if out[k] is None]
@@ -236,10 +240,10 @@ def for_table(
     start = end = None
     if table.num_rows and "time" in names:
         times = table.column("time")
-        start, end = _ns(times[0]), _ns(times[-1])
+        start, end = _ns(_edge(times, last=False)), _ns(_edge(times, last=True))
         if "mono_ns" in names and start is not None:
             clock = dict(out.get("clock") or {})
-            clock["anchor_ns"] = start - table.column("mono_ns")[0].as_py()
+            clock["anchor_ns"] = start - _edge(table.column("mono_ns"), last=False).as_py()
             out["clock"] = clock
     if start is not None and end is not None:
         out.update(start_ns=start, end_ns=end, start_time=iso_utc(start), end_time=iso_utc(end))
@@ -248,6 +252,13 @@ def for_table(
     if rows_lost is not None:
         out["table_rows_lost"] = int(rows_lost)
     return out
+
+
+def _edge(column: pa.ChunkedArray, *, last: bool) -> pa.Scalar:
+    """The first (or last) cell of a non-empty column, read from its chunk (indexing the
+    chunked array is slower; chunks may be empty)."""
+    chunks = [c for c in column.chunks if len(c)]
+    return chunks[-1][-1] if last else chunks[0][0]
 
 
 def _ns(cell: pa.Scalar) -> int | None:
