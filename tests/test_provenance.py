@@ -306,3 +306,18 @@ def test_first_and_last_row_across_empty_chunks() -> None:
     assert got["clock"] == {"clock": "CLOCK_MONOTONIC", "anchor_ns": 100}
     empty = for_table({}, pa.Table.from_batches([part([], [])]))
     assert (empty["start_time"], empty["end_time"], empty["rows"]) == (None, None, 0)
+
+
+def test_record_pid_keeps_the_command_line_of_a_process_that_exited(tmp_path: Path) -> None:
+    target = subprocess.Popen(["sleep", "0.8"])
+    try:
+        out = tmp_path / "pid.parquet"
+        done = _run_cli("record", "-o", str(out), "--pid", str(target.pid), "--sources", "process")
+        assert done.returncode == 0, done.stderr
+    finally:
+        target.kill()
+        target.wait()
+    prov = from_schema(pq.read_schema(out))
+    assert prov is not None
+    # Read while it ran: by the time the output is written the process is gone.
+    assert prov["pid"] == target.pid and prov["cmdline"] == ["sleep", "0.8"]

@@ -276,10 +276,8 @@ class Sampler:
         return Frame(self._core.copy_since(first), provenance=self.provenance())
 
     def provenance(self, *, command: list[str] | None = None) -> dict[str, Any]:
-        """What this sampler knows of its run, as a JSON-able dict: version, host, pid and
-        command line, intervals, sources and their interfaces, GPUs, rank, clock anchor
-        uncertainty, rows lost (see :func:`stroboscope.sampling._provenance.provenance`).
-        Frames add their rows' first and last time; writers store it with the file."""
+        """What this sampler knows of its run, as a JSON-able dict that frames and outputs
+        carry (see :func:`stroboscope.sampling._provenance.provenance`)."""
         from stroboscope.sampling._provenance import provenance
 
         return provenance(self, command=command)
