@@ -25,9 +25,7 @@ def test_summary_rows_and_trace_of_a_sampler_run(tmp_path: Path) -> None:
     intervals = s.scope_intervals()
     assert intervals.num_rows == 8
     summary = s.summary()
-    scope_calls = sorted(
-        (str(key[0]), int(row["calls"])) for key, row in summary.iterrows()
-    )
+    scope_calls = sorted((str(key[0]), int(row["calls"])) for key, row in summary.iterrows())
     assert scope_calls == [("step", 2), ("step", 2), ("step/fwd", 4)]
     steps = summary[summary.index.get_level_values("scope") == "step"]
     assert sorted(steps.index.get_level_values("step")) == ["0", "1"]
@@ -40,9 +38,7 @@ def test_summary_rows_and_trace_of_a_sampler_run(tmp_path: Path) -> None:
     frame = s.snapshot().to_arrow()
     assert by_scope.num_rows >= frame.num_rows
     inside = [
-        r
-        for r in by_scope.select(["mono_ns", "scope"]).to_pylist()
-        if r["scope"] == "step/fwd"
+        r for r in by_scope.select(["mono_ns", "scope"]).to_pylist() if r["scope"] == "step/fwd"
     ]
     for r in inside:  # every row said to be in a fwd call is inside one
         assert any(c["begin_ns"] <= r["mono_ns"] < c["end_ns"] for c in rows if c["name"] == "fwd")
