@@ -223,7 +223,13 @@ def recover_parts(path: str | os.PathLike[str]) -> Recovered:
     lost += max(0, first_spool_row - next_row)
     rest = spool.slice(spool_from - first_spool_row)
     rows += rest.num_rows
-    schema = spool.schema.with_metadata({"stroboscope.rows_lost": str(lost)})
+    # What the spool's header tells of the run (the rest is listed as missing in it).
+    from stroboscope.sampling._provenance import PROVENANCE_KEY, dumps, recovered
+
+    prov = recovered(h, rows=rows, rows_lost=lost, segments=[s for s, _, _ in plan], rest=rest)
+    schema = spool.schema.with_metadata(
+        {"stroboscope.rows_lost": str(lost), PROVENANCE_KEY: dumps(prov)}
+    )
 
     def parts() -> Iterator[pa.Table]:
         last_mono = -1
