@@ -212,6 +212,9 @@ struct DiskStatLine {
 [[nodiscard]] std::size_t parse_diskstats(std::string_view text, std::span<DiskStatLine> out,
                                           std::size_t* seen = nullptr) noexcept;
 
+// One /sys/block/<dev>/stat (the numbers of a /proc/diskstats line after the name; at least 11).
+[[nodiscard]] bool parse_block_stat(std::string_view text, DiskStatLine* out) noexcept;
+
 // The kernel names a partition "<disk><N>", or "<disk>p<N>" when the disk name ends in a digit
 // (nvme0n1p1, mmcblk0p2, loop0p1). True when `name` is such a partition of `disk`.
 [[nodiscard]] bool is_partition_name_of(std::string_view name, std::string_view disk) noexcept;

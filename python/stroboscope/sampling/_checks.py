@@ -255,12 +255,15 @@ def _list_form(text: str) -> list[str]:
 
 def check_sources(
     sources: SourcesArg, interval: float, defaults: list[str]
-) -> list[tuple[str, int]]:
-    """``(source name, every n ticks)`` for the ``sources`` argument (None: ``defaults``)."""
+) -> list[tuple[str, int | None]]:
+    """``(source name, every n ticks)`` for the ``sources`` argument (None: ``defaults``).
+
+    ``every`` is None where the caller gave no interval: the source's natural resolution then
+    decides (see :func:`natural_every`)."""
     known = list(_core.source_names())
     accepted = "a list of source names such as ['cpu', 'memory'] or a {name: interval_s} mapping"
     if sources is None:
-        return [(name, 1) for name in defaults]
+        return [(name, None) for name in defaults]
     if isinstance(sources, str):
         raise TypeError(
             f"sources must be {accepted}, not a string; did you mean "
@@ -275,7 +278,7 @@ def check_sources(
         raise TypeError(f"sources must be {accepted}, got {describe(sources)}")
     if not items:
         raise ValueError(f"sources must name at least one source; known: {', '.join(known)}")
-    out: list[tuple[str, int]] = []
+    out: list[tuple[str, int | None]] = []
     seen: set[str] = set()
     for name, every_s in items:
         if not isinstance(name, str):
@@ -291,7 +294,7 @@ def check_sources(
             raise ValueError(f"source {name!r} is listed twice in sources")
         seen.add(name)
         if every_s is None:
-            out.append((name, 1))
+            out.append((name, None))
             continue
         seconds = check_interval(f"sources[{name!r}]", every_s)
         ratio = seconds / interval
@@ -303,3 +306,14 @@ def check_sources(
             )
         out.append((name, every))
     return out
+
+
+def natural_every(resolution_ns: int, interval_ns: int) -> int:
+    """Ticks between reads of a source whose kernel value changes every ``resolution_ns``.
+
+    ``ceil(resolution / interval)``, at least 1: a source is read no faster than its value can
+    change, while the base tick stays as fast as asked (0: it can change on any tick).
+    """
+    if resolution_ns <= 0:
+        return 1
+    return max(1, -(-resolution_ns // interval_ns))

@@ -9,10 +9,11 @@ Arrow PyCapsule interface and ``rows_lost``. A frame never changes once made.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from stroboscope import _core
 
@@ -20,6 +21,18 @@ if TYPE_CHECKING:
     import pandas
 
 _Rows = Union[_core.Frame, pa.Table]
+Fill = Literal["forward"] | None
+
+
+def forward_filled(table: pa.Table) -> pa.Table:
+    """``table`` with each numeric column's nulls replaced by the last value before them."""
+    columns = []
+    for field, column in zip(table.schema, table.columns):
+        numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+        if numeric and column.null_count and column.null_count < len(column):
+            column = pc.fill_null_forward(column)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 class Frame:
@@ -134,22 +147,38 @@ class Frame:
 
     # -- conversions -------------------------------------------------------------------------
 
-    def to_arrow(self) -> pa.Table:
-        """Return a :class:`pyarrow.Table` over this frame's buffers (no copy)."""
-        if isinstance(self._rows, pa.Table):
-            return self._rows
-        # Not pa.table(self): it checks for a pandas DataFrame first, importing pandas (~45 MB).
-        return pa.RecordBatchReader.from_stream(self).read_all()
+    def to_arrow(self, *, fill: Fill = None) -> pa.Table:
+        """Return a :class:`pyarrow.Table` over this frame's buffers (no copy without ``fill``).
 
-    def to_pandas(self) -> pandas.DataFrame:
-        """Return a pandas DataFrame (nullable integer columns become float64 with NaN)."""
+        Parameters
+        ----------
+        fill : None or "forward"
+            ``None`` keeps nulls where they are. ``"forward"`` carries each column's last value
+            into the rows after it that are null (a source read every n ticks, at its natural
+            resolution, then has a value in every row): the value a reader would have seen
+            then. Rows before a column's first value stay null. A fill is not a measurement:
+            a null left by a failed read is filled the same way, since a frame does not
+            record why a cell is null; ``stats()`` counts failures per source.
+        """
+        if fill not in (None, "forward"):
+            raise ValueError(f"fill must be None or 'forward', got {fill!r}")
+        if isinstance(self._rows, pa.Table):
+            table = self._rows
+        else:
+            # Not pa.table(self): it checks for a pandas DataFrame first, importing pandas.
+            table = pa.RecordBatchReader.from_stream(self).read_all()
+        return table if fill is None else forward_filled(table)
+
+    def to_pandas(self, *, fill: Fill = None) -> pandas.DataFrame:
+        """Return a pandas DataFrame (nullable integer columns become float64 with NaN);
+        ``fill`` as in :meth:`to_arrow`."""
         try:
             import pandas  # noqa: F401
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
                 "to_pandas() needs pandas: pip install 'stroboscope[pandas]'"
             ) from exc
-        df: pandas.DataFrame = self.to_arrow().to_pandas()
+        df: pandas.DataFrame = self.to_arrow(fill=fill).to_pandas()
         return df
 
     def to_numpy(self) -> np.ndarray[Any, Any]:

@@ -29,6 +29,7 @@ from stroboscope.sampling._checks import (
     check_row_index,
     check_sources,
     check_window,
+    natural_every,
 )
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import GpusArg, gpu_sample_table, resolve_gpus
@@ -65,8 +66,14 @@ class Sampler:
         Process whose ``proc.*`` columns are recorded; default the calling process.
     sources : list of str or dict of str to float, optional
         Source names (see :func:`available_sources`), or ``{name: interval_s}`` where each
-        interval is a whole multiple of ``interval`` (``None`` = every tick). Default: the seed
-        set (cpu, memory, network, disk, diskio, process, and cgroup where limits exist).
+        interval is a whole multiple of ``interval``. A source given without an interval (a
+        list entry, or ``None``) is read no faster than its kernel value can change: every
+        ``ceil(resolution_ns / interval)`` ticks, where ``resolution_ns`` is what
+        :func:`available_sources` and :meth:`stats` report (memory 1 s from vm.stat_interval,
+        cpu 10 ms from USER_HZ, disk 1 s; 0 = every tick); rows in between carry null (see
+        ``Frame.to_arrow(fill="forward")``). Give ``{name: interval_s}`` to force any rate.
+        Default: the seed set (cpu, memory, network, disk, diskio, process, and cgroup where
+        limits exist).
     capacity : int
         Rows the ring holds (rounded up to a power of two). When full, the oldest rows are
         overwritten and counted in :meth:`stats`. Memory: rows * (columns + 1) * 8 bytes plus one
@@ -137,12 +144,19 @@ class Sampler:
         want_gpu_samples = check_bool("gpu_samples", gpu_samples)
         gpu_every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
         defaults = list(_core.default_source_names(options))
-        specs = check_sources(sources, self._interval, defaults)
-        if gpus is not None and "gpu" not in {name for name, _ in specs}:
+        asked = check_sources(sources, self._interval, defaults)
+        if gpus is not None and "gpu" not in {name for name, _ in asked}:
             _refuse_gpus_without_gpu_source(gpus, sources, options)
         ring_path = "" if ring_file is None else check_new_file("ring_file", ring_file)
         try:
-            columns = [(name, len(_core.source_columns(name, options))) for name, _ in specs]
+            # Each source built once here: its columns, interface and natural resolution.
+            self._details = {name: _core.source_details(name, options) for name, _ in asked}
+            interval_ns = round(self._interval * 1e9)
+            specs = [
+                (n, e if e is not None else natural_every(self._details[n]["resolution_ns"], interval_ns))
+                for n, e in asked
+            ]
+            columns = [(name, len(self._details[name]["columns"])) for name, _ in specs]
             check_ring_bytes(cap, columns)
             self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options, ring_path)
         except OSError:
@@ -292,7 +306,9 @@ class Sampler:
 
     def stats(self) -> SamplerStats:
         """The sampler's measurement of itself (see :class:`SamplerStats`)."""
-        return SamplerStats.from_core(self._core.stats(), **self._extra_stats())
+        return SamplerStats.from_core(
+            self._core.stats(), details=self._details, **self._extra_stats()
+        )
 
     def _extra_stats(self) -> dict[str, Any]:
         return {"interval_s": self._interval, "pid": self._pid}
@@ -349,7 +365,11 @@ def available_sources(
     cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
     disk_paths: PathsArg = ("/",),
 ) -> list[dict[str, Any]]:
-    """Every source this build knows: ``name``, ``help``, ``default``, ``available``, ``reason``.
+    """Every source this build knows: ``name``, ``help``, ``default``, ``available``, ``reason``,
+    ``interface`` (the kernel interface it reads here, e.g. ``rtnetlink`` or its fallback
+    ``/proc/net/dev``), ``resolution_ns`` (how often that value can change; 0 = on any tick; the
+    default read interval is the first multiple of the base interval at or above it) and
+    ``resolution_reason``.
 
     Takes the :class:`Sampler` arguments of the same names, checked the same way.
     """
