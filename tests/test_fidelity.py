@@ -1,0 +1,156 @@
+"""Fidelity at the millisecond: proc.cpu_pct against the CPU time the kernel gave a spinning
+thread, and the natural-resolution defaults against the kernel facts they cite.
+
+Timing-robust by construction: the expected value of each row comes from what the kernel says
+the spinning thread got (its own ``time.thread_time_ns()`` log), not from wall-clock assumptions,
+so a loaded machine that steals CPU from the spinner changes the expectation, not the verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import stroboscope
+from stroboscope.sampling import Sampler
+from stroboscope.sampling._frame import Frame
+
+
+def _spin_sleep(start: threading.Event, log: list[tuple[int, int]], cycles: int) -> None:
+    """Spin 50 ms, sleep 50 ms, ``cycles`` times; log (monotonic ns, own CPU ns) as it goes."""
+    start.wait()
+    for _ in range(cycles):
+        end = time.monotonic_ns() + 50_000_000
+        while (now := time.monotonic_ns()) < end:
+            log.append((now, time.thread_time_ns()))
+        log.append((time.monotonic_ns(), time.thread_time_ns()))
+        time.sleep(0.05)
+        log.append((time.monotonic_ns(), time.thread_time_ns()))
+
+
+def test_proc_cpu_pct_follows_a_spinning_thread_per_millisecond() -> None:
+    log: list[tuple[int, int]] = []
+    start = threading.Event()
+    spinner = threading.Thread(target=_spin_sleep, args=(start, log, 10))
+    spinner.start()  # before the sampler: its thread list is taken when it starts
+    s = Sampler(0.001, sources=["process"], capacity=1 << 14)
+    try:
+        if "thread CPU clocks" not in s.stats().source("process").interface:
+            pytest.skip("thread CPU clocks unavailable here: proc.cpu_pct uses a fallback")
+        s.start()
+        time.sleep(0.05)
+        t0, cpu0 = time.monotonic_ns(), os.times()
+        start.set()
+        spinner.join()
+        t1, cpu1 = time.monotonic_ns(), os.times()
+        time.sleep(0.02)
+    finally:
+        s.close()
+    table = s.snapshot().to_arrow()
+    mono = np.asarray(table.column("mono_ns").to_numpy(), dtype=np.int64)
+    pct = table.column("proc.cpu_pct").to_numpy(zero_copy_only=False).astype(float)
+    inside = (mono > t0) & (mono <= t1) & ~np.isnan(pct)
+    # Each row covers (previous row, this row]: the spinner's CPU over that span, from its log.
+    log_t = np.array([t for t, _ in log], dtype=float)
+    log_c = np.array([c for _, c in log], dtype=float)
+    idx = np.nonzero(inside)[0]
+    idx = idx[idx > 0]
+    lo, hi = mono[idx - 1].astype(float), mono[idx].astype(float)
+    spinner_pct = 100 * (np.interp(hi, log_t, log_c) - np.interp(lo, log_t, log_c)) / (hi - lo)
+    rows = pct[idx]
+    busy = spinner_pct >= 95  # rows in which the kernel ran the spinner the whole time
+    idle = spinner_pct <= 0.5
+    assert busy.sum() > 100 and idle.sum() > 100, (busy.sum(), idle.sum())
+    # The sampler thread's own CPU (a few µs per 1 ms tick) is part of the process too: busy
+    # rows read the spinner's share plus that, idle rows that alone.
+    assert np.mean((rows[busy] >= 95) & (rows[busy] <= 105)) >= 0.9, np.percentile(rows[busy], [1, 50, 99])
+    assert np.mean(rows[idle] <= 5) >= 0.9, np.percentile(rows[idle], [50, 90, 99])
+    # The time-weighted mean over the second equals what os.times() says the process used.
+    span = (mono[idx] - mono[idx - 1]).astype(float)
+    row_cpu_s = float(np.sum(rows * span) / 100 / 1e9)
+    covered_s = float(span.sum()) / 1e9
+    times_cpu_s = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
+    wall_s = (t1 - t0) / 1e9
+    # os.times() counts in USER_HZ ticks (10 ms): allow two of them beside the 2 %.
+    assert row_cpu_s / covered_s == pytest.approx(times_cpu_s / wall_s, abs=0.02 + 0.02 / wall_s)
+
+
+def test_default_every_is_the_natural_resolution_over_the_interval() -> None:
+    s = Sampler(0.001, sources=["cpu", "memory", "disk", "process"], capacity=64)
+    try:
+        st = {x.name: x for x in s.stats().sources}
+    finally:
+        s.close()
+    clk_tck = os.sysconf("SC_CLK_TCK")
+    assert st["cpu"].resolution_ns == 1_000_000_000 // clk_tck
+    stat_interval = Path("/proc/sys/vm/stat_interval")
+    if stat_interval.exists():  # vm.stat_interval: seconds between per-CPU vmstat folds
+        assert st["memory"].resolution_ns == int(stat_interval.read_text()) * 1_000_000_000
+    assert st["disk"].resolution_ns == 1_000_000_000
+    assert st["process"].resolution_ns == 0
+    for x in st.values():
+        assert x.every == max(1, math.ceil(x.resolution_ns / 1_000_000)), x
+    # A rate given by the user wins over the resolution.
+    forced = Sampler(0.001, sources={"memory": 0.002}, capacity=64)
+    try:
+        assert forced.stats().source("memory").every == 2
+    finally:
+        forced.close()
+
+
+def test_available_sources_name_their_interface() -> None:
+    info = {d["name"]: d for d in stroboscope.available_sources()}
+    assert info["cpu"]["interface"] == "/proc/stat"
+    assert info["network"]["interface"] in ("rtnetlink", "/proc/net/dev")
+    assert info["diskio"]["interface"] in ("/sys/block/*/stat", "/proc/diskstats")
+    for d in info.values():
+        if d["available"]:
+            assert isinstance(d["resolution_ns"], int) and d["resolution_ns"] >= 0
+            assert d["resolution_reason"]
+
+
+def test_forward_fill_carries_the_last_value_and_keeps_leading_nulls() -> None:
+    table = pa.table(
+        {
+            "mono_ns": pa.array([1, 2, 3, 4, 5], pa.int64()),
+            "mem.used_bytes": pa.array([None, 10, None, None, 12], pa.int64()),
+            "cpu.util_pct": pa.array([1.5, None, 2.5, None, None], pa.float64()),
+            "kind": pa.array(["a", None, "b", None, "c"]),
+        }
+    )
+    filled = Frame(table).to_arrow(fill="forward")
+    assert filled.column("mem.used_bytes").to_pylist() == [None, 10, 10, 10, 12]
+    assert filled.column("cpu.util_pct").to_pylist() == [1.5, 1.5, 2.5, 2.5, 2.5]
+    assert filled.column("kind").to_pylist() == ["a", None, "b", None, "c"]  # not a measurement
+    assert Frame(table).to_arrow().column("mem.used_bytes").null_count == 3
+    assert Frame(table).to_pandas(fill="forward")["mem.used_bytes"].tolist() == [
+        pytest.approx(float("nan"), nan_ok=True),
+        10,
+        10,
+        10,
+        12,
+    ]
+    with pytest.raises(ValueError, match="fill must be None or 'forward'"):
+        Frame(table).to_arrow(fill="backward")  # type: ignore[arg-type]
+
+
+def test_forward_fill_on_a_sampler_frame_fills_rows_between_reads() -> None:
+    s = Sampler(0.001, sources={"memory": 0.004, "process": None}, capacity=64)
+    try:
+        s.tick_now(9)
+        raw = s.snapshot().to_arrow()
+        filled = s.snapshot().to_arrow(fill="forward")
+    finally:
+        s.close()
+    assert raw.column("mem.total_bytes").null_count == 6  # read on ticks 0, 4 and 8
+    assert filled.column("mem.total_bytes").null_count == 0
+    assert set(filled.column("mem.total_bytes").to_pylist()) == set(
+        raw.column("mem.total_bytes").drop_null().to_pylist()
+    )
