@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-
 import stroboscope
 from stroboscope.sampling import Sampler
 from stroboscope.sampling._frame import Frame
@@ -70,7 +69,9 @@ def test_proc_cpu_pct_follows_a_spinning_thread_per_millisecond() -> None:
     assert busy.sum() > 100 and idle.sum() > 100, (busy.sum(), idle.sum())
     # The sampler thread's own CPU (a few µs per 1 ms tick) is part of the process too: busy
     # rows read the spinner's share plus that, idle rows that alone.
-    assert np.mean((rows[busy] >= 95) & (rows[busy] <= 105)) >= 0.9, np.percentile(rows[busy], [1, 50, 99])
+    assert np.mean((rows[busy] >= 95) & (rows[busy] <= 105)) >= 0.9, np.percentile(
+        rows[busy], [1, 50, 99]
+    )
     assert np.mean(rows[idle] <= 5) >= 0.9, np.percentile(rows[idle], [50, 90, 99])
     # The time-weighted mean over the second equals what os.times() says the process used.
     span = (mono[idx] - mono[idx - 1]).astype(float)

@@ -15,7 +15,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from stroboscope.sampling import Sampler
 
 

@@ -153,7 +153,12 @@ class Sampler:
             self._details = {name: _core.source_details(name, options) for name, _ in asked}
             interval_ns = round(self._interval * 1e9)
             specs = [
-                (n, e if e is not None else natural_every(self._details[n]["resolution_ns"], interval_ns))
+                (
+                    n,
+                    e
+                    if e is not None
+                    else natural_every(self._details[n]["resolution_ns"], interval_ns),
+                )
                 for n, e in asked
             ]
             columns = [(name, len(self._details[name]["columns"])) for name, _ in specs]
