@@ -86,7 +86,7 @@ def test_context_manager_stops() -> None:
 
 
 def test_stats_report_ring_memory_and_counts() -> None:
-    s = Sampler(0.001, sources=["memory", "cpu"], capacity=4096)
+    s = Sampler(0.001, sources={"memory": None, "cpu": None}, capacity=4096)
     st = s.stats()
     cols = st.num_columns + 1  # + mono_ns
     assert st.ring_bytes == 4096 * cols * 8 + cols * (4096 // 64) * 8

@@ -40,6 +40,9 @@ const Entry kEntries[] = {
     {"process_io", "I/O bytes and context switches of one process, from /proc/<pid>/io and "
                    "status.",
      &make_process_io_source},
+    {"threads", "CPU time and run-queue wait of the threads of one process, and its busiest "
+                "threads, from /proc/<pid>/task/*/schedstat.",
+     &make_threads_source},
     {"proc_tree", "CPU, memory and threads of a process and all its descendants, from /proc.",
      &make_proc_tree_source},
     {"load", "Load averages and runnable tasks, from /proc/loadavg.", &make_load_source},

@@ -30,6 +30,8 @@ inline constexpr const char kReasonProcessExited[] = "process exited";
 [[nodiscard]] std::unique_ptr<Source> make_diskio_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_process_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_process_io_source(const SourceOptions& opts);
+// "threads" (opt-in): proc_task_schedstat.cpp.
+[[nodiscard]] std::unique_ptr<Source> make_threads_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_proc_tree_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_load_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_pressure_source(const SourceOptions& opts);

@@ -271,6 +271,16 @@ struct PidIo {  // bytes; kMissing when absent
 
 [[nodiscard]] PidIo parse_pid_io(std::string_view text) noexcept;
 
+// ---- /proc/<pid>/task/<tid>/schedstat ------------------------------------------------------------
+
+struct SchedStat {
+  std::uint64_t run_ns = 0;   // time on a CPU (se.sum_exec_runtime)
+  std::uint64_t wait_ns = 0;  // time runnable, waiting for a CPU (sched_info.run_delay)
+  std::uint64_t slices = 0;   // timeslices run (sched_info.pcount)
+};
+
+[[nodiscard]] bool parse_schedstat(std::string_view text, SchedStat* out) noexcept;
+
 // ---- cgroups ------------------------------------------------------------------------------------
 
 // One line of /proc/<pid>/cgroup: "hierarchy-id:controller-list:path". Construction time only.

@@ -66,8 +66,9 @@ class Sampler:
         Process whose ``proc.*`` columns are recorded; default the calling process.
     sources : list of str or dict of str to float, optional
         Source names (see :func:`available_sources`), or ``{name: interval_s}`` where each
-        interval is a whole multiple of ``interval``. A source given without an interval (a
-        list entry, or ``None``) is read no faster than its kernel value can change: every
+        interval is a whole multiple of ``interval`` (``None`` = every tick). A source given
+        without an interval (the default set, or a list of names) is read no faster than its
+        kernel value can change: every
         ``ceil(resolution_ns / interval)`` ticks, where ``resolution_ns`` is what
         :func:`available_sources` and :meth:`stats` report (memory 1 s from vm.stat_interval,
         cpu 10 ms from USER_HZ, disk 1 s; 0 = every tick); rows in between carry null (see
