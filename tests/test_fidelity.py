@@ -66,8 +66,9 @@ def test_proc_cpu_pct_follows_a_spinning_thread_per_millisecond() -> None:
 
     def spinner_pct(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """The spinner's CPU over (lo, hi] per wall time, from its own log (%)."""
-        lo, hi = lo.astype(float), hi.astype(float)
-        return 100 * (np.interp(hi, log_t, log_c) - np.interp(lo, log_t, log_c)) / (hi - lo)
+        a, b = lo.astype(float), hi.astype(float)
+        out: np.ndarray = 100 * (np.interp(b, log_t, log_c) - np.interp(a, log_t, log_c)) / (b - a)
+        return out
 
     row_share = spinner_pct(mono[idx - 1], mono[idx])
     # A row is measured from the moment its clocks were read, a few µs (or, when the sampler
@@ -212,3 +213,32 @@ def test_threads_source_names_the_busiest_thread() -> None:
     own_share = 100 * spun[1] / (t1 - t0)
     assert float(np.mean(pct[inside])) == pytest.approx(own_share, abs=15)
     assert np.all(total[inside] >= pct[inside] - 1e-9)
+
+
+def test_forward_fill_leaves_a_failed_read_null() -> None:
+    # A source read every 4 ticks of 1 ms: rows less than 3.5 ms after its value are "not due";
+    # a null at its next read (4 ms on) is a failure and stays null, with the rows after it.
+    mono = [0, 1, 2, 3, 4, 5, 6, 8, 9]
+    table = pa.table(
+        {
+            "mono_ns": pa.array([m * 1_000_000 for m in mono], pa.int64()),
+            "mem.used_bytes": pa.array(
+                [7, None, None, None, None, None, None, 9, None], pa.int64()
+            ),
+        }
+    )
+    frame = Frame(table, fill_within_ns={"mem.used_bytes": 3_500_000})
+    filled = frame.to_arrow(fill="forward").column("mem.used_bytes").to_pylist()
+    assert filled == [7, 7, 7, 7, None, None, None, 9, 9]
+    # Without the sampler's periods (a recovered table) every null after a value is filled.
+    assert Frame(table).to_arrow(fill="forward").column("mem.used_bytes").to_pylist() == [
+        7,
+        7,
+        7,
+        7,
+        7,
+        7,
+        7,
+        9,
+        9,
+    ]

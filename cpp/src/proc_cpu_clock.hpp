@@ -48,6 +48,9 @@ class ProcessCpuClock {
   // no clock works (the caller falls back to /proc/<pid>/stat ticks). Hot path: no allocation.
   [[nodiscard]] bool read(std::int64_t now_ns, std::uint64_t* cpu_ns, std::int64_t* ran) noexcept;
 
+  // Threads listed by the latest rescan (thread-clock mode), at most kRescanNs old.
+  [[nodiscard]] std::size_t threads() const noexcept { return n_threads_; }
+
   // Re-lists the threads of this process (constructor, and the sampler thread every kRescanNs).
   bool rescan() noexcept;
 

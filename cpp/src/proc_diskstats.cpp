@@ -12,7 +12,9 @@
 // The preferred interface is one /sys/block/<dev>/stat per whole device (the same counters as
 // /proc/diskstats, without the partitions and without formatting every device of the machine
 // into one file): the devices are listed once at construction, so a disk attached later is not
-// counted until the sampler is rebuilt. When <sys_root>/block cannot be listed, or a listed device
+// counted until the sampler is rebuilt. Devices of size 0 then (an unbound loop device, an
+// unconfigured zram) can do no I/O and are left out: each stat read costs a couple of µs (the
+// kernel sums per-CPU counters and counts requests in flight), and a machine has many of them. When <sys_root>/block cannot be listed, or a listed device
 // has no readable stat file, the source reads /proc/diskstats as before; interface() says which.
 #include <dirent.h>
 #include <fcntl.h>
@@ -183,9 +185,11 @@ class DiskIoSource final : public Source {
     while (dirent* e = ::readdir(dir)) {
       std::string name = e->d_name;
       if (name == "." || name == "..") continue;
+      ProcFile size(block + "/" + name + "/size", 64);
+      int err = 0;
+      if (size.read(&err) && size.view().substr(0, 2) == "0\n") continue;  // no medium: no I/O
       ProcFile f(block + "/" + name + "/stat", 512);
       procfs::DiskStatLine d;
-      int err = 0;
       if (!f.read(&err) || !procfs::parse_block_stat(f.view(), &d) ||
           name.size() >= procfs::kNameMax) {
         complete = false;

@@ -231,17 +231,21 @@ class ProcessSource final : public Source {
   void read_core(RowWriter& row, std::int64_t now_ns) noexcept {
     int err = 0;
     procfs::PidStat st;
-    if (!stat_.read(&err)) {
-      if (err == ESRCH) return mark_exited(row);
-      fail("cannot read /proc/<pid>/stat", err);
+    using Mode = detail::ProcessCpuClock::Mode;
+    CpuReading cpu;
+    if (clock_ && clock_->read(now_ns, &cpu.ns, &cpu.ran)) cpu.mode = clock_->mode();
+    // The CPU time is per the moment the clocks were read, which can be well after the tick's
+    // time when the sampler thread was preempted in between (a busy machine): divide by the time
+    // between reads, not between ticks, or a 1 ms row carries 1.8 ms of CPU and reads 180 %.
+    if (cpu.mode != Mode::kNone) cpu.at_ns = mono_ns();
+    if (cpu.mode == Mode::kThreadClocks) {
+      // Watching this very process through its thread clocks: /proc/self/stat would only add
+      // the thread count (the clock's listing has it, at most kRescanNs old) and an exit that
+      // cannot happen while this code runs. One file fewer per tick.
+      st.num_threads = static_cast<std::int64_t>(clock_->threads());
+    } else if (!read_stat(row, &st)) {
       return;
     }
-    if (stat_.view().empty()) return mark_exited(row);
-    if (!procfs::parse_pid_stat(stat_.view(), &st)) {
-      fail("unexpected content in /proc/<pid>/stat", EINVAL);
-      return;
-    }
-    if (st.state == 'Z' || st.state == 'X') return mark_exited(row);
 
     procfs::PidStatm sm;
     if (!statm_.read(&err)) {
@@ -252,7 +256,11 @@ class ProcessSource final : public Source {
     if (statm_.view().empty()) return mark_exited(row);
     bool have_statm = procfs::parse_pid_statm(statm_.view(), &sm);
 
-    write_cpu(row, st, now_ns);
+    if (cpu.mode == Mode::kNone) {
+      cpu.ns = static_cast<std::uint64_t>(static_cast<double>(st.utime + st.stime) * 1e9 / clk_tck_);
+      cpu.at_ns = now_ns;
+    }
+    write_cpu(row, st, cpu);
     // Resident pages × page size; a product that does not fit in int64 leaves both cells null.
     std::int64_t rss = 0;
     bool rss_fits = have_statm && procfs::to_i64(sm.resident_pages, &rss) &&
@@ -276,19 +284,45 @@ class ProcessSource final : public Source {
   // proc.cpu_pct. With the thread clocks (exact at each read) on every read; with the process
   // clock (a running thread lags up to one scheduler tick) or USER_HZ ticks (10 ms steps) over
   // windows of at least cpu_window_ns: before that the cell stays null and the baseline is kept.
-  void write_cpu(RowWriter& row, const procfs::PidStat& st, std::int64_t now_ns) noexcept {
-    std::uint64_t cpu_ns = 0;
-    std::int64_t ran = 0;
-    using Mode = detail::ProcessCpuClock::Mode;
-    Mode mode = Mode::kNone;
-    if (clock_ && clock_->read(now_ns, &cpu_ns, &ran)) mode = clock_->mode();
-    // The CPU time is per the moment the clocks were read, which can be well after the tick's
-    // time when the sampler thread was preempted in between (a busy machine): divide by the time
-    // between reads, not between ticks, or a 1 ms row carries 1.8 ms of CPU and reads 180 %.
-    if (mode != Mode::kNone) now_ns = mono_ns();
-    if (mode == Mode::kNone) {
-      cpu_ns = static_cast<std::uint64_t>(static_cast<double>(st.utime + st.stime) * 1e9 / clk_tck_);
+  struct CpuReading {
+    detail::ProcessCpuClock::Mode mode = detail::ProcessCpuClock::Mode::kNone;
+    std::uint64_t ns = 0;   // CPU time, ns (from any origin: only deltas count)
+    std::int64_t ran = 0;   // thread clocks: threads whose clock moved since the previous read
+    std::int64_t at_ns = 0; // CLOCK_MONOTONIC time of the reading
+  };
+
+  // Reads and parses /proc/<pid>/stat; false (cells and reason set) when the row stops here.
+  bool read_stat(RowWriter& row, procfs::PidStat* st) noexcept {
+    int err = 0;
+    if (!stat_.read(&err)) {
+      if (err == ESRCH) {
+        mark_exited(row);
+      } else {
+        fail("cannot read /proc/<pid>/stat", err);
+      }
+      return false;
     }
+    if (stat_.view().empty()) {
+      mark_exited(row);
+      return false;
+    }
+    if (!procfs::parse_pid_stat(stat_.view(), st)) {
+      fail("unexpected content in /proc/<pid>/stat", EINVAL);
+      return false;
+    }
+    if (st->state == 'Z' || st->state == 'X') {
+      mark_exited(row);
+      return false;
+    }
+    return true;
+  }
+
+  void write_cpu(RowWriter& row, const procfs::PidStat& st, const CpuReading& cpu) noexcept {
+    using Mode = detail::ProcessCpuClock::Mode;
+    const Mode mode = cpu.mode;
+    const std::uint64_t cpu_ns = cpu.ns;
+    const std::int64_t ran = cpu.ran;
+    const std::int64_t now_ns = cpu.at_ns;
     if (mode != prev_mode_) has_prev_ = false;  // a new clock: a new baseline
     prev_mode_ = mode;
     const bool exact = mode == Mode::kThreadClocks;

@@ -91,11 +91,12 @@ class ThreadsSource final : public Source {
                "window (schedstat run delay): CPU contention; 100 = one thread always waiting.");
     for (std::size_t k = 0; k < kTop; ++k) {
       std::string p = "threads.top" + std::to_string(k);
+      const std::string rank = k == 0 ? "the busiest thread" : "busiest thread number " +
+                                                                  std::to_string(k + 1);
       add_column(p + ".tid", "id", DType::kInt64, Kind::kGauge,
-                 "Thread id of the " + std::to_string(k + 1) +
-                     ". busiest thread of the window (by CPU time).");
+                 "Thread id of " + rank + " of the window, by CPU time (null when fewer ran).");
       add_column(p + ".cpu_pct", "%", DType::kFloat64, Kind::kRate,
-                 "CPU time of that thread per wall time over the window.");
+                 "CPU time of " + rank + " per wall time over the window.");
     }
   }
   ~ThreadsSource() override {

@@ -312,14 +312,3 @@ def check_sources(
             )
         out.append((name, every))
     return out
-
-
-def natural_every(resolution_ns: int, interval_ns: int) -> int:
-    """Ticks between reads of a source whose kernel value changes every ``resolution_ns``.
-
-    ``ceil(resolution / interval)``, at least 1: a source is read no faster than its value can
-    change, while the base tick stays as fast as asked (0: it can change on any tick).
-    """
-    if resolution_ns <= 0:
-        return 1
-    return max(1, -(-resolution_ns // interval_ns))

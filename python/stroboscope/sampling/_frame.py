@@ -9,6 +9,7 @@ Arrow PyCapsule interface and ``rows_lost``. A frame never changes once made.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
@@ -24,15 +25,42 @@ _Rows = Union[_core.Frame, pa.Table]
 Fill = Literal["forward"] | None
 
 
-def forward_filled(table: pa.Table) -> pa.Table:
-    """``table`` with each numeric column's nulls replaced by the last value before them."""
+def forward_filled(table: pa.Table, within_ns: Mapping[str, int] | None = None) -> pa.Table:
+    """``table`` with each numeric column's nulls replaced by the last value before them.
+
+    ``within_ns`` (column -> ns) limits the fill of a column to rows less than that long after
+    its last value (by ``mono_ns``): the rows in which its source was not due. A null further
+    from the last value is a read that failed (or a process that exited) and stays null.
+    Columns it does not name are filled without a limit.
+    """
+    limits = within_ns or {}
+    mono = (
+        np.asarray(table.column("mono_ns").to_numpy(), dtype=np.int64)
+        if limits and "mono_ns" in table.column_names
+        else None
+    )
     columns = []
     for field, column in zip(table.schema, table.columns):
         numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
         if numeric and column.null_count and column.null_count < len(column):
-            column = pc.fill_null_forward(column)
+            limit = limits.get(field.name)
+            if limit is None or mono is None:
+                column = pc.fill_null_forward(column)
+            else:
+                column = _fill_within(column, mono, limit)
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _fill_within(column: pa.ChunkedArray, mono: np.ndarray[Any, Any], limit: int) -> pa.Array:
+    """Forward fill of ``column`` into rows less than ``limit`` ns after the value they take."""
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    rows = np.arange(len(valid))
+    last = np.maximum.accumulate(np.where(valid, rows, -1))  # row of the value each row takes
+    take = np.maximum(last, 0)
+    fill = ~valid & (last >= 0) & (mono - mono[take] < limit)
+    filled = column.combine_chunks().take(pa.array(np.where(fill, take, rows)))
+    return pa.array(filled.to_numpy(zero_copy_only=False), type=column.type, mask=~(valid | fill))
 
 
 class Frame:
@@ -56,11 +84,22 @@ class Frame:
         For a table: rows that were wanted but lost before they could be kept.
     first_row : int
         For a table: index of its first row in the sampler's lifetime row count.
+    fill_within_ns : mapping of str to int, optional
+        Per column, how long after its last value a null is "not due" (``fill="forward"``
+        fills it) rather than a failed read (left null). A :class:`Sampler` gives each source's
+        read period; without it every null is filled.
     """
 
-    __slots__ = ("_first_row", "_lost", "_rows")
+    __slots__ = ("_fill_within", "_first_row", "_lost", "_rows")
 
-    def __init__(self, rows: _Rows, *, rows_lost: int = 0, first_row: int = 0) -> None:
+    def __init__(
+        self,
+        rows: _Rows,
+        *,
+        rows_lost: int = 0,
+        first_row: int = 0,
+        fill_within_ns: Mapping[str, int] | None = None,
+    ) -> None:
         if not isinstance(rows, (_core.Frame, pa.Table)):
             raise TypeError(f"rows must be a core frame or a pyarrow.Table, got {type(rows)!r}")
         if isinstance(rows, _core.Frame):
@@ -69,6 +108,7 @@ class Frame:
         else:
             self._lost = int(rows_lost)
             self._first_row = int(first_row)
+        self._fill_within = dict(fill_within_ns or {})
         self._rows = rows  # last: from here on the frame refuses changes
 
     def __len__(self) -> int:
@@ -153,12 +193,13 @@ class Frame:
         Parameters
         ----------
         fill : None or "forward"
-            ``None`` keeps nulls where they are. ``"forward"`` carries each column's last value
-            into the rows after it that are null (a source read every n ticks, at its natural
-            resolution, then has a value in every row): the value a reader would have seen
-            then. Rows before a column's first value stay null. A fill is not a measurement:
-            a null left by a failed read is filled the same way, since a frame does not
-            record why a cell is null; ``stats()`` counts failures per source.
+            ``None`` keeps nulls where they are. ``"forward"`` carries each numeric column's
+            last value into the null rows after it in which its source was not due (a source
+            read every n ticks, at its natural resolution, then has a value in every row): the
+            value a reader would have seen then. A null at or past the source's read period
+            after the last value is a read that failed, or a process that exited, and stays
+            null; so do the rows before a column's first value. (Frames of a sampler know each
+            source's period; a recovered table does not, and every null is filled there.)
         """
         if fill not in (None, "forward"):
             raise ValueError(f"fill must be None or 'forward', got {fill!r}")
@@ -167,7 +208,7 @@ class Frame:
         else:
             # Not pa.table(self): it checks for a pandas DataFrame first, importing pandas.
             table = pa.RecordBatchReader.from_stream(self).read_all()
-        return table if fill is None else forward_filled(table)
+        return table if fill is None else forward_filled(table, self._fill_within)
 
     def to_pandas(self, *, fill: Fill = None) -> pandas.DataFrame:
         """Return a pandas DataFrame (nullable integer columns become float64 with NaN);

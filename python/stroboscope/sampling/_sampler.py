@@ -29,10 +29,10 @@ from stroboscope.sampling._checks import (
     check_row_index,
     check_sources,
     check_window,
-    natural_every,
 )
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import GpusArg, gpu_sample_table, resolve_gpus
+from stroboscope.sampling._plan import plan_sources
 from stroboscope.sampling._schema import TIME_COLUMN, Column
 from stroboscope.sampling._stats import SamplerStats
 
@@ -66,15 +66,10 @@ class Sampler:
         Process whose ``proc.*`` columns are recorded; default the calling process.
     sources : list of str or dict of str to float, optional
         Source names (see :func:`available_sources`), or ``{name: interval_s}`` where each
-        interval is a whole multiple of ``interval`` (``None`` = every tick). A source given
-        without an interval (the default set, or a list of names) is read no faster than its
-        kernel value can change: every
-        ``ceil(resolution_ns / interval)`` ticks, where ``resolution_ns`` is what
-        :func:`available_sources` and :meth:`stats` report (memory 1 s from vm.stat_interval,
-        cpu 10 ms from USER_HZ, disk 1 s; 0 = every tick); rows in between carry null (see
-        ``Frame.to_arrow(fill="forward")``). Give ``{name: interval_s}`` to force any rate.
-        Default: the seed set (cpu, memory, network, disk, diskio, process, and cgroup where
-        limits exist).
+        interval is a whole multiple of ``interval`` (``None`` = every tick); others are read
+        every ``ceil(resolution_ns / interval)`` ticks, no faster than the kernel updates them
+        (memory 1 s, cpu 10 ms, disk 1 s; see ``available_sources()``). Default: the seed set
+        (cpu, memory, network, disk, diskio, process, and cgroup where limits exist).
     capacity : int
         Rows the ring holds (rounded up to a power of two). When full, the oldest rows are
         overwritten and counted in :meth:`stats`. Memory: rows * (columns + 1) * 8 bytes plus one
@@ -151,18 +146,10 @@ class Sampler:
         ring_path = "" if ring_file is None else check_new_file("ring_file", ring_file)
         try:
             # Each source built once here: its columns, interface and natural resolution.
-            self._details = {name: _core.source_details(name, options) for name, _ in asked}
-            interval_ns = round(self._interval * 1e9)
-            specs = [
-                (
-                    n,
-                    e
-                    if e is not None
-                    else natural_every(self._details[n]["resolution_ns"], interval_ns),
-                )
-                for n, e in asked
-            ]
-            columns = [(name, len(self._details[name]["columns"])) for name, _ in specs]
+            plan = plan_sources(asked, options, round(self._interval * 1e9))
+            self._details, self._fill_within = plan.details, plan.fill_within_ns
+            specs = plan.specs
+            columns = [(name, len(plan.details[name]["columns"])) for name, _ in specs]
             check_ring_bytes(cap, columns)
             self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options, ring_path)
         except OSError:
@@ -283,16 +270,19 @@ class Sampler:
 
     def snapshot(self) -> Frame:
         """A consistent copy of every row still in the ring (the rows are kept)."""
-        return Frame(self._core.snapshot())
+        return Frame(self._core.snapshot(), fill_within_ns=self._fill_within)
 
     def drain(self) -> Frame:
         """The rows written since the previous drain (or since the start)."""
-        return Frame(self._core.drain())
+        return Frame(self._core.drain(), fill_within_ns=self._fill_within)
 
     def copy_since(self, first_row: int) -> Frame:
         """The rows with index ``>= first_row`` still in the ring, for a consumer that keeps its
         own cursor (moves no cursor; rows already overwritten are counted in ``rows_lost``)."""
-        return Frame(self._core.copy_since(check_row_index("first_row", first_row)))
+        return Frame(
+            self._core.copy_since(check_row_index("first_row", first_row)),
+            fill_within_ns=self._fill_within,
+        )
 
     def gpu_samples(self, *, drain: bool = False) -> Frame:
         """Every GPU sample the driver buffered, at the driver's own resolution, in long form.
@@ -312,9 +302,7 @@ class Sampler:
 
     def stats(self) -> SamplerStats:
         """The sampler's measurement of itself (see :class:`SamplerStats`)."""
-        return SamplerStats.from_core(
-            self._core.stats(), details=self._details, **self._extra_stats()
-        )
+        return SamplerStats.from_core(self._core.stats(), self._details, **self._extra_stats())
 
     def _extra_stats(self) -> dict[str, Any]:
         return {"interval_s": self._interval, "pid": self._pid}
@@ -372,10 +360,8 @@ def available_sources(
     disk_paths: PathsArg = ("/",),
 ) -> list[dict[str, Any]]:
     """Every source this build knows: ``name``, ``help``, ``default``, ``available``, ``reason``,
-    ``interface`` (the kernel interface it reads here, e.g. ``rtnetlink`` or its fallback
-    ``/proc/net/dev``), ``resolution_ns`` (how often that value can change; 0 = on any tick; the
-    default read interval is the first multiple of the base interval at or above it) and
-    ``resolution_reason``.
+    ``interface`` (what it reads here: ``rtnetlink``, or the fallback ``/proc/net/dev``...),
+    ``resolution_ns`` (how often that value can change; 0 = any tick) and its reason.
 
     Takes the :class:`Sampler` arguments of the same names, checked the same way.
     """

@@ -1,0 +1,69 @@
+"""How often each source is read: its natural resolution, unless the caller chose a rate.
+
+A source declares how often the kernel value it reads can change (``resolution_ns``, with the
+kernel fact behind it, in docs/metrics.md); one given without an interval is read every
+``ceil(resolution / interval)`` ticks, while the base tick stays as fast as asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stroboscope import _core
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """What :func:`plan_sources` decided.
+
+    Attributes
+    ----------
+    specs : list of (str, int)
+        ``(source name, read every n ticks)`` in the order asked.
+    details : dict
+        Per source, what it said of itself when built here: ``columns``, ``interface``,
+        ``resolution_ns``, ``resolution_reason``.
+    fill_within_ns : dict of str to int
+        Per column, how long after its last value a null means "not due" (its read period
+        less half a tick of lateness): ``Frame.to_arrow(fill="forward")`` fills those nulls
+        and leaves later ones (failed reads) null.
+    """
+
+    specs: list[tuple[str, int]]
+    details: dict[str, dict[str, Any]]
+    fill_within_ns: dict[str, int]
+
+
+def natural_every(resolution_ns: int, interval_ns: int) -> int:
+    """Ticks between reads of a source whose kernel value changes every ``resolution_ns``.
+
+    ``ceil(resolution / interval)``, at least 1: a source is read no faster than its value can
+    change, while the base tick stays as fast as asked (0: it can change on any tick).
+    """
+    if resolution_ns <= 0:
+        return 1
+    return max(1, -(-resolution_ns // interval_ns))
+
+
+def plan_sources(
+    asked: list[tuple[str, int | None]], options: _core.SourceOptions, interval_ns: int
+) -> SourcePlan:
+    """Build each asked source once (its columns and self-description) and set its rate:
+    the one asked, or its natural resolution where ``every`` is None."""
+    details = {name: dict(_core.source_details(name, options)) for name, _ in asked}
+    specs = [
+        (
+            name,
+            every
+            if every is not None
+            else natural_every(details[name]["resolution_ns"], interval_ns),
+        )
+        for name, every in asked
+    ]
+    fill = {
+        c["name"]: every * interval_ns - interval_ns // 2
+        for name, every in specs
+        for c in details[name]["columns"]
+    }
+    return SourcePlan(specs, details, fill)
