@@ -138,16 +138,16 @@ bool ProcessCpuClock::read_threads(std::uint64_t* cpu_ns, std::int64_t* ran) noe
   return !lost;
 }
 
-bool ProcessCpuClock::read(std::int64_t now_ns, std::uint64_t* cpu_ns,
-                           std::int64_t* ran) noexcept {
+bool ProcessCpuClock::read(std::uint64_t* cpu_ns, std::int64_t* ran) noexcept {
   *ran = 0;
   if (mode() == Mode::kThreadClocks) {
-    bool complete = read_threads(cpu_ns, ran);
-    if (!complete || now_ns - last_scan_ns_ >= kRescanNs) {
-      last_scan_ns_ = now_ns;
-      if (!rescan()) mode_.store(Mode::kNone, std::memory_order_relaxed);
+    // The listing first (one getdents64, cheaper than formatting /proc/self/stat), so a thread
+    // born since the previous read is counted from now and proc.threads is current.
+    if (!rescan()) mode_.store(Mode::kNone, std::memory_order_relaxed);
+    if (mode() == Mode::kThreadClocks) {
+      (void)read_threads(cpu_ns, ran);  // a thread gone since the listing: its last sliver lost
+      return true;
     }
-    if (mode() == Mode::kThreadClocks) return true;
     // Fell back during the rescan: the process clock starts a new baseline below.
   }
   if (mode() == Mode::kProcessClock) return clock_ns(process_clock_, cpu_ns);

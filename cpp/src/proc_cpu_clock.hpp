@@ -8,9 +8,10 @@
 //     the sum is exact to the read (ns). The process clock alone is not: the kernel only updates
 //     the calling thread before summing, so a spinning thread on another CPU lags by up to one
 //     scheduler tick (1/CONFIG_HZ, 4 ms at HZ=250) and 1 ms rows read 0 %, 0 %, 0 %, 400 %.
-//     The thread list is rescanned every kRescanNs and whenever a thread clock fails (the thread
-//     exited). What this misses, and says: a thread that exits loses its time since the previous
-//     read; a thread born between rescans is counted from the rescan that finds it.
+//     The thread list is re-read at every read (getdents64 on a kept-open /proc/self/task, about
+//     the cost of one small /proc read). What this misses, and says: a thread that exits loses
+//     its time since the previous read; a thread born since the previous read is counted from
+//     this one (its first microseconds are not).
 //     Past kMaxThreadClocks threads (one syscall each per read) it uses way 2.
 //  2. Another process, or one with many threads: the process CPU clock (clock_getcpuclockid),
 //     one syscall, ns, lagging by at most one scheduler tick per running thread.
@@ -30,7 +31,6 @@ class ProcessCpuClock {
  public:
   enum class Mode { kThreadClocks, kProcessClock, kNone };
   static constexpr std::size_t kMaxThreadClocks = 64;
-  static constexpr std::int64_t kRescanNs = 10'000'000;
 
   // `pid` the process; `task_dir` its /proc/<pid>/task (thread clocks only when `pid` is this
   // process and the procfs root is the live one). Never throws for a missing clock: mode() says.
@@ -46,12 +46,12 @@ class ProcessCpuClock {
   // CPU nanoseconds used since the first read (the delta is what matters), and in *ran the
   // number of threads whose clock moved since the previous read (0 when unknown). False when
   // no clock works (the caller falls back to /proc/<pid>/stat ticks). Hot path: no allocation.
-  [[nodiscard]] bool read(std::int64_t now_ns, std::uint64_t* cpu_ns, std::int64_t* ran) noexcept;
+  [[nodiscard]] bool read(std::uint64_t* cpu_ns, std::int64_t* ran) noexcept;
 
-  // Threads listed by the latest rescan (thread-clock mode), at most kRescanNs old.
+  // Threads listed by the latest read (thread-clock mode).
   [[nodiscard]] std::size_t threads() const noexcept { return n_threads_; }
 
-  // Re-lists the threads of this process (constructor, and the sampler thread every kRescanNs).
+  // Re-lists the threads of this process (constructor, and each read).
   bool rescan() noexcept;
 
  private:
@@ -71,7 +71,6 @@ class ProcessCpuClock {
   std::array<Thread, kMaxThreadClocks> threads_{};
   std::size_t n_threads_ = 0;
   std::uint64_t total_ns_ = 0;  // thread mode: the sum of deltas so far
-  std::int64_t last_scan_ns_ = 0;
   alignas(8) std::array<char, 16384> dirents_{};
 };
 

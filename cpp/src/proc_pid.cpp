@@ -233,14 +233,14 @@ class ProcessSource final : public Source {
     procfs::PidStat st;
     using Mode = detail::ProcessCpuClock::Mode;
     CpuReading cpu;
-    if (clock_ && clock_->read(now_ns, &cpu.ns, &cpu.ran)) cpu.mode = clock_->mode();
+    if (clock_ && clock_->read(&cpu.ns, &cpu.ran)) cpu.mode = clock_->mode();
     // The CPU time is per the moment the clocks were read, which can be well after the tick's
     // time when the sampler thread was preempted in between (a busy machine): divide by the time
     // between reads, not between ticks, or a 1 ms row carries 1.8 ms of CPU and reads 180 %.
     if (cpu.mode != Mode::kNone) cpu.at_ns = mono_ns();
     if (cpu.mode == Mode::kThreadClocks) {
       // Watching this very process through its thread clocks: /proc/self/stat would only add
-      // the thread count (the clock's listing has it, at most kRescanNs old) and an exit that
+      // the thread count (the clock's listing, taken at this read, has it) and an exit that
       // cannot happen while this code runs. One file fewer per tick.
       st.num_threads = static_cast<std::int64_t>(clock_->threads());
     } else if (!read_stat(row, &st)) {
