@@ -30,6 +30,8 @@ bool clock_ns(clockid_t clock, std::uint64_t* out) noexcept {
 }
 
 // The layout getdents64(2) fills (struct linux_dirent64).
+constexpr std::size_t kMaxDirent = 512;  // > 19 header bytes + a 255-byte name, aligned
+
 struct Dirent64 {
   std::uint64_t ino;
   std::int64_t off;
@@ -71,10 +73,14 @@ bool ProcessCpuClock::rescan() noexcept {
   if (::lseek(task_fd_, 0, SEEK_SET) != 0) return false;
   for (std::size_t i = 0; i < n_threads_; ++i) threads_[i].seen = false;
   bool too_many = false;
-  for (;;) {
+  for (bool more = true; more;) {
     long n = ::syscall(SYS_getdents64, task_fd_, dirents_.data(), dirents_.size());
     if (n < 0) return false;
     if (n == 0) break;
+    // procfs fills the buffer until the next entry does not fit (an entry is at most ~280
+    // bytes): a reply with room for one more to spare is the whole listing, and the call that
+    // would return 0 is saved (one syscall per tick).
+    more = static_cast<std::size_t>(n) + kMaxDirent > dirents_.size();
     for (long off = 0; off < n;) {
       const auto* d = reinterpret_cast<const Dirent64*>(dirents_.data() + off);
       off += d->reclen;

@@ -192,10 +192,13 @@ class ThreadsSource final : public Source {
     n_cur_ = 0;
     cursor_ = 0;
     if (::lseek(task_fd_, 0, SEEK_SET) != 0) return false;
-    for (;;) {
+    for (bool more = true; more;) {
       long n = ::syscall(SYS_getdents64, task_fd_, dirents_.data(), dirents_.size());
       if (n < 0) return false;
       if (n == 0) return true;
+      // A reply with room to spare for one more entry is the whole listing (procfs fills the
+      // buffer while entries fit): saves the call that would return 0.
+      more = static_cast<std::size_t>(n) + 512 > dirents_.size();
       for (long off = 0; off < n;) {
         const auto* d = reinterpret_cast<const Dirent64*>(dirents_.data() + off);
         off += d->reclen;
@@ -223,6 +226,7 @@ class ThreadsSource final : public Source {
         cur_[n_cur_++] = Entry{tid, s.run_ns, s.wait_ns};
       }
     }
+    return true;
   }
 
   std::int64_t window_ns_;
