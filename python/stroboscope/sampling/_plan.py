@@ -67,3 +67,20 @@ def plan_sources(
         for c in details[name]["columns"]
     }
     return SourcePlan(specs, details, fill)
+
+
+def refuse_gpus_without_gpu_source(
+    gpus: object, sources: object, options: _core.SourceOptions
+) -> None:
+    """``gpus`` was given but the sources have no ``gpu``: say whether NVML or the list is why."""
+    if sources is not None:
+        raise ValueError(
+            f"gpus={gpus!r} was given but 'gpu' is not in sources; add 'gpu' to sources "
+            "(or leave gpus out)"
+        )
+    gpu = next((s for s in _core.describe_sources(options) if s["name"] == "gpu"), None)
+    why = (gpu or {}).get("reason") or "NVML sees no GPU"
+    raise RuntimeError(
+        f"gpus={gpus!r} was given but no GPU can be read here, so the default sources leave "
+        f"'gpu' out: {why} (see stroboscope.gpu_status())"
+    )

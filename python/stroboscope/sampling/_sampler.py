@@ -32,7 +32,7 @@ from stroboscope.sampling._checks import (
 )
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import GpusArg, gpu_sample_table, resolve_gpus
-from stroboscope.sampling._plan import plan_sources
+from stroboscope.sampling._plan import plan_sources, refuse_gpus_without_gpu_source
 from stroboscope.sampling._schema import TIME_COLUMN, Column
 from stroboscope.sampling._scoped import ScopeRecording
 from stroboscope.sampling._stats import SamplerStats
@@ -150,7 +150,7 @@ class Sampler(ScopeRecording):
         defaults = list(_core.default_source_names(options))
         asked = check_sources(sources, self._interval, defaults)
         if gpus is not None and "gpu" not in {name for name, _ in asked}:
-            _refuse_gpus_without_gpu_source(gpus, sources, options)
+            refuse_gpus_without_gpu_source(gpus, sources, options)
         ring_path = "" if ring_file is None else check_new_file("ring_file", ring_file)
         try:
             # Each source built once here: its columns, interface and natural resolution.
@@ -390,20 +390,3 @@ def _source_options(
     options.pid = check_pid(pid, options.proc_root)
     options.disk_paths = check_dir_paths("disk_paths", disk_paths)
     return options
-
-
-def _refuse_gpus_without_gpu_source(
-    gpus: object, sources: object, options: _core.SourceOptions
-) -> None:
-    """``gpus`` was given but the sources have no ``gpu``: say whether NVML or the list is why."""
-    if sources is not None:
-        raise ValueError(
-            f"gpus={gpus!r} was given but 'gpu' is not in sources; add 'gpu' to sources "
-            "(or leave gpus out)"
-        )
-    gpu = next((s for s in _core.describe_sources(options) if s["name"] == "gpu"), None)
-    why = (gpu or {}).get("reason") or "NVML sees no GPU"
-    raise RuntimeError(
-        f"gpus={gpus!r} was given but no GPU can be read here, so the default sources leave "
-        f"'gpu' out: {why} (see stroboscope.gpu_status())"
-    )
