@@ -80,7 +80,61 @@ def render() -> str:
             "| `gpu.read_mono_ns` | ns | int64 | gauge | gpu | CLOCK_MONOTONIC time at "
             "which the gpu reading in this row was taken on its own polling thread. |"
         )
+    lines += _resolution_table()
     return "\n".join(lines) + "\n"
+
+
+def _resolution(ns: int) -> str:
+    if ns <= 0:
+        return "every tick"
+    return f"{ns / 1e9:g} s" if ns >= 1_000_000_000 else f"{ns / 1e6:g} ms"
+
+
+def _resolution_table() -> list[str]:
+    """How often each source's kernel value can change, which interface it prefers, and why."""
+    lines = [
+        "",
+        "## Natural resolution and interface of each source",
+        "",
+        "Every column of a source shares its resolution: how often the kernel value it reads can",
+        "change. A source given without an interval is read every `ceil(resolution / interval)`",
+        "ticks (never faster than its value can change) while the base tick stays as fast as",
+        "asked; the rows in between carry null, or the last value with",
+        '`Frame.to_arrow(fill="forward")`. `sources={name: seconds}` forces any rate.',
+        "The interface is the one each source prefers; where a machine lacks it the source falls",
+        "back (named in parentheses) and `available_sources()` / `stats()` say which one is in",
+        "use. Values here come from the recorded trees, so the resolution of `memory` is the",
+        "kernel default of vm.stat_interval (1 s); a live machine reports its own.",
+        "",
+        "| source | resolution | interface | why |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name in _core.source_names():
+        try:
+            said = _core.source_details(name, _options(name))
+        except RuntimeError:
+            continue
+        interface = _PREFERRED.get(name, said["interface"]) or "-"
+        fallback = _FALLBACK.get(name)
+        if fallback:
+            interface += f" ({fallback})"
+        reason = str(said["resolution_reason"]).replace("|", "\\|")
+        resolution = _resolution(int(said["resolution_ns"]))
+        lines.append(f"| {name} | {resolution} | {interface} | {reason} |")
+    return lines
+
+
+# The interface each source prefers on a live system; the recorded trees show the fallback.
+_PREFERRED = {
+    "network": "rtnetlink RTM_GETSTATS",
+    "diskio": "/sys/block/*/stat",
+    "process": "thread CPU clocks (this process) or clock_getcpuclockid",
+}
+_FALLBACK = {
+    "network": "/proc/net/dev",
+    "diskio": "/proc/diskstats",
+    "process": "/proc/<pid>/stat",
+}
 
 
 def main() -> int:

@@ -206,7 +206,7 @@ def test_cpu_all_busy_reads_exactly_100(tmp_path: Path) -> None:
     # 11 busy ticks of 11: busy * (100 / total) gave 100.00000000000001; 100 * busy / total is
     # exact for whole tick counts.
     fake = FakeProc(tmp_path / "proc")
-    s = Sampler(0.001, pid=PID, sources=["cpu"], cpu_window=0, proc_root=str(fake.root))
+    s = Sampler(0.001, pid=PID, sources={"cpu": None}, cpu_window=0, proc_root=str(fake.root))
     try:
         for busy in (11, 22, 39):
             s.tick_now(1)

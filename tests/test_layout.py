@@ -139,7 +139,7 @@ def test_tick_now_is_deterministic_and_keeps_per_source_intervals() -> None:
 
 
 def test_stats_are_typed_and_frozen() -> None:
-    s = stroboscope.Sampler(0.001, sources=["memory", "process"])
+    s = stroboscope.Sampler(0.001, sources={"memory": None, "process": None})
     s.tick_now(3)
     st = s.stats()
     assert isinstance(st, SamplerStats)
@@ -180,7 +180,7 @@ def test_schema_is_arrow_with_units_and_equals_the_frames() -> None:
 def test_one_frame_type_for_live_and_recovered_rows(tmp_path: Path) -> None:
     path = tmp_path / "r.spool"
     s = stroboscope.Sampler(
-        0.002, sources=["memory"], spool=path, capacity=256, segment_seconds=0.25
+        0.002, sources={"memory": None}, spool=path, capacity=256, segment_seconds=0.25
     )
     s.tick_now(5)
     live = s.snapshot()

@@ -86,7 +86,7 @@ def test_context_manager_stops() -> None:
 
 
 def test_stats_report_ring_memory_and_counts() -> None:
-    s = Sampler(0.001, sources=["memory", "cpu"], capacity=4096)
+    s = Sampler(0.001, sources={"memory": None, "cpu": None}, capacity=4096)
     st = s.stats()
     cols = st.num_columns + 1  # + mono_ns
     # Blocks of 64 rows: 8-byte cells, and a cache line of validity words per 8 columns.

@@ -23,7 +23,11 @@ from stroboscope.recording.spool import segment_paths
 def test_recover_equals_what_the_sampler_holds(tmp_path: Path) -> None:
     path = tmp_path / "run.spool"
     s = Sampler(
-        0.001, sources=["memory", "cpu", "process"], spool=path, segment_seconds=0.2, capacity=2048
+        0.001,
+        sources={"memory": None, "cpu": None, "process": None},
+        spool=path,
+        segment_seconds=0.2,
+        capacity=2048,
     )
     with s:
         time.sleep(0.7)
@@ -117,7 +121,7 @@ CHILD = textwrap.dedent(
     import os, signal, sys, time, ctypes
     import stroboscope
     how, path = sys.argv[1], sys.argv[2]
-    s = stroboscope.Sampler(0.001, sources=["memory", "process"], spool=path,
+    s = stroboscope.Sampler(0.001, sources={"memory": None, "process": None}, spool=path,
                             segment_seconds=0.5, capacity=4096).start()
     time.sleep(1.2)
     print("ready", flush=True)

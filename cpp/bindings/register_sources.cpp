@@ -92,6 +92,9 @@ void register_sources(py::module_& m) {
       d["default"] = info.is_default;
       d["available"] = info.available;
       d["reason"] = info.reason;
+      d["interface"] = info.interface;
+      d["resolution_ns"] = info.resolution_ns;
+      d["resolution_reason"] = info.resolution_reason;
       out.append(d);
     }
     return out;
@@ -108,6 +111,26 @@ void register_sources(py::module_& m) {
     py::list out;
     for (const ColumnSpec& c : source->columns()) out.append(column_dict(c));
     return out;
+  });
+  // One source built here: its columns and what it says about itself (the interface it chose,
+  // its natural resolution and why), for the Sampler's defaults and stats().
+  m.def("source_details", [](const std::string& name, const SourceOptions& opts) {
+    std::unique_ptr<Source> source;
+    SourceInfo info{name, {}, false, true, {}, {}, 0, {}};
+    {
+      // releasing gil here is safe, we don't manipulate refcounts
+      py::gil_scoped_release release;
+      source = make_source(name, opts);
+      describe_built(*source, &info);
+    }
+    py::list columns;
+    for (const ColumnSpec& c : source->columns()) columns.append(column_dict(c));
+    py::dict d;
+    d["columns"] = columns;
+    d["interface"] = info.interface;
+    d["resolution_ns"] = info.resolution_ns;
+    d["resolution_reason"] = info.resolution_reason;
+    return d;
   });
   m.def("gpu_status", &gpu_status_dict);
   m.def("nvml_index_of_uuid", [](const std::string& uuid) -> py::object {

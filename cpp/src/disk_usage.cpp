@@ -74,6 +74,19 @@ class DiskSource final : public Source {
     }
   }
 
+  // statvfs walks the path on every call; the free-block count of a filesystem moves when
+  // writeback allocates blocks (delayed allocation: every vm.dirty_writeback_centisecs, 5 s by
+  // default) or files are freed. 1 s keeps the default tick cheap and misses no trend.
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return 1'000'000'000;
+  }
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "free blocks move when writeback allocates them (delayed allocation, every "
+           "vm.dirty_writeback_centisecs = 5 s by default) or files are freed; statvfs walks "
+           "the path each call, so 1 s.";
+  }
+  [[nodiscard]] const char* interface() const noexcept override { return "statvfs"; }
+
   void read(RowWriter row, std::int64_t /*now_ns*/) noexcept override {
     int first_err = 0;
     for (std::size_t i = 0; i < paths_.size(); ++i) {

@@ -104,6 +104,11 @@ std::string join_path(std::string_view root, std::string_view rel) {
   return out;
 }
 
+std::int64_t user_hz_ns() noexcept {
+  long tck = ::sysconf(_SC_CLK_TCK);
+  return tck > 0 ? 1'000'000'000 / tck : 10'000'000;
+}
+
 std::int64_t online_cpus() noexcept {
   long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<std::int64_t>(n) : 0;

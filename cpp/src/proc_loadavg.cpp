@@ -51,6 +51,14 @@ class LoadSource final : public Source {
                "Tasks runnable right now, the reader included.");
   }
 
+  // The averages are recomputed every LOAD_FREQ (5 s + 1 tick, kernel/sched/loadavg.c), but
+  // the runnable and total task counts are read live: every tick.
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "runnable and total tasks are counted live at each read (the 1/5/15-minute averages "
+           "themselves change every LOAD_FREQ = 5 s, kernel/sched/loadavg.c).";
+  }
+  [[nodiscard]] const char* interface() const noexcept override { return "/proc/loadavg"; }
+
   void read(RowWriter row, std::int64_t /*now_ns*/) noexcept override {
     int err = 0;
     if (!file_.read(&err)) {

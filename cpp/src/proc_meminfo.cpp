@@ -79,6 +79,15 @@ class MemorySource final : public Source {
          !out_of_range)) {
       throw std::runtime_error("no MemTotal/MemAvailable (or MemFree) in " + file_.path());
     }
+    // vm.stat_interval is whole seconds on the kernels that print it as an integer; unreadable
+    // (a recorded tree without it): the kernel's default, 1 s.
+    ProcFile interval(detail::join_path(opts.proc_root, "sys/vm/stat_interval"), 64);
+    std::string_view text;
+    std::int64_t seconds = 0;
+    if (interval.read(&err) && (text = interval.view(), procfs::next_i64(text, &seconds)) &&
+        seconds > 0 && seconds < 3600) {
+      stat_interval_ns_ = seconds * 1'000'000'000;
+    }
     add_column("mem.total_bytes", "bytes", DType::kInt64, Kind::kGauge,
                "Physical memory installed (MemTotal).");
     add_column("mem.available_bytes", "bytes", DType::kInt64, Kind::kGauge,
@@ -90,6 +99,19 @@ class MemorySource final : public Source {
     add_column("mem.util_pct", "%", DType::kFloat64, Kind::kGauge,
                "Memory in use as a share of total (psutil virtual_memory().percent).");
   }
+
+  // MemFree and MemAvailable come from zone page counters that each CPU keeps a private delta of;
+  // the deltas are folded into the global values every vm.stat_interval (1 s default) by
+  // vmstat_update, or earlier when one CPU's delta passes its threshold (mm/vmstat.c).
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return stat_interval_ns_;
+  }
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "the free-page counters behind MemFree/MemAvailable are folded from per-CPU deltas "
+           "every vm.stat_interval (/proc/sys/vm/stat_interval, 1 s by default; read at "
+           "construction), or sooner in threshold-sized steps (mm/vmstat.c).";
+  }
+  [[nodiscard]] const char* interface() const noexcept override { return "/proc/meminfo"; }
 
   void read(RowWriter row, std::int64_t /*now_ns*/) noexcept override {
     int err = 0;
@@ -127,6 +149,7 @@ class MemorySource final : public Source {
   }
 
   ProcFile file_;
+  std::int64_t stat_interval_ns_ = 1'000'000'000;
 };
 
 }  // namespace

@@ -86,6 +86,12 @@ class NetworkSource final : public Source {
                    " since the previous value (windows of at least rate_window).");
   }
 
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "interface counters are added per packet by the driver (ndo_get_stats64): every "
+           "tick.";
+  }
+  [[nodiscard]] const char* interface() const noexcept override { return "/proc/net/dev"; }
+
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
     int err = 0;
     if (!file_.read(&err)) {
@@ -123,6 +129,15 @@ class NetworkSource final : public Source {
 }  // namespace
 
 std::unique_ptr<Source> make_network_source(const SourceOptions& opts) {
+  // rtnetlink answers for the network namespace of the calling process, which is what
+  // <proc_root>/net/dev shows only when the root is the live /proc.
+  if (opts.proc_root == "/proc") {
+    try {
+      return make_netlink_network_source(opts);
+    } catch (const std::runtime_error&) {
+      // no rtnetlink statistics here (Linux < 4.7, a seccomp filter): the text file below
+    }
+  }
   return std::make_unique<NetworkSource>(opts);
 }
 

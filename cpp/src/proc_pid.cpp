@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "proc_cpu_clock.hpp"
+#include "stroboscope/clock.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/procfs.hpp"
 
@@ -160,6 +162,11 @@ class ProcessSource final : public Source {
     long page = ::sysconf(_SC_PAGESIZE);
     page_size_ = page > 0 ? page : 4096;
     online_cpus_ = detail::online_cpus();
+    if (!io_part_) {
+      // Thread and process CPU clocks only describe the live system, not a recorded tree.
+      clock_ = std::make_unique<detail::ProcessCpuClock>(pid_, dir + "/task",
+                                                         opts.proc_root == "/proc");
+    }
 
     if (io_part_) {
       add_io_columns();
@@ -167,14 +174,32 @@ class ProcessSource final : public Source {
     }
     add_column("proc.cpu_pct", "%", DType::kFloat64, Kind::kRate,
                "CPU time (user + system) of the process per wall time; 100 per busy core. "
-               "Capped at 100 x its threads and at 100 x online CPUs: the kernel counts whole "
-               "USER_HZ ticks, which over a short window can exceed what the threads could use.");
+               "For this process: the sum of its threads' CPU clocks (ns), on every read. "
+               "Otherwise the process CPU clock (ns; a running thread lags by up to one "
+               "scheduler tick) or /proc/<pid>/stat (USER_HZ ticks), over windows of at least "
+               "cpu_window. Never above 100 x the threads that ran nor 100 x online CPUs.");
     add_column("proc.rss_bytes", "bytes", DType::kInt64, Kind::kGauge,
                "Resident set size of the process.");
     add_column("proc.mem_pct", "%", DType::kFloat64, Kind::kGauge,
                "Resident set size of the process as a share of physical memory.");
     add_column("proc.threads", "count", DType::kInt64, Kind::kGauge,
                "Threads in the process.");
+  }
+
+  // RSS changes on every page fault and the CPU clocks count nanoseconds: nothing to wait for.
+  // Through the /proc/<pid>/stat fallback CPU time moves in USER_HZ ticks (sysconf(_SC_CLK_TCK),
+  // 100/s on every mainstream kernel), but RSS still changes at any time: still every tick.
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override { return 0; }
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return io_part_ ? "I/O bytes are counted per request and context switches per switch: "
+                      "they can change on any tick."
+                    : "RSS changes on any page fault and the CPU clocks count nanoseconds "
+                      "(thread clocks are brought up to date at each read by the kernel's "
+                      "task_sched_runtime): every tick.";
+  }
+  [[nodiscard]] const char* interface() const noexcept override {
+    if (io_part_) return "/proc/<pid>/io + /proc/<pid>/status";
+    return clock_ ? clock_->interface() : "/proc/<pid>/stat";
   }
 
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
@@ -206,17 +231,21 @@ class ProcessSource final : public Source {
   void read_core(RowWriter& row, std::int64_t now_ns) noexcept {
     int err = 0;
     procfs::PidStat st;
-    if (!stat_.read(&err)) {
-      if (err == ESRCH) return mark_exited(row);
-      fail("cannot read /proc/<pid>/stat", err);
+    using Mode = detail::ProcessCpuClock::Mode;
+    CpuReading cpu;
+    if (clock_ && clock_->read(&cpu.ns, &cpu.ran)) cpu.mode = clock_->mode();
+    // The CPU time is per the moment the clocks were read, which can be well after the tick's
+    // time when the sampler thread was preempted in between (a busy machine): divide by the time
+    // between reads, not between ticks, or a 1 ms row carries 1.8 ms of CPU and reads 180 %.
+    if (cpu.mode != Mode::kNone) cpu.at_ns = mono_ns();
+    if (cpu.mode == Mode::kThreadClocks) {
+      // Watching this very process through its thread clocks: /proc/self/stat would only add
+      // the thread count (the clock's listing, taken at this read, has it) and an exit that
+      // cannot happen while this code runs. One file fewer per tick.
+      st.num_threads = static_cast<std::int64_t>(clock_->threads());
+    } else if (!read_stat(row, &st)) {
       return;
     }
-    if (stat_.view().empty()) return mark_exited(row);
-    if (!procfs::parse_pid_stat(stat_.view(), &st)) {
-      fail("unexpected content in /proc/<pid>/stat", EINVAL);
-      return;
-    }
-    if (st.state == 'Z' || st.state == 'X') return mark_exited(row);
 
     procfs::PidStatm sm;
     if (!statm_.read(&err)) {
@@ -227,21 +256,11 @@ class ProcessSource final : public Source {
     if (statm_.view().empty()) return mark_exited(row);
     bool have_statm = procfs::parse_pid_statm(statm_.view(), &sm);
 
-    std::uint64_t ticks = st.utime + st.stime;
-    // utime/stime count USER_HZ ticks (10 ms): the % is only computed once the window since the
-    // baseline reaches cpu_window_ns; before that the cell stays null and the baseline is kept.
-    window_threads_ = std::max(window_threads_, st.num_threads);
-    if (!has_prev_ || now_ns - prev_ns_ >= cpu_window_ns_) {
-      double dt = detail::seconds_between(prev_ns_, now_ns);
-      if (has_prev_ && dt > 0) {
-        double busy = static_cast<double>(procfs::counter_delta(prev_ticks_, ticks)) / clk_tck_;
-        row.set_f64(0, detail::cap_cpu_pct(100.0 * busy / dt, window_threads_, online_cpus_));
-      }
-      prev_ticks_ = ticks;
-      prev_ns_ = now_ns;
-      has_prev_ = true;
-      window_threads_ = st.num_threads;  // the next window starts with the threads seen now
+    if (cpu.mode == Mode::kNone) {
+      cpu.ns = static_cast<std::uint64_t>(static_cast<double>(st.utime + st.stime) * 1e9 / clk_tck_);
+      cpu.at_ns = now_ns;
     }
+    write_cpu(row, st, cpu);
     // Resident pages × page size; a product that does not fit in int64 leaves both cells null.
     std::int64_t rss = 0;
     bool rss_fits = have_statm && procfs::to_i64(sm.resident_pages, &rss) &&
@@ -260,6 +279,66 @@ class ProcessSource final : public Source {
     } else {
       ok();
     }
+  }
+
+  // proc.cpu_pct. With the thread clocks (exact at each read) on every read; with the process
+  // clock (a running thread lags up to one scheduler tick) or USER_HZ ticks (10 ms steps) over
+  // windows of at least cpu_window_ns: before that the cell stays null and the baseline is kept.
+  struct CpuReading {
+    detail::ProcessCpuClock::Mode mode = detail::ProcessCpuClock::Mode::kNone;
+    std::uint64_t ns = 0;   // CPU time, ns (from any origin: only deltas count)
+    std::int64_t ran = 0;   // thread clocks: threads whose clock moved since the previous read
+    std::int64_t at_ns = 0; // CLOCK_MONOTONIC time of the reading
+  };
+
+  // Reads and parses /proc/<pid>/stat; false (cells and reason set) when the row stops here.
+  bool read_stat(RowWriter& row, procfs::PidStat* st) noexcept {
+    int err = 0;
+    if (!stat_.read(&err)) {
+      if (err == ESRCH) {
+        mark_exited(row);
+      } else {
+        fail("cannot read /proc/<pid>/stat", err);
+      }
+      return false;
+    }
+    if (stat_.view().empty()) {
+      mark_exited(row);
+      return false;
+    }
+    if (!procfs::parse_pid_stat(stat_.view(), st)) {
+      fail("unexpected content in /proc/<pid>/stat", EINVAL);
+      return false;
+    }
+    if (st->state == 'Z' || st->state == 'X') {
+      mark_exited(row);
+      return false;
+    }
+    return true;
+  }
+
+  void write_cpu(RowWriter& row, const procfs::PidStat& st, const CpuReading& cpu) noexcept {
+    using Mode = detail::ProcessCpuClock::Mode;
+    const Mode mode = cpu.mode;
+    const std::uint64_t cpu_ns = cpu.ns;
+    const std::int64_t ran = cpu.ran;
+    const std::int64_t now_ns = cpu.at_ns;
+    if (mode != prev_mode_) has_prev_ = false;  // a new clock: a new baseline
+    prev_mode_ = mode;
+    const bool exact = mode == Mode::kThreadClocks;
+    window_threads_ = exact ? window_threads_ + ran : std::max(window_threads_, st.num_threads);
+    if (has_prev_ && now_ns - prev_ns_ < (exact ? 0 : cpu_window_ns_)) return;
+    if (has_prev_ && now_ns > prev_ns_) {
+      double busy_ns = static_cast<double>(procfs::counter_delta(prev_cpu_ns_, cpu_ns));
+      double pct = 100.0 * busy_ns / static_cast<double>(now_ns - prev_ns_);
+      // Thread clocks: the threads whose clock moved (a thread read a little later than the
+      // window's end can nudge past 100); otherwise the most threads seen in the window.
+      row.set_f64(0, detail::cap_cpu_pct(pct, window_threads_, online_cpus_));
+    }
+    prev_cpu_ns_ = cpu_ns;
+    prev_ns_ = now_ns;
+    has_prev_ = true;
+    window_threads_ = exact ? 0 : st.num_threads;  // the next window starts here
   }
 
   void read_io(RowWriter& row) noexcept {
@@ -317,7 +396,9 @@ class ProcessSource final : public Source {
   std::int64_t mem_total_ = 0;
   double clk_tck_ = 100.0;
   std::int64_t page_size_ = 4096;
-  std::uint64_t prev_ticks_ = 0;
+  std::unique_ptr<detail::ProcessCpuClock> clock_;  // "process" only
+  detail::ProcessCpuClock::Mode prev_mode_ = detail::ProcessCpuClock::Mode::kNone;
+  std::uint64_t prev_cpu_ns_ = 0;
   std::int64_t window_threads_ = 0;  // most threads seen in the current CPU window
   std::int64_t online_cpus_ = 0;     // 0: unknown, no cap by CPUs
   std::int64_t prev_ns_ = 0;

@@ -95,6 +95,14 @@ class PressureSource final : public Source {
     read_ok_.resize(files_.size());
   }
 
+  // psi_show() folds each CPU's stall state into the totals at every read (kernel/sched/psi.c):
+  // the "total=" microseconds are current to the read.
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "the total= stall times are brought up to date from each CPU's state at every read "
+           "(psi_show, kernel/sched/psi.c), in microseconds.";
+  }
+  [[nodiscard]] const char* interface() const noexcept override { return "/proc/pressure/*"; }
+
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
     int first_err = 0;
     for (std::size_t i = 0; i < files_.size(); ++i) {

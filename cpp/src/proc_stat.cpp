@@ -95,6 +95,16 @@ class CpuSource final : public Source {
                "Share of all CPU time taken by the hypervisor for other virtual machines.");
   }
 
+  // /proc/stat counts CPU time in USER_HZ ticks (sysconf(_SC_CLK_TCK), 100 per second on every
+  // mainstream kernel): nothing new can show up between two ticks of that clock.
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return detail::user_hz_ns();
+  }
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "/proc/stat counts CPU time in USER_HZ ticks (sysconf(_SC_CLK_TCK) = 100/s: 10 ms).";
+  }
+  [[nodiscard]] const char* interface() const noexcept override { return "/proc/stat"; }
+
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
     if (has_prev_ && now_ns - prev_ns_ < window_ns_) {
       ok();  // the window since the baseline is too short for 10 ms tick counters: null
@@ -183,6 +193,16 @@ class CpuCoresSource final : public Source {
     has_prev_.assign(columns().size(), 0);
     seen_.assign(columns().size(), 0);
   }
+
+  // /proc/stat counts CPU time in USER_HZ ticks (sysconf(_SC_CLK_TCK), 100 per second on every
+  // mainstream kernel): nothing new can show up between two ticks of that clock.
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return detail::user_hz_ns();
+  }
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "/proc/stat counts CPU time in USER_HZ ticks (sysconf(_SC_CLK_TCK) = 100/s: 10 ms).";
+  }
+  [[nodiscard]] const char* interface() const noexcept override { return "/proc/stat"; }
 
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
     if (have_baseline_ && now_ns - prev_ns_ < window_ns_) {

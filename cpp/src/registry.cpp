@@ -26,17 +26,23 @@ const Entry kEntries[] = {
     {"cpu", "CPU utilisation of the whole machine, from /proc/stat.", &make_cpu_source},
     {"cpu_cores", "CPU utilisation of each core, from /proc/stat.", &make_cpu_cores_source},
     {"memory", "Physical memory and swap in use, from /proc/meminfo.", &make_memory_source},
-    {"network", "Bytes sent and received by all interfaces but lo, from /proc/net/dev.",
+    {"network", "Bytes sent and received by all interfaces but lo, from rtnetlink "
+                "(RTM_GETSTATS), or /proc/net/dev.",
      &make_network_source},
     {"disk", "Space used and free on the filesystems of the given paths, from statvfs(2).",
      &make_disk_source},
-    {"diskio", "Bytes read and written by whole block devices, from /proc/diskstats.",
+    {"diskio", "Bytes read and written by whole block devices, from /sys/block/*/stat, or "
+               "/proc/diskstats.",
      &make_diskio_source},
-    {"process", "CPU, memory and threads of one process, from /proc/<pid>/stat and statm.",
+    {"process", "CPU, memory and threads of one process, from its CPU clocks and "
+                "/proc/<pid>/stat and statm.",
      &make_process_source},
     {"process_io", "I/O bytes and context switches of one process, from /proc/<pid>/io and "
                    "status.",
      &make_process_io_source},
+    {"threads", "CPU time and run-queue wait of the threads of one process, and its busiest "
+                "threads, from /proc/<pid>/task/*/schedstat.",
+     &make_threads_source},
     {"proc_tree", "CPU, memory and threads of a process and all its descendants, from /proc.",
      &make_proc_tree_source},
     {"load", "Load averages and runnable tasks, from /proc/loadavg.", &make_load_source},
@@ -79,10 +85,10 @@ std::vector<SourceInfo> describe_sources(const SourceOptions& opts) {
   std::vector<std::string> defaults = default_source_names(opts);
   std::vector<SourceInfo> out;
   for (const Entry& e : kEntries) {
-    SourceInfo info{e.name, e.help, false, true, {}};
+    SourceInfo info{e.name, e.help, false, true, {}, {}, 0, {}};
     for (const std::string& d : defaults) info.is_default = info.is_default || d == e.name;
     try {
-      (void)e.make(opts);
+      describe_built(*e.make(opts), &info);
     } catch (const std::exception& ex) {
       info.available = false;
       info.reason = ex.what();
@@ -90,6 +96,12 @@ std::vector<SourceInfo> describe_sources(const SourceOptions& opts) {
     out.push_back(std::move(info));
   }
   return out;
+}
+
+void describe_built(const Source& source, SourceInfo* info) {
+  info->interface = source.interface();
+  info->resolution_ns = source.natural_resolution_ns();
+  info->resolution_reason = source.resolution_reason();
 }
 
 std::unique_ptr<Source> make_source(std::string_view name, const SourceOptions& opts) {

@@ -396,6 +396,24 @@ void test_disk_prefix() {
 
 }  // namespace
 
+void test_schedstat_and_block_stat() {
+  SchedStat s;
+  CHECK(parse_schedstat("123456789 4242 17\n", &s));
+  CHECK_EQ(s.run_ns, 123456789u);
+  CHECK_EQ(s.wait_ns, 4242u);
+  CHECK_EQ(s.slices, 17u);
+  CHECK(!parse_schedstat("123 456\n", &s));  // a field missing
+  CHECK(!parse_schedstat("", &s));
+  // /sys/block/<dev>/stat: reads merged sectors ms, writes merged sectors ms, ... (17 on 5.5+)
+  DiskStatLine d;
+  CHECK(parse_block_stat("    1000  5 2056 300   200 7 4096 90 0 400 390 0 0 0 0 0 0\n", &d));
+  CHECK_EQ(d.read_sectors, 2056u);
+  CHECK_EQ(d.write_sectors, 4096u);
+  CHECK_EQ(d.n_stats, 17);
+  CHECK(parse_block_stat("1 2 3 4 5 6 7 8 9 10 11\n", &d) && d.write_sectors == 7u);
+  CHECK(!parse_block_stat("1 2 3 4\n", &d));  // the partition layout never appears here
+}
+
 int main() {
   test_helpers();
   test_stat();
@@ -409,5 +427,6 @@ int main() {
   test_pid_files();
   test_cgroup_files();
   test_disk_prefix();
+  test_schedstat_and_block_stat();
   TEST_MAIN_END();
 }

@@ -711,7 +711,8 @@ void test_counter_slots() {
 
 void test_registry() {
   std::vector<std::string> want{"cpu",     "cpu_cores", "memory", "network",  "disk",  "diskio",
-                                "process", "process_io", "proc_tree", "load", "pressure", "cgroup", "gpu"};
+                                "process", "process_io", "threads", "proc_tree", "load", "pressure",
+                                "cgroup", "gpu"};
   CHECK(source_names() == want);
   Tree t;
   bool threw = false;
@@ -720,7 +721,8 @@ void test_registry() {
   } catch (const std::invalid_argument& e) {
     threw = std::strcmp(e.what(),
                         "unknown source 'nope'; known sources: cpu, cpu_cores, memory, network, "
-                        "disk, diskio, process, process_io, proc_tree, load, pressure, cgroup, gpu") == 0;
+                        "disk, diskio, process, process_io, threads, proc_tree, load, pressure, "
+                        "cgroup, gpu") == 0;
     if (!threw) std::fprintf(stderr, "message: %s\n", e.what());
   }
   CHECK(threw);

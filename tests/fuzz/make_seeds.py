@@ -32,6 +32,7 @@ PARSER_SEEDS: dict[str, tuple[str, ...]] = {
     "fuzz_pressure": ("proc/*/pressure/*", "cgroup/**/*.pressure"),
     "fuzz_pid": ("proc/*/[0-9]*/stat*", "proc/*/[0-9]*/status*", "proc/*/[0-9]*/io*"),
     "fuzz_cgroup": ("proc/*/[0-9]*/cgroup", "cgroup/**/*"),
+    "fuzz_netlink": ("netlink/*.bin",),
 }
 
 # The file list of fuzz_trees.cpp (kFiles), in order: a record's selector is its index here.

@@ -12,7 +12,7 @@ python3 "$here/make_seeds.py" "$work/seeds" >/dev/null
 mkdir -p "$work/artifacts"
 failed=()
 for harness in fuzz_proc_stat fuzz_meminfo fuzz_net_dev fuzz_diskstats fuzz_loadavg \
-               fuzz_pressure fuzz_pid fuzz_cgroup fuzz_trees; do
+               fuzz_pressure fuzz_pid fuzz_cgroup fuzz_netlink fuzz_trees; do
   exe="$build/tests/fuzz/$harness"
   mkdir -p "$work/corpus/$harness"
   echo "-- $harness (${seconds} s, $(ls "$work/seeds/$harness" | wc -l) seeds)"

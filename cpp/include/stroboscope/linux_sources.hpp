@@ -22,11 +22,16 @@ inline constexpr const char kReasonProcessExited[] = "process exited";
 [[nodiscard]] std::unique_ptr<Source> make_cpu_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_cpu_cores_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_memory_source(const SourceOptions& opts);
+// "network": rtnetlink (net_netlink.cpp) on the live system, /proc/net/dev where that fails or
+// the procfs root is a recorded tree.
 [[nodiscard]] std::unique_ptr<Source> make_network_source(const SourceOptions& opts);
+[[nodiscard]] std::unique_ptr<Source> make_netlink_network_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_disk_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_diskio_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_process_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_process_io_source(const SourceOptions& opts);
+// "threads" (opt-in): proc_task_schedstat.cpp.
+[[nodiscard]] std::unique_ptr<Source> make_threads_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_proc_tree_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_load_source(const SourceOptions& opts);
 [[nodiscard]] std::unique_ptr<Source> make_pressure_source(const SourceOptions& opts);
@@ -63,6 +68,9 @@ namespace detail {
 
 // CPUs online now (sysconf), or 0 when unknown. Read at construction, never on the hot path.
 [[nodiscard]] std::int64_t online_cpus() noexcept;
+
+// One USER_HZ tick in nanoseconds (1e9 / sysconf(_SC_CLK_TCK); 10 ms when unknown).
+[[nodiscard]] std::int64_t user_hz_ns() noexcept;
 
 // A CPU % from USER_HZ tick counters, capped at what `threads` threads on `cpus` CPUs could have
 // used (100 each): whole ticks over a short window overshoot (11 ticks in 0.1 s reads 110 % for

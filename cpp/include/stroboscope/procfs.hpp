@@ -212,6 +212,9 @@ struct DiskStatLine {
 [[nodiscard]] std::size_t parse_diskstats(std::string_view text, std::span<DiskStatLine> out,
                                           std::size_t* seen = nullptr) noexcept;
 
+// One /sys/block/<dev>/stat (the numbers of a /proc/diskstats line after the name; at least 11).
+[[nodiscard]] bool parse_block_stat(std::string_view text, DiskStatLine* out) noexcept;
+
 // The kernel names a partition "<disk><N>", or "<disk>p<N>" when the disk name ends in a digit
 // (nvme0n1p1, mmcblk0p2, loop0p1). True when `name` is such a partition of `disk`.
 [[nodiscard]] bool is_partition_name_of(std::string_view name, std::string_view disk) noexcept;
@@ -267,6 +270,16 @@ struct PidIo {  // bytes; kMissing when absent
 };
 
 [[nodiscard]] PidIo parse_pid_io(std::string_view text) noexcept;
+
+// ---- /proc/<pid>/task/<tid>/schedstat ------------------------------------------------------------
+
+struct SchedStat {
+  std::uint64_t run_ns = 0;   // time on a CPU (se.sum_exec_runtime)
+  std::uint64_t wait_ns = 0;  // time runnable, waiting for a CPU (sched_info.run_delay)
+  std::uint64_t slices = 0;   // timeslices run (sched_info.pcount)
+};
+
+[[nodiscard]] bool parse_schedstat(std::string_view text, SchedStat* out) noexcept;
 
 // ---- cgroups ------------------------------------------------------------------------------------
 

@@ -18,7 +18,15 @@ struct SourceInfo {
   bool is_default;     // part of the default set (given `opts`)
   bool available;      // can be constructed here
   std::string reason;  // why not, when !available
+  // From the source built here (empty/0 when it cannot be built): the kernel interface it reads,
+  // how often that value can change (Source::natural_resolution_ns) and why.
+  std::string interface;
+  std::int64_t resolution_ns = 0;
+  std::string resolution_reason;
 };
+
+// What one built source says about itself (the fields above).
+void describe_built(const Source& source, SourceInfo* info);
 
 // Every source name this build knows, in a stable order.
 [[nodiscard]] std::vector<std::string> source_names();

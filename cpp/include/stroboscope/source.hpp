@@ -81,6 +81,21 @@ class Source {
   // polls it on a thread of its own (PolledSource) so it never makes a /proc tick late.
   [[nodiscard]] virtual bool slow() const noexcept { return false; }
 
+  // How often the kernel value this source reads can change, in nanoseconds: the sampler's
+  // Python layer reads the source no faster than this by default (every = ceil(resolution /
+  // interval)), while the base tick stays as fast as asked. 0: the value can change on any event
+  // (a packet, a page fault, a finished request), so every tick may carry something new.
+  // The reason (a static string, shown in docs/metrics.md) cites the kernel fact behind it.
+  [[nodiscard]] virtual std::int64_t natural_resolution_ns() const noexcept { return 0; }
+  [[nodiscard]] virtual const char* resolution_reason() const noexcept {
+    return "not declared: read on every tick";
+  }
+
+  // The kernel interface the source reads, chosen at construction ("clock_getcpuclockid",
+  // "/proc/<pid>/stat", "rtnetlink", "/proc/net/dev", ...): where a faster exact interface is
+  // missing the source falls back to a text file and says so here. A static string.
+  [[nodiscard]] virtual const char* interface() const noexcept { return ""; }
+
   // Lifecycle hooks, called by the sampler off the hot path: when it starts, after it stopped,
   // and in the child after a fork (where no thread of the parent exists).
   virtual void on_start() {}

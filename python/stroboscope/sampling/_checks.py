@@ -254,29 +254,38 @@ def _list_form(text: str) -> list[str]:
     return [part for part in re.split(r"[\s,;]+", text) if part]
 
 
+_EVERY_TICK = object()  # a mapping's None: read on every tick
+
+
 def check_sources(
     sources: SourcesArg, interval: float, defaults: list[str]
-) -> list[tuple[str, int]]:
-    """``(source name, every n ticks)`` for the ``sources`` argument (None: ``defaults``)."""
+) -> list[tuple[str, int | None]]:
+    """``(source name, every n ticks)`` for the ``sources`` argument (None: ``defaults``).
+
+    ``every`` is None where the caller gave no interval (the default set, or a list of names):
+    the source's natural resolution then decides (see :func:`natural_every`). In a mapping,
+    ``None`` means every tick."""
     known = list(_core.source_names())
     accepted = "a list of source names such as ['cpu', 'memory'] or a {name: interval_s} mapping"
     if sources is None:
-        return [(name, 1) for name in defaults]
+        return [(name, None) for name in defaults]
     if isinstance(sources, str):
         raise TypeError(
             f"sources must be {accepted}, not a string; did you mean "
             f"sources={_list_form(sources)!r}? Known sources: {', '.join(known)}"
         )
+    # A list names sources without rates (each then read at its natural resolution); in a
+    # mapping, None is a rate: every tick.
     items: list[tuple[object, object]]
     if isinstance(sources, Mapping):
-        items = list(sources.items())
+        items = [(n, _EVERY_TICK if every is None else every) for n, every in sources.items()]
     elif isinstance(sources, Iterable) and not isinstance(sources, (bytes, bytearray)):
         items = [(name, None) for name in sources]
     else:
         raise TypeError(f"sources must be {accepted}, got {describe(sources)}")
     if not items:
         raise ValueError(f"sources must name at least one source; known: {', '.join(known)}")
-    out: list[tuple[str, int]] = []
+    out: list[tuple[str, int | None]] = []
     seen: set[str] = set()
     for name, every_s in items:
         if not isinstance(name, str):
@@ -291,8 +300,8 @@ def check_sources(
         if name in seen:
             raise ValueError(f"source {name!r} is listed twice in sources")
         seen.add(name)
-        if every_s is None:
-            out.append((name, 1))
+        if every_s is None or every_s is _EVERY_TICK:
+            out.append((name, None if every_s is None else 1))
             continue
         seconds = check_interval(f"sources[{name!r}]", every_s)
         ratio = seconds / interval

@@ -9,10 +9,12 @@ Arrow PyCapsule interface and ``rows_lost``. A frame never changes once made.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Union
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from stroboscope import _core
 
@@ -20,6 +22,45 @@ if TYPE_CHECKING:
     import pandas
 
 _Rows = Union[_core.Frame, pa.Table]
+Fill = Literal["forward"] | None
+
+
+def forward_filled(table: pa.Table, within_ns: Mapping[str, int] | None = None) -> pa.Table:
+    """``table`` with each numeric column's nulls replaced by the last value before them.
+
+    ``within_ns`` (column -> ns) limits the fill of a column to rows less than that long after
+    its last value (by ``mono_ns``): the rows in which its source was not due. A null further
+    from the last value is a read that failed (or a process that exited) and stays null.
+    Columns it does not name are filled without a limit.
+    """
+    limits = within_ns or {}
+    mono = (
+        np.asarray(table.column("mono_ns").to_numpy(), dtype=np.int64)
+        if limits and "mono_ns" in table.column_names
+        else None
+    )
+    columns = []
+    for field, column in zip(table.schema, table.columns):
+        numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+        if numeric and column.null_count and column.null_count < len(column):
+            limit = limits.get(field.name)
+            if limit is None or mono is None:
+                column = pc.fill_null_forward(column)
+            else:
+                column = _fill_within(column, mono, limit)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _fill_within(column: pa.ChunkedArray, mono: np.ndarray[Any, Any], limit: int) -> pa.Array:
+    """Forward fill of ``column`` into rows less than ``limit`` ns after the value they take."""
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    rows = np.arange(len(valid))
+    last = np.maximum.accumulate(np.where(valid, rows, -1))  # row of the value each row takes
+    take = np.maximum(last, 0)
+    fill = ~valid & (last >= 0) & (mono - mono[take] < limit)
+    filled = column.combine_chunks().take(pa.array(np.where(fill, take, rows)))
+    return pa.array(filled.to_numpy(zero_copy_only=False), type=column.type, mask=~(valid | fill))
 
 
 class Frame:
@@ -47,9 +88,13 @@ class Frame:
         What the sampler knows of its run (:mod:`stroboscope.sampling._provenance`); the frame
         adds its rows' first and last time and count, and its Arrow schema carries the result
         in its metadata (``stroboscope.provenance``, JSON).
+    fill_within_ns : mapping of str to int, optional
+        Per column, how long after its last value a null is "not due" (``fill="forward"``
+        fills it) rather than a failed read (left null). A :class:`Sampler` gives each source's
+        read period; without it every null is filled.
     """
 
-    __slots__ = ("_first_row", "_lost", "_provenance", "_rows")
+    __slots__ = ("_fill_within", "_first_row", "_lost", "_provenance", "_rows")
 
     def __init__(
         self,
@@ -58,6 +103,7 @@ class Frame:
         rows_lost: int = 0,
         first_row: int = 0,
         provenance: dict[str, Any] | None = None,
+        fill_within_ns: Mapping[str, int] | None = None,
     ) -> None:
         if not isinstance(rows, (_core.Frame, pa.Table)):
             raise TypeError(f"rows must be a core frame or a pyarrow.Table, got {type(rows)!r}")
@@ -73,6 +119,7 @@ class Frame:
                 rows = attach(rows, for_table(provenance, rows, rows_lost=self._lost))
                 provenance = None  # kept in the table's schema
         self._provenance = provenance
+        self._fill_within = dict(fill_within_ns or {})
         self._rows = rows  # last: from here on the frame refuses changes
 
     def __len__(self) -> int:
@@ -176,22 +223,39 @@ class Frame:
 
     # -- conversions -------------------------------------------------------------------------
 
-    def to_arrow(self) -> pa.Table:
-        """Return a :class:`pyarrow.Table` over this frame's buffers (no copy)."""
-        if isinstance(self._rows, pa.Table):
-            return self._rows
-        # Not pa.table(self): it checks for a pandas DataFrame first, importing pandas (~45 MB).
-        return pa.RecordBatchReader.from_stream(self).read_all()
+    def to_arrow(self, *, fill: Fill = None) -> pa.Table:
+        """Return a :class:`pyarrow.Table` over this frame's buffers (no copy without ``fill``).
 
-    def to_pandas(self) -> pandas.DataFrame:
-        """Return a pandas DataFrame (nullable integer columns become float64 with NaN)."""
+        Parameters
+        ----------
+        fill : None or "forward"
+            ``None`` keeps nulls where they are. ``"forward"`` carries each numeric column's
+            last value into the null rows after it in which its source was not due (a source
+            read every n ticks, at its natural resolution, then has a value in every row): the
+            value a reader would have seen then. A null at or past the source's read period
+            after the last value is a read that failed, or a process that exited, and stays
+            null; so do the rows before a column's first value. (Frames of a sampler know each
+            source's period; a recovered table does not, and every null is filled there.)
+        """
+        if fill not in (None, "forward"):
+            raise ValueError(f"fill must be None or 'forward', got {fill!r}")
+        if isinstance(self._rows, pa.Table):
+            table = self._rows
+        else:
+            # Not pa.table(self): it checks for a pandas DataFrame first, importing pandas.
+            table = pa.RecordBatchReader.from_stream(self).read_all()
+        return table if fill is None else forward_filled(table, self._fill_within)
+
+    def to_pandas(self, *, fill: Fill = None) -> pandas.DataFrame:
+        """Return a pandas DataFrame (nullable integer columns become float64 with NaN);
+        ``fill`` as in :meth:`to_arrow`."""
         try:
             import pandas  # noqa: F401
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
                 "to_pandas() needs pandas: pip install 'stroboscope[pandas]'"
             ) from exc
-        df: pandas.DataFrame = self.to_arrow().to_pandas()
+        df: pandas.DataFrame = self.to_arrow(fill=fill).to_pandas()
         return df
 
     def to_numpy(self) -> np.ndarray[Any, Any]:

@@ -20,11 +20,8 @@ from stroboscope.sampling._checks import (
     SourcesArg,
     check_bool,
     check_capacity,
-    check_dir_paths,
     check_interval,
     check_new_file,
-    check_path,
-    check_pid,
     check_ring_bytes,
     check_row_index,
     check_sources,
@@ -32,6 +29,12 @@ from stroboscope.sampling._checks import (
 )
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import GpusArg, gpu_sample_table, resolve_gpus
+from stroboscope.sampling._plan import (
+    source_options,
+    available_sources,
+    plan_sources,
+    refuse_gpus_without_gpu_source,
+)
 from stroboscope.sampling._schema import TIME_COLUMN, Column
 from stroboscope.sampling._scoped import ScopeRecording
 from stroboscope.sampling._stats import SamplerStats
@@ -67,8 +70,10 @@ class Sampler(ScopeRecording):
         Process whose ``proc.*`` columns are recorded; default the calling process.
     sources : list of str or dict of str to float, optional
         Source names (see :func:`available_sources`), or ``{name: interval_s}`` where each
-        interval is a whole multiple of ``interval`` (``None`` = every tick). Default: the seed
-        set (cpu, memory, network, disk, diskio, process, and cgroup where limits exist).
+        interval is a whole multiple of ``interval`` (``None`` = every tick); others are read
+        every ``ceil(resolution_ns / interval)`` ticks, no faster than the kernel updates them
+        (memory 1 s, cpu 10 ms, disk 1 s; see ``available_sources()``). Default: the seed set
+        (cpu, memory, network, disk, diskio, process, and cgroup where limits exist).
     capacity : int
         Rows the ring holds (rounded up to a power of two). When full, the oldest rows are
         overwritten and counted in :meth:`stats`. Memory: rows * (columns + 1) * 8 bytes plus one
@@ -132,7 +137,7 @@ class Sampler(ScopeRecording):
         # Every argument is checked here, before anything is allocated or created.
         self._interval = check_interval("interval", interval)
         cap = check_capacity(capacity)
-        options = _source_options(pid, proc_root, sys_root, cgroup_root, disk_paths)
+        options = source_options(pid, proc_root, sys_root, cgroup_root, disk_paths)
         self._pid = options.pid
         devices, labels = resolve_gpus(gpus)
         options.gpu_devices = devices
@@ -145,12 +150,16 @@ class Sampler(ScopeRecording):
         self._event_windows = []
         gpu_every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
         defaults = list(_core.default_source_names(options))
-        specs = check_sources(sources, self._interval, defaults)
-        if gpus is not None and "gpu" not in {name for name, _ in specs}:
-            _refuse_gpus_without_gpu_source(gpus, sources, options)
+        asked = check_sources(sources, self._interval, defaults)
+        if gpus is not None and "gpu" not in {name for name, _ in asked}:
+            refuse_gpus_without_gpu_source(gpus, sources, options)
         ring_path = "" if ring_file is None else check_new_file("ring_file", ring_file)
         try:
-            columns = [(name, len(_core.source_columns(name, options))) for name, _ in specs]
+            # Each source built once here: its columns, interface and natural resolution.
+            plan = plan_sources(asked, options, round(self._interval * 1e9))
+            self._details, self._fill_within = plan.details, plan.fill_within_ns
+            specs = plan.specs
+            columns = [(name, len(plan.details[name]["columns"])) for name, _ in specs]
             check_ring_bytes(cap, columns)
             self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options, ring_path)
         except OSError:
@@ -273,17 +282,19 @@ class Sampler(ScopeRecording):
 
     def snapshot(self) -> Frame:
         """A consistent copy of every row still in the ring (the rows are kept)."""
-        return Frame(self._core.snapshot(), provenance=self.provenance())
+        return self._frame(self._core.snapshot())
 
     def drain(self) -> Frame:
         """The rows written since the previous drain (or since the start)."""
-        return Frame(self._core.drain(), provenance=self.provenance())
+        return self._frame(self._core.drain())
+
+    def _frame(self, rows: _core.Frame) -> Frame:
+        return Frame(rows, provenance=self.provenance(), fill_within_ns=self._fill_within)
 
     def copy_since(self, first_row: int) -> Frame:
         """The rows with index ``>= first_row`` still in the ring, for a consumer that keeps its
         own cursor (moves no cursor; rows already overwritten are counted in ``rows_lost``)."""
-        first = check_row_index("first_row", first_row)
-        return Frame(self._core.copy_since(first), provenance=self.provenance())
+        return self._frame(self._core.copy_since(check_row_index("first_row", first_row)))
 
     def provenance(self, *, command: list[str] | None = None) -> dict[str, Any]:
         """What this sampler knows of its run, as a JSON-able dict that frames and outputs
@@ -310,7 +321,7 @@ class Sampler(ScopeRecording):
 
     def stats(self) -> SamplerStats:
         """The sampler's measurement of itself (see :class:`SamplerStats`)."""
-        return SamplerStats.from_core(self._core.stats(), **self._extra_stats())
+        return SamplerStats.from_core(self._core.stats(), self._details, **self._extra_stats())
 
     def _extra_stats(self) -> dict[str, Any]:
         return {"interval_s": self._interval, "pid": self._pid}
@@ -357,49 +368,3 @@ class Sampler(ScopeRecording):
         self._core.forget_thread_after_fork()
         if self._gpu_recorder is not None:
             self._gpu_recorder.forget_thread_after_fork()
-
-
-def available_sources(
-    *,
-    pid: int | None = None,
-    proc_root: str | os.PathLike[str] = "/proc",
-    sys_root: str | os.PathLike[str] = "/sys",
-    cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
-    disk_paths: PathsArg = ("/",),
-) -> list[dict[str, Any]]:
-    """Every source this build knows: ``name``, ``help``, ``default``, ``available``, ``reason``.
-
-    Takes the :class:`Sampler` arguments of the same names, checked the same way.
-    """
-    options = _source_options(pid, proc_root, sys_root, cgroup_root, disk_paths)
-    return list(_core.describe_sources(options))
-
-
-def _source_options(
-    pid: object, proc_root: object, sys_root: object, cgroup_root: object, disk_paths: object
-) -> _core.SourceOptions:
-    """The checked arguments every source needs (the roots, the pid, the disk paths)."""
-    options = _core.SourceOptions()
-    options.proc_root = check_path("proc_root", proc_root)
-    options.sys_root = check_path("sys_root", sys_root)
-    options.cgroup_root = check_path("cgroup_root", cgroup_root)
-    options.pid = check_pid(pid, options.proc_root)
-    options.disk_paths = check_dir_paths("disk_paths", disk_paths)
-    return options
-
-
-def _refuse_gpus_without_gpu_source(
-    gpus: object, sources: object, options: _core.SourceOptions
-) -> None:
-    """``gpus`` was given but the sources have no ``gpu``: say whether NVML or the list is why."""
-    if sources is not None:
-        raise ValueError(
-            f"gpus={gpus!r} was given but 'gpu' is not in sources; add 'gpu' to sources "
-            "(or leave gpus out)"
-        )
-    gpu = next((s for s in _core.describe_sources(options) if s["name"] == "gpu"), None)
-    why = (gpu or {}).get("reason") or "NVML sees no GPU"
-    raise RuntimeError(
-        f"gpus={gpus!r} was given but no GPU can be read here, so the default sources leave "
-        f"'gpu' out: {why} (see stroboscope.gpu_status())"
-    )

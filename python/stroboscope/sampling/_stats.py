@@ -33,6 +33,13 @@ class SourceStats:
         descendants past its cap of 1024 and those whose /proc files could not be opened for
         want of file descriptors (it keeps few open: at most an eighth of the soft
         ``RLIMIT_NOFILE``). 0 for the other sources.
+    interface : str
+        The kernel interface the source reads (``clock_gettime(thread CPU clocks ...)``,
+        ``rtnetlink``, ``/sys/block/*/stat``, or the text file it fell back to), as chosen when
+        the sampler was built; "" when the source does not say.
+    resolution_ns : int
+        How often the value it reads can change (0: on any tick); unless ``sources`` gave an
+        interval, ``every`` is the first multiple of the base interval at or above it.
     """
 
     name: str
@@ -44,6 +51,8 @@ class SourceStats:
     errno: int
     process_exited: bool
     not_followed: int = 0
+    interface: str = ""
+    resolution_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,11 +117,21 @@ class SamplerStats:
     segment_rows_lost: int | None = None
 
     @classmethod
-    def from_core(cls, raw: Mapping[str, Any], **extra: Any) -> SamplerStats:
-        """Build from the extension's dict plus ``extra`` fields (interval_s, pid, …)."""
+    def from_core(
+        cls,
+        raw: Mapping[str, Any],
+        details: Mapping[str, Mapping[str, Any]] | None = None,
+        **extra: Any,
+    ) -> SamplerStats:
+        """Build from the extension's dict plus ``extra`` fields (interval_s, pid, …).
+
+        ``details`` maps a source name to what ``_core.source_details`` said of it (its
+        ``interface`` and ``resolution_ns``)."""
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in raw.items() if k in names and k != "sources"}
-        values["sources"] = tuple(SourceStats(**s) for s in raw["sources"])
+        values["sources"] = tuple(
+            SourceStats(**s, **_said_by((details or {}).get(s["name"]))) for s in raw["sources"]
+        )
         values.update(extra)
         return cls(**values)
 
@@ -126,3 +145,10 @@ class SamplerStats:
     def as_dict(self) -> dict[str, Any]:
         """Plain dicts and lists (for JSON, logging)."""
         return asdict(self)
+
+
+def _said_by(details: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The fields of :class:`SourceStats` that come from the source's own description."""
+    if details is None:
+        return {}
+    return {"interface": str(details["interface"]), "resolution_ns": int(details["resolution_ns"])}

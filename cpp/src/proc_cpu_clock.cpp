@@ -1,0 +1,163 @@
+// Process CPU time from the kernel's CPU clocks (see proc_cpu_clock.hpp for the three ways).
+#include "proc_cpu_clock.hpp"
+
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace stroboscope::detail {
+namespace {
+
+// The kernel's encoding of a CPU clockid (include/linux/posix-timers.h, a stable ABI; glibc's
+// clock_getcpuclockid builds the process form the same way): ~id << 3, bit 2 "per thread",
+// low bits the clock kind, 2 = CPUCLOCK_SCHED (ns of runtime, user + system).
+constexpr clockid_t kCpuClockSched = 2;
+constexpr clockid_t kCpuClockPerThread = 4;
+clockid_t thread_cpu_clock(int tid) noexcept {
+  return static_cast<clockid_t>((~static_cast<unsigned>(tid)) << 3) | kCpuClockPerThread |
+         kCpuClockSched;
+}
+
+bool clock_ns(clockid_t clock, std::uint64_t* out) noexcept {
+  timespec ts{};
+  if (::clock_gettime(clock, &ts) != 0) return false;
+  *out = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+  return true;
+}
+
+// The layout getdents64(2) fills (struct linux_dirent64).
+constexpr std::size_t kMaxDirent = 512;  // > 19 header bytes + a 255-byte name, aligned
+
+struct Dirent64 {
+  std::uint64_t ino;
+  std::int64_t off;
+  unsigned short reclen;
+  unsigned char type;
+  char name[1];
+};
+
+}  // namespace
+
+ProcessCpuClock::ProcessCpuClock(int pid, const std::string& task_dir, bool live_proc) {
+  if (live_proc && pid == static_cast<int>(::getpid())) {
+    task_fd_ = ::open(task_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (task_fd_ >= 0) {
+      mode_.store(Mode::kThreadClocks, std::memory_order_relaxed);
+      if (!rescan()) mode_.store(Mode::kNone, std::memory_order_relaxed);
+    }
+  }
+  if (mode() == Mode::kNone && live_proc && ::clock_getcpuclockid(pid, &process_clock_) == 0) {
+    std::uint64_t probe = 0;
+    if (clock_ns(process_clock_, &probe)) mode_.store(Mode::kProcessClock, std::memory_order_relaxed);
+  }
+}
+
+ProcessCpuClock::~ProcessCpuClock() {
+  if (task_fd_ >= 0) ::close(task_fd_);
+}
+
+const char* ProcessCpuClock::interface() const noexcept {
+  switch (mode()) {
+    case Mode::kThreadClocks: return "clock_gettime(thread CPU clocks of /proc/self/task)";
+    case Mode::kProcessClock: return "clock_getcpuclockid";
+    case Mode::kNone: break;
+  }
+  return "/proc/<pid>/stat";
+}
+
+bool ProcessCpuClock::rescan() noexcept {
+  if (::lseek(task_fd_, 0, SEEK_SET) != 0) return false;
+  for (std::size_t i = 0; i < n_threads_; ++i) threads_[i].seen = false;
+  bool too_many = false;
+  for (bool more = true; more;) {
+    long n = ::syscall(SYS_getdents64, task_fd_, dirents_.data(), dirents_.size());
+    if (n < 0) return false;
+    if (n == 0) break;
+    // procfs fills the buffer until the next entry does not fit (an entry is at most ~280
+    // bytes): a reply with room for one more to spare is the whole listing, and the call that
+    // would return 0 is saved (one syscall per tick).
+    more = static_cast<std::size_t>(n) + kMaxDirent > dirents_.size();
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const Dirent64*>(dirents_.data() + off);
+      off += d->reclen;
+      int tid = 0;
+      const char* p = d->name;
+      if (*p == '\0' || *p == '.') continue;
+      for (; *p >= '0' && *p <= '9' && tid < 100'000'000; ++p) tid = tid * 10 + (*p - '0');
+      if (*p != '\0' || tid <= 0) continue;
+      std::size_t i = 0;
+      while (i < n_threads_ && threads_[i].tid != tid) ++i;
+      if (i == n_threads_) {
+        if (n_threads_ == kMaxThreadClocks) {
+          too_many = true;
+          continue;
+        }
+        // A thread found now is counted from now: its time before this scan is not spread
+        // into one row (which would read far past 100 % for that thread).
+        Thread t{tid, thread_cpu_clock(tid), 0, true};
+        if (!clock_ns(t.clock, &t.last_ns)) continue;  // exited meanwhile
+        threads_[n_threads_++] = t;
+      } else {
+        threads_[i].seen = true;
+      }
+    }
+  }
+  if (too_many) {
+    // One syscall per thread per read is no longer cheap: the process clock (lags by up to one
+    // scheduler tick per running thread) from here on.
+    if (::clock_getcpuclockid(0, &process_clock_) == 0) {
+      mode_.store(Mode::kProcessClock, std::memory_order_relaxed);
+      return true;
+    }
+    return false;
+  }
+  std::size_t kept = 0;  // drop threads the listing no longer has
+  for (std::size_t i = 0; i < n_threads_; ++i) {
+    if (threads_[i].seen) threads_[kept++] = threads_[i];
+  }
+  n_threads_ = kept;
+  return n_threads_ > 0;
+}
+
+bool ProcessCpuClock::read_threads(std::uint64_t* cpu_ns, std::int64_t* ran) noexcept {
+  bool lost = false;
+  std::int64_t moved = 0;
+  for (std::size_t i = 0; i < n_threads_; ++i) {
+    Thread& t = threads_[i];
+    std::uint64_t now = 0;
+    if (!clock_ns(t.clock, &now)) {
+      lost = true;  // exited since the previous read: its time since then is not counted
+      continue;
+    }
+    if (now > t.last_ns) {
+      total_ns_ += now - t.last_ns;
+      ++moved;
+    }
+    t.last_ns = now;
+  }
+  *cpu_ns = total_ns_;
+  *ran = moved;
+  return !lost;
+}
+
+bool ProcessCpuClock::read(std::uint64_t* cpu_ns, std::int64_t* ran) noexcept {
+  *ran = 0;
+  if (mode() == Mode::kThreadClocks) {
+    // The listing first (one getdents64, cheaper than formatting /proc/self/stat), so a thread
+    // born since the previous read is counted from now and proc.threads is current.
+    if (!rescan()) mode_.store(Mode::kNone, std::memory_order_relaxed);
+    if (mode() == Mode::kThreadClocks) {
+      (void)read_threads(cpu_ns, ran);  // a thread gone since the listing: its last sliver lost
+      return true;
+    }
+    // Fell back during the rescan: the process clock starts a new baseline below.
+  }
+  if (mode() == Mode::kProcessClock) return clock_ns(process_clock_, cpu_ns);
+  return false;
+}
+
+}  // namespace stroboscope::detail
