@@ -20,11 +20,8 @@ from stroboscope.sampling._checks import (
     SourcesArg,
     check_bool,
     check_capacity,
-    check_dir_paths,
     check_interval,
     check_new_file,
-    check_path,
-    check_pid,
     check_ring_bytes,
     check_row_index,
     check_sources,
@@ -32,6 +29,7 @@ from stroboscope.sampling._checks import (
 )
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import GpusArg, gpu_sample_table, resolve_gpus
+from stroboscope.sampling._options import refuse_gpus_without_gpu_source, source_options
 from stroboscope.sampling._schema import TIME_COLUMN, Column
 from stroboscope.sampling._stats import SamplerStats
 
@@ -49,6 +47,7 @@ class SamplerOptions(TypedDict, total=False):
     net_include_loopback: bool
     gpu_samples: bool
     gpu_sample_interval: float
+    precise: bool
     proc_root: str | os.PathLike[str]
     sys_root: str | os.PathLike[str]
     cgroup_root: str | os.PathLike[str]
@@ -96,6 +95,10 @@ class Sampler:
         :meth:`gpu_samples`.
     gpu_sample_interval : float
         How often (seconds) the driver's sample buffers are read (default 0.25).
+    precise : bool
+        Sleep to just before each deadline, then spin (default False: sleep all the way). For
+        short profiling runs: lateness drops to a few µs at the price of up to a core's CPU
+        time (``stats().thread_cpu_ns``; the spin window it learned is ``spin_window_ns``).
     ring_file : path, optional
         Keep the ring in this new file (created 0600 in a directory you own), mapped
         ``MAP_SHARED``, so every row survives any death of the process. The crash-safe recording
@@ -118,6 +121,7 @@ class Sampler:
         net_include_loopback: bool = False,
         gpu_samples: bool = True,
         gpu_sample_interval: float = 0.25,
+        precise: bool = False,
         ring_file: str | os.PathLike[str] | None = None,
         proc_root: str | os.PathLike[str] = "/proc",
         sys_root: str | os.PathLike[str] = "/sys",
@@ -126,7 +130,7 @@ class Sampler:
         # Every argument is checked here, before anything is allocated or created.
         self._interval = check_interval("interval", interval)
         cap = check_capacity(capacity)
-        options = _source_options(pid, proc_root, sys_root, cgroup_root, disk_paths)
+        options = source_options(pid, proc_root, sys_root, cgroup_root, disk_paths)
         self._pid = options.pid
         devices, labels = resolve_gpus(gpus)
         options.gpu_devices = devices
@@ -136,15 +140,18 @@ class Sampler:
         options.net_include_loopback = check_bool("net_include_loopback", net_include_loopback)
         want_gpu_samples = check_bool("gpu_samples", gpu_samples)
         gpu_every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
+        want_precise = check_bool("precise", precise)
         defaults = list(_core.default_source_names(options))
         specs = check_sources(sources, self._interval, defaults)
         if gpus is not None and "gpu" not in {name for name, _ in specs}:
-            _refuse_gpus_without_gpu_source(gpus, sources, options)
+            refuse_gpus_without_gpu_source(gpus, sources, options)
         ring_path = "" if ring_file is None else check_new_file("ring_file", ring_file)
         try:
             columns = [(name, len(_core.source_columns(name, options))) for name, _ in specs]
             check_ring_bytes(cap, columns)
-            self._core = _core.Sampler(specs, round(self._interval * 1e9), cap, options, ring_path)
+            self._core = _core.Sampler(
+                specs, round(self._interval * 1e9), cap, options, ring_path, want_precise
+            )
         except OSError:
             raise  # the ring file could not be made: the type (FileExistsError, ...) and path stay
         except RuntimeError as exc:
@@ -261,6 +268,16 @@ class Sampler:
             self._core.run_ticks_inline(n)
             return int(self._core.stats()["rows_written"]) - before
 
+    def request_tick(self) -> None:
+        """Ask for one extra row now (an "edge row", e.g. at a scope's begin or end).
+
+        Lock-free and cheap (no Python lock, no GIL release); a no-op while not running. The
+        regular deadlines are unchanged; requests made before the row starts share it (counted in
+        ``stats().tick_requests``; the rows in ``ticks_requested``). Sources read every n > 1
+        ticks appear on an edge row only when due on the next regular tick, which then skips them.
+        """
+        self._core.request_tick()
+
     def snapshot(self) -> Frame:
         """A consistent copy of every row still in the ring (the rows are kept)."""
         return Frame(self._core.snapshot())
@@ -353,35 +370,5 @@ def available_sources(
 
     Takes the :class:`Sampler` arguments of the same names, checked the same way.
     """
-    options = _source_options(pid, proc_root, sys_root, cgroup_root, disk_paths)
+    options = source_options(pid, proc_root, sys_root, cgroup_root, disk_paths)
     return list(_core.describe_sources(options))
-
-
-def _source_options(
-    pid: object, proc_root: object, sys_root: object, cgroup_root: object, disk_paths: object
-) -> _core.SourceOptions:
-    """The checked arguments every source needs (the roots, the pid, the disk paths)."""
-    options = _core.SourceOptions()
-    options.proc_root = check_path("proc_root", proc_root)
-    options.sys_root = check_path("sys_root", sys_root)
-    options.cgroup_root = check_path("cgroup_root", cgroup_root)
-    options.pid = check_pid(pid, options.proc_root)
-    options.disk_paths = check_dir_paths("disk_paths", disk_paths)
-    return options
-
-
-def _refuse_gpus_without_gpu_source(
-    gpus: object, sources: object, options: _core.SourceOptions
-) -> None:
-    """``gpus`` was given but the sources have no ``gpu``: say whether NVML or the list is why."""
-    if sources is not None:
-        raise ValueError(
-            f"gpus={gpus!r} was given but 'gpu' is not in sources; add 'gpu' to sources "
-            "(or leave gpus out)"
-        )
-    gpu = next((s for s in _core.describe_sources(options) if s["name"] == "gpu"), None)
-    why = (gpu or {}).get("reason") or "NVML sees no GPU"
-    raise RuntimeError(
-        f"gpus={gpus!r} was given but no GPU can be read here, so the default sources leave "
-        f"'gpu' out: {why} (see stroboscope.gpu_status())"
-    )
