@@ -26,6 +26,11 @@ def eventually(pred: Callable[[], bool], timeout: float = 20.0) -> bool:
     return True
 
 
+def edge_rows_reach(s: Sampler, n: int) -> Callable[[], bool]:
+    """A predicate: ``s`` has taken ``n`` edge rows."""
+    return lambda: s.stats().ticks_requested == n
+
+
 def mono(table: pa.Table) -> list[int]:
     values: list[int] = table.column("mono_ns").to_pylist()
     return values
@@ -41,7 +46,7 @@ def test_each_request_gets_its_own_row_after_it() -> None:
         for i in range(10):
             asked.append(time.monotonic_ns())
             s.request_tick()
-            assert eventually(lambda: s.stats().ticks_requested == i + 1)
+            assert eventually(edge_rows_reach(s, i + 1))
         asked.append(time.monotonic_ns())
     st = s.stats()
     assert (st.ticks_taken, st.ticks_missed, st.ticks_requested, st.tick_requests) == (1, 0, 10, 10)
@@ -106,7 +111,7 @@ def test_edge_rows_read_slower_sources_only_when_due() -> None:
         assert eventually(lambda: s.stats().ticks_taken == 1)
         for i in range(3):
             s.request_tick()
-            assert eventually(lambda: s.stats().ticks_requested == i + 1)
+            assert eventually(edge_rows_reach(s, i + 1))
     t = s.snapshot().to_arrow()
     assert t.num_rows == 4
     rss = t.column("proc.rss_bytes").to_pylist()

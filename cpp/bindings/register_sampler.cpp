@@ -76,6 +76,7 @@ py::dict stats_dict(const SamplerStats& s) {
     sd["errno"] = src.error_number;
     sd["process_exited"] = src.process_exited;
     sd["not_followed"] = src.not_followed;
+    sd["poll_lead_ns"] = src.poll_lead_ns;
     sources.append(sd);
   }
   d["sources"] = sources;

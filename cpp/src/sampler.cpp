@@ -1,6 +1,7 @@
 // The sampler thread (deadlines, ticks, self-measurement) and the consumer side of the ring.
 #include "stroboscope/sampler.hpp"
 
+#include "stroboscope/polled_source.hpp"
 #include "stroboscope/spool.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/wake.hpp"
@@ -347,6 +348,9 @@ SamplerStats Sampler::stats() const {
                                     source_ns_[i].load(std::memory_order_relaxed),
                                     why != nullptr ? std::string(why) : std::string(),
                                     src.error_number(), exited, src.not_followed()});
+    if (const auto* polled = dynamic_cast<const PolledSource*>(&src)) {
+      s.sources.back().poll_lead_ns = polled->lead_ns();
+    }
     s.process_exited = s.process_exited || exited;
   }
   return s;

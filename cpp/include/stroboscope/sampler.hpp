@@ -55,6 +55,9 @@ struct SourceStats {
   int error_number;
   bool process_exited;  // the latest read found the monitored process gone
   std::uint64_t not_followed = 0;  // found but not followed at the latest read (Source)
+  // A polled (slow) source: how long before its tick its latest poll was planned to start (its
+  // p90 call time + PolledSource::kPhaseMarginNs); 0 for the others.
+  std::int64_t poll_lead_ns = 0;
 };
 
 struct SamplerStats {

@@ -33,6 +33,11 @@ class SourceStats:
         descendants past its cap of 1024 and those whose /proc files could not be opened for
         want of file descriptors (it keeps few open: at most an eighth of the soft
         ``RLIMIT_NOFILE``). 0 for the other sources.
+    poll_lead_ns : int
+        A source polled on its own thread (``gpu``): how long before the sampler's tick its
+        latest poll was planned to start, i.e. its recent 90th-percentile call time plus a
+        40 µs margin, so that the reading lands just before the row that carries it. 0 for the
+        other sources.
     """
 
     name: str
@@ -44,6 +49,7 @@ class SourceStats:
     errno: int
     process_exited: bool
     not_followed: int = 0
+    poll_lead_ns: int = 0
 
 
 @dataclass(frozen=True)
