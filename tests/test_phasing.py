@@ -49,7 +49,7 @@ def eventually(pred: Callable[[], bool], timeout: float = 20.0) -> bool:
     return True
 
 
-@pytest.mark.parametrize(("interval", "gpu_every"), [(0.01, 0.01), (0.002, 0.01)])
+@pytest.mark.parametrize(("interval", "gpu_every"), [(0.01, 0.01), (0.005, 0.02)])
 def test_gpu_reading_lands_just_before_its_tick(
     fake_gpu: None, interval: float, gpu_every: float
 ) -> None:
@@ -61,15 +61,14 @@ def test_gpu_reading_lands_just_before_its_tick(
     rows = t.filter(t.column("gpu.read_mono_ns").is_valid())
     mono = rows.column("mono_ns").to_pylist()[1:]  # the first: the poll made at start
     read = rows.column("gpu.read_mono_ns").to_pylist()[1:]
-    assert len(mono) >= 10  # ~100 readings asked
+    assert len(mono) >= 10  # 50 to 100 readings asked
     ages = sorted(m - r for m, r in zip(mono, read))
     assert ages[0] >= 0  # every reading was taken before the tick of the row that carries it
-    # Planned ahead of the tick by its call time plus the 40 µs margin, well inside a tick.
-    lead = st.source("gpu").poll_lead_ns
-    assert 40_000 <= lead < interval * 1e9
-    # So the reading typically reaches its row within half a base interval (unphased, a reading
+    # Planned ahead of the tick by its call time and wake-up delay plus the 20 µs margin.
+    assert st.source("gpu").poll_lead_ns >= 20_000
+    # So the reading typically reaches its row within a base interval (unphased, a reading
     # taken just after a tick waits for the next one).
-    assert ages[len(ages) // 2] < interval * 1e9 / 2
+    assert ages[len(ages) // 2] < interval * 1e9
     # Readings are copied once each, in order.
     assert read == sorted(read) and len(set(read)) == len(read)
 

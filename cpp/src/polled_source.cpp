@@ -72,10 +72,11 @@ void PolledSource::publish(std::int64_t taken_ns) noexcept {
   seq_.store(s + 2, std::memory_order_release);
 }
 
-std::int64_t PolledSource::call_p90() const noexcept {
-  const std::size_t n = std::min(n_calls_, kCallSamples);
+std::int64_t PolledSource::p90(const std::array<std::int64_t, kCallSamples>& v,
+                               std::size_t count) noexcept {
+  const std::size_t n = std::min(count, kCallSamples);
   if (n == 0) return 0;
-  std::array<std::int64_t, kCallSamples> sorted = call_ns_;
+  std::array<std::int64_t, kCallSamples> sorted = v;
   const std::size_t rank = (n * 9) / 10;  // 0-based: the 90th percentile of n values
   std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(rank),
                    sorted.begin() + static_cast<std::ptrdiff_t>(n));
@@ -89,7 +90,7 @@ std::int64_t PolledSource::next_poll(std::int64_t end) noexcept {
     if (end >= own_deadline_) own_deadline_ += ((end - own_deadline_) / interval_ns_ + 1) * interval_ns_;
     return own_deadline_;
   }
-  const std::int64_t lead = call_p90() + kPhaseMarginNs;
+  const std::int64_t lead = p90(call_ns_, n_calls_) + p90(wake_ns_, n_wakes_) + kPhaseMarginNs;
   lead_ns_.store(lead, std::memory_order_relaxed);  // a statistic only
   const auto every = static_cast<std::uint64_t>(std::max<std::int64_t>(1, interval_ns_ / g->interval_ns));
   // The first grid tick j (index first_tick + j) whose poll time, deadline_j - lead, is after
@@ -109,6 +110,7 @@ void PolledSource::poll_loop() noexcept {
   // The first reading at once (so a value is known early), then on the plan.
   std::int64_t wake = mono_ns();
   own_deadline_ = wake;
+  bool slept = false;
   for (;;) {
     // acquire pairs with on_stop()'s release store.
     const std::uint32_t word = stop_word_.load(std::memory_order_acquire);
@@ -116,8 +118,11 @@ void PolledSource::poll_loop() noexcept {
     std::int64_t now = mono_ns();
     if (now < wake) {
       futex_wait_until(&stop_word_, word, wake);
+      slept = true;
       continue;  // re-check stop and the time (a wake-up may come early)
     }
+    if (slept) wake_ns_[n_wakes_++ % kCallSamples] = now - wake;  // this machine's wake-up delay
+    slept = false;
     std::memset(scratch_valid_.data(), 0, n_);
     inner_->read(RowWriter(scratch_cells_.data(), scratch_valid_.data(), n_), now);
     const std::int64_t end = mono_ns();

@@ -56,7 +56,7 @@ struct SourceStats {
   bool process_exited;  // the latest read found the monitored process gone
   std::uint64_t not_followed = 0;  // found but not followed at the latest read (Source)
   // A polled (slow) source: how long before its tick its latest poll was planned to start (its
-  // p90 call time + PolledSource::kPhaseMarginNs); 0 for the others.
+  // p90 call time + p90 wake-up delay + PolledSource::kPhaseMarginNs); 0 for the others.
   std::int64_t poll_lead_ns = 0;
 };
 

@@ -35,9 +35,9 @@ class SourceStats:
         ``RLIMIT_NOFILE``). 0 for the other sources.
     poll_lead_ns : int
         A source polled on its own thread (``gpu``): how long before the sampler's tick its
-        latest poll was planned to start, i.e. its recent 90th-percentile call time plus a
-        40 µs margin, so that the reading lands just before the row that carries it. 0 for the
-        other sources.
+        latest poll was planned to start: the 90th percentiles of its recent call times and of
+        its thread's recent wake-up delays, plus a 20 µs margin, so that the reading lands just
+        before the row that carries it. 0 for the other sources.
     """
 
     name: str
