@@ -49,7 +49,7 @@ def eventually(pred: Callable[[], bool], timeout: float = 20.0) -> bool:
     return True
 
 
-@pytest.mark.parametrize(("interval", "gpu_every"), [(0.01, 0.01), (0.005, 0.02)])
+@pytest.mark.parametrize(("interval", "gpu_every"), [(0.02, 0.02), (0.01, 0.04)])
 def test_gpu_reading_lands_just_before_its_tick(
     fake_gpu: None, interval: float, gpu_every: float
 ) -> None:
@@ -59,16 +59,22 @@ def test_gpu_reading_lands_just_before_its_tick(
     st = s.stats()
     t = s.snapshot().to_arrow()
     rows = t.filter(t.column("gpu.read_mono_ns").is_valid())
+    all_mono = t.column("mono_ns").to_pylist()
     mono = rows.column("mono_ns").to_pylist()[1:]  # the first: the poll made at start
     read = rows.column("gpu.read_mono_ns").to_pylist()[1:]
-    assert len(mono) >= 10  # 50 to 100 readings asked
+    assert len(mono) >= 10  # 25 to 50 readings asked
+    # The first row after a reading was taken is the one that carries it (most of the time on a
+    # loaded machine): the poll ran just before that row's tick.
+    where = {m: i for i, m in enumerate(all_mono)}
+    first_after = sum(1 for m, r in zip(mono, read) if all_mono[where[m] - 1] < r)
+    assert 2 * first_after >= len(mono)
     ages = sorted(m - r for m, r in zip(mono, read))
     assert ages[0] >= 0  # every reading was taken before the tick of the row that carries it
-    # Planned ahead of the tick by its call time and wake-up delay plus the 20 µs margin.
-    assert st.source("gpu").poll_lead_ns >= 20_000
-    # So the reading typically reaches its row within a base interval (unphased, a reading
-    # taken just after a tick waits for the next one).
-    assert ages[len(ages) // 2] < interval * 1e9
+    # Planned ahead of the tick by its call time and wake-up delay plus the 20 µs margin, and a
+    # typical reading is about that old in its row (the two threads' wake-up delays aside).
+    lead = st.source("gpu").poll_lead_ns
+    assert lead >= 20_000
+    assert ages[len(ages) // 2] < lead + interval * 1e9 / 4
     # Readings are copied once each, in order.
     assert read == sorted(read) and len(set(read)) == len(read)
 
