@@ -19,8 +19,8 @@
 namespace stroboscope {
 namespace {
 
-// Precise mode: the spin window is the largest overshoot of the sleep before it over the last
-// kOvershootTicks ticks (about the 98th percentile), plus kSpinMarginNs; at least kMinSpinNs, at
+// Precise mode: the spin window is the largest overshoot of the sleep before a deadline over the
+// last 64 ticks (about the 98th percentile), plus kSpinMarginNs; at least kMinSpinNs, at
 // most the interval. A tick with no sleep (the window covered it all) records 0, so one slow
 // wake-up widens the window for 64 ticks only and the sampler then probes with a sleep again.
 constexpr std::int64_t kSpinMarginNs = 20'000;

@@ -16,7 +16,7 @@
 //
 // Precise mode (opt-in, for short profiling runs) sleeps until just before each deadline and
 // spins the rest of the way: lateness drops to the spin loop's granularity at the price of the
-// spin's CPU time. How early it wakes is learned from its own sleeps (see run()).
+// spin's CPU time. How early it wakes is learned from its own sleeps (see wait_for()).
 #pragma once
 
 #include <array>
