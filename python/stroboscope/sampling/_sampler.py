@@ -97,8 +97,9 @@ class Sampler:
         How often (seconds) the driver's sample buffers are read (default 0.25).
     precise : bool
         Sleep to just before each deadline, then spin (default False: sleep all the way). For
-        short profiling runs: lateness drops to a few µs at the price of up to a core's CPU
-        time (``stats().thread_cpu_ns``; the spin window it learned is ``spin_window_ns``).
+        short profiling runs on a machine with a core to spare: lateness drops to about a µs
+        at the price of up to half a core's CPU time (the window is learned from its own
+        wake-ups, at most half the interval: ``stats().spin_window_ns``; ``thread_cpu_ns``).
     ring_file : path, optional
         Keep the ring in this new file (created 0600 in a directory you own), mapped
         ``MAP_SHARED``, so every row survives any death of the process. The crash-safe recording
