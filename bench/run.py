@@ -28,6 +28,7 @@ from pathlib import Path
 
 import bench_common
 import bench_cost
+import bench_precise
 import bench_rate
 import bench_snapshot
 import bench_soak
@@ -134,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         if 3 in args.only:
             results.append(
                 bench_rate.run_10khz(
+                    floor, repeats=1 if quick else 3, seconds=2.0 if quick else 3.0
+                )
+            )
+            results.append(
+                bench_precise.run_precise(
                     floor, repeats=1 if quick else 3, seconds=2.0 if quick else 3.0
                 )
             )

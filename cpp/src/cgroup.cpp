@@ -1,6 +1,12 @@
-// Reads the cgroup of a process every tick: the "cgroup" source (CPU quota and use in cores,
-// memory limit and use in bytes, both as % of the limit), for cgroup v2 and v1. Which files it
-// reads was decided by discovery (cgroup_discover.cpp); see cgroup.hpp for the rules.
+// Reads the cgroup of a process: the "cgroup" source (CPU quota and use in cores, memory limit
+// and use in bytes, both as % of the limit), for cgroup v2 and v1. Which files it reads was
+// decided by discovery (cgroup_discover.cpp); see cgroup.hpp for the rules.
+//
+// Usage is read on every read: the kernel keeps it exactly (CPU time in ns, or µs in v2's
+// cpu.stat; charged memory in pages), so it can change between any two reads. Limits are set by
+// an administrator or a container runtime and change rarely: they are re-read at most once per
+// kLimitsEveryNs (by the tick time), their cells filled on the rows that re-read them and null in
+// between, while the % columns use the latest limit read.
 #include <cerrno>
 #include <memory>
 #include <string>
@@ -34,6 +40,8 @@ double read_cpu_limit(ProcFile& limit, ProcFile& period, bool v2, int* err) noex
 
 namespace {
 
+constexpr std::int64_t kLimitsEveryNs = 1'000'000'000;  // limits re-read once per second
+
 ProcFile open_optional(const std::string& path) {
   return path.empty() ? ProcFile() : ProcFile(path);
 }
@@ -60,13 +68,17 @@ class CgroupSource final : public Source {
       if (why == nullptr) why = w, why_err = e != 0 ? e : EINVAL;
     };
     int err = 0;
-    // CPU: limit (cores), usage (ns) -> cores used over the interval.
-    double limit = cgroup::kNoCpuLimit;
-    if (cpu_limit_.is_open()) {
-      limit = cgroup::read_cpu_limit(cpu_limit_, cpu_period_, v2_, &err);
-      if (limit == cgroup::kCpuLimitUnreadable) failed("cannot read the cgroup cpu limit", err);
-      if (limit > 0) row.set_f64(0, limit);
+    const bool limits_due = !limits_read_ || now_ns - limits_ns_ >= kLimitsEveryNs;
+    if (limits_due) {
+      read_limits(&err);
+      limits_ns_ = now_ns;
+      limits_read_ = true;
     }
+    // A limit that could not be read says so on every read until it is read again.
+    if (limit_why_ != nullptr) failed(limit_why_, limit_err_);
+    // CPU: limit (cores), usage (ns) -> cores used over the interval.
+    const double limit = cpu_limit_cores_;
+    if (limits_due && limit > 0) row.set_f64(0, limit);
     std::int64_t usage_ns = -1;
     if (cpu_usage_.is_open()) {
       if (!cpu_usage_.read(&err)) {
@@ -101,14 +113,8 @@ class CgroupSource final : public Source {
       has_prev_usage_ = false;
     }
     // Memory: limit and usage in bytes.
-    std::int64_t mem_limit = procfs::kMissing;
-    if (mem_limit_.is_open()) {
-      if (!mem_limit_.read(&err) || !procfs::parse_memory_limit(mem_limit_.view(), &mem_limit)) {
-        failed("cannot read the cgroup memory limit", err);
-        mem_limit = procfs::kMissing;
-      }
-      if (mem_limit > 0) row.set_i64(3, mem_limit);
-    }
+    const std::int64_t mem_limit = mem_limit_bytes_;
+    if (limits_due && mem_limit > 0) row.set_i64(3, mem_limit);
     if (mem_usage_.is_open()) {
       std::int64_t used = 0;
       if (mem_usage_.read(&err) && procfs::parse_single_i64(mem_usage_.view(), &used)) {
@@ -128,6 +134,31 @@ class CgroupSource final : public Source {
   }
 
  private:
+  // Re-reads both limits into the cached values; a failure is kept in limit_why_/limit_err_.
+  void read_limits(int* err) noexcept {
+    limit_why_ = nullptr;
+    limit_err_ = 0;
+    cpu_limit_cores_ = cgroup::kNoCpuLimit;
+    if (cpu_limit_.is_open()) {
+      cpu_limit_cores_ = cgroup::read_cpu_limit(cpu_limit_, cpu_period_, v2_, err);
+      if (cpu_limit_cores_ == cgroup::kCpuLimitUnreadable) {
+        limit_why_ = "cannot read the cgroup cpu limit";
+        limit_err_ = *err != 0 ? *err : EINVAL;
+      }
+    }
+    mem_limit_bytes_ = procfs::kMissing;
+    if (mem_limit_.is_open()) {
+      if (!mem_limit_.read(err) ||
+          !procfs::parse_memory_limit(mem_limit_.view(), &mem_limit_bytes_)) {
+        mem_limit_bytes_ = procfs::kMissing;
+        if (limit_why_ == nullptr) {
+          limit_why_ = "cannot read the cgroup memory limit";
+          limit_err_ = *err != 0 ? *err : EINVAL;
+        }
+      }
+    }
+  }
+
   explicit CgroupSource(const cgroup::Layout& l)
       : Source("cgroup"),
         v2_(l.v2),
@@ -154,6 +185,13 @@ class CgroupSource final : public Source {
   ProcFile cpu_limit_, cpu_period_, cpu_usage_, mem_limit_, mem_usage_;
   std::int64_t prev_usage_ns_ = 0, prev_ns_ = 0;
   bool has_prev_usage_ = false;
+  // The limits as last read (at most once per kLimitsEveryNs), and why that read failed.
+  double cpu_limit_cores_ = cgroup::kNoCpuLimit;
+  std::int64_t mem_limit_bytes_ = procfs::kMissing;
+  const char* limit_why_ = nullptr;
+  int limit_err_ = 0;
+  std::int64_t limits_ns_ = 0;
+  bool limits_read_ = false;
 };
 
 }  // namespace

@@ -9,19 +9,12 @@
 #include <new>
 
 #include "stroboscope/clock.hpp"
+#include "stroboscope/wake.hpp"
 
 namespace stroboscope {
 namespace {
 
-constexpr std::int64_t kMaxSleepChunkNs = 20'000'000;  // bounds how long stop() waits
 constexpr int kCopyTries = 8;
-
-void sleep_until(std::int64_t deadline_ns) noexcept {
-  timespec ts{static_cast<time_t>(deadline_ns / 1'000'000'000),
-              static_cast<long>(deadline_ns % 1'000'000'000)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
-}
 
 }  // namespace
 
@@ -47,12 +40,17 @@ PolledSource::~PolledSource() { on_stop(); }
 void PolledSource::on_start() {
   if (thread_.joinable()) return;
   stop_.store(false, std::memory_order_relaxed);
+  planned_ = false;  // a new run, a new grid (read by the thread created below)
   thread_ = std::thread([this] { poll_loop(); });
 }
 
 void PolledSource::on_stop() noexcept {
   // release pairs with the poll loop's acquire load of the flag.
   stop_.store(true, std::memory_order_release);
+  // Wake the poll thread from its sleep; it checks stop_ before sleeping again (the kernel's
+  // compare of the word makes a bump before it sleeps return at once).
+  stop_word_.fetch_add(1, std::memory_order_release);
+  futex_wake_all(&stop_word_);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -74,22 +72,63 @@ void PolledSource::publish(std::int64_t taken_ns) noexcept {
   seq_.store(s + 2, std::memory_order_release);
 }
 
+std::int64_t PolledSource::p90(const std::array<std::int64_t, kCallSamples>& v,
+                               std::size_t count) noexcept {
+  const std::size_t n = std::min(count, kCallSamples);
+  if (n == 0) return 0;
+  std::array<std::int64_t, kCallSamples> sorted = v;
+  const std::size_t rank = (n * 9) / 10;  // 0-based: the 90th percentile of n values
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(rank),
+                   sorted.begin() + static_cast<std::ptrdiff_t>(n));
+  return sorted[rank];
+}
+
+std::int64_t PolledSource::next_poll(std::int64_t end) noexcept {
+  const TickSchedule* g = schedule_;
+  if (g == nullptr || g->interval_ns <= 0) {
+    own_deadline_ += interval_ns_;
+    if (end >= own_deadline_) own_deadline_ += ((end - own_deadline_) / interval_ns_ + 1) * interval_ns_;
+    return own_deadline_;
+  }
+  const std::int64_t lead = p90(call_ns_, n_calls_) + p90(wake_ns_, n_wakes_) + kPhaseMarginNs;
+  lead_ns_.store(lead, std::memory_order_relaxed);  // a statistic only
+  const auto every = static_cast<std::uint64_t>(std::max<std::int64_t>(1, interval_ns_ / g->interval_ns));
+  // The first grid tick j (index first_tick + j) whose poll time, deadline_j - lead, is after
+  // `end`; later than the latest planned one; and a tick this source is due on.
+  const std::int64_t ahead = end + lead - g->origin_ns;
+  std::uint64_t j = ahead < 0 ? 0 : static_cast<std::uint64_t>(ahead / g->interval_ns) + 1;
+  if (planned_ && j <= last_tick_) j = last_tick_ + 1;
+  const std::uint64_t r = (g->first_tick + j) % every;
+  if (r != 0) j += every - r;
+  last_tick_ = j;
+  planned_ = true;
+  return g->origin_ns + static_cast<std::int64_t>(j) * g->interval_ns - lead;
+}
+
 void PolledSource::poll_loop() noexcept {
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  std::int64_t deadline = mono_ns();
-  while (!stop_.load(std::memory_order_acquire)) {
-    std::int64_t now = mono_ns();
-    while (now < deadline && !stop_.load(std::memory_order_acquire)) {
-      sleep_until(std::min(deadline, now + kMaxSleepChunkNs));
-      now = mono_ns();
-    }
+  // The first reading at once (so a value is known early), then on the plan.
+  std::int64_t wake = mono_ns();
+  own_deadline_ = wake;
+  bool slept = false;
+  for (;;) {
+    // acquire pairs with on_stop()'s release store.
+    const std::uint32_t word = stop_word_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) break;
+    std::int64_t now = mono_ns();
+    if (now < wake) {
+      futex_wait_until(&stop_word_, word, wake);
+      slept = true;
+      continue;  // re-check stop and the time (a wake-up may come early)
+    }
+    if (slept) wake_ns_[n_wakes_++ % kCallSamples] = now - wake;  // this machine's wake-up delay
+    slept = false;
     std::memset(scratch_valid_.data(), 0, n_);
     inner_->read(RowWriter(scratch_cells_.data(), scratch_valid_.data(), n_), now);
-    publish(now);
-    deadline += interval_ns_;
     const std::int64_t end = mono_ns();
-    if (end >= deadline) deadline += ((end - deadline) / interval_ns_ + 1) * interval_ns_;
+    call_ns_[n_calls_++ % kCallSamples] = end - now;
+    publish(now);
+    wake = next_poll(end);
   }
 }
 

@@ -1,11 +1,15 @@
 // Reads /proc/<pid>/{stat,statm} of a process and all its descendants: the "proc_tree" source
 // (CPU %, resident memory, threads and member count of the whole tree).
 //
-// Membership is rescanned at most once per second (by the tick's now_ns): getdents64 on the procfs
-// root into a buffer allocated at construction, each listed pid's stat read into a stack buffer for
-// its ppid, then the descendants of the root found by marking a pid bitmap. That scan costs about
-// a stat read per process on the machine, which is why it is slow-paced and the source is opt-in.
-// Between scans the members are read every tick. At most kMaxMembers processes are followed;
+// Membership is rescanned once per second: getdents64 on the procfs root into a buffer allocated at
+// construction, each listed pid's stat read into a stack buffer for its ppid, then the descendants
+// of the root found by marking a pid bitmap. That scan costs about a stat open and read per process
+// on the machine (thousands on a busy host), so while the sampler runs it happens on a thread of
+// this source's own (started by on_start): the scan thread lists the tree, opens the descriptors of
+// new members (within the budget below) and hands the list over through a flag; the next tick
+// adopts it (a merge of two sorted lists: no syscall but close() for members gone). The tick only
+// reads the members already known. Without a running sampler (tick_now, direct reads) there is no
+// scan thread and read() rescans itself, at most once per second of tick time. At most kMaxMembers processes are followed;
 // descendants beyond that are counted in proc.tree.untracked and in stats() (not_followed).
 //
 // Descriptors: a member's stat and statm are kept open only within a budget far below the soft
@@ -24,10 +28,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <new>
+#include <thread>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,6 +51,7 @@ namespace {
 
 using proc_tree::close_member;
 using proc_tree::kMaxMembers;
+using proc_tree::Known;
 using proc_tree::Member;
 using proc_tree::member_fd_budget;
 using proc_tree::open_pid_file;
@@ -85,6 +96,8 @@ class ProcTreeSource final : public Source {
     scan_start_.resize(kMaxScan);
     members_.resize(kMaxMembers);
     next_.resize(kMaxMembers);
+    scan_.resize(kMaxMembers);
+    known_.resize(kMaxMembers);
     dents_.resize(kDentsBytes);
     stat_buf_.resize(kStatBytes);
     long tck = ::sysconf(_SC_CLK_TCK);
@@ -103,7 +116,8 @@ class ProcTreeSource final : public Source {
       throw std::runtime_error("cannot open " + dir + "/stat and statm: " + std::strerror(e));
     }
     root_.alive = true;
-    rescan();  // so the first tick does not pay for it
+    scan();  // so the first tick does not pay for it
+    adopt_scan();
 
     add_column("proc.tree.cpu_pct", "%", DType::kFloat64, Kind::kRate,
                "CPU time of the process and its descendants per wall time; 100 per busy core. "
@@ -122,9 +136,44 @@ class ProcTreeSource final : public Source {
   }
 
   ~ProcTreeSource() override {
+    on_stop();
     close_member(root_);
     for (std::size_t i = 0; i < n_members_; ++i) close_member(members_[i]);
+    // A scan handed over but never adopted still owns the descriptors it opened.
+    if (scan_ready_.load(std::memory_order_acquire)) {
+      for (std::size_t i = 0; i < n_scan_; ++i) close_member(scan_[i]);
+    }
     if (dir_fd_ >= 0) ::close(dir_fd_);
+  }
+
+  void on_start() override {
+    if (scan_thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(scan_mutex_);
+      scan_stop_ = false;
+    }
+    // Set before the sampler thread exists and cleared after it was joined (on_stop): a plain
+    // bool whose writes reach that thread through its creation and join.
+    scanner_on_ = true;
+    scan_thread_ = std::thread([this] { scan_loop(); });
+  }
+
+  void on_stop() noexcept override {
+    {
+      std::lock_guard<std::mutex> lock(scan_mutex_);
+      scan_stop_ = true;
+    }
+    scan_wake_.notify_all();
+    if (scan_thread_.joinable()) scan_thread_.join();
+    scanner_on_ = false;
+  }
+
+  void forget_threads_after_fork() noexcept override {
+    // The parent's scan thread does not exist in the child; it may have held the mutex.
+    new (&scan_thread_) std::thread();
+    new (&scan_mutex_) std::mutex();
+    new (&scan_wake_) std::condition_variable();
+    scanner_on_ = false;
   }
 
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
@@ -132,12 +181,17 @@ class ProcTreeSource final : public Source {
       fail(kReasonProcessExited, ESRCH);
       return;
     }
-    if (!scan_time_set_) {
-      last_scan_ns_ = now_ns;  // the constructor's scan counts as this tick's
-      scan_time_set_ = true;
-    } else if (now_ns - last_scan_ns_ >= kRescanNs) {
-      rescan();
-      last_scan_ns_ = now_ns;
+    // acquire pairs with the scan thread's release: the list it wrote is complete.
+    if (scan_ready_.load(std::memory_order_acquire)) adopt_scan();
+    if (!scanner_on_) {
+      if (!scan_time_set_) {
+        last_scan_ns_ = now_ns;  // the constructor's scan counts as this tick's
+        scan_time_set_ = true;
+      } else if (now_ns - last_scan_ns_ >= kRescanNs) {
+        scan();  // no scan thread: this thread scans (tick_now, direct reads)
+        adopt_scan();
+        last_scan_ns_ = now_ns;
+      }
     }
     std::uint64_t d_ticks = 0;
     std::int64_t count = 0;
@@ -263,8 +317,27 @@ class ProcTreeSource final : public Source {
     return true;
   }
 
-  // Lists every pid with its ppid, then finds the root's descendants and updates members_.
-  void rescan() noexcept {
+  // The scan thread: a scan per second, handed over when the previous one was adopted.
+  void scan_loop() noexcept {
+    std::unique_lock<std::mutex> lock(scan_mutex_);
+    for (;;) {
+      scan_wake_.wait_for(lock, std::chrono::nanoseconds(kRescanNs), [this] { return scan_stop_; });
+      if (scan_stop_) return;
+      // acquire pairs with adopt_scan()'s release: known_ is the adopted state, scan_ is free.
+      if (scan_ready_.load(std::memory_order_acquire)) continue;  // not adopted yet: next time
+      lock.unlock();
+      scan();
+      // release: the list (and the descriptors in it) is complete before the reader sees it.
+      scan_ready_.store(true, std::memory_order_release);
+      lock.lock();
+    }
+  }
+
+  // Lists every pid with its ppid, finds the root's descendants, and writes them sorted by pid
+  // into scan_, with descriptors opened for the members that have none (new ones) as the budget
+  // allows. Runs on the scan thread, or on the reading thread when there is none; either way
+  // scan_ready_ is false, so this thread owns scan_ and known_.
+  void scan() noexcept {
     std::size_t n_scan = 0;
     if (::lseek(dir_fd_, 0, SEEK_SET) == 0) {
       for (;;) {
@@ -319,50 +392,97 @@ class ProcTreeSource final : public Source {
       Member m;
       m.pid = scan_pid_[i];
       m.starttime = scan_start_[i];
-      next_[n_next++] = m;
+      scan_[n_next++] = m;
     }
-    untracked_ = found - static_cast<std::int64_t>(n_next);
-    std::sort(next_.begin(), next_.begin() + static_cast<std::ptrdiff_t>(n_next),
+    scan_untracked_ = found - static_cast<std::int64_t>(n_next);
+    std::sort(scan_.begin(), scan_.begin() + static_cast<std::ptrdiff_t>(n_next),
               [](const Member& a, const Member& b) { return a.pid < b.pid; });
-    // Merge with the current (sorted) members: keep the fds and previous reading of a process
-    // still there, close the ones gone. Fds are kept (or opened) only within the budget; the
-    // other members are opened on each read.
+    // Descriptors, within the budget, in pid order: a member that had them at the last adoption
+    // keeps them (or gives them up when the budget shrank); one that had none gets them opened
+    // here if the budget allows, else it is read on demand.
     const std::size_t budget = member_fd_budget();
-    std::size_t kept = 0;
-    std::size_t j = 0;
+    std::size_t kept = 0, k = 0;
     for (std::size_t i = 0; i < n_next; ++i) {
-      Member& nm = next_[i];
-      while (j < n_members_ && members_[j].pid < nm.pid) close_member(members_[j++]);
-      if (j < n_members_ && members_[j].pid == nm.pid && members_[j].alive &&
-          members_[j].starttime == nm.starttime) {
-        nm = members_[j];
-        members_[j].stat_fd = members_[j].statm_fd = -1;
-        ++j;
-      } else {
-        nm.alive = true;
-      }
-      if (nm.stat_fd >= 0 && kept + 2 > budget) {
-        close_member(nm);  // over the budget (the limit was lowered): read on demand from now
-        nm.alive = true;
-      } else if (nm.stat_fd < 0 && kept + 2 <= budget) {
+      Member& nm = scan_[i];
+      while (k < n_known_ && known_[k].pid < nm.pid) ++k;
+      const bool had = k < n_known_ && known_[k].pid == nm.pid &&
+                       known_[k].starttime == nm.starttime && known_[k].has_fds;
+      if (had) {
+        if (kept + 2 > budget) {
+          nm.drop_fds = true;
+        } else {
+          kept += 2;
+        }
+      } else if (kept + 2 <= budget) {
         nm.stat_fd = open_pid_file(dir_fd_, nm.pid, "stat");
         nm.statm_fd = nm.stat_fd >= 0 ? open_pid_file(dir_fd_, nm.pid, "statm") : -1;
         if (nm.statm_fd < 0) {
           close_member(nm);  // gone, or no fd to spare: the next read decides which
-          nm.alive = true;
+        } else {
+          kept += 2;
         }
       }
-      if (nm.stat_fd >= 0) kept += 2;
+      nm.alive = true;
+    }
+    n_scan_ = n_next;
+  }
+
+  // Merges scan_ into members_ (both sorted by pid): a process still there keeps its descriptors
+  // and previous reading, a new one takes the descriptors the scan opened, one gone is closed.
+  // Then records the result in known_ for the next scan and hands scan_ back.
+  void adopt_scan() noexcept {
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < n_scan_; ++i) {
+      Member nm = scan_[i];
+      scan_[i].stat_fd = scan_[i].statm_fd = -1;  // moved out
+      while (j < n_members_ && members_[j].pid < nm.pid) close_member(members_[j++]);
+      if (j < n_members_ && members_[j].pid == nm.pid) {
+        Member& cur = members_[j++];
+        if (cur.alive && cur.starttime == nm.starttime) {
+          nm.prev_ticks = cur.prev_ticks;
+          nm.has_prev = cur.has_prev;
+          if (cur.stat_fd >= 0 && !nm.drop_fds && nm.stat_fd < 0) {
+            nm.stat_fd = cur.stat_fd;
+            nm.statm_fd = cur.statm_fd;
+            cur.stat_fd = cur.statm_fd = -1;
+          }
+        }
+        close_member(cur);  // what was not carried over: gone, reused pid, or over the budget
+      }
+      nm.drop_fds = false;
+      nm.alive = true;
+      next_[i] = nm;
     }
     while (j < n_members_) close_member(members_[j++]);
     members_.swap(next_);
-    n_members_ = n_next;
+    n_members_ = n_scan_;
+    untracked_ = scan_untracked_;
+    for (std::size_t i = 0; i < n_members_; ++i) {
+      known_[i] = Known{members_[i].pid, members_[i].starttime, members_[i].stat_fd >= 0};
+    }
+    n_known_ = n_members_;
+    // release: known_ and the emptied scan_ are written before the scan thread may reuse them.
+    scan_ready_.store(false, std::memory_order_release);
   }
 
   int dir_fd_ = -1;
   Member root_;
   std::vector<Member> members_, next_;  // descendants, sorted by pid; capacity kMaxMembers
   std::size_t n_members_ = 0;
+  // The handover: scan_ (n_scan_, scan_untracked_) is written by the scanning thread while
+  // scan_ready_ is false and adopted by the reading thread while it is true; known_ (n_known_),
+  // what the reading thread followed at its latest adoption, is written by the reader then.
+  std::vector<Member> scan_;
+  std::size_t n_scan_ = 0;
+  std::int64_t scan_untracked_ = 0;
+  std::vector<Known> known_;
+  std::size_t n_known_ = 0;
+  std::atomic<bool> scan_ready_{false};
+  std::thread scan_thread_;
+  std::mutex scan_mutex_;  // guards scan_stop_ (the scan thread's sleep); never on the tick
+  std::condition_variable scan_wake_;
+  bool scan_stop_ = false;
+  bool scanner_on_ = false;  // a scan thread runs (see on_start)
   std::vector<std::uint64_t> mark_;  // one bit per pid: in the tree
   std::vector<int> marked_;          // the set bits, to clear them cheaply
   std::size_t n_marked_ = 0;

@@ -1,6 +1,7 @@
 // proc_tree's members and the descriptors it reads them through (internal to proc_tree.cpp):
 // the fd budget (a share of the soft RLIMIT_NOFILE), the kept or on-demand files of a member,
-// and the syscall helpers. Nothing here allocates: all of it runs on the sampler thread.
+// and the syscall helpers. Nothing here allocates: it runs on the sampler thread and on the
+// source's scan thread.
 #pragma once
 
 #include <fcntl.h>
@@ -40,6 +41,15 @@ struct Member {
   std::uint64_t prev_ticks = 0;
   bool has_prev = false;
   bool alive = false;
+  bool drop_fds = false;  // a scan's verdict: over the budget, read on demand from now
+};
+
+// What the reading thread followed at its latest adoption of a scan, for the next scan to know
+// which members already hold descriptors.
+struct Known {
+  int pid = 0;
+  std::uint64_t starttime = 0;
+  bool has_fds = false;
 };
 
 inline void close_member(Member& m) noexcept {

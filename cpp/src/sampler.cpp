@@ -1,8 +1,10 @@
 // The sampler thread (deadlines, ticks, self-measurement) and the consumer side of the ring.
 #include "stroboscope/sampler.hpp"
 
+#include "stroboscope/polled_source.hpp"
 #include "stroboscope/spool.hpp"
 #include "stroboscope/linux_sources.hpp"
+#include "stroboscope/wake.hpp"
 
 #include <pthread.h>
 #include <sys/prctl.h>
@@ -17,16 +19,13 @@
 namespace stroboscope {
 namespace {
 
-// The longest single sleep: a stop() waits at most this long for a sampler with a long interval.
-constexpr std::int64_t kMaxSleepChunkNs = 20'000'000;  // 20 ms
-
-void sleep_until_mono(std::int64_t deadline_ns) noexcept {
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(deadline_ns / 1'000'000'000);
-  ts.tv_nsec = static_cast<long>(deadline_ns % 1'000'000'000);
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
-}
+// Precise mode: the spin window is the largest overshoot of the sleep before a deadline over the
+// last 64 ticks (about the 98th percentile), plus kSpinMarginNs; at least kMinSpinNs, at most half
+// the interval. The cap keeps the thread sleeping for part of every interval: a thread that never
+// sleeps is, to the scheduler, a CPU hog it preempts for whole time slices (measured: with the
+// window at the full interval on a busy 2-core VM, p99 lateness was 3x worse than sleeping).
+constexpr std::int64_t kSpinMarginNs = 20'000;
+constexpr std::int64_t kMinSpinNs = 20'000;
 
 std::vector<ColumnSpec> ring_columns_for(const std::vector<SourceSlot>& sources) {
   std::vector<ColumnSpec> cols;
@@ -49,10 +48,11 @@ std::uint64_t checked_capacity(std::uint64_t capacity) {
 }  // namespace
 
 Sampler::Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns,
-                 std::uint64_t capacity, const std::string& spool_path)
+                 std::uint64_t capacity, const std::string& spool_path, bool precise)
     : sources_(std::move(sources)),
       columns_(ring_columns_for(sources_)),
-      interval_ns_(interval_ns) {
+      interval_ns_(interval_ns),
+      precise_(precise) {
   if (interval_ns < kMinIntervalNs || interval_ns > kMaxIntervalNs) {
     throw std::invalid_argument("interval must be within [100 us, 1 h], got " +
                                 std::to_string(interval_ns) + " ns");
@@ -86,9 +86,17 @@ void Sampler::start() {
   if (running_.load(std::memory_order_acquire)) return;
   if (thread_.joinable()) thread_.join();  // a run that ended on its own
   stop_requested_.store(false, std::memory_order_relaxed);
+  // Requests made while stopped are not owed a row. No thread of this sampler runs now, so the
+  // plain writes below reach the threads created next through their creation.
+  served_word_ = wake_word_.load(std::memory_order_relaxed);
+  // Deadlines restart from now; tick indices continue (sources' "every n" stays consistent).
+  schedule_ = TickSchedule{mono_ns(), next_tick_, interval_ns_};
   running_.store(true, std::memory_order_release);
   try {
-    for (SourceSlot& slot : sources_) slot.source->on_start();  // e.g. a slow source's poller
+    for (SourceSlot& slot : sources_) {
+      slot.source->follow_schedule(&schedule_);
+      slot.source->on_start();  // e.g. a slow source's poller
+    }
     thread_ = std::thread([this] { run(); });
   } catch (...) {
     for (SourceSlot& slot : sources_) slot.source->on_stop();
@@ -100,6 +108,10 @@ void Sampler::start() {
 void Sampler::stop() {
   // release: the sampler thread's acquire load of the flag ends its loop.
   stop_requested_.store(true, std::memory_order_release);
+  // Wake a sleeping sampler thread; it sees the flag before it would sleep again. seq_cst like
+  // request_tick(), though here an unconditional wake makes the order moot.
+  wake_word_.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&wake_word_);
   if (thread_.joinable()) thread_.join();
   for (SourceSlot& slot : sources_) slot.source->on_stop();
   running_.store(false, std::memory_order_release);
@@ -116,10 +128,64 @@ void Sampler::forget_thread_after_fork() noexcept {
   for (SourceSlot& slot : sources_) slot.source->forget_threads_after_fork();
   running_.store(false, std::memory_order_relaxed);
   stop_requested_.store(false, std::memory_order_relaxed);
+  sleeping_.store(false, std::memory_order_relaxed);
   thread_cpu_clock_valid_.store(false, std::memory_order_relaxed);
 }
 
-void Sampler::tick(std::uint64_t k, std::int64_t now) noexcept {
+void Sampler::request_tick() noexcept {
+  // relaxed: a request racing with start() or stop() may or may not get a row; either is fine.
+  if (!running_.load(std::memory_order_relaxed)) return;
+  tick_requests_.fetch_add(1, std::memory_order_relaxed);  // a statistic only
+  // seq_cst on both sides (Dekker): the sampler stores sleeping_ = true and then loads the word;
+  // we bump the word and then load sleeping_. In the single total order either our load sees
+  // true (we wake it) or its load comes after our bump (it sees a new value and does not sleep).
+  // A wake sent before it enters the futex is not lost either: the kernel compares the word.
+  wake_word_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) futex_wake_all(&wake_word_);
+}
+
+Sampler::Wake Sampler::wait_for(std::int64_t deadline) noexcept {
+  std::int64_t window = -1;  // precise mode's spin window, computed when first needed
+  for (;;) {
+    // acquire pairs with stop()'s release store.
+    if (stop_requested_.load(std::memory_order_acquire)) return Wake::kStop;
+    // acquire: a request "happens before" the row it gets (only an ordering nicety; the row's
+    // content does not depend on the requester's writes).
+    const std::uint32_t word = wake_word_.load(std::memory_order_acquire);
+    if (word != served_word_) {
+      served_word_ = word;  // every request made so far shares this row
+      return Wake::kRequest;
+    }
+    const std::int64_t now = mono_ns();
+    if (now >= deadline) return Wake::kDeadline;
+    std::int64_t wake_at = deadline;
+    if (precise_) {
+      if (window < 0) {  // once per wait, and again after each sleep (a new overshoot)
+        std::int64_t worst = 0;
+        for (std::int64_t o : overshoot_ns_) worst = std::max(worst, o);
+        window = std::clamp(worst + kSpinMarginNs, kMinSpinNs,
+                            std::max(kMinSpinNs, interval_ns_ / 2));
+        spin_window_ns_.store(window, std::memory_order_relaxed);  // a statistic only
+      }
+      if (deadline - now <= window) {
+        cpu_relax();  // spin: re-check the deadline, requests and stop
+        continue;
+      }
+      wake_at = deadline - window;
+    }
+    sleeping_.store(true, std::memory_order_seq_cst);  // see request_tick()
+    if (wake_word_.load(std::memory_order_seq_cst) == word) {
+      futex_wait_until(&wake_word_, word, wake_at);
+    }
+    sleeping_.store(false, std::memory_order_relaxed);
+    if (precise_) {
+      overshoot_ns_[overshoot_at_] = std::max<std::int64_t>(0, mono_ns() - wake_at);
+      window = -1;
+    }
+  }
+}
+
+void Sampler::tick(std::uint64_t k, std::int64_t now, bool edge) noexcept {
   std::memset(row_valid_.data(), 0, row_valid_.size());
   std::memcpy(&row_cells_[0], &now, sizeof now);
   row_valid_[0] = 1;
@@ -135,7 +201,9 @@ void Sampler::tick(std::uint64_t k, std::int64_t now) noexcept {
     source_ns_[s].store(source_ns_[s].load(std::memory_order_relaxed) +
                             static_cast<std::uint64_t>(t1 - t0),
                         std::memory_order_relaxed);
-    next_due_[s] = (k / slot.every + 1) * slot.every;
+    // An edge row leaves an every-tick source due on tick k; a slower one it read is not read
+    // again on tick k (see the header).
+    if (!edge || slot.every > 1) next_due_[s] = (k / slot.every + 1) * slot.every;
   }
   ring_->push(row_cells_.data(), row_valid_.data());
 }
@@ -148,26 +216,28 @@ void Sampler::run() noexcept {
     thread_cpu_clock_.store(cpu_clock, std::memory_order_relaxed);
     thread_cpu_clock_valid_.store(true, std::memory_order_release);
   }
-  const std::int64_t start = mono_ns();
-  // Tick indices continue across stop/start so sources' "every n" stays consistent; deadlines
-  // restart from now.
-  std::uint64_t k = next_tick_;
-  std::int64_t deadline = start;
-  // acquire pairs with stop()'s release store.
-  while (!stop_requested_.load(std::memory_order_acquire)) {
-    std::int64_t now = mono_ns();
-    bool stopping = false;
-    while (now < deadline) {
-      sleep_until_mono(std::min(deadline, now + kMaxSleepChunkNs));
-      if (stop_requested_.load(std::memory_order_acquire)) {
-        stopping = true;
-        break;
-      }
-      now = mono_ns();
+  overshoot_ns_.fill(0);
+  // start() wrote the schedule before creating this thread.
+  std::uint64_t k = schedule_.first_tick;
+  std::int64_t deadline = schedule_.origin_ns;
+  for (;;) {
+    const Wake why = wait_for(deadline);
+    if (why == Wake::kStop) break;
+    if (why == Wake::kRequest) {
+      // An edge row before regular tick k: timed like a tick, recorded apart from the deadlines.
+      tick(k, mono_ns(), true);
+      ticks_requested_.store(ticks_requested_.load(std::memory_order_relaxed) + 1,
+                             std::memory_order_relaxed);
+      continue;
     }
-    if (stopping) break;
+    // Requests made before this row's time are served by it; those during it get an edge row.
+    served_word_ = wake_word_.load(std::memory_order_acquire);
+    const std::int64_t now = mono_ns();
     lateness_.record(static_cast<std::uint64_t>(now - deadline));
-    tick(k, now);
+    // Precise mode: the next tick's sleep (if any) records its overshoot in the next slot.
+    overshoot_at_ = (overshoot_at_ + 1) % overshoot_ns_.size();
+    overshoot_ns_[overshoot_at_] = 0;
+    tick(k, now, false);
     const std::int64_t end = mono_ns();
     cost_.record(static_cast<std::uint64_t>(end - now));
     ticks_taken_.store(ticks_taken_.load(std::memory_order_relaxed) + 1,
@@ -199,7 +269,7 @@ void Sampler::run() noexcept {
 std::int64_t Sampler::run_ticks_inline(std::uint64_t n) {
   if (running()) throw std::logic_error("run_ticks_inline needs a stopped sampler");
   const std::int64_t t0 = mono_ns();
-  for (std::uint64_t i = 0; i < n; ++i) tick(next_tick_++, mono_ns());
+  for (std::uint64_t i = 0; i < n; ++i) tick(next_tick_++, mono_ns(), false);
   return mono_ns() - t0;
 }
 
@@ -253,6 +323,10 @@ SamplerStats Sampler::stats() const {
   s.ticks_taken = ticks_taken_.load(std::memory_order_relaxed);
   s.ticks_missed = ticks_missed_.load(std::memory_order_relaxed);
   s.ticks_scheduled = s.ticks_taken + s.ticks_missed;
+  s.ticks_requested = ticks_requested_.load(std::memory_order_relaxed);
+  s.tick_requests = tick_requests_.load(std::memory_order_relaxed);
+  s.precise = precise_;
+  s.spin_window_ns = spin_window_ns_.load(std::memory_order_relaxed);
   s.rows_written = ring_->written();
   s.rows_overwritten = ring_->overwritten();
   s.rows_lost = rows_lost_.load(std::memory_order_relaxed);
@@ -287,6 +361,9 @@ SamplerStats Sampler::stats() const {
                                     source_ns_[i].load(std::memory_order_relaxed),
                                     why != nullptr ? std::string(why) : std::string(),
                                     src.error_number(), exited, src.not_followed()});
+    if (const auto* polled = dynamic_cast<const PolledSource*>(&src)) {
+      s.sources.back().poll_lead_ns = polled->lead_ns();
+    }
     s.process_exited = s.process_exited || exited;
   }
   return s;

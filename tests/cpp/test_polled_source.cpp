@@ -2,7 +2,9 @@
 // reading is copied once with the time it was taken, and stop/start work. TSan in CI.
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 #include <memory>
 #include <thread>
 
@@ -18,13 +20,13 @@ namespace {
 // torn copy would show two different numbers in one row.
 class SlowSource : public Source {
  public:
-  SlowSource() : Source("slow") {
+  explicit SlowSource(long read_ns = 3'000'000) : Source("slow"), read_ns_(read_ns) {
     add_column("slow.a", "count", DType::kInt64, Kind::kCounter, "reads");
     add_column("slow.b", "count", DType::kInt64, Kind::kCounter, "reads again");
   }
   bool slow() const noexcept override { return true; }
   void read(RowWriter row, std::int64_t) noexcept override {
-    timespec ts{0, 3'000'000};
+    timespec ts{0, read_ns_};
     nanosleep(&ts, nullptr);
     ++n_;
     row.set_i64(0, n_);
@@ -33,6 +35,7 @@ class SlowSource : public Source {
   }
 
  private:
+  long read_ns_;
   std::int64_t n_ = 0;
 };
 
@@ -86,9 +89,45 @@ void test_slow_source_does_not_delay_ticks() {
   CHECK(after > 0);
 }
 
+// Phasing: a 5 ms read polled once per 20 ms tick lands just before the tick that copies it: the
+// first row after a reading was taken carries it. Not phased, the poll thread starts a moment
+// before the sampler and its 5 ms read is still running at each tick, so every reading shows up
+// one row late (an age of a whole interval). Bounds hold on a loaded machine, where the poll
+// thread learns to start earlier (its lead grows with its wake-up delays).
+void test_poll_lands_just_before_the_tick() {
+  constexpr std::int64_t kIntervalNs = 20'000'000;
+  std::vector<SourceSlot> slots;
+  auto polled = std::make_unique<PolledSource>(std::make_unique<SlowSource>(5'000'000), kIntervalNs);
+  const PolledSource* p = polled.get();
+  slots.push_back(SourceSlot{std::move(polled), 1});
+  Sampler s(std::move(slots), kIntervalNs, 1024);
+  s.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  s.stop();
+  auto f = s.snapshot();
+  const auto& cols = f->columns();  // time, mono_ns, slow.a, slow.b, slow.read_mono_ns
+  std::vector<std::int64_t> ages;
+  std::size_t first_row_after = 0;
+  for (std::int64_t i = 1; i < f->length(); ++i) {  // row 0: the poll made at start
+    if (!valid(cols[4], i)) continue;
+    const std::int64_t age = cell(cols[1], i) - cell(cols[4], i);
+    CHECK(age >= 0);  // read before the row's tick time
+    ages.push_back(age);
+    if (cell(cols[1], i - 1) < cell(cols[4], i)) ++first_row_after;
+  }
+  CHECK(ages.size() >= 10);  // ~50 ticks
+  CHECK(first_row_after * 2 >= ages.size());
+  // Planned ahead of the tick by at least the read's own time plus the margin, and a typical
+  // reading is about that old in its row (the two threads' wake-up delays aside).
+  CHECK(p->lead_ns() >= 5'000'000 + PolledSource::kPhaseMarginNs);
+  std::sort(ages.begin(), ages.end());
+  if (!ages.empty()) CHECK(ages[ages.size() / 2] < p->lead_ns() + kIntervalNs / 4);
+}
+
 }  // namespace
 
 int main() {
   test_slow_source_does_not_delay_ticks();
+  test_poll_lands_just_before_the_tick();
   TEST_MAIN_END();
 }

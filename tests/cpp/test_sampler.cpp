@@ -2,6 +2,7 @@
 // Arrow export of the resulting frames. Runs under ThreadSanitizer in CI.
 #include <time.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -211,6 +212,153 @@ void test_arrow_export_release() {
   CHECK_EQ(frame.use_count(), 1);
 }
 
+// Holds its first read until released, so a test knows a tick is running; writes its read count.
+class GateSource : public Source {
+ public:
+  GateSource() : Source("gate") {
+    add_column("gate.count", "count", DType::kInt64, Kind::kCounter, "reads so far");
+  }
+  void read(RowWriter row, std::int64_t) noexcept override {
+    if (n_.load(std::memory_order_relaxed) == 0) {
+      entered_.store(true, std::memory_order_release);
+      while (!open_.load(std::memory_order_acquire)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    const std::int64_t n = n_.load(std::memory_order_relaxed) + 1;
+    n_.store(n, std::memory_order_relaxed);
+    row.set_i64(0, n);
+    ok();
+  }
+  void wait_entered() const {
+    while (!entered_.load(std::memory_order_acquire)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  void release() { open_.store(true, std::memory_order_release); }
+
+ private:
+  std::atomic<std::int64_t> n_{0};
+  std::atomic<bool> entered_{false}, open_{false};
+};
+
+// Waits (up to 20 s, for a loaded machine) until `pred` holds.
+template <typename Pred>
+bool eventually(Pred pred) {
+  const std::int64_t until = stroboscope::mono_ns() + 20'000'000'000;
+  while (!pred()) {
+    if (stroboscope::mono_ns() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// request_tick(): a no-op while stopped; requests made while a tick runs share one edge row after
+// it; each later request gets its own; the grid of deadlines (1 h here) is not moved by them.
+void test_request_tick_edge_rows() {
+  std::vector<SourceSlot> slots;
+  auto gate_owned = std::make_unique<GateSource>();
+  GateSource* gate = gate_owned.get();
+  slots.push_back(SourceSlot{std::move(gate_owned), 1});
+  slots.push_back(SourceSlot{std::make_unique<FakeSource>("b"), 2});
+  Sampler s(std::move(slots), kMaxIntervalNs, 64);
+  s.request_tick();  // stopped: nothing owed
+  CHECK_EQ(s.stats().tick_requests, 0u);
+  s.start();
+  gate->wait_entered();  // tick 0 is running
+  const std::int64_t asked_ns = stroboscope::mono_ns();
+  for (int i = 0; i < 5; ++i) s.request_tick();
+  gate->release();
+  CHECK(eventually([&] { return s.stats().ticks_requested >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // no second row for the same five
+  auto st = s.stats();
+  CHECK_EQ(st.ticks_taken, 1u);
+  CHECK_EQ(st.ticks_requested, 1u);
+  CHECK_EQ(st.tick_requests, 5u);
+  CHECK_EQ(st.rows_written, 2u);
+  // Three more, one at a time: one row each.
+  for (std::uint64_t i = 2; i <= 4; ++i) {
+    s.request_tick();
+    CHECK(eventually([&] { return s.stats().ticks_requested >= i; }));
+  }
+  s.stop();
+  st = s.stats();
+  CHECK_EQ(st.ticks_taken, 1u);  // the next deadline is an hour away
+  CHECK_EQ(st.ticks_missed, 0u);
+  CHECK_EQ(st.ticks_requested, 4u);
+  CHECK_EQ(st.tick_requests, 8u);
+  CHECK_EQ(st.rows_written, st.ticks_taken + st.ticks_requested);
+  auto f = s.snapshot();
+  const auto& cols = f->columns();  // time, mono_ns, gate.count, b.count, b.now_ns, b.half
+  CHECK_EQ(f->length(), 5);
+  CHECK(cell_i64(cols[1], 1) >= asked_ns);  // the edge row comes after the requests
+  for (std::int64_t r = 0; r < f->length(); ++r) {
+    CHECK_EQ(cell_i64(cols[2], r), r + 1);  // every-tick source: on every edge row
+    if (r > 0) CHECK(cell_i64(cols[1], r) > cell_i64(cols[1], r - 1));
+  }
+  CHECK(is_valid(cols[3], 0));  // b (every 2 ticks): read on tick 0 ...
+  for (std::int64_t r = 1; r < f->length(); ++r) CHECK(!is_valid(cols[3], r));  // not due on 1
+  s.request_tick();  // stopped again: a no-op
+  CHECK_EQ(s.stats().tick_requests, 8u);
+}
+
+// A source read every 2 ticks is read on an edge row when it is due on the next regular tick, and
+// that tick then leaves it out (its number of reads is unchanged).
+void test_edge_row_reads_a_slower_source_when_due() {
+  constexpr std::int64_t kIntervalNs = 100'000'000;  // 100 ms
+  std::vector<SourceSlot> slots;
+  auto gate_owned = std::make_unique<GateSource>();
+  GateSource* gate = gate_owned.get();
+  slots.push_back(SourceSlot{std::move(gate_owned), 1});
+  slots.push_back(SourceSlot{std::make_unique<FakeSource>("b"), 2});
+  Sampler s(std::move(slots), kIntervalNs, 64);
+  s.start();
+  gate->wait_entered();
+  // Hold tick 0 past the deadline of tick 1, which is then skipped: b is due on the next tick.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  s.request_tick();
+  gate->release();
+  CHECK(eventually([&] { return s.stats().rows_written >= 3; }));
+  s.stop();
+  auto f = s.snapshot();
+  const auto& cols = f->columns();
+  CHECK(f->length() >= 3);
+  CHECK(s.stats().ticks_missed >= 1);
+  // Row 0: tick 0 (b's 1st read). Row 1: the edge row (b's 2nd). Row 2: the next regular tick,
+  // on which b was due: not read again.
+  CHECK(is_valid(cols[3], 0) && cell_i64(cols[3], 0) == 1);
+  CHECK(is_valid(cols[3], 1) && cell_i64(cols[3], 1) == 2);
+  CHECK(!is_valid(cols[3], 2));
+  CHECK(is_valid(cols[2], 2));
+}
+
+// stop() wakes a sampler sleeping towards a deadline an hour away at once; precise mode keeps
+// ticking, spinning within a window it learned, bounded by the interval.
+void test_stop_wakes_and_precise_mode() {
+  std::vector<SourceSlot> slots;
+  slots.push_back(SourceSlot{std::make_unique<FakeSource>("a"), 1});
+  Sampler idle(std::move(slots), kMaxIntervalNs, 16);
+  idle.start();
+  CHECK(eventually([&] { return idle.stats().ticks_taken == 1; }));
+  const std::int64_t t0 = stroboscope::mono_ns();
+  idle.stop();
+  CHECK(stroboscope::mono_ns() - t0 < 10'000'000'000);  // not an hour (nor the old 20 ms chunks)
+  CHECK(!idle.stats().precise && idle.stats().spin_window_ns == 0);
+
+  std::vector<SourceSlot> slots2;
+  slots2.push_back(SourceSlot{std::make_unique<FakeSource>("a"), 1});
+  Sampler p(std::move(slots2), 1'000'000, 1024, {}, true);
+  p.start();
+  CHECK(eventually([&] { return p.stats().ticks_taken >= 20; }));
+  p.request_tick();
+  CHECK(eventually([&] { return p.stats().ticks_requested == 1; }));
+  p.stop();
+  auto st = p.stats();
+  CHECK(st.precise);
+  CHECK(st.spin_window_ns >= 20'000 && st.spin_window_ns <= 500'000);  // at most half the interval
+  CHECK_EQ(st.rows_written, st.ticks_taken + st.ticks_requested);
+}
+
 }  // namespace
 
 int main() {
@@ -219,5 +367,8 @@ int main() {
   test_slow_source_skips_ticks();
   test_overwrite_and_lost_rows();
   test_arrow_export_release();
+  test_request_tick_edge_rows();
+  test_edge_row_reads_a_slower_source_when_due();
+  test_stop_wakes_and_precise_mode();
   TEST_MAIN_END();
 }

@@ -12,7 +12,8 @@
 //
 // Usage is read from the process's own cgroup. The limit that applies is the tightest one on the
 // path from that cgroup up to the root; which directory holds it is decided at discovery, and its
-// file is re-read every tick (so a changed value shows, a newly set ancestor limit does not).
+// file is re-read once a second (so a changed value shows within a second, a newly set ancestor
+// limit does not); usage is read on every read.
 #pragma once
 
 #include <string>

@@ -7,8 +7,17 @@
 // tick's time) into the row in nanoseconds, with
 // the CLOCK_MONOTONIC time the reading was taken (`<name>.read_mono_ns`), so every value says how
 // fresh it is; on ticks with no new reading the cells stay null (no repeated values).
+//
+// Phasing: given the sampler's grid of deadlines (follow_schedule), the poll thread reads at
+// deadline_k - lead for the ticks k it is due on (multiples of its interval in ticks), where
+// lead = the 90th percentiles of its last 32 read durations and of its last 32 wake-up delays
+// (how late its sleeps ended) + kPhaseMarginNs. So a reading lands
+// just before the tick that copies it, and its age in the row is about one call time, by design
+// rather than by the luck of when the two threads started. Without a grid (a PolledSource used
+// on its own) it polls on its own deadlines, from the moment it starts.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -31,10 +40,23 @@ class PolledSource : public Source {
 
   [[nodiscard]] const Source& inner() const noexcept { return *inner_; }
   [[nodiscard]] std::int64_t interval_ns() const noexcept { return interval_ns_; }
+  void follow_schedule(const TickSchedule* schedule) noexcept override { schedule_ = schedule; }
+  // How long before its tick the latest poll was planned to start (0 before the first plan):
+  // its p90 call time + its p90 wake-up delay + kPhaseMarginNs.
+  [[nodiscard]] std::int64_t lead_ns() const noexcept {
+    return lead_ns_.load(std::memory_order_relaxed);
+  }
+
+  static constexpr std::int64_t kPhaseMarginNs = 20'000;
+  static constexpr std::size_t kCallSamples = 32;
 
  private:
   void poll_loop() noexcept;
   void publish(std::int64_t taken_ns) noexcept;
+  // When to poll next, the latest poll having ended at `end`; advances the plan.
+  std::int64_t next_poll(std::int64_t end) noexcept;
+  // The 90th percentile of the first min(n, kCallSamples) values of `v`.
+  static std::int64_t p90(const std::array<std::int64_t, kCallSamples>& v, std::size_t n) noexcept;
   // This source's reason/failure follows the inner source's latest read.
   void mirror_inner_status() noexcept;
 
@@ -53,8 +75,21 @@ class PolledSource : public Source {
   std::atomic<std::int64_t> taken_ns_{0};
   alignas(64) std::uint64_t last_copied_seq_ = 0;  // sampler thread only
 
+  // The poll thread's plan: the sampler's grid (read only; see TickSchedule), its own deadline
+  // when there is none, the tick index of its latest poll, and its recent read durations.
+  const TickSchedule* schedule_ = nullptr;
+  std::int64_t own_deadline_ = 0;
+  std::uint64_t last_tick_ = 0;
+  bool planned_ = false;
+  std::array<std::int64_t, kCallSamples> call_ns_{};
+  std::size_t n_calls_ = 0;
+  std::array<std::int64_t, kCallSamples> wake_ns_{};  // how late recent sleeps ended
+  std::size_t n_wakes_ = 0;
+  std::atomic<std::int64_t> lead_ns_{0};
+
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<std::uint32_t> stop_word_{0};  // futex word: on_stop() bumps it to wake the thread
 };
 
 }  // namespace stroboscope

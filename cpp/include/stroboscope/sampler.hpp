@@ -6,8 +6,20 @@
 // deadline has already passed when the previous one finishes is skipped and counted as missed:
 // ticks are never bunched to catch up. The thread never blocks on a consumer and never calls
 // into Python; consumers never block it (they only read atomics and copy cells).
+//
+// Between ticks the thread waits on a futex word with an absolute CLOCK_MONOTONIC deadline
+// (wake.hpp), so another thread can wake it early: request_tick() asks for one extra row at once
+// (an "edge row", e.g. at a scope's begin or end). Edge rows leave the grid of deadlines as it is.
+// An edge row reads every source due on every tick; a source read every n > 1 ticks is read on it
+// only when it is due on the next regular tick, and that tick then does not read it again (so
+// its reading moves earlier by less than one base interval and its number of reads is unchanged).
+//
+// Precise mode (opt-in, for short profiling runs) sleeps until just before each deadline and
+// spins the rest of the way: lateness drops to the spin loop's granularity at the price of the
+// spin's CPU time. How early it wakes is learned from its own sleeps (see wait_for()).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -43,6 +55,9 @@ struct SourceStats {
   int error_number;
   bool process_exited;  // the latest read found the monitored process gone
   std::uint64_t not_followed = 0;  // found but not followed at the latest read (Source)
+  // A polled (slow) source: how long before its tick its latest poll was planned to start (its
+  // p90 call time + p90 wake-up delay + PolledSource::kPhaseMarginNs); 0 for the others.
+  std::int64_t poll_lead_ns = 0;
 };
 
 struct SamplerStats {
@@ -51,6 +66,10 @@ struct SamplerStats {
   std::uint64_t ticks_scheduled;  // deadlines that have passed while running (taken + missed)
   std::uint64_t ticks_taken;
   std::uint64_t ticks_missed;
+  std::uint64_t ticks_requested;  // edge rows taken for request_tick() (not in ticks_taken)
+  std::uint64_t tick_requests;    // request_tick() calls while running (several may share a row)
+  bool precise;                   // sleeps then spins to each deadline
+  std::int64_t spin_window_ns;    // precise mode: how long before a deadline it starts spinning
   std::uint64_t rows_written;
   std::uint64_t rows_overwritten;  // rows whose ring slot was reused
   std::uint64_t rows_lost;         // rows overwritten before a drain() reached them
@@ -71,8 +90,9 @@ class Sampler {
   // `interval_ns` in [kMinIntervalNs, kMaxIntervalNs]; `capacity` a power of two >= 2. Throws
   // std::invalid_argument otherwise (the Python layer validates first, with friendlier text).
   // With a `spool_path`, the ring lives in that file (see spool.hpp), created 0600.
+  // `precise`: sleep to just before each deadline, then spin (see above).
   Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns, std::uint64_t capacity,
-          const std::string& spool_path = {});
+          const std::string& spool_path = {}, bool precise = false);
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
@@ -80,6 +100,13 @@ class Sampler {
   void start();  // idempotent; throws std::system_error if the thread cannot be created
   void stop();   // idempotent; joins the thread
   [[nodiscard]] bool running() const noexcept { return running_.load(std::memory_order_acquire); }
+
+  // Any thread: the sampler thread takes one extra row at once (an edge row, counted in
+  // stats().ticks_requested); the regular deadlines are unchanged. A request made while a tick
+  // is running yields one row after it; requests made before that row starts share it, and a
+  // request made just before a regular tick starts is served by that tick's row (no edge row;
+  // tick_requests counts it, ticks_requested does not). A no-op while stopped. Lock-free: two atomic operations, plus a futex wake when the thread sleeps.
+  void request_tick() noexcept;
 
   // Metric columns in ring order: mono_ns first, then each source's columns.
   [[nodiscard]] const std::vector<ColumnSpec>& ring_columns() const noexcept { return columns_; }
@@ -104,8 +131,12 @@ class Sampler {
   void forget_thread_after_fork() noexcept;
 
  private:
+  enum class Wake { kDeadline, kRequest, kStop };
   void run() noexcept;
-  void tick(std::uint64_t k, std::int64_t now) noexcept;
+  // Waits for `deadline`, a request or stop(), whichever comes first.
+  Wake wait_for(std::int64_t deadline) noexcept;
+  // `edge`: an edge row taken before regular tick `k` (see the header comment).
+  void tick(std::uint64_t k, std::int64_t now, bool edge) noexcept;
   // Rows [from, to) as a frame; `lost` rows wanted before `from` were already overwritten.
   std::shared_ptr<Frame> copy_rows(std::uint64_t from, std::uint64_t to, std::uint64_t lost = 0);
 
@@ -134,6 +165,22 @@ class Sampler {
   ClockAnchor anchor_;
   std::atomic<std::int64_t> anchor_offset_ns_{0};
   std::uint64_t next_tick_ = 0;  // tick index to resume from after a stop (sampler thread)
+  TickSchedule schedule_;        // this run's grid; written by start() before any thread reads it
+
+  // Wake-ups. wake_word_ is the futex word: request_tick() and stop() bump it. The sampler
+  // thread remembers the value it has served; a different value means "a row was asked for".
+  // sleeping_ lets a requester skip the futex syscall when the thread is not asleep (see
+  // request_tick() for why seq_cst).
+  alignas(64) std::atomic<std::uint32_t> wake_word_{0};
+  std::atomic<bool> sleeping_{false};
+  std::atomic<std::uint64_t> tick_requests_{0};
+  alignas(64) std::uint32_t served_word_ = 0;  // sampler thread (and start(), before it runs)
+  std::atomic<std::uint64_t> ticks_requested_{0};
+  const bool precise_;
+  // Precise mode: how late each of the last 64 ticks' sleeps woke (sampler thread only).
+  std::array<std::int64_t, 64> overshoot_ns_{};
+  std::size_t overshoot_at_ = 0;
+  std::atomic<std::int64_t> spin_window_ns_{0};
 
   std::mutex consumer_mutex_;  // serialises ring copies; the producer never takes it
   std::mutex drain_mutex_;     // guards drain_cursor_

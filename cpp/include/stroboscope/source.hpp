@@ -63,6 +63,15 @@ struct SourceOptions {
   bool net_include_loopback = false;  // the "network" source counts lo too (psutil's default)
 };
 
+// The sampler's grid of deadlines for one run, handed to sources before it starts: tick k
+// (k >= first_tick) is due at origin_ns + (k - first_tick) * interval_ns. Written before the
+// sources' threads are created, so those threads may read it without synchronisation.
+struct TickSchedule {
+  std::int64_t origin_ns = 0;
+  std::uint64_t first_tick = 0;
+  std::int64_t interval_ns = 0;
+};
+
 class Source {
  public:
   explicit Source(std::string name) : name_(std::move(name)) {}
@@ -99,6 +108,10 @@ class Source {
   // Lifecycle hooks, called by the sampler off the hot path: when it starts, after it stopped,
   // and in the child after a fork (where no thread of the parent exists).
   virtual void on_start() {}
+  // Called just before on_start() with the grid the sampler's ticks will follow, for a source
+  // that wants its own thread to land just before a tick (PolledSource). `schedule` outlives the
+  // run.
+  virtual void follow_schedule(const TickSchedule* /*schedule*/) noexcept {}
   virtual void on_stop() noexcept {}
   virtual void forget_threads_after_fork() noexcept {}
 

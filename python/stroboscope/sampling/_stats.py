@@ -40,6 +40,11 @@ class SourceStats:
     resolution_ns : int
         How often the value it reads can change (0: on any tick); unless ``sources`` gave an
         interval, ``every`` is the first multiple of the base interval at or above it.
+    poll_lead_ns : int
+        A source polled on its own thread (``gpu``): how long before the sampler's tick its
+        latest poll was planned to start: the 90th percentiles of its recent call times and of
+        its thread's recent wake-up delays, plus a 20 µs margin, so that the reading lands just
+        before the row that carries it. 0 for the other sources.
     """
 
     name: str
@@ -53,6 +58,7 @@ class SourceStats:
     not_followed: int = 0
     interface: str = ""
     resolution_ns: int = 0
+    poll_lead_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,15 @@ class SamplerStats:
     ticks_scheduled, ticks_taken, ticks_missed : int
         Deadlines passed while running; those taken; those skipped because the previous tick
         ran over (ticks are never bunched).
+    ticks_requested, tick_requests : int
+        Extra rows ("edge rows") taken for :meth:`Sampler.request_tick`, not counted in
+        ``ticks_taken`` (so ``rows_written = ticks_taken + ticks_requested``); and the requests
+        made while running (several requests before one row starts share it).
+    precise : bool
+        Whether the sampler sleeps to just before each deadline, then spins.
+    spin_window_ns : int
+        Precise mode: how long before a deadline it started spinning at the latest tick (it
+        learns this from its own sleeps' overshoot); 0 otherwise.
     rows_written, rows_overwritten, rows_lost : int
         Rows pushed into the ring; rows whose slot was reused; rows overwritten before a
         ``drain()`` reached them.
@@ -95,6 +110,10 @@ class SamplerStats:
     ticks_scheduled: int
     ticks_taken: int
     ticks_missed: int
+    ticks_requested: int
+    tick_requests: int
+    precise: bool
+    spin_window_ns: int
     rows_written: int
     rows_overwritten: int
     rows_lost: int
