@@ -1,0 +1,240 @@
+"""aitune's scopes: ``annotate``, ``collect_hardware_metrics``, ``annotate_with_nvtx`` and
+``with_backend_context``, translated onto :mod:`stroboscope.scopes`.
+
+A scope here is a native scope (so every running :class:`stroboscope.Sampler` sees it, with the
+ambient labels) that also tells the compat session it opened and closed; ``annotate`` adds an
+NVTX range in aitune's domain when the ``nvtx`` package is importable. The behaviours are
+aitune 0.6.0's: the decorators name a scope after the function's ``__name__`` and wrap a plain
+call; as context managers both need a name (``ValueError``); labels come from the ambient
+``stroboscope.scopes.labels(module=..., backend=...)``, which ``with_backend_context`` sets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+from types import ModuleType, TracebackType
+from typing import Any, Callable, TypeVar, cast
+
+from stroboscope import scopes
+from stroboscope.compat.aitune._monitoring import default_session
+
+F = TypeVar("F", bound=Callable[..., Any])
+C = TypeVar("C", bound=type)
+
+NVTX_ANNOTATION_DOMAIN = "AITune"
+_NVTX_UNSET: Any = object()
+_nvtx_module: Any = _NVTX_UNSET
+
+
+def _nvtx() -> ModuleType | None:
+    """The ``nvtx`` package when it can be imported (looked up once)."""
+    global _nvtx_module
+    if _nvtx_module is _NVTX_UNSET:
+        try:
+            _nvtx_module = importlib.import_module("nvtx")
+        except ImportError:
+            _nvtx_module = None
+    return cast("ModuleType | None", _nvtx_module)
+
+
+def _check_name(name: object, what: str) -> str | None:
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"{what}: name must be a str or None, got {type(name).__name__}")
+    return name
+
+
+class _MetricsScope:
+    """One open hardware-metrics scope: a native scope plus the compat session's edge logic."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._native: contextlib.AbstractContextManager[Any] | None = None
+        self._counted = False
+
+    def __enter__(self) -> None:
+        session = default_session()
+        # The session's sampler must be running before the native scope opens, so that the
+        # sampler's interval table holds this first scope too; the edge row comes after it.
+        session.before_open()
+        self._native = scopes.annotate(self._name)
+        self._native.__enter__()
+        self._counted = session.after_open(self._name)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._counted:
+            default_session().closed()
+        if self._native is not None:
+            self._native.__exit__(exc_type, exc, tb)
+            self._native = None
+
+
+class collect_hardware_metrics:  # noqa: N801 (aitune's name)
+    """Decorator and context manager: record hardware metrics while the scope ``name`` is open.
+
+    As a decorator the name defaults to the function's ``__name__``; as a context manager a
+    name is required (``ValueError``).
+    """
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = _check_name(name, "collect_hardware_metrics")
+        self._open: list[_MetricsScope] = []
+
+    def __enter__(self) -> collect_hardware_metrics:
+        if self.name is None:
+            raise ValueError(
+                "name must be provided when using collect_hardware_metrics as a context manager"
+            )
+        scope = _MetricsScope(self.name)
+        scope.__enter__()
+        self._open.append(scope)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._open.pop().__exit__(exc_type, exc, tb)
+        return False
+
+    def __call__(self, func: F) -> F:
+        name = self.name if self.name is not None else func.__name__
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with _MetricsScope(name):
+                return func(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+
+def _nvtx_message(name: str) -> str:
+    """aitune's NVTX message: the name, then `` module:M`` and `` backend:B`` when labelled."""
+    labels = scopes.current_labels()
+    if labels.get("module") is not None:
+        name += f" module:{labels['module']}"
+    if labels.get("backend") is not None:
+        name += f" backend:{labels['backend']}"
+    return name
+
+
+class annotate_with_nvtx:  # noqa: N801 (aitune's name)
+    """An NVTX range in the ``"AITune"`` domain (nothing when ``nvtx`` is not importable)."""
+
+    def __init__(self, name: str | None = None, color: str | int | None = None) -> None:
+        self.name = _check_name(name, "annotate_with_nvtx")
+        self.color = color
+        self._open: list[contextlib.AbstractContextManager[Any]] = []
+
+    def _range(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        nvtx = _nvtx()
+        if nvtx is None:
+            return contextlib.nullcontext()
+        rng: contextlib.AbstractContextManager[Any] = nvtx.annotate(
+            message=_nvtx_message(name), color=self.color, domain=NVTX_ANNOTATION_DOMAIN
+        )
+        return rng
+
+    def __enter__(self) -> annotate_with_nvtx:
+        if self.name is None:
+            raise ValueError("Name is required for annotate as context manager")
+        rng = self._range(self.name)
+        rng.__enter__()
+        self._open.append(rng)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._open.pop().__exit__(exc_type, exc, tb)
+        return False
+
+    def __call__(self, func: F) -> F:
+        if self.name is None:
+            self.name = func.__name__
+        name = self.name
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self._range(name):  # the message takes the labels of each call
+                return func(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+
+class annotate:  # noqa: N801 (aitune's name)
+    """aitune's one entry point: an NVTX range (domain ``"AITune"``, when ``nvtx`` is
+    importable) and a hardware-metrics scope. Decorator (name defaults to ``__name__``) or
+    context manager (name required: ``ValueError``)."""
+
+    def __init__(self, name: str | None = None, color: str | int | None = None) -> None:
+        self.name = _check_name(name, "annotate")
+        self.color = color
+        self._open: list[tuple[annotate_with_nvtx, collect_hardware_metrics]] = []
+
+    def __enter__(self) -> annotate:
+        if self.name is None:
+            raise ValueError("Name is required for annotate as context manager")
+        pair = (annotate_with_nvtx(self.name, self.color), collect_hardware_metrics(self.name))
+        pair[0].__enter__()
+        try:
+            pair[1].__enter__()
+        except BaseException:
+            pair[0].__exit__(None, None, None)
+            raise
+        self._open.append(pair)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        nvtx_range, metrics = self._open.pop()
+        try:
+            metrics.__exit__(exc_type, exc, tb)
+        finally:
+            nvtx_range.__exit__(exc_type, exc, tb)
+        return False
+
+    def __call__(self, func: F) -> F:
+        if self.name is None:
+            self.name = func.__name__
+        return annotate_with_nvtx(self.name, self.color)(collect_hardware_metrics(self.name)(func))
+
+
+def with_backend_context(cls: C) -> C:
+    """Class decorator: every public method runs with the label ``backend=self.describe()``.
+
+    aitune's rule: methods whose names start with ``_``, and ``key`` and ``describe``, are left
+    alone. Scopes opened inside carry the label, which fills the ``backend`` column.
+    """
+    if not inspect.isclass(cls):
+        raise TypeError(f"with_backend_context decorates a class, got {type(cls).__name__}")
+    for name, method in inspect.getmembers(cls, predicate=inspect.isfunction):
+        if name.startswith("_") or name in ("key", "describe"):
+            continue
+        setattr(cls, name, _labelled_method(method))
+    return cls
+
+
+def _labelled_method(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with scopes.labels(backend=str(self.describe())):
+            return method(self, *args, **kwargs)
+
+    return wrapper
