@@ -94,12 +94,11 @@ def test_none_before_start_and_nothing_started_when_disabled(
 def test_a_name_is_required_in_a_with_statement(
     session: _monitoring.HardwareMetricsSession,
 ) -> None:
+    unnamed = aitune.annotate()
     with pytest.raises(ValueError, match="Name is required for annotate as context manager"):
-        with aitune.annotate():
-            pass
+        unnamed.__enter__()
     with pytest.raises(ValueError, match="name must be provided when using collect_hardware"):
-        with aitune.collect_hardware_metrics():
-            pass
+        aitune.collect_hardware_metrics().__enter__()
     with pytest.raises(TypeError, match="name must be a str"):
         aitune.annotate(3)  # type: ignore[arg-type]
     assert session._sampler is None  # nothing started
@@ -232,7 +231,7 @@ def test_torch_figures_are_read_when_cuda_is_initialised(
         cuda = Cuda()
 
     torch = Torch()
-    monkeypatch.setitem(sys.modules, "torch", torch)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "torch", torch)
     with aitune.annotate("a"):
         wait_rows(session)
         torch.cuda.allocated = 2000
@@ -368,7 +367,9 @@ def test_env_enables_and_exit_dumps_to_the_env_path(tmp_path: Path, value: str) 
     assert os.stat(out).st_mode & 0o777 == 0o600
 
 
-@pytest.mark.parametrize("env", [{}, {"AITUNE_HARDWARE_METRICS": "0"}, {"AITUNE_HARDWARE_METRICS": "on"}])
+@pytest.mark.parametrize(
+    "env", [{}, {"AITUNE_HARDWARE_METRICS": "0"}, {"AITUNE_HARDWARE_METRICS": "on"}]
+)
 def test_env_off_collects_nothing(tmp_path: Path, env: dict[str, str]) -> None:
     proc = run_child(tmp_path, **env)
     assert "enabled False" in proc.stdout and "df False" in proc.stdout

@@ -44,7 +44,7 @@ def aitune_summary(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     d = tmp_path_factory.mktemp("aitune")
     wheel = os.environ.get("STROBOSCOPE_AITUNE_WHEEL")
     if not wheel:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "aitune==0.6.0", "-d", d]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "aitune==0.6.0", "-d", str(d)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"pip could not fetch aitune 0.6.0: {done.stderr[-2000:]}"
         wheel = str(d / WHEEL)
@@ -113,9 +113,7 @@ def gpu_rows(session: _monitoring.HardwareMetricsSession) -> pd.DataFrame:
 
 
 @pytest.fixture
-def nvml_env(
-    monkeypatch: pytest.MonkeyPatch, fake_libs: dict[str, Path], tmp_path: Path
-) -> None:
+def nvml_env(monkeypatch: pytest.MonkeyPatch, fake_libs: dict[str, Path], tmp_path: Path) -> None:
     """The fake NVML library serving SCRIPT (see tests/test_gpu.py)."""
     script = tmp_path / "script.txt"
     script.write_text(SCRIPT)
@@ -152,12 +150,8 @@ def test_gpu_rows_and_aitunes_summary(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     df = gpu_rows(session)
-    gpu = [
-        f"cuda:{i}_{m}"
-        for i in (0, 1)
-        for m in ("memory_used", "memory_free", "memory_total", "utilization")
-        + ("power_usage_milliwatts",)
-    ]
+    kinds = ("memory_used", "memory_free", "memory_total", "utilization", "power_usage_milliwatts")
+    gpu = [f"cuda:{i}_{m}" for i in (0, 1) for m in kinds]
     assert list(df.columns) == [
         "host_cpu_percent",
         "host_memory_used",
@@ -190,11 +184,20 @@ def test_gpu_rows_and_aitunes_summary(
     hand = hand_summary(df)
     assert sorted(hand) == sorted(ours.index)
     for key, fig in hand.items():
-        row = ours.loc[key]
-        power = row["Power [W]\nmean"], row["Power [W]\nmax"]  # aitune names no device here
-        got = {c: float(row[c]) for c in ours.columns if not c.startswith("Power")}
-        got.update({f"power{i} {s}": float(power[j].iloc[i]) for i in (0, 1)
-                    for j, s in enumerate(("mean", "max"))})
+        row = ours.loc[[key]].iloc[0].tolist()  # by position: aitune's power titles repeat
+        got = {c: float(v) for c, v in zip(ours.columns, row) if not c.startswith("Power")}
+        power = [float(v) for c, v in zip(ours.columns, row) if c.startswith("Power")]
+        assert [c for c in ours.columns if c.startswith("Power")] == [
+            "Power [W]\nmean",
+            "Power [W]\nmax",
+        ] * 2  # aitune names no device in its power titles
+        got.update(
+            {
+                f"power{i} {s}": power[2 * i + j]
+                for i in (0, 1)
+                for j, s in enumerate(("mean", "max"))
+            }
+        )
         assert got.keys() == fig.keys()
         for name, value in fig.items():
             assert got[name] == pytest.approx(value, abs=0.005 + 1e-9), (key, name)
@@ -230,11 +233,11 @@ def test_summary_edge_cases_match_aitune(aitune_summary: ModuleType, gpus: int) 
     df = pd.DataFrame(data)
     if gpus:
         df.loc[3, "cuda:0_memory_used"] = np.nan
-    df["module_name"] = rng.choice(["b", "a", None], n)
-    df["backend"] = rng.choice(["y", "x", None], n)
-    pd.testing.assert_frame_equal(
-        _dump.metrics_summary(df), aitune_summary.get_metrics_summary(df)
-    )
+    df["module_name"] = [["b", "a", None][k] for k in rng.integers(0, 3, n)]
+    df["backend"] = [["y", "x", None][k] for k in rng.integers(0, 3, n)]
+    ours = _dump.metrics_summary(df)
+    assert ours is not None
+    pd.testing.assert_frame_equal(ours, aitune_summary.get_metrics_summary(df))
     for empty in (df.iloc[:0], df.drop(columns="module_name"), df.assign(backend=None)):
         assert _dump.metrics_summary(empty) is None
         assert aitune_summary.get_metrics_summary(empty) is None
@@ -272,7 +275,9 @@ def test_rows_innermost_scope_and_edge_rows_by_hand() -> None:
             "backend": [None, "b", None, None],
         }
     )
-    edges = [(325, "blink", "m", None)]  # asked inside blink; its row (400) came after it closed
+    edges: list[_rows.Edge] = [
+        (325, "blink", "m", None)
+    ]  # asked inside blink; its row (400) came after it closed
     df = _rows.aitune_rows(frame, intervals, 50, [(260, 7, 9)], edges)
     # 100: before any scope (dropped); 200 outer; 300 inner; 400 blink's edge row; 500 outer
     # (inner ended at 450); 600: none open (dropped); 700 tail (still open)

@@ -76,7 +76,7 @@ class _MetricsScope:
             self._native = None
 
 
-class collect_hardware_metrics:  # noqa: N801 (aitune's name)
+class collect_hardware_metrics:
     """Decorator and context manager: record hardware metrics while the scope ``name`` is open.
 
     As a decorator the name defaults to the function's ``__name__``; as a context manager a
@@ -102,9 +102,8 @@ class collect_hardware_metrics:  # noqa: N801 (aitune's name)
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         self._open.pop().__exit__(exc_type, exc, tb)
-        return False
 
     def __call__(self, func: F) -> F:
         name = self.name if self.name is not None else func.__name__
@@ -127,7 +126,7 @@ def _nvtx_message(name: str) -> str:
     return name
 
 
-class annotate_with_nvtx:  # noqa: N801 (aitune's name)
+class annotate_with_nvtx:
     """An NVTX range in the ``"AITune"`` domain (nothing when ``nvtx`` is not importable)."""
 
     def __init__(self, name: str | None = None, color: str | int | None = None) -> None:
@@ -157,9 +156,8 @@ class annotate_with_nvtx:  # noqa: N801 (aitune's name)
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         self._open.pop().__exit__(exc_type, exc, tb)
-        return False
 
     def __call__(self, func: F) -> F:
         if self.name is None:
@@ -174,7 +172,7 @@ class annotate_with_nvtx:  # noqa: N801 (aitune's name)
         return cast(F, wrapper)
 
 
-class annotate:  # noqa: N801 (aitune's name)
+class annotate:
     """aitune's one entry point: an NVTX range (domain ``"AITune"``, when ``nvtx`` is
     importable) and a hardware-metrics scope. Decorator (name defaults to ``__name__``) or
     context manager (name required: ``ValueError``)."""
@@ -202,13 +200,12 @@ class annotate:  # noqa: N801 (aitune's name)
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         nvtx_range, metrics = self._open.pop()
         try:
             metrics.__exit__(exc_type, exc, tb)
         finally:
             nvtx_range.__exit__(exc_type, exc, tb)
-        return False
 
     def __call__(self, func: F) -> F:
         if self.name is None:

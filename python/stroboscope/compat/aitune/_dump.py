@@ -31,14 +31,17 @@ _SPLIT = 6  # metric columns per logged table, as aitune logs them
 def _no_metrics(df: pandas.DataFrame) -> pandas.DataFrame:
     import pandas
 
-    return pandas.DataFrame(index=pandas.MultiIndex.from_frame(df[_KEYS].drop_duplicates()))
+    out: pandas.DataFrame = pandas.DataFrame(
+        index=pandas.MultiIndex.from_frame(df[_KEYS].drop_duplicates())
+    )
+    return out
 
 
 def _memory(df: pandas.DataFrame) -> pandas.DataFrame:
     cols = [c for c in df.columns if c.endswith("memory_used")]
     if not cols:
         return _no_metrics(df)
-    out = (df[[*cols, *_KEYS]].groupby(_KEYS).max() / 1024**3).round(2)
+    out: pandas.DataFrame = (df[[*cols, *_KEYS]].groupby(_KEYS).max() / 1024**3).round(2)
     out.columns = [c.replace("_memory_used", "").title() + "\nMem [GB]" for c in out.columns]
     return out
 
@@ -47,12 +50,13 @@ def _mean_max(df: pandas.DataFrame, suffix: str, scale: float) -> pandas.DataFra
     cols = [c for c in df.columns if c.endswith(suffix)]
     if not cols:
         return _no_metrics(df)
-    out = df[[*cols, *_KEYS]].groupby(_KEYS).agg(["mean", "max"])
+    out: pandas.DataFrame = df[[*cols, *_KEYS]].groupby(_KEYS).agg(["mean", "max"])
     out = (out if scale == 1 else out / scale).round(2)  # an int max stays int, as aitune's
+    pairs: list[tuple[str, str]] = [(str(c[0]), str(c[1])) for c in out.columns.tolist()]
     if suffix == "utilization":
-        out.columns = [f"{c.replace('_utilization', '').title()}\nUtil% {s}" for c, s in out.columns]
+        out.columns = [f"{c.replace('_utilization', '').title()}\nUtil% {s}" for c, s in pairs]
     else:  # aitune's power titles name no device
-        out.columns = [f"Power [W]\n{s}" for _, s in out.columns]
+        out.columns = [f"Power [W]\n{s}" for _, s in pairs]
     return out
 
 

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Callable, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -64,9 +64,17 @@ def _make_sampler() -> Sampler:
     )
 
 
-def _edge_rows_possible(sampler: Sampler) -> bool:
-    """Whether ``sampler`` takes a row on request (``request_tick``, a newer core's)."""
-    return hasattr(sampler, "request_tick")
+def _tick_requester(sampler: Sampler) -> Callable[[], None] | None:
+    """What asks ``sampler`` for one extra row at once, when its core can take one.
+
+    The Sampler facade has no public ``request_tick`` yet (its scopes' ``edge_rows`` asks on
+    every scope open, not on aitune's rule), so this reaches its core's; None on a core
+    without it (then rows come every interval only).
+    """
+    request = getattr(sampler, "request_tick", None) or getattr(
+        getattr(sampler, "_core", None), "request_tick", None
+    )
+    return cast("Callable[[], None] | None", request)
 
 
 class HardwareMetricsSession:
@@ -76,6 +84,7 @@ class HardwareMetricsSession:
         self._lock = threading.RLock()
         self._runtime_enabled: bool | None = None  # None: HARDWARE_METRICS_ENABLED decides
         self._sampler: Sampler | None = None
+        self._request: Callable[[], None] | None = None  # the sampler's edge-row request
         self._start_ns = 0
         self._open = 0  # compat scopes open in the process (aitune keeps one stack per process)
         self._last_edge: str | None = None
@@ -107,6 +116,7 @@ class HardwareMetricsSession:
                     self._start_ns = time.monotonic_ns()
                     self._last_collect_ns = self._start_ns
                     sampler.start()
+                    self._request = _tick_requester(sampler)
                     self._sampler = sampler
 
     def after_open(self, name: str) -> bool:
@@ -128,13 +138,13 @@ class HardwareMetricsSession:
             if edge:
                 self._last_edge, self._last_edge_ns = name, now
                 self._read_torch(now)
-                edge = _edge_rows_possible(sampler)
+                edge = self._request is not None
             if edge:
                 labels = scopes.current_labels()
                 self._edges.append((now, name, labels.get("module"), labels.get("backend")))
             due = now - self._last_collect_ns >= COLLECT_EVERY_S * 1e9
-        if edge:
-            sampler.request_tick()  # type: ignore[attr-defined]
+        if edge and self._request is not None:
+            self._request()
         if due:
             with self._lock:
                 self._collect_locked()
@@ -189,7 +199,8 @@ class HardwareMetricsSession:
             return empty_rows()
         if len(self._chunks) > 1:
             self._chunks[:] = [pandas.concat(self._chunks, ignore_index=True)]
-        return self._chunks[0].copy()
+        rows: pandas.DataFrame = self._chunks[0].copy()
+        return rows
 
     def get_metrics(self) -> pandas.DataFrame | None:
         """The rows so far, or None when collection never started."""
@@ -231,7 +242,7 @@ class HardwareMetricsSession:
             sampler.stop()
             rows = self._frame_locked()
             sampler.close()
-            self._sampler = None
+            self._sampler = self._request = None
             self._chunks.clear()
             self._torch.clear()
             self._edges.clear()
@@ -248,7 +259,7 @@ class HardwareMetricsSession:
     def _after_fork_in_child(self) -> None:
         # The sampler belongs to the parent; a child starts its own session on its first scope.
         self._lock = threading.RLock()
-        self._sampler = None
+        self._sampler = self._request = None
         self._chunks = []
         self._torch = []
         self._edges = []
@@ -284,9 +295,3 @@ def snapshot(path: str | os.PathLike[str], reset_metrics: bool = True) -> None:
 def get_hardware_metrics() -> pandas.DataFrame | None:
     """The rows collected so far as a pandas DataFrame, or None when collection never started."""
     return _DEFAULT_SESSION.get_metrics()
-
-
-def _session_state() -> dict[str, Any]:
-    """For tests: what the default session holds."""
-    s = _DEFAULT_SESSION
-    return {"active": s.active, "open": s._open, "sampler": s._sampler}

@@ -69,7 +69,7 @@ def torch_memory() -> tuple[int, int] | None:
 
 def intervals_of(sampler: Sampler) -> pa.Table:
     """The scopes that opened while ``sampler`` ran (the scopes room's interval table)."""
-    table: pa.Table = sampler.scope_intervals()  # type: ignore[attr-defined]
+    table: pa.Table = sampler.scope_intervals()
     return table
 
 
@@ -104,9 +104,10 @@ def innermost_scope(mono_ns: np.ndarray, begin: np.ndarray, end: np.ndarray) -> 
 
 def _ints(values: np.ndarray) -> np.ndarray:
     """int64 when every cell is known, else float64 with NaN (pandas' dtype for aitune's dicts)."""
-    if np.isnan(values).any():
-        return values.astype(np.float64)
-    return np.rint(values).astype(np.int64)
+    out: np.ndarray = values.astype(np.float64)
+    if not np.isnan(out).any():
+        out = np.rint(out).astype(np.int64)
+    return out
 
 
 def _column(frame: pa.Table, name: str, *, latest: bool = False) -> np.ndarray:
@@ -210,11 +211,13 @@ def aitune_rows(
     data["module_name"] = [c[2] for c in context]
     data["backend"] = [c[3] for c in context]
     data["timestamp"] = (t - start_ns) / 1e9
-    return pandas.DataFrame(data)
+    rows: pandas.DataFrame = pandas.DataFrame(data)
+    return rows
 
 
 def empty_rows() -> pandas.DataFrame:
     """aitune's DataFrame of no rows (its receiver builds it from an empty list: no columns)."""
     import pandas
 
-    return pandas.DataFrame()
+    empty: pandas.DataFrame = pandas.DataFrame()
+    return empty
