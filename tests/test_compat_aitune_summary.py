@@ -262,7 +262,7 @@ def test_rows_innermost_scope_and_edge_rows_by_hand() -> None:
             "cpu.util_pct": pa.array([1.0, None, 3.0, 4.0, 5.0, 6.0, 7.0]),
             "mem.used_bytes": pa.array([10, 20, 30, 40, 50, 60, 70], pa.int64()),
             "mem.available_bytes": pa.array([5, 5, 5, 5, 5, 5, 5], pa.int64()),
-            "gpu.0.util_pct": pa.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, None]),
+            "gpu.0.util_pct": pa.array([None, None, 3.0, 4.0, 5.0, 6.0, None]),
             "gpu.0.power_w": pa.array([1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5]),
         }
     )
@@ -289,8 +289,32 @@ def test_rows_innermost_scope_and_edge_rows_by_hand() -> None:
     assert df["host_memory_used"].tolist() == [20, 30, 40, 50, 70]
     assert np.isnan(df["host_cpu_percent"][0]) and df["host_cpu_percent"][1] == 3.0
     assert df["torch_allocated"].tolist() == [0, 7, 7, 7, 7]  # read at 260: rows from then on
-    # a null GPU cell takes the reading before it; none before: NaN, and the column float64
-    assert df["cuda:0_utilization"].tolist() == [2, 3, 4, 5, 6]
+    # a null GPU cell takes the reading before it; before the first reading, the first one
+    assert df["cuda:0_utilization"].tolist() == [3, 3, 4, 5, 6]
     assert df["cuda:0_utilization"].dtype == np.int64
     assert df["cuda:0_power_usage_milliwatts"].tolist() == [2000, 2500, 3000, 3500, 4500]
     assert df["cuda:0_memory_used"].isna().all()  # not in the frame: unknown
+
+
+def test_rows_a_carried_row_lends_its_gpu_reading_only() -> None:
+    """Rows are converted as they leave the ring; the last row of the previous batch comes
+    first (``carried``) so a GPU cell between two readings has the latest one, and is not
+    returned twice."""
+    frame = pa.table(
+        {
+            "mono_ns": pa.array([100, 200, 300], pa.int64()),
+            "mem.used_bytes": pa.array([1, 2, 3], pa.int64()),
+            "gpu.0.power_w": pa.array([7.25, None, 8.0]),
+        }
+    )
+    intervals = pa.table(
+        {
+            "name": ["s"],
+            "begin_ns": pa.array([0], pa.int64()),
+            "end_ns": pa.array([None], pa.int64()),
+        }
+    )
+    df = _rows.aitune_rows(frame, intervals, 0, carried=1)
+    assert df["host_memory_used"].tolist() == [2, 3]
+    assert df["cuda:0_power_usage_milliwatts"].tolist() == [7250, 8000]
+    assert df["cuda:0_power_usage_milliwatts"].dtype == np.int64

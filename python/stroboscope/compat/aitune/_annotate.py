@@ -46,6 +46,13 @@ def _check_name(name: object, what: str) -> str | None:
     return name
 
 
+@functools.lru_cache(maxsize=4096)
+def _native(name: str) -> contextlib.AbstractContextManager[Any]:
+    """The native scope of ``name`` (reentrant, one per name: building one interns the name)."""
+    scope: contextlib.AbstractContextManager[Any] = scopes.annotate(name)
+    return scope
+
+
 class _MetricsScope:
     """One open hardware-metrics scope: a native scope plus the compat session's edge logic."""
 
@@ -59,7 +66,7 @@ class _MetricsScope:
         # The session's sampler must be running before the native scope opens, so that the
         # sampler's interval table holds this first scope too; the edge row comes after it.
         session.before_open()
-        self._native = scopes.annotate(self._name)
+        self._native = _native(self._name)
         self._native.__enter__()
         self._counted = session.after_open(self._name)
 
@@ -70,7 +77,7 @@ class _MetricsScope:
         tb: TracebackType | None,
     ) -> None:
         if self._counted:
-            default_session().closed()
+            default_session().after_close()
         if self._native is not None:
             self._native.__exit__(exc_type, exc, tb)
             self._native = None

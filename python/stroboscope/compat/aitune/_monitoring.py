@@ -13,6 +13,7 @@ the ring every :data:`COLLECT_EVERY_S` at a scope open, so a long run never over
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -23,6 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stroboscope import _lifecycle, scopes
+from stroboscope.compat.aitune._dump import dump_metrics, write_csv
+from stroboscope.compat.aitune._rows import aitune_rows, empty_rows, intervals_of, torch_memory
 
 if TYPE_CHECKING:
     import pandas
@@ -50,6 +53,9 @@ HARDWARE_METRICS_PATH: str | None = os.environ.get("AITUNE_HARDWARE_METRICS_PATH
 
 def _make_sampler() -> Sampler:
     """The sampler behind a session: aitune's readings (host CPU and memory, every GPU)."""
+    # The rows become a DataFrame later, possibly at interpreter exit, when nothing can be
+    # imported any more (pandas starts a thread pool module): load it with the session.
+    importlib.import_module("pandas")
     from stroboscope.recording.sampler import Sampler
     from stroboscope.sampling import gpu_status
 
@@ -85,6 +91,7 @@ class HardwareMetricsSession:
         self._runtime_enabled: bool | None = None  # None: HARDWARE_METRICS_ENABLED decides
         self._sampler: Sampler | None = None
         self._request: Callable[[], None] | None = None  # the sampler's edge-row request
+        self._pid = 0  # the process that started the sampler
         self._start_ns = 0
         self._open = 0  # compat scopes open in the process (aitune keeps one stack per process)
         self._last_edge: str | None = None
@@ -116,6 +123,7 @@ class HardwareMetricsSession:
                     self._start_ns = time.monotonic_ns()
                     self._last_collect_ns = self._start_ns
                     sampler.start()
+                    self._pid = os.getpid()
                     self._request = _tick_requester(sampler)
                     self._sampler = sampler
 
@@ -150,14 +158,12 @@ class HardwareMetricsSession:
                 self._collect_locked()
         return True
 
-    def closed(self) -> None:
+    def after_close(self) -> None:
         with self._lock:
             self._open = max(0, self._open - 1)
 
     def _read_torch(self, now: int) -> None:
         """torch's allocator figures, when this process has initialised CUDA through torch."""
-        from stroboscope.compat.aitune._rows import torch_memory
-
         reading = torch_memory()
         if reading is not None:
             self._torch.append((now, *reading))
@@ -166,8 +172,6 @@ class HardwareMetricsSession:
 
     def _collect_locked(self) -> None:
         """Move the ring's rows into aitune rows (only those taken while a scope was open)."""
-        from stroboscope.compat.aitune._rows import aitune_rows, intervals_of
-
         sampler = self._sampler
         if sampler is None:
             return
@@ -186,13 +190,12 @@ class HardwareMetricsSession:
         self._carry = frame.slice(frame.num_rows - 1)
         last = pc.max(frame.column("mono_ns")).as_py()
         self._edges[:] = [e for e in self._edges if e[0] > last]  # their rows are still due
-        if self._torch:  # keep the latest reading: it still holds for later rows
-            self._torch[:] = self._torch[-1:]
+        # Keep the readings still due and the latest before them (it holds for later rows).
+        older = [r for r in self._torch if r[0] <= last]
+        self._torch[:] = older[-1:] + [r for r in self._torch if r[0] > last]
 
     def _frame_locked(self) -> pandas.DataFrame:
         import pandas
-
-        from stroboscope.compat.aitune._rows import empty_rows
 
         self._collect_locked()
         if not self._chunks:
@@ -210,8 +213,6 @@ class HardwareMetricsSession:
             return self._frame_locked()
 
     def snapshot(self, path: str | os.PathLike[str], reset_metrics: bool = True) -> None:
-        from stroboscope.compat.aitune._dump import write_csv
-
         with self._lock:
             if self._sampler is None:
                 logger.warning("Hardware metrics collection is not active; snapshot skipped.")
@@ -233,8 +234,6 @@ class HardwareMetricsSession:
         self._end(dump=True)
 
     def _end(self, *, dump: bool) -> None:
-        from stroboscope.compat.aitune._dump import dump_metrics
-
         with self._lock:
             sampler = self._sampler
             if sampler is None:
@@ -253,7 +252,7 @@ class HardwareMetricsSession:
             dump_metrics(rows)
 
     def _at_exit(self) -> None:
-        if os.getpid() == _OWNER_PID:
+        if os.getpid() == self._pid:  # a forked child's exit does not dump its parent's rows
             self._end(dump=True)
 
     def _after_fork_in_child(self) -> None:
@@ -267,7 +266,6 @@ class HardwareMetricsSession:
         self._open = 0
 
 
-_OWNER_PID = os.getpid()
 _DEFAULT_SESSION = HardwareMetricsSession()
 
 

@@ -21,8 +21,10 @@ aitune column                        from                          dtype (unit)
 ``timestamp``                        ``mono_ns`` - session start   float64 (s)
 =================================== ============================= ===================
 
-``{i}`` is the NVML index, as in aitune. A null cell (a reading that failed) makes its integer
-column float64 with NaN, as pandas does for aitune's dicts. The torch figures are read when a
+``{i}`` is the NVML index, as in aitune. The GPU is read on its own thread, so a row between two
+readings carries the latest one (and the first rows of a session, before its first reading, that
+one). A null cell otherwise (a reading that failed) makes its integer column float64 with NaN,
+as pandas does for aitune's dicts. The torch figures are read when a
 scope opens, and only once this process has initialised CUDA through torch; until then (or
 without torch) they are 0, which is what torch reports when CUDA is not initialised.
 """
@@ -52,7 +54,7 @@ _GPU = (  # aitune suffix, stroboscope metric, scale
     ("utilization", "util_pct", 1),
     ("power_usage_milliwatts", "power_w", 1000),
 )
-_GPU_INDEX = re.compile(r"gpu\.(\d+)\.util_pct")
+_GPU_INDEX = re.compile(r"gpu\.(\d+)\.[a-z_]+")  # a device metric (not gpu.{i}.mig.{j}.*)
 
 
 def torch_memory() -> tuple[int, int] | None:
@@ -112,14 +114,17 @@ def _ints(values: np.ndarray) -> np.ndarray:
 
 def _column(frame: pa.Table, name: str, *, latest: bool = False) -> np.ndarray:
     """Column ``name`` as float64 (NaN = null); with ``latest``, a null cell takes the latest
-    reading before it (the GPU is polled on its own thread: a row between two readings)."""
+    reading before it (the GPU is polled on its own thread: a row can fall between two
+    readings), and the rows before the first reading take that one (the session's first
+    rows can come before its GPU thread has read: aitune's first row has GPU values)."""
     if name not in frame.column_names:
         return np.full(frame.num_rows, np.nan)
     col = frame.column(name).cast(pa.float64())
     values = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
-    if latest and len(values):
-        known = np.where(np.isnan(values), 0, np.arange(len(values)))
-        values = values[np.maximum.accumulate(known)]
+    known = np.flatnonzero(~np.isnan(values))
+    if latest and len(known):
+        at = np.where(np.isnan(values), known[0], np.arange(len(values)))
+        values = values[np.maximum.accumulate(at)]
     return values
 
 
