@@ -297,3 +297,24 @@ def test_disable_dumps_and_a_later_enable_starts_afresh(
         wait_rows(session)
     df: Any = aitune.get_hardware_metrics()
     assert set(df["scope"]) == {"second"}
+
+
+def test_a_sampler_that_cannot_start_disables_collection(
+    session: _monitoring.HardwareMetricsSession,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def refuse() -> Any:
+        raise RuntimeError("cannot build sampler: no /proc")
+
+    monkeypatch.setattr(_monitoring, "_make_sampler", refuse)
+
+    @aitune.annotate()
+    def work() -> int:
+        return 5
+
+    assert work() == 5 and work() == 5  # the code runs on; the failure is logged once
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "hardware metrics: cannot start the sampler; disabled"
+    ]
+    assert aitune.get_hardware_metrics() is None and not session.should_collect()

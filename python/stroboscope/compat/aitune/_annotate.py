@@ -19,7 +19,7 @@ from types import ModuleType, TracebackType
 from typing import Any, Callable, TypeVar, cast
 
 from stroboscope import scopes
-from stroboscope.compat.aitune._monitoring import default_session
+from stroboscope.compat.aitune import _monitoring
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=type)
@@ -53,34 +53,23 @@ def _native(name: str) -> contextlib.AbstractContextManager[Any]:
     return scope
 
 
-class _MetricsScope:
-    """One open hardware-metrics scope: a native scope plus the compat session's edge logic."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._native: contextlib.AbstractContextManager[Any] | None = None
-        self._counted = False
-
-    def __enter__(self) -> None:
-        session = default_session()
-        # The session's sampler must be running before the native scope opens, so that the
-        # sampler's interval table holds this first scope too; the edge row comes after it.
+def _open_scope(name: str) -> tuple[contextlib.AbstractContextManager[Any], bool]:
+    """Open the native scope ``name`` and tell the compat session; returns what closes it."""
+    session = _monitoring._DEFAULT_SESSION
+    if session._sampler is None:
+        # The session's sampler must run before the native scope opens, so that its interval
+        # table holds this first scope too; the edge row is asked for after the open.
         session.before_open()
-        self._native = _native(self._name)
-        self._native.__enter__()
-        self._counted = session.after_open(self._name)
+    native = _native(name)
+    native.__enter__()
+    return native, session.after_open(name)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._counted:
-            default_session().after_close()
-        if self._native is not None:
-            self._native.__exit__(exc_type, exc, tb)
-            self._native = None
+
+def _close_scope(opened: tuple[contextlib.AbstractContextManager[Any], bool]) -> None:
+    native, counted = opened
+    if counted:
+        _monitoring._DEFAULT_SESSION.after_close()
+    native.__exit__(None, None, None)
 
 
 class collect_hardware_metrics:
@@ -92,16 +81,14 @@ class collect_hardware_metrics:
 
     def __init__(self, name: str | None = None) -> None:
         self.name = _check_name(name, "collect_hardware_metrics")
-        self._open: list[_MetricsScope] = []
+        self._open: list[tuple[contextlib.AbstractContextManager[Any], bool]] = []
 
     def __enter__(self) -> collect_hardware_metrics:
         if self.name is None:
             raise ValueError(
                 "name must be provided when using collect_hardware_metrics as a context manager"
             )
-        scope = _MetricsScope(self.name)
-        scope.__enter__()
-        self._open.append(scope)
+        self._open.append(_open_scope(self.name))
         return self
 
     def __exit__(
@@ -110,15 +97,18 @@ class collect_hardware_metrics:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._open.pop().__exit__(exc_type, exc, tb)
+        _close_scope(self._open.pop())
 
     def __call__(self, func: F) -> F:
         name = self.name if self.name is not None else func.__name__
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with _MetricsScope(name):
+            opened = _open_scope(name)
+            try:
                 return func(*args, **kwargs)
+            finally:
+                _close_scope(opened)
 
         return cast(F, wrapper)
 

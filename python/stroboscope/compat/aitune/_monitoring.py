@@ -87,7 +87,7 @@ class HardwareMetricsSession:
     """The process's collection: enabled state, the sampler, the rows moved out of its ring."""
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # never taken twice by one thread
         self._runtime_enabled: bool | None = None  # None: HARDWARE_METRICS_ENABLED decides
         self._sampler: Sampler | None = None
         self._request: Callable[[], None] | None = None  # the sampler's edge-row request
@@ -119,7 +119,12 @@ class HardwareMetricsSession:
         if self._sampler is None and self.should_collect():
             with self._lock:
                 if self._sampler is None:
-                    sampler = _make_sampler()
+                    try:
+                        sampler = _make_sampler()
+                    except Exception:  # never break the code being measured: stop collecting
+                        logger.exception("hardware metrics: cannot start the sampler; disabled")
+                        self._runtime_enabled = False
+                        return
                     self._start_ns = time.monotonic_ns()
                     self._last_collect_ns = self._start_ns
                     sampler.start()
@@ -129,9 +134,8 @@ class HardwareMetricsSession:
 
     def after_open(self, name: str) -> bool:
         """Count an open scope and ask for an edge row; False when not collecting."""
-        sampler = self._sampler
-        if sampler is None or not self.should_collect():
-            return False
+        if self._sampler is None or self._runtime_enabled is False:
+            return False  # (a session runs only when enabled: the variable needs no look)
         now = time.monotonic_ns()
         with self._lock:
             # aitune reads at once when no scope was open, or when the last reading saw
@@ -257,7 +261,7 @@ class HardwareMetricsSession:
 
     def _after_fork_in_child(self) -> None:
         # The sampler belongs to the parent; a child starts its own session on its first scope.
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._sampler = self._request = None
         self._chunks = []
         self._torch = []

@@ -191,10 +191,17 @@ def aitune_rows(
     inside = inner >= 0
     inside[list(served)] = True
     inside[:carried] = False
-    names = intervals.column("name").to_pylist()
-    module, backend = _label(intervals, "module"), _label(intervals, "backend")
+    # Only the intervals some row falls in become Python objects (a run has many scopes).
+    used = np.unique(inner[inside & (inner >= 0)])
+    few = intervals.take(pa.array(used, type=pa.int64()))
+    names, module, backend = (
+        few.column("name").to_pylist(),
+        _label(few, "module"),
+        _label(few, "backend"),
+    )
+    at = {int(j): k for k, j in enumerate(used.tolist())}
     context = [
-        served.get(i) or (0, names[j], module[j], backend[j])
+        served.get(i) or (0, names[at[j]], module[at[j]], backend[at[j]])
         for i, j in enumerate(inner.tolist())
         if inside[i]
     ]
