@@ -10,4 +10,5 @@ PYBIND11_MODULE(_core, m) {
   stroboscope::bindings::register_sampler(m);
   stroboscope::bindings::register_gpu(m);
   stroboscope::bindings::register_spool(m);
+  stroboscope::bindings::register_events(m);
 }

@@ -36,6 +36,15 @@ _NAMES = {
     "load_sender": "stroboscope.senders",
     "SystemMonitor": "stroboscope.compat.scaffold",
     "ParentReceiver": "stroboscope.compat.aitune",
+    "annotate": "stroboscope.scopes",
+    "collect_hardware_metrics": "stroboscope.scopes",
+    "labels": "stroboscope.scopes",
+    "enable": "stroboscope.scopes",
+    "disable": "stroboscope.scopes",
+    "summary": "stroboscope.scopes",
+    "samples_by_scope": "stroboscope.scopes",
+    "export_chrome_trace": "stroboscope.scopes",
+    "attribute_trace": "stroboscope.analysis.attribution",
 }
 
 __all__ = [
@@ -54,13 +63,23 @@ __all__ = [
     "SystemMonitor",
     "Watchdog",
     "__version__",
+    "annotate",
+    "attribute_trace",
     "available_sources",
+    "collect_hardware_metrics",
+    "disable",
+    "enable",
+    "export_chrome_trace",
     "gpu_status",
+    "labels",
     "load_sender",
     "recover",
+    "samples_by_scope",
+    "summary",
 ]
 
 if TYPE_CHECKING:
+    from stroboscope.analysis.attribution import attribute_trace
     from stroboscope.compat.aitune import ParentReceiver
     from stroboscope.compat.scaffold import SystemMonitor
     from stroboscope.recording.sampler import Sampler
@@ -73,6 +92,16 @@ if TYPE_CHECKING:
         SourceStats,
         available_sources,
         gpu_status,
+    )
+    from stroboscope.scopes import (
+        annotate,
+        collect_hardware_metrics,
+        disable,
+        enable,
+        export_chrome_trace,
+        labels,
+        samples_by_scope,
+        summary,
     )
     from stroboscope.senders import (
         AbstractBackendSender,

@@ -74,13 +74,13 @@ def check_spool(spool: str | os.PathLike[str]) -> str:
             f"spool {os.fspath(spool)!r} is in use by a running recording (pid {pid}): give "
             f"another path, or recover it once that recording ends"
         )
-    if os.path.lexists(path) or segment_paths(path):
+    if os.path.lexists(path) or segment_paths(path) or os.path.lexists(path + ".events"):
         # Starting over would truncate a recording nobody has recovered yet, and its segments
         # would be read back as if they belonged to the new one. (The C++ side creates the file
         # with O_EXCL too, so a spool made after this check is never truncated either.)
         raise ValueError(
-            f"spool {os.fspath(spool)!r} (or its segments) already exists: recover it with "
-            f"`stroboscope recover {os.fspath(spool)} -o FILE`, or remove it, then start again"
+            f"spool {os.fspath(spool)!r} (or its segments or events) already exists: recover it "
+            f"with `stroboscope recover {os.fspath(spool)} -o FILE`, or remove it, then start again"
         )
     return path
 

@@ -10,6 +10,12 @@ The spool stays the source of truth: a segment that cannot be written (a full di
 directory) is retried with backoff, and until one is written its rows are read from the spool by
 ``recover``. What the writer could not do is counted in :class:`SegmentStatus`
 (``Sampler.segments``) and logged (rate-limited) on the ``stroboscope.recording`` logger.
+
+Scope events: at every wake-up (at most every 0.25 s, and at :meth:`SegmentWriter.stop`) the
+writer also appends the events recorded in the process's events log since it started, with the
+names they use, to the sidecar ``PATH.events`` (:mod:`._events_file`; whole chunks, so a crash
+leaves every complete one readable). A SIGKILL loses at most the events recorded since the
+last wake-up, and events the log overwrote before a wake-up took them (counted).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import pyarrow as pa
 
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.export.writers import write_parquet
+from stroboscope.recording._events_file import EventsSink, events_path
 from stroboscope.recording.spool import FIRST_ROW_KEY, last_segment_index
 from stroboscope.sampling._frame import Frame
 
@@ -61,6 +68,12 @@ class SegmentStatus:
     last_error : str or None
         The latest failure (``"OSError: [Errno 28] No space left on device: ..."``), None when
         there was none.
+    events_written : int
+        Scope events appended to the sidecar ``PATH.events``.
+    events_lost : int
+        Scope events the process's events log overwrote before the writer took them.
+    events_errors : int
+        Appends to the sidecar that failed (the events are tried again at the next wake-up).
     """
 
     segments_written: int
@@ -68,6 +81,9 @@ class SegmentStatus:
     errors: int
     rows_unwritten: int
     last_error: str | None
+    events_written: int = 0
+    events_lost: int = 0
+    events_errors: int = 0
 
 
 def _write_segment(table: pa.Table, path: str) -> None:
@@ -108,6 +124,8 @@ class SegmentWriter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._events: EventsSink | None = None  # made by start(): events from then on
+        self.events_errors = 0
 
     def status(self) -> SegmentStatus:
         """The counters as one consistent snapshot."""
@@ -118,11 +136,16 @@ class SegmentWriter:
                 self.errors,
                 self.rows_unwritten,
                 self.last_error,
+                0 if self._events is None else self._events.events_written,
+                0 if self._events is None else self._events.events_lost,
+                self.events_errors,
             )
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             return
+        if self._events is None:
+            self._events = EventsSink(events_path(self._spool))
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="stroboscope-segments", daemon=True)
         self._thread.start()
@@ -138,6 +161,7 @@ class SegmentWriter:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self.append_events()
         written = int(self._core.stats()["rows_written"])
         if self._gave_up_at == written:
             return  # stopped before (stop() then close()) and nothing new: not tried again
@@ -165,6 +189,7 @@ class SegmentWriter:
         last = time.monotonic()
         retry_in = 0.0  # > 0 while the latest write failed
         while not self._stop.wait(retry_in or poll):
+            self.append_events()
             try:
                 pending = int(self._core.stats()["rows_written"]) - self._cursor
             except Exception:  # the sampler closing under us: nothing to decide this round
@@ -175,6 +200,25 @@ class SegmentWriter:
                     last = time.monotonic()
                 else:
                     retry_in = min(max(2 * retry_in, RETRY_FIRST_S), longest)
+
+    def append_events(self) -> None:
+        """Append the scope events recorded since the last append to ``PATH.events``; a failure
+        is counted (``events_errors``) and logged, and the events are tried again next time."""
+        if self._events is None:
+            return
+        with self._lock:
+            try:
+                self._events.append()
+            except Exception as exc:
+                self.events_errors += 1
+                self._log(
+                    logging.WARNING,
+                    "scope events of %s not written to %s (%s: %s); retrying",
+                    self._spool,
+                    self._events.path,
+                    type(exc).__name__,
+                    exc,
+                )
 
     def _try_flush(self) -> bool:
         try:

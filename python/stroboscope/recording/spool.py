@@ -7,6 +7,9 @@ the ring holds, a background writer drains the ring into complete Parquet segmen
 the spool (``PATH.seg-000001.parquet``, ...), each written whole and renamed into place, so a
 segment on disk is always readable. :func:`recover` returns every row once, in order: the segments
 first, then the rows of the spool that no segment holds.
+
+Scope events recorded while the sampler ran are in a sidecar, ``PATH.events``, appended by the
+segment writer at each wake-up: :func:`recover_events` reads them (see there what a SIGKILL loses).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from dataclasses import field as _field_default
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stroboscope.recording import _events_file
 from stroboscope.recording._spool_header import (
     COUNTERS,
     COUNTERS_OFFSET,
@@ -47,6 +52,7 @@ __all__ = [
     "last_segment_index",
     "read_spool",
     "recover",
+    "recover_events",
     "recover_parts",
     "remove_spool",
     "segment_paths",
@@ -187,12 +193,15 @@ class Recovered:
         The rows in order, each part cast to ``schema``: the segments' new rows, then the
         spool's. Reading a part checks it again (a segment that changed since the plan, or rows
         out of order, raise :class:`SpoolError`).
+    events : pyarrow.Table
+        The recording's scope events (:func:`recover_events`; no rows when it has none).
     """
 
     schema: pa.Schema
     rows: int
     rows_lost: int
     parts: Iterator[pa.Table]
+    events: pa.Table = _field_default(default_factory=_events_file.SCHEMA.empty_table)
 
 
 def recover_parts(path: str | os.PathLike[str]) -> Recovered:
@@ -243,7 +252,24 @@ def recover_parts(path: str | os.PathLike[str]) -> Recovered:
         _check_order(p, rest, last_mono)
         yield rest.cast(schema)
 
-    return Recovered(schema, rows, lost, parts())
+    events = _events_file.read_beside(p, h["anchor_ns"], h["uid"])  # before the parts are read
+    return Recovered(schema, rows, lost, parts(), events)
+
+
+def recover_events(path: str | os.PathLike[str]) -> pa.Table:
+    """The scope events recorded while a spooled sampler ran (sidecar ``PATH.events``), in order.
+
+    Columns (:data:`._events_file.SCHEMA`): ``mono_ns`` (int64, CLOCK_MONOTONIC ns, the rows'
+    clock), ``kind`` (uint8, 1 = begin, 2 = end), ``thread_id`` (int64), ``scope_id`` (uint32),
+    ``depth`` (uint16), ``labels_id`` (uint32), ``stack_id`` (uint64), ``scope`` and ``labels``
+    (the ids' strings). Metadata ``stroboscope.events_lost``, ``stroboscope.events_cut_bytes``
+    (a torn tail left out), ``stroboscope.anchor_realtime_ns``. No rows without a sidecar. A
+    SIGKILL loses at most the events since the segment writer's last wake-up (<= 0.25 s).
+    Raises :class:`SpoolError` as :func:`recover` does, or for a sidecar that is not an events
+    file, or not a regular file of the spool's owner.
+    """
+    _, _, h = _read_spool(p := os.fspath(path), 0)
+    return _events_file.read_beside(p, h["anchor_ns"], h["uid"])
 
 
 def recover(path: str | os.PathLike[str]) -> Frame:
@@ -363,10 +389,11 @@ def _check_order(name: str, table: pa.Table, last_mono: int) -> int:
 
 
 def remove_spool(path: str | os.PathLike[str]) -> None:
-    """Delete a spool file and its segments (after their rows were written elsewhere), and the
-    temporary file of a segment whose writer died half-way (``.NAME.seg-N.parquet.*.tmp``)."""
+    """Delete a spool, its segments and events sidecar (once their rows are written elsewhere),
+    and the temporary file of a segment whose writer died half-way (``.NAME.seg-*.tmp``)."""
     directory, name = os.path.split(os.fspath(path))
     pattern = os.path.join(glob.escape(directory), glob.escape("." + name) + ".seg-*.parquet.*.tmp")
     for p in [*segment_paths(path), *map(Path, glob.glob(pattern))]:
         p.unlink(missing_ok=True)
+    Path(_events_file.events_path(os.fspath(path))).unlink(missing_ok=True)
     Path(path).unlink(missing_ok=True)

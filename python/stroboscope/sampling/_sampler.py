@@ -33,6 +33,7 @@ from stroboscope.sampling._checks import (
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import GpusArg, gpu_sample_table, resolve_gpus
 from stroboscope.sampling._schema import TIME_COLUMN, Column
+from stroboscope.sampling._scoped import ScopeRecording
 from stroboscope.sampling._stats import SamplerStats
 
 
@@ -52,9 +53,10 @@ class SamplerOptions(TypedDict, total=False):
     proc_root: str | os.PathLike[str]
     sys_root: str | os.PathLike[str]
     cgroup_root: str | os.PathLike[str]
+    edge_rows: bool
 
 
-class Sampler:
+class Sampler(ScopeRecording):
     """Samples system, process and GPU metrics on a C++ thread into a ring buffer.
 
     Parameters
@@ -102,6 +104,9 @@ class Sampler:
         built on it (segments, recovery, a watchdog) is :class:`stroboscope.Sampler`'s ``spool``.
     proc_root, sys_root, cgroup_root : str or os.PathLike
         Where procfs, sysfs and the cgroup hierarchy are read from (tests replay recorded trees).
+    edge_rows : bool
+        Take an extra row at once whenever a scope opens (:func:`stroboscope.annotate`), so a
+        region shorter than ``interval`` still has a row at its edge (default False).
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class Sampler:
         proc_root: str | os.PathLike[str] = "/proc",
         sys_root: str | os.PathLike[str] = "/sys",
         cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
+        edge_rows: bool = False,
     ) -> None:
         # Every argument is checked here, before anything is allocated or created.
         self._interval = check_interval("interval", interval)
@@ -135,6 +141,8 @@ class Sampler:
         options.rate_window_ns = check_window("rate_window", rate_window)
         options.net_include_loopback = check_bool("net_include_loopback", net_include_loopback)
         want_gpu_samples = check_bool("gpu_samples", gpu_samples)
+        self._edge_rows = check_bool("edge_rows", edge_rows)
+        self._event_windows = []
         gpu_every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
         defaults = list(_core.default_source_names(options))
         specs = check_sources(sources, self._interval, defaults)
@@ -199,8 +207,10 @@ class Sampler:
         self._core.start()
         if self._gpu_recorder is not None:
             self._gpu_recorder.start()
+        self._attach_scopes()
 
     def _stop_locked(self) -> None:
+        self._detach_scopes()
         self._core.stop()
         if self._gpu_recorder is not None:
             self._gpu_recorder.stop()

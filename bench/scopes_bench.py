@@ -1,0 +1,179 @@
+"""What a scope costs, side by side in one run: enter + exit of a scope disabled, enabled, with
+edge rows and with NVTX, beside a ``perf_counter_ns()`` pair (the floor) and beside aitune's own
+``collect_hardware_metrics`` when the aitune wheel and its dependencies are importable; the rate
+of scopes the events log takes from one thread without loss; and the slowdown of a loop of tiny
+scoped functions against the same loop unscoped.
+
+Usage::
+
+    python bench/scopes_bench.py [--n 200000] [--repeats 7] [--aitune DIR]
+
+``--aitune DIR``: a directory holding the unpacked aitune package (``pip download --no-deps
+aitune==0.6.0`` and unzip); its imports (pandas, pynvml, tabulate, psutil) must be installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import stroboscope.scopes as scopes
+from stroboscope import _core
+from stroboscope.recording.sampler import Sampler
+
+
+def _per_call_ns(body: Callable[[int], None], n: int, repeats: int) -> float:
+    """Median over ``repeats`` runs of the time per iteration of ``body(n)``, in ns."""
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        body(n)
+        runs.append((time.perf_counter_ns() - t0) / n)
+    return statistics.median(runs)
+
+
+def _floor(n: int) -> None:
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        clock()
+        clock()
+
+
+def _with(scope: Any) -> Callable[[int], None]:
+    def body(n: int) -> None:
+        for _ in range(n):
+            with scope:
+                pass
+
+    return body
+
+
+def _with_new(n: int) -> None:
+    annotate = scopes.annotate
+    for _ in range(n):
+        with annotate("step"):
+            pass
+
+
+def _empty_loop(n: int) -> None:
+    for _ in range(n):
+        pass
+
+
+def _calls(fn: Callable[[], int]) -> Callable[[int], None]:
+    def body(n: int) -> None:
+        for _ in range(n):
+            fn()
+
+    return body
+
+
+def _tiny() -> int:
+    return 1
+
+
+def _aitune_scope(path: str | None) -> Any:
+    if path is None:
+        return None
+    sys.path.insert(0, path)
+    os.environ["AITUNE_HARDWARE_METRICS"] = "1"
+    try:
+        from aitune.utils.monitoring import collect_hardware_metrics  # type: ignore
+    except Exception as exc:  # its dependencies may be missing here
+        print(f"aitune not importable: {exc!r}", file=sys.stderr)
+        return None
+    return collect_hardware_metrics
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--aitune", default=None)
+    args = parser.parse_args()
+    n, reps = args.n, args.repeats
+    rows: list[tuple[str, float]] = []
+
+    loop = _per_call_ns(_empty_loop, n, reps)
+    rows.append(("perf_counter_ns() pair (floor)", _per_call_ns(_floor, n, reps) - loop))
+    kept = scopes.annotate("kept")
+    rows.append(("disabled: with a kept scope", _per_call_ns(_with(kept), n, reps) - loop))
+    rows.append(("disabled: with annotate('step')", _per_call_ns(_with_new, n, reps) - loop))
+    plain = _per_call_ns(_calls(_tiny), n, reps)
+    decorated = scopes.annotate()(_tiny)
+    rows.append(
+        ("disabled: decorated call - plain call", _per_call_ns(_calls(decorated), n, reps) - plain)
+    )
+
+    with Sampler(0.001, sources=["memory"], capacity=1 << 12):
+        rows.append(("enabled: with a kept scope", _per_call_ns(_with(kept), n, reps) - loop))
+        rows.append(("enabled: with annotate('step')", _per_call_ns(_with_new, n, reps) - loop))
+        scoped = _per_call_ns(_calls(decorated), n, reps)
+        rows.append(("enabled: decorated call - plain call", scoped - plain))
+        slowdown = scoped / plain - 1
+        nvtx_scope = scopes.annotate("nvtx", nvtx=True)
+        rows.append(
+            ("enabled + NVTX: with a kept scope", _per_call_ns(_with(nvtx_scope), n, reps) - loop)
+        )
+        # Scopes per second with nothing lost: the log holds 2 edges per scope.
+        stats0 = _core.events_stats()
+        t0 = time.perf_counter_ns()
+        _with(kept)(n)
+        elapsed = time.perf_counter_ns() - t0
+        stats1 = _core.events_stats()
+    with Sampler(0.001, sources=["memory"], capacity=1 << 12, edge_rows=True) as s:
+        rows.append(
+            (
+                "enabled + edge rows: with a kept scope",
+                _per_call_ns(_with(kept), n // 10, reps) - loop,
+            )
+        )
+        edge_stats = s.stats()
+
+    ait = _aitune_scope(args.aitune)
+    if ait is not None:
+        scope = ait("aitune-step")
+        rows.append(
+            (
+                "aitune collect_hardware_metrics (same name)",
+                _per_call_ns(_with(scope), n // 20, 3) - loop,
+            )
+        )
+        names = [ait(f"name-{i % 2}") for i in range(2)]
+
+        def alternating(k: int) -> None:
+            for i in range(k):
+                with names[i % 2]:
+                    pass
+
+        rows.append(
+            (
+                "aitune collect_hardware_metrics (alternating names)",
+                _per_call_ns(alternating, 200, 3) - loop,
+            )
+        )
+
+    with open("/proc/cpuinfo") as info:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in info if "model name" in ln), "?")
+    print(f"CPU: {cpu}; {os.cpu_count()} CPUs; n={n}, median of {reps}\n")
+    print("| what | ns per scope (enter + exit) |\n| --- | --- |")
+    for what, ns in rows:
+        print(f"| {what} | {ns:,.0f} |")
+    lost = int(stats1.get("overwritten", stats1.get("lost", 0))) - int(
+        stats0.get("overwritten", stats0.get("lost", 0))
+    )
+    print(
+        f"\nscopes/s from one thread into the events log: {n / (elapsed / 1e9):,.0f} "
+        f"({lost} edges lost)"
+    )
+    print(f"loop of tiny scoped functions while recording: {slowdown:+.1%} against the plain loop")
+    print(f"edge rows: ticks_requested={getattr(edge_stats, 'ticks_requested', 'n/a')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+// The scope-events log: begin/end edges of code scopes, written from any thread, read by one
+// consumer at a time, stamped on the sampler's clock (CLOCK_MONOTONIC, clock.hpp).
+//
+// Layout: a ring of `capacity` (a power of two) 32-byte records, event j in slot
+// `j & (capacity - 1)`, plus one 64-bit state word per slot. A producer claims index j with one
+// fetch_add on a shared 64-bit counter, takes the slot by moving its state word from "published
+// i" (some i < j) to "writing j" with a compare-exchange, stores the four record words and then
+// publishes "published j" (release). Owning the slot through the state word means two producers
+// never write one slot at once, even when one of them was preempted for a whole lap of the ring:
+// the later one finds the slot busy and drops its event (counted in stats().dropped) instead of
+// tearing a record. A producer never waits, allocates, locks or throws (except the first push of
+// a log, which maps its ring once under a mutex).
+//
+// A claimed index that is not published yet stops a read there (the next read starts at it):
+// its producer is between its fetch_add and its last store, or was preempted there. It is
+// skipped as lost only when it can never come: its producer dropped it (listed in the last
+// kDropMemory drops), it was claimed by a parent thread before a fork, or a later lap overwrote
+// the slot. So no event is called lost because its producer was slow. (A drop that fell out of
+// that memory holds reads at its index until the ring laps it: drops need a producer stalled
+// for a whole lap, and 64 of them at once is not a case worth more machinery.)
+//
+// The reader copies a slot seqlock-style: state == "published j" (acquire), the four words
+// (acquire loads), state again (acquire). A record overwritten while it was copied fails the
+// second check and is counted lost, never returned torn. As in ring.hpp every shared word goes
+// through std::atomic_ref / std::atomic, so the protocol is well defined and ThreadSanitizer can
+// check it (it does not model fences, which is why there are none).
+//
+// When the ring is full the oldest records are overwritten and counted (stats().overwritten). One log
+// per process (EventLog::global()) serves the Python binding; tests make their own.
+//
+// fork: the child keeps its copy of the log and the counters go on (indices stay monotonic in
+// each process; the child's log holds the parent's events up to the fork, then its own). The
+// forking thread's cached thread id is reset in the child (pthread_atfork), and slots that
+// parent threads were writing at the fork (they do not exist in the child) are reusable: a
+// state "writing i" with i below the claim counter at the fork counts as abandoned.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace stroboscope {
+
+enum class EventKind : std::uint8_t { kBegin = 1, kEnd = 2 };
+
+// One event as the reader hands it out (the ring stores it packed into four 64-bit words).
+struct EventRecord {
+  std::int64_t mono_ns = 0;     // CLOCK_MONOTONIC ns, stamped by the producer
+  std::int64_t thread_id = 0;   // OS thread id (gettid) of the producer
+  std::uint64_t stack_id = 0;   // one id per independent stack (thread, asyncio task)
+  std::uint32_t scope_id = 0;   // interned scope name
+  std::uint32_t labels_id = 0;  // interned label set (0 = the empty string: no labels)
+  std::uint16_t depth = 0;      // 0 for an outermost scope
+  std::uint8_t kind = 0;        // EventKind
+};
+
+// The records of one read, column by column (what the binding exports to Arrow).
+struct EventColumns {
+  std::vector<std::int64_t> mono_ns;
+  std::vector<std::uint8_t> kind;
+  std::vector<std::int64_t> thread_id;
+  std::vector<std::uint32_t> scope_id;
+  std::vector<std::uint16_t> depth;
+  std::vector<std::uint32_t> labels_id;
+  std::vector<std::uint64_t> stack_id;
+  [[nodiscard]] std::size_t size() const noexcept { return mono_ns.size(); }
+  void reserve(std::size_t n);
+  void append(const EventRecord& r);
+};
+
+struct EventRead {
+  std::uint64_t first = 0;  // the range considered: max(asked first, oldest index still held)
+  std::uint64_t next = 0;   // where the next read should start (<= the asked last)
+  std::uint64_t lost = 0;   // indices in [asked first, next) not in `columns`
+  EventColumns columns;
+};
+
+struct EventStats {
+  std::uint64_t written = 0;      // indices claimed (the index the next event gets)
+  std::uint64_t overwritten = 0;  // indices whose slot was reused (written - capacity, or 0)
+  std::uint64_t dropped = 0;      // events a producer dropped because their slot was busy
+  std::uint64_t capacity = 0;
+  std::uint64_t bytes = 0;        // ring memory (records and state words), 0 before the first event
+};
+
+class EventLog {
+ public:
+  static constexpr std::uint64_t kDefaultCapacity = std::uint64_t{1} << 20;
+  // How many of the latest dropped indices the reader can recognise (see read()).
+  static constexpr std::size_t kDropMemory = 64;
+
+  constexpr EventLog() noexcept = default;
+  explicit EventLog(std::uint64_t capacity);  // std::invalid_argument unless a power of two >= 2
+  ~EventLog();
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+
+  // The process-wide log (constant-initialised: no guard on the push path).
+  [[nodiscard]] static EventLog& global() noexcept;
+
+  // Sets the capacity; false (and nothing changes) once the ring exists (after the first push
+  // or read). std::invalid_argument unless a power of two in [2, 2^32].
+  bool configure(std::uint64_t capacity);
+
+  // Producer side, any thread. Stamps mono_ns and the thread id. The first push of the log maps
+  // its ring (once per process); if that fails the event is dropped and counted.
+  void push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth, std::uint32_t labels_id,
+            std::uint64_t stack_id) noexcept;
+
+  // Index the next event will get. Any thread.
+  [[nodiscard]] std::uint64_t written() const noexcept {
+    // relaxed: only a number; read() orders its own accesses through the state words.
+    return claim_.load(std::memory_order_relaxed);
+  }
+
+  // Consumer side (one reader at a time; concurrent readers are safe but may each count the
+  // same overwritten records). Copies events [first, min(last, written())) still held.
+  // `after_copy` is a test seam: called (with `arg`) after each slot's words are copied and
+  // before the state word is checked again; nullptr in production.
+  [[nodiscard]] EventRead read(std::uint64_t first, std::uint64_t last,
+                               void (*after_copy)(void*) = nullptr, void* arg = nullptr);
+
+  [[nodiscard]] EventStats stats() const noexcept;
+  [[nodiscard]] std::uint64_t capacity() const noexcept;
+
+  // The string intern table: a stable id (its index) per distinct string. Mutex-protected; not
+  // the hot path (callers cache ids). Id 0 is the empty string.
+  std::uint32_t intern(std::string_view text);
+  [[nodiscard]] std::vector<std::string> strings(std::uint32_t first) const;
+  [[nodiscard]] std::size_t num_strings() const;
+
+  // pthread_atfork handlers of the global log (public for the registration in events.cpp).
+  void before_fork() noexcept;
+  void after_fork_parent() noexcept;
+  void after_fork_child() noexcept;
+
+ private:
+  struct Slot {
+    // Four record words: mono_ns | stack_id | scope_id + labels_id << 32 |
+    // tid (32 bits) + depth << 32 + kind << 48.
+    std::uint64_t words[4];
+  };
+  [[nodiscard]] bool ensure_ring() noexcept;
+  [[nodiscard]] bool was_dropped(std::uint64_t j) const noexcept;  // maps the ring once; false if it cannot
+
+  // State word values: 0 = never written; (i + 1) << 1 = record i published;
+  // ((i + 1) << 1) | 1 = record i being written.
+  static constexpr std::uint64_t published(std::uint64_t i) noexcept { return (i + 1) << 1; }
+  static constexpr std::uint64_t writing(std::uint64_t i) noexcept { return ((i + 1) << 1) | 1; }
+
+  // The ring, mapped on first use. release store after the memory is mapped and capacity_ set;
+  // acquire loads by producers and the reader see both.
+  std::atomic<Slot*> slots_{nullptr};
+  // One state word per slot (values below), accessed through std::atomic_ref: the mapping is
+  // zero-filled memory, not constructed atomics. Set before slots_'s release store.
+  std::uint64_t* states_ = nullptr;
+  std::uint64_t capacity_ = kDefaultCapacity;
+  std::uint64_t mask_ = kDefaultCapacity - 1;
+  std::size_t map_bytes_ = 0;
+  mutable std::mutex create_mutex_;  // only around the one-time mapping and configure()
+
+  // Producer-shared: the claim counter on its own cache line (every producer RMWs it).
+  alignas(64) std::atomic<std::uint64_t> claim_{0};
+  alignas(64) std::atomic<std::uint64_t> dropped_{0};
+  // Index + 1 of the latest dropped events (0 = none), slot `drop number % kDropMemory`: a
+  // reader that meets a claimed index that was never published skips it when it is listed here
+  // instead of waiting for it.
+  std::atomic<std::uint64_t> dropped_index_[kDropMemory] = {};
+  // Claim counter when this process was forked from its parent: "writing i" with i below it was
+  // left by a thread that does not exist here. Written in the child handler only.
+  std::atomic<std::uint64_t> fork_floor_{0};
+
+  mutable std::mutex strings_mutex_;
+  std::vector<std::string> strings_;  // id = index; "" interned lazily as id 0
+  // On the heap so the log stays constant-initialisable (unordered_map has no constexpr
+  // constructor); made by the first intern().
+  std::unique_ptr<std::unordered_map<std::string, std::uint32_t>> ids_;
+};
+
+}  // namespace stroboscope

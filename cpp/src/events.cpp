@@ -1,0 +1,304 @@
+// The scope-events log (events.hpp): an MPSC ring of 32-byte records with a state word per slot.
+#include "stroboscope/events.hpp"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+#include "stroboscope/clock.hpp"
+
+namespace stroboscope {
+namespace {
+
+// The OS thread id, cached per thread (gettid is a system call). Reset to 0 in a forked child
+// by the atfork handler, which runs in the only thread the child has: the one that forked.
+thread_local std::int32_t t_thread_id = 0;
+
+std::int32_t current_thread_id() noexcept {
+  if (t_thread_id == 0) t_thread_id = static_cast<std::int32_t>(gettid());
+  return t_thread_id;
+}
+
+bool valid_capacity(std::uint64_t c) noexcept {
+  return c >= 2 && c <= (std::uint64_t{1} << 32) && (c & (c - 1)) == 0;
+}
+
+// The process-wide log, constant-initialised (no static-init order, no guard on the push path)
+// and never destroyed: threads may push while the process exits, after static destructors run.
+union GlobalLog {
+  constexpr GlobalLog() : log() {}
+  ~GlobalLog() {}
+  EventLog log;
+};
+constinit GlobalLog g_global;
+
+void atfork_prepare() { g_global.log.before_fork(); }
+void atfork_parent() { g_global.log.after_fork_parent(); }
+void atfork_child() { g_global.log.after_fork_child(); }
+[[maybe_unused]] const int g_atfork_registered =
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+
+}  // namespace
+
+void EventColumns::reserve(std::size_t n) {
+  mono_ns.reserve(n);
+  kind.reserve(n);
+  thread_id.reserve(n);
+  scope_id.reserve(n);
+  depth.reserve(n);
+  labels_id.reserve(n);
+  stack_id.reserve(n);
+}
+
+void EventColumns::append(const EventRecord& r) {
+  mono_ns.push_back(r.mono_ns);
+  kind.push_back(r.kind);
+  thread_id.push_back(r.thread_id);
+  scope_id.push_back(r.scope_id);
+  depth.push_back(r.depth);
+  labels_id.push_back(r.labels_id);
+  stack_id.push_back(r.stack_id);
+}
+
+EventLog& EventLog::global() noexcept { return g_global.log; }
+
+EventLog::EventLog(std::uint64_t capacity) {
+  if (!valid_capacity(capacity)) {
+    throw std::invalid_argument("events capacity must be a power of two in [2, 2**32]");
+  }
+  capacity_ = capacity;
+  mask_ = capacity - 1;
+}
+
+EventLog::~EventLog() {
+  Slot* slots = slots_.load(std::memory_order_relaxed);  // no producer may outlive the log
+  if (slots != nullptr) munmap(slots, map_bytes_);
+}
+
+bool EventLog::configure(std::uint64_t capacity) {
+  if (!valid_capacity(capacity)) {
+    throw std::invalid_argument("events capacity must be a power of two in [2, 2**32]");
+  }
+  std::lock_guard lock(create_mutex_);
+  // relaxed: the mutex orders this against ensure_ring(), the only writer of slots_.
+  if (slots_.load(std::memory_order_relaxed) != nullptr) return false;
+  capacity_ = capacity;
+  mask_ = capacity - 1;
+  return true;
+}
+
+std::uint64_t EventLog::capacity() const noexcept {
+  std::lock_guard lock(create_mutex_);
+  return capacity_;
+}
+
+bool EventLog::ensure_ring() noexcept {
+  std::lock_guard lock(create_mutex_);
+  if (slots_.load(std::memory_order_relaxed) != nullptr) return true;  // mutex orders it
+  // Anonymous memory: zero-filled (every state word "never written") and only the pages that
+  // events reach become resident, so a 1 Mi-event ring costs little until it is used.
+  const std::size_t bytes = static_cast<std::size_t>(capacity_) * (sizeof(Slot) + 8);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  map_bytes_ = bytes;
+  states_ = reinterpret_cast<std::uint64_t*>(static_cast<char*>(p) + capacity_ * sizeof(Slot));
+  // release: a thread that loads this pointer (acquire) also sees states_, capacity_ and mask_.
+  slots_.store(static_cast<Slot*>(p), std::memory_order_release);
+  return true;
+}
+
+void EventLog::push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
+                    std::uint32_t labels_id, std::uint64_t stack_id) noexcept {
+  // acquire pairs with the release in ensure_ring(): states_/mask_ are visible once this is set.
+  Slot* slots = slots_.load(std::memory_order_acquire);
+  if (slots == nullptr) [[unlikely]] {
+    if (!ensure_ring()) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);  // a count, nothing to order
+      return;
+    }
+    slots = slots_.load(std::memory_order_acquire);
+  }
+  const std::int64_t now = mono_ns();
+  const std::uint64_t tid = static_cast<std::uint32_t>(current_thread_id());
+  // relaxed: the counter only hands out distinct indices; the slot's state word carries every
+  // ordering the reader needs.
+  const std::uint64_t j = claim_.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_ref<std::uint64_t> state(states_[j & mask_]);
+  // Take the slot: from "never written", "published i" (i < j), or "writing i" left by a thread
+  // that does not exist in this (forked) process, to "writing j". Anything else (a producer
+  // still writing an older record, or a newer one already there after we were preempted for a
+  // whole lap) means the slot is not ours: the event is dropped and counted, never waited for.
+  std::uint64_t s = state.load(std::memory_order_relaxed);
+  for (;;) {
+    const std::uint64_t held = (s >> 1) - 1;  // index in the state word (garbage for s == 0)
+    bool free = s == 0 || held < j;
+    if (free && (s & 1) != 0) {
+      // relaxed: written once in the child's atfork handler, before any thread of the child.
+      free = held < fork_floor_.load(std::memory_order_relaxed);
+    }
+    if (!free) {
+      // relaxed: a count and a hint for the reader, which re-checks the slot itself (a missed
+      // hint only makes it wait for the ring to lap this index).
+      const std::uint64_t k = dropped_.fetch_add(1, std::memory_order_relaxed);
+      dropped_index_[k % kDropMemory].store(j + 1, std::memory_order_relaxed);
+      return;
+    }
+    // acquire on success: pairs with the previous owner's release publish, so its record stores
+    // happen-before ours and can never land on top of them. relaxed on failure: we only retry.
+    if (state.compare_exchange_weak(s, writing(j), std::memory_order_acquire,
+                                    std::memory_order_relaxed)) {
+      break;
+    }
+  }
+  Slot& slot = slots[j & mask_];
+  // release stores (plain moves on x86): each orders the "writing j" state before it, so a
+  // reader that loads any of these words (acquire) and then re-reads the state sees at least
+  // "writing j" and discards the copy: the seqlock re-check of read().
+  const std::uint64_t words[4] = {
+      static_cast<std::uint64_t>(now), stack_id,
+      std::uint64_t{scope_id} | (std::uint64_t{labels_id} << 32),
+      tid | (std::uint64_t{depth} << 32) | (std::uint64_t{static_cast<std::uint8_t>(kind)} << 48)};
+  for (int w = 0; w < 4; ++w) {
+    std::atomic_ref<std::uint64_t>(slot.words[w]).store(words[w], std::memory_order_release);
+  }
+  // release: the record's words happen-before this; a reader that loads "published j" (acquire)
+  // sees all four.
+  state.store(published(j), std::memory_order_release);
+}
+
+EventRead EventLog::read(std::uint64_t first, std::uint64_t last, void (*after_copy)(void*),
+                         void* arg) {
+  EventRead out;
+  out.first = out.next = first;
+  Slot* slots = slots_.load(std::memory_order_acquire);  // pairs with ensure_ring()'s release
+  if (slots == nullptr) return out;                      // nothing was ever written
+  const std::uint64_t claimed = claim_.load(std::memory_order_relaxed);
+  last = std::min(last, claimed);
+  if (first >= last) return out;
+  const std::uint64_t oldest = claimed > capacity_ ? claimed - capacity_ : 0;
+  const std::uint64_t start = std::max(first, oldest);
+  out.first = start;
+  out.columns.reserve(static_cast<std::size_t>(last - start));
+  std::uint64_t j = start;
+  for (; j < last; ++j) {
+    std::atomic_ref<std::uint64_t> state(states_[j & mask_]);
+    // acquire: pairs with the producer's release publish, so the record's words are visible.
+    const std::uint64_t s1 = state.load(std::memory_order_acquire);
+    if (s1 != published(j)) {
+      const bool newer = s1 != 0 && (s1 >> 1) - 1 > j;
+      if (newer) continue;  // overwritten before we got to it: lost
+      // Claimed, not published yet: its producer is still at work (or preempted): stop, the
+      // next read starts here. Unless it can never come: dropped, or claimed by a parent
+      // thread before this process was forked (relaxed: see after_fork_child()).
+      if (j < fork_floor_.load(std::memory_order_relaxed) || was_dropped(j)) continue;
+      break;
+    }
+    const Slot& slot = slots[j & mask_];
+    std::uint64_t w[4];
+    for (int k = 0; k < 4; ++k) {
+      // acquire: if this word comes from a later producer of the slot, its "writing" state
+      // store happened before, and the re-check below sees it.
+      w[k] = std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(slot.words[k]))
+                 .load(std::memory_order_acquire);
+    }
+    if (after_copy != nullptr) after_copy(arg);
+    // acquire keeps this load after the word loads (they are acquire too).
+    if (state.load(std::memory_order_acquire) != s1) continue;  // overwritten while copied
+    EventRecord r;
+    r.mono_ns = static_cast<std::int64_t>(w[0]);
+    r.stack_id = w[1];
+    r.scope_id = static_cast<std::uint32_t>(w[2]);
+    r.labels_id = static_cast<std::uint32_t>(w[2] >> 32);
+    r.thread_id = static_cast<std::int32_t>(static_cast<std::uint32_t>(w[3]));
+    r.depth = static_cast<std::uint16_t>(w[3] >> 32);
+    r.kind = static_cast<std::uint8_t>(w[3] >> 48);
+    out.columns.append(r);
+  }
+  out.next = j;
+  out.lost = (j - first) - out.columns.size();
+  return out;
+}
+
+bool EventLog::was_dropped(std::uint64_t j) const noexcept {
+  for (const auto& d : dropped_index_) {
+    if (d.load(std::memory_order_relaxed) == j + 1) return true;  // relaxed: a hint (push())
+  }
+  return false;
+}
+
+EventStats EventLog::stats() const noexcept {
+  EventStats st;
+  st.written = claim_.load(std::memory_order_relaxed);       // numbers only: relaxed
+  st.dropped = dropped_.load(std::memory_order_relaxed);
+  std::lock_guard lock(create_mutex_);
+  st.capacity = capacity_;
+  st.overwritten = st.written > capacity_ ? st.written - capacity_ : 0;
+  st.bytes = slots_.load(std::memory_order_relaxed) != nullptr ? map_bytes_ : 0;
+  return st;
+}
+
+namespace {
+constexpr std::uint32_t kMaxStrings = std::numeric_limits<std::uint32_t>::max();
+}  // namespace
+
+std::uint32_t EventLog::intern(std::string_view text) {
+  std::lock_guard lock(strings_mutex_);
+  if (!ids_) {
+    ids_ = std::make_unique<std::unordered_map<std::string, std::uint32_t>>();
+    strings_.emplace_back();
+    ids_->emplace(std::string(), 0);
+  }
+  const std::string key(text);
+  if (auto it = ids_->find(key); it != ids_->end()) return it->second;
+  if (strings_.size() >= kMaxStrings) throw std::length_error("event string table is full");
+  const auto id = static_cast<std::uint32_t>(strings_.size());
+  strings_.push_back(key);
+  try {
+    ids_->emplace(key, id);
+  } catch (...) {
+    strings_.pop_back();
+    throw;
+  }
+  return id;
+}
+
+std::vector<std::string> EventLog::strings(std::uint32_t first) const {
+  std::lock_guard lock(strings_mutex_);
+  if (strings_.empty()) {  // nothing interned yet: the table is just "" (id 0)
+    if (first == 0) return {std::string()};
+    return {};
+  }
+  if (first >= strings_.size()) return {};
+  return {strings_.begin() + first, strings_.end()};
+}
+
+std::size_t EventLog::num_strings() const {
+  std::lock_guard lock(strings_mutex_);
+  return std::max<std::size_t>(strings_.size(), 1);  // "" is id 0 from the start
+}
+
+void EventLog::before_fork() noexcept {
+  // No thread may hold these across the fork: the child would inherit them locked forever.
+  strings_mutex_.lock();
+  create_mutex_.lock();
+}
+
+void EventLog::after_fork_parent() noexcept {
+  create_mutex_.unlock();
+  strings_mutex_.unlock();
+}
+
+void EventLog::after_fork_child() noexcept {
+  create_mutex_.unlock();
+  strings_mutex_.unlock();
+  // Only the forking thread exists here. Its cached id is the parent thread's: forget it.
+  t_thread_id = 0;
+  // relaxed: no other thread exists yet; threads started later see it through pthread_create.
+  fork_floor_.store(claim_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+}  // namespace stroboscope

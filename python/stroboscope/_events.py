@@ -1,0 +1,99 @@
+"""Which samplers record scope events now: the one piece of state that the sampling room (below)
+and the scopes room (above) share.
+
+Scope edges go into one process-wide events log in C++ (``_core.events_*``). Writing them costs a
+call into the extension, so a scope writes only while somebody records: a running Sampler (each
+records the events of its own run, between the log's write counter at its start and at its stop)
+or the default session of :mod:`stroboscope.scopes`. :data:`state` says so in one attribute read,
+which is what a disabled scope costs. A Sampler made with ``edge_rows=True`` also asks for an
+immediate row when a scope opens (``request_tick``), so a region shorter than the interval still
+has a row at its edge.
+
+The tuples are replaced, never mutated, under :data:`_lock`: a scope on another thread reads
+either the old tuple or the new one, both complete.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+__all__ = ["attach", "detach", "state"]
+
+
+class _State:
+    """What a scope reads on every edge (attributes, no locks)."""
+
+    __slots__ = ("edge_targets", "enabled", "open_hooks", "recorders", "recording", "starter")
+
+    def __init__(self) -> None:
+        self.recording = False  # write events at all: a recorder runs, or the session is on
+        self.enabled = False  # the default session of stroboscope.scopes is on
+        self.recorders: tuple[object, ...] = ()  # running samplers, in start order
+        self.edge_targets: tuple[Callable[[], None], ...] = ()  # their request_tick, if asked
+        self.open_hooks: tuple[Callable[[str], None], ...] = ()  # called with a scope's name
+        self.starter: Callable[[], None] | None = None  # starts the default session's sampler
+
+    def refresh(self) -> None:
+        self.recording = self.enabled or bool(self.recorders)
+
+
+state = _State()
+_lock = threading.Lock()
+
+
+def attach(recorder: object, edge_target: Callable[[], None] | None) -> None:
+    """A sampler started: scopes now write events (and wake ``edge_target`` when given)."""
+    with _lock:
+        if recorder in state.recorders:
+            return
+        state.recorders = (*state.recorders, recorder)
+        if edge_target is not None:
+            state.edge_targets = (*state.edge_targets, edge_target)
+        state.refresh()
+
+
+def detach(recorder: object, edge_target: Callable[[], None] | None) -> None:
+    """A sampler stopped (harmless when it was not attached)."""
+    with _lock:
+        state.recorders = tuple(r for r in state.recorders if r is not recorder)
+        if edge_target is not None:
+            state.edge_targets = tuple(t for t in state.edge_targets if t != edge_target)
+        state.refresh()
+
+
+def set_enabled(on: bool) -> None:
+    """The default session's switch (:func:`stroboscope.scopes.enable` / ``disable``)."""
+    with _lock:
+        state.enabled = on
+        state.refresh()
+
+
+def add_open_hook(hook: Callable[[str], None]) -> Callable[[], None]:
+    """Call ``hook(name)`` whenever a scope opens while events are recorded; returns a remover."""
+    with _lock:
+        state.open_hooks = (*state.open_hooks, hook)
+
+    def remove() -> None:
+        with _lock:
+            hooks = list(state.open_hooks)
+            if hook in hooks:
+                hooks.remove(hook)
+            state.open_hooks = tuple(hooks)
+
+    return remove
+
+
+def _forget_after_fork() -> None:
+    """In a forked child no sampler thread runs: nothing records until one starts there (the
+    default session starts its own again on the next scope). The lock may have been held by a
+    thread that does not exist in the child: a new one replaces it."""
+    global _lock
+    _lock = threading.Lock()
+    state.recorders = ()
+    state.edge_targets = ()
+    state.refresh()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

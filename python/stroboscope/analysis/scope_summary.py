@@ -1,0 +1,252 @@
+"""Per-scope summary: durations from the scope edges, and what the machine did inside them.
+
+One row per scope path and label combination. Durations are exact (``end_ns - begin_ns`` of each
+closed call); every metric figure comes with the number of readings behind it (``*_n``), so a
+scope shorter than the sampling interval shows how thin its evidence is. A call owns its readings
+with ``begin_ns <= t < end_ns``; GPU readings are timed by ``gpu.read_mono_ns`` (when NVML was
+read), the rest by ``mono_ns``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from stroboscope.analysis._intervals import Intervals, check_intervals
+from stroboscope.analysis._series import (
+    F64,
+    I64,
+    Series,
+    check_samples,
+    gpu_columns,
+    integral,
+    interp,
+    range_max,
+    range_sum,
+    ranges,
+    series,
+    total_series,
+)
+from stroboscope.analysis._summary_format import format_summary
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["format_summary", "summary"]
+
+_NS = 1e9
+
+
+class _Groups:
+    """Closed calls and the summary row (group) each belongs to."""
+
+    def __init__(self, iv: Intervals, code: I64, count: int) -> None:
+        rows = np.flatnonzero(iv.closed)
+        self.code = code[rows]
+        self.begin = iv.begin[rows]
+        self.end = iv.end[rows]
+        self.count = count
+
+    def total(self, per_call: F64) -> F64:
+        """Per group: the sum over its calls (NaN calls skipped; NaN if none is known)."""
+        known = ~np.isnan(per_call)
+        total = np.bincount(self.code[known], per_call[known], minlength=self.count)
+        hits = np.bincount(self.code[known], minlength=self.count)
+        return np.where(hits > 0, total, np.nan)
+
+    def count_of(self, per_call: I64) -> I64:
+        return np.bincount(self.code, per_call, minlength=self.count).astype(np.int64)
+
+    def maximum(self, per_call: F64) -> F64:
+        out = np.full(self.count, np.nan)
+        np.fmax.at(out, self.code, per_call)
+        return out
+
+
+def _levels(s: Series, g: _Groups, prefix: str, stats: tuple[str, ...]) -> dict[str, object]:
+    """Mean/max/growth of a series over each group's calls, with the count of readings."""
+    lo, hi = ranges(s.t, g.begin, g.end)
+    n = g.count_of(hi - lo)
+    out: dict[str, object] = {}
+    if "mean" in stats:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[f"{prefix}_mean"] = np.where(n > 0, g.total(range_sum(s.v, lo, hi)) / n, np.nan)
+    if "max" in stats:
+        out[f"{prefix}_max"] = g.maximum(range_max(s.v, lo, hi))
+    if "growth" in stats:
+        nonempty = hi > lo
+        growth = np.full(len(lo), np.nan)
+        growth[nonempty] = s.v[hi[nonempty] - 1] - s.v[lo[nonempty]]
+        out[f"{prefix}_growth"] = g.total(growth)
+    out[f"{prefix}_n"] = n
+    return out
+
+
+def _energy(samples: pa.Table, g: _Groups, gpu: int) -> tuple[F64, I64, str] | None:
+    """Per call: joules used by one GPU, the readings behind it, and the method; None if the
+    frame has neither its energy counter nor its power."""
+    names = samples.column_names
+    counter = f"gpu.{gpu}.energy_mj"
+    power = f"gpu.{gpu}.power_w"
+    if counter in names and len(s := series(samples, counter)) >= 2:
+        joules = (interp(s, g.end) - interp(s, g.begin)) / 1e3
+        method = "counter"
+    elif power in names:
+        s = series(samples, power)
+        joules = (integral(s, g.end) - integral(s, g.begin)) / _NS
+        method = "power integral"
+    else:
+        return None
+    lo, hi = ranges(s.t, g.begin, g.end)
+    return joules, hi - lo, method
+
+
+def summary(samples: pa.Table, intervals: pa.Table) -> pandas.DataFrame:
+    """One row per scope path and labels: durations, and CPU, memory, GPU, power and energy.
+
+    Parameters
+    ----------
+    samples : pyarrow.Table
+        A sample frame (``Frame.to_arrow()``).
+    intervals : pyarrow.Table
+        Scope calls in the scope-intervals schema.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by ``scope`` (the path) and the label keys (null labels kept as NaN). Columns:
+
+        - ``calls`` (closed calls), ``open`` (calls not ended yet: left out of every figure);
+        - ``total_s`` (the inclusive time: the sum of the calls' durations), ``mean_s``,
+          ``min_s``, ``max_s``, ``p50_s``, ``p99_s`` (linear interpolation between order
+          statistics, as numpy's default), ``exclusive_s`` (inclusive minus the time of the
+          direct child calls on the same stack);
+        - ``cpu_pct_mean/_max/_n`` from ``proc.cpu_pct``, or ``cpu.util_pct`` without it;
+        - ``rss_bytes_max/_growth/_n`` from ``proc.rss_bytes`` (growth: per call the last
+          reading minus the first inside it, summed over calls);
+        - ``gpu_util_pct_mean/_max/_n`` (the mean over GPUs of ``gpu.{i}.util_pct``, on rows
+          where every GPU has a value), ``gpu_mem_bytes_max/_n`` (``mem_used_bytes`` summed
+          over GPUs), ``power_w_mean/_max/_n`` (summed over GPUs);
+        - ``energy_j``, ``energy_j_n``: per call, the GPU energy counter's difference across
+          ``[begin, end]`` with the counter linearly interpolated at both edges; for a GPU
+          without the counter, the trapezoid integral of its power over the call. Summed over
+          GPUs and calls; calls whose edges are outside the readings' span are left out (NaN
+          when none is left). ``_n`` counts the readings inside the calls;
+        - with several GPUs, the same per GPU: ``gpu{i}_util_pct_*``, ``gpu{i}_mem_bytes_*``,
+          ``gpu{i}_power_w_*``, ``gpu{i}_energy_j``, ``gpu{i}_energy_j_n``.
+
+        A figure whose column is absent from the frame is absent (not zero).
+        ``attrs["cpu_column"]`` names the CPU column used, ``attrs["energy_method"]`` maps each
+        GPU to ``"counter"`` or ``"power integral"``.
+    """
+    import pandas as pd
+
+    samples = check_samples(samples)
+    iv = check_intervals(intervals)
+    keys = ["path", *iv.labels]
+    frame = iv.table.select(keys).to_pandas()
+    grouped = frame.groupby(keys, dropna=False, sort=True)
+    code = np.asarray(grouped.ngroup().to_numpy(), dtype=np.int64)
+    index = grouped.size().index
+    index = index.set_names("scope", level=0) if iv.labels else index.rename("scope")
+    g = _Groups(iv, code, len(index))
+    cols: dict[str, object] = _durations(iv, g, code)
+    names = samples.column_names
+    attrs: dict[str, object] = {}
+    cpu = _cpu_column(samples)
+    if cpu is not None:
+        attrs["cpu_column"] = cpu
+        cols.update(_levels(series(samples, cpu), g, "cpu_pct", ("mean", "max")))
+    if "proc.rss_bytes" in names:
+        s = series(samples, "proc.rss_bytes")
+        cols.update(_levels(s, g, "rss_bytes", ("max", "growth")))
+    cols.update(_gpu_levels(samples, g, attrs))
+    df: pandas.DataFrame = pd.DataFrame(cols, index=index)
+    df.attrs.update(attrs)
+    return df
+
+
+def _cpu_column(samples: pa.Table) -> str | None:
+    """``proc.cpu_pct`` when it has values, else ``cpu.util_pct`` when present."""
+    present = [c for c in ("proc.cpu_pct", "cpu.util_pct") if c in samples.column_names]
+    with_values = [c for c in present if samples.column(c).null_count < samples.num_rows]
+    chosen = with_values or present
+    return chosen[0] if chosen else None
+
+
+def _durations(iv: Intervals, g: _Groups, code: I64) -> dict[str, object]:
+    import pandas as pd
+
+    closed = iv.closed
+    dur = (g.end - g.begin).astype(np.float64) / _NS
+    calls = np.bincount(g.code, minlength=g.count)
+    child = closed & (iv.parent >= 0)
+    child_time = np.bincount(
+        iv.parent[child], (iv.end[child] - iv.begin[child]) / _NS, minlength=len(closed)
+    )
+    by = pd.Series(dur).groupby(g.code)
+    q = by.quantile(np.array([0.5, 0.99])).unstack()
+
+    def full(values: pd.Series) -> F64:
+        return np.asarray(values.reindex(range(g.count)).to_numpy(dtype=np.float64))
+
+    return {
+        "calls": calls,
+        "open": np.bincount(code[~closed], minlength=g.count),
+        "total_s": np.bincount(g.code, dur, minlength=g.count),
+        "mean_s": full(by.mean()),
+        "min_s": full(by.min()),
+        "max_s": full(by.max()),
+        "p50_s": full(q[0.5]) if len(q) else np.full(g.count, np.nan),
+        "p99_s": full(q[0.99]) if len(q) else np.full(g.count, np.nan),
+        "exclusive_s": np.bincount(g.code, dur - child_time[closed], minlength=g.count),
+    }
+
+
+def _gpu_levels(samples: pa.Table, g: _Groups, attrs: dict[str, object]) -> dict[str, object]:
+    names = samples.column_names
+    util = gpu_columns(names, "util_pct")
+    mem = gpu_columns(names, "mem_used_bytes")
+    power = gpu_columns(names, "power_w")
+    gpus = sorted(set(util) | set(mem) | set(power) | set(gpu_columns(names, "energy_mj")))
+    cols: dict[str, object] = {}
+    if util:
+        s = total_series(samples, list(util.values()), "gpu.util_pct")
+        s = Series(s.name, s.t, s.v / len(util))
+        cols.update(_levels(s, g, "gpu_util_pct", ("mean", "max")))
+    if mem:
+        s = total_series(samples, list(mem.values()), "gpu.mem_used_bytes")
+        cols.update(_levels(s, g, "gpu_mem_bytes", ("max",)))
+    if power:
+        s = total_series(samples, list(power.values()), "gpu.power_w")
+        cols.update(_levels(s, g, "power_w", ("mean", "max")))
+    per_gpu: dict[str, object] = {}
+    total: F64 | None = None
+    total_n = np.zeros(g.count, dtype=np.int64)
+    methods: dict[str, str] = {}
+    for i in gpus:
+        if len(gpus) > 1:
+            for metric, found, stats in (
+                ("util_pct", util, ("mean", "max")),
+                ("mem_bytes", mem, ("max",)),
+                ("power_w", power, ("mean", "max")),
+            ):
+                if i in found:
+                    per_gpu.update(_levels(series(samples, found[i]), g, f"gpu{i}_{metric}", stats))
+        energy = _energy(samples, g, i)
+        if energy is None:
+            continue
+        joules, n, methods[f"gpu.{i}"] = energy
+        total = joules if total is None else total + joules
+        total_n += g.count_of(n)
+        if len(gpus) > 1:
+            per_gpu[f"gpu{i}_energy_j"] = g.total(joules)
+            per_gpu[f"gpu{i}_energy_j_n"] = g.count_of(n)
+    if total is not None:
+        cols["energy_j"] = g.total(total)
+        cols["energy_j_n"] = total_n
+        attrs["energy_method"] = methods
+    cols.update(per_gpu)
+    return cols

@@ -1,0 +1,111 @@
+"""What a trace shows, on the realtime clock: scope slices per thread and metric counters.
+
+Shared by the Chrome JSON writer and the Perfetto protobuf writer, so both show the same things.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from stroboscope.analysis._intervals import check_intervals
+from stroboscope.analysis._series import (
+    GPU_READ,
+    I64,
+    Series,
+    anchor_of,
+    check_samples,
+    mono,
+    series,
+)
+
+_NOT_METRICS = ("time", "mono_ns", GPU_READ)
+
+
+@dataclass(frozen=True)
+class Slices:
+    """Scope calls: realtime begin/end (ns), name, thread, stack, and labels (+ path) as args."""
+
+    begin: I64
+    end: I64
+    name: list[str]
+    thread: I64
+    stack: list[int]
+    depth: I64
+    args: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class TraceData:
+    pid: int
+    anchor: int  # realtime ns minus monotonic ns
+    slices: Slices
+    counters: list[Series]  # times already realtime ns
+
+
+def metric_columns(samples: pa.Table, columns: Sequence[str] | None) -> list[str]:
+    """``columns`` checked against the frame, or every numeric metric column of it."""
+    if columns is None:
+        return [
+            f.name
+            for f in samples.schema
+            if f.name not in _NOT_METRICS
+            and (pa.types.is_integer(f.type) or pa.types.is_floating(f.type))
+        ]
+    if isinstance(columns, str):
+        raise TypeError("columns must be a sequence of column names, not one string")
+    missing = [c for c in columns if c not in samples.column_names]
+    if missing:
+        raise ValueError(f"columns not in samples: {', '.join(missing)}")
+    return list(columns)
+
+
+def collect(
+    samples: pa.Table,
+    intervals: pa.Table,
+    *,
+    columns: Sequence[str] | None,
+    anchor_realtime_ns: int | None,
+    pid: int | None,
+) -> TraceData:
+    """Everything a trace shows, with times turned to realtime ns (``mono + anchor``).
+
+    A call still open is drawn up to the last sample (or its begin, if later) with
+    ``open: "true"`` among its args.
+    """
+    samples = check_samples(samples)
+    iv = check_intervals(intervals)
+    anchor = anchor_of(samples, intervals, anchor_realtime_ns)
+    t = mono(samples)
+    last = int(t[-1]) if len(t) else 0
+    end = np.where(iv.closed, iv.end, np.maximum(iv.begin, last))
+    table = iv.table
+    labels = {k: table.column(k).to_pylist() for k in iv.labels}
+    paths = table.column("path").to_pylist()
+    open_rows = (~iv.closed).tolist()
+    args: list[dict[str, str]] = []
+    for row, path in enumerate(paths):
+        a = {k: str(v[row]) for k, v in labels.items() if v[row] is not None}
+        a["path"] = path
+        if open_rows[row]:
+            a["open"] = "true"
+        args.append(a)
+    slices = Slices(
+        begin=iv.begin + anchor,
+        end=end + anchor,
+        name=table.column("name").to_pylist(),
+        thread=np.asarray(table.column("thread_id").cast(pa.int64()).to_numpy(), dtype=np.int64),
+        stack=table.column("stack_id").cast(pa.uint64()).to_pylist(),
+        depth=iv.depth,
+        args=args,
+    )
+    counters = []
+    for c in metric_columns(samples, columns):
+        s = series(samples, c)
+        finite = np.isfinite(s.v)
+        counters.append(Series(c, s.t[finite] + anchor, s.v[finite]))
+    return TraceData(os.getpid() if pid is None else int(pid), anchor, slices, counters)

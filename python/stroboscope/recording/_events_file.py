@@ -1,0 +1,294 @@
+"""The scope-events sidecar of a spool (``PATH.events``): written by the segment writer, read by
+:func:`stroboscope.recording.spool.recover_events`.
+
+Layout: an 8-byte magic, then chunks appended one whole ``pwrite`` at a time. A chunk is a
+12-byte head (4-byte tag, payload length and CRC-32 of the payload, little-endian) and its
+payload:
+
+- ``STRS``: ``first_id`` (u32), ``count`` (u32), then ``count`` strings, each a u32 byte length
+  and its UTF-8 bytes: the interned strings ``[first_id, first_id + count)`` of the process's
+  events log (id 0 is the empty string). A chunk of strings always precedes the events that
+  name them.
+- ``EVTS``: ``first_index`` (u64, the log index of the range read), ``lost`` (u64, events of the
+  range that were overwritten before they were read), ``count`` (u32), then ``count`` records of
+  36 bytes (:data:`RECORD`).
+
+A reader takes chunks in order and stops at the first that is incomplete, fails its CRC or does
+not follow on from the ones before (a write cut short by a crash or a full disk): everything
+before it is intact, and the bytes left out are counted, never guessed at.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from stroboscope.recording._spool_header import SpoolError, open_regular
+
+MAGIC = b"STRBEVT1"
+HEAD = struct.Struct("<4sII")
+STRINGS_TAG = b"STRS"
+EVENTS_TAG = b"EVTS"
+_STRS = struct.Struct("<II")
+_EVTS = struct.Struct("<QQI")
+_LEN = struct.Struct("<I")
+MAX_CHUNK_EVENTS = 1 << 16
+"""Events per chunk at most (a chunk is ~2.3 MiB then)."""
+MAX_PAYLOAD = 64 << 20
+"""A head announcing a longer payload is corrupt (no writer makes one)."""
+
+RECORD = np.dtype(
+    [
+        ("mono_ns", "<i8"),
+        ("thread_id", "<i8"),
+        ("stack_id", "<u8"),
+        ("scope_id", "<u4"),
+        ("labels_id", "<u4"),
+        ("depth", "<u2"),
+        ("kind", "u1"),
+        ("pad", "u1"),
+    ]
+)
+"""One event on disk (36 bytes, packed)."""
+
+SCHEMA = pa.schema(
+    [
+        ("mono_ns", pa.int64()),
+        ("kind", pa.uint8()),
+        ("thread_id", pa.int64()),
+        ("scope_id", pa.uint32()),
+        ("depth", pa.uint16()),
+        ("labels_id", pa.uint32()),
+        ("stack_id", pa.uint64()),
+        ("scope", pa.string()),
+        ("labels", pa.string()),
+    ]
+)
+"""The recovered events: the events log's columns, then ``scope`` and ``labels`` resolved
+from the interned strings (null for an id whose string the file does not hold)."""
+
+
+def events_path(spool: str) -> str:
+    """The sidecar of ``spool``."""
+    return spool + ".events"
+
+
+def _chunk(tag: bytes, payload: bytes) -> bytes:
+    return HEAD.pack(tag, len(payload), zlib.crc32(payload)) + payload
+
+
+def strings_chunk(first_id: int, strings: list[str]) -> bytes:
+    parts = [_STRS.pack(first_id, len(strings))]
+    for s in strings:
+        raw = s.encode("utf-8", "surrogatepass")
+        parts += [_LEN.pack(len(raw)), raw]
+    return _chunk(STRINGS_TAG, b"".join(parts))
+
+
+def events_chunk(first_index: int, lost: int, table: pa.Table) -> bytes:
+    rec = np.zeros(table.num_rows, RECORD)
+    for name in ("mono_ns", "thread_id", "stack_id", "scope_id", "labels_id", "depth", "kind"):
+        rec[name] = table.column(name).to_numpy()
+    return _chunk(EVENTS_TAG, _EVTS.pack(first_index, lost, len(rec)) + rec.tobytes())
+
+
+def create(path: str) -> int:
+    """Create the sidecar (0600, ``O_EXCL | O_NOFOLLOW``: never an existing file or a link) and
+    write its magic; returns the fd, open for writing."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        if os.pwrite(fd, MAGIC, 0) != len(MAGIC):
+            raise OSError(errno.ENOSPC, "short write of the events file's magic", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def append(fd: int, offset: int, data: bytes, path: str) -> int:
+    """Write ``data`` at ``offset`` whole (one ``pwrite``, finished if it came back short) and
+    return the offset after it. On an error nothing after ``offset`` counts: the next append
+    writes at the same offset again, over whatever part of this one reached the file."""
+    done = 0
+    while done < len(data):
+        n = os.pwrite(fd, data[done:], offset + done)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "no progress writing the events file", path)
+        done += n
+    return offset + done
+
+
+class EventsSink:
+    """Appends the events log's new events (and new interned strings) to a spool's sidecar.
+
+    The file is made by the first :meth:`append`; events are those recorded from when the sink
+    was made on. Each append writes whole chunks (:func:`append`), so a crash at any point
+    leaves a file whose every complete chunk is intact.
+    """
+
+    def __init__(self, path: str) -> None:
+        from stroboscope import _core  # not at import: the watchdog child reads without it
+
+        self._core = _core
+        self.path = path
+        self._offset = 0  # 0 until the file is made; then where the next chunk goes
+        self._next = _core.events_written()
+        self._strings = 0
+        self.events_written = 0
+        self.events_lost = 0
+
+    def append(self) -> None:
+        """Write what was recorded since the last append; raises what the write raised (the
+        same events are tried again by the next append, while the log still holds them)."""
+        if self._offset == 0:
+            os.close(create(self.path))
+            self._offset = len(MAGIC)
+        batch = self._core.events_read(self._next)
+        # Read after the events: every id they hold was interned before they were pushed.
+        strings = self._core.events_strings(self._strings)
+        data = b""
+        if strings:
+            data += strings_chunk(self._strings, strings)
+        table = batch.to_arrow()
+        for start in range(0, max(table.num_rows, 1), MAX_CHUNK_EVENTS):
+            if table.num_rows == 0 and batch.lost == 0:
+                break
+            part = table.slice(start, MAX_CHUNK_EVENTS)
+            data += events_chunk(batch.first + start, batch.lost if start == 0 else 0, part)
+        if data:
+            # Opened for each append (a few times a second at most): no descriptor is held
+            # between them, so the sink needs no closing.
+            fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                self._offset = append(fd, self._offset, data, self.path)
+            finally:
+                os.close(fd)
+        self._strings += len(strings)
+        self._next = batch.next
+        self.events_written += table.num_rows
+        self.events_lost += batch.lost
+
+
+@dataclass(frozen=True)
+class EventsRead:
+    """What a sidecar holds: the events, events lost before they were written, bytes cut."""
+
+    table: pa.Table
+    lost: int
+    cut_bytes: int
+
+
+def _parse_strings(payload: bytes, strings: list[str]) -> bool:
+    """Append the chunk's strings; False (nothing appended) when it does not follow on."""
+    if len(payload) < _STRS.size:
+        return False
+    first, count = _STRS.unpack_from(payload)
+    if first != len(strings) or count > len(payload):
+        return False
+    pos, new = _STRS.size, []
+    for _ in range(count):
+        if pos + _LEN.size > len(payload):
+            return False
+        (n,) = _LEN.unpack_from(payload, pos)
+        pos += _LEN.size
+        if pos + n > len(payload):
+            return False
+        new.append(payload[pos : pos + n].decode("utf-8", "replace"))
+        pos += n
+    if pos != len(payload):
+        return False
+    strings += new
+    return True
+
+
+def read(path: str, uid: int | None = None) -> EventsRead:
+    """The intact events of a sidecar, in the order written, with names resolved.
+
+    Raises :class:`SpoolError` when the file cannot be opened, is not a regular file, belongs
+    to another user than ``uid`` or does not start with the magic. A torn or corrupt tail is cut
+    (counted in ``cut_bytes``), never raised.
+    """
+    fd, st = open_regular(path, "events file", follow=False)
+    with os.fdopen(fd, "rb") as f:
+        if uid is not None and st.st_uid != uid:
+            raise SpoolError(
+                f"events file {path} is owned by uid {st.st_uid}, its spool by uid {uid}"
+            )
+        data = f.read()
+    if data[: len(MAGIC)] != MAGIC:
+        raise SpoolError(f"events file {path} does not start with {MAGIC!r}: not an events file")
+    strings: list[str] = []
+    parts: list[np.ndarray] = []
+    lost = 0
+    next_index = -1
+    pos = len(MAGIC)
+    while pos + HEAD.size <= len(data):
+        tag, n, crc = HEAD.unpack_from(data, pos)
+        end = pos + HEAD.size + n
+        if n > MAX_PAYLOAD or end > len(data):
+            break
+        payload = data[pos + HEAD.size : end]
+        if zlib.crc32(payload) != crc:
+            break
+        if tag == STRINGS_TAG:
+            if not _parse_strings(payload, strings):
+                break
+        elif tag == EVENTS_TAG:
+            if len(payload) < _EVTS.size:
+                break
+            first, chunk_lost, count = _EVTS.unpack_from(payload)
+            if len(payload) != _EVTS.size + count * RECORD.itemsize or first < next_index:
+                break
+            parts.append(np.frombuffer(payload, RECORD, count, _EVTS.size))
+            lost += chunk_lost
+            next_index = first + count
+        else:
+            break
+        pos = end
+    rec = np.concatenate(parts) if parts else np.zeros(0, RECORD)
+    return EventsRead(_to_table(rec, strings), lost, len(data) - pos)
+
+
+def _names(ids: np.ndarray, strings: list[str]) -> pa.Array:
+    known = ids < len(strings)
+    table = pa.array(strings, pa.string())
+    safe = np.where(known, ids, 0).astype(np.int64)
+    if not strings:
+        return pa.nulls(len(ids), pa.string())
+    return table.take(pa.array(safe, mask=~known))
+
+
+def _to_table(rec: np.ndarray, strings: list[str]) -> pa.Table:
+    arrays = [
+        pa.array(np.ascontiguousarray(rec[f.name]), f.type)
+        for f in SCHEMA
+        if f.name not in ("scope", "labels")
+    ]
+    arrays += [_names(rec["scope_id"], strings), _names(rec["labels_id"], strings)]
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def read_beside(spool: str, anchor_ns: int, uid: int) -> pa.Table:
+    """The events of ``spool``'s sidecar with their metadata (``stroboscope.events_lost``,
+    ``stroboscope.events_cut_bytes``, ``stroboscope.anchor_realtime_ns``); no rows when there
+    is no sidecar."""
+    side = events_path(spool)
+    if os.path.lexists(side):
+        got = read(side, uid)
+        table, lost, cut = got.table, got.lost, got.cut_bytes
+    else:
+        table, lost, cut = SCHEMA.empty_table(), 0, 0
+    return table.replace_schema_metadata(
+        {
+            b"stroboscope.events_lost": str(lost).encode(),
+            b"stroboscope.events_cut_bytes": str(cut).encode(),
+            b"stroboscope.anchor_realtime_ns": str(anchor_ns).encode(),
+        }
+    )

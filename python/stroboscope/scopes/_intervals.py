@@ -1,0 +1,144 @@
+"""From scope edges to scope calls: the events log's begin/end records paired into one row per call
+(the scope-intervals table that analysis and export read).
+
+Pairing needs no per-event Python loop. On one stack scopes nest, so at a given depth its begins
+and ends alternate in time: sorted by (stack, depth, log order), a begin matches the end right
+after it in the same group. A begin with no such end is a scope still open (``end_ns`` null); an
+end with no begin lost its begin to the log's overwriting and is dropped. A scope's parent is the
+latest scope one level up on the same stack that began before it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+BEGIN, END = 1, 2
+
+INTERVAL_FIELDS = [
+    pa.field("name", pa.string()),
+    pa.field("path", pa.string()),
+    pa.field("thread_id", pa.int64()),
+    pa.field("stack_id", pa.uint64()),
+    pa.field("depth", pa.int32()),
+    pa.field("begin_ns", pa.int64()),
+    pa.field("end_ns", pa.int64()),
+]
+
+
+def _column(events: pa.Table, name: str, dtype: Any) -> np.ndarray[Any, Any]:
+    return np.asarray(events.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def pair_events(events: pa.Table, strings: list[str]) -> pa.Table:
+    """The scope-intervals table of ``events`` (the events log's schema), sorted by begin time.
+
+    ``strings`` maps the interned ids of scope names and label sets to their text.
+    """
+    n = events.num_rows
+    if n == 0:
+        return pa.schema(INTERVAL_FIELDS).empty_table()
+    kind = _column(events, "kind", np.uint8)
+    stack = _column(events, "stack_id", np.uint64)
+    depth = _column(events, "depth", np.int64)
+    order = np.lexsort((np.arange(n), depth, stack))
+    k, s, d = kind[order], stack[order], depth[order]
+    same_next = np.zeros(n, dtype=bool)
+    same_next[:-1] = (s[1:] == s[:-1]) & (d[1:] == d[:-1])
+    is_begin = k == BEGIN
+    matched = np.zeros(n, dtype=bool)
+    matched[:-1] = is_begin[:-1] & same_next[:-1] & (k[1:] == END)
+    begins = order[is_begin]
+    ends = np.full(len(begins), -1, dtype=np.int64)
+    pos = np.flatnonzero(is_begin)
+    has_end = matched[pos]
+    ends[has_end] = order[pos[has_end] + 1]
+
+    mono = _column(events, "mono_ns", np.int64)
+    scope_id = _column(events, "scope_id", np.int64)
+    labels_id = _column(events, "labels_id", np.int64)
+    thread = _column(events, "thread_id", np.int64)
+    begin_ns = mono[begins]
+    end_ns = np.where(ends >= 0, mono[np.maximum(ends, 0)], 0)
+    by_time = np.argsort(begin_ns, kind="stable")
+    begins, ends = begins[by_time], ends[by_time]
+    begin_ns, end_ns = begin_ns[by_time], end_ns[by_time]
+
+    name_of = _names(scope_id[begins], strings)
+    paths = _paths(name_of, stack[begins], depth[begins], begin_ns, end_ns, ends >= 0)
+    columns: dict[str, Any] = {
+        "name": pa.array(name_of, pa.string()),
+        "path": pa.array(paths, pa.string()),
+        "thread_id": pa.array(thread[begins], pa.int64()),
+        "stack_id": pa.array(stack[begins], pa.uint64()),
+        "depth": pa.array(depth[begins], pa.int32()),
+        "begin_ns": pa.array(begin_ns, pa.int64()),
+        "end_ns": pa.array(end_ns, pa.int64(), mask=ends < 0),
+    }
+    columns.update(_label_columns(labels_id[begins], strings))
+    return pa.table(columns)
+
+
+def _names(ids: np.ndarray[Any, Any], strings: list[str]) -> np.ndarray[Any, Any]:
+    unique, inverse = np.unique(ids, return_inverse=True)
+    text = np.array(
+        [strings[i] if 0 <= i < len(strings) else f"<scope {i}>" for i in unique.tolist()],
+        dtype=object,
+    )
+    return text[inverse]
+
+
+def _paths(
+    names: np.ndarray[Any, Any],
+    stack: np.ndarray[Any, Any],
+    depth: np.ndarray[Any, Any],
+    begin: np.ndarray[Any, Any],
+    end: np.ndarray[Any, Any],
+    closed: np.ndarray[Any, Any],
+) -> np.ndarray[Any, Any]:
+    """Each call's path: its parents' names, outermost first, joined by "/" ("…/" when the
+    parent's begin was overwritten in the log)."""
+    paths = names.copy()
+    for sid in np.unique(stack):
+        on_stack = np.flatnonzero(stack == sid)  # in begin order
+        levels = depth[on_stack]
+        for level in range(1, int(levels.max()) + 1):
+            children = on_stack[levels == level]
+            parents = on_stack[levels == level - 1]
+            if len(children) == 0:
+                continue
+            if len(parents) == 0:
+                paths[children] = "…/" + names[children]
+                continue
+            at = np.searchsorted(begin[parents], begin[children], side="right") - 1
+            parent = parents[np.maximum(at, 0)]
+            # A real parent began before the child and was still open when the child ended.
+            ok = (at >= 0) & (~closed[parent] | (closed[children] & (end[parent] >= end[children])))
+            paths[children] = np.where(
+                ok, paths[parent] + "/" + names[children], "…/" + names[children]
+            )
+    return paths
+
+
+def _label_columns(ids: np.ndarray[Any, Any], strings: list[str]) -> dict[str, pa.Array]:
+    """One string column per label key in use (null where a call does not carry it)."""
+    unique, inverse = np.unique(ids, return_inverse=True)
+    sets: list[dict[str, str]] = []
+    for i in unique.tolist():
+        if i == 0 or not 0 <= i < len(strings):
+            sets.append({})
+            continue
+        try:
+            parsed = json.loads(strings[i])
+        except ValueError:
+            parsed = {}
+        sets.append(parsed if isinstance(parsed, dict) else {})
+    keys = sorted({k for labels in sets for k in labels})
+    out: dict[str, pa.Array] = {}
+    for key in keys:
+        values = np.array([labels.get(key) for labels in sets], dtype=object)
+        out[key] = pa.array(values[inverse], pa.string())
+    return out

@@ -1,0 +1,279 @@
+"""A scope: a named region of code whose edges go into the events log, as a context manager and
+as a decorator (functions, methods, generators, coroutines, async generators).
+
+What one edge costs, in order: one attribute read when nothing records (the whole cost of a
+disabled scope besides the ``with``); otherwise the stack and labels from contextvars, one call
+into the extension that stamps CLOCK_MONOTONIC and the thread id in C++, and a new stack tuple.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from typing import Any, Callable, TypeVar, cast
+
+from stroboscope import _core, _events
+from stroboscope.scopes import _stack
+from stroboscope.scopes._stack import _LABELS, _STACK, Frame, LabelValue
+
+logger = logging.getLogger("stroboscope")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_state = _events.state
+_begin = _core.events_begin
+_end = _core.events_end
+
+_nvtx: Any = None  # the nvtx module once imported; False when it cannot be
+
+
+def _nvtx_module() -> Any:
+    global _nvtx
+    if _nvtx is None:
+        try:
+            import nvtx  # type: ignore[import-not-found,unused-ignore]
+
+            _nvtx = nvtx
+        except ImportError:
+            _nvtx = False
+    return _nvtx
+
+
+class annotate:
+    """A named region: its calls, durations and the metrics sampled while it ran.
+
+    Parameters
+    ----------
+    name : str, optional
+        The scope's name; as a decorator, the function's ``__qualname__`` when omitted. A context
+        manager needs one (``ValueError`` otherwise).
+    color : str or int, optional
+        The NVTX range colour (only used with ``nvtx``).
+    nvtx : bool or str
+        Also open an NVTX range (domain ``"stroboscope"``, or the domain given as a string) when
+        the ``nvtx`` package can be imported; nothing otherwise.
+    **labels : str, int, float or bool
+        Labels of this scope, added to the ambient :func:`stroboscope.labels`.
+    """
+
+    __slots__ = ("_color", "_domain", "_label_ids", "_labels", "_scope_id", "name")
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        color: str | int | None = None,
+        nvtx: bool | str = False,
+        **labels: LabelValue,
+    ) -> None:
+        if name is not None and type(name) is not str:
+            hint = " (as a decorator, write @annotate() with parentheses)" if callable(name) else ""
+            raise TypeError(f"name must be a str or None, not {type(name).__name__}{hint}")
+        if name == "":
+            raise ValueError("name must not be empty")
+        self.name = name
+        self._color = color
+        if nvtx is False:
+            self._domain: str | None = None
+        elif isinstance(nvtx, (bool, str)):
+            self._domain = "stroboscope" if nvtx is True else (nvtx or None)
+        else:
+            raise TypeError(f"nvtx must be a bool or a domain name (str), not {nvtx!r}")
+        self._labels = _stack.check_labels(type(self).__name__ + "()", labels) if labels else {}
+        self._scope_id = -1 if name is None else _stack.intern(name)
+        self._label_ids: dict[int, int] = {}  # ambient labels id -> id with this scope's own
+
+    # -- the edges ---------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        st = _state
+        if st.recording:
+            if st.starter is not None:
+                st.starter()  # the default session starts on its first scope
+            stack = _STACK.get()
+            sid = _stack.stack_id()
+            depth = stack[-1].depth + 1 if stack and stack[-1].stack_id == sid else 0
+            amb, lid = _LABELS.get()
+            if self._labels:
+                own = self._label_ids.get(lid)
+                if own is None:
+                    own = self._label_ids[lid] = _stack.labels_id({**amb, **self._labels})
+                lid = own
+            _begin(self._scope_id, depth, lid, sid)
+            _STACK.set((*stack, Frame(self, self._scope_id, lid, sid, depth)))
+            for target in st.edge_targets:
+                target()
+            if st.open_hooks:
+                self._call_hooks(st.open_hooks)
+        if self._domain is not None:
+            self._nvtx_push()
+
+    def _close(self) -> None:
+        if self._domain is not None:
+            self._nvtx_pop()
+        stack = _STACK.get()
+        if stack and stack[-1].owner is self:
+            top = stack[-1]
+            _end(top.scope_id, top.depth, top.labels_id, top.stack_id)
+            _STACK.set(stack[:-1])
+        elif any(f.owner is self for f in stack):
+            self._close_misnested(stack)
+        # else: opened while nothing recorded, so there is nothing to close
+
+    def _close_misnested(self, stack: tuple[Frame, ...]) -> None:
+        """Scopes left open above this one (entered by hand, never exited) end with it."""
+        last = max(i for i, f in enumerate(stack) if f.owner is self)
+        for frame in reversed(stack[last:]):
+            _end(frame.scope_id, frame.depth, frame.labels_id, frame.stack_id)
+        _STACK.set(stack[:last])
+
+    def _call_hooks(self, hooks: tuple[Callable[[str], None], ...]) -> None:
+        for hook in hooks:
+            try:
+                hook(cast(str, self.name))
+            except Exception:  # a hook must never break the code it observes
+                logger.exception("stroboscope: scope open hook %r failed", hook)
+
+    def _nvtx_push(self) -> None:
+        nvtx = _nvtx_module()
+        if nvtx:
+            nvtx.push_range(message=self.name, color=self._color, domain=self._domain)
+
+    def _nvtx_pop(self) -> None:
+        nvtx = _nvtx_module()
+        if nvtx:
+            nvtx.pop_range(domain=self._domain)
+
+    # -- context manager ---------------------------------------------------------------------
+
+    def __enter__(self) -> annotate:
+        if self._scope_id < 0:
+            raise ValueError(
+                f"{type(self).__name__}() used as a context manager needs a name: "
+                f"with {type(self).__name__}('forward'): ..."
+            )
+        if _state.recording or self._domain is not None:
+            self._open()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        # A frame is on the stack only if something recorded when a scope opened; the
+        # exception, if any, goes on unchanged.
+        if self._domain is not None or _STACK.get():
+            self._close()
+
+    # -- decorator ---------------------------------------------------------------------------
+
+    def __call__(self, fn: F) -> F:
+        if not callable(fn):
+            raise TypeError(f"{type(self).__name__}() decorates a callable, not {fn!r}")
+        scope = self._named(fn)
+        if inspect.isasyncgenfunction(fn):
+            return cast(F, functools.wraps(fn)(scope._wrap_async_gen(fn)))
+        if inspect.iscoroutinefunction(fn):
+            return cast(F, functools.wraps(fn)(scope._wrap_coroutine(fn)))
+        if inspect.isgeneratorfunction(fn):
+            return cast(F, functools.wraps(fn)(scope._wrap_gen(fn)))
+        return cast(F, functools.wraps(fn)(scope._wrap_call(fn)))
+
+    def _named(self, fn: Callable[..., Any]) -> annotate:
+        """This scope, or a copy named after ``fn`` when it has no name yet."""
+        if self.name is not None:
+            return self
+        named = object.__new__(type(self))
+        named.name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+        named._color = self._color
+        named._domain = self._domain
+        named._labels = self._labels
+        named._scope_id = _stack.intern(named.name)
+        named._label_ids = {}
+        return named
+
+    def _wrap_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        st = _state
+        plain = self._domain is None
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if plain and not st.recording:
+                return fn(*args, **kwargs)
+            self._open()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._close()
+
+        return call
+
+    def _wrap_coroutine(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            # The task's context holds the scope across its awaits: the region is the
+            # coroutine's whole life, suspended time included, on this task's own stack.
+            self._open()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                self._close()
+
+        return call
+
+    def _wrap_gen(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            # A generator shares its caller's context, so a scope held across a yield would
+            # wrap the caller's code too. The scope covers each resume instead: one call per
+            # next()/send()/throw(), the time the generator's body runs.
+            gen = fn(*args, **kwargs)
+            how, arg = "send", None
+            while True:
+                self._open()
+                try:
+                    value = gen.send(arg) if how == "send" else gen.throw(arg)
+                except StopIteration as stop:
+                    return stop.value
+                finally:
+                    self._close()
+                try:
+                    how, arg = "send", (yield value)
+                except GeneratorExit:
+                    gen.close()
+                    raise
+                except BaseException as exc:  # thrown in by the caller: goes to the body
+                    how, arg = "throw", exc
+
+        return call
+
+    def _wrap_async_gen(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            # As for generators: one call per resume (an async generator shares its caller's
+            # context too).
+            agen = fn(*args, **kwargs)
+            how, arg = "send", None
+            while True:
+                self._open()
+                try:
+                    value = await (agen.asend(arg) if how == "send" else agen.athrow(arg))
+                except StopAsyncIteration:
+                    return
+                finally:
+                    self._close()
+                try:
+                    how, arg = "send", (yield value)
+                except GeneratorExit:
+                    await agen.aclose()
+                    raise
+                except BaseException as exc:
+                    how, arg = "throw", exc
+
+        return call
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class collect_hardware_metrics(annotate):
+    """A scope without NVTX: ``collect_hardware_metrics(name=None)``, as in aitune."""
+
+    __slots__ = ()
+
+    def __init__(self, name: str | None = None, **labels: LabelValue) -> None:
+        super().__init__(name, **labels)

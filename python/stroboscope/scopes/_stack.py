@@ -1,0 +1,148 @@
+"""Where a scope stands: the stack of open scopes and the ambient labels, per thread and per
+asyncio task (contextvars), and the interned ids the events log stores instead of strings.
+
+A new thread starts with an empty context, so its stack is empty. An asyncio task starts with a
+copy of its creator's context, so it sees the scopes open where it was created; but it runs
+beside its creator, so its own scopes form a stack of their own: each frame records the stack
+(thread or task) that opened it, and a scope opened on another stack starts again at depth 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import threading
+from typing import Any, NamedTuple, Union
+
+from stroboscope import _core
+
+LabelValue = Union[str, int, float, bool]
+
+# Columns of the scope-intervals table and of samples_by_scope(): a label may not take their names.
+RESERVED_LABELS = frozenset(
+    {
+        "name",
+        "path",
+        "thread_id",
+        "stack_id",
+        "depth",
+        "begin_ns",
+        "end_ns",
+        "scope",
+        "scope_name",
+        "time",
+        "mono_ns",
+    }
+)
+
+
+class Frame(NamedTuple):
+    """One open scope on a stack."""
+
+    owner: object  # the scope object that opened it (its exit pops this frame)
+    scope_id: int
+    labels_id: int
+    stack_id: int
+    depth: int
+
+
+_STACK: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar(
+    "stroboscope_scopes", default=()
+)
+# The ambient labels and their interned id (0: no labels).
+_LABELS: contextvars.ContextVar[tuple[dict[str, str], int]] = contextvars.ContextVar(
+    "stroboscope_labels", default=({}, 0)
+)
+
+_get_running_loop = asyncio._get_running_loop  # C function: None outside a running loop
+_current_task = asyncio.current_task
+_get_ident = threading.get_ident
+
+_interned: dict[str, int] = {}
+_intern_lock = threading.Lock()
+
+
+def intern(text: str) -> int:
+    """The events log's id for ``text`` (scope names, label sets), cached on the Python side."""
+    found = _interned.get(text)
+    if found is not None:
+        return found
+    with _intern_lock:
+        found = _interned.get(text)
+        if found is None:
+            found = _interned[text] = int(_core.events_intern(text))
+    return found
+
+
+def stack_id() -> int:
+    """The stack a scope opened here belongs to: the running asyncio task, else the thread."""
+    if _get_running_loop() is not None:
+        task = _current_task()
+        if task is not None:
+            return id(task)
+    return _get_ident()
+
+
+def current_stack() -> tuple[Frame, ...]:
+    """The open scopes of this context, outermost first (a task's inherited ones included)."""
+    return _STACK.get()
+
+
+def check_labels(where: str, labels: dict[str, Any]) -> dict[str, str]:
+    """Labels as strings; a reserved key or a value that is not a plain scalar is refused."""
+    out: dict[str, str] = {}
+    for key, value in labels.items():
+        if key in RESERVED_LABELS:
+            raise ValueError(
+                f"{where}: label {key!r} is a column of the scope tables; reserved names are "
+                f"{sorted(RESERVED_LABELS)}"
+            )
+        if not isinstance(value, (str, int, float)):  # bool is an int
+            raise TypeError(
+                f"{where}: label {key}={value!r} must be a str, int, float or bool, "
+                f"not {type(value).__name__}"
+            )
+        out[key] = str(value)
+    return out
+
+
+def labels_id(labels: dict[str, str]) -> int:
+    """The interned id of a label set (0 for none)."""
+    if not labels:
+        return 0
+    return intern(json.dumps(labels, sort_keys=True, separators=(",", ":")))
+
+
+def ambient() -> tuple[dict[str, str], int]:
+    """The ambient labels of this context and their id."""
+    return _LABELS.get()
+
+
+class labels:
+    """Labels that every scope opened inside carries (nested ``labels`` add to the outer ones).
+
+    >>> with stroboscope.labels(module="resnet", backend="tensorrt"):
+    ...     with stroboscope.annotate("build"):
+    ...         ...
+    """
+
+    __slots__ = ("_labels", "_tokens")
+
+    def __init__(self, **labels: LabelValue) -> None:
+        self._labels = check_labels("labels()", labels)
+        self._tokens: list[contextvars.Token[tuple[dict[str, str], int]]] = []
+
+    def __enter__(self) -> dict[str, str]:
+        outer, _ = _LABELS.get()
+        merged = {**outer, **self._labels}
+        self._tokens.append(_LABELS.set((merged, labels_id(merged))))
+        return merged
+
+    def __exit__(self, *exc: object) -> None:
+        _LABELS.reset(self._tokens.pop())
+
+
+def current_labels() -> dict[str, str]:
+    """A copy of the ambient labels of this context."""
+    return dict(_LABELS.get()[0])

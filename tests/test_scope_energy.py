@@ -1,0 +1,124 @@
+"""Energy and power per scope on real frames: the fake NVML library (tests/fake_nvml) serves a
+scripted energy counter and power ramp, and summary's figures are compared with the values that
+landed in the frame, by hand."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pytest
+from _scope_tables import Call, intervals
+from stroboscope import Sampler
+from stroboscope.analysis.scopes import samples_by_scope, summary
+
+ScriptFn = Callable[[str], None]
+
+
+@pytest.fixture
+def nvml(
+    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ScriptFn]:
+    def use(script: str) -> None:
+        gc.collect()  # the library re-reads its script once every holder is gone
+        path = tmp_path / "script.txt"
+        path.write_text(script)
+        monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
+        monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
+
+    yield use
+    gc.collect()
+
+
+ENERGY = [0, 1000, 3000, 6000, 10000, 15000, 21000, 28000, 36000, 45000, 55000, 66000]
+POWER_MW = [100000 * (k + 1) for k in range(12)]
+
+
+def gpu_frame(nvml: ScriptFn) -> pa.Table:
+    nvml(
+        "devices 1\n"
+        f"set 0 energy {' '.join(map(str, ENERGY))}\n"
+        f"set 0 power {' '.join(map(str, POWER_MW))}\n"
+    )
+    s = Sampler(0.001, sources={"memory": None, "gpu": 0.005}, gpu_samples=False)
+    with s:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            read = s.snapshot().to_arrow().column("gpu.0.energy_mj").drop_null()
+            if len(read) >= 8:
+                break
+            time.sleep(0.005)
+    table = s.snapshot().to_arrow()
+    del s
+    return table
+
+
+def readings(table: pa.Table, column: str) -> tuple[list[int], list[float]]:
+    rows = table.filter(table.column(column).is_valid())
+    return rows.column("gpu.read_mono_ns").to_pylist(), rows.column(column).to_pylist()
+
+
+def hand_trapezoid(t: list[int], p: list[float], a: float, b: float) -> float:
+    """The integral (W·ns) of the piecewise-linear power through (t, p) over [a, b]."""
+
+    def at(x: float) -> float:
+        k = max(i for i in range(len(t)) if t[i] <= x)
+        if k == len(t) - 1:
+            return p[k]
+        return p[k] + (p[k + 1] - p[k]) * (x - t[k]) / (t[k + 1] - t[k])
+
+    cuts = [a, *[x for x in t if a < x < b], b]
+    return sum((y - x) * (at(x) + at(y)) / 2 for x, y in zip(cuts, cuts[1:]))
+
+
+def test_energy_per_scope_is_exact_against_the_scripted_counter(nvml: ScriptFn) -> None:
+    table = gpu_frame(nvml)
+    t, energy = readings(table, "gpu.0.energy_mj")
+    assert len(t) >= 8 and set(energy) <= set(map(float, ENERGY))  # landed = scripted values
+    mid = (t[4] + t[5]) // 2
+    calls: list[Call] = [
+        ("edges", "edges", 1, 1, 0, t[1], t[4], {}),  # edges on readings: an exact difference
+        ("between", "between", 1, 1, 0, (t[2] + t[3]) // 2, mid, {}),
+    ]
+    df = summary(table, intervals(calls, anchor=None))
+    assert df.attrs["energy_method"] == {"gpu.0": "counter"}
+    assert df.loc["edges", "energy_j"] == (energy[4] - energy[1]) / 1000
+    a = (t[2] + t[3]) // 2
+
+    def e_at(x: int, k: int) -> float:
+        return energy[k] + (energy[k + 1] - energy[k]) * (x - t[k]) / (t[k + 1] - t[k])
+
+    assert df.loc["between", "energy_j"] == pytest.approx(
+        (e_at(mid, 4) - e_at(a, 2)) / 1000, rel=1e-9
+    )
+    assert df.loc["edges", "energy_j_n"] == 3  # readings 1, 2, 3 (the end's is not inside)
+
+
+def test_energy_falls_back_to_the_power_integral(nvml: ScriptFn) -> None:
+    table = gpu_frame(nvml).drop_columns(["gpu.0.energy_mj"])
+    t, power = readings(table, "gpu.0.power_w")
+    assert set(power) <= {mw / 1000 for mw in POWER_MW}
+    a, b = (t[1] + t[2]) // 2, (t[5] + 3 * t[6]) // 4
+    df = summary(table, intervals([("a", "a", 1, 1, 0, a, b, {})], anchor=None))
+    assert df.attrs["energy_method"] == {"gpu.0": "power integral"}
+    assert df.loc["a", "energy_j"] == pytest.approx(hand_trapezoid(t, power, a, b) / 1e9, rel=1e-9)
+    inside = [p for x, p in zip(t, power) if a <= x < b]
+    assert df.loc["a", "power_w_n"] == len(inside) == 4
+    assert df.loc["a", "power_w_mean"] == pytest.approx(sum(inside) / len(inside))
+    assert df.loc["a", "power_w_max"] == max(inside)
+
+
+def test_samples_by_scope_on_a_real_frame(nvml: ScriptFn) -> None:
+    table = gpu_frame(nvml)
+    mono = table.column("mono_ns").to_pylist()
+    b, e = mono[3], mono[len(mono) // 2]
+    joined = samples_by_scope(table, intervals([("a", "a", 9, 9, 0, b, e, {})], anchor=None))
+    assert joined.num_rows == table.num_rows
+    assert joined.column("scope").to_pylist() == ["a" if b <= t < e else None for t in mono]
+    assert joined.drop_columns(
+        ["scope", "scope_name", "thread_id", "stack_id", "scope_depth"]
+    ).equals(table)
