@@ -137,7 +137,7 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         base(sources=["memory"], capacity=2**30),
         ValueError,
         r"^capacity=1073741824 rows x 6 columns \(mono_ns 1, memory 5\) x 8 bytes needs a "
-        r"48\.75 GiB ring, over the limit of 1024 MiB; lower capacity to at most 16777216 rows",
+        r"49\.00 GiB ring, over the limit of 1024 MiB; lower capacity to at most 16777216 rows",
     ),
     (
         "8192-cores-default-capacity",

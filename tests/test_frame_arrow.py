@@ -216,3 +216,71 @@ def test_cpu_all_busy_reads_exactly_100(tmp_path: Path) -> None:
     finally:
         s.close()
     assert util == [100.0, 100.0, 100.0]
+
+
+def test_rows_before_the_first_are_skipped_by_an_arrow_offset(tmp_path: Path) -> None:
+    # 100 rows into a 64-row ring: the snapshot starts at row 36, inside the ring's block of 64
+    # rows. Its columns point at the block (an Arrow offset of 36, nothing moved); a column
+    # without nulls carries no bitmap. The spool file, read by the Python reader from the
+    # documented layout, is the reference for the values.
+    fake = FakeProc(tmp_path / "proc")
+    spool = tmp_path / "run.spool"
+    s = Sampler(
+        0.001,
+        pid=PID,
+        sources={"memory": None, "cpu": 0.004},
+        capacity=64,
+        cpu_window=0,
+        proc_root=str(fake.root),
+        spool=spool,
+        segment_seconds=0.03,
+    )
+    for _ in range(100):
+        s.tick_now(1)
+        fake.advance(user=1, idle=3)
+    from stroboscope.recording.spool import read_spool
+
+    reference, first = read_spool(spool)
+    frame = s.snapshot()
+    table = frame.to_arrow()
+    s.close()
+    assert first == frame.first_row == 36 and table.num_rows == len(frame) == 64
+    for name in table.column_names:
+        (chunk,) = table.column(name).chunks
+        assert chunk.offset == 36, name
+        assert chunk.to_pylist() == reference.column(name).to_pylist(), name
+    assert table.column("mem.total_bytes").chunks[0].buffers()[0] is None  # no nulls, no bitmap
+    cpu = table.column("cpu.util_pct")
+    assert cpu.null_count == 48 and cpu.chunks[0].buffers()[0] is not None  # read 1 row in 4
+    assert cpu.drop_null().to_pylist() == [pytest.approx(25.0)] * 16
+    import duckdb
+    import polars as pl
+
+    assert pl.DataFrame(frame)["cpu.util_pct"].to_list() == cpu.to_pylist()
+    con = duckdb.connect()
+    con.register("tbl", table)
+    row = con.execute('SELECT count("cpu.util_pct"), min(mono_ns) FROM tbl').fetchone()
+    assert row == (16, table.column("mono_ns")[0].as_py())
+
+
+def _address(table: pa.Table) -> int:
+    return int(table.column("mono_ns").chunks[0].buffers()[1].address)
+
+
+def test_a_frame_buffer_is_reused_only_once_nothing_uses_it() -> None:
+    s = Sampler(0.001, sources=["memory"], capacity=1 << 12)
+    s.tick_now(1000)
+    first = s.snapshot().to_arrow()
+    kept = first.column("mono_ns").to_pylist()
+    s.tick_now(10)
+    second = s.snapshot().to_arrow()
+    # The first table still uses its buffer: the second copy went elsewhere and left it as it was.
+    assert _address(second) != _address(first)
+    assert first.column("mono_ns").to_pylist() == kept
+    address = _address(first)
+    del first
+    gc.collect()
+    third = s.snapshot().to_arrow()
+    assert _address(third) == address  # free again: reused, not a fresh allocation
+    assert third.column("mono_ns").to_pylist() == second.column("mono_ns").to_pylist()
+    s.close()

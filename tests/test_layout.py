@@ -72,6 +72,8 @@ def test_spool_layout_is_the_one_cpp_defines() -> None:
     core = _core.SPOOL_LAYOUT
     assert core["magic"] == _layout.MAGIC
     assert core["version"] == _layout.VERSION
+    assert core["versions_read"] == _layout.VERSIONS_READ
+    assert core["block_rows"] == _layout.BLOCK_ROWS
     assert core["page"] == _layout.PAGE
     assert core["schema_offset"] == _layout.SCHEMA_OFFSET
     expected = textwrap.indent(
@@ -102,8 +104,13 @@ def test_a_spool_written_by_cpp_decodes_with_the_layout(tmp_path: Path) -> None:
     assert field("columns") == ncols
     assert field("interval_ns") == 2_000_000
     assert field("pid") == os.getpid()
-    assert field("words") == 4  # 256 rows / 64 bits
-    assert field("total_size") == len(data)
+    assert field("block_rows") == 64
+    # 256 rows = 4 blocks of 64 cells per column + the validity words padded to 8
+    assert (
+        field("total_size")
+        == len(data)
+        == field("header_size") + 4 * 8 * (64 * ncols + (ncols + 7) // 8 * 8)
+    )
     assert field("head") == field("write_begin") == 7
     schema = data[_layout.SCHEMA_OFFSET : _layout.SCHEMA_OFFSET + int(field("schema_size"))]
     assert schema.decode().splitlines()[0].split("\t")[0] == "mono_ns"

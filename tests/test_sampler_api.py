@@ -89,7 +89,8 @@ def test_stats_report_ring_memory_and_counts() -> None:
     s = Sampler(0.001, sources=["memory", "cpu"], capacity=4096)
     st = s.stats()
     cols = st.num_columns + 1  # + mono_ns
-    assert st.ring_bytes == 4096 * cols * 8 + cols * (4096 // 64) * 8
+    # Blocks of 64 rows: 8-byte cells, and a cache line of validity words per 8 columns.
+    assert st.ring_bytes == 4096 * cols * 8 + (4096 // 64) * ((cols + 7) // 8) * 64
     with s:
         wait_rows(s, 20)
     st = s.stats()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -157,7 +157,7 @@ def test_asyncio_tasks_have_their_own_stacks(sampler: Sampler) -> None:
 
 def test_generators_get_one_call_per_resume(sampler: Sampler) -> None:
     @scopes.annotate()
-    def numbers() -> Iterator[int]:
+    def numbers() -> Generator[int, int, None]:
         got = yield 1
         yield got * 10
         return
@@ -185,7 +185,7 @@ def test_async_generators_and_throw(sampler: Sampler) -> None:
             yield i
 
     @scopes.annotate()
-    def catcher() -> Iterator[str]:
+    def catcher() -> Generator[str, None, None]:
         try:
             yield "ready"
         except ValueError as exc:

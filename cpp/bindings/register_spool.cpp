@@ -26,6 +26,12 @@ py::dict spool_layout() {
   py::dict d;
   d["magic"] = py::bytes(kSpoolMagic, sizeof kSpoolMagic);
   d["version"] = kSpoolVersion;
+  py::tuple versions_read(std::size(kSpoolVersionsRead));
+  for (std::size_t i = 0; i < std::size(kSpoolVersionsRead); ++i) {
+    versions_read[i] = kSpoolVersionsRead[i];
+  }
+  d["versions_read"] = versions_read;
+  d["block_rows"] = kBlockRows;
   d["page"] = kSpoolPage;
   d["schema_offset"] = kSpoolSchemaOffset;
   py::list fields;

@@ -1,4 +1,5 @@
-// Frame → Arrow C data interface (schema, struct array, one-batch stream). No copies of cells.
+// Frame → Arrow C data interface (schema, struct array, one-batch stream). No copies of cells;
+// each column carries the frame's offset into its buffers.
 #include "stroboscope/arrow_export.hpp"
 
 #include <cerrno>
@@ -127,10 +128,13 @@ void fill_column_array(const std::shared_ptr<const Frame>& frame, const FrameCol
   build_owned<ArrowArray, ColumnArrayPrivate>(
       out, release_owned<ArrowArray, ColumnArrayPrivate>, [&](ColumnArrayPrivate& priv) {
         priv.frame = frame;
-        // A column without nulls may omit its validity bitmap (buffer 0 = null).
-        priv.buffers[0] = col.null_count == 0 ? nullptr : col.validity.get();
-        priv.buffers[1] = col.cells.get();
+        // A column without nulls has no validity bitmap (buffer 0 = null). Both buffers start
+        // at the ring block that held the frame's first row: the offset skips what came before
+        // it (rows outside the copy, or overwritten while copying), so nothing is moved.
+        priv.buffers[0] = col.validity;
+        priv.buffers[1] = col.cells;
         out->length = frame->length();
+        out->offset = col.offset;
         out->null_count = col.null_count;
         out->n_buffers = 2;
         out->buffers = priv.buffers;

@@ -1,98 +1,203 @@
-// Frame buffers: allocation, dropping rows torn by a concurrent overwrite, the `time` column.
+// Frame buffers: the reuse pool, the layout of one frame's buffer, the `time` column, nulls.
 #include "stroboscope/frame.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <utility>
-
-#include "stroboscope/ring.hpp"
 
 namespace stroboscope {
 namespace {
 
-std::uint64_t words_for(std::uint64_t rows) { return (rows + 63) / 64; }
+constexpr std::size_t kHeaderWords = 8;  // a cache line before the data: the size, then padding
+constexpr std::size_t kLineWords = 8;
 
-std::int64_t count_nulls(const std::uint64_t* validity, std::uint64_t n) noexcept {
+std::size_t round_to_line(std::size_t words) { return (words + kLineWords - 1) / kLineWords * kLineWords; }
+
+// A kept buffer serves a request it is not more than about twice the size of (small frames all
+// share one size class): bigger ones would hold memory a smaller pattern of copies does not need.
+bool fits(std::size_t size, std::size_t words) { return size >= words && size / 2 <= words + 4096; }
+
+// Set bits of `words` in the bit range [first, first + n).
+std::uint64_t count_set(const std::uint64_t* words, std::uint64_t first, std::uint64_t n) noexcept {
   std::uint64_t set = 0;
-  const std::uint64_t full_words = n / 64;
-  for (std::uint64_t w = 0; w < full_words; ++w) set += std::popcount(validity[w]);
-  const std::uint64_t rest = n % 64;
-  if (rest != 0) set += std::popcount(validity[full_words] & ((std::uint64_t{1} << rest) - 1));
-  return static_cast<std::int64_t>(n - set);
+  while (n > 0) {
+    const unsigned off = static_cast<unsigned>(first % 64);
+    const std::uint64_t take = std::min<std::uint64_t>(n, 64 - off);
+    std::uint64_t w = words[first / 64] >> off;
+    if (take < 64) w &= (std::uint64_t{1} << take) - 1;
+    set += static_cast<std::uint64_t>(std::popcount(w));
+    first += take;
+    n -= take;
+  }
+  return set;
 }
 
 }  // namespace
 
-Frame::Frame(std::vector<FrameColumn> columns, std::int64_t length, std::uint64_t first_row,
-             std::uint64_t rows_lost) noexcept
-    : columns_(std::move(columns)), length_(length), first_row_(first_row), rows_lost_(rows_lost) {}
+// ------------------------------------------------------------------------------- pool
 
-FrameBuilder::FrameBuilder(const std::vector<ColumnSpec>& metric_columns, std::uint64_t rows,
-                           std::uint64_t first_row)
-    : rows_(rows), first_row_(first_row) {
-  columns_.reserve(metric_columns.size() + 2);
-  Column time;
-  time.spec = ColumnSpec{"time", "ns", DType::kInt64, Kind::kGauge,
-                         "UTC time of the tick (CLOCK_MONOTONIC plus a wall-clock anchor)."};
-  time.is_timestamp = true;
-  columns_.push_back(std::move(time));
-  for (const ColumnSpec& spec : metric_columns) {
-    Column col;
-    col.spec = spec;
-    columns_.push_back(std::move(col));
+FrameBufferPool::~FrameBufferPool() {
+  for (auto& slot : slots_) free_buffer(slot.exchange(nullptr, std::memory_order_acquire));
+}
+
+std::size_t FrameBufferPool::size_of(const std::uint64_t* buffer) noexcept {
+  return static_cast<std::size_t>(buffer[-static_cast<std::ptrdiff_t>(kHeaderWords)]);
+}
+
+void FrameBufferPool::free_buffer(std::uint64_t* buffer) noexcept {
+  if (buffer != nullptr) std::free(buffer - kHeaderWords);
+}
+
+std::uint64_t* FrameBufferPool::take(std::size_t words) {
+  std::uint64_t* found = nullptr;
+  for (auto& slot : slots_) {
+    // acq_rel: acquire pairs with give()'s release, after which the last frame that used the
+    // buffer is gone (every read of it happened before its shared_ptr count reached zero).
+    std::uint64_t* p = slot.exchange(nullptr, std::memory_order_acq_rel);
+    if (p == nullptr) continue;
+    if (!fits(size_of(p), words)) {
+      free_buffer(p);  // sized for another pattern of copies: give the memory back
+    } else if (found == nullptr) {
+      found = p;
+    } else {
+      give(p);  // a second fitting buffer stays for the next copy
+    }
   }
-  for (Column& col : columns_) {
-    // for_overwrite: the ring copy writes every cell, so zero-filling them first would be a
-    // wasted pass over the largest buffer. Validity is OR-ed into, so it starts zeroed.
-    col.cells = std::make_unique_for_overwrite<std::uint64_t[]>(rows == 0 ? 1 : rows);
-    col.validity = std::make_unique<std::uint64_t[]>(words_for(rows) + 1);
+  if (found != nullptr) return found;
+  // Room to grow: drains of about the same number of rows then share one buffer.
+  const std::size_t size = round_to_line(words + words / 8);
+  if (size > SIZE_MAX / sizeof(std::uint64_t) - kHeaderWords) throw std::bad_alloc();
+  void* raw = std::aligned_alloc(64, (kHeaderWords + size) * sizeof(std::uint64_t));
+  if (raw == nullptr) throw std::bad_alloc();
+  auto* header = static_cast<std::uint64_t*>(raw);
+  header[0] = size;
+  return header + kHeaderWords;
+}
+
+void FrameBufferPool::give(std::uint64_t* buffer) noexcept {
+  if (buffer == nullptr) return;
+  for (auto& slot : slots_) {
+    std::uint64_t* expected = nullptr;
+    // release: the frame's reads of the buffer happen before a later take() acquires it.
+    if (slot.compare_exchange_strong(expected, buffer, std::memory_order_acq_rel,
+                                     std::memory_order_relaxed)) {
+      return;
+    }
+  }
+  free_buffer(buffer);  // every slot taken: keep the pool's memory bounded
+}
+
+// ------------------------------------------------------------------------------- frame
+
+Frame::Frame(std::vector<FrameColumn> columns, std::int64_t length, std::int64_t offset,
+             std::uint64_t first_row, std::uint64_t rows_lost, std::uint64_t* buffer,
+             std::shared_ptr<FrameBufferPool> pool) noexcept
+    : columns_(std::move(columns)),
+      length_(length),
+      offset_(offset),
+      first_row_(first_row),
+      rows_lost_(rows_lost),
+      buffer_(buffer),
+      pool_(std::move(pool)) {}
+
+Frame::~Frame() {
+  if (pool_ != nullptr) {
+    pool_->give(buffer_);
+  } else {
+    FrameBufferPool::free_buffer(buffer_);
   }
 }
 
-std::vector<ColumnDest> FrameBuilder::ring_destinations() {
-  std::vector<ColumnDest> dest;
-  dest.reserve(columns_.size() - 1);
-  for (std::size_t c = 1; c < columns_.size(); ++c) {
-    dest.push_back(ColumnDest{columns_[c].cells.get(), columns_[c].validity.get()});
+// ------------------------------------------------------------------------------- builder
+
+FrameBuilder::FrameBuilder(const std::vector<ColumnSpec>& metric_columns, std::uint64_t from,
+                           std::uint64_t to, std::shared_ptr<FrameBufferPool> pool)
+    : from_(from),
+      to_(to < from ? from : to),
+      base_(Ring::block_start(from)),
+      rows_(Ring::copy_rows(from, to_)),
+      pool_(std::move(pool)) {
+  specs_.reserve(metric_columns.size() + 1);
+  specs_.push_back(ColumnSpec{"time", "ns", DType::kInt64, Kind::kGauge,
+                              "UTC time of the tick (CLOCK_MONOTONIC plus a wall-clock anchor)."});
+  specs_.insert(specs_.end(), metric_columns.begin(), metric_columns.end());
+  // One buffer: every column's cells (whole ring blocks, so each run starts on a cache line),
+  // then every metric column's validity words. At least a line each: no pointer is null, even
+  // for an empty frame.
+  const std::size_t cells = std::max<std::size_t>(rows_, kLineWords);
+  const std::size_t words = round_to_line(std::max<std::size_t>(rows_ / kBlockRows, 1));
+  const std::size_t ncols = specs_.size();
+  const std::size_t total = ncols * cells + (ncols - 1) * words;
+  buffer_ = pool_ != nullptr ? pool_->take(total) : FrameBufferPool().take(total);
+  cells_.resize(ncols);
+  validity_.resize(ncols, nullptr);
+  dest_.reserve(ncols - 1);
+  for (std::size_t c = 0; c < ncols; ++c) cells_[c] = buffer_ + c * cells;
+  for (std::size_t c = 1; c < ncols; ++c) {
+    validity_[c] = buffer_ + ncols * cells + (c - 1) * words;
+    dest_.push_back(ColumnDest{cells_[c], validity_[c]});
   }
-  return dest;
 }
 
-std::shared_ptr<Frame> FrameBuilder::finish(std::uint64_t skip,
+FrameBuilder::~FrameBuilder() {
+  // Not finished (the copy threw, or finish() was never called): the buffer goes back.
+  if (buffer_ == nullptr) return;
+  if (pool_ != nullptr) {
+    pool_->give(buffer_);
+  } else {
+    FrameBufferPool::free_buffer(buffer_);
+  }
+}
+
+std::size_t FrameBuilder::copy_bytes() const noexcept {
+  return static_cast<std::size_t>(rows_) * dest_.size() * sizeof(std::uint64_t);
+}
+
+std::shared_ptr<Frame> FrameBuilder::finish(std::uint64_t first_intact,
                                             std::int64_t realtime_minus_mono_ns,
                                             std::uint64_t rows_lost) && {
-  std::uint64_t n = rows_;
-  if (skip > n) skip = n;
-  if (skip != 0) {
-    const std::uint64_t kept = n - skip;
-    for (std::size_t c = 1; c < columns_.size(); ++c) {
-      Column& col = columns_[c];
-      std::memmove(col.cells.get(), col.cells.get() + skip, kept * sizeof(std::uint64_t));
-      auto shifted = std::make_unique<std::uint64_t[]>(words_for(kept) + 1);
-      copy_validity_bits(col.validity.get(), skip, kept, shifted.get(), 0);
-      col.validity = std::move(shifted);
-    }
-    n = kept;
-  }
-  // time = mono_ns + anchor; mono_ns is present in every row the sampler writes.
-  Column& time = columns_[0];
-  const Column& mono = columns_[1];
-  for (std::uint64_t i = 0; i < n; ++i) {
-    time.cells[i] = mono.cells[i] + static_cast<std::uint64_t>(realtime_minus_mono_ns);
-  }
-  std::memcpy(time.validity.get(), mono.validity.get(), words_for(n) * sizeof(std::uint64_t));
+  if (first_intact < from_) first_intact = from_;
+  if (first_intact > to_) first_intact = to_;
+  const std::uint64_t n = to_ - first_intact;
+  // An empty frame points at the start of its (one-line) buffers: an offset past them would
+  // name memory the frame does not hold.
+  const std::uint64_t off = n == 0 ? 0 : first_intact - base_;
+  // time = mono_ns + anchor, over the frame's rows only.
+  std::uint64_t* time = cells_[0];
+  const std::uint64_t* mono = cells_[1];
+  const auto anchor = static_cast<std::uint64_t>(realtime_minus_mono_ns);
+  for (std::uint64_t i = off; i < off + n; ++i) time[i] = mono[i] + anchor;
 
   std::vector<FrameColumn> done;
-  done.reserve(columns_.size());
-  for (Column& col : columns_) {
-    const std::int64_t nulls = count_nulls(col.validity.get(), n);
-    done.push_back(FrameColumn{std::move(col.spec), col.is_timestamp, std::move(col.cells),
-                               std::move(col.validity), nulls});
+  done.reserve(specs_.size());
+  for (std::size_t c = 0; c < specs_.size(); ++c) {
+    FrameColumn col;
+    col.spec = std::move(specs_[c]);
+    col.is_timestamp = c == 0;
+    col.cells = cells_[c];
+    col.offset = static_cast<std::int64_t>(off);
+    if (c > 0) {
+      // One word per 64 cells: a column whose rows are all present keeps no bitmap at all.
+      col.null_count = static_cast<std::int64_t>(n - count_set(validity_[c], off, n));
+      col.validity = col.null_count == 0 ? nullptr : validity_[c];
+    }
+    done.push_back(std::move(col));
   }
-  columns_.clear();
-  // Not make_shared: Frame's constructor is private to this builder.
-  return std::shared_ptr<Frame>(
-      new Frame(std::move(done), static_cast<std::int64_t>(n), first_row_ + skip, rows_lost + skip));
+  // `time` is present where mono_ns is: the same bitmap (read-only from here on).
+  done[0].null_count = done[1].null_count;
+  done[0].validity = done[1].validity;
+  // Not make_shared: Frame's constructor is private to this builder. Until the Frame exists the
+  // builder owns the buffer (its destructor returns it when `new` throws); from then on the
+  // Frame does (a failed shared_ptr deletes it, which returns it).
+  std::unique_ptr<Frame> frame(new Frame(std::move(done), static_cast<std::int64_t>(n),
+                                         static_cast<std::int64_t>(off), first_intact,
+                                         rows_lost + (first_intact - from_), buffer_, pool_));
+  buffer_ = nullptr;
+  return std::shared_ptr<Frame>(std::move(frame));
 }
 
 }  // namespace stroboscope

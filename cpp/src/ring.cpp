@@ -1,35 +1,22 @@
-// The columnar SPSC ring: storage, the producer's push and the consumer's consistent copy.
+// The columnar SPSC ring in row blocks: storage, the producer's push and the consumer's copy.
 #include "stroboscope/ring.hpp"
 
 #include <algorithm>
 #include <cassert>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <cstdint>
 #include <new>
 #include <stdexcept>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace stroboscope {
 namespace {
 
 constexpr std::size_t kAlign = 64;
-
-// n words times `count` (columns), zeroed and 64-byte aligned. A size that does not fit in
-// size_t throws std::length_error: a wrapped product would allocate a few bytes for a huge ring.
-std::uint64_t* alloc_words(std::size_t n, std::size_t count = 1) {
-  std::size_t words = 0;
-  std::size_t bytes = 0;
-  if (__builtin_mul_overflow(n, count, &words) ||
-      __builtin_mul_overflow(words, sizeof(std::uint64_t), &bytes) ||
-      bytes > SIZE_MAX - kAlign) {
-    throw std::length_error("ring size overflows: too many columns times rows");
-  }
-  bytes = ((bytes + kAlign - 1) / kAlign) * kAlign;
-  void* p = std::aligned_alloc(kAlign, bytes == 0 ? kAlign : bytes);
-  if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, bytes);  // touch every page now, not on the sampler's first lap
-  return static_cast<std::uint64_t*>(p);
-}
 
 // Load of a cell or validity word the producer may be writing concurrently. Acquire pairs with
 // the producer's release store of that word: having read a value of row j, this thread also sees
@@ -40,47 +27,63 @@ inline std::uint64_t load_cell(const std::uint64_t* p) noexcept {
       .load(std::memory_order_acquire);
 }
 
-// Up to 64 bits of `src` starting at bit `bit` (bits past the end read as whatever the next word
-// holds; callers mask).
-inline std::uint64_t read_bits64(const std::uint64_t* src, std::uint64_t bit) noexcept {
-  const std::uint64_t w = bit >> 6;
-  const unsigned off = static_cast<unsigned>(bit & 63);
-  std::uint64_t v = load_cell(src + w) >> off;
-  if (off != 0) v |= load_cell(src + w + 1) << (64 - off);
-  return v;
+// One column's 64 cells of a block into `dst`. The loads are atomic one cell at a time (the
+// compiler does not merge or vectorise them), so the stores are what decides the speed: cached
+// stores first read every destination line they fill; streaming stores (movnti, collected into
+// whole lines by the write-combining buffers) do not. The destination is the consumer's own.
+template <bool kStreaming>
+inline void copy_run(const std::uint64_t* src, std::uint64_t* dst) noexcept {
+  for (std::uint64_t i = 0; i < kBlockRows; ++i) {
+    const std::uint64_t v = load_cell(src + i);
+#if defined(__x86_64__)
+    if constexpr (kStreaming) {
+      _mm_stream_si64(reinterpret_cast<long long*>(dst + i), static_cast<long long>(v));
+      continue;
+    }
+#endif
+    dst[i] = v;
+  }
 }
 
 }  // namespace
 
+std::size_t Ring::storage_words(std::size_t num_columns, std::uint64_t capacity) {
+  std::size_t words = 0;
+  std::size_t bytes = 0;
+  // block_words itself cannot wrap before the product does for any column count that fits in
+  // memory; the product with the block count is what overflows for huge rings.
+  if (num_columns > SIZE_MAX / (kBlockRows + kGroupColumns) ||
+      __builtin_mul_overflow(block_words(num_columns), blocks(capacity), &words) ||
+      __builtin_mul_overflow(words, sizeof(std::uint64_t), &bytes) || bytes > SIZE_MAX - kAlign) {
+    throw std::length_error("ring size overflows: too many columns times rows");
+  }
+  return words;
+}
+
 Ring::Ring(std::size_t num_columns, std::uint64_t capacity)
     : num_columns_(num_columns),
       capacity_(capacity),
-      mask_(capacity - 1),
-      words_per_column_(words_per_column(capacity)),
+      slots_(blocks(capacity) * kBlockRows),
+      block_mask_(blocks(capacity) - 1),
+      block_words_(block_words(num_columns)),
       write_begin_(&own_counters_[0]),
       head_(&own_counters_[1]) {
   assert(capacity >= 2 && (capacity & (capacity - 1)) == 0);
-  cells_ = alloc_words(capacity_, num_columns_);
-  // One spare word at the end so read_bits64 may look one word past a column's last word.
-  try {
-    validity_ = alloc_words(num_columns_ * words_per_column_ + 1);  // < cells: cannot overflow
-  } catch (...) {
-    std::free(cells_);  // the destructor does not run for a constructor that throws
-    throw;
-  }
-  release_ = [cells = cells_, validity = validity_] {
-    std::free(cells);
-    std::free(validity);
-  };
+  const std::size_t bytes = storage_words(num_columns, capacity) * sizeof(std::uint64_t);
+  void* p = std::aligned_alloc(kAlign, bytes == 0 ? kAlign : (bytes + kAlign - 1) / kAlign * kAlign);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, bytes);  // touch every page now, not on the sampler's first lap
+  blocks_ = static_cast<std::uint64_t*>(p);
+  release_ = [p] { std::free(p); };
 }
 
 Ring::Ring(std::size_t num_columns, std::uint64_t capacity, RingStorage storage)
     : num_columns_(num_columns),
       capacity_(capacity),
-      mask_(capacity - 1),
-      words_per_column_(words_per_column(capacity)),
-      cells_(storage.cells),
-      validity_(storage.validity),
+      slots_(blocks(capacity) * kBlockRows),
+      block_mask_(blocks(capacity) - 1),
+      block_words_(block_words(num_columns)),
+      blocks_(storage.blocks),
       release_(std::move(storage.release)),
       write_begin_(storage.write_begin),
       head_(storage.head) {
@@ -95,71 +98,77 @@ Ring::~Ring() {
 }
 
 std::size_t Ring::memory_bytes() const noexcept {
-  return (num_columns_ * capacity_ + num_columns_ * words_per_column_) * sizeof(std::uint64_t);
+  return static_cast<std::size_t>(block_mask_ + 1) * block_words_ * sizeof(std::uint64_t);
 }
 
 void Ring::push(const std::uint64_t* cells, const std::uint8_t* valid) noexcept {
   const std::uint64_t j = producer_next_;
-  const std::uint64_t slot = j & mask_;
-  // Announce that row j (and so the slot of row j - capacity) is about to change. Relaxed is
+  // Announce that row j (and so the slot of row j - slots_) is about to change. Relaxed is
   // enough here: the cell stores below are releases, so they publish this store to any reader
   // that observes one of them (see load_cell).
   write_begin_->store(j + 1, std::memory_order_relaxed);
 
-  const std::uint64_t word = slot >> 6;
-  const std::uint64_t bit = std::uint64_t{1} << (slot & 63);
-  for (std::size_t c = 0; c < num_columns_; ++c) {
-    // Release: a reader that sees this cell's new value also sees write_begin_ = j + 1.
-    std::atomic_ref<std::uint64_t>(column(c)[slot]).store(cells[c], std::memory_order_release);
-    std::atomic_ref<std::uint64_t> v(validity(c)[word]);
-    // Single writer: a relaxed load + release store cannot lose an update; readers see the old
-    // or the new word, and a new word publishes write_begin_ like a cell does.
-    const std::uint64_t old = v.load(std::memory_order_relaxed);
-    v.store(valid[c] != 0 ? (old | bit) : (old & ~bit), std::memory_order_release);
+  std::uint64_t* block = block_of(j);
+  const std::uint64_t r = j % kBlockRows;
+  const std::uint64_t bit = std::uint64_t{1} << r;
+  // Group by group: 8 cells 512 bytes apart, then the validity line just after them.
+  for (std::size_t g = 0; g < num_columns_; g += kGroupColumns) {
+    const std::size_t n = std::min(kGroupColumns, num_columns_ - g);
+    std::uint64_t* group = block + cell_offset(g);
+    for (std::size_t i = 0; i < n; ++i) {
+      // Release: a reader that sees this cell's new value also sees write_begin_ = j + 1.
+      std::atomic_ref<std::uint64_t>(group[i * kBlockRows + r])
+          .store(cells[g + i], std::memory_order_release);
+    }
+    std::uint64_t* validity = group + n * kBlockRows;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::atomic_ref<std::uint64_t> v(validity[i]);
+      // Single writer: a relaxed load + release store cannot lose an update; readers see the
+      // old or the new word, and a new word publishes write_begin_ like a cell does.
+      const std::uint64_t old = v.load(std::memory_order_relaxed);
+      v.store(valid[g + i] != 0 ? (old | bit) : (old & ~bit), std::memory_order_release);
+    }
   }
   producer_next_ = j + 1;
   // Release: a consumer that acquires head_ == j + 1 sees all of row j's cells.
   head_->store(j + 1, std::memory_order_release);
 }
 
-std::uint64_t Ring::copy(std::uint64_t from, std::uint64_t to,
-                         const ColumnDest* dest) const noexcept {
-  if (to <= from) return to;
-  const std::uint64_t n = to - from;
-  // Copy in at most two contiguous pieces per column (the range may wrap around the end).
-  const std::uint64_t first_slot = from & mask_;
-  const std::uint64_t piece1 = std::min<std::uint64_t>(n, capacity_ - first_slot);
-  const std::uint64_t piece2 = n - piece1;
-  for (std::size_t c = 0; c < num_columns_; ++c) {
-    const std::uint64_t* src = column(c);
-    std::uint64_t* dst = dest[c].cells;
-    for (std::uint64_t i = 0; i < piece1; ++i) dst[i] = load_cell(src + first_slot + i);
-    for (std::uint64_t i = 0; i < piece2; ++i) dst[piece1 + i] = load_cell(src + i);
-    copy_validity_bits(validity(c), first_slot, piece1, dest[c].validity, 0);
-    if (piece2 != 0) copy_validity_bits(validity(c), 0, piece2, dest[c].validity, piece1);
+template <bool kStreaming>
+void Ring::copy_blocks(std::uint64_t from, std::uint64_t to, const ColumnDest* dest) const noexcept {
+  const std::uint64_t first = block_start(from);
+  const std::uint64_t nblocks = copy_rows(from, to) / kBlockRows;
+  // In row order; the range wraps around the ring at most once, and a full ring's first and
+  // last blocks are the same block: it is copied twice, each copy for its own rows.
+  for (std::uint64_t b = 0; b < nblocks; ++b) {
+    const std::uint64_t* block = block_of(first + b * kBlockRows);
+    const std::size_t at = static_cast<std::size_t>(b * kBlockRows);
+    for (std::size_t c = 0; c < num_columns_; ++c) {
+      copy_run<kStreaming>(block + cell_offset(c), dest[c].cells + at);
+      dest[c].validity[b] = load_cell(block + validity_offset(num_columns_, c));
+    }
   }
-  // The seqlock re-check. If any cell copied above came from a row the producer started after
-  // our copy began, its acquire load (load_cell) makes this load see write_begin_ at least one
-  // past that row. write_begin_ == b means rows up to b - 1 may have been written, which reuses
-  // the slots of rows up to b - 1 - capacity: those copies are discarded.
-  const std::uint64_t begun = write_begin_->load(std::memory_order_relaxed);
-  const std::uint64_t first_intact = begun > capacity_ ? begun - capacity_ : 0;
-  return std::min(to, std::max(from, first_intact));
+#if defined(__x86_64__)
+  // Streaming stores are weakly ordered: make them visible before the copy is handed on.
+  if constexpr (kStreaming) _mm_sfence();
+#endif
 }
 
-void copy_validity_bits(const std::uint64_t* src, std::uint64_t src_bit, std::uint64_t n,
-                        std::uint64_t* dst, std::uint64_t dst_bit) noexcept {
-  // dst bits in [dst_bit, dst_bit + n) must be zero on entry; they are OR-ed in.
-  while (n > 0) {
-    const unsigned dst_off = static_cast<unsigned>(dst_bit & 63);
-    const std::uint64_t take = std::min<std::uint64_t>(n, 64 - dst_off);
-    std::uint64_t bits = read_bits64(src, src_bit);
-    if (take < 64) bits &= (std::uint64_t{1} << take) - 1;
-    dst[dst_bit >> 6] |= bits << dst_off;
-    src_bit += take;
-    dst_bit += take;
-    n -= take;
+std::uint64_t Ring::copy(std::uint64_t from, std::uint64_t to, const ColumnDest* dest,
+                         bool streaming) const noexcept {
+  if (to <= from) return to;
+  if (streaming) {
+    copy_blocks<true>(from, to, dest);
+  } else {
+    copy_blocks<false>(from, to, dest);
   }
+  // The seqlock re-check, once for the whole copy. If any cell copied above came from a row the
+  // producer started after our copy began, its acquire load (load_cell) makes this load see
+  // write_begin_ at least one past that row. write_begin_ == b means rows up to b - 1 may have
+  // been written, which reuses the slots of rows up to b - 1 - slots_: those are not intact.
+  const std::uint64_t begun = write_begin_->load(std::memory_order_relaxed);
+  const std::uint64_t first_intact = begun > slots_ ? begun - slots_ : 0;
+  return std::min(to, std::max(from, first_intact));
 }
 
 }  // namespace stroboscope

@@ -205,12 +205,17 @@ std::int64_t Sampler::run_ticks_inline(std::uint64_t n) {
 
 std::shared_ptr<Frame> Sampler::copy_rows(std::uint64_t from, std::uint64_t to,
                                           std::uint64_t lost) {
+  // Above this many bytes a copy is far larger than the caches: the ring copy writes the frame
+  // with streaming stores, which do not first read each destination line (a third less memory
+  // traffic). Below it, cached stores leave a drain's rows warm for the export that follows.
+  constexpr std::size_t kStreamingBytes = std::size_t{16} << 20;
   // Metric columns of the frame = ring columns (mono_ns first); the frame adds `time` in front.
-  FrameBuilder frame(columns_, to - from, from);
-  const std::vector<ColumnDest> dest = frame.ring_destinations();
-  const std::uint64_t first_intact = ring_->copy(from, to, dest.data());
-  return std::move(frame).finish(first_intact - from,
-                                 anchor_offset_ns_.load(std::memory_order_relaxed), lost);
+  // Its buffer comes from the pool when a previous frame's is free again.
+  FrameBuilder frame(columns_, from, to, frame_pool_);
+  const std::uint64_t first_intact = ring_->copy(from, to, frame.ring_destinations().data(),
+                                                 frame.copy_bytes() >= kStreamingBytes);
+  return std::move(frame).finish(first_intact, anchor_offset_ns_.load(std::memory_order_relaxed),
+                                 lost);
 }
 
 std::shared_ptr<Frame> Sampler::snapshot() {

@@ -70,15 +70,11 @@ RingStorage create_spool(const std::string& path, const std::vector<ColumnSpec>&
   const std::string schema = schema_text(columns);
   const std::size_t header = ((kSchemaOffset + schema.size() + kPage - 1) / kPage) * kPage;
   const std::size_t ncols = columns.size();
-  const std::size_t words = Ring::words_per_column(capacity);
   // Checked before the file exists: a wrapped product would size the file too small for the
-  // ring that is then mapped over it.
-  std::size_t cells_bytes = 0;
+  // ring that is then mapped over it (storage_words throws std::length_error).
   std::size_t total = 0;
-  if (__builtin_mul_overflow(ncols, capacity, &cells_bytes) ||
-      __builtin_mul_overflow(cells_bytes, sizeof(std::uint64_t), &cells_bytes) ||
-      __builtin_add_overflow(header, cells_bytes, &total) ||
-      __builtin_add_overflow(total, (ncols * words + 1) * sizeof(std::uint64_t), &total)) {
+  if (__builtin_mul_overflow(Ring::storage_words(ncols, capacity), sizeof(std::uint64_t), &total) ||
+      __builtin_add_overflow(total, header, &total)) {
     throw std::length_error("spool size overflows: too many columns times rows");
   }
 
@@ -131,15 +127,14 @@ RingStorage create_spool(const std::string& path, const std::vector<ColumnSpec>&
   put<std::int64_t>(base, field_offset("interval_ns"), info.interval_ns);
   put<std::int64_t>(base, field_offset("created_ns"), clock_ns(CLOCK_REALTIME));
   put<std::uint32_t>(base, field_offset("pid"), static_cast<std::uint32_t>(::getpid()));
-  put<std::uint32_t>(base, field_offset("words"), static_cast<std::uint32_t>(words));
+  put<std::uint32_t>(base, field_offset("block_rows"), static_cast<std::uint32_t>(kBlockRows));
   put<std::uint64_t>(base, field_offset("total_size"), static_cast<std::uint64_t>(total));
   std::memcpy(base + kSchemaOffset, schema.data(), schema.size());
 
   RingStorage storage;
   storage.write_begin = new (base + kWriteBeginOffset) std::atomic<std::uint64_t>(0);
   storage.head = new (base + kHeadOffset) std::atomic<std::uint64_t>(0);
-  storage.cells = reinterpret_cast<std::uint64_t*>(base + header);
-  storage.validity = reinterpret_cast<std::uint64_t*>(base + header + cells_bytes);
+  storage.blocks = reinterpret_cast<std::uint64_t*>(base + header);  // page-aligned
   // Unmapping and closing the fd (which drops the flock) when the ring goes.
   storage.release = [map, total, fd] {
     ::munmap(map, total);

@@ -176,10 +176,45 @@ void test_stream_callbacks() {
   CHECK_EQ(frame.use_count(), 1);
 }
 
+// A frame that starts inside a ring block: its exported columns carry the offset of its first
+// row into buffers that start at the block (nothing moved), a column without nulls exports no
+// bitmap, and an empty frame points at nothing past its buffers.
+void test_offsets_and_bitmaps() {
+  std::vector<SourceSlot> slots;
+  slots.push_back(SourceSlot{std::make_unique<TwoColumns>(), 1});
+  Sampler s(std::move(slots), 1'000'000, 64);
+  s.run_ticks_inline(100);  // rows 36..99 held; row 36 is row 36 of its block
+  const std::shared_ptr<const Frame> frame = s.snapshot();
+  CHECK_EQ(frame->length(), 64);
+  CHECK_EQ(frame->offset(), 36);
+  ArrowArray array;
+  export_array(frame, &array);
+  CHECK_EQ(array.n_children, 4);
+  for (std::int64_t c = 0; c < array.n_children; ++c) {
+    CHECK_EQ(array.children[c]->offset, 36);
+    CHECK_EQ(array.children[c]->length, 64);
+  }
+  // src.a counts reads (row j holds j + 1); src.b is null on odd counts.
+  const auto* a = static_cast<const std::int64_t*>(array.children[2]->buffers[1]);
+  const auto* b_valid = static_cast<const std::uint64_t*>(array.children[3]->buffers[0]);
+  CHECK(array.children[2]->buffers[0] == nullptr && array.children[2]->null_count == 0);
+  CHECK(b_valid != nullptr && array.children[3]->null_count == 32);
+  for (std::int64_t i = 0; i < 64; ++i) {
+    CHECK_EQ(a[36 + i], 37 + i);
+    const std::int64_t bit = 36 + i;
+    CHECK_EQ(((b_valid[bit / 64] >> (bit % 64)) & 1U) != 0, (37 + i) % 2 == 0);
+  }
+  array.release(&array);
+  const std::shared_ptr<const Frame> empty = s.copy_since(100);
+  CHECK_EQ(empty->length(), 0);
+  CHECK_EQ(empty->offset(), 0);
+}
+
 }  // namespace
 
 int main() {
   test_direct_exports();
   test_stream_callbacks();
+  test_offsets_and_bitmaps();
   TEST_MAIN_END();
 }

@@ -38,10 +38,11 @@ class SlowSource : public Source {
 
 std::int64_t cell(const FrameColumn& c, std::int64_t i) {
   std::int64_t v;
-  std::memcpy(&v, &c.cells[i], sizeof v);
+  const std::uint64_t raw = c.cell(i);
+  std::memcpy(&v, &raw, sizeof v);
   return v;
 }
-bool valid(const FrameColumn& c, std::int64_t i) { return (c.validity[i / 64] >> (i % 64)) & 1; }
+bool valid(const FrameColumn& c, std::int64_t i) { return c.valid(i); }
 
 void test_slow_source_does_not_delay_ticks() {
   std::vector<SourceSlot> slots;

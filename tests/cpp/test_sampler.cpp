@@ -50,10 +50,11 @@ class FakeSource : public Source {
 
 std::int64_t cell_i64(const FrameColumn& c, std::int64_t i) {
   std::int64_t v;
-  std::memcpy(&v, &c.cells[i], sizeof v);
+  const std::uint64_t raw = c.cell(i);
+  std::memcpy(&v, &raw, sizeof v);
   return v;
 }
-bool is_valid(const FrameColumn& c, std::int64_t i) { return (c.validity[i / 64] >> (i % 64)) & 1; }
+bool is_valid(const FrameColumn& c, std::int64_t i) { return c.valid(i); }
 
 std::unique_ptr<Sampler> make(std::int64_t interval_ns, std::uint64_t capacity,
                               std::int64_t slow_sleep_ns = 0, std::uint32_t every_b = 4) {

@@ -1,18 +1,31 @@
 // A single-producer / single-consumer columnar ring of 8-byte cells with a validity bit per cell.
 //
-// Layout: one contiguous array of `capacity` cells per column, and per column `capacity / 64`
-// (rounded up) 64-bit validity words, bit `slot % 64` of word `slot / 64` (Arrow's LSB order, so
-// snapshots copy words instead of bits). Capacity is a power of two; row `j` lives in slot
-// `j & (capacity - 1)`.
+// Layout: row blocks. The ring is `blocks()` blocks of kBlockRows (64) rows. Inside a block the
+// columns go in groups of 8: each column of the group as 64 contiguous cells (512 bytes, eight
+// cache lines), then the group's validity words, one per column (bit r of column c's word = cell
+// (c, r) present: exactly Arrow's LSB bitmap for those 64 rows), padded to a cache line:
+//
+//   block: [col 0: 64 cells]...[col 7: 64 cells][8 validity words][col 8: 64 cells]...
+//          ...[col C-1: 64 cells][validity words of the last group][pad to a cache line]
+//
+// Row j lives in block (j / 64) % blocks(), at row j % 64 of it. A push therefore stays inside
+// one block (C * 520 bytes: a few pages, and the same pages for 64 pushes in a row) instead of
+// touching one page per column; a copy moves whole 512-byte runs per column. The validity line
+// after every 8 columns is also what spreads a row's cells over every set of the L1 cache: with
+// runs exactly 512 bytes apart, a row's cells would fall into 8 of its 64 sets and evict one
+// another at a hundred columns and more. Capacity (rows kept) is a power of two; a ring of fewer
+// than 64 rows still has one whole block and keeps only its newest `capacity` rows.
 //
 // The producer (the sampler thread) never blocks: when the ring is full it overwrites the oldest
-// row. The consumer copies a range of rows and then checks, seqlock-style, which of them the
-// producer may have overwritten during the copy; those are dropped from the result and counted.
-// All cell accesses go through std::atomic_ref so concurrent reads and writes of the same cell are
-// well defined: release stores by the producer, acquire loads by the consumer (plain moves on
-// x86), which is also what lets ThreadSanitizer check the protocol (it does not model fences).
+// row. The consumer copies whole blocks and then checks, seqlock-style, which of the rows it
+// wanted the producer may have overwritten during the copy; those are reported so the caller can
+// leave them out (an Arrow offset, not a memmove). All cell accesses go through std::atomic_ref so
+// concurrent reads and writes of the same cell are well defined: release stores by the producer,
+// acquire loads by the consumer (plain moves on x86), which is also what lets ThreadSanitizer
+// check the protocol (it does not model fences).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -21,19 +34,21 @@
 
 namespace stroboscope {
 
-// Where copied rows go: one destination array of cells per column (row 0 = the first copied
-// row) and one Arrow-style validity bitmap per column (bit 0 of word 0 = the first copied row).
+inline constexpr std::uint64_t kBlockRows = 64;
+
+// Where a block copy goes, for one column: room for Ring::copy_rows(from, to) cells and
+// Ring::copy_rows(from, to) / 64 validity words. Cell i (bit i % 64 of word i / 64) is ring row
+// Ring::block_start(from) + i.
 struct ColumnDest {
   std::uint64_t* cells;
   std::uint64_t* validity;
 };
 
 // The memory a ring lives in, when it is not the heap: the spool maps a file MAP_SHARED and lays
-// the cells, the validity words and the two producer counters out in it (see spool.hpp), so every
-// row pushed is in the file the moment it is written. `release` unmaps it when the ring goes.
+// the blocks and the two producer counters out in it (see spool.hpp), so every row pushed is in
+// the file the moment it is written. `release` unmaps it when the ring goes.
 struct RingStorage {
-  std::uint64_t* cells = nullptr;     // num_columns * capacity words
-  std::uint64_t* validity = nullptr;  // num_columns * words_per_column(capacity) + 1 words
+  std::uint64_t* blocks = nullptr;  // Ring::storage_words(columns, capacity) words, 64-aligned
   std::atomic<std::uint64_t>* write_begin = nullptr;
   std::atomic<std::uint64_t>* head = nullptr;
   std::function<void()> release;
@@ -45,13 +60,43 @@ class Ring {
   Ring(std::size_t num_columns, std::uint64_t capacity);
   // A ring in caller-provided memory (zeroed, or holding a previous run's rows and counters).
   Ring(std::size_t num_columns, std::uint64_t capacity, RingStorage storage);
-
-  [[nodiscard]] static std::size_t words_per_column(std::uint64_t capacity) noexcept {
-    return static_cast<std::size_t>((capacity + 63) / 64);
-  }
   ~Ring();
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
+
+  // Blocks of a ring of `capacity` rows (at least one).
+  [[nodiscard]] static std::uint64_t blocks(std::uint64_t capacity) noexcept {
+    return capacity < kBlockRows ? 1 : capacity / kBlockRows;
+  }
+  // Columns per group, and the offsets (in words, from the block's start) of column c's first
+  // cell and of its validity word in a ring of `num_columns` columns.
+  static constexpr std::size_t kGroupColumns = 8;
+  [[nodiscard]] static std::size_t cell_offset(std::size_t c) noexcept {
+    return c / kGroupColumns * kGroupWords + c % kGroupColumns * kBlockRows;
+  }
+  [[nodiscard]] static std::size_t validity_offset(std::size_t num_columns,
+                                                   std::size_t c) noexcept {
+    const std::size_t group = c / kGroupColumns * kGroupColumns;
+    const std::size_t in_group = std::min(kGroupColumns, num_columns - group);
+    return group / kGroupColumns * kGroupWords + in_group * kBlockRows + c % kGroupColumns;
+  }
+  // 8-byte words of one block: the cells, and a cache line of validity words per group.
+  [[nodiscard]] static std::size_t block_words(std::size_t num_columns) noexcept {
+    return num_columns * kBlockRows + (num_columns + kGroupColumns - 1) / kGroupColumns * 8;
+  }
+  // 8-byte words of the whole ring; throws std::length_error when that does not fit in size_t
+  // (a wrapped product would allocate or map a few bytes for a huge ring).
+  [[nodiscard]] static std::size_t storage_words(std::size_t num_columns, std::uint64_t capacity);
+
+  // First row of the block holding row `row`.
+  [[nodiscard]] static std::uint64_t block_start(std::uint64_t row) noexcept {
+    return row & ~(kBlockRows - 1);
+  }
+  // Cells per column that copy(from, to) writes: whole blocks from block_start(from) on.
+  [[nodiscard]] static std::uint64_t copy_rows(std::uint64_t from, std::uint64_t to) noexcept {
+    if (to <= from) return 0;
+    return block_start(to + kBlockRows - 1) - block_start(from);
+  }
 
   [[nodiscard]] std::size_t num_columns() const noexcept { return num_columns_; }
   [[nodiscard]] std::uint64_t capacity() const noexcept { return capacity_; }
@@ -73,12 +118,16 @@ class Ring {
     return oldest(written());
   }
 
-  // Consumer side: copies rows [from, to) (to <= written(), oldest(to) <= from <= to) into `dest` (num_columns() entries, each with room for to - from rows and
-  // ceil((to - from) / 64) validity words). Returns the index of the first row whose copy is
-  // consistent: rows in [from, returned) were overwritten while copying and must be discarded
-  // (their copies sit at the front of `dest`). The returned value is never above `to`.
-  [[nodiscard]] std::uint64_t copy(std::uint64_t from, std::uint64_t to,
-                                   const ColumnDest* dest) const noexcept;
+  // Consumer side: copies every block holding a row of [from, to) (to <= written(),
+  // oldest(to) <= from <= to) into `dest` (num_columns() entries), whole: cell i of a column is
+  // ring row block_start(from) + i, for copy_rows(from, to) cells, and validity word k holds the
+  // bits of rows block_start(from) + 64k ... + 63. Returns the index of the first row whose copy
+  // is consistent: rows in [from, returned) were overwritten while copying and must be left out,
+  // like the rows of the first and last blocks outside [from, to). Never above `to`.
+  // `streaming` writes `dest` with non-temporal stores (x86): for copies much larger than the
+  // caches, it saves reading every destination line before writing it.
+  [[nodiscard]] std::uint64_t copy(std::uint64_t from, std::uint64_t to, const ColumnDest* dest,
+                                   bool streaming = false) const noexcept;
 
   // Oldest row index still held when the write counter was `written` (pass the value the range
   // end was taken from, so the range [oldest, written) is never inverted by a later producer).
@@ -87,20 +136,22 @@ class Ring {
   }
 
  private:
-  [[nodiscard]] std::uint64_t* column(std::size_t c) const noexcept {
-    return cells_ + c * capacity_;
+  [[nodiscard]] std::uint64_t* block_of(std::uint64_t row) const noexcept {
+    return blocks_ + static_cast<std::size_t>((row / kBlockRows) & block_mask_) * block_words_;
   }
-  [[nodiscard]] std::uint64_t* validity(std::size_t c) const noexcept {
-    return validity_ + c * words_per_column_;
-  }
+
+  static constexpr std::size_t kGroupWords = kGroupColumns * kBlockRows + kGroupColumns;
+
+  template <bool kStreaming>
+  void copy_blocks(std::uint64_t from, std::uint64_t to, const ColumnDest* dest) const noexcept;
 
   std::size_t num_columns_;
   std::uint64_t capacity_;
-  std::uint64_t mask_;
-  std::size_t words_per_column_;
-  std::uint64_t* cells_ = nullptr;     // num_columns_ * capacity_ cells
-  std::uint64_t* validity_ = nullptr;  // num_columns_ * words_per_column_ words (+1 spare)
-  std::function<void()> release_;      // frees or unmaps the storage
+  std::uint64_t slots_;       // rows the blocks hold: max(capacity, 64)
+  std::uint64_t block_mask_;  // blocks(capacity) - 1 (a power of two)
+  std::size_t block_words_;
+  std::uint64_t* blocks_ = nullptr;
+  std::function<void()> release_;  // frees or unmaps the storage
 
   // The producer-owned counters. write_begin_ = j + 1 is stored before row j's cells are
   // written (release stores), head_ = j + 1 (release) after. A reader that saw any cell of row j
@@ -114,10 +165,5 @@ class Ring {
   alignas(64) std::atomic<std::uint64_t> own_counters_[2] = {};
   alignas(64) char tail_pad_[64] = {};
 };
-
-// Copies `n` bits from `src` starting at bit `src_bit` into `dst` starting at bit 0, reading the
-// source words with acquire atomic loads (the producer may be writing other bits of them).
-void copy_validity_bits(const std::uint64_t* src, std::uint64_t src_bit, std::uint64_t n,
-                        std::uint64_t* dst, std::uint64_t dst_bit) noexcept;
 
 }  // namespace stroboscope

@@ -116,6 +116,8 @@ class Sampler {
   std::vector<ColumnSpec> columns_;
   std::int64_t interval_ns_;
   std::unique_ptr<Ring> ring_;
+  // Buffers of dropped frames, reused by the next copy (consumer side; frames keep it alive).
+  std::shared_ptr<FrameBufferPool> frame_pool_ = std::make_shared<FrameBufferPool>();
   std::vector<std::uint64_t> row_cells_;  // the row being built (sampler thread only)
   std::vector<std::uint8_t> row_valid_;
 

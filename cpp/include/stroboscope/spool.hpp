@@ -14,17 +14,25 @@
 //   40   i64      sampling interval (ns)
 //   48   i64      creation time (UTC ns)
 //   56   u32      pid of the writer
-//   60   u32      words per validity column W = ceil(capacity / 64)
+//   60   u32      rows per block B (kBlockRows = 64)
 //   64   u64      total file size
 //   128  u64      write_begin: j + 1 is stored before row j's cells are written
 //   136  u64      head: j + 1 is stored after row j is complete (rows [0, head) were written)
 //   192  char[S]  schema: one line per column, "name\tunit\tdtype\tkind\n"
-//   H             cells: C arrays of `capacity` u64 (column c, row j at slot j % capacity)
-//   H + 8·C·cap   validity: C arrays of W u64 words (bit j % 64 of word (j % capacity) / 64),
-//                 then one spare word
+//   H             blocks: max(1, capacity / B) blocks of Ring::block_words(C) u64 words each;
+//                 block k holds rows with (j / B) % blocks == k, row j at r = j % B. In a block
+//                 the columns go in groups of 8 (the last may be smaller, n columns): group g
+//                 starts at word 520·g and holds, for i < n, column 8g + i's cells at word
+//                 64·i + r, then at word 64·n + i its validity word (bit r set = cell present,
+//                 Arrow's order), then zero words up to a multiple of 8 (whole cache lines)
 //
 // Rows [max(0, write_begin - capacity), head) are intact: a crash in the middle of a push leaves
 // write_begin = head + 1, which marks the reused slot (the oldest row) as torn; nothing else.
+//
+// Version 1 (written before the row blocks; stroboscope.recover() still reads it): offset 60 is
+// W = ceil(capacity / 64), validity words per column; at H, C arrays of `capacity` u64 cells
+// (row j of column c at c·capacity + j % capacity), then C arrays of W validity words (bit j % 64
+// of word (j % capacity) / 64 of column c), then one spare word.
 #pragma once
 
 #include <cstddef>
@@ -40,7 +48,9 @@
 namespace stroboscope {
 
 inline constexpr char kSpoolMagic[8] = {'S', 'T', 'R', 'O', 'B', 'S', 'P', 'L'};
-inline constexpr std::uint32_t kSpoolVersion = 1;
+inline constexpr std::uint32_t kSpoolVersion = 2;
+// Versions stroboscope.recover() reads (this one and the column-array layout before it).
+inline constexpr std::uint32_t kSpoolVersionsRead[] = {1, 2};
 
 // Byte offsets of the header fields above: the one definition of the layout. The bindings export
 // them (`_core.SPOOL_LAYOUT`) and the Python reader's generated copy is tested against them.
@@ -53,7 +63,7 @@ inline constexpr SpoolField kSpoolHeaderFields[] = {
     {"magic", 0, 's'},         {"version", 8, 'I'},      {"header_size", 12, 'I'},
     {"capacity", 16, 'Q'},     {"columns", 24, 'I'},     {"schema_size", 28, 'I'},
     {"anchor_ns", 32, 'q'},    {"interval_ns", 40, 'q'}, {"created_ns", 48, 'q'},
-    {"pid", 56, 'I'},          {"words", 60, 'I'},       {"total_size", 64, 'Q'},
+    {"pid", 56, 'I'},          {"block_rows", 60, 'I'},  {"total_size", 64, 'Q'},
     {"write_begin", 128, 'Q'}, {"head", 136, 'Q'},
 };
 inline constexpr std::size_t kSpoolPage = 4096;           // the header size is a multiple of it

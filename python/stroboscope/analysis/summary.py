@@ -1,20 +1,166 @@
-"""A plain-text summary of a recording: per metric column its unit, samples, mean, min, max
-and last value."""
+"""A plain-text summary of a recording, the one home of it (``record`` prints it at the end,
+``report`` prints it per input and puts it in the HTML).
+
+Per metric column: unit, kind, samples and how often they came, then for levels and rates
+(``gauge``/``rate``) the mean, min, max and last value, and for counters (running totals since
+the sampler's first reading) the total over the rows and its mean rate per second — never the
+mean of a running total. Durations come from the data (first to last row's ``mono_ns``), not
+from the wall clock of the command, so writing the file is not counted.
+"""
 
 from __future__ import annotations
 
 import math
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+TIME_COLUMNS = ("time", "mono_ns")
+"""Columns every recording has that are not metrics."""
 
-def _fmt(value: float, unit: str) -> str:
+KINDS = ("gauge", "rate", "counter")
+
+
+@dataclass(frozen=True)
+class ColumnSummary:
+    """One metric column's figures over the rows summarised.
+
+    Attributes
+    ----------
+    name, unit, kind : str
+        The column, its unit and kind (``gauge`` a level, ``rate`` a per-second rate or share
+        computed from two readings, ``counter`` a running total since the first reading).
+    rows : int
+        Rows of the table.
+    samples : int
+        Rows in which the column holds a value.
+    every_s : float or None
+        Median time between two of its samples (seconds); None with fewer than two.
+    mean, min, max, last : float or None
+        Over its samples (None when it has none).
+    total : float or None
+        Counters only: last minus first sample (the increase over the rows).
+    rate : float or None
+        Counters only: ``total`` per second between its first and last sample.
+    """
+
+    name: str
+    unit: str
+    kind: str
+    rows: int
+    samples: int
+    every_s: float | None
+    mean: float | None
+    min: float | None
+    max: float | None
+    last: float | None
+    total: float | None = None
+    rate: float | None = None
+
+
+def column_kind(field: pa.Field, name: str | None = None) -> str:
+    """The ``kind`` of a column from its field metadata; without it (a CSV read back) a name
+    ending in ``_per_s`` is a rate and any other a gauge (no running total is assumed)."""
+    md = field.metadata or {}
+    kind = str(md.get(b"kind", b"").decode(errors="replace"))
+    if kind in KINDS:
+        return kind
+    return "rate" if (name or field.name).endswith("_per_s") else "gauge"
+
+
+def column_unit(field: pa.Field) -> str:
+    """The unit of a column from its field metadata (``""`` when absent)."""
+    return str((field.metadata or {}).get(b"unit", b"").decode(errors="replace"))
+
+
+def _median_spacing_s(mono: np.ndarray) -> float | None:
+    if len(mono) < 2:
+        return None
+    return float(np.median(np.diff(mono))) / 1e9
+
+
+def describe_columns(
+    table: pa.Table, units: Mapping[str, str] | None = None
+) -> list[ColumnSummary]:
+    """The figures of every metric column of ``table`` (all but ``time`` and ``mono_ns``).
+
+    ``units`` overrides the units of the field metadata (``record`` passes the sampler's).
+    """
+    out: list[ColumnSummary] = []
+    has_mono = "mono_ns" in table.column_names
+    all_mono = table.column("mono_ns").to_numpy(zero_copy_only=False) if has_mono else None
+    every_row: list[float | None] = []  # the spacing of all rows, computed once when needed
+    for field in table.schema:
+        name = field.name
+        if name in TIME_COLUMNS or not (
+            pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+        ):
+            continue
+        unit = (units or {}).get(name) or column_unit(field)
+        kind = column_kind(field)
+        col = table.column(name)
+        values = np.asarray(pc.fill_null(col, 0).to_numpy(zero_copy_only=False), np.float64)
+        mask = ~np.isnan(values)
+        if col.null_count:
+            mask &= np.asarray(col.is_valid().to_numpy(zero_copy_only=False), bool)
+        mono = all_mono
+        if all_mono is not None and mask.all():
+            if not every_row:
+                every_row.append(_median_spacing_s(all_mono))
+            every = every_row[0]
+        else:
+            values = values[mask]
+            mono = None if all_mono is None else all_mono[mask]
+            every = None if mono is None else _median_spacing_s(mono)
+        if len(values) == 0:
+            out.append(
+                ColumnSummary(name, unit, kind, table.num_rows, 0, None, None, None, None, None)
+            )
+            continue
+        total = rate = None
+        if kind == "counter":
+            total = float(values[-1] - values[0])
+            if mono is not None and len(values) > 1:
+                span = (int(mono[-1]) - int(mono[0])) / 1e9
+                rate = total / span if span > 0 else None
+        out.append(
+            ColumnSummary(
+                name,
+                unit,
+                kind,
+                table.num_rows,
+                len(values),
+                every,
+                float(np.mean(values)),
+                float(np.min(values)),
+                float(np.max(values)),
+                float(values[-1]),
+                total,
+                rate,
+            )
+        )
+    return out
+
+
+def data_span_s(table: pa.Table) -> float:
+    """Seconds from the first to the last row (``mono_ns``); 0.0 with fewer than two rows."""
+    if table.num_rows < 2 or "mono_ns" not in table.column_names:
+        return 0.0
+    mm = pc.min_max(table.column("mono_ns"))
+    return (int(mm["max"].as_py()) - int(mm["min"].as_py())) / 1e9
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    """A value for a table: bytes in Ki/Mi/Gi, large and tiny numbers in 3 significant digits."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     magnitude = abs(value)
     if unit in ("bytes", "bytes/s"):
-        for scale, suffix in ((1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
+        for scale, suffix in ((1 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
             if magnitude >= scale:
                 return f"{value / scale:.2f} {suffix}"
         return f"{value:.0f}"
@@ -23,41 +169,122 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.2f}"
 
 
-def summarize(table: pa.Table, units: dict[str, str]) -> str:
-    """A plain-text table: per metric column its unit, samples, mean, min, max and last value."""
-    header = ("column", "unit", "samples", "mean", "min", "max", "last")
-    rows: list[tuple[str, ...]] = []
-    for name in table.column_names:
-        if name in ("time", "mono_ns"):
-            continue
-        col = table.column(name)
-        valid = col.drop_null()
-        unit = units.get(name, "")
-        if len(valid) == 0:
-            rows.append((name, unit, "0", "-", "-", "-", "-"))
-            continue
-        as_float = valid.cast(pa.float64())
-        mm = pc.min_max(as_float)
-        rows.append(
-            (
-                name,
-                unit,
-                str(len(valid)),
-                _fmt(pc.mean(as_float).as_py(), unit),
-                _fmt(mm["min"].as_py(), unit),
-                _fmt(mm["max"].as_py(), unit),
-                _fmt(as_float[-1].as_py(), unit),
-            )
+def fmt_seconds(seconds: float | None) -> str:
+    """``0.001`` → ``"1 ms"``, ``2.5`` → ``"2.5 s"``; ``"-"`` for None."""
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+def fmt_rate(value: float | None, unit: str) -> str:
+    """A counter's rate: ``"1.50 Mi/s"`` for bytes, ``"3.00 mJ/s"`` for another unit."""
+    text = fmt_value(value, unit)
+    if text == "-":
+        return text
+    return f"{text}/s" if unit == "bytes" else f"{text} {unit}/s".replace(" /s", "/s")
+
+
+LEVEL_HEADER = ("column", "unit", "kind", "samples", "every", "mean", "min", "max", "last")
+COUNTER_HEADER = ("column", "unit", "samples", "every", "total", "rate (mean)", "first→last")
+
+
+def level_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
+    """Rows of the levels-and-rates table (gauges and rates that hold a value)."""
+    return [
+        (
+            s.name,
+            s.unit,
+            s.kind,
+            f"{s.samples}/{s.rows}",
+            fmt_seconds(s.every_s),
+            fmt_value(s.mean, s.unit),
+            fmt_value(s.min, s.unit),
+            fmt_value(s.max, s.unit),
+            fmt_value(s.last, s.unit),
         )
+        for s in summaries
+        if s.kind != "counter" and s.samples
+    ]
+
+
+def _first(s: ColumnSummary) -> float | None:
+    return None if s.last is None or s.total is None else s.last - s.total
+
+
+def counter_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
+    """Rows of the counters table: total over the rows and mean rate (counters with a value)."""
+    return [
+        (
+            s.name,
+            s.unit,
+            f"{s.samples}/{s.rows}",
+            fmt_seconds(s.every_s),
+            fmt_value(s.total, s.unit),
+            fmt_rate(s.rate, s.unit),
+            f"{fmt_value(_first(s), s.unit)} → {fmt_value(s.last, s.unit)}",
+        )
+        for s in summaries
+        if s.kind == "counter" and s.samples
+    ]
+
+
+def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> str:
+    """Columns padded to their widest cell; the first ``left`` columns left-aligned."""
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:
-        lines.append(
-            "  ".join(
-                (v.ljust(w) if i < 2 else v.rjust(w)) for i, (v, w) in enumerate(zip(r, widths))
-            )
-        )
+        cells = [
+            (v.ljust(w) if i < left else v.rjust(w)) for i, (v, w) in enumerate(zip(r, widths))
+        ]
+        lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+SAMPLES_NOTE = (
+    "samples: rows holding a value, of all rows; every: median time between them. A source read "
+    "every n-th tick fills every n-th row, a rate needs two readings (its first is empty), and a "
+    "failed read leaves its cells empty."
+)
+
+
+def summarize(
+    table: pa.Table,
+    units: Mapping[str, str] | None = None,
+    *,
+    summaries: list[ColumnSummary] | None = None,
+) -> str:
+    """A plain-text summary of ``table``: its span from the data, one table for levels and
+    rates (mean, min, max, last), one for counters (total and mean rate), what each sample
+    count means, and the columns that hold no value at all.
+
+    ``units`` overrides the units of the field metadata; ``summaries`` are the figures of
+    :func:`describe_columns` when already computed.
+    """
+    if summaries is None:
+        summaries = describe_columns(table, units)
+    span = data_span_s(table)
+    spacing = None
+    if "mono_ns" in table.column_names:
+        spacing = _median_spacing_s(table.column("mono_ns").to_numpy(zero_copy_only=False))
+    parts = [
+        f"{table.num_rows} rows over {span:.3f} s of data (first to last row), "
+        f"one every {fmt_seconds(spacing)} (median)"
+    ]
+    levels = level_rows(summaries)
+    if levels:
+        parts += ["", text_table(LEVEL_HEADER, levels, left=3)]
+    counters = counter_rows(summaries)
+    if counters:
+        parts += ["", text_table(COUNTER_HEADER, counters, left=2)]
+    parts += ["", textwrap.fill(SAMPLES_NOTE, 100)]
+    empty = [s.name for s in summaries if s.samples == 0]
+    if empty:
+        parts.append(f"no value in any row: {', '.join(empty)}")
+    return "\n".join(parts)

@@ -1,4 +1,5 @@
-"""The ``stroboscope`` command, one module per subcommand: ``record``, ``recover``, ``info``.
+"""The ``stroboscope`` command, one module per subcommand: ``record``, ``recover``, ``report``,
+``info``.
 
 Each module only parses and prints; the work is done by the package's API.
 """
@@ -9,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from stroboscope.cli import info, record, recover
+from stroboscope.cli import info, record, recover, report
 
 
 def _version() -> str:
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
     record.add_parser(sub)
     recover.add_parser(sub)
+    report.add_parser(sub)
     info.add_parser(sub)
     return parser
 

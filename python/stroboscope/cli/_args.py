@@ -143,3 +143,71 @@ def check_output_not_spool(output: str, spool: str, spool_option: str) -> None:
             f"-o {output!r} is named like a segment of the spool {spool!r}: give another "
             f"output path"
         )
+
+
+def add_record_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``stroboscope record`` (its senders' options are added by ``_publish``)."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=None,  # required; checked in run() to say where a misplaced -o went
+        metavar="FILE",
+        help="output file, required; .parquet/.pq or .csv chooses the format",
+    )
+    parser.add_argument(
+        "--interval",
+        action=checked(interval),
+        default=0.01,
+        metavar="S",
+        help="sampling interval in seconds (default 0.01; 0.0001 to 3600)",
+    )
+    parser.add_argument(
+        "--duration",
+        action=checked(seconds),
+        default=None,
+        metavar="S",
+        help="stop after S seconds (default: until the command or --pid exits, or Ctrl-C "
+        "or SIGTERM, which are passed on to the command)",
+    )
+    parser.add_argument(
+        "--pid",
+        action=checked(pid),
+        default=None,
+        help="process to monitor (stops when it exits)",
+    )
+    parser.add_argument(
+        "--sources",
+        action=checked(sources),
+        default=None,
+        metavar="LIST",
+        help="comma-separated sources, NAME or NAME=SECONDS (see `stroboscope info`)",
+    )
+    parser.add_argument(
+        "--capacity",
+        action=checked(capacity),
+        default=1 << 16,
+        metavar="ROWS",
+        help="ring capacity in rows (default 65536)",
+    )
+    parser.add_argument(
+        "--spool",
+        default=None,
+        metavar="PATH",
+        help="crash-safe spool file (default: FILE.spool, removed after a clean run)",
+    )
+    parser.add_argument(
+        "--keep-spool",
+        action="store_true",
+        help="keep the spool and its segments after writing FILE",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no live status line (it is drawn only when stderr is a terminal anyway)",
+    )
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="command to run and monitor until it exits (after --)",
+    )

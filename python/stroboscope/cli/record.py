@@ -24,6 +24,7 @@ from stroboscope.analysis.summary import summarize
 from stroboscope.cli import _args
 from stroboscope.cli._command import Command
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
+from stroboscope.cli._status import StatusLine, wanted
 from stroboscope.export.writers import output_format, write_table
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.segments import SegmentStatus
@@ -31,6 +32,7 @@ from stroboscope.recording.spool import recover, remove_spool
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import SamplerStats
 from stroboscope.sampling._checks import check_capacity
+from stroboscope.sampling._provenance import attach, for_table
 
 WAIT_PERIOD_S = 0.25
 """How often the recording loop drains, publishes and checks for the end (seconds)."""
@@ -142,6 +144,7 @@ def _loop(
     publisher: RecordPublisher | None,
     command: Command | None,
     stop: _Signals,
+    status: StatusLine,
 ) -> None:
     """Sample until the duration, the command's or the process's end, or a signal."""
     started = time.monotonic()
@@ -152,6 +155,7 @@ def _loop(
         _pause(wait, stop, command)
         if publisher is not None:
             publisher.feed(sampler.drain().to_arrow())
+        status.update(time.monotonic() - started)
         if command is not None and command.poll() is not None:
             return
         if command is None and args.pid is not None and _gone(args.pid, sampler):
@@ -253,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     if command_argv and args.pid is not None:
         raise ValueError("record: give either --pid or a command after --, not both")
     fmt, spool = _check_paths(args)
-    if not command_argv and args.duration is None and args.pid is None:
+    if not command_argv and args.duration is None and args.pid is None and not args.quiet:
         print("recording until Ctrl-C (use --duration S to stop by itself)", file=sys.stderr)
     with _Signals() as stop:
         return _record(args, command_argv, fmt, spool, stop)
@@ -273,8 +277,11 @@ def _record(
         raise
     started = time.monotonic()
     exit_code = 0
+    status = StatusLine(sys.stderr, sampler, enabled=wanted(sys.stderr, args.quiet))
     try:
         sampler.start()
+        if command is None:
+            sampler.provenance()  # the --pid process's command line, read while it runs
         if command is not None:
             _wait_first_row(sampler, stop)  # the command's first instant is recorded
             if stop.signum is None:
@@ -283,7 +290,7 @@ def _record(
                 command.kill()
                 exit_code = 128 + stop.signum
         if stop.signum is None:
-            _loop(args, sampler, publisher, command, stop)
+            _loop(args, sampler, publisher, command, stop, status)
         if command is not None and command.released:
             if stop.signum is None and command.poll() is None:
                 sampler.stop()  # --duration is up: recording ends; the command runs to its end
@@ -295,11 +302,14 @@ def _record(
             command.kill()  # it never runs unrecorded
         raise
     finally:
+        status.clear()
         sampler.close()
         if publisher is not None:
             publisher.feed(sampler.drain().to_arrow())
             publisher.close()
     table = recover(spool).to_arrow()  # the segments and the ring: every row once, in order
+    # What the sampler knows of the run, which the spool's header alone does not.
+    table = attach(table, for_table(sampler.provenance(command=command_argv or None), table))
     write_table(table, args.output)
     watchdog.stop()
     if not args.keep_spool:
@@ -328,63 +338,6 @@ def add_parser(sub: Any) -> None:
         description="Record metrics to FILE. Options come before `--`; everything after it is "
         "the command to run and monitor.",
     )
-    rec.add_argument(
-        "-o",
-        "--output",
-        default=None,  # required; checked in run() to say where a misplaced -o went
-        metavar="FILE",
-        help="output file, required; .parquet/.pq or .csv chooses the format",
-    )
-    rec.add_argument(
-        "--interval",
-        action=_args.checked(_args.interval),
-        default=0.01,
-        metavar="S",
-        help="sampling interval in seconds (default 0.01; 0.0001 to 3600)",
-    )
-    rec.add_argument(
-        "--duration",
-        action=_args.checked(_args.seconds),
-        default=None,
-        metavar="S",
-        help="stop after S seconds (default: until the command or --pid exits, or Ctrl-C "
-        "or SIGTERM, which are passed on to the command)",
-    )
-    rec.add_argument(
-        "--pid",
-        action=_args.checked(_args.pid),
-        default=None,
-        help="process to monitor (stops when it exits)",
-    )
-    rec.add_argument(
-        "--sources",
-        action=_args.checked(_args.sources),
-        default=None,
-        metavar="LIST",
-        help="comma-separated sources, NAME or NAME=SECONDS (see `stroboscope info`)",
-    )
-    rec.add_argument(
-        "--capacity",
-        action=_args.checked(_args.capacity),
-        default=1 << 16,
-        metavar="ROWS",
-        help="ring capacity in rows (default 65536)",
-    )
-    rec.add_argument(
-        "--spool",
-        default=None,
-        metavar="PATH",
-        help="crash-safe spool file (default: FILE.spool, removed after a clean run)",
-    )
-    rec.add_argument(
-        "--keep-spool",
-        action="store_true",
-        help="keep the spool and its segments after writing FILE",
-    )
-    rec.add_argument(
-        "command",
-        nargs=argparse.REMAINDER,
-        help="command to run and monitor until it exits (after --)",
-    )
+    _args.add_record_arguments(rec)
     add_sender_arguments(rec)
     rec.set_defaults(func=run)

@@ -5,18 +5,28 @@ the format chosen by its suffix (:func:`output_format`, the one rule for it). Ea
 to a temporary file with an unpredictable name in the same directory and renamed over the path
 only once complete (:func:`stroboscope._files.replace_private`): a bad argument or a full disk
 leaves an existing file at the path as it was, and a symlink there is replaced, never followed.
+
+Provenance (:mod:`stroboscope.sampling._provenance`) travels in the table's schema metadata
+(``stroboscope.provenance``, JSON): Parquet keeps it in the file's schema; CSV, which has no
+place for it, gets a sidecar ``FILE.meta.json`` holding the same JSON (0600, written whole the
+same way, after the CSV). A CSV written without provenance removes a sidecar left at its name by
+an earlier file, which would describe another run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 
 import pyarrow as pa
 
 from stroboscope._files import replace_private
+from stroboscope.sampling._provenance import PROVENANCE_KEY, dumps, from_schema
 
 FORMATS = ("parquet", "csv")
+SIDECAR_SUFFIX = ".meta.json"
+"""The provenance sidecar of a CSV file is ``FILE`` + this."""
 _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 
 
@@ -51,12 +61,34 @@ def write_parquet(
         pq.write_table(table, f, compression=compression)
 
 
+def sidecar_path(path: str | os.PathLike[str]) -> str:
+    """The provenance sidecar of the CSV file ``path``: ``path + ".meta.json"``."""
+    return os.fspath(path) + SIDECAR_SUFFIX
+
+
+def write_sidecar(schema: pa.Schema, path: str | os.PathLike[str]) -> str | None:
+    """Write the provenance in ``schema``'s metadata beside the CSV file ``path`` (whole, 0600)
+    and return the sidecar's path; without provenance, remove a stale sidecar and return None."""
+    side = sidecar_path(path)
+    raw = (schema.metadata or {}).get(PROVENANCE_KEY.encode())
+    if raw is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(side)
+        return None
+    text = dumps(from_schema(schema) or {}, indent=1)  # the same JSON, for people to read
+    with replace_private(side) as f:
+        f.write(text.encode() + b"\n")
+    return side
+
+
 def write_csv(table: pa.Table, path: str | os.PathLike[str]) -> None:
-    """Write an Arrow table as CSV (ISO-8601 UTC times, nulls as empty cells), created 0600."""
+    """Write an Arrow table as CSV (ISO-8601 UTC times, nulls as empty cells), created 0600,
+    and its provenance, if the table has one, to the sidecar ``FILE.meta.json``."""
     import pyarrow.csv as pacsv
 
     with replace_private(path) as f:
         pacsv.write_csv(table, f)
+    write_sidecar(table.schema, path)
 
 
 def write_table(
@@ -98,4 +130,6 @@ def write_parts(
             with pacsv.CSVWriter(f, schema) as writer:
                 for part in parts:
                     writer.write_table(part)
+    if fmt == "csv":
+        write_sidecar(schema, path)
     return fmt

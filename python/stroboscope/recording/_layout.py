@@ -1,13 +1,19 @@
 """The spool file's layout, as the C++ core defines it (``cpp/include/stroboscope/spool.hpp``).
 
 Standard library only, so the watchdog child can read a spool without loading the extension
-whose crash it handles. ``tests/test_spool_layout.py`` keeps this file equal to
+whose crash it handles. ``tests/test_layout.py`` keeps this file equal to
 ``_core.SPOOL_LAYOUT`` (the constants the C++ writer uses) and checks it against a spool the C++
 side wrote; when the layout changes there, that test prints this file's new text.
+
+Version 2 keeps the ring in row blocks of ``BLOCK_ROWS`` rows (each column's cells of the block
+contiguous, then one validity word per column); version 1, the layout before it, kept one array
+per column and is still read (``V1_FIELDS``; see ``_spool_cells``).
 """
 
 MAGIC = b"STROBSPL"
-VERSION = 1
+VERSION = 2
+VERSIONS_READ = (1, 2)
+BLOCK_ROWS = 64
 PAGE = 4096
 SCHEMA_OFFSET = 192
 FIELDS = (
@@ -21,8 +27,10 @@ FIELDS = (
     ("interval_ns", 40, "q"),
     ("created_ns", 48, "q"),
     ("pid", 56, "I"),
-    ("words", 60, "I"),
+    ("block_rows", 60, "I"),
     ("total_size", 64, "Q"),
     ("write_begin", 128, "Q"),
     ("head", 136, "Q"),
 )
+# Version 1: the same header, except that offset 60 held the validity words per column.
+V1_FIELDS = tuple(("words", 60, "I") if f[0] == "block_rows" else f for f in FIELDS)

@@ -19,8 +19,11 @@ from stroboscope.recording import _layout
 
 MAGIC = _layout.MAGIC
 VERSION = _layout.VERSION
+VERSIONS_READ = _layout.VERSIONS_READ
+BLOCK_ROWS = _layout.BLOCK_ROWS
 SCHEMA_OFFSET = _layout.SCHEMA_OFFSET
 FIELDS = {name: (offset, code) for name, offset, code in _layout.FIELDS}
+_FIELDS_OF = {1: {n: (o, c) for n, o, c in _layout.V1_FIELDS}, 2: FIELDS}
 COUNTERS = struct.Struct("<QQ")  # write_begin, head: adjacent in the layout
 COUNTERS_OFFSET = FIELDS["write_begin"][0]
 assert FIELDS["head"][0] == COUNTERS_OFFSET + 8
@@ -36,6 +39,20 @@ MAX_SCHEMA = 1 << 24
 CLOCK_SLACK_NS = 86_400 * 10**9  # the anchor and the creation time are taken apart: a day
 DTYPES = ("int64", "float64")
 KINDS = ("gauge", "counter", "rate")
+
+
+def blocks(capacity: int) -> int:
+    """Row blocks of a version-2 ring of ``capacity`` rows (at least one)."""
+    return max(1, capacity // BLOCK_ROWS)
+
+
+GROUP_COLUMNS = 8
+"""Version 2 keeps a block's columns in groups of 8: their cells, then a line of validity."""
+
+
+def block_words(columns: int) -> int:
+    """8-byte words of one version-2 block: 64 cells per column, a validity line per group."""
+    return columns * BLOCK_ROWS + (columns + GROUP_COLUMNS - 1) // GROUP_COLUMNS * 8
 
 
 class SpoolError(ValueError):
@@ -111,27 +128,37 @@ def read_header(path: str, fd: int, size: int) -> dict[str, Any]:
     if len(fixed) < SCHEMA_OFFSET:
         raise SpoolError(f"{path} is truncated: {size} bytes, shorter than a spool header")
 
-    def field(name: str) -> Any:
-        offset, code = FIELDS[name]
+    def field(name: str, fields: dict[str, tuple[int, str]] = FIELDS) -> Any:
+        offset, code = fields[name]
         return struct.unpack_from("<8s" if code == "s" else "<" + code, fixed, offset)[0]
 
     def corrupt(name: str, value: Any, why: str) -> SpoolError:
         return SpoolError(f"{path} has a corrupt header: field {name} = {value} {why}")
 
-    h: dict[str, Any] = {name: field(name) for name in FIELDS}
-    if h["version"] != VERSION:
+    version = field("version")
+    if version not in VERSIONS_READ:
+        accepted = " and ".join(str(v) for v in VERSIONS_READ)
         raise SpoolError(
-            f"{path} is a spool of format version {h['version']}; this stroboscope reads "
-            f"version {VERSION}"
+            f"{path} is a spool of format version {version}; this stroboscope reads "
+            f"versions {accepted}"
         )
-    cap, ncols, words = h["capacity"], h["columns"], h["words"]
+    layout = _FIELDS_OF[version]
+    h: dict[str, Any] = {name: field(name, layout) for name in layout}
+    cap, ncols = h["capacity"], h["columns"]
     header, schema_len = h["header_size"], h["schema_size"]
     if cap < 2 or cap & (cap - 1) or cap > MAX_CAPACITY:
         raise corrupt("capacity", cap, f"(a power of two from 2 to {MAX_CAPACITY} rows)")
     if not 1 <= ncols <= MAX_COLUMNS:
         raise corrupt("columns", ncols, f"(from 1 to {MAX_COLUMNS})")
-    if words != (cap + 63) // 64:
-        raise corrupt("words", words, f"(capacity {cap} needs {(cap + 63) // 64})")
+    if version == 1:
+        words = h["words"]
+        if words != (cap + 63) // 64:
+            raise corrupt("words", words, f"(capacity {cap} needs {(cap + 63) // 64})")
+        data_size = 8 * ncols * cap + 8 * (ncols * words + 1)
+    else:
+        if h["block_rows"] != BLOCK_ROWS:
+            raise corrupt("block_rows", h["block_rows"], f"(this layout has {BLOCK_ROWS})")
+        data_size = 8 * blocks(cap) * block_words(ncols)
     if schema_len > MAX_SCHEMA:
         raise corrupt("schema_size", schema_len, f"(at most {MAX_SCHEMA} bytes)")
     if header % _layout.PAGE or header < SCHEMA_OFFSET + schema_len:
@@ -140,7 +167,7 @@ def read_header(path: str, fd: int, size: int) -> dict[str, Any]:
             header,
             f"(a multiple of {_layout.PAGE} holding the {schema_len}-byte schema)",
         )
-    expected = header + 8 * ncols * cap + 8 * (ncols * words + 1)
+    expected = header + data_size
     if h["total_size"] != expected:
         raise corrupt("total_size", h["total_size"], f"(the layout gives {expected} bytes)")
     if size < expected:

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stroboscope.recording import _events_file
+from stroboscope.recording._spool_cells import read_rows
 from stroboscope.recording._spool_header import (
     COUNTERS,
     COUNTERS_OFFSET,
@@ -114,31 +115,15 @@ def _read_spool(p: str, from_row: int) -> tuple[pa.Table, int, dict[str, Any]]:
     return table, first, h
 
 
-def _validity(vwords: np.ndarray[Any, Any], a: int, b: int) -> np.ndarray[Any, Any]:
-    """Validity of slots ``[a, b)`` of every column, one uint8 (0 or 1) per cell."""
-    w0 = a // 64
-    part = np.ascontiguousarray(vwords[:, w0 : (b + 63) // 64]).view(np.uint8)
-    bits = np.unpackbits(part, axis=1, bitorder="little")  # the layout is little-endian
-    return bits[:, a - 64 * w0 : b - 64 * w0]
-
-
 def _copy_rows(p: str, data: mmap.mmap, h: dict[str, Any], from_row: int) -> tuple[pa.Table, int]:
-    cap, ncols, words = h["capacity"], h["columns"], h["words"]
+    cap = h["capacity"]
     first = max(0, h["write_begin"] - cap, from_row)
     n = max(0, h["head"] - first)
     view = memoryview(data)
     try:
-        cells = np.frombuffer(view, np.uint64, ncols * cap, h["header_size"]).reshape(ncols, cap)
-        vwords = np.frombuffer(
-            view, np.uint64, ncols * words, h["header_size"] + 8 * ncols * cap
-        ).reshape(ncols, words)
-        # Only the rows asked for are copied out of the mapping (never the whole file): one or
-        # two runs of slots (the ring wraps once at most), with one validity byte per cell.
-        start = first % cap
-        runs = [(start, start + n)] if start + n <= cap else [(start, cap), (0, start + n - cap)]
-        copied = np.concatenate([cells[:, a:b] for a, b in runs], axis=1)
-        valid = np.concatenate([_validity(vwords, a, b) for a, b in runs], axis=1)
-        del cells, vwords
+        # Only the rows asked for are copied out of the mapping (never the whole file), with
+        # one validity byte per cell; the layout depends on the spool's format version.
+        copied, valid = read_rows(view, h, first, n)
     finally:
         view.release()
     # The file may still be written (a live recording): the counters were read before the
@@ -238,7 +223,13 @@ def recover_parts(path: str | os.PathLike[str]) -> Recovered:
     lost += max(0, first_spool_row - next_row)
     rest = spool.slice(spool_from - first_spool_row)
     rows += rest.num_rows
-    schema = spool.schema.with_metadata({"stroboscope.rows_lost": str(lost)})
+    # What the spool's header tells of the run (the rest is listed as missing in it).
+    from stroboscope.sampling._provenance import PROVENANCE_KEY, dumps, recovered
+
+    prov = recovered(h, rows=rows, rows_lost=lost, segments=[s for s, _, _ in plan], rest=rest)
+    schema = spool.schema.with_metadata(
+        {"stroboscope.rows_lost": str(lost), PROVENANCE_KEY: dumps(prov)}
+    )
 
     def parts() -> Iterator[pa.Table]:
         last_mono = -1

@@ -101,8 +101,9 @@ def check_capacity(capacity: object, name: str = "capacity") -> int:
 
 
 def ring_bytes(rows: int, columns: int) -> int:
-    """Memory of a ring of ``rows`` x ``columns`` (8-byte cells plus a validity bit per cell)."""
-    return columns * (rows + (rows + 63) // 64) * 8
+    """Memory of a ring of ``rows`` x ``columns``: blocks of 64 rows (at least one), each with
+    8-byte cells and a 64-bit validity word per column, a cache line of them per 8 columns."""
+    return max(1, rows // 64) * (columns * 64 + (columns + 7) // 8 * 8) * 8
 
 
 def check_ring_bytes(rows: int, columns: Sequence[tuple[str, int]], name: str = "capacity") -> None:

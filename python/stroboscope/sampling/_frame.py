@@ -43,11 +43,22 @@ class Frame:
         For a table: rows that were wanted but lost before they could be kept.
     first_row : int
         For a table: index of its first row in the sampler's lifetime row count.
+    provenance : dict, optional
+        What the sampler knows of its run (:mod:`stroboscope.sampling._provenance`); the frame
+        adds its rows' first and last time and count, and its Arrow schema carries the result
+        in its metadata (``stroboscope.provenance``, JSON).
     """
 
-    __slots__ = ("_first_row", "_lost", "_rows")
+    __slots__ = ("_first_row", "_lost", "_provenance", "_rows")
 
-    def __init__(self, rows: _Rows, *, rows_lost: int = 0, first_row: int = 0) -> None:
+    def __init__(
+        self,
+        rows: _Rows,
+        *,
+        rows_lost: int = 0,
+        first_row: int = 0,
+        provenance: dict[str, Any] | None = None,
+    ) -> None:
         if not isinstance(rows, (_core.Frame, pa.Table)):
             raise TypeError(f"rows must be a core frame or a pyarrow.Table, got {type(rows)!r}")
         if isinstance(rows, _core.Frame):
@@ -56,6 +67,12 @@ class Frame:
         else:
             self._lost = int(rows_lost)
             self._first_row = int(first_row)
+            if provenance is not None:
+                from stroboscope.sampling._provenance import attach, for_table
+
+                rows = attach(rows, for_table(provenance, rows, rows_lost=self._lost))
+                provenance = None  # kept in the table's schema
+        self._provenance = provenance
         self._rows = rows  # last: from here on the frame refuses changes
 
     def __len__(self) -> int:
@@ -103,6 +120,25 @@ class Frame:
         """Index of this frame's first row in the sampler's lifetime row count."""
         return self._first_row
 
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        """Where these rows come from (version, host, process, intervals, sources, GPUs, rank,
+        clock anchor, first and last time, rows lost: see
+        :func:`stroboscope.sampling._provenance.provenance`), or None when the frame carries
+        none. The same dict as the schema metadata ``stroboscope.provenance``."""
+        from stroboscope.sampling._provenance import for_table, from_schema
+
+        if isinstance(self._rows, pa.Table):
+            return from_schema(self._rows.schema)
+        if self._provenance is None:
+            return None
+        return for_table(self._provenance, self._core_table(), rows_lost=self._lost)
+
+    def _core_table(self) -> pa.Table:
+        """The core frame's buffers as a table (no copy), without provenance."""
+        assert isinstance(self._rows, _core.Frame)
+        return pa.RecordBatchReader.from_stream(_Stream(self._rows.export_stream())).read_all()
+
     # -- Arrow PyCapsule interface ---------------------------------------------------------
 
     def __arrow_c_schema__(self) -> object:
@@ -130,6 +166,12 @@ class Frame:
         """Export the rows as an ``arrow_array_stream`` PyCapsule."""
         if isinstance(self._rows, pa.Table):
             return self._rows.__arrow_c_stream__(requested_schema)
+        if self._provenance is not None:  # the same buffers, the provenance in the metadata
+            from stroboscope.sampling._provenance import attach, for_table
+
+            table = self._core_table()
+            table = attach(table, for_table(self._provenance, table, rows_lost=self._lost))
+            return table.__arrow_c_stream__(requested_schema)
         return self._rows.export_stream()
 
     # -- conversions -------------------------------------------------------------------------
@@ -187,3 +229,15 @@ class Frame:
         from stroboscope.export.writers import write_csv
 
         write_csv(self.to_arrow(), path)
+
+
+class _Stream:
+    """An Arrow C stream capsule made by the core, handed to pyarrow through the protocol."""
+
+    __slots__ = ("_capsule",)
+
+    def __init__(self, capsule: object) -> None:
+        self._capsule = capsule
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        return self._capsule

@@ -273,16 +273,24 @@ class Sampler(ScopeRecording):
 
     def snapshot(self) -> Frame:
         """A consistent copy of every row still in the ring (the rows are kept)."""
-        return Frame(self._core.snapshot())
+        return Frame(self._core.snapshot(), provenance=self.provenance())
 
     def drain(self) -> Frame:
         """The rows written since the previous drain (or since the start)."""
-        return Frame(self._core.drain())
+        return Frame(self._core.drain(), provenance=self.provenance())
 
     def copy_since(self, first_row: int) -> Frame:
         """The rows with index ``>= first_row`` still in the ring, for a consumer that keeps its
         own cursor (moves no cursor; rows already overwritten are counted in ``rows_lost``)."""
-        return Frame(self._core.copy_since(check_row_index("first_row", first_row)))
+        first = check_row_index("first_row", first_row)
+        return Frame(self._core.copy_since(first), provenance=self.provenance())
+
+    def provenance(self, *, command: list[str] | None = None) -> dict[str, Any]:
+        """What this sampler knows of its run, as a JSON-able dict that frames and outputs
+        carry (see :func:`stroboscope.sampling._provenance.provenance`)."""
+        from stroboscope.sampling._provenance import provenance
+
+        return provenance(self, command=command)
 
     def gpu_samples(self, *, drain: bool = False) -> Frame:
         """Every GPU sample the driver buffered, at the driver's own resolution, in long form.

@@ -120,7 +120,7 @@ def _paths(
             paths[children] = np.where(
                 ok, paths[parent] + "/" + names[children], "…/" + names[children]
             )
-    return paths
+    return np.asarray(paths, dtype=object)
 
 
 def _label_columns(ids: np.ndarray[Any, Any], strings: list[str]) -> dict[str, pa.Array]:

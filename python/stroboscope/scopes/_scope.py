@@ -182,7 +182,7 @@ class annotate:
         if self.name is not None:
             return self
         named = object.__new__(type(self))
-        named.name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+        named.name = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
         named._color = self._color
         named._domain = self._domain
         named._labels = self._labels
@@ -276,4 +276,5 @@ class collect_hardware_metrics(annotate):
     __slots__ = ()
 
     def __init__(self, name: str | None = None, **labels: LabelValue) -> None:
-        super().__init__(name, **labels)
+        own: dict[str, Any] = labels  # labels only: no colour, no NVTX
+        super().__init__(name, **own)

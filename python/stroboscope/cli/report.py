@@ -1,0 +1,71 @@
+"""``stroboscope report RUN.parquet [RUN2 …] [-o report.html] [--png DIR]``: summarise
+recordings in the terminal, as one HTML page and as PNG plots."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from stroboscope.export.report import build_report, write_html, write_pngs
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``report`` command; returns the exit code."""
+    report = build_report(
+        args.inputs,
+        columns=args.columns,
+        start=args.start,
+        end=args.end,
+        scope=args.scope,
+        scopes=args.scopes,
+    )
+    print(report.text(), end="")
+    try:
+        if args.output is not None:
+            write_html(report, args.output)
+            print(f"wrote {args.output}")
+        if args.png is not None:
+            paths = write_pngs(report, args.png)
+            print(f"wrote {len(paths)} PNG plots to {args.png}")
+    except ImportError as exc:  # the report extra is missing: say which, exit 2
+        raise RuntimeError(str(exc)) from None
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``report`` to the subcommands."""
+    p = sub.add_parser(
+        "report",
+        help="summarise recordings; write an HTML report (-o) or PNG plots (--png)",
+        description="Summarise recordings (Parquet files, spools, segment folders or "
+        "partitioned dataset directories) in the terminal; with -o, one self-contained HTML "
+        "page with plots; with --png, the plots as PNG files.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="RUN", help="recordings to report on")
+    p.add_argument("-o", "--output", default=None, metavar="HTML", help="write the HTML report")
+    p.add_argument("--png", default=None, metavar="DIR", help="write each plot as DIR/NAME.png")
+    p.add_argument(
+        "--columns",
+        action="append",
+        default=None,
+        metavar="LIST",
+        help="columns to show: names or patterns, comma-separated (cpu.*,gpu.0.power_w)",
+    )
+    p.add_argument(
+        "--from",
+        dest="start",
+        default=None,
+        metavar="TIME",
+        help="first time shown: seconds after the first row (30, 1.5s, 2m) or ISO-8601",
+    )
+    p.add_argument("--to", dest="end", default=None, metavar="TIME", help="last time shown")
+    p.add_argument(
+        "--scope", default=None, metavar="NAME", help="only the rows taken while NAME was open"
+    )
+    p.add_argument(
+        "--scopes",
+        default=None,
+        metavar="FILE",
+        help="scope intervals (Parquet) for every input (default: <stem>.scopes.parquet)",
+    )
+    p.set_defaults(func=run)

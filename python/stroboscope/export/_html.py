@@ -1,0 +1,132 @@
+"""The report as one HTML page: inline CSS, plots as embedded PNG (``data:`` URLs), no script
+and no external resource, so it opens offline in any browser."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stroboscope.analysis.summary import (
+    COUNTER_HEADER,
+    LEVEL_HEADER,
+    SAMPLES_NOTE,
+    counter_rows,
+    data_span_s,
+    level_rows,
+)
+from stroboscope.export import _meta
+from stroboscope.export._inputs import Series
+from stroboscope.export._plots import Plot
+
+if TYPE_CHECKING:
+    from stroboscope.export.report import Report
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1240px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ccc}
+h3{font-size:1.05em}pre{font-size:12px;overflow-x:auto}
+table{border-collapse:collapse;margin:.5em 0;font-size:12px}
+td,th{border:1px solid #ddd;padding:2px 6px}th{background:#f3f3f3;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+figure{margin:1em 0}img{max-width:100%;height:auto;border:1px solid #eee}
+p.note{color:#555;font-size:12px}
+"""
+
+
+def _esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def table_html(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], left: int = 1) -> str:
+    """An HTML table; the first ``left`` columns as text, the others right-aligned numbers."""
+    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{_esc(v)}</td>" if i < left else f'<td class="n">{_esc(v)}</td>'
+            for i, v in enumerate(r)
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _iso(ns: int) -> str:
+    t = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc)
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _series_html(report: Report, s: Series) -> str:
+    from stroboscope.export.report import scope_text
+
+    mm = pc.min_max(s.table.column("time").cast(pa.int64()))
+    parts = [
+        f"<h2>{_esc(s.label)}</h2>",
+        f"<p>{_esc(s.source)}: {s.table.num_rows} rows from {_iso(int(mm['min'].as_py()))} to "
+        f"{_iso(int(mm['max'].as_py()))}, {data_span_s(s.table):.3f} s of data</p>",
+    ]
+    summaries = report.describe(s)
+    levels, counters = level_rows(summaries), counter_rows(summaries)
+    if levels:
+        parts += ["<h3>Levels and rates</h3>", table_html(LEVEL_HEADER, levels, left=3)]
+    if counters:
+        parts += ["<h3>Counters</h3>", table_html(COUNTER_HEADER, counters, left=2)]
+    parts.append(f'<p class="note">{_esc(SAMPLES_NOTE)}</p>')
+    empty = [x.name for x in summaries if x.samples == 0]
+    missing = _meta.unavailable(s.metadata) + [f"{n}: no value in any row" for n in empty]
+    if missing:
+        items = "".join(f"<li>{_esc(m)}</li>" for m in missing)
+        parts.append(f"<h3>Not available</h3><ul>{items}</ul>")
+    figures = _meta.sampler_figures(s.metadata)
+    if figures:
+        parts += ["<h3>Sampler</h3>", table_html(("figure", "value"), figures, left=2)]
+    if s.scopes is not None and s.scopes.num_rows:
+        parts += [
+            "<h3>Scopes</h3>",
+            f'<pre class="scopes">{_esc(scope_text(s.table, s.scopes))}</pre>',
+        ]
+    entries = _meta.metadata_items(s.metadata)
+    parts.append("<h3>Provenance and metadata</h3>")
+    if entries:
+        parts.append(table_html(("key", "value"), entries, left=2))
+    else:
+        parts.append('<p class="note">This recording carries no metadata.</p>')
+    return "\n".join(parts)
+
+
+def _figure_html(plot: Plot) -> str:
+    data = base64.b64encode(plot.png).decode("ascii")
+    return (
+        f'<figure id="plot-{_esc(plot.key)}" class="plot">'
+        f'<img alt="{_esc(plot.title)}" width="{plot.width}" height="{plot.height}" '
+        f'src="data:image/png;base64,{data}"></figure>'
+    )
+
+
+def render_html(report: Report, plots: list[Plot]) -> str:
+    """The whole page for ``report`` with ``plots``."""
+    from stroboscope import __version__
+
+    title = "stroboscope report: " + ", ".join(s.label for s in report.series)
+    body = [
+        f"<h1>{_esc(title)}</h1>",
+        f'<p class="note">Made by stroboscope {_esc(__version__)}. Plots: min and max of every '
+        f"pixel column are kept, so no peak is hidden by downsampling; time is seconds after "
+        f"the first row of all inputs; shaded spans are scopes.</p>",
+        "<h2>Plots</h2>",
+        *(_figure_html(p) for p in plots),
+        *(_series_html(report, s) for s in report.series),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )

@@ -1,0 +1,280 @@
+"""The inputs of a report: recordings read back as series of rows, each checked to be one.
+
+An input is a Parquet recording (``stroboscope record -o x.parquet``, ``Frame.to_parquet``), a
+spool (``Sampler(spool=...)``: read with its segments through
+:func:`stroboscope.recording.spool.recover`), a folder of segments (``*.seg-NNNNNN.parquet``,
+with or without their spool), or a hive-partitioned directory of recordings
+(``key=value/.../part-*.parquet``, e.g. ``job=…/host=…/rank=…``: one series per combination of
+partition values). Each gives one or more :class:`Series`; a scope-intervals table beside a
+recording (``<stem>.scopes.parquet``) or given by the caller is attached to it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from stroboscope.recording._layout import MAGIC
+
+_SEGMENT_RE = re.compile(r"^(?P<base>.+)\.seg-(?P<index>\d+)\.parquet$")
+SCOPE_COLUMNS = ("name", "begin_ns", "end_ns")
+"""The scope-intervals columns a report needs (see the contract's full schema)."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """The rows of one recording (one host/rank of a dataset), with what came with them.
+
+    Attributes
+    ----------
+    label : str
+        How plots and tables name it: the file's stem, or the partition values.
+    source : str
+        The path it was read from.
+    table : pyarrow.Table
+        ``time``, ``mono_ns`` and the metric columns, in ``mono_ns`` order.
+    metadata : dict of str to str
+        The schema metadata (``stroboscope.rows_lost``, ``stroboscope.provenance``, ...).
+    scopes : pyarrow.Table or None
+        Scope intervals (``name``, ``path``, ``begin_ns``, ``end_ns`` in CLOCK_MONOTONIC ns, ...).
+    """
+
+    label: str
+    source: str
+    table: pa.Table
+    metadata: dict[str, str] = field(default_factory=dict)
+    scopes: pa.Table | None = None
+
+    @property
+    def anchor_ns(self) -> int:
+        """Realtime minus monotonic ns of this recording (``time`` minus ``mono_ns``)."""
+        t = self.table.column("time").cast(pa.int64())
+        return int(t[0].as_py()) - int(self.table.column("mono_ns")[0].as_py())
+
+    def with_table(self, table: pa.Table) -> Series:
+        """The same series holding other rows (a selection of these)."""
+        return replace(self, table=table)
+
+
+def _decode(metadata: dict[bytes, bytes] | None) -> dict[str, str]:
+    return {
+        k.decode(errors="replace"): v.decode(errors="replace") for k, v in (metadata or {}).items()
+    }
+
+
+def check_recording(table: pa.Table, what: str) -> pa.Table:
+    """``table`` if it is a non-empty recording (``time`` and ``mono_ns`` columns, rows), sorted
+    by ``mono_ns``; a ValueError naming ``what`` and what is wrong otherwise."""
+    names = table.column_names
+    missing = [c for c in ("time", "mono_ns") if c not in names]
+    if missing:
+        shown = ", ".join(names[:8]) + (", …" if len(names) > 8 else "")
+        raise ValueError(
+            f"{what} is not a stroboscope recording: it has no {' and no '.join(missing)} column "
+            f"(its columns: {shown or 'none'})"
+        )
+    if not pa.types.is_integer(table.schema.field("mono_ns").type) or not pa.types.is_timestamp(
+        table.schema.field("time").type
+    ):
+        raise ValueError(
+            f"{what} is not a stroboscope recording: mono_ns must be integers and time a "
+            f"timestamp, got {table.schema.field('mono_ns').type} and "
+            f"{table.schema.field('time').type}"
+        )
+    if table.num_rows == 0:
+        raise ValueError(f"{what} is an empty recording: it has its columns but no rows")
+    if table.column("mono_ns").null_count:
+        table = table.filter(table.column("mono_ns").is_valid())
+    mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
+    if len(mono) > 1 and not bool(np.all(np.diff(mono) >= 0)):
+        table = table.take(pc.sort_indices(table, [("mono_ns", "ascending")]))
+    return table
+
+
+def _wanted(schema: pa.Schema, patterns: list[str] | None) -> list[str] | None:
+    """The columns to read for ``patterns`` (``--columns``), or None for all of them: also
+    when a pattern matches nothing, so that the selection's error can list every column."""
+    if not patterns:
+        return None
+    names = [n for n in schema.names if n not in ("time", "mono_ns")]
+    if not all(fnmatch.filter(names, p) for p in patterns):
+        return None
+    keep = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    return [n for n in ("time", "mono_ns") if n in schema.names] + keep
+
+
+def _read_file(path: Path, patterns: list[str] | None = None) -> pa.Table:
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head[: len(MAGIC)] == MAGIC:
+        from stroboscope.recording.spool import recover
+
+        return recover(path).to_arrow()
+    if not head:
+        raise ValueError(f"{path} is empty (0 bytes): not a recording")
+    if head[:4] != b"PAR1":
+        raise ValueError(
+            f"{path} is not a recording: neither a Parquet file nor a stroboscope spool "
+            f"(it starts with {head!r}); give a .parquet recording, a spool, a segment folder "
+            f"or a partitioned dataset directory"
+        )
+    try:  # only the columns asked for: a 1-hour 1 kHz run is read in a fraction of the time
+        return pq.read_table(path, columns=_wanted(pq.read_schema(path), patterns))
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{path} is not a readable Parquet file: {exc}") from None
+
+
+def scopes_beside(path: Path) -> Path | None:
+    """``<stem>.scopes.parquet`` beside a recording ``<stem>.parquet`` when it exists."""
+    name = path.name
+    for suffix in (".parquet", ".pq"):
+        if name.endswith(suffix):
+            candidate = path.with_name(name[: -len(suffix)] + ".scopes.parquet")
+            return candidate if candidate.is_file() else None
+    return None
+
+
+def read_scopes(path: str | os.PathLike[str]) -> pa.Table:
+    """A scope-intervals table from a Parquet file, checked to have the columns a report uses."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--scopes {os.fspath(path)!r}: no such file")
+    try:
+        table = pq.read_table(p)
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(
+            f"--scopes {os.fspath(path)!r} is not a readable Parquet file: {exc}"
+        ) from None
+    missing = [c for c in SCOPE_COLUMNS if c not in table.column_names]
+    if missing:
+        raise ValueError(
+            f"{p} is not a scope-intervals table: it has no {', '.join(missing)} column(s) "
+            f"(expected name, path, thread_id, stack_id, depth, begin_ns, end_ns)"
+        )
+    return table
+
+
+def _segment_groups(directory: Path) -> dict[str, list[Path]]:
+    groups: dict[str, list[tuple[int, Path]]] = {}
+    for entry in directory.iterdir():
+        m = _SEGMENT_RE.match(entry.name)
+        if m and entry.is_file():
+            groups.setdefault(m.group("base"), []).append((int(m.group("index")), entry))
+    return {base: [p for _, p in sorted(found)] for base, found in sorted(groups.items())}
+
+
+def _read_segments(directory: Path, base: str, segments: list[Path]) -> pa.Table:
+    spool = directory / base
+    if spool.is_file():  # the spool holds the rows no segment took yet
+        return _read_file(spool)
+    tables = [check_recording(_read_file(seg), str(seg)) for seg in segments]
+    schema = tables[0].schema
+    parts = [t.select(schema.names).cast(schema) for t in tables]
+    table = pa.concat_tables(parts)
+    # Consecutive segments of one spool do not overlap, but a retried write may repeat rows.
+    mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
+    keep = np.ones(len(mono), dtype=bool)
+    keep[1:] = mono[1:] > np.maximum.accumulate(mono)[:-1]
+    return table.filter(pa.array(keep)).replace_schema_metadata(schema.metadata)
+
+
+def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, bytes] | None]]:
+    import pyarrow.dataset as ds
+
+    # Recordings only: not scope tables kept beside them, nor hidden or temporary files.
+    files = sorted(
+        str(f)
+        for f in directory.rglob("*.parquet")
+        if f.is_file()
+        and not f.name.endswith(".scopes.parquet")
+        and not any(part.startswith((".", "_")) for part in f.relative_to(directory).parts)
+    )
+    if not files:
+        raise ValueError(
+            f"{directory} holds no recording: no .parquet file in it or below it (give a "
+            f"recording, a spool, a segment folder or a partitioned dataset directory)"
+        )
+    try:
+        dataset = ds.dataset(
+            files,
+            format="parquet",
+            partitioning=ds.HivePartitioning.discover(),
+            partition_base_dir=str(directory),
+        )
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(
+            f"{directory} is not a readable dataset of Parquet recordings: {exc}"
+        ) from None
+    first = pq.read_schema(dataset.files[0])
+    keys = [n for n in dataset.schema.names if n not in first.names]
+    table = dataset.to_table()
+    if not keys:
+        return [(directory.name or str(directory), table, first.metadata)]
+    out = []
+    combos = table.select(keys).group_by(keys).aggregate([]).to_pylist()
+    for combo in sorted(combos, key=lambda c: [str(c[k]) for k in keys]):
+        mask = None
+        for k in keys:
+            eq = pc.equal(table.column(k), pa.scalar(combo[k], table.schema.field(k).type))
+            mask = eq if mask is None else pc.and_(mask, eq)
+        part = table.filter(mask).drop_columns(keys)
+        if part.schema.names == first.names:  # keep each field's unit and kind
+            part = part.cast(first)
+        out.append((" ".join(f"{k}={combo[k]}" for k in keys), part, first.metadata))
+    return out
+
+
+def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) -> list[Series]:
+    """The series of one input (see the module's docstring); ValueError naming what is wrong."""
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"{os.fspath(path)!r}: no such file or directory")
+    if p.is_dir():
+        segments = _segment_groups(p)
+        if segments:
+            found = [(base, _read_segments(p, base, segs)) for base, segs in segments.items()]
+            return [
+                Series(
+                    base,
+                    str(p / base),
+                    check_recording(t, f"{p / base}"),
+                    _decode(t.schema.metadata),
+                )
+                for base, t in found
+            ]
+        return [
+            Series(label, str(p), check_recording(t, f"{p} ({label})"), _decode(md))
+            for label, t, md in _read_dataset(p)
+        ]
+    table = check_recording(_read_file(p, patterns), str(p))
+    beside = scopes_beside(p)
+    scopes = read_scopes(beside) if beside is not None else None
+    return [Series(p.stem, str(p), table, _decode(table.schema.metadata), scopes)]
+
+
+def read_inputs(
+    paths: list[str],
+    scopes: str | os.PathLike[str] | None = None,
+    patterns: list[str] | None = None,
+) -> list[Series]:
+    """Every series of every input, in order; ``scopes`` (a scope-intervals Parquet file) is
+    attached to each, replacing one found beside it. ``patterns`` (column names or patterns)
+    lets a Parquet file be read for those columns only."""
+    if not paths:
+        raise ValueError("give at least one recording (RUN.parquet, a spool or a directory)")
+    series = [s for path in paths for s in read_input(path, patterns)]
+    if scopes is not None:
+        table = read_scopes(scopes)
+        series = [replace(s, scopes=table) for s in series]
+    labels = [s.label for s in series]
+    if len(set(labels)) < len(labels):  # two files of one name in different folders
+        series = [replace(s, label=f"{s.label} ({s.source})") for s in series]
+    return series

@@ -1,0 +1,177 @@
+"""What a report shows of its inputs: the columns asked for, a time range, a scope's spans.
+
+Each selection checks its argument against the data and says what is wrong with it (a column
+no input has, a time outside the run, a scope never entered) in a ValueError naming the option.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stroboscope.analysis.summary import TIME_COLUMNS
+from stroboscope.export._inputs import Series
+
+_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)?\s*$")
+_SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def split_patterns(patterns: list[str]) -> list[str]:
+    """``["cpu.*,mem.used_bytes", "gpu.0.*"]`` → each name or pattern once, in order."""
+    return list(dict.fromkeys(p.strip() for text in patterns for p in text.split(",") if p.strip()))
+
+
+def select_columns(series: list[Series], patterns: list[str] | None) -> list[Series]:
+    """Keep ``time``, ``mono_ns`` and the columns matching any of ``patterns`` (names or
+    shell-style patterns such as ``gpu.0.*``; comma-separated lists are split)."""
+    if not patterns:
+        return series
+    wanted = split_patterns(patterns)
+    if not wanted:
+        raise ValueError("--columns names no column: give names or patterns such as 'cpu.*'")
+    available = sorted({c for s in series for c in s.table.column_names if c not in TIME_COLUMNS})
+    for pattern in wanted:
+        if not fnmatch.filter(available, pattern):
+            raise ValueError(
+                f"--columns: {pattern!r} matches no column of the recording(s); they have: "
+                f"{', '.join(available)}"
+            )
+    out = []
+    for s in series:
+        keep = [c for c in s.table.column_names if c in TIME_COLUMNS]
+        keep += [
+            c
+            for c in s.table.column_names
+            if c not in TIME_COLUMNS and any(fnmatch.fnmatchcase(c, p) for p in wanted)
+        ]
+        out.append(s.with_table(s.table.select(keep)))
+    return out
+
+
+def _span_ns(series: list[Series]) -> tuple[int, int]:
+    firsts, lasts = [], []
+    for s in series:
+        mm = pc.min_max(s.table.column("time").cast(pa.int64()))
+        firsts.append(int(mm["min"].as_py()))
+        lasts.append(int(mm["max"].as_py()))
+    return min(firsts), max(lasts)
+
+
+def _iso(ns: int) -> str:
+    t = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc)
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(option: str, text: str, start_ns: int) -> int:
+    """A realtime in ns from ``text``: seconds after the run's first row (``30``, ``1.5s``,
+    ``250ms``, ``2m``, ``1h``) or an ISO-8601 time (UTC when no zone is given)."""
+    m = _DURATION_RE.match(text)
+    if m:
+        return start_ns + round(float(m.group(1)) * _SCALE[m.group(2)] * 1e9)
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{option} must be seconds after the run's start (30, 1.5s, 250ms, 2m) or an "
+            f"ISO-8601 time (2026-01-31T12:00:00Z), got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return round(when.timestamp() * 1e6) * 1000
+
+
+def select_time(series: list[Series], start: str | None, end: str | None) -> list[Series]:
+    """Keep the rows from ``start`` to ``end`` (inclusive; see :func:`parse_time`), measured
+    from the first row of all inputs; a ValueError when the range is empty or outside the run."""
+    if start is None and end is None:
+        return series
+    first, last = _span_ns(series)
+    lo = parse_time("--from", start, first) if start is not None else first
+    hi = parse_time("--to", end, first) if end is not None else last
+    run = (
+        f"the run spans {_iso(first)} to {_iso(last)}, 0 to {(last - first) / 1e9:.3f} s "
+        f"after its first row"
+    )
+    if start is not None and end is not None and lo > hi:
+        raise ValueError(f"--from ({start}) is after --to ({end}): {run}")
+    if lo > last or hi < first:
+        raise ValueError(
+            f"the time range {_iso(lo)} to {_iso(hi)} (--from {start}, --to {end}) is outside "
+            f"the run: {run}"
+        )
+    out = []
+    for s in series:
+        t = s.table.column("time").cast(pa.int64())
+        mask = pc.and_(pc.greater_equal(t, lo), pc.less_equal(t, hi))
+        table = s.table.filter(mask)
+        if table.num_rows:
+            out.append(s.with_table(table))
+    if not out:
+        raise ValueError(
+            f"no row lies between {_iso(lo)} and {_iso(hi)} (--from {start}, --to {end}): {run}"
+        )
+    return out
+
+
+def scope_mask(mono: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each ``mono`` time lies in one of the intervals ``[begin, end]`` (any order,
+    overlapping or nested)."""
+    if len(begins) == 0:
+        return np.zeros(len(mono), dtype=bool)
+    order = np.argsort(begins, kind="stable")
+    b, e = begins[order], ends[order]
+    reach = np.maximum.accumulate(e)  # the union: a new run starts where begin > reach so far
+    starts = np.ones(len(b), dtype=bool)
+    starts[1:] = b[1:] > reach[:-1]
+    idx = np.flatnonzero(starts)
+    ub = b[idx]
+    ue = np.maximum.reduceat(e, idx)
+    k = np.searchsorted(ub, mono, side="right") - 1
+    inside = k >= 0
+    inside[inside] = mono[inside] <= ue[k[inside]]
+    return inside
+
+
+def select_scope(series: list[Series], name: str | None) -> list[Series]:
+    """Keep the rows taken while the scope ``name`` (its name or its path) was open."""
+    if name is None:
+        return series
+    with_scopes = [s for s in series if s.scopes is not None and s.scopes.num_rows]
+    if not with_scopes:
+        raise ValueError(
+            f"--scope {name!r}: no scope intervals came with the recording(s); give --scopes "
+            f"FILE or keep <stem>.scopes.parquet beside the recording"
+        )
+    out = []
+    known: set[str] = set()
+    for s in with_scopes:
+        assert s.scopes is not None
+        scopes = s.scopes
+        known.update(str(n) for n in scopes.column("name").to_pylist())
+        hit = pc.equal(scopes.column("name"), name)
+        if "path" in scopes.column_names:
+            hit = pc.or_(hit, pc.equal(scopes.column("path"), name))
+        chosen = scopes.filter(pc.fill_null(hit, False))
+        if not chosen.num_rows:
+            continue
+        big = np.iinfo(np.int64).max
+        begins = chosen.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64)
+        ends = pc.fill_null(chosen.column("end_ns"), big).to_numpy(zero_copy_only=False)
+        mono = s.table.column("mono_ns").to_numpy(zero_copy_only=False)
+        table = s.table.filter(pa.array(scope_mask(mono, begins, ends.astype(np.int64))))
+        if table.num_rows:
+            out.append(s.with_table(table))
+    if not out:
+        if name not in known:
+            names = sorted(known)
+            raise ValueError(
+                f"--scope {name!r} is not a scope of the recording(s); they have: "
+                f"{', '.join(names[:30])}{', …' if len(names) > 30 else ''}"
+            )
+        raise ValueError(f"--scope {name!r}: no row was taken while it was open")
+    return out

@@ -1,0 +1,204 @@
+"""``stroboscope report``: a recording (or several) summarised in the terminal, as one
+self-contained HTML page, and as PNG plots.
+
+>>> report = build_report(["run.parquet"], columns=["cpu.*", "mem.*"], start="10s")
+>>> print(report.text())
+>>> write_html(report, "report.html")          # written whole, or not at all
+>>> write_pngs(report, "plots/")               # one PNG per plot
+
+The HTML holds its plots as embedded PNG images (``data:`` URLs), its tables and the run's
+metadata, with inline CSS and no script: it opens offline, anywhere, and weighs about as much
+as its images. Plots need matplotlib (``pip install 'stroboscope[report]'``); the text does not.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stroboscope._files import replace_private
+from stroboscope.analysis.summary import (
+    ColumnSummary,
+    describe_columns,
+    fmt_seconds,
+    summarize,
+    text_table,
+)
+from stroboscope.export import _meta
+from stroboscope.export._inputs import Series, read_inputs
+from stroboscope.export._plots import Plot, render_plots, require_matplotlib
+from stroboscope.export._select import (
+    select_columns,
+    select_scope,
+    select_time,
+    split_patterns,
+)
+
+__all__ = ["Report", "build_report", "scope_counts", "scope_text", "write_html", "write_pngs"]
+
+SCOPE_HEADER = ("scope", "calls", "open", "total", "mean", "min", "max")
+
+
+def scope_text(samples: pa.Table, intervals: pa.Table) -> str:
+    """The per-scope summary as text: :func:`stroboscope.analysis.scope_summary.summary`
+    (durations, and CPU, memory, GPU, power and energy inside each scope), which needs pandas;
+    without pandas, the calls and durations of :func:`scope_counts`."""
+    try:
+        import pandas  # noqa: F401
+
+        from stroboscope.analysis.scope_summary import format_summary, summary
+    except ImportError:
+        return text_table(SCOPE_HEADER, scope_counts(intervals))
+    return format_summary(summary(samples, intervals))
+
+
+def scope_counts(intervals: pa.Table) -> list[tuple[str, ...]]:
+    """Per scope name: calls, calls still open, and the total, mean, min and max duration of
+    the closed ones (the scope table when pandas is not installed)."""
+    rows = []
+    names = intervals.column("name").to_pylist()
+    begin = intervals.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64)
+    end_col = intervals.column("end_ns")
+    closed = end_col.is_valid().to_numpy(zero_copy_only=False)
+    end = pc.fill_null(end_col, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    for name in dict.fromkeys(names):
+        mask = pc.equal(intervals.column("name"), name).to_numpy(zero_copy_only=False)
+        done = (end - begin)[mask & closed] / 1e9
+        stats = (done.sum(), done.mean(), done.min(), done.max()) if len(done) else (None,) * 4
+        durations = [fmt_seconds(None if v is None else float(v)) for v in stats]
+        rows.append((str(name), str(int(mask.sum())), str(int((mask & ~closed).sum())), *durations))
+    return rows
+
+
+@dataclass
+class Report:
+    """The selected rows of every input, ready to print, render and write.
+
+    Attributes
+    ----------
+    series : list of Series
+        One per recording (or host/rank of a dataset), after the selections.
+    """
+
+    series: list[Series]
+    _plots: list[Plot] | None = field(default=None, repr=False)
+    _described: dict[int, list[ColumnSummary]] = field(default_factory=dict, repr=False)
+
+    def describe(self, s: Series) -> list[ColumnSummary]:
+        """The column figures of one series (computed once, shared by the text and the page)."""
+        key = id(s.table)
+        if key not in self._described:
+            self._described[key] = describe_columns(s.table)
+        return self._described[key]
+
+    def lateness(self) -> dict[str, tuple[list[float], list[int]]]:
+        """The sampler's lateness histogram of each series that recorded one, by label."""
+        out = {}
+        for s in self.series:
+            hist = _meta.lateness_histogram(s.metadata)
+            if hist is not None:
+                out[s.label] = hist
+        return out
+
+    def plots(self) -> list[Plot]:
+        """The plots (rendered once, on first use)."""
+        if self._plots is None:
+            self._plots = render_plots(self.series, self.lateness())
+        return self._plots
+
+    def sections(self, s: Series) -> list[tuple[str, str]]:
+        """The text sections of one series: summary, sampler, not available, scopes."""
+        out = [("summary", summarize(s.table, summaries=self.describe(s)))]
+        figures = _meta.sampler_figures(s.metadata)
+        if figures:
+            out.append(("sampler", "\n".join(f"{k}: {v}" for k, v in figures)))
+        missing = _meta.unavailable(s.metadata)
+        if missing:
+            out.append(("not available", "\n".join(missing)))
+        if s.scopes is not None and s.scopes.num_rows:
+            out.append(("scopes", scope_text(s.table, s.scopes)))
+        return out
+
+    def text(self) -> str:
+        """The terminal report: per series, its summary and what came with it."""
+        parts = []
+        for s in self.series:
+            parts.append(f"== {s.label}  ({s.source})")
+            for title, body in self.sections(s):
+                parts.append(body if title == "summary" else f"\n{title}:\n{body}")
+            parts.append("")
+        return "\n".join(parts).rstrip() + "\n"
+
+    def html(self) -> str:
+        """The whole page (plots embedded)."""
+        from stroboscope.export._html import render_html
+
+        return render_html(self, self.plots())
+
+
+def build_report(
+    inputs: list[str],
+    *,
+    columns: list[str] | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    scope: str | None = None,
+    scopes: str | os.PathLike[str] | None = None,
+) -> Report:
+    """Read ``inputs`` and select what the report shows.
+
+    Parameters
+    ----------
+    inputs : list of str
+        Parquet recordings, spools, segment folders or partitioned dataset directories.
+    columns : list of str, optional
+        Column names or patterns (``gpu.0.*``); comma-separated lists are split.
+    start, end : str, optional
+        Seconds after the first row (``30``, ``1.5s``, ``2m``) or ISO-8601 times.
+    scope : str, optional
+        Keep the rows taken while this scope (name or path) was open.
+    scopes : path, optional
+        A scope-intervals Parquet file for every input (else ``<stem>.scopes.parquet``).
+
+    Raises
+    ------
+    ValueError
+        An input that is not a recording or is empty, a column no input has, a time range
+        outside the run, a scope never entered: the message names which and why.
+    """
+    patterns = split_patterns(columns) if columns else None
+    series = read_inputs(list(inputs), scopes, patterns)
+    series = select_columns(series, columns)
+    series = select_time(series, start, end)
+    series = select_scope(series, scope)
+    return Report(series)
+
+
+def write_html(report: Report, path: str | os.PathLike[str]) -> None:
+    """Write the page to ``path`` whole (0600), or leave ``path`` as it was on any error."""
+    require_matplotlib()
+    page = report.html().encode()  # rendered before the file is created
+    with replace_private(path) as f:
+        f.write(page)
+
+
+def write_pngs(report: Report, directory: str | os.PathLike[str]) -> list[Path]:
+    """Write each plot as ``DIR/<key>.png`` (each file whole); return the paths."""
+    require_matplotlib()
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"--png {os.fspath(directory)!r} is a file, not a directory")
+    plots = report.plots()
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for plot in plots:
+        p = d / f"{plot.key}.png"
+        with replace_private(p) as f:
+            f.write(plot.png)
+        paths.append(p)
+    return paths

@@ -1,0 +1,371 @@
+"""Provenance: the facts a recording needs to be read correctly later, kept with its rows.
+
+:func:`provenance` gathers what a :class:`~stroboscope.sampling.Sampler` knows of its run (the
+version that recorded it, host, monitored process and its command line, base and per-source
+intervals and the interface each source reads, GPUs, rank, the clock anchor and its uncertainty,
+rows lost); :func:`for_table` adds what the rows themselves say (first and last time, row count,
+the anchor). The result is a plain JSON-able dict, stored in Arrow/Parquet schema metadata under
+:data:`PROVENANCE_KEY` and, for CSV, in a ``FILE.meta.json`` sidecar
+(:mod:`stroboscope.export.writers`). A recording recovered from a spool knows less: its dict
+lists what is missing under ``"missing"``.
+
+Facts that cannot change during a run (host, GPUs, rank) are gathered once per sampler; the
+command line is read again each time (a process may ``exec``) and the last successful read kept,
+so it survives the process's exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import weakref
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from stroboscope.sampling._sampler import Sampler
+
+PROVENANCE_KEY = "stroboscope.provenance"
+"""Schema metadata key (and the sidecar's content): the provenance as JSON."""
+FORMAT = 1
+"""Version of the provenance dict's layout (``"format"``)."""
+
+RANK_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+)
+"""Environment variables read for the rank (torchrun's, then Slurm's)."""
+
+_static: weakref.WeakKeyDictionary[Sampler, dict[str, Any]] = weakref.WeakKeyDictionary()
+_cmdlines: weakref.WeakKeyDictionary[Sampler, list[str]] = weakref.WeakKeyDictionary()
+
+
+def _version() -> str:
+    from stroboscope import __version__
+
+    return __version__
+
+
+def iso_utc(ns: int) -> str:
+    """``ns`` since the epoch as ISO 8601 UTC, to the ns (``2026-12-03T10:00:00.000000001Z``)."""
+    seconds, frac = divmod(int(ns), 1_000_000_000)
+    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{frac:09d}Z"
+
+
+def read_cmdline(pid: int, proc_root: str = "/proc") -> list[str] | None:
+    """The command line of ``pid`` (``/proc/PID/cmdline``), or None when it cannot be read (the
+    process is gone, or a kernel thread with an empty one)."""
+    try:
+        with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    parts = raw.split(b"\0")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return [p.decode("utf-8", "backslashreplace") for p in parts] or None
+
+
+def _environ(pid: int) -> Mapping[str, str]:
+    """The environment of ``pid``: ours for this process, else ``/proc/PID/environ`` (as it was
+    when the process started; empty when it cannot be read)."""
+    if pid == os.getpid():
+        return os.environ
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for entry in raw.split(b"\0"):
+        name, eq, value = entry.partition(b"=")
+        if eq:
+            out[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
+
+
+def rank_of(environ: Mapping[str, str]) -> dict[str, int | None]:
+    """``rank``, ``world_size`` and ``local_rank`` from torchrun's variables, else Slurm's;
+    None for each one not set (or not a whole number)."""
+
+    def first(*names: str) -> int | None:
+        for name in names:
+            text = environ.get(name, "").strip()
+            if text.isdigit():
+                return int(text)
+        return None
+
+    return {
+        "rank": first("RANK", "SLURM_PROCID"),
+        "world_size": first("WORLD_SIZE", "SLURM_NTASKS"),
+        "local_rank": first("LOCAL_RANK", "SLURM_LOCALID"),
+    }
+
+
+def _gpus(sampler: Sampler, source_names: list[str]) -> dict[str, Any] | None:
+    """The GPUs the ``gpu`` source reads (None without that source): NVML's driver version and
+    each device's name and UUID, with the label of its columns (``gpu.LABEL.*``)."""
+    if "gpu" not in source_names:
+        return None
+    from stroboscope.sampling._gpu import gpu_status
+
+    status = gpu_status()
+    labels_in_columns = {
+        int(c.name.split(".")[1])
+        for c in sampler.columns
+        if c.name.startswith("gpu.") and c.name.split(".")[1].isdigit()
+    }
+    # NVML index -> column label: the driver-sample recorder knows it (``gpus="cuda"`` labels by
+    # CUDA ordinal); otherwise a column's label is the NVML index.
+    by_index: dict[int, int] = dict(getattr(sampler, "_gpu_labels", {}) or {})
+    if not by_index:
+        by_index = {i: i for i in labels_in_columns}
+    devices = [
+        {
+            "label": by_index[int(d["index"])],
+            "index": int(d["index"]),
+            "name": d.get("name"),
+            "uuid": d.get("uuid"),
+        }
+        for d in status.get("devices", [])
+        if int(d["index"]) in by_index
+    ]
+    return {
+        "driver_version": status.get("driver_version") or None,
+        "nvml_version": status.get("nvml_version") or None,
+        "devices": devices,
+        "reason": None if status.get("loaded") else status.get("reason"),
+    }
+
+
+def _static_facts(sampler: Sampler) -> dict[str, Any]:
+    """What cannot change while a sampler lives: gathered once, then kept."""
+    facts = _static.get(sampler)
+    if facts is None:
+        stats = sampler.stats()
+        names = [s.name for s in stats.sources]
+        facts = {
+            "host": socket.gethostname(),
+            "pid": sampler.pid,
+            "interval_s": sampler.interval,
+            "sources": [
+                {
+                    "name": s.name,
+                    "every": s.every,
+                    "interval_s": s.every * sampler.interval,
+                    # The kernel interface it reads, where this build's sources say (else None).
+                    "interface": getattr(s, "interface", None) or None,
+                }
+                for s in stats.sources
+            ],
+            "gpus": _gpus(sampler, names),
+            **rank_of(_environ(sampler.pid)),
+        }
+        _static[sampler] = facts
+    return facts
+
+
+def provenance(sampler: Sampler, *, command: list[str] | None = None) -> dict[str, Any]:
+    """Everything ``sampler`` knows of its run, as a JSON-able dict (see the module docstring).
+
+    Parameters
+    ----------
+    sampler : Sampler
+        The sampler (running, stopped or closed).
+    command : list of str, optional
+        The monitored command line when the caller knows it better than ``/proc`` (``record --
+        CMD``: the command, not the gate it waits in). Default: ``/proc/PID/cmdline``, the last
+        successful read kept once the process has exited.
+
+    Returns
+    -------
+    dict
+        ``format``, ``stroboscope_version``, ``recorded_by`` ("sampler"), ``host``, ``pid``,
+        ``cmdline``, ``interval_s``, ``sources`` (name, every, interval_s, interface), ``gpus``,
+        ``rank``/``world_size``/``local_rank``, ``clock`` (``anchor_uncertainty_ns``),
+        ``ticks_missed``, ``rows_lost`` (overwritten before a drain or a segment took them),
+        ``missing`` (names of facts not known). :func:`for_table` adds the rows' own facts.
+    """
+    # The core's own counters (a dict, not the typed stats: this runs for every frame), and
+    # what the sampler adds to them (a spool's segment rows lost).
+    stats = {**sampler._core.stats(), **sampler._extra_stats()}
+    cmdline = command
+    if cmdline is None:
+        cmdline = read_cmdline(sampler.pid)
+        if cmdline is not None:
+            _cmdlines[sampler] = cmdline
+        else:
+            cmdline = _cmdlines.get(sampler)
+    lost = (
+        stats["rows_lost"] if stats.get("segment_rows_lost") is None else stats["segment_rows_lost"]
+    )
+    out: dict[str, Any] = {
+        "format": FORMAT,
+        "stroboscope_version": _version(),
+        "recorded_by": "sampler",
+        **_static_facts(sampler),
+        "cmdline": cmdline,
+        "clock": {
+            "clock": "CLOCK_MONOTONIC",
+            "anchor_ns": None,
+            "anchor_uncertainty_ns": int(stats["clock_anchor_uncertainty_ns"]),
+        },
+        "ticks_taken": int(stats["ticks_taken"]),
+        "ticks_missed": int(stats["ticks_missed"]),
+        "rows_lost": lost,
+    }
+    out["missing"] = [k for k in ("cmdline",) if out[k] is None]
+    return out
+
+
+def for_table(
+    prov: Mapping[str, Any], table: pa.Table, *, rows_lost: int | None = None
+) -> dict[str, Any]:
+    """``prov`` plus what ``table``'s rows say: ``start_time``/``end_time`` (ISO UTC of the first
+    and last row's ``time``), ``start_ns``/``end_ns``, ``rows``, and the clock anchor
+    (``time - mono_ns``, exact: the column is made from it). ``rows_lost`` (the rows this
+    table misses, such as a frame's) is kept as ``table_rows_lost`` when given."""
+    out = dict(prov)
+    out["rows"] = table.num_rows
+    names = table.column_names
+    start = end = None
+    if table.num_rows and "time" in names:
+        times = table.column("time")
+        start, end = _ns(_edge(times, last=False)), _ns(_edge(times, last=True))
+        if "mono_ns" in names and start is not None:
+            clock = dict(out.get("clock") or {})
+            clock["anchor_ns"] = start - _edge(table.column("mono_ns"), last=False).as_py()
+            out["clock"] = clock
+    if start is not None and end is not None:
+        out.update(start_ns=start, end_ns=end, start_time=iso_utc(start), end_time=iso_utc(end))
+    elif "start_ns" not in out:
+        out.update(start_ns=None, end_ns=None, start_time=None, end_time=None)
+    if rows_lost is not None:
+        out["table_rows_lost"] = int(rows_lost)
+    return out
+
+
+def _edge(column: pa.ChunkedArray, *, last: bool) -> pa.Scalar:
+    """The first (or last) cell of a non-empty column, read from its chunk (indexing the
+    chunked array is slower; chunks may be empty)."""
+    chunks = [c for c in column.chunks if len(c)]
+    return chunks[-1][-1] if last else chunks[0][0]
+
+
+def _ns(cell: pa.Scalar) -> int | None:
+    """A ``time`` cell as ns since the epoch (no cast of the column: one cell is read)."""
+    value = getattr(cell, "value", None)  # TimestampScalar.value: the stored int64
+    return None if value is None else int(value)
+
+
+def dumps(prov: Mapping[str, Any], *, indent: int | None = None) -> str:
+    """The provenance as JSON text (sorted keys, UTF-8 kept; compact unless ``indent``)."""
+    return json.dumps(prov, sort_keys=True, ensure_ascii=False, indent=indent)
+
+
+def attach(table: pa.Table, prov: Mapping[str, Any]) -> pa.Table:
+    """``table`` with ``prov`` in its schema metadata (other keys kept; no data copied)."""
+    metadata = dict(table.schema.metadata or {})
+    metadata[PROVENANCE_KEY.encode()] = dumps(prov).encode()
+    return table.replace_schema_metadata(metadata)
+
+
+def from_schema(schema: pa.Schema) -> dict[str, Any] | None:
+    """The provenance a schema's metadata holds, or None (unreadable JSON raises ValueError
+    naming the key)."""
+    raw = (schema.metadata or {}).get(PROVENANCE_KEY.encode())
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"schema metadata {PROVENANCE_KEY} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"schema metadata {PROVENANCE_KEY} is not a JSON object")
+    return value
+
+
+RECOVERED_MISSING = (
+    "stroboscope_version",
+    "host",
+    "cmdline",
+    "sources",
+    "gpus",
+    "rank",
+    "world_size",
+    "local_rank",
+    "clock.anchor_uncertainty_ns",
+    "ticks_missed",
+)
+"""What a spool does not keep: a recording recovered from one (a crash dump, ``stroboscope
+recover``) says these are unknown."""
+
+
+def _segment_time(path: str, last: bool) -> int | None:
+    """The first (or last) ``time`` of a Parquet segment, reading one row group's column."""
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    groups = f.metadata.num_row_groups
+    if groups == 0:
+        return None
+    times = f.read_row_group(groups - 1 if last else 0, columns=["time"]).column(0)
+    if len(times) == 0:
+        return None
+    return _ns(times[-1 if last else 0])
+
+
+def recovered(
+    header: Mapping[str, Any],
+    *,
+    rows: int,
+    rows_lost: int,
+    segments: list[str],
+    rest: pa.Table,
+) -> dict[str, Any]:
+    """The provenance of rows recovered from a spool (``header``: its fields, see
+    ``recording/_layout.py``) and its Parquet ``segments`` (those whose rows are kept, in order),
+    followed by ``rest`` (the spool's own rows): the pid, the interval, the clock anchor, the
+    spool's creation time, first and last row, rows and rows lost. The rest is listed under
+    ``missing``: a spool's header keeps no more."""
+    first = _segment_time(segments[0], last=False) if segments else None
+    last = None
+    if rest.num_rows:
+        if first is None:
+            first = _ns(rest.column("time")[0])
+        last = _ns(rest.column("time")[-1])
+    elif segments:
+        last = _segment_time(segments[-1], last=True)
+    out: dict[str, Any] = {
+        "format": FORMAT,
+        "recorded_by": "spool recovery",
+        "recovered_by_version": _version(),
+        "pid": int(header["pid"]),
+        "interval_s": int(header["interval_ns"]) / 1e9,
+        "clock": {
+            "clock": "CLOCK_MONOTONIC",
+            "anchor_ns": int(header["anchor_ns"]),
+            "anchor_uncertainty_ns": None,
+        },
+        "spool_created_time": iso_utc(int(header["created_ns"])),
+        "rows": rows,
+        "rows_lost": rows_lost,
+        "start_ns": first,
+        "end_ns": last,
+        "start_time": None if first is None else iso_utc(first),
+        "end_time": None if last is None else iso_utc(last),
+        "missing": list(RECOVERED_MISSING),
+    }
+    for key in RECOVERED_MISSING:
+        if "." not in key:
+            out[key] = None
+    return out

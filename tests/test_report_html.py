@@ -1,0 +1,199 @@
+"""The HTML report and PNG plots of a recorded fixture run: figures in the page checked against
+the data, the page opened in headless Chromium (loads without console errors, every plot image
+decodes, the screenshot shows plots), written whole or not at all, and the missing extra."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import PIL.Image as PIL_Image  # Pillow comes with matplotlib (the report and test extras)
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _report_run import record_run
+from stroboscope._files import replace_private
+from stroboscope.analysis.summary import fmt_value
+from stroboscope.cli import main
+from stroboscope.export import report as report_mod
+from stroboscope.export._plots import MissingExtraError
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, fake_libs: dict[str, Path]) -> Path:
+    return record_run(tmp_path_factory.mktemp("report_html"), fake_libs["new"])
+
+
+@pytest.fixture(scope="module")
+def page(run: Path) -> Path:
+    out = run.parent / "report.html"
+    assert main(["report", str(run), "-o", str(out), "--png", str(run.parent / "png")]) == 0
+    return out
+
+
+def _cells(text: str, column: str) -> list[str]:
+    """The cells of the HTML table row whose first cell is ``column``."""
+    start = text.index(f"<tr><td>{html.escape(column)}</td>")
+    row = text[start : text.index("</tr>", start)]
+    return [html.unescape(c.split(">", 1)[1]) for c in row.split("</td>")[:-1]]
+
+
+def test_page_holds_the_figures_of_the_data(run: Path, page: Path) -> None:
+    text = page.read_text()
+    table = pq.read_table(run)
+    assert oct(os.stat(page).st_mode & 0o777) == "0o600"
+    assert "http://" not in text and "https://" not in text and "<script" not in text
+    ids = [line.split('"')[1] for line in text.split("<figure id=")[1:]]
+    assert ids == [f"plot-{k}" for k in ("cpu", "memory", "gpu-0", "network", "process", "timing")]
+    assert text.count('src="data:image/png;base64,') == len(ids)
+    gpu = _cells(text, "gpu.0.util_pct")
+    assert gpu[1:3] == ["%", "gauge"] and gpu[5:] == ["42.00"] * 4
+    cpu_values = table.column("cpu.util_pct").drop_null()
+    assert _cells(text, "cpu.util_pct")[3] == f"{len(cpu_values)}/{table.num_rows}"
+    sent = table.column("net.sent_bytes").to_numpy()
+    assert _cells(text, "net.sent_bytes")[4] == fmt_value(float(sent[-1] - sent[0]), "bytes")
+    scopes = text.split('<pre class="scopes">')[1].split("</pre>")[0]
+    assert re.search(r"^train/step +3 ", html.unescape(scopes), re.M)
+    assert "gpu.0.fan_pct: no value in any row" in text
+    assert "gpus: fake NVML: 1 of 2 GPUs" in text
+    assert _cells(text, "ticks_missed")[1] == "3"
+    assert _cells(text, "host")[1] == "testhost"  # provenance, flattened
+    assert _cells(text, "cmdline")[1] == '["python", "train.py"]'
+
+
+def test_png_plots_match_the_html(run: Path, page: Path) -> None:
+    pngs = sorted((run.parent / "png").iterdir())
+    assert [p.stem for p in pngs] == sorted(
+        ["cpu", "memory", "gpu-0", "network", "process", "timing"]
+    )
+    for p in pngs:
+        with PIL_Image.open(p) as img:
+            assert img.size[0] == 1200 and img.size[1] > 200
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:  # never skipped: .ci/run installs it before the tests
+        pytest.fail("chromium is not installed: apt-get install chromium (as .ci/run does)")
+    return found
+
+
+def test_page_opens_in_headless_chromium(page: Path, tmp_path: Path) -> None:
+    # A copy with a checking script appended: the page itself has no script. The script logs
+    # how many plot images decoded (complete, with a natural size), which Chromium prints.
+    probe = tmp_path / "probe.html"
+    checker = (
+        "<script>window.addEventListener('load',()=>{const imgs=[...document.images];"
+        "const ok=imgs.filter(i=>i.complete&&i.naturalWidth>0).length;"
+        "console.log('PLOTS '+ok+'/'+imgs.length);});</script>"
+    )
+    probe.write_text(page.read_text().replace("</body>", checker + "</body>"))
+    shot = tmp_path / "shot.png"
+    width, height = 1280, 2400
+    got = subprocess.run(
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'profile'}",  # no shared profile, no lock
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            f"--window-size={width},{height}",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert got.returncode == 0, got.stderr[-2000:]
+    console = [line for line in got.stderr.splitlines() if ":CONSOLE" in line]
+    n = page.read_text().count("<img ")
+    assert any(f'"PLOTS {n}/{n}"' in line for line in console), got.stderr[-3000:]
+    assert len(console) == 1, console  # nothing else: no error, no warning from the page
+    img = PIL_Image.open(io.BytesIO(shot.read_bytes())).convert("RGB")
+    assert img.size == (width, height)
+    pixels = np.asarray(img).reshape(-1, 3).astype(int)
+    not_white = (pixels < 240).any(axis=1).mean()
+    assert 0.02 < not_white < 0.9  # text, axes and lines on a white page
+    # matplotlib's first line colour (tab10 blue, #1f77b4) is drawn: plots are shown
+    blue = (np.abs(pixels - [31, 119, 180]).sum(axis=1) < 40).sum()
+    assert blue > 500
+
+
+def test_html_written_whole_or_not_at_all(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.html"
+    out.write_text("before")
+
+    def broken(*args: object) -> str:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(report_mod.Report, "html", broken)
+    assert main(["report", str(run), "-o", str(out)]) == 2
+    assert "disk on fire" in capsys.readouterr().err
+    assert out.read_text() == "before" and sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]
+    monkeypatch.undo()
+    page_bytes: list[bytes] = []
+
+    def failing_replace(path: str) -> Any:
+        class Writer:
+            def __enter__(self) -> Writer:
+                self.cm = replace_private(path)
+                self.f = self.cm.__enter__()
+                return self
+
+            def write(self, data: bytes) -> None:
+                self.f.write(data[: len(data) // 2])
+                page_bytes.append(data)
+                raise OSError(28, "No space left on device")
+
+            def __exit__(self, *exc: Any) -> None:
+                self.cm.__exit__(*exc)
+
+        return Writer()
+
+    monkeypatch.setattr("stroboscope.export.report.replace_private", failing_replace)
+    assert main(["report", str(run), "-o", str(out)]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert page_bytes and out.read_text() == "before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]
+
+
+def test_missing_matplotlib_names_the_extra(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    with pytest.raises(MissingExtraError, match=r"stroboscope\[report\]"):
+        report_mod.write_html(report_mod.build_report([str(run)]), tmp_path / "r.html")
+    assert main(["report", str(run), "--png", str(tmp_path / "png")]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'stroboscope[report]'" in err
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "png").exists()
+
+
+def test_scopes_are_drawn_as_spans(run: Path) -> None:
+    # The same plot with and without the scope table differs only where the spans are.
+    report = report_mod.build_report([str(run)], columns=["mem.used_bytes"])
+    with_scopes = report.plots()[0].png
+    bare = report_mod.Report([dataclasses.replace(report.series[0], scopes=None)])
+    without = bare.plots()[0].png
+    a = np.asarray(PIL_Image.open(io.BytesIO(with_scopes)).convert("RGB")).astype(int)
+    b = np.asarray(PIL_Image.open(io.BytesIO(without)).convert("RGB")).astype(int)
+    assert a.shape == b.shape
+    changed = (np.abs(a - b).sum(axis=2) > 0).mean()
+    assert 0.01 < changed < 0.9
+    assert isinstance(report.series[0].scopes, pa.Table)
