@@ -2,7 +2,8 @@
 
 - :mod:`.scaffold`: the WandB-style ``SystemMonitor(pid, backend_sender, sample_rate_seconds=2,
   rank=None)`` with its keys (``cpu``, ``memory``, ``network``, ``proc.memory.rssMB``, …);
-- :mod:`.aitune`: the aitune-style ``ParentReceiver(queue)``.
+- :mod:`.aitune`: aitune's ``ParentReceiver(queue)`` and its hardware-metrics API (``annotate``,
+  ``collect_hardware_metrics``, ``get_hardware_metrics``, ``snapshot``, ``dump_metrics``, …).
 
 They translate names and behaviours onto the rooms of the package and hold no machinery.
 """

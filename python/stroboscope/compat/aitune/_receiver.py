@@ -1,6 +1,5 @@
-"""The aitune-style API: ``ParentReceiver(queue)`` (and, with the scopes room, its hardware
-metrics API). Names and behaviours are translated onto :mod:`stroboscope.recording`; this
-module holds no machinery of its own.
+"""aitune's receiver: ``ParentReceiver(queue)``. Names and behaviours are translated onto
+:mod:`stroboscope.recording`; this module holds no machinery of its own.
 
 ``ParentReceiver`` keeps the surface of the pure-Python receiver: ``start``, ``stop``,
 ``snapshot(path, reset_metrics=True)`` (CSV for any name but ``.parquet``/``.pq``, as before),

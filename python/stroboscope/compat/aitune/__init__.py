@@ -1,0 +1,72 @@
+"""aitune's monitoring API and receiver, on stroboscope: replace the import line and keep going.
+
+``from aitune.utils.monitoring import annotate`` becomes
+``from stroboscope.compat.aitune import annotate``; the same holds for every name below, with
+aitune 0.6.0's behaviours (``AITUNE_HARDWARE_METRICS``, ``AITUNE_HARDWARE_METRICS_PATH``, rows
+every 0.1 s plus one when a scope of another name opens, the dump at exit). The readings come
+from a :class:`stroboscope.Sampler` and the scopes are :mod:`stroboscope.scopes`' (so a native
+sampler sees them too); the module and backend columns are the labels ``module`` and
+``backend`` (``stroboscope.scopes.labels(module=..., backend=...)``, or
+:func:`with_backend_context`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from stroboscope.compat.aitune._receiver import ParentReceiver
+
+# The monitoring names load on first use, so the receiver alone costs no scopes or pandas.
+_NAMES = {
+    "annotate": "_annotate",
+    "annotate_with_nvtx": "_annotate",
+    "collect_hardware_metrics": "_annotate",
+    "with_backend_context": "_annotate",
+    "dump_metrics": "_dump",
+    "disable_hardware_metrics": "_monitoring",
+    "enable_hardware_metrics": "_monitoring",
+    "get_hardware_metrics": "_monitoring",
+    "snapshot": "_monitoring",
+}
+
+if TYPE_CHECKING:
+    from stroboscope.compat.aitune._annotate import (
+        annotate,
+        annotate_with_nvtx,
+        collect_hardware_metrics,
+        with_backend_context,
+    )
+    from stroboscope.compat.aitune._dump import dump_metrics
+    from stroboscope.compat.aitune._monitoring import (
+        disable_hardware_metrics,
+        enable_hardware_metrics,
+        get_hardware_metrics,
+        snapshot,
+    )
+
+__all__ = [
+    "ParentReceiver",
+    "annotate",
+    "annotate_with_nvtx",
+    "collect_hardware_metrics",
+    "disable_hardware_metrics",
+    "dump_metrics",
+    "enable_hardware_metrics",
+    "get_hardware_metrics",
+    "snapshot",
+    "with_backend_context",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_NAMES))
