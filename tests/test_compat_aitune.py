@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
-from stroboscope import _core, scopes
+from stroboscope import scopes
 from stroboscope.compat import aitune
 from stroboscope.compat.aitune import _monitoring
 
@@ -263,11 +263,6 @@ def test_snapshot_resets_or_keeps(session: _monitoring.HardwareMetricsSession) -
     assert df is not None and len(df) >= 1 and set(df["scope"]) == {"two"}
 
 
-@pytest.mark.xfail(
-    not hasattr(_core.Sampler, "request_tick"),
-    reason="this core cannot take a row on request (Sampler::request_tick not built in yet)",
-    strict=True,
-)
 def test_edge_row_for_a_short_scope(session: _monitoring.HardwareMetricsSession) -> None:
     """A scope of a new name gets a row at once, even when it closes before the next tick."""
     with aitune.annotate("long"):

@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,28 +59,17 @@ def _make_sampler() -> Sampler:
     from stroboscope.recording.sampler import Sampler
     from stroboscope.sampling import gpu_status
 
-    sources = ["cpu", "memory"]
+    # Every row reads every source (None: each tick), as aitune reads psutil and NVML for each
+    # row; the memory source would otherwise wait for the kernel's 1 s fold of its counters.
+    sources: dict[str, float | None] = {"cpu": None, "memory": None}
     if int(gpu_status().get("device_count") or 0) > 0:
-        sources.append("gpu")
+        sources["gpu"] = None
     else:
         logger.warning("NVML not available, skipping GPU metrics")
     # cpu_window=0: CPU % over the time since the previous row, as psutil.cpu_percent() gives.
     return Sampler(
         INTERVAL_S, sources=sources, capacity=_CAPACITY, cpu_window=0.0, gpu_samples=False
     )
-
-
-def _tick_requester(sampler: Sampler) -> Callable[[], None] | None:
-    """What asks ``sampler`` for one extra row at once, when its core can take one.
-
-    The Sampler facade has no public ``request_tick`` yet (its scopes' ``edge_rows`` asks on
-    every scope open, not on aitune's rule), so this reaches its core's; None on a core
-    without it (then rows come every interval only).
-    """
-    request = getattr(sampler, "request_tick", None) or getattr(
-        getattr(sampler, "_core", None), "request_tick", None
-    )
-    return cast("Callable[[], None] | None", request)
 
 
 class HardwareMetricsSession:
@@ -129,7 +118,7 @@ class HardwareMetricsSession:
                     self._last_collect_ns = self._start_ns
                     sampler.start()
                     self._pid = os.getpid()
-                    self._request = _tick_requester(sampler)
+                    self._request = sampler.request_tick
                     self._sampler = sampler
 
     def after_open(self, name: str) -> bool:
