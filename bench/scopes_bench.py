@@ -90,6 +90,26 @@ def _aitune_scope(path: str | None) -> Any:
     return collect_hardware_metrics
 
 
+def _inside_fraction(edge_rows: bool, regions: int = 1000) -> float:
+    """Share of 200 µs regions (200 µs apart) with a row inside them, sampling at 1 kHz."""
+    import numpy as np
+
+    with Sampler(0.001, sources=["memory"], edge_rows=edge_rows, capacity=1 << 14) as s:
+        for _ in range(regions):
+            with scopes.annotate("short"):
+                end = time.perf_counter() + 0.0002
+                while time.perf_counter() < end:
+                    pass
+            time.sleep(0.0002)
+        time.sleep(0.01)
+    rows = s.snapshot().to_arrow().column("mono_ns").to_numpy()
+    calls = s.scope_intervals()
+    begins = calls.column("begin_ns").to_numpy()
+    ends = calls.column("end_ns").to_numpy()
+    first = np.minimum(np.searchsorted(rows, begins), len(rows) - 1)
+    return float(np.mean((rows[first] >= begins) & (rows[first] < ends)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=200_000)
@@ -120,12 +140,13 @@ def main() -> None:
         rows.append(
             ("enabled + NVTX: with a kept scope", _per_call_ns(_with(nvtx_scope), n, reps) - loop)
         )
-        # Scopes per second with nothing lost: the log holds 2 edges per scope.
-        stats0 = _core.events_stats()
+        # Scopes per second into the log, and whether every edge of them can be read back.
+        first = _core.events_written()
         t0 = time.perf_counter_ns()
         _with(kept)(n)
         elapsed = time.perf_counter_ns() - t0
-        stats1 = _core.events_stats()
+        batch = _core.events_read(first, _core.events_written())
+        lost, kept_edges = int(batch.lost), len(batch)
     with Sampler(0.001, sources=["memory"], capacity=1 << 12, edge_rows=True) as s:
         rows.append(
             (
@@ -164,15 +185,19 @@ def main() -> None:
     print("| what | ns per scope (enter + exit) |\n| --- | --- |")
     for what, ns in rows:
         print(f"| {what} | {ns:,.0f} |")
-    lost = int(stats1.get("overwritten", stats1.get("lost", 0))) - int(
-        stats0.get("overwritten", stats0.get("lost", 0))
-    )
     print(
         f"\nscopes/s from one thread into the events log: {n / (elapsed / 1e9):,.0f} "
-        f"({lost} edges lost)"
+        f"({kept_edges} edges read back, {lost} lost)"
     )
     print(f"loop of tiny scoped functions while recording: {slowdown:+.1%} against the plain loop")
-    print(f"edge rows: ticks_requested={getattr(edge_stats, 'ticks_requested', 'n/a')}")
+    print(f"edge rows: {edge_stats.ticks_requested} rows for {edge_stats.tick_requests} requests")
+    with_edges = [_inside_fraction(True) for _ in range(3)]
+    without = [_inside_fraction(False) for _ in range(3)]
+    print(
+        "1,000 regions of 200 µs at 1 kHz with a row inside them: "
+        f"{statistics.median(with_edges):.1%} with edge rows, "
+        f"{statistics.median(without):.1%} without (median of 3)"
+    )
 
 
 if __name__ == "__main__":
