@@ -5,7 +5,8 @@ from __future__ import annotations
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import gpu_status
 from stroboscope.sampling._net import net_dev_totals
-from stroboscope.sampling._sampler import Sampler, SamplerOptions, available_sources
+from stroboscope.sampling._plan import available_sources
+from stroboscope.sampling._sampler import Sampler, SamplerOptions
 from stroboscope.sampling._schema import Column
 from stroboscope.sampling._stats import SamplerStats, SourceStats
 
