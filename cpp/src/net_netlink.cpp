@@ -27,6 +27,7 @@ namespace netlink {
 
 namespace {
 constexpr std::size_t align4(std::size_t n) noexcept { return (n + 3) & ~std::size_t{3}; }
+constexpr long long kMaxErrno = 4095;  // MAX_ERRNO in the kernel
 
 template <typename T>
 T load(const std::uint8_t* p) noexcept {
@@ -55,8 +56,15 @@ void parse_stats_reply(std::span<const std::uint8_t> buf, std::uint32_t seq,
     }
     if (hdr.nlmsg_type == NLMSG_ERROR) {
       if (body_len >= sizeof(int)) {
-        int e = load<int>(body);
-        reply->error = e < 0 ? -e : e;
+        // The kernel sends -errno (0 for an ACK). Widen before negating: -INT_MIN does not fit
+        // an int. A code outside errno's range (1..4095) is not the kernel's: malformed.
+        const long long e = load<int>(body);
+        const long long magnitude = e < 0 ? -e : e;
+        if (magnitude <= kMaxErrno) {
+          reply->error = static_cast<int>(magnitude);
+        } else {
+          reply->malformed = true;
+        }
       } else {
         reply->malformed = true;
       }
