@@ -1,4 +1,4 @@
-// proc_tree's members and the descriptors it reads them through (internal to proc_tree.cpp):
+// proc_tree's members and the descriptors it reads them through (internal to the proc_tree source):
 // the fd budget (a share of the soft RLIMIT_NOFILE), the kept or on-demand files of a member,
 // and the syscall helpers. Nothing here allocates: it runs on the sampler thread and on the
 // source's scan thread.
