@@ -61,6 +61,19 @@ class CgroupSource final : public Source {
            procfs::parse_memory_limit(mem_limit_.view(), &lim) && lim > 0;
   }
 
+  // Usage can change on any tick; the limits are re-read at kLimitsEveryNs whatever the rate.
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override { return 0; }
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "CPU usage is flushed from the per-CPU counters at each read (cgroup v2 cpu.stat via "
+           "rstat; v1 cpuacct.usage sums them), memory is charged page by page (in per-CPU "
+           "batches of at most 64 pages): every tick; the limits, which only an administrator "
+           "changes, are re-read once a second.";
+  }
+  [[nodiscard]] const char* interface() const noexcept override {
+    return v2_ ? "cgroup v2: cpu.max, cpu.stat, memory.max, memory.current"
+               : "cgroup v1: cpu.cfs_quota_us/period_us, cpuacct.usage, memory.limit/usage_in_bytes";
+  }
+
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
     const char* why = nullptr;
     int why_err = 0;

@@ -144,6 +144,21 @@ class ProcTreeSource final : public Source {
     scanner_on_ = false;
   }
 
+  // CPU time comes from each member's stat in USER_HZ ticks, as /proc/<pid>/stat has no finer
+  // clock for another process's whole tree; reading every member's two files per millisecond
+  // would buy RSS changes at the price of N reads per tick. So: the CPU's resolution.
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return detail::user_hz_ns();
+  }
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "each member's CPU time is counted in USER_HZ ticks in /proc/<pid>/stat (10 ms at "
+           "USER_HZ = 100), and the tree's RSS is a sum of one statm read per member: read at the "
+           "CPU's resolution; the member list is rescanned once a second on a thread of its own.";
+  }
+  [[nodiscard]] const char* interface() const noexcept override {
+    return "/proc/<pid>/stat + statm of each member (members from a rescan of /proc/*/stat)";
+  }
+
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
     if (!root_.alive) {
       fail(kReasonProcessExited, ESRCH);
