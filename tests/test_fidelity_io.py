@@ -8,10 +8,14 @@ the verdict holds); nothing depends on timing.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+import shutil
 import socket
+import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -104,8 +108,7 @@ def _send_over_loopback(n: int) -> None:
 
 @pytest.mark.parametrize("include_lo", [True, False])
 def test_network_counts_loopback_only_when_asked(include_lo: bool) -> None:
-    # A veth pair would need CAP_NET_ADMIN (ip link add ... type veth): tests run unprivileged,
-    # so traffic goes over loopback, counted when asked and left out otherwise.
+    # Traffic over loopback: counted when asked and left out otherwise (veth: the test below).
     n = 1 << 20
     s = Sampler(0.001, sources=["network"], net_include_loopback=include_lo, capacity=64)
     try:
@@ -125,3 +128,56 @@ def test_network_counts_loopback_only_when_asked(include_lo: bool) -> None:
         assert d_sent >= n and d_recv >= n
     else:
         assert d_sent < n and d_recv < n  # only what other interfaces moved meanwhile
+
+
+@contextlib.contextmanager
+def _veth_pair() -> Iterator[str]:
+    """A veth pair ``stbfid<pid>a`` <-> ``...b``, both up, removed afterwards; skips the test
+    where this process may not make one (CAP_NET_ADMIN, the ip tool)."""
+    ip = shutil.which("ip")
+    if ip is None:
+        pytest.skip("no ip(8) to make a veth pair")
+    a, b = f"stbfid{os.getpid() % 100000}a", f"stbfid{os.getpid() % 100000}b"
+    made = subprocess.run(
+        [ip, "link", "add", a, "type", "veth", "peer", "name", b], capture_output=True, text=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a veth pair here (needs CAP_NET_ADMIN): {made.stderr.strip()}")
+    try:
+        for name in (a, b):
+            subprocess.run([ip, "link", "set", name, "up"], check=True)
+        yield a
+    finally:
+        subprocess.run([ip, "link", "del", a], capture_output=True)
+
+
+def test_network_counts_bytes_sent_over_a_veth_pair() -> None:
+    # Raw Ethernet frames out of one end of a veth pair: the kernel counts each frame's bytes once
+    # as sent (on that end) and once as received (on the other), neither of them loopback.
+    frames, size = 200, 1000
+    with _veth_pair() as end:
+        try:
+            raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        except PermissionError as exc:
+            pytest.skip(f"no raw socket here (needs CAP_NET_RAW): {exc}")
+        with raw:
+            raw.bind((end, 0))
+            # Broadcast to a local-experimental EtherType (0x88B5, IEEE 802): nobody answers it.
+            frame = b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x01" + b"\x88\xb5"
+            frame += b"x" * (size - len(frame))
+            s = Sampler(0.001, sources=["network"], capacity=64)
+            try:
+                py0 = _net_dev_bytes(include_lo=False)
+                s.tick_now(1)
+                for _ in range(frames):
+                    assert raw.send(frame) == size
+                s.tick_now(1)
+                py1 = _net_dev_bytes(include_lo=False)
+                table = s.snapshot().to_arrow()
+            finally:
+                s.close()
+    sent = table.column("net.sent_bytes").to_pylist()
+    recv = table.column("net.recv_bytes").to_pylist()
+    d_sent, d_recv = sent[1] - sent[0], recv[1] - recv[0]
+    assert frames * size <= d_sent <= py1[0] - py0[0]
+    assert frames * size <= d_recv <= py1[1] - py0[1]
