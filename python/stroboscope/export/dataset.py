@@ -211,7 +211,7 @@ def _write(
     top = ensure_root(root)
     directory = _make_partition(top, identity, kind)
     path = os.path.join(directory, name)
-    if os.path.lexists(path):
+    if kind == "samples" and os.path.lexists(path):
         # Parts are never replaced: a reader may hold the old one, and it holds other rows.
         raise FileExistsError(errno.EEXIST, "a part of this name exists; give a new name", path)
     write_parquet(_with_identity(table, identity), path)  # temp dot-file, fsync, rename
@@ -236,7 +236,9 @@ def write_scopes(
     table: pa.Table, root: str | os.PathLike[str], *, identity: Identity, name: str
 ) -> str:
     """Write a scope-intervals table (``Sampler.scope_intervals()``) as ``name``
-    (``scopes-….parquet``) under ``ROOT/_scopes/``, as :func:`write_part` does."""
+    (``scopes-….parquet``) under ``ROOT/_scopes/``, as :func:`write_part` does, except that a
+    file of that name is replaced (atomically: a reader sees the old or the new one, whole): a
+    run's scopes file is rewritten with all its intervals at each stop."""
     return _write(table, root, identity, _check_name(name, "scopes-"), "scopes")
 
 
