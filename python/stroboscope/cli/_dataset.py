@@ -46,7 +46,8 @@ def remove_private(directory: str | None) -> None:
 def describe(root: str, identity: Identity, parts: int) -> str:
     """One line for the summary: where the parts went."""
     job, host, rank = partition(identity)
+    plural = "" if parts == 1 else "s"
     return (
-        f"dataset {root}: {parts} part{'' if parts == 1 else 's'} written for job {job!r} host {host!r} rank {rank} "
-        f"(read all ranks with stroboscope.open_dataset({root!r}))"
+        f"dataset {root}: {parts} part{plural} written for job {job!r} host {host!r} "
+        f"rank {rank} (read all ranks with stroboscope.open_dataset({root!r}))"
     )
