@@ -27,9 +27,9 @@ import pyarrow.parquet as pq
 import stroboscope
 from stroboscope.recording.sampler import Sampler
 
-root, reference, scopes = sys.argv[1], sys.argv[2], int(sys.argv[3])
-# As stroboscope.cluster does: host-wide sources on local rank 0 only, the process everywhere.
-sources = ["cpu", "memory", "process"] if os.environ["LOCAL_RANK"] == "0" else ["process"]
+root, reference, scopes, host_rank = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+# As stroboscope.cluster does: host-wide sources on one rank of the host, the process everywhere.
+sources = ["cpu", "memory", "process"] if os.environ["RANK"] == host_rank else ["process"]
 s = Sampler(0.01, sources=sources, dataset=root, segment_seconds=0.1, capacity=8192)
 deadline = time.monotonic() + 60  # only for a sampler that cannot write at all
 with s:
@@ -61,15 +61,18 @@ def rank_env(rank: int, local_rank: int, world: int, job: str | None) -> dict[st
     return env
 
 
-def run_ranks(tmp: Path, root: Path, world: int, job: str, scopes: int = 3) -> list[dict[str, Any]]:
+def run_ranks(
+    tmp: Path, root: Path, world: int, job: str, *, host_rank: int, scopes: int = 3
+) -> list[dict[str, Any]]:
     """Start ``world`` ranks at once (they race to make the root), wait for all; each one's
-    report (rows, parts, errors, pid) plus ``reference``, the path of its own full snapshot."""
+    report (rows, parts, errors, pid) plus ``reference``, the path of its own full snapshot.
+    Rank ``host_rank`` records the host-wide sources too."""
     script = tmp / "rank.py"
     script.write_text(RANK_SCRIPT)
     procs = []
     for rank in range(world):
         ref = tmp / f"reference-{rank}.parquet"
-        cmd = [sys.executable, str(script), str(root), str(ref), str(scopes)]
+        cmd = [sys.executable, str(script), str(root), str(ref), str(scopes), str(host_rank)]
         env = rank_env(rank, rank, world, job)
         procs.append((ref, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)))
     reports = []
@@ -114,15 +117,26 @@ def figures_duckdb(root: Path) -> dict[int, tuple[int, float, float, int]]:
     return {int(r): (int(n), float(s or 0), float(m or 0), int(u)) for r, n, s, m, u in rows}
 
 
+def polars_schema(root: Path) -> dict[str, Any]:
+    """The unified columns of the parts (``open_dataset``'s schema) as polars types: polars
+    otherwise takes the first file's columns (docs/dataset.md)."""
+    from stroboscope.export.dataset import PARTITIONING, open_dataset
+
+    empty = pl.from_arrow(open_dataset(root).schema.empty_table())
+    assert isinstance(empty, pl.DataFrame)
+    return {n: t for n, t in empty.schema.items() if n not in PARTITIONING.names}
+
+
 def figures_polars(root: Path) -> dict[int, tuple[int, float, float, int]]:
-    """The same figures through polars' ``scan_parquet`` (hive partitioning; columns a part
-    lacks inserted as nulls)."""
+    """The same figures through polars' ``scan_parquet`` (hive partitioning; the columns of all
+    parts, each inserted as nulls where a part lacks it)."""
     frame = (
         pl.scan_parquet(
             f"{root}/{SAMPLES_GLOB}",
             hive_partitioning=True,
+            hive_schema={"job": pl.String, "host": pl.String, "rank": pl.Int64},
+            schema=polars_schema(root),
             missing_columns="insert",
-            extra_columns="ignore",
         )
         .group_by("rank")
         .agg(

@@ -192,7 +192,9 @@ def test_real_ranks_write_one_dataset_read_alike_by_pyarrow_duckdb_and_polars(
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "ds"
-    reports = run_ranks(tmp_path, root, world=3, job="train-42")
+    # Rank 1 samples the host: the first part in path order (rank 0's) lacks the host columns,
+    # so a reader that takes the first file's schema would drop them.
+    reports = run_ranks(tmp_path, root, world=3, job="train-42", host_rank=1)
     ds = stroboscope.open_dataset(root)
     table = ds.to_table()
     host = socket.gethostname()
@@ -205,9 +207,9 @@ def test_real_ranks_write_one_dataset_read_alike_by_pyarrow_duckdb_and_polars(
             assert mine.column(column).to_pylist() == reference.column(column).to_pylist(), column
         assert set(mine.column("job").to_pylist()) == {"train-42"}
         assert set(mine.column("host").to_pylist()) == {host}
-        # Host-wide columns are in local rank 0's parts only; null in the others' rows.
+        # Host-wide columns are in rank 1's parts only; null in the others' rows.
         util = mine.column("cpu.util_pct")
-        assert (util.null_count < len(util)) if rank == 0 else (util.null_count == len(util))
+        assert (util.null_count < len(util)) if rank == 1 else (util.null_count == len(util))
         files = sorted(
             (root / "job=train-42" / f"host={host}" / f"rank={rank}").glob("part-*.parquet")
         )
@@ -296,3 +298,30 @@ def test_a_root_another_rank_makes_a_dataset_meanwhile_is_accepted(
     monkeypatch.setattr(dataset, "_read_marker", real)
     write_part(rows([2]), root, identity=Identity(host="h", rank=0), name="part-1.parquet")
     assert sorted(open_dataset(root).to_table().column("rank").to_pylist()) == [0, 1]
+
+
+def test_the_code_in_docs_dataset_md_runs_and_its_readers_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k, v in rank_env(0, 0, 1, "docs").items():
+        monkeypatch.setenv(k, v)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(k)  # a single process, as the docs' example runs
+    root = str(tmp_path / "ds")
+    other = Identity(host="node-b", rank=1, local_rank=0, job="docs")
+    cpu = {"proc.cpu_pct": [4.0, 6.0]}
+    write_part(rows([1, 2], **cpu), root, identity=other, name="part-a-000001.parquet")
+    text = (Path(__file__).resolve().parent.parent / "docs" / "dataset.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    assert len(blocks) == 4
+    scope: dict[str, object] = {"root": root}
+    for block in blocks:
+        exec(compile(block, "docs/dataset.md", "exec"), scope)  # our own docs
+    table = scope["table"]
+    assert isinstance(table, pa.Table) and table.column("mono_ns").to_pylist() == [1, 2]
+    per_rank = scope["per_rank"]
+    assert isinstance(per_rank, list) and [r[2] for r in per_rank] == [0, 1]
+    assert per_rank[1][3] == 2 and per_rank[1][4] == pytest.approx(5.0)
+    polars = scope["per_rank_pl"]
+    assert isinstance(polars, pl.DataFrame)
+    assert sorted(polars.rows()) == sorted((r[2], r[3], r[4]) for r in per_rank)
