@@ -325,3 +325,22 @@ def test_the_code_in_docs_dataset_md_runs_and_its_readers_agree(
     polars = scope["per_rank_pl"]
     assert isinstance(polars, pl.DataFrame)
     assert sorted(polars.rows()) == sorted((r[2], r[3], r[4]) for r in per_rank)
+
+
+def test_record_dataset_on_a_local_rank_other_than_0_records_its_process_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stroboscope.cluster import PROCESS_SOURCES
+
+    for k, v in rank_env(3, 1, 4, "roles").items():
+        monkeypatch.setenv(k, v)
+    root = tmp_path / "ds"
+    assert main(["record", "--dataset", str(root), "--duration", "0.2", "-q"]) == 0
+    table = open_dataset(root).to_table()
+    assert table.num_rows > 0 and set(table.column("rank").to_pylist()) == {3}
+    metrics = [n for n in table.column_names if n not in ("time", "mono_ns", "job", "host", "rank")]
+    prefixes = {n.split(".")[0] for n in metrics}
+    assert prefixes and prefixes <= {"proc", "threads", "tree"}, prefixes  # no cpu., mem., gpu.
+    prov = from_schema(pq.read_schema(open_dataset(root).files[0]))
+    assert prov is not None
+    assert {s["name"] for s in prov["sources"]} <= set(PROCESS_SOURCES)
