@@ -4,12 +4,16 @@ torchrun, mpirun in sbatch), Kubernetes with a namespace file, explicit argument
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from stroboscope._identity import Identity, detect_identity
+from stroboscope.sampling import Sampler
 
 # srun -N2 --ntasks-per-node=1 torchrun --nproc-per-node=4: the second node's third worker.
 SRUN_TORCHRUN = {
@@ -326,3 +330,45 @@ def test_default_environment_is_this_process(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.delenv("STROBOSCOPE_JOB", raising=False)
     assert (detect_identity().rank, detect_identity().world_size) == (1, 2)
+
+
+@pytest.mark.parametrize("conflict", [False, True], ids=["srun torchrun", "conflicting"])
+def test_provenance_carries_the_monitored_process_identity(conflict: bool) -> None:
+    """A sampler watching another process records that process's identity, read from its
+    /proc/PID/environ; a conflicting environment leaves the identity unknown and says why."""
+    env = dict(SRUN_TORCHRUN)
+    if conflict:
+        env["WORLD_SIZE"] = "6"  # RANK=6 >= WORLD_SIZE=6
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, **env}
+    )
+    try:
+        s = Sampler(0.01, pid=child.pid, sources=["process"])
+        s.tick_now(1)
+        prov = s.snapshot().provenance
+        s.close()
+    finally:
+        child.kill()
+        child.wait()
+    assert prov is not None
+    expected = None if conflict else detect_identity({**os.environ, **env}).to_dict()
+    assert prov["identity"] == expected
+    if conflict:
+        assert "RANK=6" in prov["identity_error"] and "WORLD_SIZE=6" in prov["identity_error"]
+        assert (prov["rank"], prov["world_size"], prov["local_rank"]) == (None, None, None)
+    else:
+        assert "identity_error" not in prov
+        assert (prov["rank"], prov["world_size"], prov["local_rank"]) == (6, 8, 2)
+        assert prov["identity"]["job"] == "4242" and prov["identity"]["node_rank"] == 1
+
+
+def test_provenance_prefers_the_identity_a_sampler_was_given() -> None:
+    class Given(Sampler):
+        identity = Identity(host="elsewhere", rank=3, world_size=4)
+
+    s = Given(0.01, sources=["memory"])
+    s.tick_now(1)
+    prov = s.snapshot().provenance
+    s.close()
+    assert prov is not None and prov["identity"]["host"] == "elsewhere"
+    assert (prov["rank"], prov["world_size"]) == (3, 4)
