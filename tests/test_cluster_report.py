@@ -67,8 +67,8 @@ def _sync(host: str, **change: Any) -> dict[str, Any]:
     return {**base, **SYNC[host], **change}
 
 
-def _identity(rank: int) -> Identity:
-    return Identity(host=HOST[rank], rank=rank, local_rank=LOCAL[rank], world_size=4, job=JOB)
+def _identity(rank: int, job: str = JOB) -> Identity:
+    return Identity(host=HOST[rank], rank=rank, local_rank=LOCAL[rank], world_size=4, job=job)
 
 
 def _samples(rank: int, sync: dict[str, Any]) -> pa.Table:
@@ -124,16 +124,24 @@ def _scopes(rank: int) -> pa.Table:
     )
 
 
-def make_dataset(root: Path, syncs: dict[str, dict[str, Any]] | None = None) -> Path:
+def make_dataset(
+    root: Path,
+    syncs: dict[str, dict[str, Any]] | None = None,
+    *,
+    job: str = JOB,
+    with_scopes: bool = True,
+) -> Path:
     """The 4-rank dataset: each rank's rows in two parts, its scopes in one."""
     for rank in range(4):
         sync = (syncs or {}).get(HOST[rank]) or _sync(HOST[rank])
         table = _samples(rank, sync)
         half = ROWS // 2
+        who = _identity(rank, job)
         for i, part in enumerate((table.slice(0, half), table.slice(half))):
-            write_part(part, root, identity=_identity(rank), name=f"part-000001-{i:06d}.parquet")
-        scopes = attach(_scopes(rank), {"clock_sync": sync})
-        write_scopes(scopes, root, identity=_identity(rank), name="scopes-000001-000000.parquet")
+            write_part(part, root, identity=who, name=f"part-000001-{i:06d}.parquet")
+        if with_scopes:
+            scopes = attach(_scopes(rank), {"clock_sync": sync})
+            write_scopes(scopes, root, identity=who, name="scopes-000001-000000.parquet")
     return root
 
 

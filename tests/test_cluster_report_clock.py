@@ -6,10 +6,15 @@ from __future__ import annotations
 import ctypes
 import sys
 import time
+from pathlib import Path
 
+import numpy as np
+import pyarrow.compute as pc
 import pytest
-from stroboscope import Sampler
+from stroboscope import Sampler, cluster, scopes
+from stroboscope._identity import Identity
 from stroboscope.export import _meta
+from stroboscope.export.cluster_report import build_cluster_report
 from stroboscope.sampling import _clock_sync
 from stroboscope.sampling._clock_sync import (
     STA_UNSYNC,
@@ -103,3 +108,50 @@ def test_the_provenance_carries_it() -> None:
     tx, state = read_timex()
     assert fact["source"] == "adjtimex" and fact["reason"] is None
     assert fact["synchronized"] is parse_timex(tx, state)["synchronized"]
+
+
+def test_two_ranks_recorded_into_a_dataset_end_to_end(tmp_path: Path) -> None:
+    """Through the real path: two ranks of one node record with cluster.Sampler(dataset=) and
+    annotated steps; the report reads the parts the rolling writer made."""
+    root = tmp_path / "ds"
+    calls = {}
+    for rank in (0, 1):
+        ident = Identity(host="node-a", rank=rank, local_rank=rank, world_size=2, job="e2e")
+        s = cluster.Sampler(0.005, identity=ident, dataset=root, sources=["cpu", "process"])
+        s.start()  # scope calls are recorded while the sampler runs
+        try:
+            for _ in range(3 + rank):
+                with scopes.annotate("step"):
+                    pass
+            # A CPU % is a rate: wait (generously) for /proc/stat to have moved between two
+            # readings, so that the host column holds a value.
+            column = "cpu.util_pct" if rank == 0 else "proc.rss_bytes"
+            deadline = time.monotonic() + 60
+            while not pc.count(s.snapshot().to_arrow().column(column)).as_py():
+                assert time.monotonic() < deadline, f"no {column} value in 60 s"
+                time.sleep(0.02)
+        finally:
+            s.stop()
+            calls[rank] = s.scope_intervals()
+            s.close()
+    report = build_cluster_report(root)
+    assert report.step == "step"
+    rows = {r.rank: r for r in report.rows}
+    for rank, table in calls.items():
+        durations = np.array(table.column("end_ns")) - np.array(table.column("begin_ns"))
+        step = rows[rank].step
+        assert step is not None and step.count == 3 + rank
+        assert step.median_s == pytest.approx(float(np.median(durations)) / 1e9, abs=1e-12)
+    # rank 1 records its process only: host CPU is its node's (rank 0's), process CPU its own.
+    assert rows[0].figures["host_cpu_pct"].source == "own"
+    assert rows[1].figures["host_cpu_pct"].source == "node: rank 0"
+    assert rows[1].figures["proc_rss_peak_bytes"].source == "own"
+    # The clock facts come from the parts' provenance: this host's adjtimex and the anchor.
+    (clock,) = report.jobs[0].clocks
+    tx, state = read_timex()
+    assert clock.synchronized is parse_timex(tx, state)["synchronized"]
+    assert clock.anchor_uncertainty_ns is not None and clock.anchor_uncertainty_ns >= 0
+    assert clock.anchor_ns == rows[0].anchor_ns
+    # One host shares both clocks: the two samplers' anchors agree to within their brackets
+    # plus what an adjusting daemon may have slewed between them.
+    assert clock.anchor_spread_ns is not None and clock.anchor_spread_ns < 1_000_000
