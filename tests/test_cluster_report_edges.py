@@ -104,3 +104,34 @@ def test_what_is_not_a_dataset(tmp_path: Path) -> None:
     ensure_root(tmp_path / "empty")
     with pytest.raises(ValueError, match="holds no part yet: no rank has written rows"):
         build_cluster_report(tmp_path / "empty")
+
+
+def test_step_figures_agree_with_duckdb(dataset: Path) -> None:
+    """An independent reader of the same files: DuckDB's median and continuous 90th percentile
+    of the closed step calls, and its mean of each node's GPU 1 utilisation."""
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    steps = con.execute(
+        "SELECT rank, median(end_ns - begin_ns), quantile_cont(end_ns - begin_ns, 0.9), count(*) "
+        "FROM read_parquet(?, hive_partitioning = true) "
+        "WHERE name = 'train_step' AND end_ns IS NOT NULL GROUP BY rank ORDER BY rank",
+        [str(dataset / "_scopes" / "**" / "*.parquet")],
+    ).fetchall()
+    gpu1 = dict(
+        con.execute(
+            'SELECT host, avg("gpu.1.util_pct") FROM read_parquet(?, hive_partitioning = true, '
+            "union_by_name = true) GROUP BY host",
+            [str(dataset / "job=*" / "**" / "*.parquet")],
+        ).fetchall()
+    )
+    report = build_cluster_report(dataset)
+    rows = {r.rank: r for r in report.rows}
+    assert [s[0] for s in steps] == sorted(rows)
+    for rank, median, p90, count in steps:
+        step = rows[rank].step
+        assert step is not None and step.count == count
+        assert step.median_s == pytest.approx(median / 1e9, abs=1e-12)
+        assert step.p90_s == pytest.approx(p90 / 1e9, abs=1e-12)
+    for rank in (1, 3):  # local rank 1: GPU 1 of its node, recorded by local rank 0
+        value = rows[rank].figures["gpu_util_pct"].value
+        assert value == pytest.approx(gpu1[rows[rank].host])

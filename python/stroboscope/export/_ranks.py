@@ -9,6 +9,7 @@ only the columns the report needs.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -82,7 +83,7 @@ class Rank:
             return []
         return [c for c in self.samples.column_names if c not in ("time", "mono_ns")]
 
-    @property
+    @functools.cached_property
     def anchor_ns(self) -> int | None:
         """Realtime minus monotonic ns of its clock: from its rows (``time - mono_ns``, the
         median over rows: exact, the column is made from it), else the provenance's

@@ -149,12 +149,7 @@ def _sections(report: ClusterReport, table: Render, heading: Callable[[str], str
         lags = lag_table(report, job)
         if lags[1]:
             parts.append(table(lags))
-    if any(
-        NODE_MARK in c
-        for r in (rank_table(report, j)[1] for j in report.jobs)
-        for row in r
-        for c in row
-    ):
+    if any(f.source.startswith("node") for r in report.rows for f in r.figures.values()):
         parts.append(NODE_NOTE)
     if report.notes:
         parts += [heading("notes"), *report.notes]
