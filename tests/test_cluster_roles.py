@@ -9,15 +9,18 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from stroboscope import _core, cluster
 from stroboscope._identity import Identity
 from stroboscope.cluster import HOST_SOURCES, PROCESS_SOURCES, owned_gpus, rank_sources
 from stroboscope.cluster._roles import default_sources
+from stroboscope.export.dataset import open_dataset
 from stroboscope.sampling._plan import source_options
 
 ScriptFn = Callable[[str], None]
@@ -186,6 +189,7 @@ def test_sampler_bad_input(nvml: ScriptFn) -> None:
 
 CHILD = """
 import json, os, sys
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from stroboscope import cluster
 s = cluster.Sampler(0.01)
@@ -244,3 +248,47 @@ def test_two_ranks_split_host_and_process_columns(tmp_path: Path) -> None:
         assert table.num_rows == 3
         # The proc.* columns are that process's own (its RSS as /proc/self/statm said).
         assert table.column("proc.rss_bytes")[-1].as_py() == pytest.approx(said["rss"], rel=0.05)
+
+
+def _run_until_rows(samplers: list[cluster.Sampler], rows: int) -> None:
+    """Start, wait (up to a minute, however busy the machine) for ``rows`` ticks each, stop."""
+    for s in samplers:
+        s.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(s.stats().ticks_taken < rows for s in samplers):
+        time.sleep(0.01)
+    for s in samplers:
+        s.stop()
+
+
+def test_sampler_writes_its_role_into_a_dataset(tmp_path: Path) -> None:
+    """dataset= and identity= reach the recording sampler: each rank writes its own partition,
+    the follower's without host columns, and open_dataset unifies them."""
+    root = tmp_path / "ds"
+    lead = Identity(host="n1", rank=0, local_rank=0, world_size=2, local_world_size=2, job="j")
+    follow = Identity(host="n1", rank=1, local_rank=1, world_size=2, local_world_size=2, job="j")
+    samplers = [
+        cluster.Sampler(0.01, identity=who, dataset=root, sources=["memory", "process"])
+        for who in (lead, follow)
+    ]
+    _run_until_rows(samplers, 3)
+    for s in samplers:
+        assert s.dataset == os.fspath(root)
+        s.close()
+    parts = {
+        int(p.parent.name.removeprefix("rank=")): pq.read_table(p)
+        for p in root.glob("job=j/host=n1/rank=*/part-*.parquet")
+    }
+    assert set(parts) == {0, 1}
+    assert "mem.used_bytes" in parts[0].column_names
+    assert "mem.used_bytes" not in parts[1].column_names
+    for rank, part in parts.items():
+        prov = json.loads(part.schema.metadata[b"stroboscope.provenance"])
+        assert prov["identity"] == (lead, follow)[rank].to_dict()
+    table = open_dataset(root).to_table()
+    by_rank = {r: table.filter(pc.equal(table["rank"], r)) for r in (0, 1)}
+    assert (
+        by_rank[1].num_rows >= 3 and by_rank[1]["mem.used_bytes"].null_count == by_rank[1].num_rows
+    )
+    assert by_rank[0]["mem.used_bytes"].null_count < by_rank[0].num_rows
+    assert by_rank[1]["proc.rss_bytes"].null_count == 0

@@ -1,6 +1,7 @@
 """``record --dataset ROOT [--job NAME]``: what the record command adds for a dataset.
 
-The sampler writes this process's rows as parts of its partition under ROOT
+The sampler (:class:`stroboscope.cluster.Sampler`: host-wide sources on local rank 0 only) writes
+this process's rows as parts of its partition under ROOT
 (:mod:`stroboscope.recording._dataset_writer`), identified from the environment (torchrun, Slurm,
 Open MPI, Kubernetes; ``--job`` wins for the job id). With ``-o FILE`` as well, FILE is written as
 without ``--dataset``; without it, the spool (needed for the summary and crash safety of the
@@ -13,9 +14,11 @@ import argparse
 import os
 import shutil
 import tempfile
+from typing import Any
 
 from stroboscope._identity import Identity, detect_identity
 from stroboscope.export.dataset import partition
+from stroboscope.recording.sampler import Sampler
 
 
 def check(args: argparse.Namespace) -> Identity | None:
@@ -26,6 +29,18 @@ def check(args: argparse.Namespace) -> Identity | None:
             raise ValueError("--job names the job of a dataset: give --dataset ROOT with it")
         return None
     return detect_identity(job=args.job)
+
+
+def rank_sampler(args: argparse.Namespace, who: Identity, **kwargs: Any) -> Sampler:
+    """The sampler of one rank writing to ``--dataset``: :class:`stroboscope.cluster.Sampler`,
+    so local rank 0 records the host-wide sources and every GPU and the other local ranks their
+    process only (``--sources`` gives the candidates), with ``kwargs`` (pid, capacity, spool,
+    segment_seconds) passed on."""
+    from stroboscope.cluster import Sampler as RankSampler
+
+    return RankSampler(
+        args.interval, identity=who, sources=args.sources, dataset=args.dataset, **kwargs
+    )
 
 
 def private_spool(args: argparse.Namespace) -> tuple[str, str | None]:
@@ -46,7 +61,8 @@ def remove_private(directory: str | None) -> None:
 def describe(root: str, identity: Identity, parts: int) -> str:
     """One line for the summary: where the parts went."""
     job, host, rank = partition(identity)
+    plural = "" if parts == 1 else "s"
     return (
-        f"dataset {root}: {parts} part{'' if parts == 1 else 's'} written for job {job!r} host {host!r} rank {rank} "
-        f"(read all ranks with stroboscope.open_dataset({root!r}))"
+        f"dataset {root}: {parts} part{plural} written for job {job!r} host {host!r} "
+        f"rank {rank} (read all ranks with stroboscope.open_dataset({root!r}))"
     )

@@ -92,16 +92,19 @@ def _build(
     # The segment writer must drain before the ring wraps: a quarter of the ring, at most 10 s.
     ring_rows = check_capacity(args.capacity, "--capacity")
     segment_s = min(10.0, max(args.interval, ring_rows * args.interval / 4))
-    sampler = Sampler(
-        args.interval,
-        pid=pid,
-        sources=args.sources,
-        capacity=args.capacity,
-        spool=spool,
-        segment_seconds=segment_s,
-        dataset=args.dataset,
-        identity=who,
-    )
+    if who is None:
+        sampler = Sampler(
+            args.interval,
+            pid=pid,
+            sources=args.sources,
+            capacity=args.capacity,
+            spool=spool,
+            segment_seconds=segment_s,
+        )
+    else:  # a rank of a dataset: its role's sources (host-wide ones once per node)
+        sampler = _dataset.rank_sampler(
+            args, who, pid=pid, capacity=args.capacity, spool=spool, segment_seconds=segment_s
+        )
     publisher = None
     try:
         publisher = RecordPublisher.from_args(args, sampler.columns)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -103,14 +102,11 @@ class Sampler(_RecordingSampler):
             )
         ident = identity if identity is not None else detect_identity()
         chosen, gpu_kw = _plan(ident, sources, gpus, kwargs)
-        extra: dict[str, Any] = {}
-        if dataset is not None:
-            extra["dataset"] = dataset
-        if _BASE_TAKES_IDENTITY:
-            extra["identity"] = ident
         self._cluster_identity = ident
         self._leader = is_node_leader(ident)
-        super().__init__(interval, sources=chosen, **gpu_kw, **extra, **kwargs)
+        super().__init__(
+            interval, sources=chosen, dataset=dataset, identity=ident, **gpu_kw, **kwargs
+        )
 
     @property
     def identity(self) -> Identity:
@@ -121,6 +117,3 @@ class Sampler(_RecordingSampler):
     def node_leader(self) -> bool:
         """True when this process records the host-wide sources of its node."""
         return self._leader
-
-
-_BASE_TAKES_IDENTITY = "identity" in inspect.signature(_RecordingSampler.__init__).parameters

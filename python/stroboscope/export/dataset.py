@@ -117,6 +117,24 @@ def is_dataset(path: str | os.PathLike[str]) -> bool:
     return marker is not None and marker.get("format") == MARKER_CONTENT["format"]
 
 
+def _accept_marker(root: str) -> bool:
+    """Whether ``root`` has a marker this version can write to (False: none); a marker of
+    another format or of a newer layout raises ValueError naming the root."""
+    marker = _read_marker(root)
+    if marker is None:
+        return False
+    if marker.get("format") != MARKER_CONTENT["format"] or not isinstance(
+        marker.get("layout"), int
+    ):
+        raise ValueError(f"dataset {root!r}: {MARKER} is not a stroboscope dataset marker")
+    if marker["layout"] > MARKER_CONTENT["layout"]:
+        raise ValueError(
+            f"dataset {root!r} has layout {marker['layout']}, newer than this version "
+            f"writes ({MARKER_CONTENT['layout']}): upgrade stroboscope or give another root"
+        )
+    return True
+
+
 def ensure_root(root: str | os.PathLike[str]) -> str:
     """Make ``root`` a dataset (create it 0700 and its marker) and return its path.
 
@@ -128,21 +146,14 @@ def ensure_root(root: str | os.PathLike[str]) -> str:
     if os.path.lexists(text) and not os.path.isdir(text):
         raise ValueError(f"dataset {text!r} is not a directory; give a directory for the dataset")
     if os.path.isdir(text):
-        marker = _read_marker(text)
-        if marker is not None:
-            if marker.get("format") != MARKER_CONTENT["format"] or not isinstance(
-                marker.get("layout"), int
-            ):
-                raise ValueError(f"dataset {text!r}: {MARKER} is not a stroboscope dataset marker")
-            if marker["layout"] > MARKER_CONTENT["layout"]:
-                raise ValueError(
-                    f"dataset {text!r} has layout {marker['layout']}, newer than this version "
-                    f"writes ({MARKER_CONTENT['layout']}): upgrade stroboscope or give another root"
-                )
+        if _accept_marker(text):
             return text
         # Dot-files are other writers' markers in the making (a temporary name); anything else
-        # means the directory holds something that is not ours.
+        # means the directory holds something that is not ours, unless another rank made the
+        # root a dataset since the marker was looked for (its marker comes before its parts).
         others = [e for e in os.listdir(text) if not e.startswith(".")]
+        if others and _accept_marker(text):
+            return text
         if others:
             raise ValueError(
                 f"dataset {text!r} is a directory that is not a stroboscope dataset (no {MARKER}) "

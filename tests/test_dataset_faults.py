@@ -1,0 +1,226 @@
+"""Faults of the partitioned dataset: a partition another run holds, a rank killed while writing a
+part (its partial file never appears), a root that cannot be written (refused at construction; a
+failure later leaves the rows in the ring, counted, and written once the root is back), and
+conflicting rank variables."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+import stroboscope
+from _dataset_ranks import SAMPLES_GLOB, rank_env
+from stroboscope._identity import Identity
+from stroboscope.export.dataset import open_dataset, partition_dir, read_owner, write_part
+from stroboscope.recording.sampler import Sampler
+
+DEADLINE_S = 60.0  # only for a child or a sampler that never gets there
+
+
+def wait_for(what: str, check: object) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_a_partition_another_run_holds_is_refused_naming_it(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    who = Identity(host="h", rank=1, world_size=2, job="j")
+    # The other run: a real process that claims rank 1 of job j, then exits.
+    code = (
+        "import sys\nfrom stroboscope._identity import Identity\n"
+        "from stroboscope.recording.sampler import Sampler\n"
+        "s = Sampler(0.01, sources=['memory'], dataset=sys.argv[1], segment_seconds=0.1,\n"
+        "            identity=Identity(host='h', rank=1, world_size=2, job='j'))\n"
+        "s.close()\n"
+    )
+    env = rank_env(0, 0, 1, None)
+    subprocess.run([sys.executable, "-c", code, str(root)], env=env, check=True, timeout=120)
+    owner = read_owner(partition_dir(root, who))
+    assert owner["pid"] > 0 and owner["pid"] != os.getpid()
+    with pytest.raises(ValueError) as info:
+        Sampler(0.01, sources=["memory"], dataset=root, identity=who, segment_seconds=0.1)
+    text = str(info.value)
+    for part in (str(root), "job 'j'", "rank 1", f"pid {owner['pid']}", owner["start_time"]):
+        assert part in text, (part, text)
+    assert "fresh job id" in text
+    # Nothing of the refused run was written; a fresh job id or another rank is accepted.
+    assert owner == read_owner(partition_dir(root, who))
+    fresh = Identity(host="h", rank=1, world_size=2, job="j2")
+    with Sampler(0.01, sources=["memory"], dataset=root, identity=fresh, segment_seconds=0.1) as s:
+        wait_for("a row", lambda: s.stats().rows_written > 0)
+    assert set(open_dataset(root).to_table().column("job").to_pylist()) == {"j2"}
+
+
+def test_two_samplers_of_one_process_cannot_share_a_partition(tmp_path: Path) -> None:
+    who = Identity(host="h", rank=0, job="j")
+    first = Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=who, segment_seconds=0.1)
+    try:
+        with pytest.raises(ValueError, match=f"pid {os.getpid()}"):
+            Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=who, segment_seconds=0.1)
+    finally:
+        first.close()
+
+
+KILLED_WRITER = r"""
+import sys, time
+import pyarrow as pa
+import pyarrow.parquet as pq
+from stroboscope._identity import Identity
+from stroboscope.export.dataset import write_part
+
+root = sys.argv[1]
+who = Identity(host="h", rank=0, job="j")
+table = pa.table({"mono_ns": pa.array(range(1000), pa.int64()), "v": pa.array([1.0] * 1000)})
+write_part(table.slice(0, 10), root, identity=who, name="part-r-000001.parquet")
+
+def stalled(table, where, **kwargs):
+    # Half a Parquet file in the temporary, flushed to disk, then killed in the middle.
+    where.write(b"PAR1" + b"\0" * 4096)
+    where.flush()
+    print("writing", flush=True)
+    time.sleep(600)
+
+pq.write_table = stalled
+write_part(table, root, identity=who, name="part-r-000002.parquet")
+"""
+
+
+def test_a_rank_killed_while_writing_a_part_leaves_no_part(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    with subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(root)],
+        env=rank_env(0, 0, 1, None),
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    directory = Path(partition_dir(root, Identity(host="h", rank=0, job="j")))
+    names = sorted(p.name for p in directory.iterdir())
+    temps = [n for n in names if n.startswith(".")]
+    assert len(temps) == 1 and temps[0].endswith(".tmp")  # the partial write, under a dot-name
+    assert "part-r-000002.parquet" not in names
+    # Every reader sees the complete part only.
+    table = open_dataset(root).to_table()
+    assert table.column("mono_ns").to_pylist() == list(range(10))
+    rows = duckdb.execute(f"SELECT count(*) FROM read_parquet('{root}/{SAMPLES_GLOB}')").fetchall()
+    assert rows == [(10,)]
+
+
+def test_an_unwritable_root_is_refused_at_construction(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    root = tmp_path / "file" / "ds"  # cannot be made even by root
+    with pytest.raises(ValueError) as info:
+        Sampler(0.01, sources=["memory"], dataset=root, identity=Identity(host="h", job="j"))
+    text = str(info.value)
+    assert str(root) in text and "cannot be written" in text and "job 'j'" in text
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="not a stroboscope dataset"):
+        Sampler(0.01, sources=["memory"], dataset=tmp_path / "busy")
+
+
+def test_conflicting_rank_variables_are_refused_before_anything_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="RANK"):
+        Sampler(0.01, sources=["memory"], dataset=tmp_path / "ds")
+    assert not (tmp_path / "ds").exists()
+
+
+def test_a_failing_partition_keeps_rows_in_the_ring_counts_and_writes_them_later(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "ds"
+    who = Identity(host="h", rank=0, job="j")
+    s = Sampler(
+        0.01, sources=["memory", "process"], dataset=root, identity=who, segment_seconds=300
+    )
+    directory = partition_dir(root, who)
+    owner = Path(directory, "_owner.json").read_bytes()
+    try:
+        s.start()
+        wait_for("rows", lambda: s.stats().rows_written >= 5)
+        # The partition's directory replaced by a file: every write of a part fails (as root too).
+        shutil.rmtree(directory)
+        Path(directory).write_text("in the way")
+        s.stop()  # the last part is tried, fails, and its rows stay in the ring
+        status = s.dataset_status
+        assert status is not None and status.segments_written == 0 and status.errors >= 1
+        assert status.rows_unwritten == s.stats().rows_written and status.last_error is not None
+        assert "not a directory" in status.last_error
+        # The directory back: the next part holds every row, none twice.
+        os.unlink(directory)
+        os.mkdir(directory, 0o700)
+        Path(directory, "_owner.json").write_bytes(owner)
+        s.start()
+        wait_for("more rows", lambda: s.stats().rows_written >= status.rows_unwritten + 3)
+    finally:
+        s.close()
+    final = s.dataset_status
+    assert final is not None and final.rows_unwritten == 0 and final.segments_written == 1
+    table = open_dataset(root).to_table()
+    ring = s.snapshot().to_arrow()
+    assert table.column("mono_ns").to_pylist() == ring.column("mono_ns").to_pylist()
+    assert len(ring) == s.stats().rows_written  # the ring held the whole run: nothing was lost
+
+
+def test_scope_intervals_of_a_sampler_go_to_scopes_at_close(tmp_path: Path) -> None:
+    who = Identity(host="h", rank=0, job="j")
+    with Sampler(
+        0.01, sources=["process"], dataset=tmp_path, identity=who, segment_seconds=0.1
+    ) as s:
+        for step in range(4):
+            with stroboscope.annotate("step", step=step):
+                pass
+    files = list((tmp_path / "_scopes").rglob("scopes-*.parquet"))
+    assert len(files) == 1
+    prov = json.loads(pq.read_schema(files[0]).metadata[b"stroboscope.provenance"])
+    assert prov["identity"]["job"] == "j" and prov["rows"] == 4
+    got = open_dataset(tmp_path, kind="scopes").to_table()
+    want = s.scope_intervals()
+    assert got.column("begin_ns").to_pylist() == want.column("begin_ns").to_pylist()
+    assert got.column("name").to_pylist() == ["step"] * 4
+
+
+def test_write_part_refuses_a_partition_level_that_is_a_link(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    write_part(
+        pq.read_table(_one_row(tmp_path)), root, identity=Identity(host="a"), name="part-1.parquet"
+    )
+    os.symlink(elsewhere, root / "job=none" / "host=b")
+    with pytest.raises(ValueError, match="is not a directory"):
+        write_part(
+            pq.read_table(_one_row(tmp_path)),
+            root,
+            identity=Identity(host="b"),
+            name="part-1.parquet",
+        )
+    assert list(elsewhere.iterdir()) == []
+
+
+def _one_row(tmp_path: Path) -> Path:
+    import pyarrow as pa
+
+    path = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"mono_ns": pa.array([1], pa.int64())}), path)
+    return path
