@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from stroboscope._identity import Identity, detect_identity
 from stroboscope.sampling import Sampler
+from stroboscope.sampling._provenance import rank_of
 
 # srun -N2 --ntasks-per-node=1 torchrun --nproc-per-node=4: the second node's third worker.
 SRUN_TORCHRUN = {
@@ -372,3 +373,14 @@ def test_provenance_prefers_the_identity_a_sampler_was_given() -> None:
     s.close()
     assert prov is not None and prov["identity"]["host"] == "elsewhere"
     assert (prov["rank"], prov["world_size"]) == (3, 4)
+
+
+def test_provenance_rank_of_follows_the_innermost_launcher() -> None:
+    """``mpirun`` inside an ``sbatch`` script: every rank inherits the batch step's
+    SLURM_PROCID=0; the provenance's rank is Open MPI's (it was Slurm's 0 before identity)."""
+    env = dict(CASES[6][1])
+    assert CASES[6][0].startswith("mpirun")
+    assert rank_of(env) == {"rank": 5, "world_size": 8, "local_rank": 1}
+    assert rank_of({**env, "OMPI_COMM_WORLD_RANK": "9"}) == dict.fromkeys(
+        ("rank", "world_size", "local_rank")
+    )  # 9 >= 8: a conflict, so unknown (the provenance keeps the reason)
