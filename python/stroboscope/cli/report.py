@@ -7,12 +7,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from stroboscope.export.dataset import is_dataset
 from stroboscope.export.report import build_report, write_html, write_pngs
 
 
 def run(args: argparse.Namespace) -> int:
     """The ``report`` command; returns the exit code."""
+    from stroboscope.export.dataset import is_dataset
+
     if len(args.inputs) == 1 and is_dataset(args.inputs[0]):
         return run_cluster(args)
     report = build_report(
