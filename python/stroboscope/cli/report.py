@@ -1,5 +1,6 @@
 """``stroboscope report RUN.parquet [RUN2 …] [-o report.html] [--png DIR]``: summarise
-recordings in the terminal, as one HTML page and as PNG plots."""
+recordings in the terminal, as one HTML page and as PNG plots. On a dataset root
+(``record --dataset``), the cross-rank report (:mod:`stroboscope.export.cluster_report`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from stroboscope.export.report import build_report, write_html, write_pngs
 
 def run(args: argparse.Namespace) -> int:
     """The ``report`` command; returns the exit code."""
+    from stroboscope.export.dataset import is_dataset
+
+    if len(args.inputs) == 1 and is_dataset(args.inputs[0]):
+        return run_cluster(args)
     report = build_report(
         args.inputs,
         columns=args.columns,
@@ -29,6 +34,31 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {len(paths)} PNG plots to {args.png}")
     except ImportError as exc:  # the report extra is missing: say which, exit 2
         raise RuntimeError(str(exc)) from None
+    return 0
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    """``report ROOT`` on a dataset: every rank side by side (``-o`` .html, .md or .json)."""
+    from stroboscope.export.cluster_report import (
+        StragglerRule,
+        build_cluster_report,
+        write_cluster_report,
+    )
+
+    unused = [f for f in ("columns", "start", "end", "scope", "scopes", "png") if getattr(args, f)]
+    if unused:
+        raise ValueError(f"{', '.join(unused)}: not used by the report of a dataset (-o, --step)")
+    k, _, pct = (args.straggler or "3,5").partition(",")
+    try:
+        rule = StragglerRule(float(k), float(pct or 5))
+    except ValueError as exc:
+        raise ValueError(
+            f"--straggler {args.straggler!r}: give K,PCT such as 3,5 ({exc})"
+        ) from None
+    report = build_cluster_report(args.inputs[0], step=args.step, rule=rule)
+    print(report.text(), end="")
+    if args.output is not None:
+        print(f"wrote {write_cluster_report(report, args.output)} {args.output}")
     return 0
 
 
@@ -67,5 +97,12 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="FILE",
         help="scope intervals (Parquet) for every input (default: <stem>.scopes.parquet)",
+    )
+    p.add_argument("--step", default=None, metavar="NAME", help="dataset: the step scope")
+    p.add_argument(
+        "--straggler",
+        default=None,
+        metavar="K,PCT",
+        help="dataset: a straggler's median step exceeds the ranks' by K robust SDs and PCT %%",
     )
     p.set_defaults(func=run)

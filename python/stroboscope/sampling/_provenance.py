@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from stroboscope._identity import Identity, detect_identity
+from stroboscope.sampling._clock_sync import clock_sync
 
 if TYPE_CHECKING:
     from stroboscope.sampling._sampler import Sampler
@@ -234,6 +235,7 @@ def provenance(sampler: Sampler, *, command: list[str] | None = None) -> dict[st
             "anchor_ns": None,
             "anchor_uncertainty_ns": int(stats["clock_anchor_uncertainty_ns"]),
         },
+        "clock_sync": clock_sync(),  # the realtime clock's own error, for comparing hosts
         "ticks_taken": int(stats["ticks_taken"]),
         "ticks_missed": int(stats["ticks_missed"]),
         "rows_lost": lost,

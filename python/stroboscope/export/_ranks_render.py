@@ -1,0 +1,219 @@
+"""The cross-rank report as text, Markdown and HTML: the same tables in three dresses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from stroboscope.analysis.summary import fmt_seconds, fmt_value, text_table
+from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
+from stroboscope.export._ranks_figures import METRICS
+from stroboscope.sampling._provenance import iso_utc
+
+if TYPE_CHECKING:
+    from stroboscope.export.cluster_report import ClusterReport, JobSummary
+
+Table = tuple[tuple[str, ...], list[tuple[str, ...]], int]
+"""Header, rows, and how many first columns are text (left-aligned)."""
+NODE_MARK = " *"
+NODE_NOTE = (
+    "* its node's value: this rank did not record the column, another rank of its host did "
+    "(host-wide and GPU sources run on local rank 0; a GPU is matched by local rank)"
+)
+
+
+def _ns(ns: int | None, signed: bool = False) -> str:
+    if ns is None:
+        return "unknown"
+    text = fmt_seconds(abs(ns) / 1e9)
+    return ("+" if ns >= 0 else "-") + text if signed else text
+
+
+def _rows_of(report: ClusterReport, job: JobSummary) -> list[tuple[str, ...]]:
+    out = []
+    for r in report.rows:
+        if r.job != job.job:
+            continue
+        s = r.step
+        cells = [
+            str(r.rank),
+            r.host,
+            "-" if r.local_rank is None else str(r.local_rank),
+            "-" if s is None else str(s.count),
+            fmt_seconds(None if s is None else s.median_s),
+            fmt_seconds(None if s is None else s.p90_s),
+        ]
+        for m in METRICS:
+            f = r.figures[m.key]
+            text = "—" if f.value is None else fmt_value(f.value, m.unit)
+            cells.append(text + (NODE_MARK if f.source.startswith("node") else ""))
+        cells.append("STRAGGLER" if r.straggler else "")
+        out.append(tuple(cells))
+    return out
+
+
+def rank_table(report: ClusterReport, job: JobSummary) -> Table:
+    """Per rank: step times and resource figures, and the verdict."""
+    header = ("rank", "host", "local", "steps", "median", "p90", *(m.title for m in METRICS), "")
+    return header, _rows_of(report, job), 3
+
+
+def clock_table(job: JobSummary) -> Table:
+    """Per host: its anchor, the anchor's uncertainty, the clock's synchronisation."""
+    header: tuple[str, ...] = (
+        "host",
+        "ranks",
+        "anchor (realtime - monotonic)",
+        "spread",
+        "anchor ±",
+        "clock",
+        "est. error",
+        "max error",
+        "bound ±",
+    )
+    rows: list[tuple[str, ...]] = [
+        (
+            c.host,
+            ",".join(str(r) for r in c.ranks),
+            "unknown" if c.anchor_ns is None else iso_utc(c.anchor_ns),
+            _ns(c.anchor_spread_ns),
+            _ns(c.anchor_uncertainty_ns),
+            c.status(),
+            _ns(c.esterror_ns),
+            _ns(c.maxerror_ns),
+            _ns(c.bound_ns),
+        )
+        for c in job.clocks
+    ]
+    return header, rows, 3
+
+
+def lag_table(report: ClusterReport, job: JobSummary) -> Table:
+    """Per rank: how late it starts its steps against the others, and how sure that is."""
+    rows: list[tuple[str, ...]] = [
+        (str(r.rank), r.host, _ns(r.lag_ns, signed=True), _ns(r.lag_uncertainty_ns))
+        for r in report.rows
+        if r.job == job.job and r.lag_ns is not None
+    ]
+    return ("rank", "host", "start lag", "±"), rows, 2
+
+
+def _step_line(report: ClusterReport) -> str:
+    if report.step is None:
+        return "step: none (no rank recorded scopes)"
+    how = "given" if report.step_given else "the most frequent depth-0 scope; --step NAME to choose"
+    return f"step: {report.step!r} ({how})"
+
+
+def _verdict_lines(report: ClusterReport, job: JobSummary) -> list[str]:
+    v = job.verdict
+    if v.center_s is None:
+        return ["stragglers: no step times"]
+    by_key = {r.key: r for r in report.rows}
+    named = []
+    for key in v.stragglers:
+        s = by_key[key].step
+        m = 0.0 if s is None or s.median_s is None else s.median_s
+        named.append(
+            f"rank {key[2]} on {key[1]} (median {fmt_seconds(m)}, "
+            f"{(m / v.center_s - 1) * 100:+.1f} %)"
+        )
+    return [
+        "stragglers: " + ("; ".join(named) if named else "none"),
+        f"rule: {report.rule.text()}; here: median {fmt_seconds(v.center_s)}, MAD "
+        f"{fmt_seconds(v.mad_s)}, threshold {fmt_seconds(v.threshold_s)}",
+    ]
+
+
+def _align_line(job: JobSummary) -> str:
+    a = job.alignment
+    if a.steps == 0:
+        return "steps on one clock: no step starts to compare"
+    return (
+        f"steps on one clock (each rank's monotonic times plus its anchor; the k-th call of "
+        f"every rank, {a.steps} compared): start skew median {_ns(a.skew_median_ns)}, "
+        f"max {_ns(a.skew_max_ns)}"
+    )
+
+
+Render = Callable[[Table], str]
+
+
+def _sections(report: ClusterReport, table: Render, heading: Callable[[str], str]) -> list[str]:
+    parts = [_step_line(report)]
+    for job in report.jobs:
+        title = f"job {job.job}" if len(report.jobs) > 1 or job.job != "none" else "ranks"
+        parts += [heading(title), table(rank_table(report, job))]
+        parts += _verdict_lines(report, job)
+        parts += [heading("clocks"), table(clock_table(job)), _align_line(job)]
+        lags = lag_table(report, job)
+        if lags[1]:
+            parts.append(table(lags))
+    if any(f.source.startswith("node") for r in report.rows for f in r.figures.values()):
+        parts.append(NODE_NOTE)
+    if report.notes:
+        parts += [heading("notes"), *report.notes]
+    return parts
+
+
+def render_text(report: ClusterReport) -> str:
+    """The terminal report."""
+
+    def table(t: Table) -> str:
+        return text_table(*t)
+
+    head = f"== cluster report: {report.root}  ({len(report.rows)} ranks)"
+    body = _sections(report, table, lambda t: f"\n{t}:")
+    return "\n".join([head, *body]) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 3) -> str:
+    """A GitHub pipe table; the first ``left`` columns left-aligned, the rest right-aligned."""
+    align = ["---" if i < left else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(report: ClusterReport) -> str:
+    """The report as Markdown."""
+    parts = _sections(report, lambda t: markdown_table(*t), lambda t: f"## {t}")
+    return f"# Cluster report: {report.root}\n\n" + "\n\n".join(parts) + "\n"
+
+
+def render_html(report: ClusterReport) -> str:
+    """The report as one HTML page; the step timeline is drawn when matplotlib is installed."""
+    from stroboscope import __version__
+
+    def table(t: Table) -> str:
+        return table_html(*t)
+
+    def para(text: str) -> str:
+        return text if text.startswith(("<h2>", "<table")) else f"<p>{_esc(text)}</p>"
+
+    title = f"stroboscope cluster report: {report.root}"
+    parts = [para(p) for p in _sections(report, table, lambda t: f"<h2>{_esc(t)}</h2>")]
+    try:
+        from stroboscope.export._ranks_plot import render_timeline
+
+        plot = render_timeline(report)
+        figure = [] if plot is None else ["<h2>Steps on one clock</h2>", _figure_html(plot)]
+    except ImportError as exc:
+        figure = [f'<p class="note">No plot: {_esc(exc)}</p>']
+    body = [
+        f"<h1>{_esc(title)}</h1>",
+        f'<p class="note">Made by stroboscope {_esc(__version__)} from {len(report.rows)} '
+        f"ranks.</p>",
+        *parts,
+        *figure,
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )

@@ -1,0 +1,301 @@
+"""The cross-rank report of a dataset: 4 ranks on 2 hosts written through the dataset writer,
+one straggler, known step times and known clock anchors; the report's numbers against hand
+computation, the straggler named and no other, the steps put on one clock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from stroboscope._identity import Identity
+from stroboscope.cli import main
+from stroboscope.export.cluster_report import (
+    StragglerRule,
+    build_cluster_report,
+    write_cluster_report,
+)
+from stroboscope.export.dataset import write_part, write_scopes
+from stroboscope.sampling._provenance import attach
+
+JOB = "j1"
+T0 = 1_790_000_000_000_000_000  # realtime ns of the runs' start
+MONO0 = {"alpha": 1_000_000_000_000, "beta": 7_000_000_000_000}  # uptime at T0 (ns)
+ANCHOR = {h: T0 - m for h, m in MONO0.items()}  # realtime - monotonic: 6000 s apart
+ANCHOR_UNC = {0: 1_000, 1: 1_500, 2: 3_000, 3: 2_000}  # ns, per rank
+HOST = {0: "alpha", 1: "alpha", 2: "beta", 3: "beta"}
+LOCAL = {0: 0, 1: 1, 2: 0, 3: 1}
+BASE_MS = {0: 100.0, 1: 104.0, 2: 98.0, 3: 130.0}  # rank 3 is the straggler
+PATTERN_MS = [0.0, 2.0, -2.0, 1.0, -1.0, 0.0, 3.0, -3.0, 0.0, 0.0]  # median 0, p90 2.1
+PERIOD = 200_000_000  # ns between step starts
+DELAY = {"alpha": 0, "beta": 2_000_000}  # beta starts each step 2 ms after alpha (realtime)
+ROWS, SPACING = 50, 40_000_000
+SYNC = {
+    "alpha": {"synchronized": True, "maxerror_ns": 2_000_000, "esterror_ns": 50_000},
+    "beta": {"synchronized": True, "maxerror_ns": 5_000_000, "esterror_ns": 100_000},
+}
+
+
+def _values(rank: int, name: str) -> np.ndarray:
+    """The column ``name`` of ``rank``: distinct, varied values (NaN: a null cell)."""
+    i = np.arange(ROWS, dtype=np.float64)
+    seed = rank * 7 + len(name)
+    v = {
+        "util_pct": 50 + (seed + 13 * i) % 40,
+        "power_w": 200 + (seed + 17 * i) % 90,
+        "mem_used_bytes": 1e9 * (10 + (seed + 5 * i) % 7),
+        "cpu_pct": 90 + (seed + 11 * i) % 30,
+        "rss_bytes": 1e8 * (20 + (seed + 3 * i) % 11),
+    }[name.rsplit(".", 1)[1]]
+    v[7] = np.nan  # one failed read
+    return v
+
+
+def _columns(rank: int) -> list[str]:
+    own = ["proc.cpu_pct", "proc.rss_bytes"]
+    if LOCAL[rank] == 0:  # local rank 0 records the host and both GPUs of its node
+        own = ["cpu.util_pct", *own]
+        own += [f"gpu.{g}.{m}" for g in (0, 1) for m in ("util_pct", "power_w", "mem_used_bytes")]
+    return own
+
+
+def _sync(host: str, **change: Any) -> dict[str, Any]:
+    base = {"source": "adjtimex", "state": "TIME_OK", "status": 0, "reason": None}
+    return {**base, **SYNC[host], **change}
+
+
+def _identity(rank: int, job: str = JOB) -> Identity:
+    return Identity(host=HOST[rank], rank=rank, local_rank=LOCAL[rank], world_size=4, job=job)
+
+
+def _samples(rank: int, sync: dict[str, Any]) -> pa.Table:
+    host = HOST[rank]
+    mono = MONO0[host] + np.arange(ROWS, dtype=np.int64) * SPACING
+    cols: dict[str, Any] = {
+        "time": pa.array(mono + ANCHOR[host], pa.timestamp("ns", tz="UTC")),
+        "mono_ns": pa.array(mono, pa.int64()),
+    }
+    for name in _columns(rank):
+        v = _values(rank, name)
+        kind = pa.int64() if name.endswith("_bytes") else pa.float64()
+        cols[name] = pa.array(np.where(np.isnan(v), 0, v).astype(float), mask=np.isnan(v)).cast(
+            kind
+        )
+    prov = {
+        "host": host,
+        "clock": {"anchor_ns": ANCHOR[host], "anchor_uncertainty_ns": ANCHOR_UNC[rank]},
+        "clock_sync": sync,
+    }
+    return attach(pa.table(cols), prov)
+
+
+def step_ms(rank: int) -> np.ndarray:
+    return BASE_MS[rank] + np.array(PATTERN_MS)
+
+
+def _scopes(rank: int) -> pa.Table:
+    """10 closed ``train_step`` calls (depth 0) and one still open; 5 ``data`` calls (depth 0);
+    20 ``forward`` calls (depth 1: more calls, but not a step)."""
+    host = HOST[rank]
+    rows: list[tuple[str, str, int, int, int | None]] = []
+    for k, ms in enumerate(step_ms(rank)):
+        begin = T0 + 100_000_000 + k * PERIOD + DELAY[host] - ANCHOR[host]
+        rows.append(("train_step", "train_step", 0, begin, begin + round(ms * 1e6)))
+        for j in range(2):
+            rows.append(("forward", "train_step/forward", 1, begin + j, begin + j + 1_000))
+        if k % 2 == 0:
+            rows.append(("data", "data", 0, begin - 5_000_000, begin - 1_000_000))
+    open_begin = T0 + 100_000_000 + 10 * PERIOD + DELAY[host] - ANCHOR[host]
+    rows.append(("train_step", "train_step", 0, open_begin, None))
+    rows.sort(key=lambda r: r[3])
+    return pa.table(
+        {
+            "name": pa.array([r[0] for r in rows], pa.string()),
+            "path": pa.array([r[1] for r in rows], pa.string()),
+            "thread_id": pa.array([1] * len(rows), pa.int64()),
+            "stack_id": pa.array([1] * len(rows), pa.uint64()),
+            "depth": pa.array([r[2] for r in rows], pa.int32()),
+            "begin_ns": pa.array([r[3] for r in rows], pa.int64()),
+            "end_ns": pa.array([r[4] for r in rows], pa.int64()),
+        }
+    )
+
+
+def make_dataset(
+    root: Path,
+    syncs: dict[str, dict[str, Any]] | None = None,
+    *,
+    job: str = JOB,
+    with_scopes: bool = True,
+) -> Path:
+    """The 4-rank dataset: each rank's rows in two parts, its scopes in one."""
+    for rank in range(4):
+        sync = (syncs or {}).get(HOST[rank]) or _sync(HOST[rank])
+        table = _samples(rank, sync)
+        half = ROWS // 2
+        who = _identity(rank, job)
+        for i, part in enumerate((table.slice(0, half), table.slice(half))):
+            write_part(part, root, identity=who, name=f"part-000001-{i:06d}.parquet")
+        if with_scopes:
+            scopes = attach(_scopes(rank), {"clock_sync": sync})
+            write_scopes(scopes, root, identity=who, name="scopes-000001-000000.parquet")
+    return root
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("cluster") / "ds")
+
+
+def _nanmean(v: np.ndarray) -> float:
+    return float(v[~np.isnan(v)].sum() / (~np.isnan(v)).sum())
+
+
+def test_step_times_per_rank_equal_hand_computation(dataset: Path) -> None:
+    report = build_cluster_report(dataset)
+    assert report.step == "train_step" and not report.step_given  # not forward (depth 1)
+    assert [(r.host, r.rank, r.local_rank) for r in report.rows] == [
+        ("alpha", 0, 0),
+        ("alpha", 1, 1),
+        ("beta", 2, 0),
+        ("beta", 3, 1),
+    ]
+    for row in report.rows:
+        ms = sorted(step_ms(row.rank))
+        assert row.step is not None
+        assert (row.step.count, row.step.open) == (10, 1)
+        assert row.step.median_s == pytest.approx((ms[4] + ms[5]) / 2 / 1e3, abs=1e-12)
+        # 90th percentile, linear: position 0.9 * (10 - 1) = 8.1 between the 9th and 10th
+        assert row.step.p90_s == pytest.approx((ms[8] + 0.1 * (ms[9] - ms[8])) / 1e3, abs=1e-12)
+        assert row.step.median_s == pytest.approx(BASE_MS[row.rank] / 1e3)
+        assert row.step.p90_s == pytest.approx((BASE_MS[row.rank] + 2.1) / 1e3)
+        assert row.step.mean_s == pytest.approx(sum(ms) / 10 / 1e3)
+
+
+def test_the_straggler_is_named_and_no_other(dataset: Path) -> None:
+    report = build_cluster_report(dataset)
+    (job,) = report.jobs
+    # medians 100, 104, 98, 130 ms: M = 102, |m - M| = 2, 2, 4, 28, MAD = 3
+    assert job.verdict.center_s == pytest.approx(0.102)
+    assert job.verdict.mad_s == pytest.approx(0.003)
+    assert job.verdict.threshold_s == pytest.approx(0.102 + 3 * 1.4826 * 0.003)
+    assert [r.rank for r in report.stragglers] == [3]
+    assert [r.rank for r in report.rows if r.straggler] == [3]
+    text = report.text()
+    assert "stragglers: rank 3 on beta (median 130 ms, +27.5 %)" in text
+    assert "by more than 3 x 1.4826 x MAD" in text and "more than 5 %" in text
+    # The percentage alone (k = 0, 1 %) also names rank 1 (104 > 102 * 1.01); never rank 0 or 2.
+    loose = build_cluster_report(dataset, rule=StragglerRule(k=0, pct=1))
+    assert [r.rank for r in loose.stragglers] == [3, 1]
+    # A rule that asks more than 30 %: nobody.
+    assert build_cluster_report(dataset, rule=StragglerRule(pct=30)).stragglers == []
+
+
+def test_resource_figures_with_the_nodes_columns(dataset: Path) -> None:
+    report = build_cluster_report(dataset)
+    rows = {r.rank: r for r in report.rows}
+    for rank, row in rows.items():
+        recorder = rank - LOCAL[rank]  # local rank 0 of its host
+        gpu = LOCAL[rank]
+        f = row.figures
+        source = "own" if recorder == rank else f"node: rank {recorder}"
+        util = _nanmean(_values(recorder, f"gpu.{gpu}.util_pct"))
+        assert f["gpu_util_pct"].value == pytest.approx(util)
+        assert f["gpu_util_pct"].source == f["gpu_power_w"].source == source
+        power = _nanmean(_values(recorder, f"gpu.{gpu}.power_w"))
+        assert f["gpu_power_w"].value == pytest.approx(power)
+        mem = np.nanmax(_values(recorder, f"gpu.{gpu}.mem_used_bytes"))
+        assert f["gpu_mem_peak_bytes"].value == mem
+        host_cpu = _nanmean(_values(recorder, "cpu.util_pct"))
+        assert f["host_cpu_pct"].value == pytest.approx(host_cpu)
+        assert f["host_cpu_pct"].source == source
+        # Process columns are every rank's own, never its node's.
+        assert f["proc_cpu_pct"].value == pytest.approx(_nanmean(_values(rank, "proc.cpu_pct")))
+        assert f["proc_rss_peak_bytes"].value == np.nanmax(_values(rank, "proc.rss_bytes"))
+        assert f["proc_cpu_pct"].source == "own"
+        assert row.gpus == (
+            f"gpu.{gpu} (its local rank)"
+            if recorder == rank
+            else f"gpu.{gpu} of rank {recorder} (local rank)"
+        )
+    assert "* its node's value" in report.text()
+
+
+def test_clock_alignment_across_two_hosts(dataset: Path) -> None:
+    report = build_cluster_report(dataset)
+    (job,) = report.jobs
+    clocks = {c.host: c for c in job.clocks}
+    alpha, beta = clocks["alpha"].anchor_ns, clocks["beta"].anchor_ns
+    assert alpha is not None and beta is not None and beta - alpha == -6_000_000_000_000
+    for host, ranks in (("alpha", (0, 1)), ("beta", (2, 3))):
+        c = clocks[host]
+        assert c.anchor_ns == ANCHOR[host] and c.anchor_spread_ns == 0
+        assert c.anchor_uncertainty_ns == max(ANCHOR_UNC[r] for r in ranks)
+        assert (c.synchronized, c.maxerror_ns) == (True, SYNC[host]["maxerror_ns"])
+        assert c.bound_ns == c.anchor_uncertainty_ns + SYNC[host]["maxerror_ns"]
+    # Realtime starts: beta 2 ms after alpha at every step; the median of (0, 0, 2, 2) is 1 ms.
+    a = job.alignment
+    assert (a.steps, a.skew_median_ns, a.skew_max_ns) == (11, 2_000_000, 2_000_000)
+    rows = {r.rank: r for r in report.rows}
+    assert {k: r.lag_ns for k, r in rows.items()} == {
+        0: -1_000_000,
+        1: -1_000_000,
+        2: 1_000_000,
+        3: 1_000_000,
+    }
+    both = clocks["alpha"].bound_ns + clocks["beta"].bound_ns  # type: ignore[operator]
+    assert {r.lag_uncertainty_ns for r in rows.values()} == {both}
+    text = report.text()
+    assert "start skew median 2 ms, max 2 ms" in text
+    assert "1970" not in text and "2026-" in text  # anchors shown as realtime
+
+
+def test_an_unsynchronised_host_is_flagged(tmp_path: Path) -> None:
+    unsync = _sync("beta", synchronized=False, state="TIME_ERROR", status=64)
+    unsync.update(maxerror_ns=16_000_000_000, esterror_ns=16_000_000_000)
+    report = build_cluster_report(make_dataset(tmp_path / "ds", {"beta": unsync}))
+    clocks = {c.host: c for c in report.jobs[0].clocks}
+    assert clocks["beta"].status() == "UNSYNCHRONISED" and clocks["beta"].bound_ns is None
+    assert clocks["alpha"].status() == "synchronised"
+    assert all(r.lag_ns is not None and r.lag_uncertainty_ns is None for r in report.rows)
+    assert any("beta: realtime clock UNSYNCHRONISED" in n for n in report.notes)
+    assert "UNSYNCHRONISED" in report.text()
+
+
+def test_step_given_by_name_or_path_and_unknown(dataset: Path) -> None:
+    report = build_cluster_report(dataset, step="train_step/forward")
+    assert report.step_given and all(r.step and r.step.count == 20 for r in report.rows)
+    assert [r.rank for r in report.stragglers] == []
+    with pytest.raises(ValueError, match=r"step 'nope'.*train_step"):
+        build_cluster_report(dataset, step="nope")
+    with pytest.raises(TypeError, match="rule must be a StragglerRule"):
+        build_cluster_report(dataset, rule=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="k must be a number >= 0"):
+        StragglerRule(k=-1)
+
+
+def test_outputs_and_the_command(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = build_cluster_report(dataset)
+    assert write_cluster_report(report, tmp_path / "r.json") == "json"
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["format"] == "stroboscope-cluster-report" and data["step"]["name"] == "train_step"
+    assert data["jobs"][0]["stragglers"] == [3]
+    assert [r["step"]["median_s"] for r in data["ranks"]] == [
+        pytest.approx(BASE_MS[r] / 1e3) for r in range(4)
+    ]
+    assert write_cluster_report(report, tmp_path / "r.md") == "markdown"
+    md = (tmp_path / "r.md").read_text()
+    assert "| rank | host | local |" in md and "STRAGGLER |" in md
+    assert (tmp_path / "r.md").stat().st_mode & 0o777 == 0o600
+    # `stroboscope report ROOT` on a dataset: the cross-rank report, not one per series.
+    assert main(["report", str(dataset), "--step", "train_step", "-o", str(tmp_path / "c.md")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("== cluster report: ") and "stragglers: rank 3 on beta" in out
+    assert (tmp_path / "c.md").read_text() == build_cluster_report(
+        dataset, step="train_step"
+    ).markdown()

@@ -1,0 +1,137 @@
+"""The cross-rank report's edges: the HTML page, the command's options and errors, a dataset
+without scopes, a rank without rows or clock, two jobs in one root, and what is not a dataset."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from stroboscope._identity import Identity
+from stroboscope.cli import main
+from stroboscope.export.cluster_report import build_cluster_report, write_cluster_report
+from stroboscope.export.dataset import ensure_root, write_scopes
+from test_cluster_report import JOB, make_dataset, step_ms
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("edges") / "ds")
+
+
+def test_the_html_page(dataset: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "c.html"
+    assert write_cluster_report(build_cluster_report(dataset), out) == "html"
+    page = out.read_text()
+    assert out.stat().st_mode & 0o777 == 0o600
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page
+    assert '<figure id="plot-steps"' in page and "data:image/png;base64," in page
+    rows = re.findall(r"<tr>(.*?)</tr>", page)
+    straggling = [r for r in rows if "STRAGGLER" in r]
+    assert len(straggling) == 1 and straggling[0].startswith("<td>3</td><td>beta</td>")
+    assert "UNSYNCHRONISED" not in page and "synchronised" in page
+
+
+def test_the_command_options_and_errors(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(dataset), "--straggler", "0,1"]) == 0
+    out = capsys.readouterr().out
+    assert "stragglers: rank 3 on beta (median 130 ms, +27.5 %); rank 1 on alpha" in out
+    assert "by more than 0 x 1.4826 x MAD" in out and "more than 1 %" in out
+    assert main(["report", str(dataset), "-o", str(tmp_path / "c.json")]) == 0
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["straggler_rule"]["k"] == 3 and data["jobs"][0]["stragglers"] == [3]
+    for args, text in (
+        (["--png", str(tmp_path / "p")], "png: not used by the report of a dataset"),
+        (["--columns", "cpu.*"], "columns: not used by the report of a dataset"),
+        (["--straggler", "x"], "--straggler 'x': give K,PCT such as 3,5"),
+        (["--straggler", "3,-1"], "pct must be a number >= 0, got -1.0"),
+        (["--step", "nope"], "step 'nope': no rank called a scope of that name or path"),
+    ):
+        assert main(["report", str(dataset), *args]) == 2
+        assert text in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_dataset_without_scopes(tmp_path: Path) -> None:
+    report = build_cluster_report(make_dataset(tmp_path / "ds", with_scopes=False))
+    assert report.step is None and all(r.step is None for r in report.rows)
+    assert report.stragglers == [] and report.jobs[0].alignment.steps == 0
+    assert report.notes == ["no rank recorded scopes: no step times (annotate the training step)"]
+    assert all(r.figures["proc_cpu_pct"].value is not None for r in report.rows)
+    text = report.text()
+    assert "step: none (no rank recorded scopes)" in text and "stragglers: no step times" in text
+
+
+def test_a_rank_with_scopes_only_and_two_jobs(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "ds")
+    make_dataset(root, job="j2")
+    # rank 4 of j1 wrote its scope calls but no rows, and no provenance with a clock
+    lone = Identity(host="gamma", rank=4, local_rank=0, world_size=5, job=JOB)
+    calls = pa.table(
+        {
+            "name": ["train_step"] * 2,
+            "path": ["train_step"] * 2,
+            "depth": pa.array([0, 0], pa.int32()),
+            "begin_ns": [10, 300_000_010],
+            "end_ns": [100_000_010, 400_000_010],
+        }
+    )
+    write_scopes(calls, root, identity=lone, name="scopes-000001-000000.parquet")
+    report = build_cluster_report(root)
+    assert [j.job for j in report.jobs] == ["j1", "j2"]
+    assert [(r.job, r.rank) for r in report.stragglers] == [("j1", 3), ("j2", 3)]
+    gamma = next(r for r in report.rows if r.host == "gamma")
+    assert gamma.step is not None and gamma.step.median_s == pytest.approx(0.1)
+    assert gamma.lag_ns is None and gamma.anchor_ns is None
+    assert all(f.value is None for f in gamma.figures.values())
+    assert "job j1 rank 4: no clock anchor, its steps are not aligned" in report.notes
+    # j1 now has 5 medians (100, 104, 98, 130, 100 ms): M = 100, MAD = 2; rank 3 still alone
+    j1 = report.jobs[0]
+    assert j1.verdict.center_s == pytest.approx(0.100) and j1.verdict.mad_s == pytest.approx(0.002)
+    assert sorted(step_ms(3))[4] == 130.0
+    text = report.text()
+    assert "\njob j1:" in text and "\njob j2:" in text and "—" in text
+
+
+def test_what_is_not_a_dataset(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is not a stroboscope dataset"):
+        build_cluster_report(tmp_path)
+    ensure_root(tmp_path / "empty")
+    with pytest.raises(ValueError, match="holds no part yet: no rank has written rows"):
+        build_cluster_report(tmp_path / "empty")
+
+
+def test_step_figures_agree_with_duckdb(dataset: Path) -> None:
+    """An independent reader of the same files: DuckDB's median and continuous 90th percentile
+    of the closed step calls, and its mean of each node's GPU 1 utilisation."""
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    steps = con.execute(
+        "SELECT rank, median(end_ns - begin_ns), quantile_cont(end_ns - begin_ns, 0.9), count(*) "
+        "FROM read_parquet(?, hive_partitioning = true) "
+        "WHERE name = 'train_step' AND end_ns IS NOT NULL GROUP BY rank ORDER BY rank",
+        [str(dataset / "_scopes" / "**" / "*.parquet")],
+    ).fetchall()
+    gpu1 = dict(
+        con.execute(
+            'SELECT host, avg("gpu.1.util_pct") FROM read_parquet(?, hive_partitioning = true, '
+            "union_by_name = true) GROUP BY host",
+            [str(dataset / "job=*" / "**" / "*.parquet")],
+        ).fetchall()
+    )
+    report = build_cluster_report(dataset)
+    rows = {r.rank: r for r in report.rows}
+    assert [s[0] for s in steps] == sorted(rows)
+    for rank, median, p90, count in steps:
+        step = rows[rank].step
+        assert step is not None and step.count == count
+        assert step.median_s == pytest.approx(median / 1e9, abs=1e-12)
+        assert step.p90_s == pytest.approx(p90 / 1e9, abs=1e-12)
+    for rank in (1, 3):  # local rank 1: GPU 1 of its node, recorded by local rank 0
+        value = rows[rank].figures["gpu_util_pct"].value
+        assert value == pytest.approx(gpu1[rows[rank].host])
