@@ -298,3 +298,42 @@ def test_window_summaries_by_hand() -> None:
     assert summarise_column(pa.array([None, None], pa.float64()), gauge) is None
     table = pa.table({"gpu.0.util_pct": util, "gpu.0.energy_mj": pa.array([None] * 5, pa.int64())})
     assert set(summarise(table, [gauge, counter, bits])) == {"gpu.0.util_pct"}
+
+
+def render_table() -> str:
+    """The column → metric table of docs/prometheus.md, from the mapping itself."""
+    lines = [
+        "| column | metric (window mean or running total) | window max | type | labels from the "
+        "name | factor |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    served, skipped = plan_series(_documented_columns())
+    by_column = {s.column: s for s in served}
+    for c in _documented_columns():
+        generic = ".".join(
+            "{i}" if t == "0" else "{j}" if t == "1" else t for t in c.name.split(".")
+        )
+        s = by_column.get(c.name)
+        if s is None:
+            lines.append(f"| `{generic}` | not served: {skipped[c.name]} | | | | |")
+            continue
+        labels = ", ".join(name for name, _ in s.labels) or "-"
+        name = s.name + ("_total" if s.kind == "counter" else "")
+        top = f"`{s.max_name}`" if s.max_name else "-"
+        factor = (
+            "1"
+            if (s.mul, s.div) == (1.0, 1.0)
+            else (f"x {s.mul:g}" if s.div == 1 else f"/ {s.div:g}")
+        )
+        lines.append(f"| `{generic}` | `{name}` | {top} | {s.kind} | {labels} | {factor} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_docs_table_is_the_mapping() -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "prometheus.md").read_text()
+    begin, end = "<!-- table: begin -->\n", "<!-- table: end -->"
+    assert begin in doc and end in doc
+    committed = doc[doc.index(begin) + len(begin) : doc.index(end)]
+    assert committed == render_table(), (
+        "docs/prometheus.md's table is out of date:\n" + render_table()
+    )
