@@ -43,7 +43,7 @@ logger = logging.getLogger("stroboscope.cluster")
 
 __all__ = ["PrometheusExporter"]
 
-_PREFIX_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:")
+_PREFIX_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
 def _check_prefix(prefix: object) -> str:
@@ -51,8 +51,8 @@ def _check_prefix(prefix: object) -> str:
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
     if prefix and (not set(prefix) <= _PREFIX_OK or prefix[0].isdigit()):
         raise ValueError(
-            "prefix must be a valid start of a Prometheus metric name ([a-zA-Z_:] then "
-            f"[a-zA-Z0-9_:]*), got {prefix!r}"
+            "prefix must be a valid start of a Prometheus metric name ([a-zA-Z_] then "
+            f"[a-zA-Z0-9_]*; colons are for recording rules), got {prefix!r}"
         )
     return prefix
 
@@ -81,6 +81,29 @@ def gpu_labels(provenance: Mapping[str, Any], host: str) -> dict[str, dict[str, 
             "Hostname": host,
         }
     return out
+
+
+LabelSet = tuple[tuple[str, ...], tuple[str, ...]]  # label names, values
+
+
+def label_sets(
+    series: Iterable[Series], identity: Identity, provenance: Mapping[str, Any]
+) -> tuple[LabelSet, dict[str, LabelSet]]:
+    """The identity's labels, and per column the labels of its series: the identity's, those
+    its name gives (``cpu``, ``top``, ``mig``) and, for a GPU, dcgm-exporter's ``gpu`` (NVML
+    index), ``UUID`` and ``Hostname``."""
+    base = {k: str(v) for k, v in identity.labels().items()}
+    host = base.get("hostname") or str(getattr(identity, "host", "") or "")
+    gpus = gpu_labels(provenance, host)
+    out: dict[str, LabelSet] = {}
+    for s in series:
+        own = dict(s.labels)
+        if "gpu" in own:
+            extra = gpus.get(own["gpu"], {"gpu": own["gpu"], "UUID": "", "Hostname": host})
+            own = {**own, **extra}
+        labels = {**base, **own}
+        out[s.column] = (tuple(labels), tuple(labels.values()))
+    return (tuple(base), tuple(base.values())), out
 
 
 class _Collector:
@@ -153,7 +176,7 @@ class PrometheusExporter:
         columns = [ColumnInfo(c.name, c.unit, c.kind, c.help) for c in sampler.columns]
         self._series, skipped = plan_series(columns, prefix)
         self.skipped: dict[str, str] = skipped
-        self._labels = self._label_sets(identity, sampler.provenance())
+        self._base_labels, self._labels = label_sets(self._series, identity, sampler.provenance())
         self._lock = threading.Lock()
         self._cursor = int(sampler.stats().rows_written)
         self._totals: dict[str, float] = {}
@@ -169,24 +192,6 @@ class PrometheusExporter:
         self._server, self._thread, self.port = serve(
             self.registry, port, self.addr, who="PrometheusExporter"
         )
-
-    def _label_sets(
-        self, identity: Identity, provenance: Mapping[str, Any]
-    ) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        """Per column: the label names and values of its series."""
-        base = {k: str(v) for k, v in identity.labels().items()}
-        host = base.get("hostname") or str(getattr(identity, "host", "") or "")
-        gpus = gpu_labels(provenance, host)
-        out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        for s in self._series:
-            own = dict(s.labels)
-            if "gpu" in own:
-                extra = gpus.get(own["gpu"], {"gpu": own["gpu"], "UUID": "", "Hostname": host})
-                own = {**own, **extra}
-            labels = {**base, **own}
-            out[s.column] = (tuple(labels), tuple(labels.values()))
-        self._base_labels = (tuple(base), tuple(base.values()))
-        return out
 
     # -- one scrape ---------------------------------------------------------------------------
 
