@@ -90,6 +90,15 @@ def at(series: list[tuple[float, float]], t: float) -> float | None:
     return next((v for ts, v in series if ts == t), None)
 
 
+def broken(first_row: int) -> Any:
+    raise RuntimeError("ring unreadable")
+
+
+def errors(server: Prometheus) -> float:
+    [result] = server.query("stroboscope_exporter_errors_total")
+    return float(result["value"][1])
+
+
 def by_gpu(
     server: Prometheus, name: str
 ) -> dict[str, tuple[dict[str, str], list[tuple[float, float]]]]:
@@ -106,7 +115,9 @@ def scraped_windows(server: Prometheus) -> int:
 @pytest.mark.skipif(
     BINARY is None, reason="the prometheus binary is not installed (.ci/run installs Debian's)"
 )
-def test_real_prometheus_stores_windowed_summaries(gpus: None, tmp_path: Path) -> None:
+def test_real_prometheus_stores_windowed_summaries(
+    gpus: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = sampler()
     with PrometheusExporter(s, port=0, identity=identity()) as exporter:
         target = f"127.0.0.1:{exporter.port}"
@@ -125,9 +136,23 @@ def test_real_prometheus_stores_windowed_summaries(gpus: None, tmp_path: Path) -
             names = server.api("label/__name__/values")
             metadata = server.api("metadata")
             up = server.query("up")
+            # Collections that fail: still scraped (up 1), counted, and the sampler goes on.
+            monkeypatch.setattr(s, "copy_since", broken)
+            server.wait_for("a failed scrape", lambda: errors(server) >= 1)
+            rows_at_first_failure = s.stats().rows_written
+            server.wait_for("two more failed scrapes", lambda: errors(server) >= 3)
+            assert s.running and s.stats().rows_written > rows_at_first_failure
+            assert [u["value"][1] for u in server.query("up")] == ["1"]
+            monkeypatch.undo()
+            failed = errors(server)
+            server.wait_for(
+                "a good scrape again", lambda: server.query("stroboscope_exporter_window_rows > 0")
+            )
+            assert errors(server) <= failed + 1  # (one scrape may have been under way)
     table = frame.to_arrow()
     first = frame.first_row
-    stored = [w for w in stored if w[1] >= first and w[2] > w[1]]
+    # Windows wholly inside the snapshot (a scrape may have come after it) and not empty.
+    stored = [w for w in stored if first <= w[1] < w[2] <= first + len(frame)]
     assert len(stored) >= 3
     gpu_windows = 0
     for t, a, b in stored:
