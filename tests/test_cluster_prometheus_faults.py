@@ -259,3 +259,16 @@ def test_bad_arguments(kwargs: dict[str, Any], error: type[Exception], match: st
         PrometheusExporter(s, **{"identity": ME, **kwargs})
     with pytest.raises(TypeError, match="sampler must be a stroboscope Sampler"):
         PrometheusExporter(object(), identity=ME)  # type: ignore[arg-type]
+
+
+def test_a_cluster_sampler_lends_its_identity() -> None:
+    from stroboscope import cluster
+
+    who = detect_identity({"RANK": "3", "WORLD_SIZE": "4", "STROBOSCOPE_JOB": "j7"}, host="h1")
+    s = cluster.Sampler(0.01, identity=who, sources=["memory"])
+    with PrometheusExporter(s, port=0) as exporter:
+        s.tick_now(2)
+        got = scrape(exporter)
+    assert exporter.identity is who
+    assert value(got, "stroboscope_mem_total_bytes", rank="3") is not None
+    s.close()

@@ -133,8 +133,9 @@ class PrometheusExporter:
     addr : str
         Address to bind (default ``"127.0.0.1"``: only this machine can scrape; pass
         ``"0.0.0.0"`` for a Prometheus server elsewhere).
-    identity : stroboscope._identity.Identity, optional
-        Who this process is (default :func:`stroboscope._identity.detect_identity`); its
+    identity : stroboscope.cluster.Identity, optional
+        Who this process is (default: the sampler's own ``identity`` for a
+        :class:`stroboscope.cluster.Sampler`, else :func:`stroboscope.cluster.identity`); its
         labels (``job``, ``hostname``, ``rank``, ``local_rank``, ``pod``, ``namespace``,
         ``container``, those known) go on every series.
     prefix : str
@@ -164,9 +165,11 @@ class PrometheusExporter:
         self.addr = check_addr(addr)
         self.prefix = _check_prefix(prefix)
         if identity is None:
-            from stroboscope._identity import detect_identity
+            from stroboscope._identity import Identity, detect_identity
 
-            identity = detect_identity()
+            # A stroboscope.cluster.Sampler knows whose rows it records: the same labels.
+            known = getattr(sampler, "identity", None)
+            identity = known if isinstance(known, Identity) else detect_identity()
         if not callable(getattr(identity, "labels", None)):
             raise TypeError(
                 "identity must be a stroboscope Identity (see stroboscope.cluster.identity()), "
