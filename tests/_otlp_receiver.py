@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
 
+import pytest
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as svc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
@@ -151,3 +152,16 @@ def grpc_receiver() -> Iterator[tuple[int, Received]]:
         yield port, received
     finally:
         server.stop(grace=None)
+
+
+@pytest.fixture(name="closing")
+def closing_fixture() -> Iterator[list[Any]]:
+    """Exporters and samplers to close at teardown, newest first, even when the test failed
+    (an exporter left open would retry its final export at interpreter exit)."""
+    things: list[Any] = []
+    yield things
+    for thing in reversed(things):
+        if hasattr(thing, "stats") and hasattr(thing, "force_flush"):  # an OTelExporter
+            thing.close(timeout=5)
+        else:
+            thing.close()

@@ -172,6 +172,14 @@ _UNITS: tuple[tuple[str, str, str, float], ...] = (
     ("_ns", "ns", "s", 1e-9),
     ("_cores", "cores", "{cpu}", 1.0),
 )
+# Generic names (after the unit suffix is stripped) that would read wrongly on their own.
+_RENAME = {
+    "gpu.mem_util": "gpu.memory_controller.utilization",  # not hw.gpu.memory.utilization
+    "gpu.power": "gpu.power.utilization",  # power_pct: a share of the enforced limit
+    "gpu.fan": "gpu.fan_speed",
+    "gpu.proc_sm": "gpu.process.sm.utilization",
+    "gpu.proc_mem": "gpu.process.memory.usage",
+}
 _NO_QUANTITY = frozenset({"id", "bitmask"})  # a mean of an id or a bitmask means nothing
 _GPU = re.compile(r"^gpu\.(\d+)\.(.+)$")
 _MIG = re.compile(r"^mig\.(\d+)\.(.+)$")
@@ -331,7 +339,7 @@ def _plan_generic(
         # A count (threads, processes) is reported as its last value: a mean of 5.99 threads is
         # a value the process never had. Every other level or rate: the window mean.
         inst, stat = "gauge", ("last" if col.unit == "count" else "mean")
-    name = f"stroboscope.{base}"
+    name = f"stroboscope.{_RENAME.get(base, base)}"
     if name in plan.metrics and plan.metrics[name].unit != unit:  # pragma: no cover
         name = f"stroboscope.{col.name}"
     plan.add(name, inst, unit, col.help, Point(col.name, stat, attrs, scale))

@@ -60,8 +60,9 @@ class Window:
     had no valid cell, so a cumulative counter never disappears or goes back. The CPU seconds
     of ``process.cpu.time`` are the integral of a CPU % column over the rows read: each valid
     value times the time since the previous valid value (the window over which the core
-    computed that rate), summed from the exporter's start; the first valid value seen only
-    starts the integral.
+    computed that rate), summed from the exporter's start. The first valid value covers the
+    time since the sampler's first row when the exporter read that row, else it only starts
+    the integral (the reading before it is not known).
     """
 
     def __init__(self, sampler: Sampler, metrics: Iterable[Metric]) -> None:
@@ -108,14 +109,14 @@ class Window:
         for name, s in self._summary.items():
             self._totals[name] = s.last
         for name in self._cpu_columns:
-            self._integrate(table, name)
+            self._integrate(table, name, frame.first_row)
         self.windows += 1
         self.rows += n
         self.last_rows = n
         self._served = set()
         return frame
 
-    def _integrate(self, table: pa.Table, name: str) -> None:
+    def _integrate(self, table: pa.Table, name: str, first_row: int) -> None:
         if name not in table.column_names or "mono_ns" not in table.column_names:
             return
         valid = table.filter(pc.is_valid(table.column(name)))
@@ -124,6 +125,10 @@ class Window:
         pct = np.asarray(valid.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
         mono = np.asarray(valid.column("mono_ns").to_numpy(), dtype=np.int64)
         before = self._cpu_last_ns.get(name)
+        if before is None and first_row == 0:
+            # The sampler's first row is where the source read first (with a null: no rate
+            # yet), so the first value's rate covers the time since that row.
+            before = int(table.column("mono_ns")[0].as_py())
         starts = np.concatenate(([before if before is not None else mono[0]], mono[:-1]))
         seconds = float(np.sum(pct * (mono - starts)) / 1e9)  # % x s; scaled by the Point
         self._cpu_seconds[name] = self._cpu_seconds.get(name, 0.0) + seconds
