@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from stroboscope import _lifecycle
 from stroboscope._identity import Identity, detect_identity
 from stroboscope.cluster._otel_names import Gpu, Metric, plan_metrics
 from stroboscope.cluster._otel_window import Window
@@ -219,6 +220,7 @@ class OTelExporter:
         meter = provider.get_meter("stroboscope", __version__)
         for metric in self._metrics:
             self._register(meter, metric)
+        _lifecycle.register(self)
 
     def _register(self, meter: Any, metric: Metric) -> None:
         window = self._window
@@ -311,6 +313,11 @@ class OTelExporter:
                 self._provider.force_flush(timeout_millis=bound * 1000.0)  # type: ignore[attr-defined]
         finally:
             self._window.closed = True
+
+    def _after_fork_in_child(self) -> None:
+        # The SDK restarts its reader thread in a forked child, but the sampler's thread stays
+        # in the parent: the child's copy of this exporter reports nothing (no stale rows).
+        self._window.closed = True
 
     @property
     def closed(self) -> bool:
