@@ -44,6 +44,7 @@ from stroboscope.cluster._otel_export import (
 
 SERVICE_NAME = "stroboscope"
 MAX_EXPORT_TIMEOUT_S = 10.0
+COLLECT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -191,15 +192,20 @@ class OTelExporter:
         self._owns_provider = meter_provider is None
         self._lock = threading.Lock()
         self._closed = False
+        self._metrics = plan_metrics(sampler.columns, _gpus(sampler), _cpus_of(sampler.pid))
+        self._window = Window(sampler, self._metrics)
         if meter_provider is None:
             self._protocol = resolve_protocol(protocol)
             self._endpoint = resolve_endpoint(endpoint, self._protocol)
             inner = build_sdk_exporter(self._protocol, self._endpoint, self._timeout)
             self._guard = GuardedExporter(inner, self._interval)
+            # The reader's timeout bounds the callbacks of a collection (the SDK's OTLP
+            # exporters ignore it and keep their own, ``self._timeout``): generous, so a large
+            # window on a busy machine is not dropped half-read.
             reader = PeriodicExportingMetricReader(
                 self._guard,
                 export_interval_millis=self._interval * 1000.0,
-                export_timeout_millis=self._timeout * 1000.0,
+                export_timeout_millis=max(self._timeout, COLLECT_TIMEOUT_S) * 1000.0,
             )
             provider: MeterProvider = SdkMeterProvider(
                 resource=self.resource(), metric_readers=[reader]
@@ -213,8 +219,6 @@ class OTelExporter:
             self._protocol, self._endpoint = "", None
             provider = meter_provider
         self._provider = provider
-        self._metrics = plan_metrics(sampler.columns, _gpus(sampler), _cpus_of(sampler.pid))
-        self._window = Window(sampler, self._metrics)
         from stroboscope import __version__
 
         meter = provider.get_meter("stroboscope", __version__)
@@ -286,8 +290,9 @@ class OTelExporter:
 
     def force_flush(self, timeout: float | None = None) -> bool:
         """Collect a window now and export it (waits at most ``timeout`` s, default the
-        export timeout plus a second). Returns whether the provider reported success."""
-        bound = self._timeout + 1.0 if timeout is None else timeout
+        export timeout plus a second, at least 30 s). Returns whether the provider reported
+        success (an export that failed is counted in :meth:`stats`)."""
+        bound = max(self._timeout + 1.0, COLLECT_TIMEOUT_S) if timeout is None else timeout
         done: bool = self._provider.force_flush(timeout_millis=bound * 1000.0)  # type: ignore[attr-defined]
         return bool(done)
 
