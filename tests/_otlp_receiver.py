@@ -163,5 +163,7 @@ def closing_fixture() -> Iterator[list[Any]]:
     for thing in reversed(things):
         if hasattr(thing, "stats") and hasattr(thing, "force_flush"):  # an OTelExporter
             thing.close(timeout=5)
+        elif hasattr(thing, "shutdown"):  # a MeterProvider
+            thing.shutdown()
         else:
             thing.close()

@@ -228,3 +228,38 @@ def test_endpoint_defaults_and_environment(
     attrs = env.resource().attributes
     assert attrs["service.name"] == "trainer" and attrs["team"] == "ml"
     assert attrs["stroboscope.job"] == "from-env" and attrs["stroboscope.rank"] == 0
+
+
+def test_rows_overwritten_before_a_collection_are_counted_and_the_rest_summarised(
+    closing: list[Any],
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    closing.append(provider)
+    s = Sampler(0.01, sources={"memory": None, "process": None}, capacity=16)
+    closing.append(s)
+    e = OTelExporter(s, meter_provider=provider, identity=WHO)
+    closing.append(e)
+    s.tick_now(40)  # a ring of 16 rows: the first 24 are gone before the first collection
+    data = reader.get_metrics_data()
+    kept = s.copy_since(0).to_arrow()
+    assert kept.num_rows == 16 and kept.column("mono_ns")[0].as_py() > 0
+    stats = e.stats()
+    assert (stats.rows, stats.rows_lost, stats.windows) == (16, 24, 1)
+    found = {
+        m.name: m.data.data_points
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    rss = kept.column("proc.rss_bytes").drop_null().to_numpy()
+    assert found["process.memory.usage"][0].value == pytest.approx(rss.mean())
+    # The first rate kept covers rows that were lost: it only starts the CPU-time integral.
+    rows = kept.filter(kept.column("proc.cpu_pct").is_valid())
+    pct = rows.column("proc.cpu_pct").to_numpy()
+    mono = rows.column("mono_ns").to_numpy().astype(float)
+    expected = float((pct[1:] / 100 * (mono[1:] - mono[:-1]) / 1e9).sum())
+    assert found["process.cpu.time"][0].value == pytest.approx(expected)
