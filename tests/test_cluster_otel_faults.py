@@ -244,12 +244,12 @@ def test_rows_overwritten_before_a_collection_are_counted_and_the_rest_summarise
     e = OTelExporter(s, meter_provider=provider, identity=WHO)
     closing.append(e)
     s.tick_now(40)  # a ring of 16 rows: the first 24 are gone before the first collection
-    data = reader.get_metrics_data()
+    data: Any = reader.get_metrics_data()
     kept = s.copy_since(0).to_arrow()
     assert kept.num_rows == 16 and kept.column("mono_ns")[0].as_py() > 0
     stats = e.stats()
     assert (stats.rows, stats.rows_lost, stats.windows) == (16, 24, 1)
-    found = {
+    found: dict[str, Any] = {
         m.name: m.data.data_points
         for rm in data.resource_metrics
         for sm in rm.scope_metrics
