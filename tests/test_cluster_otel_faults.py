@@ -190,6 +190,8 @@ def test_bad_arguments_are_named(closing: list[Any]) -> None:
         OTelExporter(s, identity={"rank": 0})  # type: ignore[arg-type]
     from opentelemetry.sdk.metrics import MeterProvider
 
+    with pytest.raises(TypeError, match="meter_provider must be an OpenTelemetry MeterProvider"):
+        OTelExporter(s, meter_provider="sdk")  # type: ignore[arg-type]
     provider = MeterProvider()
     with pytest.raises(ValueError, match="endpoint and protocol must be None with a meter_prov"):
         OTelExporter(s, meter_provider=provider, endpoint="http://127.0.0.1:4318")

@@ -1,11 +1,12 @@
 """Which OpenTelemetry metric each sampler column becomes: names, units, attributes, statistic.
 
 Names follow the OpenTelemetry semantic conventions where one exists (checked against the
-``system``, ``process`` and ``hardware`` pages of semantic conventions v1.45.0 and the constants
-of ``opentelemetry-semantic-conventions`` 0.66b2): ``system.*``, ``process.*``, ``hw.gpu.*``,
-``hw.power``, ``hw.energy``, ``hw.temperature``, ``hw.errors``. A column with no convention goes
-under ``stroboscope.*`` with its unit suffix turned into a UCUM unit (``_bytes`` -> ``By``,
-``_pct`` -> a ratio with unit ``1``). ``docs/opentelemetry.md`` is the table for users.
+system, process (v1.45.0) and hardware pages on opentelemetry.io and, in the tests, the
+constants of ``opentelemetry-semantic-conventions`` 0.66b2): ``system.*``, ``process.*``,
+``hw.gpu.*``, ``hw.power``, ``hw.energy``, ``hw.temperature``, ``hw.errors``. A column with no
+convention goes under ``stroboscope.*`` with its unit suffix turned into a UCUM unit
+(``_bytes`` -> ``By``, ``_pct`` -> a ratio with unit ``1``). ``docs/opentelemetry.md`` is the
+table for users.
 
 This module only plans: it turns a list of columns into :class:`Metric` specs. The statistics
 themselves are computed per window in :mod:`stroboscope.cluster._otel_window`.

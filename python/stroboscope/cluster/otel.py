@@ -163,7 +163,8 @@ class OTelExporter:
     Raises
     ------
     TypeError, ValueError
-        For a bad argument (named in the message).
+        For a bad argument (named in the message); ValueError also when ``identity`` is not
+        given and the launcher's variables conflict (see ``detect_identity``).
     """
 
     def __init__(
@@ -181,6 +182,11 @@ class OTelExporter:
             raise TypeError(f"sampler must be a stroboscope Sampler, got {type(sampler).__name__}")
         if identity is not None and not isinstance(identity, Identity):
             raise TypeError(f"identity must be an Identity or None, got {type(identity).__name__}")
+        if meter_provider is not None and not callable(getattr(meter_provider, "get_meter", None)):
+            raise TypeError(
+                "meter_provider must be an OpenTelemetry MeterProvider or None, got "
+                f"{type(meter_provider).__name__}"
+            )
         self._interval = _check_seconds("export_interval", export_interval, 0.0, 86400.0)
         bound = (
             min(self._interval, MAX_EXPORT_TIMEOUT_S) if export_timeout is None else export_timeout
