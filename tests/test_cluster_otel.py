@@ -226,6 +226,9 @@ def test_meter_provider_of_the_caller_gets_the_windows(closing: list[Any]) -> No
         valid(window, "mem.used_bytes").mean()
     )
     assert e.stats().exports_ok is None and e.stats().windows == 2
+    # A second exporter's callbacks would be ignored by the SDK (same instrument names).
+    with pytest.raises(ValueError, match="already carries an OTelExporter"):
+        OTelExporter(s, meter_provider=provider, identity=WHO)
     e.close()  # flushes through the provider, which stays the caller's
     assert e.stats().windows == 3
     provider.shutdown()

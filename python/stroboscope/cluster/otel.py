@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -41,6 +42,12 @@ from stroboscope.cluster._otel_export import (
     resolve_endpoint,
     resolve_protocol,
 )
+
+# Providers (passed by callers) that an exporter registered its instruments on. The SDK keeps
+# the first callbacks of an instrument name on a meter for the provider's life and ignores
+# later ones, so a second exporter there would export nothing, silently: it is refused.
+_providers_in_use: weakref.WeakSet[Any] = weakref.WeakSet()
+_providers_lock = threading.Lock()
 
 SERVICE_NAME = "stroboscope"
 MAX_EXPORT_TIMEOUT_S = 10.0
@@ -156,6 +163,8 @@ class OTelExporter:
         Register the instruments on this provider instead (its readers decide where and when
         metrics go; ``endpoint``/``protocol`` must then be None, and the resource is the
         provider's). Windows are then the rows between two collections of any of its readers.
+        One exporter per provider: a second one is refused (the SDK would ignore its
+        callbacks, which share the first one's instrument names).
     export_timeout : float, optional
         Bound on one export, the SDK exporter's own retries included (seconds; default
         ``min(export_interval, 10)``). ``close()`` waits at most this plus a second.
@@ -222,6 +231,14 @@ class OTelExporter:
                     "endpoint and protocol must be None with a meter_provider: its readers "
                     "decide where metrics go"
                 )
+            with _providers_lock:
+                if meter_provider in _providers_in_use:
+                    raise ValueError(
+                        "meter_provider already carries an OTelExporter (the SDK keeps the "
+                        "first callbacks of each instrument name and would ignore a second "
+                        "one's): give each exporter its own MeterProvider"
+                    )
+                _providers_in_use.add(meter_provider)
             self._protocol, self._endpoint = "", None
             provider = meter_provider
         self._provider = provider
