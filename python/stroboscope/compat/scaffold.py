@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
+from stroboscope.compat._ranked import rank_aware
 from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling import available_sources, net_dev_totals
 from stroboscope.sampling._checks import check_pid, check_seconds
@@ -77,7 +78,11 @@ class SystemMonitor:
     sample_rate_seconds : float
         Seconds between published events (default 2).
     rank : int, optional
-        Prefix every key with ``rank{rank}.`` (distributed training).
+        Prefix every key with ``rank{rank}.`` (distributed training), as the original monitors
+        did, in :attr:`sampler` and in what every user sender receives. A built-in sender that
+        labels the rank in its backend instead (W&B's ``x_label``, an MLflow run tag, a
+        TensorBoard run directory) is given the rank through its ``label_rank`` hook and gets
+        the keys without the prefix, so the rank is not said twice.
     interval : float
         Keyword-only. Sampling interval of the C++ sampler in seconds (default 0.01).
     aggregate : {"mean", "max", "last"}
@@ -160,6 +165,7 @@ class SystemMonitor:
         self._flush_timeout = check_seconds("flush_timeout", flush_timeout)
         senders = _sender_list(backend_sender)
         self._backend_sender = senders[0] if len(senders) == 1 else senders
+        fed = rank_aware(senders, rank)  # before any resource: a rank conflict raises here
 
         spec: dict[str, float | None] = dict.fromkeys(sources(extended, _gpu_available(pid)))
         if GPU_SOURCE in spec:
@@ -198,7 +204,7 @@ class SystemMonitor:
         self.sampler = {}
         self.last_window: WindowInfo | None = None
 
-        self._fanout = Fanout(senders, max_pending)
+        self._fanout = Fanout(fed, max_pending)
         self._lock = threading.Lock()  # start/shutdown
         self._window_lock = threading.Lock()  # drain + aggregate + publish
         self._stop = threading.Event()
