@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from stroboscope._identity import Identity, detect_identity
+
 if TYPE_CHECKING:
     from stroboscope.sampling._sampler import Sampler
 
@@ -33,16 +35,6 @@ PROVENANCE_KEY = "stroboscope.provenance"
 """Schema metadata key (and the sidecar's content): the provenance as JSON."""
 FORMAT = 1
 """Version of the provenance dict's layout (``"format"``)."""
-
-RANK_VARIABLES = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_LOCALID",
-)
-"""Environment variables read for the rank (torchrun's, then Slurm's)."""
 
 _static: weakref.WeakKeyDictionary[Sampler, dict[str, Any]] = weakref.WeakKeyDictionary()
 _cmdlines: weakref.WeakKeyDictionary[Sampler, list[str]] = weakref.WeakKeyDictionary()
@@ -93,22 +85,43 @@ def _environ(pid: int) -> Mapping[str, str]:
     return out
 
 
+def identity_of(environ: Mapping[str, str]) -> tuple[Identity | None, str | None]:
+    """The :class:`~stroboscope._identity.Identity` that ``environ`` gives, or (None, why) when
+    its rank variables conflict: a recording keeps the reason rather than failing."""
+    try:
+        return detect_identity(environ), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
 def rank_of(environ: Mapping[str, str]) -> dict[str, int | None]:
-    """``rank``, ``world_size`` and ``local_rank`` from torchrun's variables, else Slurm's;
-    None for each one not set (or not a whole number)."""
-
-    def first(*names: str) -> int | None:
-        for name in names:
-            text = environ.get(name, "").strip()
-            if text.isdigit():
-                return int(text)
-        return None
-
+    """``rank``, ``world_size`` and ``local_rank`` of :func:`identity_of` (None for each one
+    unknown, all None when the variables conflict)."""
+    ident, _ = identity_of(environ)
     return {
-        "rank": first("RANK", "SLURM_PROCID"),
-        "world_size": first("WORLD_SIZE", "SLURM_NTASKS"),
-        "local_rank": first("LOCAL_RANK", "SLURM_LOCALID"),
+        "rank": None if ident is None else ident.rank,
+        "world_size": None if ident is None else ident.world_size,
+        "local_rank": None if ident is None else ident.local_rank,
     }
+
+
+def _identity_facts(sampler: Sampler) -> dict[str, Any]:
+    """``identity`` (the one the sampler was given, else the monitored process's environment's),
+    ``identity_error`` when that conflicts, and the ``rank``/``world_size``/``local_rank`` keys
+    earlier provenance had."""
+    given = getattr(sampler, "identity", None)
+    ident, error = (
+        (given, None) if isinstance(given, Identity) else identity_of(_environ(sampler.pid))
+    )
+    out: dict[str, Any] = {
+        "identity": None if ident is None else ident.to_dict(),
+        "rank": None if ident is None else ident.rank,
+        "world_size": None if ident is None else ident.world_size,
+        "local_rank": None if ident is None else ident.local_rank,
+    }
+    if error is not None:
+        out["identity_error"] = error
+    return out
 
 
 def _gpus(sampler: Sampler, source_names: list[str]) -> dict[str, Any] | None:
@@ -168,7 +181,7 @@ def _static_facts(sampler: Sampler) -> dict[str, Any]:
                 for s in stats.sources
             ],
             "gpus": _gpus(sampler, names),
-            **rank_of(_environ(sampler.pid)),
+            **_identity_facts(sampler),
         }
         _static[sampler] = facts
     return facts
@@ -191,9 +204,11 @@ def provenance(sampler: Sampler, *, command: list[str] | None = None) -> dict[st
     dict
         ``format``, ``stroboscope_version``, ``recorded_by`` ("sampler"), ``host``, ``pid``,
         ``cmdline``, ``interval_s``, ``sources`` (name, every, interval_s, interface), ``gpus``,
-        ``rank``/``world_size``/``local_rank``, ``clock`` (``anchor_uncertainty_ns``),
-        ``ticks_missed``, ``rows_lost`` (overwritten before a drain or a segment took them),
-        ``missing`` (names of facts not known). :func:`for_table` adds the rows' own facts.
+        ``identity`` (:meth:`~stroboscope._identity.Identity.to_dict`; ``identity_error`` when
+        the rank variables conflict), ``rank``/``world_size``/``local_rank``, ``clock``
+        (``anchor_uncertainty_ns``), ``ticks_missed``, ``rows_lost`` (overwritten before a drain
+        or a segment took them), ``missing`` (names of facts not known). :func:`for_table` adds
+        the rows' own facts.
     """
     # The core's own counters (a dict, not the typed stats: this runs for every frame), and
     # what the sampler adds to them (a spool's segment rows lost).
@@ -300,6 +315,7 @@ RECOVERED_MISSING = (
     "cmdline",
     "sources",
     "gpus",
+    "identity",
     "rank",
     "world_size",
     "local_rank",

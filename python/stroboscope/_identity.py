@@ -1,0 +1,394 @@
+"""Who this process is in a distributed job: host, ranks, node, job id, launcher, pod.
+
+:func:`detect_identity` reads the variables that launchers set for the processes they start and
+returns an :class:`Identity`. Standard library only, and pure: it reads the mapping it is given
+(default ``os.environ``), the host name and, in Kubernetes, the service-account namespace file.
+
+Precedence
+----------
+1. **Explicit arguments** win over every variable, field by field.
+2. **Process fields** (``rank``, ``world_size``, ``local_rank``, ``local_world_size``,
+   ``node_rank``) come from *one* launcher: the innermost one that set any of its variables,
+   tried in this order:
+
+   ========== ============================================================================
+   torchrun   ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``
+              (torchrun, ``torch.distributed`` env://, and launchers that copy it)
+   openmpi    ``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``, ``_LOCAL_SIZE``
+   mpich      ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``, ``MPI_LOCALNRANKS`` (Hydra,
+              Intel MPI)
+   slurm      ``SLURM_PROCID``, ``SLURM_NTASKS`` (``SLURM_NPROCS``), ``SLURM_LOCALID``,
+              ``SLURM_NODEID``; local world size from ``SLURM_STEP_TASKS_PER_NODE`` (else
+              ``SLURM_TASKS_PER_NODE``) at this node's index
+   ========== ============================================================================
+
+   Outer launchers are not read for these fields, not even for one the inner launcher leaves
+   unset: their world is another one. ``srun torchrun`` starts one torchrun per node, so
+   ``SLURM_PROCID`` is the node's task index and ``SLURM_LOCALID`` is 0 in every process
+   torchrun starts, while ``RANK`` and ``LOCAL_RANK`` are the process's own; ``mpirun`` inside
+   an ``sbatch`` script leaves the batch step's ``SLURM_*`` in every rank's environment.
+   Open MPI's ``OMPI_COMM_WORLD_NODE_RANK`` is *not* a node index (it is a local rank counted
+   across all jobs on the node), so Open MPI and MPICH give no ``node_rank``.
+3. **Job** (``job``): ``STROBOSCOPE_JOB``, then ``SLURM_JOB_ID`` (``SLURM_JOBID``), then
+   ``TORCHELASTIC_RUN_ID`` unless it is torchrun's default ``"none"``. Here the outermost name
+   wins: the scheduler's job id is what ``sacct`` and the cluster's other exporters know.
+4. **Host**: ``host=``, else :func:`socket.gethostname` (a pod's name in Kubernetes).
+5. **Kubernetes** (``KUBERNETES_SERVICE_HOST`` set): ``pod`` from ``POD_NAME``, else
+   ``HOSTNAME``; ``namespace`` from ``POD_NAMESPACE``, else the service-account namespace file;
+   ``container`` from ``CONTAINER_NAME`` (set these through the downward API). ``launcher`` is
+   ``"kubernetes"`` only when no launcher above set ranks.
+
+Conflicts (:class:`ValueError` naming the variables and values)
+---------------------------------------------------------------
+- a variable of the chosen launcher (or Slurm's job id) that is not a whole number ``>= 0``
+  (empty values count as unset);
+- two launchers of the same level that disagree (Open MPI's and MPICH's rank variables both
+  set, with different values), or a variable and its alias (``SLURM_NTASKS`` and
+  ``SLURM_NPROCS``, ``SLURM_JOB_ID`` and ``SLURM_JOBID``);
+- ``RANK`` without ``WORLD_SIZE`` or the reverse (``torch.distributed``'s env:// needs both),
+  unless the missing one is given as an argument;
+- ``world_size`` or ``local_world_size`` of 0; ``rank >= world_size``;
+  ``local_rank >= local_world_size``; ``local_world_size > world_size``; a node index at or
+  beyond the launcher's node count (``GROUP_WORLD_SIZE``, ``SLURM_NNODES``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+"""Where Kubernetes mounts the pod's namespace (its service-account token volume)."""
+
+_INT_FIELDS = ("rank", "world_size", "local_rank", "local_world_size", "node_rank")
+ARGUMENT = "argument"
+"""The source recorded for a field given as an argument of :func:`detect_identity`."""
+
+# Launchers, innermost first; same-level launchers share a group. Each one's variable for
+# each of _KEYS ("-" where it has none); ``num_nodes`` only checks ``node_rank``, it is not kept.
+_KEYS = (*_INT_FIELDS, "num_nodes")
+_TABLE = (
+    (
+        "torchrun",
+        "torchrun",
+        "RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE",
+    ),
+    (
+        "openmpi",
+        "mpi",
+        "OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_RANK "
+        "OMPI_COMM_WORLD_LOCAL_SIZE - -",
+    ),
+    ("mpich", "mpi", "PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS - -"),
+    ("slurm", "slurm", "SLURM_PROCID SLURM_NTASKS SLURM_LOCALID - SLURM_NODEID SLURM_NNODES"),
+)
+_LAUNCHERS = tuple(
+    (name, group, {k: v for k, v in zip(_KEYS, names.split()) if v != "-"})
+    for name, group, names in _TABLE
+)
+_ALIASES = {"SLURM_NTASKS": "SLURM_NPROCS", "SLURM_JOB_ID": "SLURM_JOBID"}
+_TASKS_PER_NODE = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a process is: host, ranks, node, job, launcher and Kubernetes pod (None: unknown).
+
+    ``sources`` says where each known field came from: a variable name (``"RANK"``),
+    ``"argument"``, ``"socket.gethostname()"`` or the namespace file's path.
+    """
+
+    host: str
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None
+    node_rank: int | None = None
+    job: str | None = None
+    launcher: str | None = None
+    pod: str | None = None
+    namespace: str | None = None
+    container: str | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Read-only, so a frozen Identity cannot be changed through its sources either.
+        object.__setattr__(self, "sources", types.MappingProxyType(dict(self.sources)))
+
+    def labels(self) -> dict[str, str]:
+        """Metric labels, the known ones only, as strings: ``job``, ``hostname``, ``rank``,
+        ``local_rank``, ``pod``, ``namespace``, ``container`` (``hostname`` as dcgm-exporter
+        and node_exporter name the host)."""
+        pairs = (
+            ("job", self.job),
+            ("hostname", self.host),
+            ("rank", self.rank),
+            ("local_rank", self.local_rank),
+            ("pod", self.pod),
+            ("namespace", self.namespace),
+            ("container", self.container),
+        )
+        return {k: str(v) for k, v in pairs if v is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as JSON-able values (``sources`` as a plain dict)."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["sources"] = dict(self.sources)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Identity:
+        """The :class:`Identity` that :meth:`to_dict` gave (unknown keys ignored; ``host`` is
+        required)."""
+        if not isinstance(data.get("host"), str):
+            raise ValueError(f"identity dict needs a 'host' string, got {data.get('host')!r}")
+        names = {f.name for f in dataclasses.fields(cls)} - {"sources"}
+        known = {k: data[k] for k in names if k in data}
+        return cls(**known, sources=dict(data.get("sources") or {}))
+
+
+def _text(environ: Mapping[str, str], name: str) -> str | None:
+    """A variable's value, stripped; None when unset or empty."""
+    value = environ.get(name, "").strip()
+    return value or None
+
+
+def _whole(name: str, text: str) -> int:
+    if not text.isascii() or not text.isdigit():
+        raise ValueError(
+            f"{name}={text!r} is not a whole number >= 0 (a rank, size or index is expected)"
+        )
+    return int(text)
+
+
+def _tasks_on_node(spec_name: str, spec: str, node: int, node_var: str) -> int:
+    """The count of tasks on node ``node`` from Slurm's compressed list (``"4(x2),3"``)."""
+    counts: list[int] = []
+    for part in spec.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:\(x(\d+)\))?\s*", part)
+        if m is None:
+            raise ValueError(f"{spec_name}={spec!r} is not Slurm's tasks-per-node list")
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    if node >= len(counts):
+        raise ValueError(
+            f"conflicting Slurm variables: {node_var}={node} but {spec_name}={spec!r} "
+            f"lists {len(counts)} node(s)"
+        )
+    return counts[node]
+
+
+def _read_launcher(
+    environ: Mapping[str, str], fields: Mapping[str, str], skip: frozenset[str]
+) -> dict[str, tuple[int, str]]:
+    """The fields one launcher sets: field -> (value, variable). Fields in ``skip`` (given as
+    arguments) are not read at all."""
+    out: dict[str, tuple[int, str]] = {}
+    for key, var in fields.items():
+        if key in skip:
+            continue
+        text = _text(environ, var)
+        alias = _ALIASES.get(var)
+        alias_text = _text(environ, alias) if alias else None
+        if alias and alias_text is not None:
+            if text is not None and _whole(alias, alias_text) != _whole(var, text):
+                raise ValueError(
+                    f"conflicting Slurm variables: {var}={text!r} but {alias}={alias_text!r}"
+                )
+            if text is None:
+                text, var = alias_text, alias
+        if text is not None:
+            out[key] = (_whole(var, text), var)
+    return out
+
+
+def _process_fields(
+    environ: Mapping[str, str], skip: frozenset[str]
+) -> tuple[str | None, dict[str, tuple[int, str]]]:
+    """(launcher, fields) of the innermost launcher that set any of its variables."""
+    for i, (name, group, fields) in enumerate(_LAUNCHERS):
+        if not any(_text(environ, var) is not None for var in fields.values()):
+            continue
+        found = _read_launcher(environ, fields, skip)
+        # Same-level launchers (Open MPI and MPICH) must agree where both speak.
+        for other, other_group, other_fields in _LAUNCHERS[i + 1 :]:
+            if other_group != group:
+                continue
+            theirs = _read_launcher(environ, other_fields, skip)
+            for key, (value, var) in theirs.items():
+                if key in found and found[key][0] != value:
+                    raise ValueError(
+                        f"conflicting {name} and {other} variables: "
+                        f"{found[key][1]}={found[key][0]} but {var}={value}"
+                    )
+                found.setdefault(key, (value, var))
+        if name == "slurm" and "local_world_size" not in skip:
+            node = found.get("node_rank")
+            for spec_var in _TASKS_PER_NODE:
+                spec = _text(environ, spec_var)
+                if spec is not None and node is not None:
+                    count = _tasks_on_node(spec_var, spec, node[0], node[1])
+                    found["local_world_size"] = (count, spec_var)
+                    break
+        return name, found
+    return None, {}
+
+
+def _check_argument(name: str, value: object, kind: type) -> None:
+    if kind is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int >= 0 or None, got {value!r}")
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0 or None, got {value}")
+    elif not isinstance(value, str) or not value:
+        raise TypeError(f"{name} must be a non-empty str or None, got {value!r}")
+
+
+def _say(key: str, values: Mapping[str, tuple[int, str]]) -> str:
+    value, var = values[key]
+    return f"{key}={value} (argument)" if var == ARGUMENT else f"{var}={value}"
+
+
+def _check_ranges(values: Mapping[str, tuple[int, str]]) -> None:
+    """The cross-field rules of the module docstring's conflicts."""
+    for key in ("world_size", "local_world_size", "num_nodes"):
+        if key in values and values[key][0] == 0:
+            raise ValueError(f"invalid rank variables: {_say(key, values)} (must be >= 1)")
+    pairs = (
+        ("rank", "world_size", ">="),
+        ("local_rank", "local_world_size", ">="),
+        ("node_rank", "num_nodes", ">="),
+        ("local_world_size", "world_size", ">"),
+    )
+    for low, high, op in pairs:
+        if low in values and high in values:
+            a, b = values[low][0], values[high][0]
+            if (a >= b) if op == ">=" else (a > b):
+                raise ValueError(
+                    f"conflicting rank variables: {_say(low, values)} {op} {_say(high, values)}"
+                )
+
+
+def _job(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    text = _text(environ, "STROBOSCOPE_JOB")
+    if text is not None:
+        return text, "STROBOSCOPE_JOB"
+    job, alias = _text(environ, "SLURM_JOB_ID"), _text(environ, "SLURM_JOBID")
+    if job is not None and alias is not None and job != alias:
+        raise ValueError(
+            f"conflicting Slurm variables: SLURM_JOB_ID={job!r} but SLURM_JOBID={alias!r}"
+        )
+    if job is not None:
+        return job, "SLURM_JOB_ID"
+    if alias is not None:
+        return alias, "SLURM_JOBID"
+    run_id = _text(environ, "TORCHELASTIC_RUN_ID")
+    if run_id is not None and run_id != "none":
+        return run_id, "TORCHELASTIC_RUN_ID"
+    return None
+
+
+def _kubernetes(environ: Mapping[str, str], namespace_file: str) -> dict[str, tuple[str, str]]:
+    """pod, namespace and container when running in a Kubernetes pod (else empty)."""
+    if _text(environ, "KUBERNETES_SERVICE_HOST") is None:
+        return {}
+    out: dict[str, tuple[str, str]] = {}
+    for key, names in (
+        ("pod", ("POD_NAME", "HOSTNAME")),
+        ("namespace", ("POD_NAMESPACE",)),
+        ("container", ("CONTAINER_NAME",)),
+    ):
+        for name in names:
+            text = _text(environ, name)
+            if text is not None:
+                out[key] = (text, name)
+                break
+    if "namespace" not in out:
+        try:
+            with open(namespace_file, encoding="utf-8") as f:
+                text = f.read().strip()
+        except OSError:
+            text = ""
+        if text:
+            out["namespace"] = (text, namespace_file)
+    return out
+
+
+def detect_identity(
+    environ: Mapping[str, str] | None = None,
+    *,
+    rank: int | None = None,
+    local_rank: int | None = None,
+    world_size: int | None = None,
+    local_world_size: int | None = None,
+    node_rank: int | None = None,
+    job: str | None = None,
+    host: str | None = None,
+    namespace_file: str | None = None,
+) -> Identity:
+    """This process's :class:`Identity`, from ``environ`` (default ``os.environ``).
+
+    Parameters
+    ----------
+    environ : mapping of str to str, optional
+        The environment to read (another process's, a test's). Default: ``os.environ``.
+    rank, local_rank, world_size, local_world_size, node_rank : int, optional
+        Given values win over every variable (each ``>= 0``).
+    job, host : str, optional
+        The job id and host name to use instead of the variables and the host's name.
+    namespace_file : str, optional
+        Where to read the Kubernetes namespace when ``POD_NAMESPACE`` is unset (default
+        :data:`NAMESPACE_FILE`).
+
+    Raises
+    ------
+    ValueError
+        On a conflict (see the module docstring), naming the variables and their values.
+    TypeError
+        On an argument of the wrong type.
+    """
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    given: dict[str, tuple[int, str]] = {}
+    for key, value in zip(_INT_FIELDS, (rank, world_size, local_rank, local_world_size, node_rank)):
+        if value is not None:
+            _check_argument(key, value, int)
+            given[key] = (value, ARGUMENT)
+    for key, text in (("job", job), ("host", host)):
+        if text is not None:
+            _check_argument(key, text, str)
+    launcher, found = _process_fields(env, frozenset(given))
+    if launcher == "torchrun":
+        for have, need in (("rank", "world_size"), ("world_size", "rank")):
+            if have in found and need not in found and need not in given:
+                raise ValueError(
+                    f"incomplete torch.distributed variables: {_say(have, found)} is set but "
+                    f"{_LAUNCHERS[0][2][need]} is not (env:// needs both; set it or pass "
+                    f"{need}=)"
+                )
+    values = {**found, **given}
+    _check_ranges(values)
+    kube = _kubernetes(env, NAMESPACE_FILE if namespace_file is None else namespace_file)
+    if launcher is None and kube:
+        launcher = "kubernetes"
+    job_found = (job, ARGUMENT) if job is not None else _job(env)
+    sources = {k: var for k, (_, var) in values.items() if k in _INT_FIELDS}
+    sources["host"] = ARGUMENT if host is not None else "socket.gethostname()"
+    sources.update({k: var for k, (_, var) in kube.items()})
+    if job_found is not None:
+        sources["job"] = job_found[1]
+    ints = {k: v for k, (v, _) in values.items() if k in _INT_FIELDS}
+    return Identity(
+        host=host if host is not None else socket.gethostname(),
+        job=None if job_found is None else job_found[0],
+        launcher=launcher,
+        pod=kube["pod"][0] if "pod" in kube else None,
+        namespace=kube["namespace"][0] if "namespace" in kube else None,
+        container=kube["container"][0] if "container" in kube else None,
+        sources=sources,
+        **ints,
+    )

@@ -1,0 +1,246 @@
+"""Node roles: which sources a rank records, which GPUs it owns (against the fake NVML's scripted
+devices), and two real processes with a torchrun-like environment splitting host and process
+columns."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from stroboscope import _core, cluster
+from stroboscope._identity import Identity
+from stroboscope.cluster import HOST_SOURCES, PROCESS_SOURCES, owned_gpus, rank_sources
+from stroboscope.cluster._roles import default_sources
+from stroboscope.sampling._plan import source_options
+
+ScriptFn = Callable[[str], None]
+LEADER = Identity(host="h", rank=4, local_rank=0, world_size=8, local_world_size=4)
+FOLLOWER = Identity(host="h", rank=5, local_rank=1, world_size=8, local_world_size=4)
+ALONE = Identity(host="h")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def nvml(
+    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ScriptFn]:
+    """Call with a fake NVML script before asking NVML anything (tests/fake_nvml)."""
+
+    def use(script: str) -> None:
+        gc.collect()  # the library re-reads its script once every holder is gone
+        path = tmp_path / f"script{len(list(tmp_path.iterdir()))}.txt"
+        path.write_text(script)
+        monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
+        monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
+
+    yield use
+    gc.collect()
+
+
+FOUR_GPUS = """
+devices 4
+uuid 0 GPU-aaaaaaaa-0000-0000-0000-000000000000
+uuid 1 GPU-bbbbbbbb-0000-0000-0000-000000000000
+uuid 2 GPU-cccccccc-0000-0000-0000-000000000000
+uuid 3 GPU-cccccccd-0000-0000-0000-000000000000
+mig 3 on 2
+"""
+UUIDS = [f"GPU-{c * 8}-0000-0000-0000-000000000000" for c in "abc"] + [
+    "GPU-cccccccd-0000-0000-0000-000000000000"
+]
+MIG_1 = "MIG-00000000-fake-0003-0000-000000000001"  # the fake library's second instance of 3
+
+
+def test_every_registry_source_has_one_scope() -> None:
+    names = list(_core.source_names())
+    assert sorted(HOST_SOURCES + PROCESS_SOURCES) == sorted(names)
+    assert not set(HOST_SOURCES) & set(PROCESS_SOURCES)
+    assert set(PROCESS_SOURCES) == {"process", "process_io", "threads", "proc_tree"}
+    # Independent of the lists: a per-process source's columns are the process's (proc.*,
+    # threads.*), a host-wide source's never are.
+    options = source_options(None, "/proc", "/sys", "/sys/fs/cgroup", ("/",))
+    for name in names:
+        if name == "gpu":
+            continue  # no NVML here: its columns need a device
+        prefixes = {c["name"].split(".")[0] for c in _core.source_columns(name, options)}
+        if name in PROCESS_SOURCES:
+            assert prefixes <= {"proc", "threads"}, name
+        else:
+            assert not prefixes & {"proc", "threads"}, name
+
+
+def test_rank_sources_by_role() -> None:
+    defaults = default_sources()
+    assert "cpu" in defaults and "process" in defaults
+    assert rank_sources(LEADER) == defaults == rank_sources(ALONE)
+    assert rank_sources(FOLLOWER) == [n for n in defaults if n in PROCESS_SOURCES]
+    asked = ["threads", "cpu", "memory", "process", "gpu", "load"]
+    assert rank_sources(LEADER, asked) == asked
+    assert rank_sources(FOLLOWER, asked) == ["threads", "process"]
+    assert rank_sources(FOLLOWER, {"cpu": 0.1, "process_io": None}) == ["process_io"]
+    assert rank_sources(FOLLOWER, ["cpu"]) == []
+
+
+@pytest.mark.parametrize(
+    ("identity", "sources", "error", "text"),
+    [
+        (LEADER, ["cpu", "cpus"], ValueError, "unknown source 'cpus'; known: cgroup, cpu"),
+        (LEADER, "cpu", TypeError, "list of source names"),
+        (LEADER, [3], TypeError, "got 3"),
+        ({"rank": 0}, None, TypeError, "identity must be"),
+    ],
+)
+def test_rank_sources_bad_input(
+    identity: object, sources: object, error: type[Exception], text: str
+) -> None:
+    with pytest.raises(error, match=text):
+        rank_sources(identity, sources)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("local_rank", "visible", "expected"),
+    [
+        (2, None, [UUIDS[2]]),  # the LOCAL_RANK-th device
+        (None, None, UUIDS),  # local rank unknown: every device
+        (5, None, []),  # more local ranks than GPUs: this one owns none
+        (3, "2", [UUIDS[2]]),  # one visible device: that one, whatever the local rank
+        (1, f"{UUIDS[3]},{UUIDS[1]}", [UUIDS[1]]),  # cuda:LOCAL_RANK among the visible
+        (None, "GPU-bbbb,0", [UUIDS[1], UUIDS[0]]),  # a unique UUID prefix, as CUDA takes
+        (0, MIG_1, [MIG_1]),  # a MIG instance
+        (1, "1,-1,2", [UUIDS[1]]),  # CUDA stops at the first invalid entry
+    ],
+)
+def test_owned_gpus(
+    nvml: ScriptFn, local_rank: int | None, visible: str | None, expected: list[str]
+) -> None:
+    nvml(FOUR_GPUS)
+    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    ident = Identity(host="h", local_rank=local_rank)
+    assert owned_gpus(ident, environ=env) == expected
+
+
+@pytest.mark.parametrize(
+    ("visible", "text"),
+    [
+        ("GPU-ffff", "'GPU-ffff' matches no GPU or MIG UUID"),
+        ("GPU-cccccc", "'GPU-cccccc' matches more than one"),
+        ("7", "'7' is no GPU here: NVML sees 4"),
+    ],
+)
+def test_owned_gpus_refuses_what_names_no_gpu(nvml: ScriptFn, visible: str, text: str) -> None:
+    nvml(FOUR_GPUS)
+    with pytest.raises(ValueError, match=text):
+        owned_gpus(LEADER, environ={"CUDA_VISIBLE_DEVICES": visible})
+
+
+def test_owned_gpus_without_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(tmp_path / "absent" / "libnvidia-ml.so.1"))
+    assert owned_gpus(LEADER, environ={"CUDA_VISIBLE_DEVICES": "0"}) == []
+
+
+def _gpu_labels(columns: list[str]) -> set[str]:
+    return {c.split(".")[1] for c in columns if c.startswith("gpu.") and c.split(".")[1].isdigit()}
+
+
+def test_sampler_roles_and_gpus(nvml: ScriptFn) -> None:
+    nvml(FOUR_GPUS)
+    s = cluster.Sampler(0.01, identity=LEADER)
+    names = [c.name for c in s.columns]
+    assert s.identity is LEADER and s.node_leader
+    s.close()
+    assert _gpu_labels(names) == {"0", "1", "2", "3"}  # every GPU of the node
+    assert "cpu.util_pct" in names and "proc.rss_bytes" in names
+    s = cluster.Sampler(0.01, identity=FOLLOWER)
+    names = [c.name for c in s.columns]
+    assert not s.node_leader and not _gpu_labels(names) and "cpu.util_pct" not in names
+    assert {n.split(".")[0] for n in names} - {"time", "mono_ns"} == {"proc"}
+    s.close()
+    # Its own GPU, asked for: the local-rank-th device, on a rank that is not the leader.
+    s = cluster.Sampler(0.01, identity=FOLLOWER, gpus="owned", sources=["process"])
+    assert _gpu_labels([c.name for c in s.columns]) == {"1"}
+    s.close()
+    # Intervals of a dict survive the filter.
+    s = cluster.Sampler(0.01, identity=FOLLOWER, sources={"cpu": None, "process": 0.03})
+    assert {x.name: x.every for x in s.stats().sources} == {"process": 3}
+    s.close()
+
+
+def test_sampler_bad_input(nvml: ScriptFn) -> None:
+    nvml(FOUR_GPUS)
+    with pytest.raises(ValueError, match="local rank 1 records per-process sources only"):
+        cluster.Sampler(0.01, identity=FOLLOWER, sources=["cpu", "memory"])
+    with pytest.raises(ValueError, match="local rank 5 owns no GPU"):
+        cluster.Sampler(0.01, identity=Identity(host="h", local_rank=5), gpus="owned")
+    with pytest.raises(TypeError, match="identity must be"):
+        cluster.Sampler(0.01, identity={"rank": 0})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="sources must be"):
+        cluster.Sampler(0.01, identity=LEADER, sources="cpu")
+
+
+CHILD = """
+import json, os, sys
+import pyarrow.parquet as pq
+from stroboscope import cluster
+s = cluster.Sampler(0.01)
+s.tick_now(3)
+with open("/proc/self/statm") as f:  # this process's RSS, read beside the sampler's last row
+    rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+frame = s.snapshot()
+s.close()
+pq.write_table(frame.to_arrow(), sys.argv[1])
+said = {"pid": os.getpid(), "leader": s.node_leader, "rank": s.identity.rank, "rss": rss}
+print(json.dumps(said))
+"""
+
+
+def test_two_ranks_split_host_and_process_columns(tmp_path: Path) -> None:
+    """Two real processes as torchrun starts them on one node: local rank 0 records the host
+    and itself, local rank 1 only itself."""
+    base = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES",)}
+    base |= {
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), base.get("PYTHONPATH", "")]),
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "0",
+        "TORCHELASTIC_RUN_ID": "two-ranks",
+        "STROBOSCOPE_NVML_LIBRARY": str(tmp_path / "no-nvml.so"),  # no GPU columns either way
+    }
+    procs = []
+    for rank in (0, 1):
+        env = base | {"RANK": str(rank), "LOCAL_RANK": str(rank)}
+        out = tmp_path / f"rank{rank}.parquet"
+        procs.append(
+            (
+                out,
+                subprocess.Popen(
+                    [sys.executable, "-c", CHILD, str(out)], env=env, stdout=subprocess.PIPE
+                ),
+            )
+        )
+    results = []
+    for out, proc in procs:
+        stdout, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        results.append((json.loads(stdout), pq.read_table(out)))
+    (said0, table0), (said1, table1) = results
+    assert (said0["rank"], said0["leader"], said1["rank"], said1["leader"]) == (0, True, 1, False)
+    cols0, cols1 = set(table0.column_names), set(table1.column_names)
+    assert {"cpu.util_pct", "mem.used_bytes", "proc.rss_bytes"} <= cols0
+    assert "proc.rss_bytes" in cols1
+    assert not {c for c in cols1 if c.startswith(("cpu.", "mem.", "net.", "disk."))}
+    # Each frame says whose it is: its process, its rank, the job.
+    for said, table in results:
+        prov = json.loads(table.schema.metadata[b"stroboscope.provenance"])
+        assert prov["pid"] == said["pid"] and prov["rank"] == said["rank"]
+        assert prov["identity"]["job"] == "two-ranks"
+        assert prov["identity"]["local_rank"] == said["rank"]
+        assert table.num_rows == 3
+        # The proc.* columns are that process's own (its RSS as /proc/self/statm said).
+        assert table.column("proc.rss_bytes")[-1].as_py() == pytest.approx(said["rss"], rel=0.05)
