@@ -82,6 +82,7 @@ def test_adopting_the_monitors_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     torchrun(monkeypatch, 1, 4)
     detected = RankLabel(None, None, "S")
     assert detected.adopt(3) and detected.rank == 3  # the monitor's rank beats the environment
+    assert detected.identity.sources["rank"] == "SystemMonitor(rank=...)"
     assert detected.identity.world_size == 4 and not detected.adopt(3)
     given = RankLabel(1, None, "S")
     assert not given.adopt(1)

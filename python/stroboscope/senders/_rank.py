@@ -66,7 +66,8 @@ class RankLabel:
                 f"{owner}: rank={rank} disagrees with identity.rank={identity.rank}; give one"
             )
         elif rank is not None:
-            identity = dataclasses.replace(identity, rank=rank)
+            sources = {**identity.sources, "rank": "argument"}
+            identity = dataclasses.replace(identity, rank=rank, sources=sources)
         self.identity: Identity = identity
         labelled = identity.rank is not None and (self.explicit or identity.world_size != 1)
         self.rank: int | None = identity.rank if labelled else None
@@ -86,7 +87,8 @@ class RankLabel:
                 f"{self.owner} labels rank {self.rank} (given to it), but SystemMonitor was given "
                 f"rank={rank}; give the same rank to both, or to one of them"
             )
-        self.identity = dataclasses.replace(self.identity, rank=rank)
+        sources = {**self.identity.sources, "rank": "SystemMonitor(rank=...)"}
+        self.identity = dataclasses.replace(self.identity, rank=rank, sources=sources)
         self.rank = rank
         self.explicit = True
         return True
