@@ -152,7 +152,7 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         default=None,  # required; checked in run() to say where a misplaced -o went
         metavar="FILE",
-        help="output file, required; .parquet/.pq or .csv chooses the format",
+        help="output file (required unless --dataset); .parquet/.pq or .csv chooses the format",
     )
     parser.add_argument(
         "--interval",
@@ -194,6 +194,21 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PATH",
         help="crash-safe spool file (default: FILE.spool, removed after a clean run)",
+    )
+    parser.add_argument(
+        "--dataset",
+        default=None,
+        metavar="ROOT",
+        help="also write the rows as this rank's Parquet parts of the partitioned dataset ROOT "
+        "(ROOT/job=J/host=H/rank=R/part-*.parquet; rank and job from torchrun/Slurm/MPI "
+        "variables); -o is then optional",
+    )
+    parser.add_argument(
+        "--job",
+        default=None,
+        metavar="NAME",
+        help="job id of the dataset's partition (default: STROBOSCOPE_JOB, SLURM_JOB_ID, ... "
+        "else 'none')",
     )
     parser.add_argument(
         "--keep-spool",

@@ -20,8 +20,9 @@ import time
 from types import FrameType
 from typing import Any
 
+from stroboscope._identity import Identity
 from stroboscope.analysis.summary import summarize
-from stroboscope.cli import _args
+from stroboscope.cli import _args, _dataset
 from stroboscope.cli._command import Command
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
 from stroboscope.cli._status import StatusLine, wanted
@@ -73,16 +74,21 @@ class _Signals:
             signal.signal(s, handler)
 
 
-def _check_paths(args: argparse.Namespace) -> tuple[str, str]:
+def _check_paths(args: argparse.Namespace) -> tuple[str | None, str, str | None]:
+    """The output's format (None with ``--dataset`` alone), the spool, and the private
+    directory of a temporary spool (to remove at the end; None when there is none)."""
+    if args.output is None:
+        spool, private = _dataset.private_spool(args)
+        return None, spool, private
     fmt = output_format(args.output)  # a bad suffix fails before anything is recorded
     spool = args.spool or f"{args.output}.spool"
     _args.check_output_not_spool(args.output, spool, "--spool")
-    return fmt, spool
+    return fmt, spool, None
 
 
 def _build(
-    args: argparse.Namespace, pid: int | None, spool: str, fmt: str
-) -> tuple[Sampler, RecordPublisher | None, Watchdog]:
+    args: argparse.Namespace, pid: int | None, spool: str, fmt: str | None, who: Identity | None
+) -> tuple[Sampler, RecordPublisher | None, Watchdog | None]:
     # The segment writer must drain before the ring wraps: a quarter of the ring, at most 10 s.
     ring_rows = check_capacity(args.capacity, "--capacity")
     segment_s = min(10.0, max(args.interval, ring_rows * args.interval / 4))
@@ -93,6 +99,8 @@ def _build(
         capacity=args.capacity,
         spool=spool,
         segment_seconds=segment_s,
+        dataset=args.dataset,
+        identity=who,
     )
     publisher = None
     try:
@@ -100,11 +108,13 @@ def _build(
         # If this process dies (SIGKILL, OOM, a crash), the watchdog writes FILE from the spool,
         # then removes the spool as a clean run does (only once FILE is complete), so the next
         # run on FILE is not blocked by it.
-        job = DumpJob(
-            "spool", spool, dump=args.output, format=fmt, remove_source=not args.keep_spool
-        )
-        watchdog = Watchdog([job])
-        watchdog.start()
+        watchdog = None
+        if args.output is not None and fmt is not None:  # --dataset alone: parts, no FILE
+            job = DumpJob(
+                "spool", spool, dump=args.output, format=fmt, remove_source=not args.keep_spool
+            )
+            watchdog = Watchdog([job])
+            watchdog.start()
     except BaseException:
         if publisher is not None:
             publisher.abandon()
@@ -209,15 +219,18 @@ def _end_command(command: Command, stop: _Signals) -> int:
 
 def _print_summary(
     args: argparse.Namespace,
-    fmt: str,
+    fmt: str | None,
     rows: int,
     columns: int,
     elapsed: float,
     stats: SamplerStats,
     summary: str,
     segments: SegmentStatus | None = None,
+    dataset: SegmentStatus | None = None,
+    who: Identity | None = None,
 ) -> None:
-    print(f"recorded {rows} rows x {columns} columns over {elapsed:.2f} s to {args.output} ({fmt})")
+    where = f"{args.output} ({fmt})" if args.output is not None else f"{args.dataset} (dataset)"
+    print(f"recorded {rows} rows x {columns} columns over {elapsed:.2f} s to {where}")
     print(
         f"sampler: interval {args.interval * 1e3:g} ms, ticks taken {stats.ticks_taken}, "
         f"missed {stats.ticks_missed}, lateness p50/p99 "
@@ -231,6 +244,13 @@ def _print_summary(
             f"segment writes failed {segments.errors} times (last: {segments.last_error}); "
             f"the output was read from the spool, which held those rows"
         )
+    if args.dataset is not None and dataset is not None and who is not None:
+        print(_dataset.describe(args.dataset, who, dataset.segments_written))
+        if dataset.errors:
+            print(
+                f"dataset part writes failed {dataset.errors} times (last: {dataset.last_error}); "
+                f"{dataset.rows_unwritten} rows are in no part (they are in FILE or the spool)"
+            )
     for src in stats.sources:
         if src.reason:
             print(f"source {src.name}: {src.reason} ({src.failures} failed reads)")
@@ -243,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
     command_argv: list[str] = list(args.command or [])
     if command_argv and command_argv[0] == "--":
         command_argv = command_argv[1:]
-    if args.output is None:
+    if args.output is None and args.dataset is None:
         misplaced = [
             a for a in command_argv if a in ("-o", "--output") or a.startswith("--output=")
         ]
@@ -253,23 +273,32 @@ def run(args: argparse.Namespace) -> int:
             if misplaced
             else ""
         )
-        raise ValueError(f"the output file is required: give -o FILE{hint}")
+        raise ValueError(f"the output file is required: give -o FILE (or --dataset ROOT){hint}")
     if command_argv and args.pid is not None:
         raise ValueError("record: give either --pid or a command after --, not both")
-    fmt, spool = _check_paths(args)
+    who = _dataset.check(args)  # conflicting rank variables fail before anything is made
+    fmt, spool, private = _check_paths(args)
     if not command_argv and args.duration is None and args.pid is None and not args.quiet:
         print("recording until Ctrl-C (use --duration S to stop by itself)", file=sys.stderr)
-    with _Signals() as stop:
-        return _record(args, command_argv, fmt, spool, stop)
+    try:
+        with _Signals() as stop:
+            return _record(args, command_argv, fmt, spool, stop, who)
+    finally:
+        _dataset.remove_private(private)
 
 
 def _record(
-    args: argparse.Namespace, command_argv: list[str], fmt: str, spool: str, stop: _Signals
+    args: argparse.Namespace,
+    command_argv: list[str],
+    fmt: str | None,
+    spool: str,
+    stop: _Signals,
+    who: Identity | None,
 ) -> int:
     command = Command(command_argv) if command_argv else None
     try:
         sampler, publisher, watchdog = _build(
-            args, command.pid if command else args.pid, spool, fmt
+            args, command.pid if command else args.pid, spool, fmt, who
         )
     except BaseException:
         if command is not None:  # setup failed: the command never runs
@@ -310,8 +339,10 @@ def _record(
     table = recover(spool).to_arrow()  # the segments and the ring: every row once, in order
     # What the sampler knows of the run, which the spool's header alone does not.
     table = attach(table, for_table(sampler.provenance(command=command_argv or None), table))
-    write_table(table, args.output)
-    watchdog.stop()
+    if args.output is not None:
+        write_table(table, args.output)
+    if watchdog is not None:
+        watchdog.stop()
     if not args.keep_spool:
         remove_spool(spool)
     elapsed = time.monotonic() - started
@@ -325,6 +356,8 @@ def _record(
         sampler.stats(),
         summarize(table, units),
         sampler.segments,
+        sampler.dataset_status,
+        who,
     )
     return exit_code
 
@@ -334,9 +367,9 @@ def add_parser(sub: Any) -> None:
     rec = sub.add_parser(
         "record",
         help="record metrics to a Parquet or CSV file and print a summary",
-        usage="stroboscope record [options] -o FILE [-- COMMAND ARGS...]",
-        description="Record metrics to FILE. Options come before `--`; everything after it is "
-        "the command to run and monitor.",
+        usage="stroboscope record [options] (-o FILE | --dataset ROOT) [-- COMMAND ARGS...]",
+        description="Record metrics to FILE, and/or as this rank's parts of the dataset ROOT. "
+        "Options come before `--`; everything after it is the command to run and monitor.",
     )
     _args.add_record_arguments(rec)
     add_sender_arguments(rec)

@@ -18,7 +18,9 @@ import tempfile
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from stroboscope._files import identity, unlink_if_same
+from stroboscope._files import identity as file_identity
+from stroboscope._files import unlink_if_same
+from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
 from stroboscope.recording._spool_header import FIELDS
 from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.spool import remove_spool, segment_paths
@@ -29,6 +31,7 @@ from stroboscope.sampling._checks import check_capacity, check_file_dir, check_i
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11; only for mypy here
 
+    from stroboscope._identity import Identity
     from stroboscope.sampling import SamplerOptions
 
 DUMP_FORMATS = ("csv", "parquet")
@@ -102,9 +105,20 @@ class Sampler(_BaseSampler):
         Parquet segments beside it (``PATH.seg-N.parquet``) so the ring never has to hold the
         whole run; a segment that cannot be written is retried and reported in
         :attr:`segments`, its rows staying in the spool.
+    dataset : path, optional
+        Also write the rows every ``segment_seconds`` as Parquet parts of a partitioned dataset
+        at this root (``ROOT/job=J/host=H/rank=R/part-….parquet``, the scope intervals under
+        ``ROOT/_scopes/`` at stop; see :mod:`stroboscope.export.dataset` and
+        :func:`stroboscope.open_dataset`), with or without ``spool``. The partition is claimed
+        here: one another run holds, or a root that cannot be written, is refused (ValueError).
+        A part that cannot be written later is retried and reported in :attr:`dataset_status`,
+        its rows staying in the ring (and the spool).
+    identity : stroboscope Identity, optional
+        Job, host and rank of this process for ``dataset`` (default: detected from the
+        environment, ``stroboscope.cluster.identity()``).
     segment_seconds : float
-        Interval of the spool's segment writer (default 10 s); the ring must hold at least twice
-        that many rows.
+        Interval of the spool's segment writer and of the dataset's parts (default 10 s); the
+        ring must hold at least twice that many rows.
     crash_safe : bool
         Start a watchdog process (:mod:`stroboscope.recording.watchdog`) that does nothing while
         this process lives and, if it dies (SIGKILL, OOM killer, a crash in native code), writes
@@ -122,6 +136,8 @@ class Sampler(_BaseSampler):
         interval: float = 0.001,
         *,
         spool: str | os.PathLike[str] | None = None,
+        dataset: str | os.PathLike[str] | None = None,
+        identity: Identity | None = None,
         segment_seconds: float = 10.0,
         crash_safe: bool = False,
         dump_path: str | os.PathLike[str] | None = None,
@@ -137,7 +153,10 @@ class Sampler(_BaseSampler):
             dump_path = check_path("dump_path", dump_path)  # bytes, "" or a NUL: refused
         seg_s = 0.0
         spool_path = ""
-        if spool is not None or crash_safe:
+        who = check_identity(identity, dataset)  # checked (and detected) before anything is made
+        if dataset is not None:
+            dataset = check_path("dataset", dataset)
+        if spool is not None or crash_safe or dataset is not None:
             # Checked before anything is made, so a bad value leaves no file behind.
             every = check_interval("interval", interval)
             cap = check_capacity(capacity)
@@ -160,12 +179,16 @@ class Sampler(_BaseSampler):
             self._remove_temp_dir()
             raise
         self._spool = spool_path or None
-        made = identity(spool_path) if spool_path else None  # the file C++ created (O_EXCL)
+        made = file_identity(spool_path) if spool_path else None  # the file C++ created (O_EXCL)
         try:
             self._segments: SegmentWriter | None = None
+            cap_rows = max(int(self._core.stats()["capacity"]) // 2, 1)
             if spool_path:
-                cap_rows = int(self._core.stats()["capacity"])
-                self._segments = SegmentWriter(self._core, spool_path, seg_s, max(cap_rows // 2, 1))
+                self._segments = SegmentWriter(self._core, spool_path, seg_s, cap_rows)
+            self._dataset: DatasetWriter | None = None
+            self._identity = who
+            if dataset is not None and who is not None:
+                self._dataset = DatasetWriter(self._core, self, dataset, who, seg_s, cap_rows)
             self._watchdog: Watchdog | None = None
             if crash_safe:
                 dump = None if dump_path is None else os.fspath(dump_path)
@@ -185,6 +208,7 @@ class Sampler(_BaseSampler):
             # Release the ring (its mapping, fd and lock go with the last reference), then remove
             # the spool this run created, only if the name still holds that very file.
             self._segments = None
+            self._dataset = None
             self.__dict__.pop("_core", None)
             unlink_if_same(spool_path, made)
             self._remove_temp_dir()
@@ -201,6 +225,7 @@ class Sampler(_BaseSampler):
             self._watchdog,
             spool_path,
             self._temp_spool_dir,
+            self._dataset,
         )
         self._cleanup.atexit = False  # at exit, the lifecycle registry calls _at_exit
 
@@ -218,6 +243,22 @@ class Sampler(_BaseSampler):
         return None if self._segments is None else self._segments.status()
 
     @property
+    def dataset(self) -> str | None:
+        """The root of the dataset this sampler writes parts to (None without ``dataset``)."""
+        return None if self._dataset is None else self._dataset.root
+
+    @property
+    def identity(self) -> Identity | None:
+        """Job, host and rank this sampler records as (given, or detected for ``dataset``)."""
+        return self._identity
+
+    @property
+    def dataset_status(self) -> SegmentStatus | None:
+        """What the dataset writer has done: parts written (``segments_written``), rows lost
+        to the ring, failed writes, rows waiting after a failed write; None without a dataset."""
+        return None if self._dataset is None else self._dataset.status()
+
+    @property
     def watchdog(self) -> Watchdog | None:
         """The watchdog of a ``crash_safe`` sampler (None otherwise)."""
         return self._watchdog
@@ -228,11 +269,15 @@ class Sampler(_BaseSampler):
         super()._start_locked()
         if self._segments is not None:
             self._segments.start()
+        if self._dataset is not None:
+            self._dataset.start()
 
     def _stop_locked(self) -> None:
         super()._stop_locked()
         if self._segments is not None:
             self._segments.stop()
+        if self._dataset is not None:
+            self._dataset.stop()
 
     def _close_locked(self) -> None:
         self._cleanup()  # a normal end: the watchdog dumps nothing; a private spool goes
@@ -256,6 +301,7 @@ class Sampler(_BaseSampler):
         # The spool, its segments and the watchdog belong to the parent: the child must not
         # write segments into them or clean them up.
         self._segments = None
+        self._dataset = None
         cleanup = getattr(self, "_cleanup", None)
         if cleanup is not None:
             cleanup.detach()
@@ -273,6 +319,7 @@ def _cleanup_recording(
     watchdog: Watchdog | None,
     spool: str,
     temp_dir: str | None,
+    dataset: DatasetWriter | None = None,
 ) -> None:
     if os.getpid() != owner_pid:
         return
@@ -281,6 +328,8 @@ def _cleanup_recording(
         # The last segment; if the spool's directory is already gone there is nothing to keep.
         with contextlib.suppress(OSError):
             segments.stop()
+    if dataset is not None:
+        dataset.stop()  # counts and logs its failures; never raises
     if watchdog is not None:
         watchdog.stop()
     if temp_dir is not None:

@@ -7,12 +7,13 @@ import re
 import threading
 from typing import Any
 
+from stroboscope.cluster._prom_http import DEFAULT_PORT, check_port, scrape_url, serve, shutdown
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
 
 logger = logging.getLogger("stroboscope.senders")
 
 _NOT_ALLOWED = re.compile(r"[^a-zA-Z0-9_:]")
-DEFAULT_PORT = 9464
+__all__ = ["DEFAULT_PORT", "PrometheusSender", "metric_name"]
 
 
 def metric_name(key: str, prefix: str = "stroboscope_") -> str:
@@ -44,11 +45,10 @@ class PrometheusSender(BuiltinSender):
     ) -> None:
         super().__init__()
         try:
-            from prometheus_client import CollectorRegistry, Gauge, start_http_server
+            from prometheus_client import CollectorRegistry, Gauge
         except ImportError as exc:
             raise missing_extra("PrometheusSender", "prometheus", exc) from exc
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ValueError(f"port must be an int in [0, 65535] (0: any free port), got {port!r}")
+        port = check_port(port)
         self._gauge_cls = Gauge
         self.registry = CollectorRegistry(auto_describe=True)
         self.prefix = prefix
@@ -56,21 +56,16 @@ class PrometheusSender(BuiltinSender):
         self._names: dict[str, str] = {}  # metric name → the key that owns it
         self._lock = threading.Lock()
         self._closed = False
-        started = start_http_server(port, addr=addr, registry=self.registry)
-        if not isinstance(started, tuple):  # prometheus_client < 0.17 returns None
-            raise ImportError(
-                "PrometheusSender needs prometheus_client >= 0.17; "
-                "install it with: pip install -U 'stroboscope[prometheus]'"
-            )
-        self._server, self._thread = started
+        # A port in use: OSError naming the port (shared with the cluster exporter).
+        self._server, self._thread, self.port = serve(
+            self.registry, port, addr, who="PrometheusSender"
+        )
         self.addr = addr
-        self.port: int = int(self._server.server_port)
 
     @property
     def url(self) -> str:
         """The scrape URL, e.g. ``http://127.0.0.1:9464/metrics``."""
-        host = f"[{self.addr}]" if ":" in self.addr else self.addr
-        return f"http://{host}:{self.port}/metrics"
+        return scrape_url(self.addr, self.port)
 
     def publish(self, event: StatsDict, **kwargs: Any) -> None:
         """Set the gauge of every metric in ``event`` to its value."""
@@ -108,9 +103,7 @@ class PrometheusSender(BuiltinSender):
             if self._closed:
                 return
             self._closed = True
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5.0)
+        shutdown(self._server, self._thread)
 
     def __repr__(self) -> str:
         return f"PrometheusSender({self.url!r})"

@@ -1,0 +1,340 @@
+"""A partitioned dataset: every rank of a job writes Parquet parts under one root, read as one.
+
+Layout (``docs/dataset.md``)::
+
+    ROOT/_stroboscope_dataset.json                    marker {"format": "stroboscope-dataset", ...}
+    ROOT/job=J/host=H/rank=R/part-STAMP-NNNNNN.parquet  sample rows of one rank, one part a file
+    ROOT/job=J/host=H/rank=R/_owner.json              the run that writes this partition
+    ROOT/_scopes/job=J/host=H/rank=R/scopes-....parquet  scope intervals, one row per call
+
+Partition values are percent-encoded (URI segment encoding: every byte but ``A-Z a-z 0-9 - _ .
+~``), which pyarrow's hive partitioning decodes by default. A run without a job id writes under
+``job=none``; one without a rank (a single process) under ``rank=0``. Names starting with ``_``
+or ``.`` are skipped by dataset discovery (pyarrow's default), so the marker, the owner files,
+the scopes tree and the temporary files of writes in progress are never read as samples.
+
+Each file is written whole or not at all: into a dot-prefixed temporary file (0600) in its
+directory, flushed to disk, renamed into place, and the directory flushed
+(:func:`stroboscope._files.replace_private`). A rank killed mid-write leaves at most a dot-file,
+which no reader sees. Each part's schema metadata holds the provenance
+(``stroboscope.provenance``) with the writer's identity under ``"identity"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import pyarrow as pa
+
+from stroboscope._files import replace_private
+from stroboscope._identity import Identity
+from stroboscope.export.writers import write_parquet
+from stroboscope.sampling._checks import check_path
+from stroboscope.sampling._provenance import PROVENANCE_KEY, attach, from_schema
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
+
+MARKER = "_stroboscope_dataset.json"
+"""The file at the root that makes a directory a dataset."""
+MARKER_CONTENT = {"format": "stroboscope-dataset", "layout": 1}
+SCOPES_DIR = "_scopes"
+"""The tree of scope intervals, beside the samples (skipped by sample discovery)."""
+OWNER = "_owner.json"
+"""In each partition directory: the run that writes it (see :func:`claim_partition`)."""
+NO_JOB = "none"
+"""The job partition of a run without a job id."""
+KINDS = ("samples", "scopes")
+PARTITIONING = pa.schema([("job", pa.string()), ("host", pa.string()), ("rank", pa.int64())])
+"""The hive partition columns every reader gets."""
+
+
+def encode(value: str) -> str:
+    """A partition value as one path segment: percent-encoded like a URI segment (what
+    pyarrow's ``HivePartitioning`` decodes by default); ``"a/b c"`` gives ``"a%2Fb%20c"``."""
+    return quote(value, safe="")
+
+
+def partition(identity: Identity) -> tuple[str, str, int]:
+    """``(job, host, rank)`` of ``identity``'s partition: job ``"none"`` and rank 0 when unset."""
+    if not isinstance(identity, Identity):
+        raise TypeError(
+            f"identity must be a stroboscope Identity (stroboscope.cluster.identity()), "
+            f"got {type(identity).__name__}"
+        )
+    job = NO_JOB if identity.job is None else str(identity.job)
+    if not job or not identity.host:
+        raise ValueError(
+            f"identity: job and host must be non-empty, got job={job!r} host={identity.host!r}"
+        )
+    return job, identity.host, 0 if identity.rank is None else int(identity.rank)
+
+
+def partition_dir(
+    root: str | os.PathLike[str], identity: Identity, *, kind: str = "samples"
+) -> str:
+    """The directory of ``identity``'s files of ``kind`` under ``root``."""
+    job, host, rank = partition(identity)
+    base = os.fspath(root) if _kind(kind) == "samples" else os.path.join(root, SCOPES_DIR)
+    return os.path.join(base, f"job={encode(job)}", f"host={encode(host)}", f"rank={rank}")
+
+
+def _kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    return kind
+
+
+def _fsync_dir(path: str) -> None:
+    """Flush a directory's entries to disk (so a rename or a new entry in it survives a crash)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_marker(root: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(root, MARKER), "rb") as f:
+            value = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def is_dataset(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a directory holding a stroboscope dataset's marker."""
+    marker = _read_marker(os.fspath(path))
+    return marker is not None and marker.get("format") == MARKER_CONTENT["format"]
+
+
+def ensure_root(root: str | os.PathLike[str]) -> str:
+    """Make ``root`` a dataset (create it 0700 and its marker) and return its path.
+
+    An existing dataset is accepted as it is; an existing directory with other visible entries
+    and no marker, or a file, is refused (ValueError naming it): parts are never mixed into
+    unrelated files. A root that cannot be created or written raises the OSError, naming it.
+    """
+    text = check_path("dataset", root)
+    if os.path.lexists(text) and not os.path.isdir(text):
+        raise ValueError(f"dataset {text!r} is not a directory; give a directory for the dataset")
+    if os.path.isdir(text):
+        marker = _read_marker(text)
+        if marker is not None:
+            if marker.get("format") != MARKER_CONTENT["format"] or not isinstance(
+                marker.get("layout"), int
+            ):
+                raise ValueError(f"dataset {text!r}: {MARKER} is not a stroboscope dataset marker")
+            if marker["layout"] > MARKER_CONTENT["layout"]:
+                raise ValueError(
+                    f"dataset {text!r} has layout {marker['layout']}, newer than this version "
+                    f"writes ({MARKER_CONTENT['layout']}): upgrade stroboscope or give another root"
+                )
+            return text
+        # Dot-files are other writers' markers in the making (a temporary name); anything else
+        # means the directory holds something that is not ours.
+        others = [e for e in os.listdir(text) if not e.startswith(".")]
+        if others:
+            raise ValueError(
+                f"dataset {text!r} is a directory that is not a stroboscope dataset (no {MARKER}) "
+                f"and not empty ({sorted(others)[:3]}): give a new or empty directory"
+            )
+    else:
+        parent = os.path.dirname(os.path.abspath(text))
+        with contextlib.suppress(FileExistsError):  # another rank made it just now
+            os.makedirs(text, mode=0o700)
+        _fsync_dir(parent)
+    with replace_private(os.path.join(text, MARKER)) as f:
+        f.write(json.dumps(MARKER_CONTENT).encode() + b"\n")
+    _fsync_dir(text)
+    return text
+
+
+def _make_partition(root: str, identity: Identity, kind: str) -> str:
+    """Create ``identity``'s partition directory (each new level 0700, flushed to disk); an
+    existing level that is a symbolic link or not a directory is refused."""
+    path = partition_dir(root, identity, kind=kind)
+    rel = os.path.relpath(path, root).split(os.sep)
+    current = root
+    for part in rel:
+        parent, current = current, os.path.join(current, part)
+        try:
+            os.mkdir(current, 0o700)
+        except FileExistsError:
+            st = os.lstat(current)
+            if not stat.S_ISDIR(st.st_mode):
+                raise ValueError(
+                    f"dataset {root!r}: {current!r} is not a directory (a link or a file); "
+                    f"remove it or give another root"
+                ) from None
+            continue
+        _fsync_dir(parent)
+    return path
+
+
+def _with_identity(table: pa.Table, identity: Identity) -> pa.Table:
+    """``table`` with the identity and partition added to its provenance (kept, or made)."""
+    prov = dict(from_schema(table.schema) or {})
+    job, host, rank = partition(identity)
+    prov["identity"] = identity.to_dict()
+    prov["partition"] = {"job": job, "host": host, "rank": rank}
+    return attach(table, prov)
+
+
+def _check_name(name: str, prefix: str) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str file name, got {type(name).__name__}")
+    if (
+        not name.startswith(prefix)
+        or not name.endswith(".parquet")
+        or os.sep in name
+        or "\0" in name
+    ):
+        raise ValueError(f"name must be a file name {prefix}….parquet (no directory), got {name!r}")
+    return name
+
+
+def _write(
+    table: pa.Table, root: str | os.PathLike[str], identity: Identity, name: str, kind: str
+) -> str:
+    if not isinstance(table, pa.Table):
+        raise TypeError(f"table must be a pyarrow.Table, got {type(table).__name__}")
+    top = ensure_root(root)
+    directory = _make_partition(top, identity, kind)
+    path = os.path.join(directory, name)
+    if kind == "samples" and os.path.lexists(path):
+        # Parts are never replaced: a reader may hold the old one, and it holds other rows.
+        raise FileExistsError(errno.EEXIST, "a part of this name exists; give a new name", path)
+    write_parquet(_with_identity(table, identity), path)  # temp dot-file, fsync, rename
+    _fsync_dir(directory)
+    return path
+
+
+def write_part(
+    table: pa.Table, root: str | os.PathLike[str], *, identity: Identity, name: str
+) -> str:
+    """Write sample rows (``Frame.to_arrow()``) as the part ``name`` (``part-….parquet``) of
+    ``identity``'s partition under ``root``, whole or not at all; return its path.
+
+    The root is made a dataset when it is not one (:func:`ensure_root`). The provenance in the
+    table's schema metadata is kept, with ``identity`` (``"identity"``) and the partition
+    (``"partition"``) added. An existing file of that name is never replaced (FileExistsError).
+    """
+    return _write(table, root, identity, _check_name(name, "part-"), "samples")
+
+
+def write_scopes(
+    table: pa.Table, root: str | os.PathLike[str], *, identity: Identity, name: str
+) -> str:
+    """Write a scope-intervals table (``Sampler.scope_intervals()``) as ``name``
+    (``scopes-….parquet``) under ``ROOT/_scopes/``, as :func:`write_part` does, except that a
+    file of that name is replaced (atomically: a reader sees the old or the new one, whole): a
+    run's scopes file is rewritten with all its intervals at each stop."""
+    return _write(table, root, identity, _check_name(name, "scopes-"), "scopes")
+
+
+def claim_partition(
+    root: str | os.PathLike[str], identity: Identity, owner: Mapping[str, Any]
+) -> str:
+    """Make ``identity``'s sample partition this run's: write ``owner`` (JSON: ``run``, ``pid``,
+    ``start_time``, ...) to its ``_owner.json``, exclusively; return the partition directory.
+
+    Raises
+    ------
+    ValueError
+        When another run (another ``owner["run"]``) claimed the partition before, naming the
+        root, job, host, rank and that run's pid and start time: two runs in one partition
+        would be read as one rank. Give a fresh job id or another root.
+    """
+    top = ensure_root(root)
+    directory = _make_partition(top, identity, "samples")
+    path = os.path.join(directory, OWNER)
+    text = json.dumps(dict(owner), sort_keys=True).encode() + b"\n"
+    fd, tmp = tempfile.mkstemp(prefix=".owner.", suffix=".tmp", dir=directory)  # 0600, ours
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)  # atomic and exclusive: of two runs claiming at once, one wins
+    except FileExistsError:
+        other = read_owner(directory)
+        if other.get("run") != owner.get("run"):
+            job, host, rank = partition(identity)
+            raise ValueError(
+                f"dataset {top!r} already holds job {job!r} host {host!r} rank {rank} of another "
+                f"run (pid {other.get('pid')}, started {other.get('start_time')}): give a fresh "
+                f"job id (--job NAME, STROBOSCOPE_JOB, or identity=) or another dataset root"
+            ) from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    _fsync_dir(directory)
+    return directory
+
+
+def read_owner(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The owner record of a partition directory (empty when absent or unreadable)."""
+    try:
+        with open(os.path.join(directory, OWNER), "rb") as f:
+            value = json.loads(f.read())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def open_dataset(root: str | os.PathLike[str], *, kind: str = "samples") -> ds.Dataset:
+    """The dataset at ``root`` as one :class:`pyarrow.dataset.Dataset`.
+
+    Parameters
+    ----------
+    root : path
+        A dataset's root (made by ``stroboscope record --dataset``, ``Sampler(dataset=...)`` or
+        :func:`write_part`).
+    kind : {"samples", "scopes"}
+        The sample rows (``time``, ``mono_ns``, metric columns) or the scope intervals.
+
+    Returns
+    -------
+    pyarrow.dataset.Dataset
+        With the hive partition columns ``job`` (string), ``host`` (string) and ``rank``
+        (int64), and the schema unified over all parts: a column some parts lack (host-wide
+        columns that only local rank 0 records) is null in their rows. Field metadata (units)
+        is kept; the per-part provenance stays in each file (``dataset.files``).
+
+    Raises
+    ------
+    ValueError
+        When ``root`` is not a dataset (no marker), or two parts disagree on a column's type.
+    """
+    import pyarrow.dataset as ds
+
+    text = check_path("root", root)
+    if not is_dataset(text):
+        raise ValueError(
+            f"root {text!r} is not a stroboscope dataset (no {MARKER}); give the directory "
+            f"given to --dataset / dataset="
+        )
+    base = text if _kind(kind) == "samples" else os.path.join(text, SCOPES_DIR)
+    hive = ds.partitioning(PARTITIONING, flavor="hive")  # percent-decoded ("uri") by default
+    if not os.path.isdir(base):
+        return ds.dataset([], schema=PARTITIONING, format="parquet")
+    found = ds.dataset(base, format="parquet", partitioning=hive)
+    schemas = [frag.physical_schema for frag in found.get_fragments()]
+    try:
+        unified = pa.unify_schemas([*schemas, PARTITIONING])
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ValueError(f"dataset {text!r}: parts disagree on a column's type: {exc}") from None
+    # The schema-wide metadata is one part's provenance; the rest stay in their files.
+    meta = {k: v for k, v in (unified.metadata or {}).items() if k != PROVENANCE_KEY.encode()}
+    unified = unified.with_metadata(meta or None)
+    return ds.dataset(base, format="parquet", partitioning=hive, schema=unified)

@@ -1,0 +1,255 @@
+"""The rolling dataset writer: drains a sampler's ring into parts of a partitioned dataset.
+
+``Sampler(dataset=ROOT)`` (and ``stroboscope record --dataset ROOT``) write this process's rows
+every ``segment_seconds`` as a Parquet part of its partition ``ROOT/job=J/host=H/rank=R/``
+(:mod:`stroboscope.export.dataset`), with the sampler's provenance and the identity in each;
+at stop, what is left becomes a last part and the scope intervals of the sampler's runs are
+written to ``ROOT/_scopes/``.
+
+It is :class:`~stroboscope.recording.segments.SegmentWriter` with another destination: the same
+thread, cursor, retry with backoff and counters (:class:`SegmentStatus`, in
+``Sampler.dataset_status``): a part that cannot be written leaves its rows in the ring (and in
+the spool, when the sampler has one) and is tried again; rows the ring overwrote before a part
+took them are counted as lost.
+
+At construction the writer claims its partition (``_owner.json``): a partition that another run
+holds is refused there, before anything is recorded, and so is a root that cannot be written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from stroboscope._identity import Identity, detect_identity
+from stroboscope.export.dataset import (
+    claim_partition,
+    ensure_root,
+    partition,
+    partition_dir,
+    write_part,
+    write_scopes,
+)
+from stroboscope.recording.segments import RETRY_FIRST_S, STOP_ATTEMPTS, SegmentWriter
+from stroboscope.recording.spool import FIRST_ROW_KEY
+from stroboscope.sampling._frame import Frame
+from stroboscope.sampling._provenance import attach, for_table, iso_utc
+
+if TYPE_CHECKING:
+    from stroboscope import _core
+    from stroboscope.sampling import Sampler
+
+_LOG = logging.getLogger("stroboscope.recording")
+
+
+def run_stamp(ns: int) -> str:
+    """A run's start as a sortable file-name stamp: ``20261203T130501123456Z`` (UTC, µs)."""
+    text = iso_utc(ns)  # 2026-12-03T13:05:01.123456789Z
+    return text[:19].replace("-", "").replace(":", "") + text[20:26] + "Z"
+
+
+def check_identity(identity: object, dataset: object) -> Identity | None:
+    """``identity`` as given (an :class:`Identity` or None); detected from the environment when
+    None and a ``dataset`` is to be written (conflicting variables raise ValueError there)."""
+    if identity is not None and not isinstance(identity, Identity):
+        raise TypeError(
+            f"identity must be a stroboscope Identity (stroboscope.cluster.identity()) or None, "
+            f"got {type(identity).__name__}"
+        )
+    if identity is None and dataset is not None:
+        return detect_identity()
+    return identity
+
+
+def open_partition(root: str | os.PathLike[str], identity: Identity) -> tuple[str, dict[str, Any]]:
+    """Make ``root`` a dataset and claim ``identity``'s partition for a new run; return the
+    root and the owner record (``run``, ``pid``, ``start_time``, ...).
+
+    Raises
+    ------
+    ValueError
+        When the root is not a dataset, another run holds the partition, or the root cannot be
+        written (the OSError's text, naming the path, is kept).
+    """
+    now = time.time_ns()
+    owner: dict[str, Any] = {
+        "run": f"{run_stamp(now)}-{os.getpid()}",
+        "pid": os.getpid(),
+        "host": identity.host,
+        "start_ns": now,
+        "start_time": iso_utc(now),
+        "identity": identity.to_dict(),
+    }
+    try:
+        top = ensure_root(root)
+        claim_partition(top, identity, owner)
+    except OSError as exc:
+        job, host, rank = partition(identity)
+        raise ValueError(
+            f"dataset {os.fspath(root)!r} cannot be written for job {job!r} host {host!r} rank "
+            f"{rank} ({type(exc).__name__}: {exc}); give a directory you can write"
+        ) from None
+    return top, owner
+
+
+class DatasetWriter(SegmentWriter):
+    """Writes a sampler's rows as parts of its partition in a dataset, every ``segment_seconds``
+    (or sooner when ``segment_rows`` wait); at :meth:`stop`, the rest and the scope intervals.
+
+    ``core`` is the extension's sampler; ``sampler`` the Python one, held weakly (the sampler's
+    finalizer holds this writer), for its provenance and scope intervals.
+    """
+
+    def __init__(
+        self,
+        core: _core.Sampler,
+        sampler: Sampler,
+        root: str | os.PathLike[str],
+        identity: Identity,
+        segment_seconds: float,
+        segment_rows: int,
+    ) -> None:
+        top, owner = open_partition(root, identity)
+        super().__init__(core, partition_dir(top, identity), segment_seconds, segment_rows)
+        self._seq = 0
+        self.root = top
+        self.identity = identity
+        self.owner = owner
+        self._stamp = str(owner["run"]).rsplit("-", 1)[0]
+        self._sampler = weakref.ref(sampler)
+        self._provenance: dict[str, Any] = {}
+        self._anchor_ns: int | None = None  # realtime - monotonic, from the latest part
+        self.scopes_written = 0
+        self._scopes_path: str | None = None
+        self._scopes_table: pa.Table | None = None  # the intervals last written
+        self.scope_errors = 0
+
+    def start(self) -> None:
+        # No events sidecar: scope intervals go to the dataset's _scopes tree at stop.
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="stroboscope-dataset", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread, write what is left as a last part (``STOP_ATTEMPTS`` tries), then
+        the scope intervals. A failure is counted and logged, never raised: the rows stay in the
+        ring (and the spool)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        written = int(self._core.stats()["rows_written"])
+        if self._gave_up_at != written:
+            self._gave_up_at = None
+            wait = RETRY_FIRST_S
+            for attempt in range(STOP_ATTEMPTS):
+                if self._try_flush():
+                    break
+                if attempt + 1 < STOP_ATTEMPTS:
+                    time.sleep(wait)
+                    wait *= 2
+            else:
+                self._gave_up_at = written
+                _LOG.warning(
+                    "%d rows are in no part of dataset %s (%s); they stay in the sampler's ring "
+                    "(and its spool, when it has one)",
+                    self.rows_unwritten,
+                    self.root,
+                    self.last_error,
+                )
+        self.write_scope_intervals()
+
+    def _failed(self, exc: BaseException, rows: int) -> None:
+        self.errors += 1
+        self.rows_unwritten = rows
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self._log(
+            logging.WARNING,
+            "part of dataset %s not written (%s); %d rows wait in the ring, retrying",
+            self.root,
+            self.last_error,
+            rows,
+        )
+
+    def _current_provenance(self) -> dict[str, Any]:
+        sampler = self._sampler()
+        if sampler is not None:
+            self._provenance = sampler.provenance()
+        return {**self._provenance, "run": self.owner["run"]}
+
+    def flush(self) -> None:
+        """Write the rows not yet in a part as the next part (nothing when there are none).
+
+        Raises whatever the write raised, after counting it; the rows stay in the ring and the
+        next flush tries them again.
+        """
+        with self._lock:
+            frame = Frame(self._core.copy_since(self._cursor))
+            self.rows_lost += frame.rows_lost
+            if len(frame) == 0:
+                self.rows_unwritten = 0
+                return
+            try:
+                table = frame.to_arrow()
+                prov = for_table(self._current_provenance(), table, rows_lost=frame.rows_lost)
+                prov["rows_lost"] = self.rows_lost
+                anchor = (prov.get("clock") or {}).get("anchor_ns")
+                table = attach(table, prov)
+                meta = dict(table.schema.metadata or {})
+                meta[FIRST_ROW_KEY] = str(frame.first_row).encode()
+                table = table.replace_schema_metadata(meta)
+                name = f"part-{self._stamp}-{self._seq + 1:06d}.parquet"
+                write_part(table, self.root, identity=self.identity, name=name)
+            except Exception as exc:
+                self._cursor = frame.first_row  # copied again by the next try
+                self._failed(exc, len(frame))
+                raise
+            self._anchor_ns = anchor if anchor is not None else self._anchor_ns
+            self._seq += 1
+            self._cursor = frame.first_row + len(frame)
+            self.segments_written += 1
+            self.rows_unwritten = 0
+
+    def write_scope_intervals(self) -> str | None:
+        """Write the scope intervals of the sampler's runs so far as this run's scopes file
+        (replacing the one an earlier stop wrote; a reader sees one or the other, whole);
+        return its path, or None when there is none or the write failed (counted)."""
+        sampler = self._sampler()
+        if sampler is None:
+            return None  # collected without close(): its event windows went with it
+        with self._lock:
+            try:
+                table = sampler.scope_intervals()
+                if table.num_rows == 0 and self.scopes_written == 0:
+                    return None
+                if self._scopes_table is not None and table.equals(self._scopes_table):
+                    return self._scopes_path  # stop() then close(): nothing new
+                prov = self._current_provenance()
+                clock = dict(prov.get("clock") or {})
+                clock["anchor_ns"] = self._anchor_ns  # begin_ns/end_ns are CLOCK_MONOTONIC
+                prov.update(clock=clock, rows=table.num_rows)
+                name = f"scopes-{self._stamp}.parquet"
+                path = write_scopes(
+                    attach(table, prov), self.root, identity=self.identity, name=name
+                )
+            except Exception as exc:
+                self.scope_errors += 1
+                self._log(
+                    logging.WARNING,
+                    "scope intervals of dataset %s not written (%s: %s)",
+                    self.root,
+                    type(exc).__name__,
+                    exc,
+                )
+                return None
+            self.scopes_written += 1
+            self._scopes_path, self._scopes_table = path, table
+            return path

@@ -1,0 +1,300 @@
+"""The column → Prometheus mapping (names, labels, units, types) and the window summaries,
+checked by hand against the ecosystem's conventions and against docs/metrics.md's columns."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from stroboscope.cluster._prom_names import (
+    ColumnInfo,
+    family_names,
+    plan_series,
+    series_for,
+    split_name,
+    why_not_served,
+)
+from stroboscope.cluster._prom_window import summarise, summarise_column
+
+METRICS_MD = Path(__file__).parent.parent / "docs" / "metrics.md"
+NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def col(name: str, unit: str, kind: str = "gauge") -> ColumnInfo:
+    return ColumnInfo(name, unit, kind, f"help of {name}.")
+
+
+@pytest.mark.parametrize(
+    ("name", "unit", "kind", "family", "max_family", "labels", "mul_div"),
+    [
+        (
+            "cpu.util_pct",
+            "%",
+            "rate",
+            "stroboscope_cpu_util_ratio",
+            "stroboscope_cpu_util_max_ratio",
+            (),
+            (1, 100),
+        ),
+        (
+            "cpu.3.util_pct",
+            "%",
+            "rate",
+            "stroboscope_cpu_core_util_ratio",
+            "stroboscope_cpu_core_util_max_ratio",
+            (("cpu", "3"),),
+            (1, 100),
+        ),
+        (
+            "mem.total_bytes",
+            "bytes",
+            "gauge",
+            "stroboscope_mem_total_bytes",
+            "stroboscope_mem_total_max_bytes",
+            (),
+            (1, 1),
+        ),
+        ("net.sent_bytes", "bytes", "counter", "stroboscope_net_sent_bytes", "", (), (1, 1)),
+        (
+            "net.sent_bytes_per_s",
+            "bytes/s",
+            "rate",
+            "stroboscope_net_sent_bytes_per_second",
+            "stroboscope_net_sent_max_bytes_per_second",
+            (),
+            (1, 1),
+        ),
+        (
+            "gpu.0.power_w",
+            "W",
+            "gauge",
+            "stroboscope_gpu_power_watts",
+            "stroboscope_gpu_power_max_watts",
+            (("gpu", "0"),),
+            (1, 1),
+        ),
+        (
+            "gpu.1.energy_mj",
+            "mJ",
+            "counter",
+            "stroboscope_gpu_energy_joules",
+            "",
+            (("gpu", "1"),),
+            (1, 1000),
+        ),
+        (
+            "gpu.0.temp_c",
+            "celsius",
+            "gauge",
+            "stroboscope_gpu_temp_celsius",
+            "stroboscope_gpu_temp_max_celsius",
+            (("gpu", "0"),),
+            (1, 1),
+        ),
+        (
+            "gpu.7.sm_clock_mhz",
+            "MHz",
+            "gauge",
+            "stroboscope_gpu_sm_clock_hertz",
+            "stroboscope_gpu_sm_clock_max_hertz",
+            (("gpu", "7"),),
+            (1e6, 1),
+        ),
+        (
+            "gpu.0.mig.2.mem_used_bytes",
+            "bytes",
+            "gauge",
+            "stroboscope_gpu_mig_mem_used_bytes",
+            "stroboscope_gpu_mig_mem_used_max_bytes",
+            (("gpu", "0"), ("mig", "2")),
+            (1, 1),
+        ),
+        (
+            "threads.top1.cpu_pct",
+            "%",
+            "rate",
+            "stroboscope_threads_top_cpu_ratio",
+            "stroboscope_threads_top_cpu_max_ratio",
+            (("top", "1"),),
+            (1, 100),
+        ),
+        (
+            "proc.ctx_voluntary",
+            "count",
+            "counter",
+            "stroboscope_proc_ctx_voluntary",
+            "",
+            (),
+            (1, 1),
+        ),
+        (
+            "proc.threads",
+            "count",
+            "gauge",
+            "stroboscope_proc_threads",
+            "stroboscope_proc_threads_max",
+            (),
+            (1, 1),
+        ),
+        ("load.1m", "1", "gauge", "stroboscope_load_1m", "stroboscope_load_1m_max", (), (1, 1)),
+        (
+            "cgroup.cpu_used_cores",
+            "cores",
+            "rate",
+            "stroboscope_cgroup_cpu_used_cores",
+            "stroboscope_cgroup_cpu_used_max_cores",
+            (),
+            (1, 1),
+        ),
+        # Units no column has today (the table serves the next ones without a new line per column)
+        (
+            "gpu.0.throttle_ns",
+            "ns",
+            "counter",
+            "stroboscope_gpu_throttle_seconds",
+            "",
+            (("gpu", "0"),),
+            (1, 1e9),
+        ),
+        (
+            "gpu.0.board_mw",
+            "mW",
+            "gauge",
+            "stroboscope_gpu_board_watts",
+            "stroboscope_gpu_board_max_watts",
+            (("gpu", "0"),),
+            (1, 1000),
+        ),
+    ],
+)
+def test_names_units_and_labels_follow_the_conventions(
+    name: str,
+    unit: str,
+    kind: str,
+    family: str,
+    max_family: str,
+    labels: tuple[tuple[str, str], ...],
+    mul_div: tuple[float, float],
+) -> None:
+    s = series_for(col(name, unit, kind))
+    assert s is not None
+    assert (s.name, s.max_name, s.labels) == (family, max_family, labels)
+    assert (s.mul, s.div) == mul_div
+    assert s.kind == ("counter" if kind == "counter" else "gauge")
+    assert s.column == name
+    # A counter is exposed with _total (prometheus_client adds it to the family name).
+    if kind == "counter":
+        assert family_names([s]) == [family + "_total"]
+        assert "Running total" in s.help
+    else:
+        assert "Mean over the scrape window" in s.help
+
+
+def test_values_are_converted_to_base_units() -> None:
+    pct = series_for(col("gpu.0.util_pct", "%"))
+    mj = series_for(col("gpu.0.energy_mj", "mJ", "counter"))
+    mhz = series_for(col("gpu.0.sm_clock_mhz", "MHz"))
+    ns = series_for(col("x.busy_ns", "ns", "counter"))
+    assert pct is not None and mj is not None and mhz is not None and ns is not None
+    assert pct.scaled(42.0) == pytest.approx(0.42, rel=1e-15)
+    assert mj.scaled(3000) == pytest.approx(3.0, rel=1e-15)
+    assert mhz.scaled(1755) == pytest.approx(1.755e9, rel=1e-15)
+    assert ns.scaled(1_500_000_000) == pytest.approx(1.5, rel=1e-15)
+
+
+def test_split_name() -> None:
+    assert split_name("cpu.3.util_pct") == (["cpu", "core", "util_pct"], [("cpu", "3")])
+    assert split_name("gpu.0.mig.1.mem_total_bytes") == (
+        ["gpu", "mig", "mem_total_bytes"],
+        [("gpu", "0"), ("mig", "1")],
+    )
+    assert split_name("load.15m") == (["load", "15m"], [])
+    assert split_name("psi.memory.full_pct") == (["psi", "memory", "full_pct"], [])
+
+
+def test_what_is_not_served_and_why() -> None:
+    assert "clock reading" in str(why_not_served(col("gpu.read_mono_ns", "ns")))
+    assert "clock reading" in str(why_not_served(col("mono_ns", "ns")))
+    assert "identifier" in str(why_not_served(col("threads.top0.tid", "id")))
+    assert "'furlongs'" in str(why_not_served(col("x.y_furlongs", "furlongs")))
+    assert "kind 'histogram'" in str(why_not_served(col("x.y_bytes", "bytes", "histogram")))
+    assert series_for(col("threads.top0.tid", "id")) is None
+    bitmask = series_for(col("gpu.0.clock_event_reasons", "bitmask"))
+    assert bitmask is not None and bitmask.kind == "bitmask" and bitmask.max_name == ""
+
+
+def test_clashing_columns_keep_the_first_and_say_why() -> None:
+    cols = [
+        col("gpu.0.power_w", "W"),
+        col("gpu.0.power_mw", "mW"),  # the same family and labels
+        col("gpu.0.power_max_w", "W"),  # its family is gpu.0.power_w's max
+    ]
+    served, skipped = plan_series(cols)
+    assert [s.column for s in served] == ["gpu.0.power_w"]
+    assert "same labels as column gpu.0.power_w" in skipped["gpu.0.power_mw"]
+    assert "already another measure's" in skipped["gpu.0.power_max_w"]
+
+
+def _documented_columns() -> list[ColumnInfo]:
+    rows = []
+    for line in METRICS_MD.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].startswith("`") and cells[2] != "type":
+            name = cells[0].strip("`").replace("{i}", "0").replace("{j}", "1")
+            rows.append(ColumnInfo(name, cells[1], cells[3], cells[5]))
+    return rows
+
+
+def test_every_documented_column_maps_or_has_a_reason() -> None:
+    columns = _documented_columns()
+    assert len(columns) > 80  # the whole table was read
+    served, skipped = plan_series(columns)
+    # Only clock readings and thread ids are left out; everything else has a family.
+    assert set(skipped) == {"time", "mono_ns", "gpu.read_mono_ns"} | {
+        f"threads.top{i}.tid" for i in range(4)
+    }
+    assert len(served) == len(columns) - len(skipped)
+    names = family_names(served)
+    assert len(names) == len(set(names))
+    base_units = ("_ratio", "_bytes", "_bytes_per_second", "_watts", "_celsius", "_hertz", "_cores")
+    by_column = {s.column: s for s in served}
+    for c in columns:
+        s = by_column.get(c.name)
+        if s is None:
+            continue
+        assert NAME.match(s.name) and s.name.startswith("stroboscope_"), s.name
+        assert "." not in s.name and not re.search(r"_(pct|mj|mhz|w|c)$", s.name), s.name
+        if c.kind == "counter":
+            assert s.kind == "counter" and s.name.endswith(
+                ("_bytes", "_joules", "_voluntary", "_involuntary")
+            )
+        elif c.unit in ("count", "1", "bitmask"):
+            assert not s.name.endswith(base_units), s.name
+        else:
+            assert s.name.endswith(base_units), s.name
+    # One family per measure: both GPUs' power is one family with a gpu label.
+    two = plan_series([col("gpu.0.power_w", "W"), col("gpu.1.power_w", "W")])[0]
+    assert {s.name for s in two} == {"stroboscope_gpu_power_watts"}
+    assert [s.labels for s in two] == [(("gpu", "0"),), (("gpu", "1"),)]
+
+
+def test_window_summaries_by_hand() -> None:
+    gauge = series_for(col("gpu.0.util_pct", "%"))
+    counter = series_for(col("gpu.0.energy_mj", "mJ", "counter"))
+    bits = series_for(col("gpu.0.clock_event_reasons", "bitmask"))
+    assert gauge is not None and counter is not None and bits is not None
+    util = pa.array([10.0, None, 30.0, float("nan"), 50.0])
+    s = summarise_column(util, gauge)
+    assert s is not None and s.count == 3
+    assert s.value == pytest.approx(0.30, rel=1e-12) and s.max == pytest.approx(0.50, rel=1e-12)
+    energy = pa.chunked_array([[0, 1000, None], [2500, None]], pa.int64())
+    e = summarise_column(energy, counter)
+    assert e is not None and e.value == 2.5 and e.max is None  # the latest total, in joules
+    reasons = pa.array([1, None, 4, 1], pa.int64())
+    r = summarise_column(reasons, bits)
+    assert r is not None and r.value == 5.0
+    assert summarise_column(pa.array([None, None], pa.float64()), gauge) is None
+    table = pa.table({"gpu.0.util_pct": util, "gpu.0.energy_mj": pa.array([None] * 5, pa.int64())})
+    assert set(summarise(table, [gauge, counter, bits])) == {"gpu.0.util_pct"}
