@@ -323,3 +323,29 @@ def test_monitor_rank_conflicting_with_a_senders_is_refused_before_sampling(
     mon.start()
     mon.shutdown()
     assert (tmp_path / "rank_2").is_dir() and not (tmp_path / "rank_1").exists()
+
+
+def test_monitor_records_a_dataset_partition_for_its_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stroboscope.export.dataset import open_dataset
+
+    monkeypatch.setenv("STROBOSCOPE_JOB", "j7")
+    seen: list[dict[str, Any]] = []
+    mon = SystemMonitor(os.getpid(), seen.append, 60, rank=1, dataset=tmp_path / "ds")
+    assert mon.raw_sampler.stats().capacity * mon.raw_sampler.interval >= 25  # two 10 s parts
+    mon.start()
+    deadline = time.monotonic() + 30
+    while mon.raw_sampler.stats().rows_written < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    mon.shutdown()
+    written = mon.raw_sampler.stats().rows_written  # (readable after close)
+    [part_dir] = (tmp_path / "ds").glob("job=*/host=*/rank=*")
+    assert (part_dir.parent.parent.name, part_dir.name) == ("job=j7", "rank=1")
+    table = open_dataset(tmp_path / "ds").to_table()
+    assert table.num_rows == written >= 5  # every sampled row, in the rank's partition
+    assert set(table.column("rank").to_pylist()) == {1}
+    assert set(table.column("job").to_pylist()) == {"j7"}
+    mono = table.column("mono_ns").to_pylist()
+    assert mono == sorted(mono) and len(set(mono)) == len(mono)
+    assert "rank1.memory" in seen[-1]  # the senders' keys are unchanged by the dataset
