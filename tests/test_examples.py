@@ -83,15 +83,17 @@ def test_system_monitor_with_wandb_offline(tmp_path: Path) -> None:
     # wandb's service process writes the run file on its own schedule: wait (bounded).
     deadline = time.monotonic() + 30
     history = _wandb_history(run_file)
-    while (not history or history[-1].get("rank0.proc.memory.rssMB") != last_rss) and (
-        time.monotonic() < deadline
-    ):
+    # SystemMonitor(rank=0) hands the rank to the W&B sender, which labels keys as W&B's own
+    # multi-process runs do ({key}/l:{x_label}) instead of the monitor's "rank0." prefix.
+    rss_key = "proc.memory.rssMB/l:rank_0"
+    while (not history or history[-1].get(rss_key) != last_rss) and (time.monotonic() < deadline):
         time.sleep(0.2)
         history = _wandb_history(run_file)
     assert history, "no event reached the W&B run"
     # The last event the monitor published is the last record of the run, keys and values.
-    assert history[-1]["rank0.proc.memory.rssMB"] == last_rss
-    assert {"rank0.cpu", "rank0.memory", "rank0.network.sent", "rank0.disk"} <= set(history[-1])
+    assert history[-1][rss_key] == last_rss
+    keys = {f"{k}/l:rank_0" for k in ("cpu", "memory", "network.sent", "disk")}
+    assert keys <= set(history[-1]) and not any(k.startswith("rank0.") for k in history[-1])
 
 
 def test_receiver_fed_by_a_sampler(tmp_path: Path) -> None:

@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Union
 
+from stroboscope._identity import detect_identity
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
+from stroboscope.compat._ranked import rank_aware
 from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling import available_sources, net_dev_totals
 from stroboscope.sampling._checks import check_pid, check_seconds
@@ -36,6 +38,8 @@ DRAIN_PERIOD_S = 0.5
 """The publisher drains the ring at least this often (seconds), so the ring stays small."""
 GPU_MIN_INTERVAL_S = 0.1
 """Default floor of the GPU polling interval (s): NVML averages utilisation over 1/6 to 1 s."""
+DATASET_PART_S = 10.0
+"""Seconds per Parquet part with ``dataset=`` (fewer when a given ``capacity`` holds less)."""
 
 SenderArg = Union[AbstractBackendSender, Callable[[StatsDict], Any], Sequence[Any]]
 
@@ -77,7 +81,11 @@ class SystemMonitor:
     sample_rate_seconds : float
         Seconds between published events (default 2).
     rank : int, optional
-        Prefix every key with ``rank{rank}.`` (distributed training).
+        Prefix every key with ``rank{rank}.`` (distributed training), as the original monitors
+        did, in :attr:`sampler` and in what every user sender receives. A built-in sender that
+        labels the rank in its backend instead (W&B's ``x_label``, an MLflow run tag, a
+        TensorBoard run directory) is given the rank through its ``label_rank`` hook and gets
+        the keys without the prefix, so the rank is not said twice.
     interval : float
         Keyword-only. Sampling interval of the C++ sampler in seconds (default 0.01).
     aggregate : {"mean", "max", "last"}
@@ -109,6 +117,11 @@ class SystemMonitor:
         else a timestamped file in the working directory).
     dump_format : {"csv", "parquet"}
         Keyword-only. Format of the dump.
+    dataset : path, optional
+        Keyword-only. Also record every sample as Parquet parts of a partitioned dataset at this
+        root (``ROOT/job=J/host=H/rank=R/part-….parquet``, a part every 10 s; read all ranks as
+        one with :func:`stroboscope.open_dataset`). Job and host come from the environment, the
+        rank from ``rank`` when given, else from the environment.
 
     Attributes
     ----------
@@ -143,6 +156,7 @@ class SystemMonitor:
         crash_safe: bool = False,
         dump_path: str | os.PathLike[str] | None = None,
         dump_format: str = "csv",
+        dataset: str | os.PathLike[str] | None = None,
     ) -> None:
         pid = check_pid(pid)  # first: a bad pid is named before anything else is checked
         self._rate = check_seconds("sample_rate_seconds", sample_rate_seconds)
@@ -160,6 +174,7 @@ class SystemMonitor:
         self._flush_timeout = check_seconds("flush_timeout", flush_timeout)
         senders = _sender_list(backend_sender)
         self._backend_sender = senders[0] if len(senders) == 1 else senders
+        fed = rank_aware(senders, rank)  # before any resource: a rank conflict raises here
 
         spec: dict[str, float | None] = dict.fromkeys(sources(extended, _gpu_available(pid)))
         if GPU_SOURCE in spec:
@@ -167,6 +182,7 @@ class SystemMonitor:
                 every = max(1, math.ceil(GPU_MIN_INTERVAL_S / interval - 1e-9))
                 gpu_interval = every * interval
             spec[GPU_SOURCE] = gpu_interval
+        given_capacity = capacity
         if capacity is None:
             per_drain = math.ceil(min(self._rate, DRAIN_PERIOD_S) / interval)
             capacity = max(1024, 8 * per_drain)
@@ -178,6 +194,12 @@ class SystemMonitor:
                 dump_format=dump_format,
                 segment_seconds=max(interval, capacity * interval / 4),
             )
+        if dataset is not None:
+            if given_capacity is None:  # room for two parts and a late one (the writer asks 2)
+                capacity = max(capacity, math.ceil(2.5 * DATASET_PART_S / interval))
+            part_s = max(interval, min(DATASET_PART_S, capacity * interval / 2.5))
+            who = None if rank is None else detect_identity(rank=rank)
+            extra.update(dataset=dataset, identity=who, segment_seconds=part_s)
         # The pure-Python monitors read psutil.net_io_counters(), which counts loopback.
         self._loopback = True
         self._core = Sampler(
@@ -198,7 +220,7 @@ class SystemMonitor:
         self.sampler = {}
         self.last_window: WindowInfo | None = None
 
-        self._fanout = Fanout(senders, max_pending)
+        self._fanout = Fanout(fed, max_pending)
         self._lock = threading.Lock()  # start/shutdown
         self._window_lock = threading.Lock()  # drain + aggregate + publish
         self._stop = threading.Event()

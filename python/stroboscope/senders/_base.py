@@ -65,6 +65,16 @@ class BuiltinSender(AbstractBackendSender):
         ts = kwargs.get("timestamp")
         return time.time() if ts is None else float(ts)
 
+    def label_rank(self, rank: int) -> bool:
+        """Hook for ``SystemMonitor(..., rank=rank)``, called once before the first event.
+
+        A sender that puts the rank in its backend's own label (a W&B ``x_label``, an MLflow run
+        tag, a TensorBoard run directory) takes ``rank`` as its own and returns True; the monitor
+        then hands it keys without the ``rank{rank}.`` prefix, so the rank is not said twice.
+        The default returns False: the sender gets the prefixed keys, as every user sender does.
+        """
+        return False
+
 
 class CallableSender(AbstractBackendSender):
     """Adapts a plain callable taking the event dict to the sender interface."""
