@@ -51,8 +51,8 @@ if TYPE_CHECKING:
         rank_sources,
     )
     from stroboscope.cluster._sampler import Sampler
-    # PrometheusExporter and OTelExporter (cluster/prometheus.py, cluster/otel.py) join this
-    # block once those modules are merged; until then mypy sees them through __getattr__.
+    from stroboscope.cluster.otel import OTelExporter
+    from stroboscope.cluster.prometheus import PrometheusExporter
 
 
 def __getattr__(name: str) -> Any:
