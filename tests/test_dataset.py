@@ -168,6 +168,8 @@ def test_bad_arguments_and_roots(tmp_path: Path) -> None:
         open_dataset(tmp_path / "empty", kind="traces")
     empty = open_dataset(tmp_path / "empty")
     assert empty.to_table().num_rows == 0 and empty.schema.names == ["job", "host", "rank"]
+    no_scopes = open_dataset(tmp_path / "empty", kind="scopes")  # no _scopes tree yet
+    assert no_scopes.to_table().num_rows == 0 and no_scopes.schema.names == ["job", "host", "rank"]
 
 
 def test_parts_disagreeing_on_a_type_are_named(tmp_path: Path) -> None:
