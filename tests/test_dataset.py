@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 
 import duckdb
@@ -168,6 +169,8 @@ def test_bad_arguments_and_roots(tmp_path: Path) -> None:
         open_dataset(tmp_path / "empty", kind="traces")
     empty = open_dataset(tmp_path / "empty")
     assert empty.to_table().num_rows == 0 and empty.schema.names == ["job", "host", "rank"]
+    no_scopes = open_dataset(tmp_path / "empty", kind="scopes")  # no _scopes tree yet
+    assert no_scopes.to_table().num_rows == 0 and no_scopes.schema.names == ["job", "host", "rank"]
 
 
 def test_parts_disagreeing_on_a_type_are_named(tmp_path: Path) -> None:
@@ -315,6 +318,15 @@ def test_the_code_in_docs_dataset_md_runs_and_its_readers_agree(
     blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
     assert len(blocks) == 4
     scope: dict[str, object] = {"root": root}
+
+    def train() -> None:  # the docs' workload: until the sampler has written a few rows
+        sampler = scope["s"]
+        assert isinstance(sampler, stroboscope.Sampler)
+        deadline = time.monotonic() + 60
+        while sampler.stats().rows_written < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    scope["train"] = train
     for block in blocks:
         exec(compile(block, "docs/dataset.md", "exec"), scope)  # our own docs
     table = scope["table"]

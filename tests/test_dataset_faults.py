@@ -224,3 +224,40 @@ def _one_row(tmp_path: Path) -> Path:
     path = tmp_path / "one.parquet"
     pq.write_table(pa.table({"mono_ns": pa.array([1], pa.int64())}), path)
     return path
+
+
+KILLED_RANK = r"""
+import sys, time
+from stroboscope.recording.sampler import Sampler
+
+s = Sampler(0.001, sources=["process"], dataset=sys.argv[1], segment_seconds=0.02)
+s.start()
+while s.dataset_status.segments_written < 3:
+    time.sleep(0.005)
+print("parts", flush=True)
+while True:  # parts keep being written until the SIGKILL, wherever it lands
+    time.sleep(1)
+"""
+
+
+def test_a_rank_killed_while_recording_leaves_whole_parts_only(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    with subprocess.Popen(
+        [sys.executable, "-c", KILLED_RANK, str(root)],
+        env=rank_env(1, 0, 2, "killed"),
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "parts"
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.wait(timeout=60)
+    files = open_dataset(root).files
+    assert len(files) >= 3
+    for f in files:
+        pq.read_table(f)  # each part complete: a partial one would not parse
+    table = open_dataset(root).to_table()
+    mono = table.column("mono_ns").to_pylist()
+    assert len(mono) == len(set(mono)) > 0  # no row twice
+    assert set(table.column("rank").to_pylist()) == {1}
