@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from stroboscope.cluster._otel_names import Metric, Point
 from stroboscope.sampling import Frame, Sampler
 
