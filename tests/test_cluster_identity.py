@@ -341,9 +341,14 @@ def test_provenance_carries_the_monitored_process_identity(conflict: bool) -> No
     if conflict:
         env["WORLD_SIZE"] = "6"  # RANK=6 >= WORLD_SIZE=6
     child = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, **env}
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
+        # Until the child has exec'd, /proc/PID/environ is still the parent's: wait for it.
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
         s = Sampler(0.01, pid=child.pid, sources=["process"])
         s.tick_now(1)
         prov = s.snapshot().provenance
@@ -351,6 +356,8 @@ def test_provenance_carries_the_monitored_process_identity(conflict: bool) -> No
     finally:
         child.kill()
         child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
     assert prov is not None
     expected = None if conflict else detect_identity({**os.environ, **env}).to_dict()
     assert prov["identity"] == expected

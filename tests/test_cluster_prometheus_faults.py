@@ -228,12 +228,8 @@ def test_gpu_label_is_the_nvml_index_as_in_dcgm_exporter(
     assert served == {("stroboscope_gpu_power_watts", tuple(sorted(want.items()))): 123.0}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sampling defect outside cluster/: without driver samples (gpu_samples=False) a "
-    "Sampler keeps no NVML index per column label, so provenance() maps gpus='cuda' columns "
-    "to the wrong device (gpu.0 -> NVML 0, not 1) and the exporter inherits it",
-)
+# Was a defect: without driver samples (gpu_samples=False) a Sampler kept no NVML index per
+# column label, so gpus="cuda" columns were mapped to the wrong device (gpu.0 -> NVML 0, not 1).
 def test_gpu_label_without_driver_samples(two_gpus: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     [(_, labels)] = gpu_power_series(False)

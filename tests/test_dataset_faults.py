@@ -72,6 +72,32 @@ def test_two_samplers_of_one_process_cannot_share_a_partition(tmp_path: Path) ->
         first.close()
 
 
+def test_single_process_runs_without_a_job_id_each_get_a_job_of_their_own(
+    tmp_path: Path,
+) -> None:
+    # A job of their own each, so recording twice into one root needs no new name; ranks of a
+    # job without a job id keep job=none and a rerun of that rank is refused, naming --job.
+    jobs = []
+    for _ in range(2):
+        with Sampler(
+            0.01,
+            sources=["memory"],
+            dataset=tmp_path,
+            identity=Identity(host="h"),
+            segment_seconds=0.1,
+        ) as s:
+            wait_for("a row", lambda: s.stats().rows_written > 0)
+            assert s.identity is not None and s.identity.job is not None
+            assert s.identity.job.startswith("run-")
+            jobs.append(s.identity.job)
+    assert jobs[0] != jobs[1]
+    assert set(open_dataset(tmp_path).to_table().column("job").to_pylist()) == set(jobs)
+    rank = Identity(host="h", rank=1, world_size=2)
+    Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=rank).close()
+    with pytest.raises(ValueError, match="--job"):
+        Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=rank)
+
+
 KILLED_WRITER = r"""
 import sys, time
 import pyarrow as pa

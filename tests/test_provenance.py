@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -309,15 +310,46 @@ def test_first_and_last_row_across_empty_chunks() -> None:
 
 
 def test_record_pid_keeps_the_command_line_of_a_process_that_exited(tmp_path: Path) -> None:
-    target = subprocess.Popen(["sleep", "0.8"])
+    # The target lives until the recorder watches it (it holds the target's /proc files open:
+    # its sampler exists, and it reads the command line just after starting), then exits; a
+    # fixed sleep raced the recorder's start-up on a loaded machine.
+    target = subprocess.Popen(["sleep", "600"])
+    out = tmp_path / "pid.parquet"
+    argv = ["record", "-o", str(out), "--pid", str(target.pid), "--sources", "process"]
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "stroboscope", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        out = tmp_path / "pid.parquet"
-        done = _run_cli("record", "-o", str(out), "--pid", str(target.pid), "--sources", "process")
-        assert done.returncode == 0, done.stderr
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and cli.poll() is None:
+            if _holds_proc_file_of(cli.pid, target.pid):
+                break
+            time.sleep(0.01)
+        time.sleep(0.5)  # from the sampler's construction to its first provenance()
     finally:
         target.kill()
         target.wait()
+    _, err = cli.communicate(timeout=120)
+    assert cli.returncode == 0, err
     prov = from_schema(pq.read_schema(out))
     assert prov is not None
     # Read while it ran: by the time the output is written the process is gone.
-    assert prov["pid"] == target.pid and prov["cmdline"] == ["sleep", "0.8"]
+    assert prov["pid"] == target.pid and prov["cmdline"] == ["sleep", "600"]
+
+
+def _holds_proc_file_of(holder: int, pid: int) -> bool:
+    """Whether process ``holder`` has a file under /proc/``pid`` open."""
+    try:
+        fds = os.listdir(f"/proc/{holder}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{holder}/fd/{fd}").startswith(f"/proc/{pid}/"):
+                return True
+        except OSError:
+            continue  # closed meanwhile
+    return False

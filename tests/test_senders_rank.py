@@ -78,6 +78,18 @@ def test_bad_rank_arguments() -> None:
         RankLabel(1, detect_identity(rank=2), "S")
 
 
+def test_conflicting_launcher_variables_leave_the_sender_working_unlabelled(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    torchrun(monkeypatch, 6, 6)  # RANK=6 >= WORLD_SIZE=6: the identity cannot be detected
+    with pytest.raises(ValueError):
+        detect_identity()
+    with caplog.at_level("WARNING", logger="stroboscope.senders"):
+        label = RankLabel(None, None, "TensorBoardSender")
+    assert label.rank is None and "RANK=6" in caplog.text and "TensorBoardSender" in caplog.text
+    assert RankLabel(2, None, "S").rank == 2  # a rank given still labels
+
+
 def test_adopting_the_monitors_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     torchrun(monkeypatch, 1, 4)
     detected = RankLabel(None, None, "S")

@@ -18,6 +18,7 @@ holds is refused there, before anything is recorded, and so is a root that canno
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -63,8 +64,25 @@ def check_identity(identity: object, dataset: object) -> Identity | None:
             f"got {type(identity).__name__}"
         )
     if identity is None and dataset is not None:
-        return detect_identity()
+        identity = detect_identity()
+    if dataset is not None and identity is not None:
+        identity = own_job(identity)
     return identity
+
+
+def own_job(identity: Identity, *, now_ns: int | None = None) -> Identity:
+    """``identity``, with a job id of its own (``run-STAMP``) when it has none and is a single
+    process (no world size, or 1): each such run is then a job, and a second run into the same
+    root needs no new name. Ranks of a job without a job id cannot agree on a made-up one: they
+    keep ``job=none`` and a rerun into that root is refused, naming ``--job``."""
+    if identity.job is not None or (identity.world_size or 1) > 1:
+        return identity
+    stamp = run_stamp(time.time_ns() if now_ns is None else now_ns)
+    return dataclasses.replace(
+        identity,
+        job=f"run-{stamp}",
+        sources={**identity.sources, "job": "made for this single-process run"},
+    )
 
 
 def open_partition(root: str | os.PathLike[str], identity: Identity) -> tuple[str, dict[str, Any]]:

@@ -178,7 +178,10 @@ class Sampler(ScopeRecording):
             raise RuntimeError(f"cannot build sampler: {exc}") from None
         self._ring_file = ring_path or None
         self._gpu_recorder: _core.GpuSampleRecorder | None = None
-        self._gpu_labels: dict[int, int] = {}
+        # NVML index -> the label of its columns (gpu.LABEL.*), for provenance and exporters.
+        self._gpu_labels: dict[int, int] = {
+            idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(devices)
+        }
         if want_gpu_samples and any(name == "gpu" for name, _ in specs):
             self._gpu_recorder = _core.GpuSampleRecorder(devices, round(gpu_every_s * 1e9), 1 << 18)
             found = list(self._gpu_recorder.devices)

@@ -18,8 +18,24 @@ Where the rank comes from, first match wins:
 from __future__ import annotations
 
 import dataclasses
+import logging
+import socket
 
 from stroboscope._identity import Identity, detect_identity
+
+_LOG = logging.getLogger("stroboscope.senders")
+
+
+def _detected(rank: int | None, owner: str) -> Identity:
+    """The environment's identity; where its variables conflict, a sender still works: it is
+    logged once, and the run is labelled with the given rank only (a sender never refuses to
+    start over a launcher's variables it does not need)."""
+    try:
+        return detect_identity(rank=rank)
+    except ValueError as exc:
+        _LOG.warning("stroboscope: %s labels no rank from the environment: %s", owner, exc)
+        given = {} if rank is None else {"rank": "argument"}
+        return Identity(host=socket.gethostname(), rank=rank, sources=given)
 
 
 def rank_label(rank: int) -> str:
@@ -60,7 +76,7 @@ class RankLabel:
         # the environment labels only a job of more than one process.
         self.explicit = rank is not None or (identity is not None and identity.rank is not None)
         if identity is None:
-            identity = detect_identity(rank=rank)  # an explicit rank wins over the environment
+            identity = _detected(rank, owner)  # an explicit rank wins over the environment
         elif rank is not None and identity.rank not in (None, rank):
             raise ValueError(
                 f"{owner}: rank={rank} disagrees with identity.rank={identity.rank}; give one"
