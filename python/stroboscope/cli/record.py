@@ -12,6 +12,7 @@ waited for); the output is written from the spool and its segments, every row on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -22,7 +23,7 @@ from typing import Any
 
 from stroboscope._identity import Identity
 from stroboscope.analysis.summary import summarize
-from stroboscope.cli import _args, _dataset
+from stroboscope.cli import _args, _dataset, _exporters
 from stroboscope.cli._command import Command
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
 from stroboscope.cli._status import StatusLine, wanted
@@ -87,7 +88,12 @@ def _check_paths(args: argparse.Namespace) -> tuple[str | None, str, str | None]
 
 
 def _build(
-    args: argparse.Namespace, pid: int | None, spool: str, fmt: str | None, who: Identity | None
+    args: argparse.Namespace,
+    pid: int | None,
+    spool: str,
+    fmt: str | None,
+    who: Identity | None,
+    exporters: contextlib.ExitStack,
 ) -> tuple[Sampler, RecordPublisher | None, Watchdog | None]:
     # The segment writer must drain before the ring wraps: a quarter of the ring, at most 10 s.
     ring_rows = check_capacity(args.capacity, "--capacity")
@@ -108,6 +114,8 @@ def _build(
     publisher = None
     try:
         publisher = RecordPublisher.from_args(args, sampler.columns)
+        for line in _exporters.start(args, sampler, exporters):  # a port in use fails here
+            print(line, file=sys.stderr)
         # If this process dies (SIGKILL, OOM, a crash), the watchdog writes FILE from the spool,
         # then removes the spool as a clean run does (only once FILE is complete), so the next
         # run on FILE is not blocked by it.
@@ -119,6 +127,7 @@ def _build(
             watchdog = Watchdog([job])
             watchdog.start()
     except BaseException:
+        exporters.close()
         if publisher is not None:
             publisher.abandon()
         sampler.close()
@@ -299,9 +308,10 @@ def _record(
     who: Identity | None,
 ) -> int:
     command = Command(command_argv) if command_argv else None
+    exporters = contextlib.ExitStack()
     try:
         sampler, publisher, watchdog = _build(
-            args, command.pid if command else args.pid, spool, fmt, who
+            args, command.pid if command else args.pid, spool, fmt, who, exporters
         )
     except BaseException:
         if command is not None:  # setup failed: the command never runs
@@ -335,6 +345,7 @@ def _record(
         raise
     finally:
         status.clear()
+        exporters.close()  # the last window goes out while the sampler still holds it
         sampler.close()
         if publisher is not None:
             publisher.feed(sampler.drain().to_arrow())
@@ -360,7 +371,7 @@ def _record(
         summarize(table, units),
         sampler.segments,
         sampler.dataset_status,
-        who,
+        sampler.identity,  # with the job id a single-process run was given
     )
     return exit_code
 
@@ -375,5 +386,6 @@ def add_parser(sub: Any) -> None:
         "Options come before `--`; everything after it is the command to run and monitor.",
     )
     _args.add_record_arguments(rec)
+    _exporters.add_arguments(rec)
     add_sender_arguments(rec)
     rec.set_defaults(func=run)

@@ -1,0 +1,95 @@
+"""``stroboscope record --prometheus`` and ``--otlp``: the command line starts the cluster
+exporters on its sampler, and they are served or pushed while it records (the exporters
+themselves are tested in test_cluster_prometheus*.py and test_cluster_otel*.py)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from _otlp_receiver import http_receiver, metrics, resource
+
+
+def _record(*argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "stroboscope", "record", "--quiet", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_record_serves_prometheus_metrics_while_it_records(tmp_path: Path) -> None:
+    out = tmp_path / "run.parquet"
+    proc = _record("-o", str(out), "--prometheus", "0", "--duration", "300")  # ended below
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    found = re.search(r"serving Prometheus metrics at (http://127\.0\.0\.1:\d+/metrics)", line)
+    try:
+        assert found, line
+        text = ""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # a scrape before the first memory row: ask again
+            with urllib.request.urlopen(found.group(1), timeout=30) as reply:
+                text = reply.read().decode()
+            if "stroboscope_mem_used_bytes{" in text:
+                break
+            time.sleep(0.05)
+        assert f'hostname="{socket.gethostname()}"' in text
+        assert re.search(r"^stroboscope_mem_used_bytes\{[^}]*\} [0-9.e+]+$", text, re.M), text
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 143, -15), err
+    assert pq.read_table(out).num_rows > 0
+
+
+def test_a_prometheus_port_in_use_stops_the_record_before_the_command_runs(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        marker = tmp_path / "ran"
+        proc = _record(
+            "-o", str(tmp_path / "x.parquet"), "--prometheus", str(port),
+            "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')",
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert str(port) in err and "in use" in err, err
+    assert not marker.exists() and not (tmp_path / "x.parquet").exists()
+
+
+def test_bad_prometheus_address_is_named() -> None:
+    proc = _record("-o", "x.parquet", "--prometheus", "127.0.0.1:99999", "--duration", "1")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "--prometheus" in err and "[0, 65535]" in err
+
+
+def test_record_pushes_otlp_while_it_records(tmp_path: Path) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    server, received = http_receiver()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/metrics"
+        proc = _record(
+            "-o", str(tmp_path / "run.parquet"), "--otlp", endpoint, "--otlp-interval", "0.2",
+            "--duration", "1",
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        requests = received.wait_for(1)
+    finally:
+        server.shutdown()
+        server.server_close()
+    names = set().union(*(metrics(r) for r in requests))
+    assert {"system.memory.usage", "system.cpu.utilization"} <= names, names
+    assert resource(requests[-1])["host.name"] == socket.gethostname()
