@@ -22,8 +22,10 @@ The counter model (docs/energy.md has the derivation):
   counter's resolution (1 mJ). The window's bounds are ``[low(b) - high(a), high(b) - low(a)]``,
   about one counter step (power x update period) either side at each edge.
 
-Sanity: the steps that bear on the window must not go backwards and must not imply a power above
-``max_power_w`` (default: 3x the highest enforced power limit or power reading seen, else 10 kW);
+Sanity: the steps that bear on the window must not go backwards, and the least power each one
+implies (its energy over the longest time it can have taken, ``tau_k - sigma_{k-1}``) must not
+exceed ``max_power_w`` (default: 3x the highest enforced power limit or power reading seen, else
+10 kW);
 a raw reading below the previous one is read by the core as a 32-bit wrap (a jump of 4.3 MJ) or
 a driver restart, and this check is what catches it.
 
@@ -42,7 +44,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.analysis._series import I64, Series, check_samples, gpu_columns, series
+from stroboscope.analysis._series import GPU_READ, I64, Series, check_samples, gpu_columns
+from stroboscope.sampling._energy import cells, int64_cells
 
 RESOLUTION_J = 1e-3  # NVML's energy counter counts whole mJ
 ABSOLUTE_MAX_POWER_W = 10_000.0  # no single accelerator board draws this
@@ -57,8 +60,9 @@ class CounterCheck:
     ``ok`` is False with ``reason`` when the counter cannot serve the window. ``readings`` and
     ``steps`` count readings and value changes in the frame; ``update_period_s`` is the median
     time between changes (the counter's update period as seen), ``reading_period_s`` the median
-    time between readings, ``max_step_power_w`` the highest mean power implied by a step that
-    bears on the window, ``bound_w`` the limit it was held to, ``resolution_j`` the counter's
+    time between readings, ``max_step_power_w`` the highest of the least powers the steps that
+    bear on the window imply (each step's energy over the longest time it can have taken),
+    ``bound_w`` the limit that is held to, ``resolution_j`` the counter's
     unit.
     """
 
@@ -81,7 +85,10 @@ class WindowEnergy:
     the module docstring); ``method`` is ``"counter"``, ``"power integral"`` or ``"none"``,
     ``reason`` says why the counter did not serve (None when it did), ``readings`` counts the
     used column's readings inside the window, ``extrapolated`` is True when an edge lies after
-    the last reading that could place it.
+    the last counter step (its value carried forward at the last step's mean power), and
+    ``hard_bounds`` when the bounds follow from the counter's readings alone (False: an edge
+    had no step surely after it yet, and its upper bound assumes the power stays at or below
+    the highest seen; the power integral's bounds assume power linear between readings).
     """
 
     gpu: int
@@ -94,6 +101,7 @@ class WindowEnergy:
     reason: str | None
     readings: int
     extrapolated: bool
+    hard_bounds: bool
     counter: CounterCheck | None
 
     @property
@@ -113,24 +121,37 @@ class WindowEnergy:
 
 
 def _readings(samples: pa.Table, column: str) -> Series:
-    """The column's readings, one per distinct reading time."""
-    s = series(samples, column)
-    if len(s) > 1:
-        keep = np.concatenate(([True], np.diff(s.t) > 0))
-        s = Series(s.name, s.t[keep], s.v[keep])
-    return s
+    """The column's valid readings, timed as in :mod:`._series` (``gpu.read_mono_ns``, else
+    ``mono_ns``), sorted, one per distinct time; read without converting Python scalars (see
+    :func:`stroboscope.sampling._energy.cells`)."""
+    names = samples.column_names
+    t = int64_cells(samples.column("mono_ns"), -1)
+    if GPU_READ in names:
+        read = int64_cells(samples.column(GPU_READ), -1)
+        t = np.where(read >= 0, read, t)
+    v = np.asarray(cells(samples.column(column), np.float64, math.nan), dtype=np.float64)
+    ok = ~np.isnan(v)
+    t, v = t[ok], v[ok]
+    if len(t) > 1 and bool((np.diff(t) < 0).any()):
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+    if len(t) > 1:
+        keep = np.concatenate(([True], np.diff(t) > 0))
+        t, v = t[keep], v[keep]
+    return Series(column, t, v)
 
 
 def _median_gap_s(t: I64) -> float:
     return float(np.median(np.diff(t))) / _NS if len(t) > 1 else math.nan
 
 
-def _max_power_seen(samples: pa.Table, gpu: int) -> float:
-    """The highest enforced limit or power reading of ``gpu`` in the frame (W; NaN if none)."""
+def _max_power_seen(samples: pa.Table, gpu: int, metrics: tuple[str, ...]) -> float:
+    """The highest reading of ``gpu``'s ``metrics`` (power_w, power_limit_w) in the frame (W;
+    NaN if none)."""
     best = math.nan
-    for metric in ("power_limit_w", "power_w"):
+    for metric in metrics:
         name = f"gpu.{gpu}.{metric}"
-        if name in samples.column_names and len(s := series(samples, name)):
+        if name in samples.column_names and len(s := _readings(samples, name)):
             best = float(np.nanmax([best, float(s.v.max())]))
     return best
 
@@ -145,7 +166,15 @@ class _Knots:
         self.value = s.v[idx]
         self.sigma = np.where(idx > 0, s.t[np.maximum(idx - 1, 0)], np.iinfo(np.int64).min)
         dt = np.diff(self.tau).astype(np.float64)
-        self.step_w = np.diff(self.value) / 1e3 / (dt / _NS) if len(dt) else np.zeros(0)
+        # Mean power of each step (W = mJ/ms), between the first readings of its two values.
+        self.step_w = np.diff(self.value) / (dt / 1e6) if len(dt) else np.zeros(0)
+        # The least power a step implies: its energy over the longest time it can have taken,
+        # from the reading before the previous value was first seen (readings are jittered, so
+        # the mean above can exceed the true power when two knots come close together).
+        known = self.sigma[:-1] > np.iinfo(np.int64).min
+        since = np.where(known, self.sigma[:-1], self.tau[:-1])
+        longest = (self.tau[1:] - since).astype(np.float64)
+        self.least_w = np.diff(self.value) / (longest / 1e6) if len(dt) else np.zeros(0)
 
     def check(self, a: int, b: int, bound_w: float) -> tuple[str | None, float]:
         """Why the steps bearing on ``[a, b]`` are insane (None if they are not), and the
@@ -156,7 +185,7 @@ class _Knots:
         after = np.flatnonzero(self.sigma >= b)
         last = int(after[0]) if len(after) else len(self.tau) - 1
         steps = np.diff(self.value[first : last + 1])
-        power = self.step_w[first:last]
+        power = self.least_w[first:last]
         top = float(power.max()) if len(power) else 0.0
         back = int(np.argmin(steps)) if len(steps) else 0
         if len(steps) and steps[back] < 0:
@@ -166,17 +195,19 @@ class _Knots:
             ), top
         if top > bound_w:
             k = first + int(np.argmax(power)) + 1
-            gap_ms = (self.tau[k] - self.tau[k - 1]) / 1e6
+            gap_ms = (self.value[k] - self.value[k - 1]) / top
             return (
-                f"a counter step of {(self.value[k] - self.value[k - 1]) / 1e3:.6g} J in "
-                f"{gap_ms:.6g} ms implies {top:.6g} W, above the plausible {bound_w:.6g} W "
+                f"a counter step of {(self.value[k] - self.value[k - 1]) / 1e3:.6g} J within "
+                f"{gap_ms:.6g} ms implies at least {top:.6g} W, above the plausible "
+                f"{bound_w:.6g} W "
                 "(a reading below the previous one, taken as a 32-bit wrap, or a driver restart)"
             ), top
         return None, top
 
-    def edge(self, x: int, top_w: float) -> tuple[float, float, float, bool]:
-        """Estimate, lower and upper bound (mJ) of the counter at ``x``, and whether the
-        estimate was extrapolated past the last knot."""
+    def edge(self, x: int, top_w: float) -> tuple[float, float, float, bool, bool]:
+        """Estimate, lower and upper bound (mJ) of the counter at ``x``; whether the estimate
+        was extrapolated past the last knot; whether the upper bound is a reading's (else it
+        assumes the power stays at or below ``top_w``, the highest seen)."""
         k = int(np.searchsorted(self.tau, x, side="right")) - 1  # the last knot seen by x
         low = float(self.value[k])
         later = np.flatnonzero(self.sigma >= x)
@@ -187,19 +218,28 @@ class _Knots:
             slope = float(self.step_w[-1]) if len(self.step_w) else 0.0  # W = mJ/ms
             est = low + slope * (x - self.tau[k]) / 1e6
             extrapolated = True
+        est = max(est, low)
         if len(later):
             high = float(self.value[later[0]])
-        else:
+            est = min(est, high)
+        else:  # no step surely after x yet: a model's bound, never below the estimate
             since = self.sigma[k] if self.sigma[k] > np.iinfo(np.int64).min else self.tau[k]
-            high = low + (0.0 if math.isnan(top_w) else top_w) * (x - since) / 1e6
-        est = min(max(est, low), high)
-        return est, low - RESOLUTION_J * 1e3, high + RESOLUTION_J * 1e3, extrapolated
+            high = max(low + (0.0 if math.isnan(top_w) else top_w) * (x - since) / 1e6, est)
+        r = RESOLUTION_J * 1e3
+        return est, low - r, high + r, extrapolated, bool(len(later))
 
 
 def _counter_window(
-    samples: pa.Table, gpu: int, a: int, b: int, bound_w: float
+    samples: pa.Table, gpu: int, a: int, b: int, bound_w: float, before: pa.Table | None
 ) -> tuple[WindowEnergy | None, CounterCheck]:
-    s = _readings(samples, f"gpu.{gpu}.energy_mj")
+    name = f"gpu.{gpu}.energy_mj"
+    s = _readings(samples, name)
+    head = None  # the begin's own readings, when ``samples`` no longer reaches back to it
+    if before is not None and name in before.column_names and (len(s) == 0 or s.t[0] > a):
+        head = _readings(before, name)
+        cut = int(np.searchsorted(head.t, s.t[0], side="left")) if len(s) else len(head)
+        head = Series(name, head.t[:cut], head.v[:cut])
+        s = Series(name, np.concatenate((head.t, s.t)), np.concatenate((head.v, s.v)))
     knots = _Knots(s)
     reason, top = knots.check(a, b, bound_w)
     check = CounterCheck(
@@ -214,13 +254,19 @@ def _counter_window(
     )
     if reason is not None:
         return None, check
-    seen = float(np.nanmax([top, _max_power_seen(samples, gpu)]))
-    ea, la, ha, xa = knots.edge(a, seen)
-    eb, lb, hb, xb = knots.edge(b, seen)
+    # The highest power seen, for the upper bound past the last step: steps and power readings
+    # (the limit only where neither is known).
+    seen = float(np.nanmax([top, _max_power_seen(samples, gpu, ("power_w",))]))
+    if not seen > 0:
+        seen = _max_power_seen(samples, gpu, ("power_limit_w",))
+    # Not interpolated across rows the ring lost: the begin's value is carried forward from
+    # the counter's last step before it.
+    ea, la, ha, xa, hard_a = (knots if head is None else _Knots(head)).edge(a, seen)
+    eb, lb, hb, xb, hard_b = knots.edge(b, seen)
     inside = int(np.count_nonzero((s.t >= a) & (s.t < b)))
     result = WindowEnergy(
         gpu, a, b, (eb - ea) / 1e3, max(lb - ha, 0.0) / 1e3, (hb - la) / 1e3,
-        "counter", None, inside, xa or xb, check,
+        "counter", None, inside, xa or xb, hard_a and hard_b, check,
     )  # fmt: skip
     return result, check
 
@@ -234,7 +280,7 @@ def _power_window(
         why = f"no {name} readings" if s is not None else f"no {name} column"
         return WindowEnergy(
             gpu, a, b, math.nan, math.nan, math.nan, "none",
-            f"{reason}; and {why}" if reason else why, 0, False, check,
+            f"{reason}; and {why}" if reason else why, 0, False, False, check,
         )  # fmt: skip
     held = s.t[0] > a or s.t[-1] < b
     # Readings held flat beyond the span, so every instant of [a, b] has a piece.
@@ -252,7 +298,7 @@ def _power_window(
     inside = int(np.count_nonzero((s.t >= a) & (s.t < b)))
     return WindowEnergy(
         gpu, a, b, est, low, high, "power integral", (reason or "no energy counter") + note,
-        inside, held, check,
+        inside, held, False, check,
     )  # fmt: skip
 
 
@@ -275,6 +321,7 @@ def window_energy(
     *,
     gpus: Iterable[int] | None = None,
     max_power_w: float | None = None,
+    before: Any = None,
 ) -> dict[int, WindowEnergy]:
     """Energy each GPU used between two instants, from the frame's energy counter.
 
@@ -297,6 +344,7 @@ def window_energy(
         Per GPU: the estimate in J, its bounds, the method and why (see the module docstring).
     """
     table = check_samples(samples)
+    head = None if before is None else check_samples(before)
     a, b = _check_instant("begin_ns", begin_ns), _check_instant("end_ns", end_ns)
     if b < a:
         raise ValueError(f"end_ns must be >= begin_ns, got begin_ns={a} and end_ns={b}")
@@ -322,12 +370,12 @@ def window_energy(
         if max_power_w is not None:
             bound = float(max_power_w)
         else:
-            seen = _max_power_seen(table, gpu)
+            seen = _max_power_seen(table, gpu, ("power_limit_w", "power_w"))
             bound = ABSOLUTE_MAX_POWER_W if math.isnan(seen) else PLAUSIBLE_FACTOR * seen
         reason: str | None = None
         check: CounterCheck | None = None
         if f"gpu.{gpu}.energy_mj" in table.column_names:
-            result, check = _counter_window(table, gpu, a, b, bound)
+            result, check = _counter_window(table, gpu, a, b, bound, head)
             if result is not None:
                 out[gpu] = result
                 continue

@@ -64,15 +64,18 @@ class Measurement:
         return float(sum(self.gpu_energy.values()))
 
 
-def _sync_for(with_: object, indices: list[int]) -> SyncFn | None:
-    """The synchronise callable Zeus's ``sync_execution_with`` names (imported lazily)."""
-    if with_ is None:
-        return None
-    if with_ not in _SYNC_WITH:
+def _check_sync_with(with_: object) -> None:
+    if with_ is not None and with_ not in _SYNC_WITH:
         raise ValueError(
             f"sync_execution_with must be one of {_SYNC_WITH} or None, got {with_!r} "
             "(or pass sync= any callable)"
         )
+
+
+def _sync_for(with_: object, indices: list[int]) -> SyncFn | None:
+    """The synchronise callable Zeus's ``sync_execution_with`` names (imported lazily)."""
+    if with_ is None:
+        return None
 
     def sync() -> None:
         if with_ == "torch":
@@ -129,6 +132,10 @@ class ZeusMonitor:
         monitor (:meth:`close`, or ``with ZeusMonitor() as m``).
     interval : float
         The owned sampler's interval and GPU poll interval in seconds (default 0.005).
+    capacity : int
+        The owned sampler's ring rows (default 16384: 82 s at 5 ms, about 190 kB per GPU; a
+        window that outlives the ring keeps the rows from just before its begin, and its
+        energy there is carried forward from the counter's last step).
     timeout : float, optional
         How long an end waits for a GPU reading after it (default: twice the poll plus 0.1 s).
     """
@@ -144,6 +151,7 @@ class ZeusMonitor:
         sync: SyncFn | None = None,
         sampler: Sampler | None = None,
         interval: float = 0.005,
+        capacity: int = 1 << 14,
         timeout: float | None = None,
     ) -> None:
         wanted = _check_indices("gpu_indices", gpu_indices)
@@ -158,40 +166,51 @@ class ZeusMonitor:
             )
         if sampler is not None and not isinstance(sampler, Sampler):
             raise TypeError(f"sampler must be a stroboscope Sampler, got {describe(sampler)}")
+        given = check_sync(sync)
+        _check_sync_with(sync_execution_with)
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
+        ):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         self.approx_instant_energy = approx_instant_energy
         self._timeout = timeout
         self._owned = sampler is None
         self._sampler: Sampler | None = sampler
-        if sampler is None and wanted != []:
-            self._sampler = self._own_sampler(interval, wanted)
-        seen = self._gpus_seen()
-        self.gpu_indices: list[int] = seen if wanted is None else wanted
-        missing = [i for i in self.gpu_indices if i not in seen]
-        if missing:
+        self._log: TextIO | None = None
+        if log_file is not None:  # opened first: a bad path fails before a sampler starts
+            from stroboscope._files import open_private
+
+            self._log = io.TextIOWrapper(open_private(log_file), encoding="utf-8")
+        try:
+            if sampler is None and wanted != []:
+                self._sampler = self._own_sampler(interval, capacity, wanted)
+            seen = self._gpus_seen()
+            self.gpu_indices: list[int] = seen if wanted is None else wanted
+            missing = [i for i in self.gpu_indices if i not in seen]
+            if missing:
+                raise ValueError(
+                    f"gpu_indices {missing}: no such GPU; the sampler sees CUDA devices {seen} "
+                    "(CUDA_VISIBLE_DEVICES respected; see stroboscope.gpu_status())"
+                )
+        except BaseException:
             self.close()
-            raise ValueError(
-                f"gpu_indices {missing}: no such GPU; the sampler sees CUDA devices {seen} "
-                "(CUDA_VISIBLE_DEVICES respected; see stroboscope.gpu_status())"
-            )
+            raise
         self.cpu_indices: list[int] = []
-        given = check_sync(sync)
         self._sync = (
             given if given is not None else _sync_for(sync_execution_with, self.gpu_indices)
         )
         self._begun: dict[str, tuple[float, int]] = {}  # key -> (time.time(), monotonic ns)
-        self._log: TextIO | None = None
-        if log_file is not None:
-            from stroboscope._files import open_private
-
-            self._log = io.TextIOWrapper(open_private(log_file), encoding="utf-8")
+        if self._log is not None:
             cols = ",".join(f"gpu{i}_energy" for i in self.gpu_indices)
             self._log.write(f"start_time,window_name,elapsed_time,{cols}\n")
             self._log.flush()
 
-    def _own_sampler(self, interval: float, wanted: list[int] | None) -> Sampler | None:
+    def _own_sampler(
+        self, interval: float, capacity: int, wanted: list[int] | None
+    ) -> Sampler | None:
         try:
             sampler = Sampler(
-                interval, sources={"gpu": None}, gpus="cuda", gpu_samples=False, capacity=1 << 18
+                interval, sources={"gpu": None}, gpus="cuda", gpu_samples=False, capacity=capacity
             )
         except RuntimeError as exc:
             if wanted is None:

@@ -16,9 +16,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from stroboscope import _core
@@ -30,8 +31,11 @@ if TYPE_CHECKING:
     from stroboscope.sampling._stats import SamplerStats
 
 SyncFn = Callable[[], object]
+I64 = npt.NDArray[np.int64]
 _READ = "gpu.read_mono_ns"
 _PAUSE_S = 0.001  # between looks at the ring while an end waits for its reading
+_EDGE_READINGS = 16  # readings after a begin kept with it (slow counters step every few)
+_TAIL_ROWS = 64  # rows kept from just before a begin (at least 4 GPU readings' worth)
 
 
 @dataclass
@@ -40,7 +44,8 @@ class EnergyWindow:
     :class:`~stroboscope.analysis.energy.WindowEnergy` (estimate, bounds, method, reason).
 
     ``waited_s`` is how long the end waited for a reading after it; ``reading_after_end`` says
-    whether one came (False: the latest readings were used and the bounds widen accordingly).
+    whether one came (False: the latest readings were used and the bounds widen accordingly);
+    ``note`` says when the ring had overwritten rows of the window before its end.
     """
 
     key: str
@@ -49,6 +54,7 @@ class EnergyWindow:
     gpus: dict[int, WindowEnergy] = field(default_factory=dict)
     waited_s: float = 0.0
     reading_after_end: bool = False
+    note: str | None = None
 
     @property
     def time_s(self) -> float:
@@ -64,6 +70,46 @@ class EnergyWindow:
     def uncertainty_j(self) -> dict[int, float]:
         """The ``±`` of each estimate (J): the larger distance to a bound."""
         return {g: w.uncertainty_j for g, w in self.gpus.items()}
+
+
+@dataclass
+class _Open:
+    """An open window: its begin, the ring's row count then and its latest rows before, and
+    once kept, the rows around its begin (``edge``) and the ring row that follows them."""
+
+    begin_ns: int
+    written: int
+    tail: pa.Table  # the ring's latest rows just before the begin
+    edge: pa.Table | None = None
+    edge_next_row: int = 0
+
+
+def cells(column: pa.ChunkedArray, dtype: type[np.generic], missing: float) -> npt.NDArray[Any]:
+    """A numeric column's cells as ``dtype`` (int64 or float64), ``missing`` where null. Read
+    from the Arrow buffers: pyarrow's own null handling (``fill_null`` with a Python scalar,
+    ``to_numpy`` over nulls) imports pandas, half a second inside the first window."""
+    arr = column.cast(pa.int64() if dtype is np.int64 else pa.float64()).combine_chunks()
+    n, off = len(arr), arr.offset
+    validity, data = arr.buffers()[:2]
+    if n == 0 or data is None:
+        return np.full(n, missing, dtype=dtype)
+    values = np.frombuffer(data, dtype=dtype, count=off + n)[off:]
+    if arr.null_count and validity is not None:
+        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+        values = np.where(bits[off : off + n].astype(bool), values, missing)
+    return np.asarray(values, dtype=dtype)
+
+
+def int64_cells(column: pa.ChunkedArray, missing: int) -> I64:
+    """An integer column's cells as int64, ``missing`` where null (see :func:`cells`)."""
+    return np.asarray(cells(column, np.int64, missing), dtype=np.int64)
+
+
+def _read_times(table: pa.Table) -> I64:
+    """Per row, the GPU reading's time (``gpu.read_mono_ns``; -1 where the row has none)."""
+    if _READ not in table.column_names:
+        return np.full(table.num_rows, -1, dtype=np.int64)
+    return int64_cells(table.column(_READ), -1)
 
 
 def _check_key(key: object) -> str:
@@ -90,42 +136,57 @@ class EnergyWindows:
     def stats(self) -> SamplerStats:
         raise NotImplementedError  # the Sampler's
 
-    def _open_energy_windows(self) -> dict[str, tuple[int, int]]:
-        opened: dict[str, tuple[int, int]] | None = self.__dict__.get("_energy_open")
+    def _open_energy_windows(self) -> dict[str, _Open]:
+        opened: dict[str, _Open] | None = self.__dict__.get("_energy_open")
         if opened is None:
             opened = self.__dict__["_energy_open"] = {}
         return opened
 
-    def _gpu_poll_s(self) -> float:
+    def _gpu_every(self) -> int:
+        """Ticks between the gpu source's readings (ValueError without that source)."""
         gpu = next((s for s in self.stats().sources if s.name == "gpu"), None)
         if gpu is None:
             raise ValueError(
                 "this Sampler has no 'gpu' source: energy windows read its gpu.{i}.energy_mj "
                 "counter (add 'gpu' to sources; see stroboscope.gpu_status())"
             )
-        return max(gpu.every, 1) * self._interval
+        return max(gpu.every, 1)
 
     def _rows(self, first_row: int) -> tuple[int, pa.Table]:
         """The ring's rows from ``first_row`` on (or its oldest kept), and the first's index."""
         rows = self._core.copy_since(max(first_row, 0))
         return int(rows.first_row), Frame(rows).to_arrow()
 
-    def _row_of_last_reading(self, at_ns: int, written: int) -> int:
-        """The ring row of the last GPU reading taken at or before ``at_ns`` (else the oldest
-        row kept), looked for in a growing tail of the ring's first ``written`` rows."""
+    def _row_of_last_reading(self, at_ns: int, written: int) -> int | None:
+        """The ring row of the last GPU reading taken at or before ``at_ns`` among the ring's
+        first ``written`` rows (searched in a growing tail); None when the ring kept none."""
         look = 64
         while True:
             first, table = self._rows(written - look)
-            table = table.slice(0, max(written - first, 0))
-            if _READ in table.column_names and table.num_rows:
-                read = table.column(_READ)
-                t = np.asarray(read.cast(pa.int64()).fill_null(np.iinfo(np.int64).max))
-                before = np.flatnonzero(t <= at_ns)
-                if len(before):
-                    return first + int(before[-1])
+            t = _read_times(table.slice(0, max(written - first, 0)))
+            before = np.flatnonzero((t >= 0) & (t <= at_ns))
+            if len(before):
+                return first + int(before[-1])
             if look >= written or first > written - look:  # the whole ring was searched
-                return first
+                return None
             look *= 4
+
+    def _capture_edges(self) -> None:
+        """Keep the rows around each open window's begin once they hold enough readings after
+        it, so a window outliving the ring keeps its begin (done at every begin and end)."""
+        written = int(self._core.stats()["rows_written"])
+        for w in self._open_energy_windows().values():
+            if w.edge is not None:
+                continue
+            row = self._row_of_last_reading(w.begin_ns, w.written)
+            if row is None:
+                continue
+            first, table = self._rows(row)
+            t = _read_times(table.slice(0, max(written - first, 0)))
+            after = np.flatnonzero(t > w.begin_ns)
+            if first == row and len(after) >= _EDGE_READINGS:
+                last = int(after[_EDGE_READINGS - 1])
+                w.edge, w.edge_next_row = table.slice(0, last + 1), first + last + 1
 
     def begin_energy_window(
         self, key: str = "", *, sync: SyncFn | None = None, restart: bool = False
@@ -141,12 +202,17 @@ class EnergyWindows:
             raise ValueError(f"energy window {name!r} is already open (restart=True replaces it)")
         if not self._core.running:
             raise RuntimeError("energy windows need a running Sampler: start() it first")
-        self._gpu_poll_s()  # no gpu source: ValueError now, not at the end
+        self._gpu_every()  # no gpu source: ValueError now, not at the end
+        self._capture_edges()
         if fn is not None:
             fn()
+        # The latest rows, copied just before the begin (outside the window), in case the ring
+        # overwrites them before the window ends; only the row count is taken after it.
+        written = int(self._core.stats()["rows_written"])
+        tail = self._rows(written - max(_TAIL_ROWS, 4 * self._gpu_every()))[1]
+        tail = tail.select([c for c in tail.column_names if c.startswith("gpu.") or c == "mono_ns"])
         begin = time.monotonic_ns()
-        # Only the ring's row count is taken inside the window; its rows are read at the end.
-        opened[name] = (begin, int(self._core.stats()["rows_written"]))
+        opened[name] = _Open(begin, int(self._core.stats()["rows_written"]), tail)
         return begin
 
     def end_energy_window(
@@ -175,16 +241,30 @@ class EnergyWindows:
         if fn is not None:
             fn()
         end = time.monotonic_ns()
-        begin, written = opened.pop(name)
-        first_row = self._row_of_last_reading(begin, written)
-        poll = self._gpu_poll_s()
-        limit = 2 * poll + 0.1 if timeout is None else float(timeout)
-        came, waited = self._await_reading(end, first_row, limit)
+        w = opened.pop(name)
+        limit = 2 * self._gpu_every() * self._interval + 0.1 if timeout is None else float(timeout)
+        came, waited = self._await_reading(end, w.written, limit)
+        self._capture_edges()  # the other open windows' begins
         from stroboscope.analysis.energy import window_energy
 
-        _, table = self._rows(first_row)
-        gpus = window_energy(table, begin, end, max_power_w=max_power_w)
-        return EnergyWindow(name, begin, end, gpus, waited, came)
+        row = self._row_of_last_reading(w.begin_ns, w.written)
+        note, before = None, None
+        if row is not None:
+            table = self._rows(row)[1]  # the ring still holds the begin: every row since
+        elif w.edge is not None:
+            first, rest = self._rows(w.edge_next_row)
+            table = pa.concat_tables([w.edge, rest])
+            if first > w.edge_next_row:
+                note = f"the ring overwrote {first - w.edge_next_row} rows inside the window"
+        else:
+            first, table = self._rows(w.written)
+            before = w.tail
+            note = (
+                f"the ring overwrote the window's first {first - w.written} rows: the energy at "
+                "its begin is carried forward from the counter's last step before it"
+            )
+        gpus = window_energy(table, w.begin_ns, end, max_power_w=max_power_w, before=before)
+        return EnergyWindow(name, w.begin_ns, end, gpus, waited, came, note)
 
     def _await_reading(self, at_ns: int, first_row: int, limit_s: float) -> tuple[bool, float]:
         """Wait (at most ``limit_s``) for a GPU reading taken at or after ``at_ns`` to be in the
@@ -194,10 +274,8 @@ class EnergyWindows:
         while True:
             first, table = self._rows(row)
             row = first + table.num_rows
-            if _READ in table.column_names and table.num_rows:
-                read = table.column(_READ).cast(pa.int64()).fill_null(-1)
-                if int(np.asarray(read).max()) >= at_ns:
-                    return True, time.monotonic() - start
+            if int(_read_times(table).max(initial=-1)) >= at_ns:
+                return True, time.monotonic() - start
             waited = time.monotonic() - start
             if waited >= limit_s or not self._core.running:
                 return False, waited
@@ -225,3 +303,4 @@ class EnergyWindows:
         done = self.end_energy_window(key, sync=sync, timeout=timeout, max_power_w=max_power_w)
         window.end_ns, window.gpus = done.end_ns, done.gpus
         window.waited_s, window.reading_after_end = done.waited_s, done.reading_after_end
+        window.note = done.note
