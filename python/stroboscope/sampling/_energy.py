@@ -82,6 +82,7 @@ class _Open:
     tail: pa.Table  # the ring's latest rows just before the begin
     edge: pa.Table | None = None
     edge_next_row: int = 0
+    edge_readings: int = 0  # readings after the begin in ``edge``
 
 
 def cells(column: pa.ChunkedArray, dtype: type[np.generic], missing: float) -> npt.NDArray[Any]:
@@ -172,11 +173,11 @@ class EnergyWindows:
             look *= 4
 
     def _capture_edges(self) -> None:
-        """Keep the rows around each open window's begin once they hold enough readings after
-        it, so a window outliving the ring keeps its begin (done at every begin and end)."""
+        """Keep the rows around each open window's begin (up to 16 readings after it, at least
+        2), so a window outliving the ring keeps its begin (done at every begin and end)."""
         written = int(self._core.stats()["rows_written"])
         for w in self._open_energy_windows().values():
-            if w.edge is not None:
+            if w.edge_readings >= _EDGE_READINGS:
                 continue
             row = self._row_of_last_reading(w.begin_ns, w.written)
             if row is None:
@@ -184,9 +185,11 @@ class EnergyWindows:
             first, table = self._rows(row)
             t = _read_times(table.slice(0, max(written - first, 0)))
             after = np.flatnonzero(t > w.begin_ns)
-            if first == row and len(after) >= _EDGE_READINGS:
-                last = int(after[_EDGE_READINGS - 1])
+            if first == row and len(after) > w.edge_readings and len(after) >= 2:
+                n = min(len(after), _EDGE_READINGS)
+                last = int(after[n - 1])
                 w.edge, w.edge_next_row = table.slice(0, last + 1), first + last + 1
+                w.edge_readings = n
 
     def begin_energy_window(
         self, key: str = "", *, sync: SyncFn | None = None, restart: bool = False
