@@ -163,6 +163,11 @@ def test_cuda_indices_follow_cuda_visible_devices(
     assert m.gpu_energy[0] == pytest.approx(
         hand_energy_j(table, 0, m.window.begin_ns, m.window.end_ns), rel=1e-9
     )
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")  # every GPU hidden: none, as in Zeus
+    with ZeusMonitor() as hidden:
+        assert hidden.gpu_indices == [] and hidden.sampler is None
+    with pytest.raises(ValueError, match=r"gpu_indices \[0\]: no GPU can be read here.*hides"):
+        ZeusMonitor(gpu_indices=[0])
 
 
 def test_gpu_indices_and_arguments_are_checked(nvml: ScriptFn, tmp_path: Path) -> None:

@@ -212,7 +212,7 @@ class ZeusMonitor:
             sampler = Sampler(
                 interval, sources={"gpu": None}, gpus="cuda", gpu_samples=False, capacity=capacity
             )
-        except RuntimeError as exc:
+        except (RuntimeError, ValueError) as exc:  # no NVML or GPU; CUDA_VISIBLE_DEVICES hides all
             if wanted is None:
                 return None  # no GPU here: windows measure time only, as Zeus's do
             raise ValueError(f"gpu_indices {wanted}: no GPU can be read here: {exc}") from None

@@ -2,11 +2,14 @@
 the ``gpu`` source samples anyway (no extra NVML call, no helper process).
 
 A window notes ``time.monotonic_ns()`` at its begin and end (after ``sync()`` when one is given,
-e.g. ``torch.cuda.synchronize``, so queued GPU work is inside it) and the ring row of the last
-GPU reading before its begin. Its end waits, for at most ``timeout`` seconds, until a GPU reading
-taken at or after the end has reached the ring (asking for an edge row so it lands at once),
-then computes each GPU's energy with :func:`stroboscope.analysis.energy.window_energy` over the
-rows since that first reading (imported on first use, as :mod:`._scoped` does).
+e.g. ``torch.cuda.synchronize``, so queued GPU work is inside it), the ring's row count at its
+begin and the ring's latest rows copied just before it. Its end waits, for at most ``timeout``
+seconds, until a GPU reading taken at or after the end has reached the ring (asking for an edge
+row so it lands at once), then computes each GPU's energy with
+:func:`stroboscope.analysis.energy.window_energy` over the rows since the last reading before
+the begin (imported on first use, as :mod:`._scoped` does). A window that outlives the ring keeps
+its begin: the rows around it, kept by any later window call while the ring still held them, or
+else the rows copied before it (docs/energy.md).
 """
 
 from __future__ import annotations
@@ -176,7 +179,7 @@ class EnergyWindows:
         """Keep the rows around each open window's begin (up to 16 readings after it, at least
         2), so a window outliving the ring keeps its begin (done at every begin and end)."""
         written = int(self._core.stats()["rows_written"])
-        for w in self._open_energy_windows().values():
+        for w in list(self._open_energy_windows().values()):  # another thread may add one
             if w.edge_readings >= _EDGE_READINGS:
                 continue
             row = self._row_of_last_reading(w.begin_ns, w.written)
