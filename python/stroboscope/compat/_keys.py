@@ -64,7 +64,9 @@ GPU_KEYS: tuple[tuple[str, str, float, str], ...] = (
     ("powerPercent", "power_pct", 1.0, WINDOW),  # % of the enforced power limit
 )
 
-# extended=True: the fuller W&B-style key set.
+# extended=True: the fuller W&B-style key set. W&B's own GPU keys (its system monitor, wandb
+# 0.31: gpu.{i}.<key>) where one of our columns carries the same value, in W&B's units;
+# docs/compat-keys.md lists them side by side with the ones we do not have and why.
 EXTENDED_SYSTEM_KEYS: tuple[tuple[str, str, float, str], ...] = (
     ("proc.cpu.percent", "proc.cpu_pct", 1.0, WINDOW),  # process CPU, 100 per busy core (psutil)
     ("disk.in", "disk.read_bytes", 1.0 / MIB, LAST),  # MiB read from disks since start
@@ -77,10 +79,16 @@ EXTENDED_GPU_KEYS: tuple[tuple[str, str, float, str], ...] = (
     ("memoryClock", "mem_clock_mhz", 1.0, LAST),  # MHz
     ("graphicsClock", "graphics_clock_mhz", 1.0, LAST),  # MHz
     ("enforcedPowerLimitWatts", "power_limit_w", 1.0, LAST),  # W
-    ("energyJoules", "energy_mj", 1e-3, LAST),  # J since the monitor started
+    ("energyJoules", "energy_mj", 1e-3, LAST),  # J since the monitor started (W&B: driver load)
     ("fanSpeed", "fan_pct", 1.0, LAST),  # % of maximum
-    ("correctedMemoryErrors", "ecc_corrected", 1.0, LAST),
-    ("unCorrectedMemoryErrors", "ecc_uncorrected", 1.0, LAST),
+    ("correctedMemoryErrors", "ecc_corrected", 1.0, LAST),  # volatile ECC count, as W&B's
+    # W&B emits "uncorrectedMemoryErrors" (its docs spell it "unCorrectedMemoryErrors").
+    ("uncorrectedMemoryErrors", "ecc_uncorrected", 1.0, LAST),
+    # Bytes/s over the window (W&B: NVML's 20 ms PCIe reading, or GPM on Hopper and newer).
+    ("pcieTxBytes", "pcie_tx_bytes_per_s", 1.0, WINDOW),
+    ("pcieRxBytes", "pcie_rx_bytes_per_s", 1.0, WINDOW),
+    ("nvlinkTxBytes", "nvlink_tx_bytes_per_s", 1.0, WINDOW),  # W&B: GPM only
+    ("nvlinkRxBytes", "nvlink_rx_bytes_per_s", 1.0, WINDOW),
 )
 # bytes (an integer level: LAST)
 EXTENDED_GPU_PROCESS_KEY = ("gpu.process.{i}.memoryAllocatedBytes", "proc_mem_bytes")

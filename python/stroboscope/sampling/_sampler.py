@@ -27,6 +27,7 @@ from stroboscope.sampling._checks import (
     check_sources,
     check_window,
 )
+from stroboscope.sampling._energy import EnergyWindows
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import GpusArg, gpu_sample_table, resolve_gpus
 from stroboscope.sampling._plan import (
@@ -60,7 +61,7 @@ class SamplerOptions(TypedDict, total=False):
     edge_rows: bool
 
 
-class Sampler(ScopeRecording):
+class Sampler(ScopeRecording, EnergyWindows):
     """Samples system, process and GPU metrics on a C++ thread into a ring buffer.
 
     Parameters
