@@ -3,7 +3,9 @@
 - :mod:`.scaffold`: the WandB-style ``SystemMonitor(pid, backend_sender, sample_rate_seconds=2,
   rank=None)`` with its keys (``cpu``, ``memory``, ``network``, ``proc.memory.rssMB``, …);
 - :mod:`.aitune`: aitune's ``ParentReceiver(queue)`` and its hardware-metrics API (``annotate``,
-  ``collect_hardware_metrics``, ``get_hardware_metrics``, ``snapshot``, ``dump_metrics``, …).
+  ``collect_hardware_metrics``, ``get_hardware_metrics``, ``snapshot``, ``dump_metrics``, …);
+- :mod:`.zeus`: Zeus's ``ZeusMonitor(gpu_indices)`` with ``begin_window``/``end_window``, served
+  from the sampled GPU energy counter (no helper process, no synchronisation unless asked).
 
 They translate names and behaviours onto the rooms of the package and hold no machinery.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 from stroboscope.compat._keys import CompatKeys
 from stroboscope.compat.aitune import ParentReceiver
 from stroboscope.compat.scaffold import SystemMonitor
+from stroboscope.compat.zeus import ZeusMonitor
 from stroboscope.senders._base import AbstractBackendSender, GPUHandle, SamplerDict, StatsDict
 
 __all__ = [
@@ -23,4 +26,5 @@ __all__ = [
     "SamplerDict",
     "StatsDict",
     "SystemMonitor",
+    "ZeusMonitor",
 ]
