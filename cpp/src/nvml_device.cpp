@@ -7,14 +7,27 @@
 #include <stdexcept>
 #include <string>
 
-#include "nvml_source_state.hpp"
+#include "nvml_device_read.hpp"
 
 namespace stroboscope {
 
 using namespace nvml_detail;  // the tables and helpers this file reads with
 
+namespace {
+// Whether a device gets a column for `m`: every metric does, except one fed only by probed fields
+// that the probe found unsupported (a PCIe or NVLink counter this GPU does not have).
+bool has_metric(const NvmlSource::DeviceState& d, Metric m) {
+  const MetricPaths& mp = kMetricPaths[m];
+  for (std::size_t i = 0; i < mp.n; ++i) {
+    const Path& p = mp.paths[i];
+    if (!p.field || !kFields[p.id].probed || d.field_usable(static_cast<Field>(p.id))) return true;
+  }
+  return false;
+}
+}  // namespace
+
 NvmlSource::NvmlSource(std::vector<unsigned> devices, int pid)
-    : NvmlSource(NvmlSourceOptions{std::move(devices), {}, pid, 1024}) {}
+    : NvmlSource(NvmlSourceOptions{std::move(devices), {}, pid, 1024, 100'000'000}) {}
 
 NvmlSource::NvmlSource(const NvmlSourceOptions& options)
     : Source("gpu"), lib_(NvmlLibrary::acquire()) {
@@ -69,15 +82,24 @@ NvmlSource::NvmlSource(const NvmlSourceOptions& options)
       d->fail_what.store("nvmlDeviceGetHandleByIndex", std::memory_order_relaxed);
       d->fail_code.store(d->id.handle_error, std::memory_order_release);
     }
+    // Byte counters the device cannot give get no column (probe_fields); the others start their
+    // rate windows at the source's width.
+    nvml_detail::probe_fields(*d, lib_->fn());
+    for (nvml_detail::FieldCounter* c : {&d->pcie_tx, &d->pcie_rx, &d->nvlink_tx, &d->nvlink_rx}) {
+      c->set_window(std::max<std::int64_t>(0, options.rate_window_ns));
+    }
     d->compute_buf.resize(static_cast<std::size_t>(max_processes_) * nvml::kProcessInfoMaxStride);
     d->graphics_buf.resize(d->compute_buf.size());
     d->util_buf.resize(max_processes_);
     d->other_pids.resize(2 * static_cast<std::size_t>(max_processes_));
 
     const std::string prefix = "gpu." + d->label + ".";
-    d->col0 = columns().size();
-    for (const MetricSpec& m : kMetrics) {
-      add_column(prefix + m.suffix, m.unit, m.dtype, m.kind, m.help);
+    for (std::size_t m = 0; m < kMetricCount; ++m) {
+      d->col[m] = kNoColumn;
+      if (!has_metric(*d, static_cast<Metric>(m))) continue;
+      d->col[m] = columns().size();
+      add_column(prefix + kMetrics[m].suffix, kMetrics[m].unit, kMetrics[m].dtype,
+                 kMetrics[m].kind, kMetrics[m].help);
     }
     for (const nvml_detail::MigHandle& mh : d->id.mig) {
       auto m = std::make_unique<DeviceState::Mig>();
@@ -96,10 +118,10 @@ NvmlSource::NvmlSource(const NvmlSourceOptions& options)
 
 NvmlSource::~NvmlSource() = default;
 
-void NvmlSource::read(RowWriter row, std::int64_t /*now_ns*/) noexcept {
+void NvmlSource::read(RowWriter row, std::int64_t now_ns) noexcept {
   int first_failure = 0;
   for (auto& d : devices_) {
-    read_device(*d, row);
+    read_device(*d, row, now_ns);
     const int code = d->fail_code.load(std::memory_order_relaxed);
     if (code != 0 && first_failure == 0) first_failure = code;
   }
@@ -118,6 +140,7 @@ std::unique_ptr<Source> make_nvml_source(const SourceOptions& opts) {
   o.pid = opts.pid;
   o.devices = opts.gpu_devices;
   o.labels = opts.gpu_labels;
+  o.rate_window_ns = opts.rate_window_ns;
   return std::make_unique<NvmlSource>(o);
 }
 

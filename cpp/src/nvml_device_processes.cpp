@@ -93,7 +93,11 @@ void read_processes(DeviceRead& r) noexcept {
   }
 }
 
-// The monitored process's SM %, from the samples newer than the last one seen.
+// The monitored process's SM, memory, encoder and decoder %, from the samples newer than the
+// last one seen (NVML's lastSeenTimeStamp): the driver keeps a buffer of per-process samples,
+// each an average over its own period, so passing the newest timestamp seen returns each sample
+// once and the latest one of the monitored process is its current share. New samples without it
+// mean it was idle (0 %); no new samples at all (NOT_FOUND) leave the latest share standing.
 void read_process_util(DeviceRead& r) noexcept {
   DeviceState& d = r.d;
   if (!r.asks(kQProcUtil)) return;
@@ -104,29 +108,32 @@ void read_process_util(DeviceRead& r) noexcept {
     count = std::min<unsigned>(count, static_cast<unsigned>(d.util_buf.size()));
     unsigned long long newest = d.proc_util_last_seen_us, mine_ts = 0;
     bool mine = false;
-    unsigned mine_sm = 0;
+    unsigned share[4] = {};
     for (unsigned i = 0; i < count; ++i) {
       const nvml::ProcessUtilizationSample& s = d.util_buf[i];
       newest = std::max(newest, s.timestamp_us);
+      // Only the latest sample of the process counts: older ones in the same batch are history.
       if (s.pid == r.pid && (!mine || s.timestamp_us >= mine_ts)) {
         mine = true;
         mine_ts = s.timestamp_us;
-        mine_sm = s.sm_util;
+        share[0] = s.sm_util, share[1] = s.mem_util, share[2] = s.enc_util, share[3] = s.dec_util;
       }
     }
     d.proc_util_last_seen_us = newest;
-    d.proc_sm = mine ? mine_sm : 0.0;  // new samples without us: we were idle
-    d.proc_sm_known = true;
+    for (int k = 0; k < 4; ++k) d.proc_util[k] = mine ? share[k] : 0.0;  // not listed: idle
+    d.proc_util_known = true;
   } else if (rc == nvml::kErrorNotFound) {
     // Nothing newer than the last sample: the latest value stands (none yet: nobody ran).
-    if (!d.proc_sm_known) d.proc_sm = 0.0;
-    d.proc_sm_known = true;
+    d.proc_util_known = true;
   } else {
-    d.proc_sm_known = d.proc_sm_known && classify(rc) == ErrorClass::kTransient;
+    d.proc_util_known = d.proc_util_known && classify(rc) == ErrorClass::kTransient;
     r.check(kQProcUtil, rc);
   }
-  if (d.proc_sm_known && (rc == nvml::kSuccess || rc == nvml::kErrorNotFound)) {
-    r.set_f(kProcSm, d.proc_sm);
+  if (d.proc_util_known && (rc == nvml::kSuccess || rc == nvml::kErrorNotFound)) {
+    r.set_f(kProcSm, d.proc_util[0]);
+    r.set_f(kProcMemUtil, d.proc_util[1]);
+    r.set_f(kProcEncUtil, d.proc_util[2]);
+    r.set_f(kProcDecUtil, d.proc_util[3]);
   }
 }
 

@@ -111,7 +111,8 @@ NvmlStatus nvml_status() {
   s.device_count = static_cast<unsigned>(count);
   s.notes.push_back(
       "NVML reports host PIDs: in a container with its own PID namespace the monitored process "
-      "is not found, so proc_mem_bytes and proc_sm_pct read 0 and it counts among other_procs");
+      "is not found, so proc_mem_bytes and the proc_*_util_pct columns read 0 and it counts "
+      "among other_procs");
   if (lib->fn().compute_processes_version == 1) {
     s.notes.push_back("this NVML has only the original process list: no MIG instance ids");
   }

@@ -36,6 +36,8 @@
  *       fan 30 (%)                    nvmlDeviceGetFanSpeed
  *       clock_reasons 0 (bitmask)     nvmlDeviceGetCurrentClocksEventReasons / ...ThrottleReasons
  *       pcie_tx 0, pcie_rx 0 (bytes)  fields 197 / 198 only
+ *       nvlink_tx 0, nvlink_rx 0 (KiB) fields 138 / 139 only, scopeId UINT_MAX (all links) only;
+ *                                    NOT_SUPPORTED for any other scope
  *       ecc_corrected 0, ecc_uncorrected 0   nvmlDeviceGetTotalEccErrors, fields 3 / 4
  *   fail <dev> <target> <code> [after <n>]
  *                                    <target> returns <code>; with "after <n>", only once it
@@ -58,7 +60,14 @@
  *                                    returns one sample per such process with timestamp k*10^6 us
  *                                    and sm v_k (last repeats); a call whose lastSeenTimeStamp is
  *                                    not older than that returns NOT_FOUND.
+ *   process_util <dev> <pid|self> <sm>/<mem>/<enc>/<dec> ...
+ *                                    like process's sm values, with the memory, encoder and
+ *                                    decoder shares too (adds a compute process of 0 bytes when
+ *                                    <pid> has none on <dev>)
  *   graphics_process <dev> <pid|self> <bytes>   a graphics process
+ *   field_time <dev> <start> <step>  the n-th nvmlDeviceGetFieldValues call (n = 0, 1, ...)
+ *                                    stamps its values with timestamp start + n*step (us) and
+ *                                    latencyUsec 7; without it the timestamps are 0
  *   process_info_stride <24|32>      element size the _v3 process functions write (32: the R535
  *                                    drivers that wrote nvmlProcessInfo_v3_t); default 24
  *   samples <dev> <kind> [from <k>] <ts>:<value> ...
@@ -134,15 +143,15 @@ enum { MAX_DEVICES = 16, MAX_VALUES = 64, MAX_PROCS = 64, MAX_SAMPLES = 256, MAX
 enum key {
   K_UTIL, K_MEM_UTIL, K_MEM_TOTAL, K_MEM_USED, K_MEM_FREE, K_MEM_RESERVED, K_TEMP, K_POWER,
   K_POWER_LIMIT, K_ENERGY, K_SM_CLOCK, K_MEM_CLOCK, K_GFX_CLOCK, K_FAN, K_CLOCK_REASONS,
-  K_PCIE_TX, K_PCIE_RX, K_ECC_CORRECTED, K_ECC_UNCORRECTED, K_COUNT
+  K_PCIE_TX, K_PCIE_RX, K_ECC_CORRECTED, K_ECC_UNCORRECTED, K_NVLINK_TX, K_NVLINK_RX, K_COUNT
 };
 static const char *const key_names[K_COUNT] = {
     "util", "mem_util", "mem_total", "mem_used", "mem_free", "mem_reserved", "temp", "power",
     "power_limit", "energy", "sm_clock", "mem_clock", "gfx_clock", "fan", "clock_reasons",
-    "pcie_tx", "pcie_rx", "ecc_corrected", "ecc_uncorrected"};
+    "pcie_tx", "pcie_rx", "ecc_corrected", "ecc_uncorrected", "nvlink_tx", "nvlink_rx"};
 static const unsigned long long key_defaults[K_COUNT] = {
     0, 0, 85899345920ULL, 1073741824ULL, 0, 0, 40, 100000, 700000, 0, 1980, 2619, 1980, 30, 0,
-    0, 0, 0, 0};
+    0, 0, 0, 0, 0, 0};
 
 enum fn {
   F_NAME, F_UUID, F_MEMORY, F_MEMORY_V2, F_UTIL, F_TEMP, F_POWER, F_POWER_LIMIT, F_ENERGY,
@@ -175,7 +184,7 @@ struct process {
   unsigned long long bytes;
   int graphics;
   unsigned nsm;
-  unsigned sm[MAX_VALUES];
+  unsigned sm[MAX_VALUES], mem[MAX_VALUES], enc[MAX_VALUES], dec[MAX_VALUES];
 };
 
 struct sample {
@@ -206,6 +215,7 @@ struct fake_device {
   int sample_double[SAMPLE_KINDS];
   unsigned long long sample_calls[SAMPLE_KINDS];
   unsigned long long proc_util_served, last_seen_arg;
+  unsigned long long field_time_start, field_time_step, field_calls;
 };
 
 static struct {
@@ -396,6 +406,43 @@ static const char *parse_line(char *line) {
     }
     g.nprocs_dev[d]++;
     return NULL;
+  }
+  if (strcmp(cmd, "field_time") == 0) {
+    if (!parse_ull(a2, &dv->field_time_start) ||
+        !parse_ull(strtok_r(NULL, " \t\r\n", &save), &dv->field_time_step)) {
+      return "expected: field_time <dev> <start> <step>";
+    }
+    return NULL;
+  }
+  if (strcmp(cmd, "process_util") == 0) {
+    unsigned pid;
+    if (a2 != NULL && strcmp(a2, "self") == 0) {
+      pid = (unsigned)getpid();
+    } else if (parse_ull(a2, &n)) {
+      pid = (unsigned)n;
+    } else {
+      return "a pid or 'self' is expected";
+    }
+    struct process *p = NULL;
+    for (int i = 0; i < g.nprocs_dev[d]; ++i) {
+      if (g.procs[d][i].pid == pid && !g.procs[d][i].graphics) p = &g.procs[d][i];
+    }
+    if (p == NULL) {
+      if (g.nprocs_dev[d] == MAX_PROCS) return "too many processes";
+      p = &g.procs[d][g.nprocs_dev[d]++];
+      memset(p, 0, sizeof *p);
+      p->pid = pid;
+    }
+    p->nsm = 0;
+    for (char *v; (v = strtok_r(NULL, " \t\r\n", &save)) != NULL;) {
+      unsigned q[4];
+      if (p->nsm == MAX_VALUES || sscanf(v, "%u/%u/%u/%u", &q[0], &q[1], &q[2], &q[3]) != 4) {
+        return "expected <sm>/<mem>/<enc>/<dec>";
+      }
+      p->sm[p->nsm] = q[0], p->mem[p->nsm] = q[1], p->enc[p->nsm] = q[2], p->dec[p->nsm] = q[3];
+      p->nsm++;
+    }
+    return p->nsm == 0 ? "process_util needs at least one sample" : NULL;
   }
   if (strcmp(cmd, "samples") == 0) {
     int k = a2 ? find_name(a2, sample_kind_names, SAMPLE_KINDS) : -1;
@@ -783,7 +830,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, fake_proc_ut
   for (int i = 0; i < g.nprocs_dev[d->index]; ++i) {
     const struct process *p = &g.procs[d->index][i];
     if (p->nsm == 0) continue;
-    fake_proc_util_t s = {p->pid, ts, p->sm[k - 1 < p->nsm ? k - 1 : p->nsm - 1], 0, 0, 0};
+    unsigned j = (unsigned)(k - 1 < p->nsm ? k - 1 : p->nsm - 1);
+    fake_proc_util_t s = {p->pid, ts, p->sm[j], p->mem[j], p->enc[j], p->dec[j]};
     util[w++] = s;
   }
   *count = n;
@@ -866,7 +914,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, fake_field_v
       {186, K_POWER, VALUE_TYPE_UINT},        {190, K_POWER_LIMIT, VALUE_TYPE_UINT},
       {83, K_ENERGY, VALUE_TYPE_ULL},         {197, K_PCIE_TX, VALUE_TYPE_ULL},
       {198, K_PCIE_RX, VALUE_TYPE_ULL},       {3, K_ECC_CORRECTED, VALUE_TYPE_ULL},
-      {4, K_ECC_UNCORRECTED, VALUE_TYPE_ULL}};
+      {4, K_ECC_UNCORRECTED, VALUE_TYPE_ULL}, {138, K_NVLINK_TX, VALUE_TYPE_ULL},
+      {139, K_NVLINK_RX, VALUE_TYPE_ULL}};
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_FIELD_VALUES);
   if (rc != 0) return rc;
@@ -876,13 +925,19 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, fake_field_v
       if (fields[f].id == values[i].fieldId && lost_at(d, fields[f].key)) return GPU_IS_LOST;
     }
   }
+  unsigned long long stamp = d->field_time_start + d->field_calls++ * d->field_time_step;
   for (int i = 0; i < n; ++i) {
     fake_field_value_t *v = &values[i];
-    v->timestamp = 0;
-    v->latencyUsec = 0;
+    v->timestamp = d->field_time_start != 0 ? (long long)stamp : 0;
+    v->latencyUsec = d->field_time_start != 0 ? 7 : 0;
     v->nvmlReturn = NOT_SUPPORTED;
     for (size_t f = 0; f < sizeof fields / sizeof fields[0]; ++f) {
       if (fields[f].id != v->fieldId) continue;
+      /* NVLink throughput: the aggregate scope only (a per-link scope is not scripted). */
+      if ((fields[f].key == K_NVLINK_TX || fields[f].key == K_NVLINK_RX) &&
+          v->scopeId != 0xFFFFFFFFu) {
+        break;
+      }
       unsigned long long req = v->fieldId < MAX_FIELD_ID ? d->field_requests[v->fieldId]++ : 0;
       int code = rule_code(d->index, R_FIELD, (int)v->fieldId, req);
       if (code == 0) code = key_code(d, fields[f].key);

@@ -179,13 +179,18 @@ struct NvmlSourceOptions {
   std::vector<std::string> labels;  // column label per device ("gpu.{label}."); empty = the index
   int pid = 0;                      // the monitored process; 0 = the calling process
   unsigned max_processes = 1024;    // per device and list; longer process lists read as null
+  // Byte rates (pcie_*_per_s, nvlink_*_per_s) are computed over windows of at least this long.
+  std::int64_t rate_window_ns = 100'000'000;
 };
 
 // Reads one row per call for every selected GPU: utilisation, memory, temperature, power and
-// energy, clocks, fan, clock-event reasons, PCIe bytes, ECC counts, and the monitored process's
-// share (memory, SM %, number of other processes). See columns() for names, units and help.
+// energy, clocks, fan, clock-event reasons, PCIe and NVLink bytes and rates, ECC counts, and the
+// monitored process's share (memory, SM/memory/encoder/decoder %, number of other processes).
+// See columns() for names, units and help.
 //
-// A metric the device does not support reads null and is not asked again; a lost GPU (or one
+// The byte counters (PCIe, NVLink) are probed once when the source is built: a device that
+// cannot give one has no column for it (and gpu_status() says why). Any other metric the device
+// does not support reads null and is not asked again; a lost GPU (or one
 // whose queries fail) reads null from then on while the others continue; device_status() says why.
 class NvmlSource final : public Source {
  public:
@@ -212,7 +217,7 @@ class NvmlSource final : public Source {
   struct DeviceState;  // per-device handles, buffers and support flags (nvml_source_state.hpp)
 
  private:
-  void read_device(DeviceState& d, RowWriter& row) noexcept;
+  void read_device(DeviceState& d, RowWriter& row, std::int64_t now_ns) noexcept;
 
   std::shared_ptr<const NvmlLibrary> lib_;
   std::vector<unsigned> indices_;

@@ -94,6 +94,11 @@ inline constexpr unsigned kFieldPowerInstant = 186;            // mW
 inline constexpr unsigned kFieldPowerCurrentLimit = 190;       // mW, the limit enforced now
 inline constexpr unsigned kFieldPcieCountTxBytes = 197;        // bytes, cumulative
 inline constexpr unsigned kFieldPcieCountRxBytes = 198;        // bytes, cumulative
+// NVLink data (payload) throughput, KiB, cumulative. scope_id picks a link, or kScopeAllLinks for
+// the sum over every link (nvml.h: "A scopeId of UINT_MAX returns aggregate value").
+inline constexpr unsigned kFieldNvlinkThroughputDataTx = 138;
+inline constexpr unsigned kFieldNvlinkThroughputDataRx = 139;
+inline constexpr unsigned kScopeAllLinks = 0xFFFFFFFFu;
 
 // Buffer sizes the API documents as always large enough.
 inline constexpr unsigned kDeviceNameBufferSize = 96;     // NVML_DEVICE_NAME_V2_BUFFER_SIZE
