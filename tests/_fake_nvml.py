@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,13 +34,27 @@ def script_fixture(
     gc.collect()
 
 
-def record_readings(sampler: Sampler, column: str, count: int, timeout: float = 60.0) -> pa.Table:
-    """Runs ``sampler`` until ``column`` has ``count`` non-null cells (not: for a fixed time)."""
+def fake_calls(function: str, device: int = 0) -> int:
+    """How many times the fake NVML library (the one STROBOSCOPE_NVML_LIBRARY names, already
+    loaded by the core) has served ``function`` on ``device`` since its script was loaded."""
+    lib = ctypes.CDLL(os.environ["STROBOSCOPE_NVML_LIBRARY"])
+    lib.fake_nvml_calls.restype = ctypes.c_ulonglong
+    lib.fake_nvml_calls.argtypes = [ctypes.c_uint, ctypes.c_char_p]
+    return int(lib.fake_nvml_calls(device, function.encode()))
+
+
+def record_reads(sampler: Sampler, count: int, timeout: float = 60.0) -> pa.Table:
+    """Runs ``sampler`` until the gpu source has read GPU 0 ``count`` more times (each read
+    makes one nvmlDeviceGetTemperature call), not for a fixed time; returns its rows.
+
+    Progress is watched through the fake's call counts, not ``snapshot()``: a snapshot's
+    provenance calls ``gpu_status()``, whose probing read would take scripted values.
+    """
     with sampler:
+        start = fake_calls("nvmlDeviceGetTemperature")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            cells = sampler.snapshot().to_arrow().column(column)
-            if len(cells) - cells.null_count >= count:
+            if fake_calls("nvmlDeviceGetTemperature") - start >= count:
                 break
             time.sleep(0.01)
     return sampler.snapshot().to_arrow()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import stroboscope
-from _fake_nvml import ScriptFn, record_readings, script_fixture, values
+from _fake_nvml import ScriptFn, record_reads, script_fixture, values
 from stroboscope import Sampler
 
 
@@ -58,7 +58,7 @@ def test_link_counters_and_rates_from_driver_timestamps(nvml: ScriptFn) -> None:
     units = {c.name: c.unit for c in s.columns}
     assert units["gpu.0.pcie_tx_bytes_per_s"] == "bytes/s"
     assert units["gpu.0.nvlink_tx_bytes"] == "bytes"
-    table = record_readings(s, "gpu.read_mono_ns", PAD + 8)
+    table = record_reads(s, PAD + 8)
 
     # PCIe TX: +1000 bytes per 0.2 s of driver time, three times, then no change.
     tx = values(table, "gpu.0.pcie_tx_bytes")
@@ -96,7 +96,7 @@ def test_gpu_lost_mid_run_nulls_its_counters(nvml: ScriptFn) -> None:
     # GPU 1 serves each value PAD times (probes and reads), then is lost; GPU 0 carries on.
     nvml(f"devices 2\nset 1 pcie_tx 100\nset 0 pcie_tx 100\nlost 1 after {PAD}\n")
     s = Sampler(0.005, sources={"gpu": 0.02}, gpu_samples=False)
-    table = record_readings(s, "gpu.read_mono_ns", PAD + 10)
+    table = record_reads(s, PAD + 10)
     lost = table.column("gpu.1.pcie_tx_bytes").to_pylist()
     seen = [v for v in lost if v is not None]
     assert seen and set(seen) == {0} and len(seen) < PAD  # the readings before the loss
@@ -115,9 +115,13 @@ def test_gpu_lost_mid_run_nulls_its_counters(nvml: ScriptFn) -> None:
 def test_energy_counter_wraps_without_the_field(nvml: ScriptFn) -> None:
     # The energy field (83) is unsupported here, so nvmlDeviceGetTotalEnergyConsumption serves
     # it, wrapping at 2**32 mJ: +1000, +1000 across the wrap (296 + 704), +1000.
-    nvml("devices 1\nfail 0 field:83 NOT_SUPPORTED\nset 0 energy 4294966000 4294967000 704 1704\n")
+    nvml(
+        "devices 1\n"
+        "fail 0 field:83 NOT_SUPPORTED\n"
+        f"set 0 energy {'4294966000 ' * PAD} 4294967000 704 1704\n"
+    )
     s = Sampler(0.005, sources={"gpu": 0.02}, gpu_samples=False)
-    table = record_readings(s, "gpu.read_mono_ns", 8)
+    table = record_reads(s, PAD + 8)
     energy = values(table, "gpu.0.energy_mj")
     assert energy == sorted(energy) and set(energy) <= {0, 1000, 2000, 3000}
     assert energy[-1] == 3000

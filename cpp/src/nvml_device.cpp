@@ -27,7 +27,8 @@ bool has_metric(const NvmlSource::DeviceState& d, Metric m) {
 }  // namespace
 
 NvmlSource::NvmlSource(std::vector<unsigned> devices, int pid)
-    : NvmlSource(NvmlSourceOptions{std::move(devices), {}, pid, 1024, 100'000'000}) {}
+    : NvmlSource(NvmlSourceOptions{std::move(devices), {}, pid, true, "/proc", 1024,
+                                   100'000'000}) {}
 
 NvmlSource::NvmlSource(const NvmlSourceOptions& options)
     : Source("gpu"), lib_(NvmlLibrary::acquire()) {
@@ -62,6 +63,8 @@ NvmlSource::NvmlSource(const NvmlSourceOptions& options)
   }
   pid_ = options.pid > 0 ? static_cast<unsigned>(options.pid) : static_cast<unsigned>(getpid());
   max_processes_ = std::max(1u, options.max_processes);
+  // An empty root opens nothing: the tree is then the monitored process alone.
+  tree_ = std::make_unique<ProcessTree>(pid_, options.include_children ? options.proc_root : "");
 
   for (std::size_t pos = 0; pos < indices_.size(); ++pos) {
     auto d = std::make_unique<DeviceState>();
@@ -92,6 +95,8 @@ NvmlSource::NvmlSource(const NvmlSourceOptions& options)
     d->graphics_buf.resize(d->compute_buf.size());
     d->util_buf.resize(max_processes_);
     d->other_pids.resize(2 * static_cast<std::size_t>(max_processes_));
+    d->mine_mem.resize(2 * static_cast<std::size_t>(max_processes_));
+    d->mine_util.resize(max_processes_);
 
     const std::string prefix = "gpu." + d->label + ".";
     for (std::size_t m = 0; m < kMetricCount; ++m) {
@@ -116,10 +121,12 @@ NvmlSource::NvmlSource(const NvmlSourceOptions& options)
   }
 }
 
+// Out of line: ProcessTree is complete here.
 NvmlSource::~NvmlSource() = default;
 
 void NvmlSource::read(RowWriter row, std::int64_t now_ns) noexcept {
   int first_failure = 0;
+  tree_->begin();
   for (auto& d : devices_) {
     read_device(*d, row, now_ns);
     const int code = d->fail_code.load(std::memory_order_relaxed);
@@ -141,6 +148,7 @@ std::unique_ptr<Source> make_nvml_source(const SourceOptions& opts) {
   o.devices = opts.gpu_devices;
   o.labels = opts.gpu_labels;
   o.rate_window_ns = opts.rate_window_ns;
+  o.proc_root = opts.proc_root;
   return std::make_unique<NvmlSource>(o);
 }
 

@@ -331,7 +331,8 @@ void probe_fields(DeviceState& d, const NvmlFunctions& f) {
 
 void NvmlSource::read_device(DeviceState& d, RowWriter& row, std::int64_t now_ns) noexcept {
   if (d.failed()) return;
-  DeviceRead r{d, lib_->fn(), d.id.handle, row, now_ns, pid_, max_processes_, transient_errors_};
+  DeviceRead r{d, lib_->fn(), d.id.handle, row, now_ns, pid_, *tree_, max_processes_,
+               transient_errors_};
   for (const GroupReader& g : kGroupReaders) g.read(r);
 
   // The read that found the device failed leaves none of its cells, not half a row.

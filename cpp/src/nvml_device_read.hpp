@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "nvml_process_tree.hpp"
 #include "nvml_source_state.hpp"
 
 namespace stroboscope::nvml_detail {
@@ -20,6 +21,7 @@ struct DeviceRead {
   RowWriter& row;
   std::int64_t now_ns;     // CLOCK_MONOTONIC time of this read
   unsigned pid;            // the monitored process
+  ProcessTree& tree;       // it and its descendants: whose GPU use the proc_* columns sum
   unsigned max_processes;  // per process list
   std::atomic<std::uint64_t>& transient_errors;
   // What the field batch brought back; the groups after it use these before asking again.

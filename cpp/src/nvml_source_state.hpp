@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nvml_internal.hpp"
@@ -92,19 +93,24 @@ inline constexpr MetricSpec kMetrics[kMetricCount] = {
     {"ecc_uncorrected", "count", DType::kInt64, Kind::kGauge,
      "Uncorrected (double-bit) ECC errors since the driver loaded (NVML's volatile total)."},
     {"proc_mem_bytes", "bytes", DType::kInt64, Kind::kGauge,
-     "GPU memory the monitored process uses on this GPU (0 when it has no context here)."},
+     "GPU memory the monitored process and its descendants use on this GPU (0 when none has "
+     "a context here)."},
     {"proc_sm_util_pct", "%", DType::kFloat64, Kind::kGauge,
-     "SM utilisation of the monitored process in the driver's latest per-process sample (an "
-     "average over 1/6 s to 1 s); 0 when the driver's newer samples do not list it."},
+     "SM utilisation of the monitored process and its descendants (summed), each from its "
+     "latest per-process sample of the driver (an average over 1/6 s to 1 s); 0 when the "
+     "driver's newer samples list none of them. Not a copy of the device's util_pct."},
     {"proc_mem_util_pct", "%", DType::kFloat64, Kind::kGauge,
-     "Device memory read/write utilisation of the monitored process, from the same "
-     "per-process sample as proc_sm_util_pct."},
+     "Device memory read/write utilisation of the monitored process and its descendants, from "
+     "the same per-process samples as proc_sm_util_pct."},
     {"proc_enc_util_pct", "%", DType::kFloat64, Kind::kGauge,
-     "Video encoder utilisation of the monitored process, from the same per-process sample."},
+     "Video encoder utilisation of the monitored process and its descendants, from the same "
+     "per-process samples."},
     {"proc_dec_util_pct", "%", DType::kFloat64, Kind::kGauge,
-     "Video decoder utilisation of the monitored process, from the same per-process sample."},
+     "Video decoder utilisation of the monitored process and its descendants, from the same "
+     "per-process samples."},
     {"other_procs", "count", DType::kInt64, Kind::kGauge,
-     "Number of other processes with a context on this GPU, so a shared GPU shows as shared."},
+     "Number of processes outside the monitored tree with a context on this GPU, so a shared "
+     "GPU shows as shared."},
 };
 
 // The NVML calls a device read makes; each can be disabled on its own.
@@ -349,6 +355,9 @@ struct NvmlSource::DeviceState {
   std::vector<unsigned char> compute_buf, graphics_buf;  // max_processes * kProcessInfoMaxStride
   std::vector<nvml::ProcessUtilizationSample> util_buf;
   std::vector<unsigned> other_pids;                      // 2 * max_processes
+  // The tree's entries of the process lists (pid, bytes) and of the utilisation samples.
+  std::vector<std::pair<unsigned, unsigned long long>> mine_mem;  // 2 * max_processes
+  std::vector<nvml::ProcessUtilizationSample> mine_util;          // max_processes
 
   bool failed() const noexcept { return fail_code.load(std::memory_order_relaxed) != 0; }
   bool usable(nvml_detail::Query q) const noexcept {

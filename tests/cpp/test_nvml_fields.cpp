@@ -1,6 +1,10 @@
 // The "gpu" source's field counters (PCIe and NVLink bytes, their rates timed by the driver's
 // timestamps, columns absent where a field is unsupported) and the monitored process's
 // utilisation shares, on the fake NVML library (tests/fake_nvml/fake_nvml.c).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 
@@ -117,6 +121,49 @@ void test_process_shares() {
   CHECK(row.f64("gpu.0.proc_dec_util_pct") == 30.0);
 }
 
+// The tree: a child's samples and memory count with the monitored process's, a process outside
+// the tree (pid 1) counts among the others; without children only the process itself counts.
+void test_process_tree() {
+  const pid_t child = fork();
+  if (child == 0) {
+    pause();  // killed below
+    _exit(0);
+  }
+  CHECK(child > 0);
+  const std::string c = std::to_string(child);
+  use_script("process 0 " + c + " 1000\n" + "process_util 0 " + c +
+             " 20/1/2/3\n"
+             "process_util 0 self 30/4/0/0\n"
+             "process 0 1 4096\n");
+  {
+    NvmlSource src(NvmlSourceOptions{});
+    Row row(src);
+    row.read();
+    CHECK(row.f64("gpu.0.proc_sm_util_pct") == 50.0);
+    CHECK(row.f64("gpu.0.proc_mem_util_pct") == 5.0);
+    CHECK(row.f64("gpu.0.proc_enc_util_pct") == 2.0);
+    CHECK(row.f64("gpu.0.proc_dec_util_pct") == 3.0);
+    CHECK_EQ(row.i64("gpu.0.proc_mem_bytes"), 1000);
+    CHECK_EQ(row.i64("gpu.0.other_procs"), 1);
+  }
+  use_script("process 0 " + c + " 1000\n" + "process_util 0 " + c +
+             " 20/1/2/3\n"
+             "process_util 0 self 30/4/0/0\n");
+  {
+    NvmlSourceOptions alone;
+    alone.include_children = false;
+    NvmlSource src(alone);
+    Row row(src);
+    row.read();
+    CHECK(row.f64("gpu.0.proc_sm_util_pct") == 30.0);
+    CHECK(row.f64("gpu.0.proc_mem_util_pct") == 4.0);
+    CHECK_EQ(row.i64("gpu.0.proc_mem_bytes"), 0);
+    CHECK_EQ(row.i64("gpu.0.other_procs"), 1);
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+}
+
 }  // namespace
 
 int main() {
@@ -130,6 +177,7 @@ int main() {
   test_rates_without_timestamps();
   test_unsupported_field_has_no_column();
   test_process_shares();
+  test_process_tree();
   std::string cleanup = "rm -rf '" + g_dir + "'";
   if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", tmpl);
   TEST_MAIN_END();

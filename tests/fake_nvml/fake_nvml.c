@@ -83,13 +83,23 @@
  *                                                          nvmlDeviceGetProcessUtilization call
  *   int fake_nvml_init_count(void)                          nvmlInit calls not yet shut down
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
+
+/* NVML is thread-safe, and stroboscope calls it from several threads at once (the gpu source's
+ * poll thread, gpu_status() from the caller's): every exported function holds this lock for its
+ * whole body (released on return by the cleanup attribute). Recursive: some call others. */
+static pthread_mutex_t g_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static void unlock_guard(pthread_mutex_t **m) { pthread_mutex_unlock(*m); }
+#define FAKE_LOCK                                                               \
+  pthread_mutex_t *fake_guard_ __attribute__((cleanup(unlock_guard))) = &g_lock; \
+  pthread_mutex_lock(fake_guard_)
 
 typedef int nvmlReturn_t;
 typedef struct fake_device *nvmlDevice_t;
@@ -599,15 +609,17 @@ static nvmlReturn_t do_init(void) {
   return SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlInit(void) { return do_init(); }
+EXPORT nvmlReturn_t nvmlInit(void) { FAKE_LOCK; return do_init(); }
 
 EXPORT nvmlReturn_t nvmlShutdown(void) {
+  FAKE_LOCK;
   if (g.init_count == 0) return UNINITIALIZED;
   g.init_count--;
   return SUCCESS;
 }
 
 EXPORT const char *nvmlErrorString(nvmlReturn_t rc) {
+  FAKE_LOCK;
   switch (rc) {
     case 0: return "Success";
     case 1: return "Uninitialized";
@@ -625,6 +637,7 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t rc) {
 }
 
 EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned int len) {
+  FAKE_LOCK;
   if (g.init_count == 0) return UNINITIALIZED;
   if (buf == NULL || len < strlen(g.driver) + 1) return INSUFFICIENT_SIZE;
   memcpy(buf, g.driver, strlen(g.driver) + 1);
@@ -632,6 +645,7 @@ EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned int len) {
 }
 
 EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *buf, unsigned int len) {
+  FAKE_LOCK;
   if (g.init_count == 0) return UNINITIALIZED;
   if (buf == NULL || len < strlen(g.nvml) + 1) return INSUFFICIENT_SIZE;
   memcpy(buf, g.nvml, strlen(g.nvml) + 1);
@@ -639,6 +653,7 @@ EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *buf, unsigned int len) {
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) {
+  FAKE_LOCK;
   if (g.init_count == 0) return UNINITIALIZED;
   if (count == NULL) return INVALID_ARGUMENT;
   *count = (unsigned)g.device_count;
@@ -646,6 +661,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) {
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+  FAKE_LOCK;
   if (g.init_count == 0) return UNINITIALIZED;
   if (device == NULL || index >= (unsigned)g.device_count) return INVALID_ARGUMENT;
   *device = &g.dev[index];
@@ -670,10 +686,12 @@ static nvmlReturn_t copy_text(nvmlDevice_t h, int fn, char *buf, unsigned len) {
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t h, char *buf, unsigned int len) {
+  FAKE_LOCK;
   return copy_text(h, F_NAME, buf, len);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *buf, unsigned int len) {
+  FAKE_LOCK;
   return copy_text(h, F_UUID, buf, len);
 }
 
@@ -702,6 +720,7 @@ static nvmlReturn_t memory(nvmlDevice_t h, int fn, unsigned long long out[4]) {
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, fake_memory_t *mem) {
+  FAKE_LOCK;
   unsigned long long v[4];
   if (mem == NULL) return INVALID_ARGUMENT;
   int rc = memory(h, F_MEMORY, v);
@@ -711,6 +730,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, fake_memory_t *mem) 
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, fake_utilization_t *u) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_UTIL);
   if (rc != 0) return rc;
@@ -723,39 +743,47 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, fake_utilizati
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t h, int sensor, unsigned int *t) {
+  FAKE_LOCK;
   if (sensor != 0) return INVALID_ARGUMENT;
   return serve_one(h, F_TEMP, K_TEMP, t, NULL);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t h, unsigned int *mw) {
+  FAKE_LOCK;
   return serve_one(h, F_POWER, K_POWER, mw, NULL);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t h, unsigned int *mw) {
+  FAKE_LOCK;
   return serve_one(h, F_POWER_LIMIT, K_POWER_LIMIT, mw, NULL);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t h, unsigned long long *mj) {
+  FAKE_LOCK;
   return serve_one(h, F_ENERGY, K_ENERGY, NULL, mj);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t h, int type, unsigned int *mhz) {
+  FAKE_LOCK;
   int k = type == 0 ? K_GFX_CLOCK : type == 1 ? K_SM_CLOCK : type == 2 ? K_MEM_CLOCK : -1;
   if (k < 0) return INVALID_ARGUMENT;
   return serve_one(h, F_CLOCK, k, mhz, NULL);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t h, unsigned int *pct) {
+  FAKE_LOCK;
   return serve_one(h, F_FAN, K_FAN, pct, NULL);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h,
                                                               unsigned long long *bits) {
+  FAKE_LOCK;
   return serve_one(h, F_THROTTLE_REASONS, K_CLOCK_REASONS, NULL, bits);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, int error_type, int counter_type,
                                                 unsigned long long *count) {
+  FAKE_LOCK;
   if (counter_type != 0 && counter_type != 1) return INVALID_ARGUMENT;
   int k = error_type == 0 ? K_ECC_CORRECTED : error_type == 1 ? K_ECC_UNCORRECTED : -1;
   if (k < 0) return INVALID_ARGUMENT;
@@ -798,16 +826,19 @@ static nvmlReturn_t processes(nvmlDevice_t h, int fn, int graphics, int version,
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned *c, void *p) {
+  FAKE_LOCK;
   return processes(h, F_COMPUTE_PROCS, 0, 1, c, p);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t h, unsigned *c, void *p) {
+  FAKE_LOCK;
   return processes(h, F_GRAPHICS_PROCS, 1, 1, c, p);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, fake_proc_util_t *util,
                                                     unsigned int *count,
                                                     unsigned long long last_seen) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_PROC_UTIL);
   if (rc != 0) return rc;
@@ -842,6 +873,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, fake_proc_ut
 EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t h, int type, unsigned long long last_seen,
                                          int *value_type, unsigned int *count,
                                          fake_sample_t *samples) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_SAMPLES);
   if (rc != 0) return rc;
@@ -885,15 +917,17 @@ EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t h, int type, unsigned long
 
 #ifndef FAKE_NVML_OLD
 
-EXPORT nvmlReturn_t nvmlInit_v2(void) { return do_init(); }
+EXPORT nvmlReturn_t nvmlInit_v2(void) { FAKE_LOCK; return do_init(); }
 
-EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) { return nvmlDeviceGetCount(count); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) { FAKE_LOCK; return nvmlDeviceGetCount(count); }
 
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+  FAKE_LOCK;
   return nvmlDeviceGetHandleByIndex(index, device);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, fake_memory_v2_t *mem) {
+  FAKE_LOCK;
   unsigned long long v[4];
   if (mem == NULL) return INVALID_ARGUMENT;
   /* NVML_STRUCT_VERSION(Memory, 2) */
@@ -906,10 +940,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, fake_memory_v2_t 
 
 EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t h,
                                                            unsigned long long *bits) {
+  FAKE_LOCK;
   return serve_one(h, F_EVENT_REASONS, K_CLOCK_REASONS, NULL, bits);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, fake_field_value_t *values) {
+  FAKE_LOCK;
   static const struct { unsigned id; int key; int type; } fields[] = {
       {186, K_POWER, VALUE_TYPE_UINT},        {190, K_POWER_LIMIT, VALUE_TYPE_UINT},
       {83, K_ENERGY, VALUE_TYPE_ULL},         {197, K_PCIE_TX, VALUE_TYPE_ULL},
@@ -958,22 +994,27 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, fake_field_v
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned *c, void *p) {
+  FAKE_LOCK;
   return processes(h, F_COMPUTE_PROCS, 0, 2, c, p);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned *c, void *p) {
+  FAKE_LOCK;
   return processes(h, F_COMPUTE_PROCS, 0, 3, c, p);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned *c,
                                                              void *p) {
+  FAKE_LOCK;
   return processes(h, F_GRAPHICS_PROCS, 1, 2, c, p);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned *c,
                                                              void *p) {
+  FAKE_LOCK;
   return processes(h, F_GRAPHICS_PROCS, 1, 3, c, p);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t h, unsigned int *current,
                                          unsigned int *pending) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_MIG_MODE);
   if (rc != 0) return rc;
@@ -984,6 +1025,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t h, unsigned int *current,
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t h, unsigned int *count) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_MAX_MIG);
   if (rc != 0) return rc;
@@ -995,6 +1037,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t h, unsigned int 
 
 EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t h, unsigned int index,
                                                         nvmlDevice_t *mig) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_MIG_HANDLE);
   if (rc != 0) return rc;
@@ -1009,6 +1052,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t h, unsigned
 /* ---- introspection for tests ------------------------------------------------------------- */
 
 EXPORT unsigned long long fake_nvml_calls(unsigned dev, const char *function) {
+  FAKE_LOCK;
   if (dev >= MAX_DEVICES || function == NULL) return 0;
   char plain[96];
   snprintf(plain, sizeof plain, "%s", function);
@@ -1019,7 +1063,8 @@ EXPORT unsigned long long fake_nvml_calls(unsigned dev, const char *function) {
 }
 
 EXPORT unsigned long long fake_nvml_last_seen(unsigned dev) {
+  FAKE_LOCK;
   return dev < MAX_DEVICES ? g.dev[dev].last_seen_arg : 0;
 }
 
-EXPORT int fake_nvml_init_count(void) { return g.init_count; }
+EXPORT int fake_nvml_init_count(void) { FAKE_LOCK; return g.init_count; }

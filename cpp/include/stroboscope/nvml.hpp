@@ -20,6 +20,10 @@
 
 namespace stroboscope {
 
+namespace nvml_detail {
+class ProcessTree;
+}
+
 // ---- loader ----------------------------------------------------------------------------------
 
 // The library opened when STROBOSCOPE_NVML_LIBRARY is unset or empty.
@@ -178,6 +182,10 @@ struct NvmlSourceOptions {
   std::vector<unsigned> devices;    // NVML indices to sample; empty = every GPU
   std::vector<std::string> labels;  // column label per device ("gpu.{label}."); empty = the index
   int pid = 0;                      // the monitored process; 0 = the calling process
+  // The per-process columns (proc_*) cover the monitored process and its descendants, found
+  // under proc_root; false: the process alone.
+  bool include_children = true;
+  std::string proc_root = "/proc";
   unsigned max_processes = 1024;    // per device and list; longer process lists read as null
   // Byte rates (pcie_*_per_s, nvlink_*_per_s) are computed over windows of at least this long.
   std::int64_t rate_window_ns = 100'000'000;
@@ -185,7 +193,8 @@ struct NvmlSourceOptions {
 
 // Reads one row per call for every selected GPU: utilisation, memory, temperature, power and
 // energy, clocks, fan, clock-event reasons, PCIe and NVLink bytes and rates, ECC counts, and the
-// monitored process's share (memory, SM/memory/encoder/decoder %, number of other processes).
+// monitored process's share (memory, SM/memory/encoder/decoder %, number of other processes),
+// summed over its descendants too (options.include_children).
 // See columns() for names, units and help.
 //
 // The byte counters (PCIe, NVLink) are probed once when the source is built: a device that
@@ -222,6 +231,7 @@ class NvmlSource final : public Source {
   std::shared_ptr<const NvmlLibrary> lib_;
   std::vector<unsigned> indices_;
   std::vector<std::unique_ptr<DeviceState>> devices_;
+  std::unique_ptr<nvml_detail::ProcessTree> tree_;
   unsigned pid_ = 0;
   unsigned max_processes_ = 0;
   // Written by read(), read anywhere; a count with no data behind it, so relaxed is enough.
