@@ -43,21 +43,37 @@ def fake_calls(function: str, device: int = 0) -> int:
     return int(lib.fake_nvml_calls(device, function.encode()))
 
 
-def record_reads(sampler: Sampler, count: int, timeout: float = 60.0) -> pa.Table:
-    """Runs ``sampler`` until the gpu source has read GPU 0 ``count`` more times (each read
-    makes one nvmlDeviceGetTemperature call), not for a fixed time; returns its rows.
+def record_reads(
+    sampler: Sampler,
+    count: int,
+    function: str = "nvmlDeviceGetTemperature",
+    timeout: float = 60.0,
+) -> pa.Table:
+    """Runs ``sampler`` until GPU 0 has served ``function`` ``count`` more times (the gpu
+    source makes one nvmlDeviceGetTemperature call per read, gpu_gpm one nvmlGpmSampleGet per
+    sample), not for a fixed time; returns its rows.
 
     Progress is watched through the fake's call counts, not ``snapshot()``: a snapshot's
     provenance calls ``gpu_status()``, whose probing read would take scripted values.
     """
     with sampler:
-        start = fake_calls("nvmlDeviceGetTemperature")
+        start = fake_calls(function)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if fake_calls("nvmlDeviceGetTemperature") - start >= count:
+            if fake_calls(function) - start >= count:
                 break
             time.sleep(0.01)
     return sampler.snapshot().to_arrow()
+
+
+def fake_counter(name: str, device: int) -> int:
+    """One of the fake's GPM counters for assertions: ``fake_nvml_gpm_close_pairs`` (pairs
+    less than 100 ms apart) or ``fake_nvml_gpm_min_gap_ns`` (-1 before the first pair)."""
+    lib = ctypes.CDLL(os.environ["STROBOSCOPE_NVML_LIBRARY"])
+    fn = getattr(lib, name)
+    fn.restype = ctypes.c_longlong
+    fn.argtypes = [ctypes.c_uint]
+    return int(fn(device))
 
 
 def values(table: pa.Table, name: str) -> list[float]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import stroboscope
-from _fake_nvml import ScriptFn, record_reads, script_fixture, values
+from _fake_nvml import ScriptFn, fake_calls, record_reads, script_fixture, values
 from stroboscope import Sampler
 
 
@@ -126,4 +126,19 @@ def test_energy_counter_wraps_without_the_field(nvml: ScriptFn) -> None:
     assert energy == sorted(energy) and set(energy) <= {0, 1000, 2000, 3000}
     assert energy[-1] == 3000
     assert "energy_mj" not in stroboscope.gpu_status()["devices"][0]["unavailable"]
+    del s
+
+
+def test_status_during_a_run_does_not_query_the_gpus(nvml: ScriptFn) -> None:
+    # gpu_status() (which every snapshot's provenance calls) used to build a probe source and
+    # read every metric of every GPU again; with a gpu source alive it reports that source's
+    # findings and leaves the GPUs (and the fake's scripted values) alone.
+    nvml("devices 1\nfail 0 fan NOT_SUPPORTED\n")
+    s = Sampler(0.005, sources={"gpu": 0.02}, gpu_samples=False)
+    record_reads(s, 3)
+    before = fake_calls("nvmlDeviceGetTemperature")
+    status = stroboscope.gpu_status()
+    assert "not supported" in status["devices"][0]["unavailable"]["fan_pct"].lower()
+    s.snapshot()
+    assert fake_calls("nvmlDeviceGetTemperature") == before
     del s

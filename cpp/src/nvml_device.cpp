@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -26,21 +27,20 @@ bool has_metric(const NvmlSource::DeviceState& d, Metric m) {
 }
 }  // namespace
 
-NvmlSource::NvmlSource(std::vector<unsigned> devices, int pid)
-    : NvmlSource(NvmlSourceOptions{std::move(devices), {}, pid, true, "/proc", 1024,
-                                   100'000'000}) {}
+namespace nvml_detail {
 
-NvmlSource::NvmlSource(const NvmlSourceOptions& options)
-    : Source("gpu"), lib_(NvmlLibrary::acquire()) {
-  if (!lib_->loaded()) throw std::runtime_error("the gpu source is unavailable: " + lib_->reason());
-  const long long count = nvml_detail::device_count(*lib_);
+std::vector<unsigned> select_devices(const NvmlLibrary& lib, const NvmlSourceOptions& options,
+                                     const char* what) {
+  std::vector<unsigned> indices;
+  const long long count = device_count(lib);
   if (count < 0) {
-    throw std::runtime_error("the gpu source is unavailable: nvmlDeviceGetCount failed: " +
-                             nvml_detail::describe_code(*lib_, static_cast<int>(-count)));
+    throw std::runtime_error(std::string(what) +
+                             " is unavailable: nvmlDeviceGetCount failed: " +
+                             describe_code(lib, static_cast<int>(-count)));
   }
   if (options.devices.empty()) {
-    if (count == 0) throw std::runtime_error("the gpu source is unavailable: NVML found no GPU");
-    for (unsigned i = 0; i < static_cast<unsigned>(count); ++i) indices_.push_back(i);
+    if (count == 0) throw std::runtime_error(std::string(what) + " is unavailable: NVML found no GPU");
+    for (unsigned i = 0; i < static_cast<unsigned>(count); ++i) indices.push_back(i);
   } else {
     for (unsigned i : options.devices) {
       if (i >= static_cast<unsigned long long>(count)) {
@@ -49,18 +49,31 @@ NvmlSource::NvmlSource(const NvmlSourceOptions& options)
             std::to_string(count) + " GPU(s)" +
             (count > 0 ? " (indices 0.." + std::to_string(count - 1) + ")" : std::string()));
       }
-      if (std::find(indices_.begin(), indices_.end(), i) != indices_.end()) {
+      if (std::find(indices.begin(), indices.end(), i) != indices.end()) {
         throw std::invalid_argument("devices: GPU index " + std::to_string(i) +
                                     " is given twice");
       }
-      indices_.push_back(i);
+      indices.push_back(i);
     }
   }
-  if (!options.labels.empty() && options.labels.size() != indices_.size()) {
+  if (!options.labels.empty() && options.labels.size() != indices.size()) {
     throw std::invalid_argument("labels: " + std::to_string(options.labels.size()) +
-                                " label(s) given for " + std::to_string(indices_.size()) +
+                                " label(s) given for " + std::to_string(indices.size()) +
                                 " device(s); give one per device or none");
   }
+  return indices;
+}
+
+}  // namespace nvml_detail
+
+NvmlSource::NvmlSource(std::vector<unsigned> devices, int pid)
+    : NvmlSource(NvmlSourceOptions{std::move(devices), {}, pid, true, "/proc", 1024,
+                                   100'000'000}) {}
+
+NvmlSource::NvmlSource(const NvmlSourceOptions& options)
+    : Source("gpu"), lib_(NvmlLibrary::acquire()) {
+  if (!lib_->loaded()) throw std::runtime_error("the gpu source is unavailable: " + lib_->reason());
+  indices_ = nvml_detail::select_devices(*lib_, options, "the gpu source");
   pid_ = options.pid > 0 ? static_cast<unsigned>(options.pid) : static_cast<unsigned>(getpid());
   max_processes_ = std::max(1u, options.max_processes);
   // An empty root opens nothing: the tree is then the monitored process alone.
@@ -119,10 +132,17 @@ NvmlSource::NvmlSource(const NvmlSourceOptions& options)
     }
     devices_.push_back(std::move(d));
   }
+  // Last: a source listed here is whole (nvml_status() may ask it from another thread now).
+  std::lock_guard<std::mutex> lock(live_sources_mutex());
+  live_sources().push_back(this);
 }
 
 // Out of line: ProcessTree is complete here.
-NvmlSource::~NvmlSource() = default;
+NvmlSource::~NvmlSource() {
+  std::lock_guard<std::mutex> lock(live_sources_mutex());
+  auto& live = live_sources();
+  live.erase(std::remove(live.begin(), live.end(), this), live.end());
+}
 
 void NvmlSource::read(RowWriter row, std::int64_t now_ns) noexcept {
   int first_failure = 0;

@@ -82,6 +82,7 @@ void test_status() {
       "driver 560.35.03\n"
       "nvml_version 12.560.35.03\n"
       "mig 0 off\n"
+      "gpm 0 on\n"
       "fail 1 fan NOT_SUPPORTED\n");
   const NvmlStatus s = nvml_status();
   CHECK(s.loaded);
@@ -105,7 +106,9 @@ void test_status() {
     CHECK(!s.devices[0].mig_enabled);
     CHECK(s.devices[0].error.empty());
     CHECK(s.devices[0].unavailable.empty());  // the fake supports every metric by default
-    CHECK_EQ(s.devices[1].unavailable.size(), 1u);
+    CHECK_EQ(s.devices[1].unavailable.size(), 2u);
+    const NvmlUnavailable* gpm = unavailable(s.devices[1], "gpm");  // GPM is off by default
+    CHECK(gpm != nullptr && contains(gpm->reason, "does not support GPM"));
     const NvmlUnavailable* fan = unavailable(s.devices[1], "fan_pct");
     CHECK(fan != nullptr && contains(fan->reason, "nvmlDeviceGetFanSpeed") &&
           contains(fan->reason, "Not Supported") &&
@@ -150,8 +153,10 @@ void test_old_driver() {
     CHECK_EQ(s.devices.size(), 1u);
     if (!s.devices.empty()) {
       // Only the PCIe and NVLink counters (and their rates) need the field API; everything
-      // else has an older query.
-      CHECK_EQ(s.devices[0].unavailable.size(), 8u);
+      // else has an older query. And no GPM functions at all.
+      CHECK_EQ(s.devices[0].unavailable.size(), 9u);
+      const NvmlUnavailable* gpm = unavailable(s.devices[0], "gpm");
+      CHECK(gpm != nullptr && contains(gpm->reason, "does not export the nvmlGpm"));
       const NvmlUnavailable* tx = unavailable(s.devices[0], "pcie_tx_bytes");
       CHECK(tx != nullptr && contains(tx->reason, "not exported"));
       CHECK(unavailable(s.devices[0], "pcie_rx_bytes") != nullptr);
@@ -514,7 +519,8 @@ void test_mig() {
       CHECK(u != nullptr && contains(u->reason, "MIG"));
     }
     CHECK(!s.devices[1].mig_enabled);
-    CHECK(s.devices[1].unavailable.empty());
+    CHECK_EQ(s.devices[1].unavailable.size(), 1u);  // GPM only
+    CHECK(unavailable(s.devices[1], "gpm") != nullptr);
   }
   const auto parent = nvml_index_of_uuid("MIG-00000000-fake-0000-0000-000000000001");
   CHECK(parent.has_value() && *parent == 0);

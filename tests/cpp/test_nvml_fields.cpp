@@ -164,6 +164,32 @@ void test_process_tree() {
   waitpid(child, nullptr, 0);
 }
 
+// While a source over every GPU lives, nvml_status() reports what that source's reads found and
+// makes no device queries of its own (it used to build a probe and read every metric again:
+// on every snapshot, through its provenance, taking the fake's scripted values too).
+void test_status_from_the_live_source() {
+  use_script("devices 2\nfail 1 fan NOT_SUPPORTED\nset 0 temp 50 51 52\n");
+  NvmlSource src(NvmlSourceOptions{});
+  Row row(src);
+  row.read();
+  const unsigned long long temp_calls = fake_calls(0, "nvmlDeviceGetTemperature");
+  const NvmlStatus s = nvml_status();
+  CHECK_EQ(fake_calls(0, "nvmlDeviceGetTemperature"), temp_calls);
+  CHECK_EQ(fake_calls(1, "nvmlDeviceGetFanSpeed"), 1u);
+  CHECK_EQ(s.devices.size(), 2u);
+  CHECK(s.devices.size() == 2 && unavailable(s.devices[1], "fan_pct") != nullptr);
+  row.read();
+  CHECK(row.f64("gpu.0.temp_c") == 51.0);  // the scripted sequence is the source's alone
+  {
+    NvmlSource only_one({1}, 0);  // covers one GPU of two: not used for the status
+  }
+  NvmlSourceOptions one;
+  one.devices = {0};
+  NvmlSource partial(one);
+  const NvmlStatus again = nvml_status();
+  CHECK(again.devices.size() == 2 && again.devices[0].index == 0 && again.devices[1].index == 1);
+}
+
 }  // namespace
 
 int main() {
@@ -178,6 +204,7 @@ int main() {
   test_unsupported_field_has_no_column();
   test_process_shares();
   test_process_tree();
+  test_status_from_the_live_source();
   std::string cleanup = "rm -rf '" + g_dir + "'";
   if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", tmpl);
   TEST_MAIN_END();

@@ -82,6 +82,8 @@
  *   unsigned long long fake_nvml_last_seen(unsigned dev)   lastSeenTimeStamp of the latest
  *                                                          nvmlDeviceGetProcessUtilization call
  *   int fake_nvml_init_count(void)                          nvmlInit calls not yet shut down
+ *
+ * GPM (nvmlGpm*, directives gpm and gpm_metric): see fake_nvml_gpm.c.
  */
 #define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
 #include <pthread.h>
@@ -166,7 +168,8 @@ static const unsigned long long key_defaults[K_COUNT] = {
 enum fn {
   F_NAME, F_UUID, F_MEMORY, F_MEMORY_V2, F_UTIL, F_TEMP, F_POWER, F_POWER_LIMIT, F_ENERGY,
   F_CLOCK, F_FAN, F_EVENT_REASONS, F_THROTTLE_REASONS, F_ECC, F_FIELD_VALUES, F_COMPUTE_PROCS,
-  F_GRAPHICS_PROCS, F_PROC_UTIL, F_SAMPLES, F_MIG_MODE, F_MAX_MIG, F_MIG_HANDLE, F_COUNT
+  F_GRAPHICS_PROCS, F_PROC_UTIL, F_SAMPLES, F_MIG_MODE, F_MAX_MIG, F_MIG_HANDLE, F_GPM_SUPPORT,
+  F_GPM_SAMPLE_GET, F_GPM_METRICS_GET, F_COUNT
 };
 static const char *const fn_names[F_COUNT] = {
     "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetMemoryInfo",
@@ -177,7 +180,8 @@ static const char *const fn_names[F_COUNT] = {
     "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetProcessUtilization", "nvmlDeviceGetSamples", "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex"};
+    "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleGet", "nvmlGpmMetricsGet"};
 
 /* Sampling types by nvmlSamplingType_t value; empty names are kinds the fake does not serve. */
 static const char *const sample_kind_names[SAMPLE_KINDS] = {"power", "gpu_util", "mem_util", "",
@@ -240,6 +244,12 @@ static struct {
   int nrules;
   struct rule rules[MAX_RULES];
 } g;
+
+static int parse_ull(const char *s, unsigned long long *out);
+static struct fake_device *device_of(nvmlDevice_t h);
+static int begin(struct fake_device *d, int fn);
+
+#include "fake_nvml_gpm.c" /* GPM: directives gpm, gpm_metric; the nvmlGpm* functions */
 
 /* ---- script ------------------------------------------------------------------------------ */
 
@@ -311,6 +321,8 @@ static const char *parse_line(char *line) {
   if (d < 0) return "a device index 0..15 is expected after the directive";
   struct fake_device *dv = &g.dev[d];
   char *a2 = strtok_r(NULL, " \t\r\n", &save);
+  const char *gpm_error = gpm_parse(cmd, d, a2, &save);
+  if (gpm_error == NULL || gpm_error[0] != '\0') return gpm_error;
   if (strcmp(cmd, "name") == 0 || strcmp(cmd, "uuid") == 0) {
     if (a2 == NULL) return "a name or uuid text is missing";
     char *rest = save != NULL ? save : "";
@@ -483,6 +495,7 @@ static const char *parse_line(char *line) {
 static void reset(void) {
   int count = g.init_count;
   memset(&g, 0, sizeof g);
+  gpm_reset();
   g.init_count = count;
   g.device_count = 1;
   g.stride = 24;

@@ -66,6 +66,12 @@ struct NvmlFunctions {
   nvml::DeviceGetMigModeFn device_get_mig_mode = nullptr;
   nvml::DeviceGetUintFn device_get_max_mig_device_count = nullptr;
   nvml::DeviceGetMigDeviceHandleByIndexFn device_get_mig_device_handle_by_index = nullptr;
+  // GPM (all five or none is useful; see NvmlGpmSource).
+  nvml::GpmQueryDeviceSupportFn gpm_query_device_support = nullptr;
+  nvml::GpmSampleAllocFn gpm_sample_alloc = nullptr;
+  nvml::GpmSampleFreeFn gpm_sample_free = nullptr;
+  nvml::GpmSampleGetFn gpm_sample_get = nullptr;
+  nvml::GpmMetricsGetFn gpm_metrics_get = nullptr;
 };
 
 // One entry of the symbol table: the names tried, newest first, and the one found.
