@@ -39,7 +39,9 @@ std::vector<unsigned> select_devices(const NvmlLibrary& lib, const NvmlSourceOpt
                              describe_code(lib, static_cast<int>(-count)));
   }
   if (options.devices.empty()) {
-    if (count == 0) throw std::runtime_error(std::string(what) + " is unavailable: NVML found no GPU");
+    if (count == 0) {
+      throw std::runtime_error(std::string(what) + " is unavailable: NVML found no GPU");
+    }
     for (unsigned i = 0; i < static_cast<unsigned>(count); ++i) indices.push_back(i);
   } else {
     for (unsigned i : options.devices) {

@@ -4,7 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cstdio>
+#include <charconv>
+#include <cstring>
 #include <string_view>
 
 #include "stroboscope/procfs.hpp"
@@ -54,8 +55,11 @@ bool ProcessTree::walk(unsigned pid) const noexcept {
 
 unsigned ProcessTree::parent_of(unsigned pid) const noexcept {
   if (proc_fd_ < 0) return 0;
+  // "<pid>/stat" relative to the kept-open proc root; to_chars, not snprintf: no locale, no
+  // allocation, on the poll thread.
   char path[32];
-  std::snprintf(path, sizeof path, "%u/stat", pid);
+  char* end = std::to_chars(path, path + 16, pid).ptr;
+  std::memcpy(end, "/stat", 6);
   const int fd = ::openat(proc_fd_, path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char buf[1024];  // a stat line is a few hundred bytes; the fields needed come early

@@ -932,7 +932,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t h, int type, unsigned long
 
 EXPORT nvmlReturn_t nvmlInit_v2(void) { FAKE_LOCK; return do_init(); }
 
-EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) { FAKE_LOCK; return nvmlDeviceGetCount(count); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+  FAKE_LOCK;
+  return nvmlDeviceGetCount(count);
+}
 
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
   FAKE_LOCK;
