@@ -74,7 +74,8 @@ struct NvmlGpmSource::Device {
   std::int64_t previous_ns = 0;        // CLOCK_MONOTONIC just before `previous` was taken
   // Per metric: why it is no longer asked (0: still asked); set and read by the poll thread.
   int metric_code[kGpmCount] = {};
-  int fail_code = 0;  // the GPU failed (lost): nothing is asked again
+  int fail_code = 0;     // the GPU failed (lost): nothing is asked again, the read fails
+  int stopped_code = 0;  // sampling is not supported after all (MIG...): nothing is asked
 };
 
 std::string nvml_gpm_unavailable(const NvmlLibrary& lib, unsigned index) {
@@ -152,13 +153,15 @@ void NvmlGpmSource::read(RowWriter row, std::int64_t now_ns) noexcept {
       failure = d.fail_code;
       continue;
     }
+    if (d.stopped_code != 0) continue;
     // The read's CLOCK_MONOTONIC (a polled source gets the poll's own clock, read just before
     // this call), so the samples of a pair are at least kMinPairNs apart.
     const std::int64_t t = now_ns;
     if (d.have_previous && t - d.previous_ns <= kMinPairNs) continue;  // too close: wait
     const int rc = f.gpm_sample_get(d.handle, d.have_previous ? d.next : d.previous);
     if (rc != nvml::kSuccess) {
-      if (classify(rc) != ErrorClass::kTransient) d.fail_code = failure = rc;
+      if (classify(rc) == ErrorClass::kUnsupported) d.stopped_code = rc;
+      if (classify(rc) == ErrorClass::kFatal) d.fail_code = failure = rc;
       continue;
     }
     if (!d.have_previous) {  // the first sample opens the first pair
@@ -184,6 +187,7 @@ void NvmlGpmSource::read(RowWriter row, std::int64_t now_ns) noexcept {
     std::swap(d.previous, d.next);
     d.previous_ns = t;
     if (mrc != nvml::kSuccess) {
+      if (classify(mrc) == ErrorClass::kUnsupported) d.stopped_code = mrc;
       if (classify(mrc) == ErrorClass::kFatal) d.fail_code = failure = mrc;
       continue;
     }

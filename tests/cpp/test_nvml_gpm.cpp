@@ -104,6 +104,24 @@ void test_gpu_lost() {
   CHECK(row.f64("gpu.0.sm_active_pct") == 10.0);
 }
 
+// A GPU that says it supports GPM but then refuses to sample (NOT_SUPPORTED, as under MIG) is
+// left alone: its cells stay null, nothing more is asked, and the source is not failing.
+void test_sampling_refused() {
+  use_script(
+      "devices 2\n"
+      "gpm 0 on\ngpm 1 on\n"
+      "gpm_metric 0 2 10\n"
+      "fail 1 nvmlGpmSampleGet NOT_SUPPORTED\n");
+  NvmlGpmSource src(NvmlSourceOptions{});
+  Row row(src);
+  for (int k = 0; k < 4; ++k) row.read(k * 200 * kMs);
+  CHECK(row.f64("gpu.0.sm_active_pct") == 10.0);
+  CHECK(!row.has("gpu.1.sm_active_pct"));
+  CHECK_EQ(fake_calls(1, "nvmlGpmSampleGet"), 1u);
+  CHECK(src.reason() == nullptr);
+  CHECK_EQ(src.failures(), 0u);
+}
+
 }  // namespace
 
 int main() {
@@ -116,6 +134,7 @@ int main() {
   test_pairs_and_values();
   test_unsupported_everywhere();
   test_gpu_lost();
+  test_sampling_refused();
   std::string cleanup = "rm -rf '" + g_dir + "'";
   if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", tmpl);
   TEST_MAIN_END();
