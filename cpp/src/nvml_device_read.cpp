@@ -3,9 +3,9 @@
 // Per device and read: one nvmlDeviceGetFieldValues batch (instant power, enforced limit, energy,
 // PCIe and NVLink bytes, ECC counts) where the driver supports it, then the plain queries group
 // by group in the order of kGroupReaders (memory, utilisation, temperature, power, clocks, fan,
-// clock-event reasons, PCIe and NVLink, ECC, processes, process utilisation, MIG instances). A query the device cannot
-// answer is disabled for good (with its code kept for gpu_status()), a passing error leaves one
-// cell null, and a lost GPU turns all of its cells null from then on.
+// clock-event reasons, PCIe and NVLink, ECC, processes, process utilisation, MIG instances). A
+// query the device cannot answer is disabled for good (with its code kept for gpu_status()), a
+// passing error leaves one cell null, and a lost GPU turns all of its cells null from then on.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
