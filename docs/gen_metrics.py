@@ -21,7 +21,7 @@ from pathlib import Path
 from stroboscope import _core
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
-GPU_SCRIPT = "devices 1\nmig 0 on 1\n"
+GPU_SCRIPT = "devices 1\nmig 0 on 1\ngpm 0 on\n"
 
 _INDEX = [
     (re.compile(r"^cpu\.\d+\."), "cpu.{i}."),
@@ -79,6 +79,11 @@ def render() -> str:
         lines.append(
             "| `gpu.read_mono_ns` | ns | int64 | gauge | gpu | CLOCK_MONOTONIC time at "
             "which the gpu reading in this row was taken on its own polling thread. |"
+        )
+    if "gpu_gpm" in _core.source_names():
+        lines.append(
+            "| `gpu_gpm.read_mono_ns` | ns | int64 | gauge | gpu_gpm | CLOCK_MONOTONIC time at "
+            "which the GPM pair ending in this row was completed on its own polling thread. |"
         )
     lines += _resolution_table()
     return "\n".join(lines) + "\n"

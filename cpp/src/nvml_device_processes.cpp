@@ -1,6 +1,7 @@
-// The per-process groups of a "gpu" device read: the monitored process's memory and how many
-// others hold a context on the GPU (the compute and graphics process lists), and its SM % (the
-// driver's per-process utilisation samples).
+// The per-process groups of a "gpu" device read: the memory of the monitored process's tree (the
+// process and its descendants, see nvml_process_tree.hpp) and how many others hold a context on
+// the GPU (the compute and graphics process lists), and the tree's SM, memory, encoder and decoder
+// shares (the driver's per-process utilisation samples).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -57,9 +58,8 @@ void read_processes(DeviceRead& r) noexcept {
   }
   // Both lists (where asked) must have come back, or a process in the missing one is missed.
   if (!any_usable || !all_ok || d.failed()) return;
-  bool mine = false, mine_known = true;
-  unsigned long long mine_bytes = 0;
-  std::size_t others = 0;
+  bool mine_known = true;
+  std::size_t others = 0, n_mine = 0;
   for (const List& l : lists) {
     if (!l.ok) continue;
     const unsigned n = std::min(l.count, r.max_processes);
@@ -68,13 +68,11 @@ void read_processes(DeviceRead& r) noexcept {
       unsigned pid = 0;
       unsigned long long used = 0;
       process_info_at(l.buf->data(), stride, i, &pid, &used);
-      if (pid == r.pid) {
-        mine = true;
-        // A process in both lists (compute and graphics) reports the same memory twice.
+      if (r.tree.contains(pid)) {
         if (used == nvml::kValueNotAvailableUll) {
           mine_known = false;
-        } else {
-          mine_bytes = std::max(mine_bytes, used);
+        } else if (n_mine < d.mine_mem.size()) {
+          d.mine_mem[n_mine++] = {pid, used};
         }
       } else if (others < d.other_pids.size()) {
         d.other_pids[others++] = pid;
@@ -86,14 +84,23 @@ void read_processes(DeviceRead& r) noexcept {
   std::sort(first, last);
   const auto distinct = std::unique(first, last) - first;
   r.set_i(kOtherProcs, static_cast<std::uint64_t>(distinct));
-  if (!mine) {
-    r.set_i(kProcMem, 0);
-  } else if (mine_known) {
-    r.set_i(kProcMem, mine_bytes);
+  // A process in both lists (compute and graphics) reports the same memory twice: per pid the
+  // larger entry counts, and the tree's pids add up.
+  const auto mb = d.mine_mem.begin();
+  std::sort(mb, mb + static_cast<std::ptrdiff_t>(n_mine));
+  unsigned long long bytes = 0;
+  for (std::size_t i = 0; i < n_mine; ++i) {
+    if (i + 1 < n_mine && d.mine_mem[i + 1].first == d.mine_mem[i].first) continue;  // sorted:
+    bytes += d.mine_mem[i].second;  // the last entry of a pid is its largest
   }
+  if (mine_known) r.set_i(kProcMem, bytes);
 }
 
-// The monitored process's SM %, from the samples newer than the last one seen.
+// The monitored process's SM, memory, encoder and decoder %, from the samples newer than the
+// last one seen (NVML's lastSeenTimeStamp): the driver keeps a buffer of per-process samples,
+// each an average over its own period, so passing the newest timestamp seen returns each sample
+// once and the latest one of the monitored process is its current share. New samples without it
+// mean it was idle (0 %); no new samples at all (NOT_FOUND) leave the latest share standing.
 void read_process_util(DeviceRead& r) noexcept {
   DeviceState& d = r.d;
   if (!r.asks(kQProcUtil)) return;
@@ -102,31 +109,41 @@ void read_process_util(DeviceRead& r) noexcept {
       r.f.device_get_process_utilization(r.h, d.util_buf.data(), &count, d.proc_util_last_seen_us);
   if (rc == nvml::kSuccess) {
     count = std::min<unsigned>(count, static_cast<unsigned>(d.util_buf.size()));
-    unsigned long long newest = d.proc_util_last_seen_us, mine_ts = 0;
-    bool mine = false;
-    unsigned mine_sm = 0;
+    unsigned long long newest = d.proc_util_last_seen_us;
+    std::size_t n_mine = 0;
     for (unsigned i = 0; i < count; ++i) {
       const nvml::ProcessUtilizationSample& s = d.util_buf[i];
       newest = std::max(newest, s.timestamp_us);
-      if (s.pid == r.pid && (!mine || s.timestamp_us >= mine_ts)) {
-        mine = true;
-        mine_ts = s.timestamp_us;
-        mine_sm = s.sm_util;
-      }
+      if (r.tree.contains(s.pid)) d.mine_util[n_mine++] = s;
+    }
+    // Per pid of the tree only its latest sample counts (older ones in the same batch are
+    // history); the tree's pids add up. Not listed at all: the tree was idle (0 %).
+    const auto mb = d.mine_util.begin();
+    std::sort(mb, mb + static_cast<std::ptrdiff_t>(n_mine),
+              [](const nvml::ProcessUtilizationSample& a, const nvml::ProcessUtilizationSample& b) {
+                return a.pid != b.pid ? a.pid < b.pid : a.timestamp_us < b.timestamp_us;
+              });
+    double share[4] = {};
+    for (std::size_t i = 0; i < n_mine; ++i) {
+      if (i + 1 < n_mine && d.mine_util[i + 1].pid == d.mine_util[i].pid) continue;
+      const nvml::ProcessUtilizationSample& s = d.mine_util[i];
+      share[0] += s.sm_util, share[1] += s.mem_util, share[2] += s.enc_util, share[3] += s.dec_util;
     }
     d.proc_util_last_seen_us = newest;
-    d.proc_sm = mine ? mine_sm : 0.0;  // new samples without us: we were idle
-    d.proc_sm_known = true;
+    for (int k = 0; k < 4; ++k) d.proc_util[k] = share[k];
+    d.proc_util_known = true;
   } else if (rc == nvml::kErrorNotFound) {
     // Nothing newer than the last sample: the latest value stands (none yet: nobody ran).
-    if (!d.proc_sm_known) d.proc_sm = 0.0;
-    d.proc_sm_known = true;
+    d.proc_util_known = true;
   } else {
-    d.proc_sm_known = d.proc_sm_known && classify(rc) == ErrorClass::kTransient;
+    d.proc_util_known = d.proc_util_known && classify(rc) == ErrorClass::kTransient;
     r.check(kQProcUtil, rc);
   }
-  if (d.proc_sm_known && (rc == nvml::kSuccess || rc == nvml::kErrorNotFound)) {
-    r.set_f(kProcSm, d.proc_sm);
+  if (d.proc_util_known && (rc == nvml::kSuccess || rc == nvml::kErrorNotFound)) {
+    r.set_f(kProcSm, d.proc_util[0]);
+    r.set_f(kProcMemUtil, d.proc_util[1]);
+    r.set_f(kProcEncUtil, d.proc_util[2]);
+    r.set_f(kProcDecUtil, d.proc_util[3]);
   }
 }
 

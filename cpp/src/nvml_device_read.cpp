@@ -1,11 +1,11 @@
 // One read of one GPU for the "gpu" source: a reader per metric group, run from a table.
 //
 // Per device and read: one nvmlDeviceGetFieldValues batch (instant power, enforced limit, energy,
-// PCIe bytes, ECC counts) where the driver supports it, then the plain queries group by group in
-// the order of kGroupReaders (memory, utilisation, temperature, power, clocks, fan, clock-event
-// reasons, PCIe, ECC, processes, process utilisation, MIG instances). A query the device cannot
-// answer is disabled for good (with its code kept for gpu_status()), a passing error leaves one
-// cell null, and a lost GPU turns all of its cells null from then on.
+// PCIe and NVLink bytes, ECC counts) where the driver supports it, then the plain queries group
+// by group in the order of kGroupReaders (memory, utilisation, temperature, power, clocks, fan,
+// clock-event reasons, PCIe and NVLink, ECC, processes, process utilisation, MIG instances). A
+// query the device cannot answer is disabled for good (with its code kept for gpu_status()), a
+// passing error leaves one cell null, and a lost GPU turns all of its cells null from then on.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +29,7 @@ void read_field_batch(DeviceRead& r) noexcept {
     if (!d.field_usable(s.field)) continue;
     fv[n] = nvml::FieldValue{};
     fv[n].field_id = s.id;
+    fv[n].scope_id = s.scope;
     which[n++] = s.field;
   }
   if (n == 0 || !r.check(kQFieldValues, r.f.device_get_field_values(r.h, n, fv))) return;
@@ -38,6 +39,7 @@ void read_field_batch(DeviceRead& r) noexcept {
     if (rc == nvml::kSuccess) {
       if (value_to_u64(fv[i].value_type, fv[i].value, &r.field[w])) {
         r.have_field[w] = true;
+        r.field_us[w] = fv[i].timestamp_us > 0 ? fv[i].timestamp_us : 0;
       } else {
         d.field_code[w].store(kCodeBadValueType, std::memory_order_relaxed);
       }
@@ -159,11 +161,28 @@ void read_clock_reasons(DeviceRead& r) noexcept {
   }
 }
 
-// PCIe bytes: fields only (the older throughput query blocks ~20 ms per direction).
-void read_pcie(DeviceRead& r) noexcept {
+// PCIe and NVLink bytes: fields only (the older PCIe throughput query blocks ~20 ms per
+// direction). Each counter gives bytes since start and a windowed rate (FieldCounter).
+void read_links(DeviceRead& r) noexcept {
   DeviceState& d = r.d;
-  if (r.have_field[kFPcieTx]) r.set_i(kPcieTx, d.pcie_tx.update(r.field[kFPcieTx]));
-  if (r.have_field[kFPcieRx]) r.set_i(kPcieRx, d.pcie_rx.update(r.field[kFPcieRx]));
+  const struct {
+    Field fi;
+    FieldCounter* counter;
+    std::uint64_t unit;  // bytes per counter unit
+    Metric total;
+    Metric rate;
+  } kLinks[] = {{kFPcieTx, &d.pcie_tx, 1, kPcieTx, kPcieTxRate},
+                {kFPcieRx, &d.pcie_rx, 1, kPcieRx, kPcieRxRate},
+                {kFNvlinkTx, &d.nvlink_tx, 1024, kNvlinkTx, kNvlinkTxRate},
+                {kFNvlinkRx, &d.nvlink_rx, 1024, kNvlinkRx, kNvlinkRxRate}};
+  for (const auto& l : kLinks) {
+    if (!r.have_field[l.fi]) continue;
+    bool has_rate = false;
+    double per_s = 0.0;
+    r.set_i(l.total, l.counter->update(r.field[l.fi], l.unit, r.field_us[l.fi], r.now_ns,
+                                       &has_rate, &per_s));
+    if (has_rate) r.set_f(l.rate, per_s);
+  }
 }
 
 // ECC, volatile totals: the field where it came back, the query otherwise.
@@ -225,13 +244,13 @@ void read_mig(DeviceRead& r) noexcept {
 // The groups of one device read, in the order their NVML calls are made.
 enum Group : std::size_t {
   kGFieldBatch, kGMemory, kGUtilisation, kGTemperature, kGPower, kGClocks, kGFan,
-  kGClockReasons, kGPcie, kGEcc, kGProcesses, kGProcessUtil, kGMig, kGroupCount
+  kGClockReasons, kGLinks, kGEcc, kGProcesses, kGProcessUtil, kGMig, kGroupCount
 };
 
 struct GroupReader {
   Group group;
   void (*read)(DeviceRead& r) noexcept;
-  Metric metrics[4];  // the device columns (kMetrics) it writes; MIG columns are its own
+  Metric metrics[8];  // the device columns (kMetrics) it writes; MIG columns are its own
   std::size_t n_metrics;
 };
 
@@ -246,10 +265,13 @@ constexpr GroupReader kGroupReaders[] = {
     {kGClocks, read_clocks, {kSmClock, kMemClock, kGfxClock}, 3},
     {kGFan, read_fan, {kFan}, 1},
     {kGClockReasons, read_clock_reasons, {kClockReasons}, 1},
-    {kGPcie, read_pcie, {kPcieTx, kPcieRx}, 2},
+    {kGLinks, read_links,
+     {kPcieTx, kPcieRx, kPcieTxRate, kPcieRxRate, kNvlinkTx, kNvlinkRx, kNvlinkTxRate,
+      kNvlinkRxRate},
+     8},
     {kGEcc, read_ecc, {kEccCorrected, kEccUncorrected}, 2},
     {kGProcesses, read_processes, {kProcMem, kOtherProcs}, 2},
-    {kGProcessUtil, read_process_util, {kProcSm}, 1},
+    {kGProcessUtil, read_process_util, {kProcSm, kProcMemUtil, kProcEncUtil, kProcDecUtil}, 4},
     {kGMig, read_mig, {}, 0},
 };
 
@@ -271,14 +293,53 @@ static_assert(each_metric_read_once(),
 
 }  // namespace
 
-void NvmlSource::read_device(DeviceState& d, RowWriter& row) noexcept {
+namespace nvml_detail {
+
+void probe_fields(DeviceState& d, const NvmlFunctions& f) {
+  if (d.failed() || !d.usable(kQFieldValues)) return;
+  nvml::FieldValue fv[kFieldCount];
+  Field which[kFieldCount];
+  int n = 0;
+  for (const FieldSpec& s : kFields) {
+    if (!s.probed) continue;
+    fv[n] = nvml::FieldValue{};
+    fv[n].field_id = s.id;
+    fv[n].scope_id = s.scope;
+    which[n++] = s.field;
+  }
+  const int rc = f.device_get_field_values(d.id.handle, n, fv);
+  if (rc != nvml::kSuccess) {
+    // The whole batch: unsupported disables it (and every field with it); a lost GPU fails the
+    // device, whose columns then stay (null) like those of any failed device.
+    if (classify(rc) == ErrorClass::kUnsupported) {
+      d.query_code[kQFieldValues].store(rc, std::memory_order_relaxed);
+    } else if (classify(rc) == ErrorClass::kFatal) {
+      d.fail_what.store(kQueries[kQFieldValues].name, std::memory_order_relaxed);
+      d.fail_code.store(rc, std::memory_order_release);  // release: see DeviceRead::check
+    }
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const int code = fv[i].nvml_return;
+    if (code != nvml::kSuccess && classify(code) == ErrorClass::kUnsupported) {
+      d.field_code[which[i]].store(code, std::memory_order_relaxed);
+    }
+  }
+}
+
+}  // namespace nvml_detail
+
+void NvmlSource::read_device(DeviceState& d, RowWriter& row, std::int64_t now_ns) noexcept {
   if (d.failed()) return;
-  DeviceRead r{d, lib_->fn(), d.id.handle, row, pid_, max_processes_, transient_errors_};
+  DeviceRead r{d, lib_->fn(), d.id.handle, row, now_ns, pid_, *tree_, max_processes_,
+               transient_errors_};
   for (const GroupReader& g : kGroupReaders) g.read(r);
 
   // The read that found the device failed leaves none of its cells, not half a row.
   if (d.failed()) {
-    for (std::size_t m = 0; m < kMetricCount; ++m) row.set_null(d.col0 + m);
+    for (std::size_t m = 0; m < kMetricCount; ++m) {
+      if (d.col[m] != kNoColumn) row.set_null(d.col[m]);
+    }
     for (const auto& m : d.mig) {
       row.set_null(m->col_used);
       row.set_null(m->col_total);

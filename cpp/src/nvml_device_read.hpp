@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "nvml_process_tree.hpp"
 #include "nvml_source_state.hpp"
 
 namespace stroboscope::nvml_detail {
@@ -18,12 +19,15 @@ struct DeviceRead {
   const NvmlFunctions& f;
   nvml::Device h;
   RowWriter& row;
+  std::int64_t now_ns;     // CLOCK_MONOTONIC time of this read
   unsigned pid;            // the monitored process
+  ProcessTree& tree;       // it and its descendants: whose GPU use the proc_* columns sum
   unsigned max_processes;  // per process list
   std::atomic<std::uint64_t>& transient_errors;
   // What the field batch brought back; the groups after it use these before asking again.
   std::uint64_t field[kFieldCount] = {};
   bool have_field[kFieldCount] = {};
+  std::int64_t field_us[kFieldCount] = {};  // the driver's timestamp of each (0: none given)
 
   // Returns true on success; otherwise disables the query, counts a passing error, or marks the
   // device failed, by the error's class.
@@ -47,11 +51,17 @@ struct DeviceRead {
   }
   // Whether to make query `q` now: the device has not failed and the query is still asked.
   [[nodiscard]] bool asks(Query q) const noexcept { return !d.failed() && d.usable(q); }
-  void set_f(Metric m, double v) noexcept { row.set_f64(d.col0 + m, v); }
+  void set_f(Metric m, double v) noexcept {
+    if (d.col[m] != kNoColumn) row.set_f64(d.col[m], v);
+  }
   void set_i(Metric m, std::uint64_t v) noexcept {
-    row.set_i64(d.col0 + m, static_cast<std::int64_t>(v));
+    if (d.col[m] != kNoColumn) row.set_i64(d.col[m], static_cast<std::int64_t>(v));
   }
 };
+
+// Asks the device once, when the source is built, for the fields marked `probed`, and disables
+// those it cannot give (their metrics then get no column). Not for the hot path.
+void probe_fields(DeviceState& d, const NvmlFunctions& f);
 
 // The per-process groups (nvml_device_processes.cpp).
 void read_processes(DeviceRead& r) noexcept;

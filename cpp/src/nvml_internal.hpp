@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,18 @@ struct Identity {
 
 // Not for the hot path (allocates). `lib` must be loaded.
 [[nodiscard]] Identity identify(const NvmlLibrary& lib, unsigned index);
+
+// The NVML indices a source over `options` reads (every GPU when options.devices is empty),
+// checked: throws std::runtime_error ("<what> is unavailable: ...") when NVML sees no GPU and
+// std::invalid_argument for an index out of range, one given twice or labels of the wrong length.
+[[nodiscard]] std::vector<unsigned> select_devices(const NvmlLibrary& lib,
+                                                   const NvmlSourceOptions& options,
+                                                   const char* what);
+
+// The "gpu" sources alive in this process (nvml_status.cpp): a source adds itself at the end of
+// its constructor and removes itself in its destructor, both under the mutex.
+[[nodiscard]] std::mutex& live_sources_mutex();
+[[nodiscard]] std::vector<const NvmlSource*>& live_sources();
 
 // Number of GPUs, or -code on failure.
 [[nodiscard]] long long device_count(const NvmlLibrary& lib);

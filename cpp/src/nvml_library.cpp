@@ -197,6 +197,11 @@ void NvmlLibrary::load() {
   resolve(&f.device_get_max_mig_device_count, {"nvmlDeviceGetMaxMigDeviceCount"}, false);
   resolve(&f.device_get_mig_device_handle_by_index, {"nvmlDeviceGetMigDeviceHandleByIndex"},
           false);
+  resolve(&f.gpm_query_device_support, {"nvmlGpmQueryDeviceSupport"}, false);
+  resolve(&f.gpm_sample_alloc, {"nvmlGpmSampleAlloc"}, false);
+  resolve(&f.gpm_sample_free, {"nvmlGpmSampleFree"}, false);
+  resolve(&f.gpm_sample_get, {"nvmlGpmSampleGet"}, false);
+  resolve(&f.gpm_metrics_get, {"nvmlGpmMetricsGet"}, false);
 
   if (!missing_required.empty()) {
     reason_ = "the NVML library " + path_ + " lacks required functions: " + missing_required;

@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nvml_internal.hpp"
+#include "stroboscope/linux_sources.hpp"
 #include "stroboscope/nvml.hpp"
 
 namespace stroboscope {
@@ -19,7 +21,9 @@ namespace nvml_detail {
 enum Metric : std::size_t {
   kUtil, kMemUtil, kMemUsed, kMemFree, kMemTotal, kMemAllocPct, kTemp, kPower, kPowerLimit,
   kPowerPct, kEnergy, kSmClock, kMemClock, kGfxClock, kFan, kClockReasons, kPcieTx, kPcieRx,
-  kEccCorrected, kEccUncorrected, kProcMem, kProcSm, kOtherProcs, kMetricCount
+  kPcieTxRate, kPcieRxRate, kNvlinkTx, kNvlinkRx, kNvlinkTxRate, kNvlinkRxRate,
+  kEccCorrected, kEccUncorrected, kProcMem, kProcSm, kProcMemUtil, kProcEncUtil, kProcDecUtil,
+  kOtherProcs, kMetricCount
 };
 
 struct MetricSpec {
@@ -67,17 +71,46 @@ inline constexpr MetricSpec kMetrics[kMetricCount] = {
      "Bytes the GPU sent over PCIe since this source's first reading."},
     {"pcie_rx_bytes", "bytes", DType::kInt64, Kind::kCounter,
      "Bytes the GPU received over PCIe since this source's first reading."},
+    {"pcie_tx_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
+     "Bytes per second the GPU sent over PCIe, over windows of at least rate_window timed by "
+     "the driver's own timestamps of the counter readings."},
+    {"pcie_rx_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
+     "Bytes per second the GPU received over PCIe, windowed and timed like "
+     "pcie_tx_bytes_per_s."},
+    {"nvlink_tx_bytes", "bytes", DType::kInt64, Kind::kCounter,
+     "Payload bytes the GPU sent over all its NVLinks since this source's first reading (the "
+     "driver counts KiB)."},
+    {"nvlink_rx_bytes", "bytes", DType::kInt64, Kind::kCounter,
+     "Payload bytes the GPU received over all its NVLinks since this source's first reading "
+     "(the driver counts KiB)."},
+    {"nvlink_tx_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
+     "Bytes per second sent over all NVLinks, windowed and timed like pcie_tx_bytes_per_s."},
+    {"nvlink_rx_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
+     "Bytes per second received over all NVLinks, windowed and timed like "
+     "pcie_tx_bytes_per_s."},
     {"ecc_corrected", "count", DType::kInt64, Kind::kGauge,
      "Corrected (single-bit) ECC errors since the driver loaded (NVML's volatile total)."},
     {"ecc_uncorrected", "count", DType::kInt64, Kind::kGauge,
      "Uncorrected (double-bit) ECC errors since the driver loaded (NVML's volatile total)."},
     {"proc_mem_bytes", "bytes", DType::kInt64, Kind::kGauge,
-     "GPU memory the monitored process uses on this GPU (0 when it has no context here)."},
-    {"proc_sm_pct", "%", DType::kFloat64, Kind::kGauge,
-     "SM utilisation of the monitored process in the driver's latest per-process sample "
-     "(an average over 1/6 s to 1 s)."},
+     "GPU memory the monitored process and its descendants use on this GPU (0 when none has "
+     "a context here)."},
+    {"proc_sm_util_pct", "%", DType::kFloat64, Kind::kGauge,
+     "SM utilisation of the monitored process and its descendants (summed), each from its "
+     "latest per-process sample of the driver (an average over 1/6 s to 1 s); 0 when the "
+     "driver's newer samples list none of them. Not a copy of the device's util_pct."},
+    {"proc_mem_util_pct", "%", DType::kFloat64, Kind::kGauge,
+     "Device memory read/write utilisation of the monitored process and its descendants, from "
+     "the same per-process samples as proc_sm_util_pct."},
+    {"proc_enc_util_pct", "%", DType::kFloat64, Kind::kGauge,
+     "Video encoder utilisation of the monitored process and its descendants, from the same "
+     "per-process samples."},
+    {"proc_dec_util_pct", "%", DType::kFloat64, Kind::kGauge,
+     "Video decoder utilisation of the monitored process and its descendants, from the same "
+     "per-process samples."},
     {"other_procs", "count", DType::kInt64, Kind::kGauge,
-     "Number of other processes with a context on this GPU, so a shared GPU shows as shared."},
+     "Number of processes outside the monitored tree with a context on this GPU, so a shared "
+     "GPU shows as shared."},
 };
 
 // The NVML calls a device read makes; each can be disabled on its own.
@@ -135,24 +168,34 @@ inline constexpr QuerySpec kQueries[] = {
 
 // The fields of the per-device batch.
 enum Field : std::size_t {
-  kFPowerInstant, kFPowerLimit, kFEnergy, kFPcieTx, kFPcieRx, kFEccSbe, kFEccDbe, kFieldCount
+  kFPowerInstant, kFPowerLimit, kFEnergy, kFPcieTx, kFPcieRx, kFNvlinkTx, kFNvlinkRx, kFEccSbe,
+  kFEccDbe, kFieldCount
 };
 
 struct FieldSpec {
   Field field;
   unsigned id;       // NVML_FI_*
+  unsigned scope;    // scope_id: 0 for the GPU, kScopeAllLinks for the sum over NVLinks
+  // Probed when the source is built: a field the device cannot give (NOT_SUPPORTED, ...) then
+  // has no column at all, rather than a column that is null on every row.
+  bool probed;
   const char* name;  // its name in nvml.h, for gpu_status()
 };
 
 // One entry per Field, in enum order (checked below).
 inline constexpr FieldSpec kFields[] = {
-    {kFPowerInstant, nvml::kFieldPowerInstant, "NVML_FI_DEV_POWER_INSTANT"},
-    {kFPowerLimit, nvml::kFieldPowerCurrentLimit, "NVML_FI_DEV_POWER_CURRENT_LIMIT"},
-    {kFEnergy, nvml::kFieldTotalEnergyConsumption, "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION"},
-    {kFPcieTx, nvml::kFieldPcieCountTxBytes, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES"},
-    {kFPcieRx, nvml::kFieldPcieCountRxBytes, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES"},
-    {kFEccSbe, nvml::kFieldEccSbeVolTotal, "NVML_FI_DEV_ECC_SBE_VOL_TOTAL"},
-    {kFEccDbe, nvml::kFieldEccDbeVolTotal, "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"},
+    {kFPowerInstant, nvml::kFieldPowerInstant, 0, false, "NVML_FI_DEV_POWER_INSTANT"},
+    {kFPowerLimit, nvml::kFieldPowerCurrentLimit, 0, false, "NVML_FI_DEV_POWER_CURRENT_LIMIT"},
+    {kFEnergy, nvml::kFieldTotalEnergyConsumption, 0, false,
+     "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION"},
+    {kFPcieTx, nvml::kFieldPcieCountTxBytes, 0, true, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES"},
+    {kFPcieRx, nvml::kFieldPcieCountRxBytes, 0, true, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES"},
+    {kFNvlinkTx, nvml::kFieldNvlinkThroughputDataTx, nvml::kScopeAllLinks, true,
+     "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"},
+    {kFNvlinkRx, nvml::kFieldNvlinkThroughputDataRx, nvml::kScopeAllLinks, true,
+     "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"},
+    {kFEccSbe, nvml::kFieldEccSbeVolTotal, 0, false, "NVML_FI_DEV_ECC_SBE_VOL_TOTAL"},
+    {kFEccDbe, nvml::kFieldEccDbeVolTotal, 0, false, "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"},
 };
 
 // Whether a table indexed by an enum lists every value once, at its own index.
@@ -200,10 +243,19 @@ inline constexpr MetricPaths kMetricPaths[kMetricCount] = {
     {{{false, kQClockReasons}}, 1},                                 // clock_event_reasons
     {{{true, kFPcieTx}}, 1},                                        // pcie_tx_bytes
     {{{true, kFPcieRx}}, 1},                                        // pcie_rx_bytes
+    {{{true, kFPcieTx}}, 1},                                        // pcie_tx_bytes_per_s
+    {{{true, kFPcieRx}}, 1},                                        // pcie_rx_bytes_per_s
+    {{{true, kFNvlinkTx}}, 1},                                      // nvlink_tx_bytes
+    {{{true, kFNvlinkRx}}, 1},                                      // nvlink_rx_bytes
+    {{{true, kFNvlinkTx}}, 1},                                      // nvlink_tx_bytes_per_s
+    {{{true, kFNvlinkRx}}, 1},                                      // nvlink_rx_bytes_per_s
     {{{true, kFEccSbe}, {false, kQEccCorrected}}, 2},               // ecc_corrected
     {{{true, kFEccDbe}, {false, kQEccUncorrected}}, 2},             // ecc_uncorrected
     {{{false, kQComputeProcs}, {false, kQGraphicsProcs}}, 2},       // proc_mem_bytes
-    {{{false, kQProcUtil}}, 1},                                     // proc_sm_pct
+    {{{false, kQProcUtil}}, 1},                                     // proc_sm_util_pct
+    {{{false, kQProcUtil}}, 1},                                     // proc_mem_util_pct
+    {{{false, kQProcUtil}}, 1},                                     // proc_enc_util_pct
+    {{{false, kQProcUtil}}, 1},                                     // proc_dec_util_pct
     {{{false, kQComputeProcs}, {false, kQGraphicsProcs}}, 2},       // other_procs
 };
 
@@ -236,12 +288,47 @@ struct SinceStart {
   }
 };
 
+// A cumulative counter of the field batch in `unit` bytes (1 for PCIe, 1024 for NVLink's KiB):
+// bytes since this source's first reading and bytes per second over windows of at least the
+// source's rate window. The window is timed by the driver's own timestamp of each reading (µs of
+// CLOCK_REALTIME, taken when the driver read the counter), so the time a poll spent waiting in
+// NVML does not bend the rate; a reading without a timestamp is timed by the read's monotonic
+// clock, and a switch between the two clocks starts a new window rather than mixing them.
+struct FieldCounter {
+  SinceStart total;
+  detail::WindowedRate rate{0};
+  std::int64_t window_ns = 0;
+  bool stamped = false;  // the window in progress is timed by driver timestamps
+
+  void set_window(std::int64_t ns) noexcept {
+    window_ns = ns;
+    rate = detail::WindowedRate(ns);
+  }
+  // Takes a reading; returns the bytes since start and sets *per_s when a window closed.
+  std::uint64_t update(std::uint64_t reading, std::uint64_t unit, std::int64_t driver_us,
+                       std::int64_t now_ns, bool* has_rate, double* per_s) noexcept {
+    const std::uint64_t bytes = total.update(reading) * unit;
+    const bool with_stamp = driver_us > 0;
+    if (with_stamp != stamped) {
+      rate = detail::WindowedRate(window_ns);
+      stamped = with_stamp;
+    }
+    *has_rate = rate.update(bytes, with_stamp ? driver_us * 1000 : now_ns, per_s);
+    return bytes;
+  }
+};
+
+// The column of a metric a device does not have (its fields were found unsupported when the
+// source was built).
+inline constexpr std::size_t kNoColumn = static_cast<std::size_t>(-1);
+
 }  // namespace nvml_detail
 
 struct NvmlSource::DeviceState {
   nvml_detail::Identity id;
   std::string label;
-  std::size_t col0 = 0;  // first column of this device's block
+  // The column of each metric, or kNoColumn where the device has none.
+  std::size_t col[nvml_detail::kMetricCount] = {};
 
   // Why each query / field is no longer asked (0: still asked). Written by read(), read by
   // device_status() on any thread; each value stands alone, so relaxed order is enough.
@@ -260,13 +347,17 @@ struct NvmlSource::DeviceState {
   std::vector<std::unique_ptr<Mig>> mig;
 
   // State of the reading thread only.
-  nvml_detail::SinceStart energy, pcie_tx, pcie_rx;
+  nvml_detail::SinceStart energy;
+  nvml_detail::FieldCounter pcie_tx, pcie_rx, nvlink_tx, nvlink_rx;
   unsigned long long proc_util_last_seen_us = 0;
-  bool proc_sm_known = false;
-  double proc_sm = 0.0;
+  bool proc_util_known = false;
+  double proc_util[4] = {};  // SM, memory, encoder, decoder % of the latest sample
   std::vector<unsigned char> compute_buf, graphics_buf;  // max_processes * kProcessInfoMaxStride
   std::vector<nvml::ProcessUtilizationSample> util_buf;
   std::vector<unsigned> other_pids;                      // 2 * max_processes
+  // The tree's entries of the process lists (pid, bytes) and of the utilisation samples.
+  std::vector<std::pair<unsigned, unsigned long long>> mine_mem;  // 2 * max_processes
+  std::vector<nvml::ProcessUtilizationSample> mine_util;          // max_processes
 
   bool failed() const noexcept { return fail_code.load(std::memory_order_relaxed) != 0; }
   bool usable(nvml_detail::Query q) const noexcept {

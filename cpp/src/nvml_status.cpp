@@ -1,17 +1,34 @@
 // What the user reads about NVML (stroboscope.gpu_status()): the library, its versions, each GPU
 // with its MIG instances and the metrics it cannot give; and GPU lookup by UUID.
+#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "nvml_source_state.hpp"
+#include "stroboscope/nvml_gpm.hpp"
 
 namespace stroboscope {
 
 using namespace nvml_detail;  // the source tables device_status() reads
 
 namespace nvml_detail {
+
+// The "gpu" sources alive in this process. nvml_status() asks one that reads every GPU what its
+// reads found instead of building a probe and reading every metric again: a status is asked on
+// every snapshot (its provenance), and the probe's full read of every GPU would cost that much
+// again, each time, while the source's own counts are the better answer anyway. The mutex is held
+// while a listed source is used, and a source leaves the list in its destructor under it.
+std::mutex& live_sources_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<const NvmlSource*>& live_sources() {
+  static std::vector<const NvmlSource*> v;
+  return v;
+}
 
 std::string describe_code(const NvmlLibrary& lib, int code) {
   switch (code) {
@@ -111,22 +128,43 @@ NvmlStatus nvml_status() {
   s.device_count = static_cast<unsigned>(count);
   s.notes.push_back(
       "NVML reports host PIDs: in a container with its own PID namespace the monitored process "
-      "is not found, so proc_mem_bytes and proc_sm_pct read 0 and it counts among other_procs");
+      "is not found, so proc_mem_bytes and the proc_*_util_pct columns read 0 and it counts "
+      "among other_procs");
   if (lib->fn().compute_processes_version == 1) {
     s.notes.push_back("this NVML has only the original process list: no MIG instance ids");
   }
   if (count == 0) return s;
 
-  // One probing read of every metric on every GPU says which ones this machine cannot give.
-  try {
-    NvmlSource probe(NvmlSourceOptions{});
-    const std::size_t n = probe.columns().size();
-    std::vector<std::uint64_t> cells(n, 0);
-    std::vector<std::uint8_t> valid(n, 0);
-    probe.read(RowWriter(cells.data(), valid.data(), n), 0);
-    s.devices = probe.device_status();
-  } catch (const std::exception& e) {
-    s.reason = e.what();
+  // A live source over every GPU already knows what each cannot give (see live_sources()).
+  {
+    std::lock_guard<std::mutex> lock(live_sources_mutex());
+    for (const NvmlSource* src : live_sources()) {
+      std::vector<unsigned> covered = src->device_indices();
+      std::sort(covered.begin(), covered.end());
+      if (covered.size() != s.device_count || covered.back() != s.device_count - 1) continue;
+      s.devices = src->device_status();
+      break;
+    }
+  }
+  // Otherwise one probing read of every metric on every GPU says which ones it cannot give.
+  if (s.devices.empty()) {
+    try {
+      NvmlSource probe(NvmlSourceOptions{});
+      const std::size_t n = probe.columns().size();
+      std::vector<std::uint64_t> cells(n, 0);
+      std::vector<std::uint8_t> valid(n, 0);
+      probe.read(RowWriter(cells.data(), valid.data(), n), 0);
+      s.devices = probe.device_status();
+    } catch (const std::exception& e) {
+      s.reason = e.what();
+    }
+  }
+  std::sort(s.devices.begin(), s.devices.end(),
+            [](const NvmlDeviceStatus& x, const NvmlDeviceStatus& y) { return x.index < y.index; });
+  // The GPM metrics come from their own source ("gpu_gpm"); say here why a GPU has none.
+  for (NvmlDeviceStatus& d : s.devices) {
+    const std::string why = nvml_gpm_unavailable(*lib, d.index);
+    if (!why.empty()) d.unavailable.push_back(NvmlUnavailable{"gpm", why});
   }
   return s;
 }

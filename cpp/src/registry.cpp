@@ -9,6 +9,7 @@
 
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/nvml.hpp"
+#include "stroboscope/nvml_gpm.hpp"
 
 namespace stroboscope {
 namespace {
@@ -53,6 +54,10 @@ const Entry kEntries[] = {
     {"gpu", "NVIDIA GPU utilisation, memory, power, energy, clocks and per-process use, from "
             "NVML (loaded at run time; polled on its own thread).",
      &make_nvml_source},
+    {"gpu_gpm", "NVIDIA GPU performance counters (GPM: SM activity and occupancy, tensor and "
+                "FP pipes, DRAM bandwidth, PCIe/NVLink rates) on Hopper or newer, from NVML "
+                "sample pairs at most 10 times a second (polled on its own thread).",
+     &make_nvml_gpm_source},
 };
 
 std::string known_names() {
@@ -78,6 +83,8 @@ std::vector<std::string> default_source_names(const SourceOptions& opts) {
   // All GPUs by default where NVML loads and sees at least one; absence is normal and silent
   // here (gpu_status() and `stroboscope info` say why).
   if (nvml_available(nullptr)) out.emplace_back("gpu");
+  // GPM where a GPU has it (Hopper or newer): one sample per GPU per poll, at most 10 per second.
+  if (nvml_gpm_available()) out.emplace_back("gpu_gpm");
   return out;
 }
 

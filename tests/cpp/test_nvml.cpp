@@ -14,106 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "check.hpp"
-#include "stroboscope/nvml.hpp"
-
-#ifndef FAKE_NVML_PATH
-#error "FAKE_NVML_PATH must name the fake NVML library (see CMakeLists.txt)"
-#endif
+#include "nvml_fixture.hpp"
 
 namespace {
 
 using namespace stroboscope;
-
-std::string g_dir;  // scratch directory for scenario files
-
-// Writes a scenario, points the fake at it and the loader at `library`.
-void use_script(const std::string& text, const char* library = FAKE_NVML_PATH) {
-  static int n = 0;
-  const std::string path = g_dir + "/scenario" + std::to_string(n++) + ".txt";
-  std::ofstream(path) << text;
-  setenv("FAKE_NVML_SCRIPT", path.c_str(), 1);
-  setenv(kNvmlLibraryEnv, library, 1);
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-// The fake's own functions (not NVML), for assertions on how it was called.
-template <typename Fn>
-Fn fake_symbol(const char* library, const char* name) {
-  void* h = dlopen(library, RTLD_NOW | RTLD_NOLOAD);
-  if (h == nullptr) return nullptr;
-  return reinterpret_cast<Fn>(dlsym(h, name));
-}
-unsigned long long fake_calls(unsigned dev, const char* function,
-                              const char* library = FAKE_NVML_PATH) {
-  auto fn = fake_symbol<unsigned long long (*)(unsigned, const char*)>(library, "fake_nvml_calls");
-  return fn != nullptr ? fn(dev, function) : ~0ull;
-}
-unsigned long long fake_last_seen(unsigned dev) {
-  auto fn = fake_symbol<unsigned long long (*)(unsigned)>(FAKE_NVML_PATH, "fake_nvml_last_seen");
-  return fn != nullptr ? fn(dev) : ~0ull;
-}
-int fake_init_count(const char* library = FAKE_NVML_PATH) {
-  auto fn = fake_symbol<int (*)()>(library, "fake_nvml_init_count");
-  return fn != nullptr ? fn() : -1;
-}
-
-// One row of a source, read the way the sampler does (cleared, then filled).
-class Row {
- public:
-  explicit Row(Source& s)
-      : src_(s), cells_(s.columns().size(), 0), valid_(s.columns().size(), 0) {}
-  void read() {
-    std::fill(valid_.begin(), valid_.end(), 0);
-    src_.read(RowWriter(cells_.data(), valid_.data(), cells_.size()), 0);
-  }
-  std::size_t col(const std::string& name) const {
-    const auto& cols = src_.columns();
-    for (std::size_t i = 0; i < cols.size(); ++i) {
-      if (cols[i].name == name) return i;
-    }
-    std::fprintf(stderr, "no column %s\n", name.c_str());
-    return cols.size();
-  }
-  bool has(const std::string& name) const {
-    const std::size_t i = col(name);
-    return i < valid_.size() && valid_[i] != 0;
-  }
-  double f64(const std::string& name) const {
-    const std::size_t i = col(name);
-    double v = -12345.0;
-    if (i < cells_.size() && valid_[i]) std::memcpy(&v, &cells_[i], sizeof v);
-    return v;
-  }
-  std::int64_t i64(const std::string& name) const {
-    const std::size_t i = col(name);
-    std::int64_t v = -12345;
-    if (i < cells_.size() && valid_[i]) std::memcpy(&v, &cells_[i], sizeof v);
-    return v;
-  }
-
- private:
-  Source& src_;
-  std::vector<std::uint64_t> cells_;
-  std::vector<std::uint8_t> valid_;
-};
-
-const NvmlSymbol* symbol(const std::vector<NvmlSymbol>& syms, const std::string& wanted) {
-  for (const NvmlSymbol& s : syms) {
-    if (s.wanted == wanted) return &s;
-  }
-  return nullptr;
-}
-
-const NvmlUnavailable* unavailable(const NvmlDeviceStatus& d, const std::string& metric) {
-  for (const NvmlUnavailable& u : d.unavailable) {
-    if (u.metric == metric) return &u;
-  }
-  return nullptr;
-}
 
 void test_missing_library() {
   const char* path = "/nonexistent-stroboscope-dir/libnvidia-ml.so.1";
@@ -177,6 +82,7 @@ void test_status() {
       "driver 560.35.03\n"
       "nvml_version 12.560.35.03\n"
       "mig 0 off\n"
+      "gpm 0 on\n"
       "fail 1 fan NOT_SUPPORTED\n");
   const NvmlStatus s = nvml_status();
   CHECK(s.loaded);
@@ -200,7 +106,9 @@ void test_status() {
     CHECK(!s.devices[0].mig_enabled);
     CHECK(s.devices[0].error.empty());
     CHECK(s.devices[0].unavailable.empty());  // the fake supports every metric by default
-    CHECK_EQ(s.devices[1].unavailable.size(), 1u);
+    CHECK_EQ(s.devices[1].unavailable.size(), 2u);
+    const NvmlUnavailable* gpm = unavailable(s.devices[1], "gpm");  // GPM is off by default
+    CHECK(gpm != nullptr && contains(gpm->reason, "does not support GPM"));
     const NvmlUnavailable* fan = unavailable(s.devices[1], "fan_pct");
     CHECK(fan != nullptr && contains(fan->reason, "nvmlDeviceGetFanSpeed") &&
           contains(fan->reason, "Not Supported") &&
@@ -244,8 +152,11 @@ void test_old_driver() {
     CHECK(contains(format_nvml_status(s), "nvmlDeviceGetFieldValues"));
     CHECK_EQ(s.devices.size(), 1u);
     if (!s.devices.empty()) {
-      // Only the PCIe counters need the field API; everything else has an older query.
-      CHECK_EQ(s.devices[0].unavailable.size(), 2u);
+      // Only the PCIe and NVLink counters (and their rates) need the field API; everything
+      // else has an older query. And no GPM functions at all.
+      CHECK_EQ(s.devices[0].unavailable.size(), 9u);
+      const NvmlUnavailable* gpm = unavailable(s.devices[0], "gpm");
+      CHECK(gpm != nullptr && contains(gpm->reason, "does not export the nvmlGpm"));
       const NvmlUnavailable* tx = unavailable(s.devices[0], "pcie_tx_bytes");
       CHECK(tx != nullptr && contains(tx->reason, "not exported"));
       CHECK(unavailable(s.devices[0], "pcie_rx_bytes") != nullptr);
@@ -264,7 +175,10 @@ void test_old_driver() {
   CHECK(row.f64("gpu.0.mem_allocated_pct") == 25.0);
   CHECK_EQ(row.i64("gpu.0.proc_mem_bytes"), 65536);  // 16-byte process entries
   CHECK_EQ(row.i64("gpu.0.other_procs"), 1);
-  CHECK(!row.has("gpu.0.pcie_tx_bytes"));
+  // No field API: the byte counters have no column at all (not a column of nulls).
+  for (const ColumnSpec& c : src.columns()) {
+    CHECK(c.name.find("pcie") == std::string::npos && c.name.find("nvlink") == std::string::npos);
+  }
   row.read();
   CHECK(row.f64("gpu.0.power_w") == 151.0);
   CHECK_EQ(row.i64("gpu.0.energy_mj"), 600);
@@ -291,8 +205,8 @@ void test_values_two_devices() {
       "set 0 gfx_clock 1400 1450 1500\n"
       "set 0 fan 40 45 50\n"
       "set 0 clock_reasons 0x1 0x4 0x0\n"
-      "set 0 pcie_tx 100 300 600\n"
-      "set 0 pcie_rx 1000 1000 5000\n"
+      "set 0 pcie_tx 50 100 300 600\n"  // the first value is the build-time probe's
+      "set 0 pcie_rx 1000 1000 1000 5000\n"
       "set 0 ecc_corrected 2 3 3\n"
       "set 0 ecc_uncorrected 0 0 1\n"
       "set 1 temp 70 71 72\n"
@@ -300,7 +214,7 @@ void test_values_two_devices() {
   NvmlSource src(NvmlSourceOptions{});
   CHECK(src.name() == "gpu");
   CHECK(src.slow());
-  CHECK_EQ(src.columns().size(), 46u);
+  CHECK_EQ(src.columns().size(), 64u);
   Row row(src);
   const auto& cols = src.columns();
   const ColumnSpec& power = cols[row.col("gpu.0.power_w")];
@@ -340,14 +254,14 @@ void test_values_two_devices() {
     CHECK_EQ(row.i64("gpu.0.ecc_uncorrected"), ecc_u[k]);
     CHECK_EQ(row.i64("gpu.0.proc_mem_bytes"), 0);  // no process scripted
     CHECK_EQ(row.i64("gpu.0.other_procs"), 0);
-    CHECK(row.f64("gpu.0.proc_sm_pct") == 0.0);
+    CHECK(row.f64("gpu.0.proc_sm_util_pct") == 0.0);
     CHECK(row.f64("gpu.1.temp_c") == 70.0 + k);
     CHECK(row.f64("gpu.1.power_w") == 100.0);
     CHECK(row.f64("gpu.1.power_pct") == 100.0 / 700.0 * 100.0);  // default limit 700 W
     CHECK(src.reason() == nullptr);
   }
-  // Power came from the field batch, one batch per device per read.
-  CHECK_EQ(fake_calls(0, "nvmlDeviceGetFieldValues"), 3u);
+  // Power came from the field batch, one batch per device per read (plus the build-time probe).
+  CHECK_EQ(fake_calls(0, "nvmlDeviceGetFieldValues"), 4u);
   CHECK_EQ(fake_calls(0, "nvmlDeviceGetPowerUsage"), 0u);
   CHECK_EQ(fake_calls(0, "nvmlDeviceGetTotalEnergyConsumption"), 0u);
   CHECK_EQ(src.failures(), 0u);
@@ -372,8 +286,9 @@ void test_not_supported() {
     CHECK(!row.has("gpu.1.fan_pct"));
     CHECK(row.f64("gpu.0.fan_pct") == 30.0);
     CHECK(row.f64("gpu.0.power_w") == (k == 0 ? 123.0 : 124.0));  // nvmlDeviceGetPowerUsage
-    CHECK(!row.has("gpu.1.pcie_tx_bytes"));
-    CHECK(!row.has("gpu.1.pcie_rx_bytes"));
+    CHECK_EQ(row.col("gpu.1.pcie_tx_bytes"), src.columns().size());  // no such column
+    CHECK_EQ(row.col("gpu.1.pcie_rx_bytes_per_s"), src.columns().size());
+    CHECK(row.has("gpu.1.nvlink_tx_bytes"));
     CHECK_EQ(row.i64("gpu.0.pcie_tx_bytes"), 0);
     CHECK_EQ(row.i64("gpu.0.mem_used_bytes"), 4096);  // the original memory struct
     CHECK(row.has("gpu.1.temp_c"));
@@ -388,7 +303,7 @@ void test_not_supported() {
   CHECK_EQ(st.size(), 2u);
   if (st.size() == 2) {
     CHECK(st[0].unavailable.empty());  // power and memory have a working fallback
-    CHECK_EQ(st[1].unavailable.size(), 3u);
+    CHECK_EQ(st[1].unavailable.size(), 5u);  // fan, PCIe bytes and rates
     CHECK(unavailable(st[1], "fan_pct") != nullptr);
     const NvmlUnavailable* tx = unavailable(st[1], "pcie_tx_bytes");
     CHECK(tx != nullptr && contains(tx->reason, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES") &&
@@ -399,7 +314,7 @@ void test_not_supported() {
 void test_gpu_lost() {
   use_script(
       "devices 2\n"
-      "lost 1 after 2\n"
+      "lost 1 after 3\n"  // the byte counters are served once more: to the build-time probe
       "set 0 temp 60 61 62 63\n"
       "set 1 temp 50 51 52 53\n"
       "fail 0 temp TIMEOUT after 3\n");
@@ -423,7 +338,7 @@ void test_gpu_lost() {
   CHECK_EQ(temp_calls, 2u);
   row.read();  // GPU 1 is not asked again; GPU 0's temperature times out once, the rest is fine
   CHECK_EQ(fake_calls(1, "nvmlDeviceGetTemperature"), temp_calls);
-  CHECK_EQ(fake_calls(1, "nvmlDeviceGetFieldValues"), 3u);
+  CHECK_EQ(fake_calls(1, "nvmlDeviceGetFieldValues"), 4u);  // the probe and three reads
   CHECK(!row.has("gpu.1.power_w"));
   CHECK(!row.has("gpu.0.temp_c"));
   CHECK(row.has("gpu.0.power_w"));
@@ -441,7 +356,7 @@ void test_energy_wrap() {
   static_assert(nvml_counter_delta(1ull << 40, 5) == 5);  // a restart, not a wrap
   const char* script =
       "set 0 energy 4294967000 4294967200 100 300\n"
-      "set 0 pcie_tx 4294967295 5\n";
+      "set 0 pcie_tx 7 4294967295 5\n";  // 7: the build-time probe's
   for (const char* lib : {FAKE_NVML_PATH, FAKE_NVML_OLD_PATH}) {
     use_script(script, lib);
     NvmlSource src({0}, 0);
@@ -470,17 +385,17 @@ void test_processes() {
     Row row(src);
     row.read();
     CHECK_EQ(row.i64("gpu.0.proc_mem_bytes"), 1048576);  // in both lists, counted once
-    CHECK(row.f64("gpu.0.proc_sm_pct") == 40.0);
+    CHECK(row.f64("gpu.0.proc_sm_util_pct") == 40.0);
     CHECK_EQ(row.i64("gpu.0.other_procs"), 2);
     CHECK_EQ(row.i64("gpu.1.proc_mem_bytes"), 0);
     CHECK_EQ(row.i64("gpu.1.other_procs"), 1);
-    CHECK(row.f64("gpu.1.proc_sm_pct") == 0.0);  // no samples at all: nobody ran
+    CHECK(row.f64("gpu.1.proc_sm_util_pct") == 0.0);  // no samples at all: nobody ran
     CHECK_EQ(fake_last_seen(0), 0u);
     row.read();
-    CHECK(row.f64("gpu.0.proc_sm_pct") == 55.0);
+    CHECK(row.f64("gpu.0.proc_sm_util_pct") == 55.0);
     CHECK_EQ(fake_last_seen(0), 1000000u);  // the first sample's timestamp was passed back
     row.read();
-    CHECK(row.f64("gpu.0.proc_sm_pct") == 55.0);
+    CHECK(row.f64("gpu.0.proc_sm_util_pct") == 55.0);
     CHECK_EQ(fake_last_seen(0), 2000000u);
   }
   {
@@ -488,7 +403,7 @@ void test_processes() {
     Row row(other);
     row.read();
     CHECK_EQ(row.i64("gpu.0.proc_mem_bytes"), 2097152);
-    CHECK(row.f64("gpu.0.proc_sm_pct") == 10.0);
+    CHECK(row.f64("gpu.0.proc_sm_util_pct") == 10.0);
     CHECK_EQ(row.i64("gpu.0.other_procs"), 2);
   }
   // R535's 32-byte _v3 elements, and a driver with nothing new to say after the first call.
@@ -504,7 +419,7 @@ void test_processes() {
     row.read();
     CHECK_EQ(row.i64("gpu.0.proc_mem_bytes"), 3000000);
     CHECK_EQ(row.i64("gpu.0.other_procs"), 2);
-    CHECK(row.f64("gpu.0.proc_sm_pct") == 40.0);  // the latest value stands
+    CHECK(row.f64("gpu.0.proc_sm_util_pct") == 40.0);  // the latest value stands
   }
   CHECK_EQ(src.transient_errors(), 0u);
 }
@@ -578,7 +493,7 @@ void test_mig() {
       "set 1 util 60\n");
   {
     NvmlSource src({}, 0);
-    CHECK_EQ(src.columns().size(), 2u * 23u + 4u);
+    CHECK_EQ(src.columns().size(), 2u * 32u + 4u);
     Row row(src);
     row.read();
     CHECK_EQ(row.i64("gpu.0.mig.0.mem_used_bytes"), 1000);
@@ -586,7 +501,7 @@ void test_mig() {
     CHECK_EQ(row.i64("gpu.0.mig.1.mem_used_bytes"), 2000);
     CHECK_EQ(row.i64("gpu.0.mig.1.mem_total_bytes"), 6000);
     CHECK(!row.has("gpu.0.util_pct"));
-    CHECK(!row.has("gpu.0.proc_sm_pct"));
+    CHECK(!row.has("gpu.0.proc_sm_util_pct"));
     CHECK(row.has("gpu.0.mem_used_bytes"));
     CHECK(row.f64("gpu.1.util_pct") == 60.0);
     CHECK_EQ(fake_calls(0, "nvmlDeviceGetUtilizationRates"), 0u);  // not asked under MIG
@@ -599,12 +514,13 @@ void test_mig() {
     CHECK_EQ(d.mig_instances.size(), 2u);
     CHECK(d.mig_instances.size() == 2 && d.mig_instances[1].index == 1 &&
           d.mig_instances[1].uuid == "MIG-00000000-fake-0000-0000-000000000001");
-    for (const char* m : {"util_pct", "mem_util_pct", "proc_sm_pct"}) {
+    for (const char* m : {"util_pct", "mem_util_pct", "proc_sm_util_pct"}) {
       const NvmlUnavailable* u = unavailable(d, m);
       CHECK(u != nullptr && contains(u->reason, "MIG"));
     }
     CHECK(!s.devices[1].mig_enabled);
-    CHECK(s.devices[1].unavailable.empty());
+    CHECK_EQ(s.devices[1].unavailable.size(), 1u);  // GPM only
+    CHECK(unavailable(s.devices[1], "gpm") != nullptr);
   }
   const auto parent = nvml_index_of_uuid("MIG-00000000-fake-0000-0000-000000000001");
   CHECK(parent.has_value() && *parent == 0);
@@ -632,7 +548,7 @@ void test_selection() {
     o.devices = {2, 0};
     o.labels = {"a", "b"};
     NvmlSource src(o);
-    CHECK_EQ(src.columns().size(), 46u);
+    CHECK_EQ(src.columns().size(), 64u);
     CHECK(src.columns().front().name == "gpu.a.util_pct");
     CHECK(src.device_indices() == std::vector<unsigned>({2, 0}));
     Row row(src);
@@ -642,7 +558,7 @@ void test_selection() {
   }
   {
     NvmlSource one({1}, 0);
-    CHECK_EQ(one.columns().size(), 23u);
+    CHECK_EQ(one.columns().size(), 32u);
     CHECK(one.columns().back().name == "gpu.1.other_procs");
     // Sources hold one nvmlInit between them.
     NvmlSource two({0}, 0);
@@ -683,7 +599,7 @@ void test_selection() {
 // device_status() from another thread while read() runs (TSan checks the atomics); the status
 // seen at the end is the one the reads produced.
 void test_status_while_reading() {
-  use_script("devices 2\nlost 1 after 50\nfail 0 fan NOT_SUPPORTED after 10\n");
+  use_script("devices 2\nlost 1 after 51\nfail 0 fan NOT_SUPPORTED after 10\n");
   NvmlSource src({}, 0);
   std::atomic<bool> done{false};
   std::thread reader([&] {

@@ -36,6 +36,8 @@
  *       fan 30 (%)                    nvmlDeviceGetFanSpeed
  *       clock_reasons 0 (bitmask)     nvmlDeviceGetCurrentClocksEventReasons / ...ThrottleReasons
  *       pcie_tx 0, pcie_rx 0 (bytes)  fields 197 / 198 only
+ *       nvlink_tx 0, nvlink_rx 0 (KiB) fields 138 / 139 only, scopeId UINT_MAX (all links) only;
+ *                                    NOT_SUPPORTED for any other scope
  *       ecc_corrected 0, ecc_uncorrected 0   nvmlDeviceGetTotalEccErrors, fields 3 / 4
  *   fail <dev> <target> <code> [after <n>]
  *                                    <target> returns <code>; with "after <n>", only once it
@@ -58,7 +60,14 @@
  *                                    returns one sample per such process with timestamp k*10^6 us
  *                                    and sm v_k (last repeats); a call whose lastSeenTimeStamp is
  *                                    not older than that returns NOT_FOUND.
+ *   process_util <dev> <pid|self> <sm>/<mem>/<enc>/<dec> ...
+ *                                    like process's sm values, with the memory, encoder and
+ *                                    decoder shares too (adds a compute process of 0 bytes when
+ *                                    <pid> has none on <dev>)
  *   graphics_process <dev> <pid|self> <bytes>   a graphics process
+ *   field_time <dev> <start> <step>  the n-th nvmlDeviceGetFieldValues call (n = 0, 1, ...)
+ *                                    stamps its values with timestamp start + n*step (us) and
+ *                                    latencyUsec 7; without it the timestamps are 0
  *   process_info_stride <24|32>      element size the _v3 process functions write (32: the R535
  *                                    drivers that wrote nvmlProcessInfo_v3_t); default 24
  *   samples <dev> <kind> [from <k>] <ts>:<value> ...
@@ -73,14 +82,26 @@
  *   unsigned long long fake_nvml_last_seen(unsigned dev)   lastSeenTimeStamp of the latest
  *                                                          nvmlDeviceGetProcessUtilization call
  *   int fake_nvml_init_count(void)                          nvmlInit calls not yet shut down
+ *
+ * GPM (nvmlGpm*, directives gpm and gpm_metric): see fake_nvml_gpm.c.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
+
+/* NVML is thread-safe, and stroboscope calls it from several threads at once (the gpu source's
+ * poll thread, gpu_status() from the caller's): every exported function holds this lock for its
+ * whole body (released on return by the cleanup attribute). Recursive: some call others. */
+static pthread_mutex_t g_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static void unlock_guard(pthread_mutex_t **m) { pthread_mutex_unlock(*m); }
+#define FAKE_LOCK                                                               \
+  pthread_mutex_t *fake_guard_ __attribute__((cleanup(unlock_guard))) = &g_lock; \
+  pthread_mutex_lock(fake_guard_)
 
 typedef int nvmlReturn_t;
 typedef struct fake_device *nvmlDevice_t;
@@ -134,20 +155,21 @@ enum { MAX_DEVICES = 16, MAX_VALUES = 64, MAX_PROCS = 64, MAX_SAMPLES = 256, MAX
 enum key {
   K_UTIL, K_MEM_UTIL, K_MEM_TOTAL, K_MEM_USED, K_MEM_FREE, K_MEM_RESERVED, K_TEMP, K_POWER,
   K_POWER_LIMIT, K_ENERGY, K_SM_CLOCK, K_MEM_CLOCK, K_GFX_CLOCK, K_FAN, K_CLOCK_REASONS,
-  K_PCIE_TX, K_PCIE_RX, K_ECC_CORRECTED, K_ECC_UNCORRECTED, K_COUNT
+  K_PCIE_TX, K_PCIE_RX, K_ECC_CORRECTED, K_ECC_UNCORRECTED, K_NVLINK_TX, K_NVLINK_RX, K_COUNT
 };
 static const char *const key_names[K_COUNT] = {
     "util", "mem_util", "mem_total", "mem_used", "mem_free", "mem_reserved", "temp", "power",
     "power_limit", "energy", "sm_clock", "mem_clock", "gfx_clock", "fan", "clock_reasons",
-    "pcie_tx", "pcie_rx", "ecc_corrected", "ecc_uncorrected"};
+    "pcie_tx", "pcie_rx", "ecc_corrected", "ecc_uncorrected", "nvlink_tx", "nvlink_rx"};
 static const unsigned long long key_defaults[K_COUNT] = {
     0, 0, 85899345920ULL, 1073741824ULL, 0, 0, 40, 100000, 700000, 0, 1980, 2619, 1980, 30, 0,
-    0, 0, 0, 0};
+    0, 0, 0, 0, 0, 0};
 
 enum fn {
   F_NAME, F_UUID, F_MEMORY, F_MEMORY_V2, F_UTIL, F_TEMP, F_POWER, F_POWER_LIMIT, F_ENERGY,
   F_CLOCK, F_FAN, F_EVENT_REASONS, F_THROTTLE_REASONS, F_ECC, F_FIELD_VALUES, F_COMPUTE_PROCS,
-  F_GRAPHICS_PROCS, F_PROC_UTIL, F_SAMPLES, F_MIG_MODE, F_MAX_MIG, F_MIG_HANDLE, F_COUNT
+  F_GRAPHICS_PROCS, F_PROC_UTIL, F_SAMPLES, F_MIG_MODE, F_MAX_MIG, F_MIG_HANDLE, F_GPM_SUPPORT,
+  F_GPM_SAMPLE_GET, F_GPM_METRICS_GET, F_COUNT
 };
 static const char *const fn_names[F_COUNT] = {
     "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetMemoryInfo",
@@ -158,7 +180,8 @@ static const char *const fn_names[F_COUNT] = {
     "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetProcessUtilization", "nvmlDeviceGetSamples", "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex"};
+    "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleGet", "nvmlGpmMetricsGet"};
 
 /* Sampling types by nvmlSamplingType_t value; empty names are kinds the fake does not serve. */
 static const char *const sample_kind_names[SAMPLE_KINDS] = {"power", "gpu_util", "mem_util", "",
@@ -175,7 +198,7 @@ struct process {
   unsigned long long bytes;
   int graphics;
   unsigned nsm;
-  unsigned sm[MAX_VALUES];
+  unsigned sm[MAX_VALUES], mem[MAX_VALUES], enc[MAX_VALUES], dec[MAX_VALUES];
 };
 
 struct sample {
@@ -206,6 +229,7 @@ struct fake_device {
   int sample_double[SAMPLE_KINDS];
   unsigned long long sample_calls[SAMPLE_KINDS];
   unsigned long long proc_util_served, last_seen_arg;
+  unsigned long long field_time_start, field_time_step, field_calls;
 };
 
 static struct {
@@ -220,6 +244,12 @@ static struct {
   int nrules;
   struct rule rules[MAX_RULES];
 } g;
+
+static int parse_ull(const char *s, unsigned long long *out);
+static struct fake_device *device_of(nvmlDevice_t h);
+static int begin(struct fake_device *d, int fn);
+
+#include "fake_nvml_gpm.c" /* GPM: directives gpm, gpm_metric; the nvmlGpm* functions */
 
 /* ---- script ------------------------------------------------------------------------------ */
 
@@ -291,6 +321,8 @@ static const char *parse_line(char *line) {
   if (d < 0) return "a device index 0..15 is expected after the directive";
   struct fake_device *dv = &g.dev[d];
   char *a2 = strtok_r(NULL, " \t\r\n", &save);
+  const char *gpm_error = gpm_parse(cmd, d, a2, &save);
+  if (gpm_error == NULL || gpm_error[0] != '\0') return gpm_error;
   if (strcmp(cmd, "name") == 0 || strcmp(cmd, "uuid") == 0) {
     if (a2 == NULL) return "a name or uuid text is missing";
     char *rest = save != NULL ? save : "";
@@ -397,6 +429,43 @@ static const char *parse_line(char *line) {
     g.nprocs_dev[d]++;
     return NULL;
   }
+  if (strcmp(cmd, "field_time") == 0) {
+    if (!parse_ull(a2, &dv->field_time_start) ||
+        !parse_ull(strtok_r(NULL, " \t\r\n", &save), &dv->field_time_step)) {
+      return "expected: field_time <dev> <start> <step>";
+    }
+    return NULL;
+  }
+  if (strcmp(cmd, "process_util") == 0) {
+    unsigned pid;
+    if (a2 != NULL && strcmp(a2, "self") == 0) {
+      pid = (unsigned)getpid();
+    } else if (parse_ull(a2, &n)) {
+      pid = (unsigned)n;
+    } else {
+      return "a pid or 'self' is expected";
+    }
+    struct process *p = NULL;
+    for (int i = 0; i < g.nprocs_dev[d]; ++i) {
+      if (g.procs[d][i].pid == pid && !g.procs[d][i].graphics) p = &g.procs[d][i];
+    }
+    if (p == NULL) {
+      if (g.nprocs_dev[d] == MAX_PROCS) return "too many processes";
+      p = &g.procs[d][g.nprocs_dev[d]++];
+      memset(p, 0, sizeof *p);
+      p->pid = pid;
+    }
+    p->nsm = 0;
+    for (char *v; (v = strtok_r(NULL, " \t\r\n", &save)) != NULL;) {
+      unsigned q[4];
+      if (p->nsm == MAX_VALUES || sscanf(v, "%u/%u/%u/%u", &q[0], &q[1], &q[2], &q[3]) != 4) {
+        return "expected <sm>/<mem>/<enc>/<dec>";
+      }
+      p->sm[p->nsm] = q[0], p->mem[p->nsm] = q[1], p->enc[p->nsm] = q[2], p->dec[p->nsm] = q[3];
+      p->nsm++;
+    }
+    return p->nsm == 0 ? "process_util needs at least one sample" : NULL;
+  }
   if (strcmp(cmd, "samples") == 0) {
     int k = a2 ? find_name(a2, sample_kind_names, SAMPLE_KINDS) : -1;
     if (k < 0) return "unknown sample kind";
@@ -426,6 +495,7 @@ static const char *parse_line(char *line) {
 static void reset(void) {
   int count = g.init_count;
   memset(&g, 0, sizeof g);
+  gpm_reset();
   g.init_count = count;
   g.device_count = 1;
   g.stride = 24;
@@ -552,15 +622,17 @@ static nvmlReturn_t do_init(void) {
   return SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlInit(void) { return do_init(); }
+EXPORT nvmlReturn_t nvmlInit(void) { FAKE_LOCK; return do_init(); }
 
 EXPORT nvmlReturn_t nvmlShutdown(void) {
+  FAKE_LOCK;
   if (g.init_count == 0) return UNINITIALIZED;
   g.init_count--;
   return SUCCESS;
 }
 
 EXPORT const char *nvmlErrorString(nvmlReturn_t rc) {
+  FAKE_LOCK;
   switch (rc) {
     case 0: return "Success";
     case 1: return "Uninitialized";
@@ -578,6 +650,7 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t rc) {
 }
 
 EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned int len) {
+  FAKE_LOCK;
   if (g.init_count == 0) return UNINITIALIZED;
   if (buf == NULL || len < strlen(g.driver) + 1) return INSUFFICIENT_SIZE;
   memcpy(buf, g.driver, strlen(g.driver) + 1);
@@ -585,6 +658,7 @@ EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned int len) {
 }
 
 EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *buf, unsigned int len) {
+  FAKE_LOCK;
   if (g.init_count == 0) return UNINITIALIZED;
   if (buf == NULL || len < strlen(g.nvml) + 1) return INSUFFICIENT_SIZE;
   memcpy(buf, g.nvml, strlen(g.nvml) + 1);
@@ -592,6 +666,7 @@ EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *buf, unsigned int len) {
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) {
+  FAKE_LOCK;
   if (g.init_count == 0) return UNINITIALIZED;
   if (count == NULL) return INVALID_ARGUMENT;
   *count = (unsigned)g.device_count;
@@ -599,6 +674,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) {
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+  FAKE_LOCK;
   if (g.init_count == 0) return UNINITIALIZED;
   if (device == NULL || index >= (unsigned)g.device_count) return INVALID_ARGUMENT;
   *device = &g.dev[index];
@@ -623,10 +699,12 @@ static nvmlReturn_t copy_text(nvmlDevice_t h, int fn, char *buf, unsigned len) {
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t h, char *buf, unsigned int len) {
+  FAKE_LOCK;
   return copy_text(h, F_NAME, buf, len);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *buf, unsigned int len) {
+  FAKE_LOCK;
   return copy_text(h, F_UUID, buf, len);
 }
 
@@ -655,6 +733,7 @@ static nvmlReturn_t memory(nvmlDevice_t h, int fn, unsigned long long out[4]) {
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, fake_memory_t *mem) {
+  FAKE_LOCK;
   unsigned long long v[4];
   if (mem == NULL) return INVALID_ARGUMENT;
   int rc = memory(h, F_MEMORY, v);
@@ -664,6 +743,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, fake_memory_t *mem) 
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, fake_utilization_t *u) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_UTIL);
   if (rc != 0) return rc;
@@ -676,39 +756,47 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, fake_utilizati
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t h, int sensor, unsigned int *t) {
+  FAKE_LOCK;
   if (sensor != 0) return INVALID_ARGUMENT;
   return serve_one(h, F_TEMP, K_TEMP, t, NULL);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t h, unsigned int *mw) {
+  FAKE_LOCK;
   return serve_one(h, F_POWER, K_POWER, mw, NULL);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t h, unsigned int *mw) {
+  FAKE_LOCK;
   return serve_one(h, F_POWER_LIMIT, K_POWER_LIMIT, mw, NULL);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t h, unsigned long long *mj) {
+  FAKE_LOCK;
   return serve_one(h, F_ENERGY, K_ENERGY, NULL, mj);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t h, int type, unsigned int *mhz) {
+  FAKE_LOCK;
   int k = type == 0 ? K_GFX_CLOCK : type == 1 ? K_SM_CLOCK : type == 2 ? K_MEM_CLOCK : -1;
   if (k < 0) return INVALID_ARGUMENT;
   return serve_one(h, F_CLOCK, k, mhz, NULL);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t h, unsigned int *pct) {
+  FAKE_LOCK;
   return serve_one(h, F_FAN, K_FAN, pct, NULL);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h,
                                                               unsigned long long *bits) {
+  FAKE_LOCK;
   return serve_one(h, F_THROTTLE_REASONS, K_CLOCK_REASONS, NULL, bits);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, int error_type, int counter_type,
                                                 unsigned long long *count) {
+  FAKE_LOCK;
   if (counter_type != 0 && counter_type != 1) return INVALID_ARGUMENT;
   int k = error_type == 0 ? K_ECC_CORRECTED : error_type == 1 ? K_ECC_UNCORRECTED : -1;
   if (k < 0) return INVALID_ARGUMENT;
@@ -751,16 +839,19 @@ static nvmlReturn_t processes(nvmlDevice_t h, int fn, int graphics, int version,
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned *c, void *p) {
+  FAKE_LOCK;
   return processes(h, F_COMPUTE_PROCS, 0, 1, c, p);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t h, unsigned *c, void *p) {
+  FAKE_LOCK;
   return processes(h, F_GRAPHICS_PROCS, 1, 1, c, p);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, fake_proc_util_t *util,
                                                     unsigned int *count,
                                                     unsigned long long last_seen) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_PROC_UTIL);
   if (rc != 0) return rc;
@@ -783,7 +874,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, fake_proc_ut
   for (int i = 0; i < g.nprocs_dev[d->index]; ++i) {
     const struct process *p = &g.procs[d->index][i];
     if (p->nsm == 0) continue;
-    fake_proc_util_t s = {p->pid, ts, p->sm[k - 1 < p->nsm ? k - 1 : p->nsm - 1], 0, 0, 0};
+    unsigned j = (unsigned)(k - 1 < p->nsm ? k - 1 : p->nsm - 1);
+    fake_proc_util_t s = {p->pid, ts, p->sm[j], p->mem[j], p->enc[j], p->dec[j]};
     util[w++] = s;
   }
   *count = n;
@@ -794,6 +886,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, fake_proc_ut
 EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t h, int type, unsigned long long last_seen,
                                          int *value_type, unsigned int *count,
                                          fake_sample_t *samples) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_SAMPLES);
   if (rc != 0) return rc;
@@ -837,15 +930,20 @@ EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t h, int type, unsigned long
 
 #ifndef FAKE_NVML_OLD
 
-EXPORT nvmlReturn_t nvmlInit_v2(void) { return do_init(); }
+EXPORT nvmlReturn_t nvmlInit_v2(void) { FAKE_LOCK; return do_init(); }
 
-EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) { return nvmlDeviceGetCount(count); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+  FAKE_LOCK;
+  return nvmlDeviceGetCount(count);
+}
 
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+  FAKE_LOCK;
   return nvmlDeviceGetHandleByIndex(index, device);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, fake_memory_v2_t *mem) {
+  FAKE_LOCK;
   unsigned long long v[4];
   if (mem == NULL) return INVALID_ARGUMENT;
   /* NVML_STRUCT_VERSION(Memory, 2) */
@@ -858,15 +956,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, fake_memory_v2_t 
 
 EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t h,
                                                            unsigned long long *bits) {
+  FAKE_LOCK;
   return serve_one(h, F_EVENT_REASONS, K_CLOCK_REASONS, NULL, bits);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, fake_field_value_t *values) {
+  FAKE_LOCK;
   static const struct { unsigned id; int key; int type; } fields[] = {
       {186, K_POWER, VALUE_TYPE_UINT},        {190, K_POWER_LIMIT, VALUE_TYPE_UINT},
       {83, K_ENERGY, VALUE_TYPE_ULL},         {197, K_PCIE_TX, VALUE_TYPE_ULL},
       {198, K_PCIE_RX, VALUE_TYPE_ULL},       {3, K_ECC_CORRECTED, VALUE_TYPE_ULL},
-      {4, K_ECC_UNCORRECTED, VALUE_TYPE_ULL}};
+      {4, K_ECC_UNCORRECTED, VALUE_TYPE_ULL}, {138, K_NVLINK_TX, VALUE_TYPE_ULL},
+      {139, K_NVLINK_RX, VALUE_TYPE_ULL}};
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_FIELD_VALUES);
   if (rc != 0) return rc;
@@ -876,13 +977,19 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, fake_field_v
       if (fields[f].id == values[i].fieldId && lost_at(d, fields[f].key)) return GPU_IS_LOST;
     }
   }
+  unsigned long long stamp = d->field_time_start + d->field_calls++ * d->field_time_step;
   for (int i = 0; i < n; ++i) {
     fake_field_value_t *v = &values[i];
-    v->timestamp = 0;
-    v->latencyUsec = 0;
+    v->timestamp = d->field_time_start != 0 ? (long long)stamp : 0;
+    v->latencyUsec = d->field_time_start != 0 ? 7 : 0;
     v->nvmlReturn = NOT_SUPPORTED;
     for (size_t f = 0; f < sizeof fields / sizeof fields[0]; ++f) {
       if (fields[f].id != v->fieldId) continue;
+      /* NVLink throughput: the aggregate scope only (a per-link scope is not scripted). */
+      if ((fields[f].key == K_NVLINK_TX || fields[f].key == K_NVLINK_RX) &&
+          v->scopeId != 0xFFFFFFFFu) {
+        break;
+      }
       unsigned long long req = v->fieldId < MAX_FIELD_ID ? d->field_requests[v->fieldId]++ : 0;
       int code = rule_code(d->index, R_FIELD, (int)v->fieldId, req);
       if (code == 0) code = key_code(d, fields[f].key);
@@ -903,22 +1010,27 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, fake_field_v
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned *c, void *p) {
+  FAKE_LOCK;
   return processes(h, F_COMPUTE_PROCS, 0, 2, c, p);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned *c, void *p) {
+  FAKE_LOCK;
   return processes(h, F_COMPUTE_PROCS, 0, 3, c, p);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned *c,
                                                              void *p) {
+  FAKE_LOCK;
   return processes(h, F_GRAPHICS_PROCS, 1, 2, c, p);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned *c,
                                                              void *p) {
+  FAKE_LOCK;
   return processes(h, F_GRAPHICS_PROCS, 1, 3, c, p);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t h, unsigned int *current,
                                          unsigned int *pending) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_MIG_MODE);
   if (rc != 0) return rc;
@@ -929,6 +1041,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t h, unsigned int *current,
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t h, unsigned int *count) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_MAX_MIG);
   if (rc != 0) return rc;
@@ -940,6 +1053,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t h, unsigned int 
 
 EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t h, unsigned int index,
                                                         nvmlDevice_t *mig) {
+  FAKE_LOCK;
   struct fake_device *d = device_of(h);
   int rc = begin(d, F_MIG_HANDLE);
   if (rc != 0) return rc;
@@ -954,6 +1068,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t h, unsigned
 /* ---- introspection for tests ------------------------------------------------------------- */
 
 EXPORT unsigned long long fake_nvml_calls(unsigned dev, const char *function) {
+  FAKE_LOCK;
   if (dev >= MAX_DEVICES || function == NULL) return 0;
   char plain[96];
   snprintf(plain, sizeof plain, "%s", function);
@@ -964,7 +1079,8 @@ EXPORT unsigned long long fake_nvml_calls(unsigned dev, const char *function) {
 }
 
 EXPORT unsigned long long fake_nvml_last_seen(unsigned dev) {
+  FAKE_LOCK;
   return dev < MAX_DEVICES ? g.dev[dev].last_seen_arg : 0;
 }
 
-EXPORT int fake_nvml_init_count(void) { return g.init_count; }
+EXPORT int fake_nvml_init_count(void) { FAKE_LOCK; return g.init_count; }

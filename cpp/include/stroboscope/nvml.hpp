@@ -20,6 +20,10 @@
 
 namespace stroboscope {
 
+namespace nvml_detail {
+class ProcessTree;
+}
+
 // ---- loader ----------------------------------------------------------------------------------
 
 // The library opened when STROBOSCOPE_NVML_LIBRARY is unset or empty.
@@ -62,6 +66,12 @@ struct NvmlFunctions {
   nvml::DeviceGetMigModeFn device_get_mig_mode = nullptr;
   nvml::DeviceGetUintFn device_get_max_mig_device_count = nullptr;
   nvml::DeviceGetMigDeviceHandleByIndexFn device_get_mig_device_handle_by_index = nullptr;
+  // GPM (all five or none is useful; see NvmlGpmSource).
+  nvml::GpmQueryDeviceSupportFn gpm_query_device_support = nullptr;
+  nvml::GpmSampleAllocFn gpm_sample_alloc = nullptr;
+  nvml::GpmSampleFreeFn gpm_sample_free = nullptr;
+  nvml::GpmSampleGetFn gpm_sample_get = nullptr;
+  nvml::GpmMetricsGetFn gpm_metrics_get = nullptr;
 };
 
 // One entry of the symbol table: the names tried, newest first, and the one found.
@@ -178,14 +188,24 @@ struct NvmlSourceOptions {
   std::vector<unsigned> devices;    // NVML indices to sample; empty = every GPU
   std::vector<std::string> labels;  // column label per device ("gpu.{label}."); empty = the index
   int pid = 0;                      // the monitored process; 0 = the calling process
+  // The per-process columns (proc_*) cover the monitored process and its descendants, found
+  // under proc_root; false: the process alone.
+  bool include_children = true;
+  std::string proc_root = "/proc";
   unsigned max_processes = 1024;    // per device and list; longer process lists read as null
+  // Byte rates (pcie_*_per_s, nvlink_*_per_s) are computed over windows of at least this long.
+  std::int64_t rate_window_ns = 100'000'000;
 };
 
 // Reads one row per call for every selected GPU: utilisation, memory, temperature, power and
-// energy, clocks, fan, clock-event reasons, PCIe bytes, ECC counts, and the monitored process's
-// share (memory, SM %, number of other processes). See columns() for names, units and help.
+// energy, clocks, fan, clock-event reasons, PCIe and NVLink bytes and rates, ECC counts, and the
+// monitored process's share (memory, SM/memory/encoder/decoder %, number of other processes),
+// summed over its descendants too (options.include_children).
+// See columns() for names, units and help.
 //
-// A metric the device does not support reads null and is not asked again; a lost GPU (or one
+// The byte counters (PCIe, NVLink) are probed once when the source is built: a device that
+// cannot give one has no column for it (and gpu_status() says why). Any other metric the device
+// does not support reads null and is not asked again; a lost GPU (or one
 // whose queries fail) reads null from then on while the others continue; device_status() says why.
 class NvmlSource final : public Source {
  public:
@@ -212,11 +232,12 @@ class NvmlSource final : public Source {
   struct DeviceState;  // per-device handles, buffers and support flags (nvml_source_state.hpp)
 
  private:
-  void read_device(DeviceState& d, RowWriter& row) noexcept;
+  void read_device(DeviceState& d, RowWriter& row, std::int64_t now_ns) noexcept;
 
   std::shared_ptr<const NvmlLibrary> lib_;
   std::vector<unsigned> indices_;
   std::vector<std::unique_ptr<DeviceState>> devices_;
+  std::unique_ptr<nvml_detail::ProcessTree> tree_;
   unsigned pid_ = 0;
   unsigned max_processes_ = 0;
   // Written by read(), read anywhere; a count with no data behind it, so relaxed is enough.

@@ -94,6 +94,11 @@ inline constexpr unsigned kFieldPowerInstant = 186;            // mW
 inline constexpr unsigned kFieldPowerCurrentLimit = 190;       // mW, the limit enforced now
 inline constexpr unsigned kFieldPcieCountTxBytes = 197;        // bytes, cumulative
 inline constexpr unsigned kFieldPcieCountRxBytes = 198;        // bytes, cumulative
+// NVLink data (payload) throughput, KiB, cumulative. scope_id picks a link, or kScopeAllLinks for
+// the sum over every link (nvml.h: "A scopeId of UINT_MAX returns aggregate value").
+inline constexpr unsigned kFieldNvlinkThroughputDataTx = 138;
+inline constexpr unsigned kFieldNvlinkThroughputDataRx = 139;
+inline constexpr unsigned kScopeAllLinks = 0xFFFFFFFFu;
 
 // Buffer sizes the API documents as always large enough.
 inline constexpr unsigned kDeviceNameBufferSize = 96;     // NVML_DEVICE_NAME_V2_BUFFER_SIZE
@@ -178,6 +183,56 @@ struct ProcessUtilizationSample {  // nvmlProcessUtilizationSample_t
   unsigned int dec_util;
 };
 
+// ---- GPM (GPU Performance Monitoring, Hopper and newer) ---------------------------------------
+// Metrics come from two samples of the device's counters taken more than 100 ms apart: the
+// metric is the activity between them.
+struct GpmSampleOpaque;                // nvmlGpmSample_st, never defined
+using GpmSample = GpmSampleOpaque*;    // nvmlGpmSample_t
+
+// nvmlGpmMetricId_t values used here ("%" over the pair's interval unless noted).
+inline constexpr unsigned kGpmSmUtil = 2;          // SMs busy
+inline constexpr unsigned kGpmSmOccupancy = 3;     // warps resident vs the theoretical maximum
+inline constexpr unsigned kGpmAnyTensorUtil = 5;   // SMs doing any tensor operation
+inline constexpr unsigned kGpmHmmaTensorUtil = 7;  // SMs doing HMMA (FP16/BF16) tensor operations
+inline constexpr unsigned kGpmDramBwUtil = 10;     // DRAM bandwidth vs the theoretical maximum
+inline constexpr unsigned kGpmFp64Util = 11;       // SMs doing non-tensor FP64
+inline constexpr unsigned kGpmFp32Util = 12;       // SMs doing non-tensor FP32
+inline constexpr unsigned kGpmFp16Util = 13;       // SMs doing non-tensor FP16
+inline constexpr unsigned kGpmPcieTxPerSec = 20;   // MiB/s from this GPU
+inline constexpr unsigned kGpmPcieRxPerSec = 21;   // MiB/s to this GPU
+inline constexpr unsigned kGpmNvlinkTotalRxPerSec = 60;  // MiB/s, all links
+inline constexpr unsigned kGpmNvlinkTotalTxPerSec = 61;  // MiB/s, all links
+
+struct GpmMetric {  // nvmlGpmMetric_t
+  unsigned int metric_id;  // in
+  Return nvml_return;      // out: check before reading `value`
+  double value;            // out
+  struct {
+    char* short_name;
+    char* long_name;
+    char* unit;
+  } info;                  // out; may be null
+};
+
+// The metrics array of nvmlGpmMetricsGet_t has NVML_GPM_METRIC_MAX entries, which grew across
+// headers (98 in CUDA 12, 333 in CUDA 13) under the same struct version; the driver reads and
+// writes only the first num_metrics, so the largest known size is safe with every driver.
+inline constexpr unsigned kGpmMetricArraySize = 333;
+struct GpmMetricsGet {  // nvmlGpmMetricsGet_t
+  unsigned int version;  // kGpmMetricsGetVersion
+  unsigned int num_metrics;
+  GpmSample sample1;
+  GpmSample sample2;
+  GpmMetric metrics[kGpmMetricArraySize];
+};
+inline constexpr unsigned kGpmMetricsGetVersion = 1;  // NVML_GPM_METRICS_GET_VERSION
+
+struct GpmSupport {  // nvmlGpmSupport_t
+  unsigned int version;  // kGpmSupportVersion
+  unsigned int is_supported_device;
+};
+inline constexpr unsigned kGpmSupportVersion = 1;  // NVML_GPM_SUPPORT_VERSION
+
 // ---- function pointer types ------------------------------------------------------------------
 using InitFn = Return (*)();
 using ShutdownFn = Return (*)();
@@ -205,6 +260,11 @@ using DeviceGetSamplesFn = Return (*)(Device, int sampling_type, unsigned long l
                                       int* value_type, unsigned int* count, Sample*);
 using DeviceGetMigModeFn = Return (*)(Device, unsigned int* current, unsigned int* pending);
 using DeviceGetMigDeviceHandleByIndexFn = Return (*)(Device, unsigned int, Device*);
+using GpmQueryDeviceSupportFn = Return (*)(Device, GpmSupport*);
+using GpmSampleAllocFn = Return (*)(GpmSample*);
+using GpmSampleFreeFn = Return (*)(GpmSample);
+using GpmSampleGetFn = Return (*)(Device, GpmSample);
+using GpmMetricsGetFn = Return (*)(GpmMetricsGet*);
 
 // ---- layout pins (nvml.h on LP64 Linux) ------------------------------------------------------
 static_assert(sizeof(Value) == 8);
@@ -221,5 +281,10 @@ static_assert(sizeof(ProcessInfoV2) == 24 && offsetof(ProcessInfoV2, gpu_instanc
 static_assert(sizeof(ProcessUtilizationSample) == 32 &&
               offsetof(ProcessUtilizationSample, timestamp_us) == 8 &&
               offsetof(ProcessUtilizationSample, sm_util) == 16);
+
+static_assert(sizeof(GpmMetric) == 40 && offsetof(GpmMetric, value) == 8 &&
+              offsetof(GpmMetric, info) == 16);
+static_assert(offsetof(GpmMetricsGet, sample1) == 8 && offsetof(GpmMetricsGet, metrics) == 24);
+static_assert(sizeof(GpmSupport) == 8);
 
 }  // namespace stroboscope::nvml

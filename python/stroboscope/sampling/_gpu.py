@@ -22,9 +22,12 @@ def gpu_status() -> dict[str, Any]:
     Keys: ``loaded`` (bool), ``reason`` (why not loaded: the loader's message, a missing symbol or
     the init error with NVML's text), ``library_path``, ``init_error``, ``driver_version``,
     ``nvml_version``, ``device_count``, ``devices`` (index, name, uuid, mig_enabled,
-    mig_instances, error, ``unavailable``: metric → why it stays null), ``notes`` and ``text`` (a
-    readable summary). The library is taken from ``STROBOSCOPE_NVML_LIBRARY`` when set, else
-    ``libnvidia-ml.so.1``.
+    mig_instances, error, ``unavailable``: metric → why it stays null or has no column, with a
+    ``gpm`` entry where the GPU has no GPM metrics), ``notes`` and ``text`` (a readable summary).
+    The library is taken from ``STROBOSCOPE_NVML_LIBRARY`` when set, else ``libnvidia-ml.so.1``.
+
+    While a ``gpu`` source over every GPU is alive, the per-device part is what its reads found
+    (no extra NVML queries); otherwise one probing read of every metric on every GPU finds it.
     """
     return dict(_core.gpu_status())
 

@@ -1,0 +1,82 @@
+"""Helpers for the tests that drive the fake NVML library (tests/fake_nvml) through samplers."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pytest
+from stroboscope import Sampler
+
+ScriptFn = Callable[..., None]
+
+
+def script_fixture(
+    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ScriptFn]:
+    """The body of an ``nvml`` fixture: call it with a script text (and optionally
+    ``library="old"``) before building samplers."""
+
+    def use(script: str, library: str = "new") -> None:
+        gc.collect()  # the library re-reads its script once every holder is gone
+        path = tmp_path / f"script{len(list(tmp_path.iterdir()))}.txt"
+        path.write_text(script)
+        monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs[library]))
+        monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
+
+    yield use
+    gc.collect()
+
+
+def fake_calls(function: str, device: int = 0) -> int:
+    """How many times the fake NVML library (the one STROBOSCOPE_NVML_LIBRARY names, already
+    loaded by the core) has served ``function`` on ``device`` since its script was loaded."""
+    lib = ctypes.CDLL(os.environ["STROBOSCOPE_NVML_LIBRARY"])
+    lib.fake_nvml_calls.restype = ctypes.c_ulonglong
+    lib.fake_nvml_calls.argtypes = [ctypes.c_uint, ctypes.c_char_p]
+    return int(lib.fake_nvml_calls(device, function.encode()))
+
+
+def record_reads(
+    sampler: Sampler,
+    count: int,
+    function: str = "nvmlDeviceGetTemperature",
+    timeout: float = 60.0,
+) -> pa.Table:
+    """Runs ``sampler`` until GPU 0 has served ``function`` ``count`` more times (the gpu
+    source makes one nvmlDeviceGetTemperature call per read, gpu_gpm one nvmlGpmSampleGet per
+    sample), not for a fixed time; returns its rows.
+
+    Progress is watched through the fake's call counts, not ``snapshot()``: a snapshot's
+    provenance calls ``gpu_status()``, whose probing read would take scripted values.
+    """
+    with sampler:
+        start = fake_calls(function)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if fake_calls(function) - start >= count:
+                break
+            time.sleep(0.01)
+    return sampler.snapshot().to_arrow()
+
+
+def fake_counter(name: str, device: int) -> int:
+    """One of the fake's GPM counters for assertions: ``fake_nvml_gpm_close_pairs`` (pairs
+    less than 100 ms apart) or ``fake_nvml_gpm_min_gap_ns`` (-1 before the first pair)."""
+    lib = ctypes.CDLL(os.environ["STROBOSCOPE_NVML_LIBRARY"])
+    fn = getattr(lib, name)
+    fn.restype = ctypes.c_longlong
+    fn.argtypes = [ctypes.c_uint]
+    return int(fn(device))
+
+
+def values(table: pa.Table, name: str) -> list[float]:
+    """The non-null cells of the numeric column ``name``, in row order."""
+    cells: list[float] = table.column(name).drop_null().to_pylist()
+    return cells
