@@ -160,7 +160,7 @@ _SEMCONV: dict[str, _Row] = {
 
 # Rates computed from a counter that is exported as a counter: rate() over the counter says
 # the same, exactly, so these are not exported twice.
-_SKIP = re.compile(r"^(net|disk)\.\w+_bytes_per_s$|^gpu\.read_mono_ns$|\.tid$")
+_SKIP = re.compile(r"^(net|disk)\.\w+_bytes_per_s$|^gpu(_gpm)?\.read_mono_ns$|\.tid$")
 # Unit suffix of a column -> (UCUM unit, scale). Checked in order (``_bytes_per_s`` first).
 _UNITS: tuple[tuple[str, str, str, float], ...] = (
     ("_bytes_per_s", "bytes/s", "By/s", 1.0),
@@ -178,7 +178,10 @@ _RENAME = {
     "gpu.mem_util": "gpu.memory_controller.utilization",  # not hw.gpu.memory.utilization
     "gpu.power": "gpu.power.utilization",  # power_pct: a share of the enforced limit
     "gpu.fan": "gpu.fan_speed",
-    "gpu.proc_sm": "gpu.process.sm.utilization",
+    "gpu.proc_sm_util": "gpu.process.sm.utilization",
+    "gpu.proc_mem_util": "gpu.process.memory_controller.utilization",
+    "gpu.proc_enc_util": "gpu.process.encoder.utilization",
+    "gpu.proc_dec_util": "gpu.process.decoder.utilization",
     "gpu.proc_mem": "gpu.process.memory.usage",
 }
 _NO_QUANTITY = frozenset({"id", "bitmask"})  # a mean of an id or a bitmask means nothing
