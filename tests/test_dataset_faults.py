@@ -79,13 +79,11 @@ def test_single_process_runs_without_a_job_id_each_get_a_job_of_their_own(
     # job without a job id keep job=none and a rerun of that rank is refused, naming --job.
     jobs = []
     for _ in range(2):
-        with Sampler(
-            0.01,
-            sources=["memory"],
-            dataset=tmp_path,
-            identity=Identity(host="h"),
+        s = Sampler(
+            0.01, sources=["memory"], dataset=tmp_path, identity=Identity(host="h"),
             segment_seconds=0.1,
-        ) as s:
+        )  # fmt: skip
+        with s:
             wait_for("a row", lambda: s.stats().rows_written > 0)
             assert s.identity is not None and s.identity.job is not None
             assert s.identity.job.startswith("run-")
