@@ -84,7 +84,7 @@ def test_single_process_runs_without_a_job_id_each_get_a_job_of_their_own(
             segment_seconds=0.1,
         )  # fmt: skip
         with s:
-            wait_for("a row", lambda: s.stats().rows_written > 0)
+            wait_for("a row", lambda s=s: s.stats().rows_written > 0)
             assert s.identity is not None and s.identity.job is not None
             assert s.identity.job.startswith("run-")
             jobs.append(s.identity.job)
