@@ -89,6 +89,13 @@ def test_single_process_runs_without_a_job_id_each_get_a_job_of_their_own(
             assert s.identity.job.startswith("run-")
             jobs.append(s.identity.job)
     assert jobs[0] != jobs[1]
+    from stroboscope import cluster
+
+    c = cluster.Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=Identity(host="g"))
+    try:  # the job its parts are written under, not the one it was given (none)
+        assert c.identity.job is not None and c.identity.job.startswith("run-")
+    finally:
+        c.close()
     assert set(open_dataset(tmp_path).to_table().column("job").to_pylist()) == set(jobs)
     rank = Identity(host="h", rank=1, world_size=2)
     Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=rank).close()
@@ -285,3 +292,31 @@ def test_a_rank_killed_while_recording_leaves_whole_parts_only(tmp_path: Path) -
     mono = table.column("mono_ns").to_pylist()
     assert len(mono) == len(set(mono)) > 0  # no row twice
     assert set(table.column("rank").to_pylist()) == {1}
+
+
+def test_record_dataset_alone_keeps_the_spool_when_rows_reached_no_part(tmp_path: Path) -> None:
+    # Without -o, rows that no part took are only in the spool: it is kept (not removed with
+    # the private directory), the summary says how to recover it, and the exit code is 1.
+    root = tmp_path / "ds"
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stroboscope", "record", "--quiet", "--dataset", str(root),
+         "--job", "j", "--interval", "0.01", "--duration", "8", "--sources", "memory"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        wait_for("the partition", lambda: any(root.glob("job=j/host=*/rank=*")))
+        part_dir = next(root.glob("job=j/host=*/rank=*"))
+        moved = tmp_path / "moved"
+        part_dir.rename(moved)
+        part_dir.write_text("not a directory")  # every part write fails from now on
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, (out, err)
+    kept = next(line for line in out.splitlines() if "kept in the spool" in line)
+    spool = kept.split("kept in the spool ", 1)[1].split(":", 1)[0]
+    assert Path(spool).exists()
+    recovered = stroboscope.recover(spool).to_arrow()
+    assert recovered.num_rows > 0
+    shutil.rmtree(Path(spool).parent)

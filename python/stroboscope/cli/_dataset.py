@@ -66,3 +66,22 @@ def describe(root: str, identity: Identity, parts: int) -> str:
         f"dataset {root}: {parts} part{plural} written for job {job!r} host {host!r} "
         f"rank {rank} (read all ranks with stroboscope.open_dataset({root!r}))"
     )
+
+
+def status_lines(args: argparse.Namespace, identity: Identity, status: Any) -> list[str]:
+    """The summary's lines on the dataset: where the parts went, failed writes, and where rows
+    that reached no part are (FILE, or the spool kept for ``stroboscope recover``)."""
+    lines = [describe(args.dataset, identity, status.segments_written)]
+    if status.errors:
+        where = f" (they are in {args.output})" if args.output is not None else ""
+        lines.append(
+            f"dataset part writes failed {status.errors} times (last: {status.last_error}); "
+            f"{status.rows_unwritten} rows are in no part{where}"
+        )
+    if args.output is None and status.rows_unwritten:
+        spool = getattr(args, "spool_path", args.spool)
+        lines.append(
+            f"those rows are kept in the spool {spool}: stroboscope recover {spool} -o FILE "
+            f"(exit code 1)"
+        )
+    return lines

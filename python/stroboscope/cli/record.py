@@ -257,12 +257,8 @@ def _print_summary(
             f"the output was read from the spool, which held those rows"
         )
     if args.dataset is not None and dataset is not None and who is not None:
-        print(_dataset.describe(args.dataset, who, dataset.segments_written))
-        if dataset.errors:
-            print(
-                f"dataset part writes failed {dataset.errors} times (last: {dataset.last_error}); "
-                f"{dataset.rows_unwritten} rows are in no part (they are in FILE or the spool)"
-            )
+        for line in _dataset.status_lines(args, who, dataset):
+            print(line)
     for src in stats.sources:
         if src.reason:
             print(f"source {src.name}: {src.reason} ({src.failures} failed reads)")
@@ -292,11 +288,13 @@ def run(args: argparse.Namespace) -> int:
     fmt, spool, private = _check_paths(args)
     if not command_argv and args.duration is None and args.pid is None and not args.quiet:
         print("recording until Ctrl-C (use --duration S to stop by itself)", file=sys.stderr)
+    args.spool_path = spool  # for the summary's recover hint
     try:
         with _Signals() as stop:
             return _record(args, command_argv, fmt, spool, stop, who)
     finally:
-        _dataset.remove_private(private)
+        if not os.path.lexists(spool):  # kept when it holds rows that reached no part
+            _dataset.remove_private(private)
 
 
 def _record(
@@ -357,8 +355,12 @@ def _record(
         write_table(table, args.output)
     if watchdog is not None:
         watchdog.stop()
-    if not args.keep_spool:
+    parts = sampler.dataset_status
+    stranded = args.output is None and parts is not None and parts.rows_unwritten > 0
+    if not args.keep_spool and not stranded:  # rows in no part and no FILE: keep the spool
         remove_spool(spool)
+    if stranded and exit_code == 0:
+        exit_code = 1
     elapsed = time.monotonic() - started
     units = {c.name: c.unit for c in sampler.columns}
     _print_summary(

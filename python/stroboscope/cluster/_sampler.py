@@ -107,10 +107,16 @@ class Sampler(_RecordingSampler):
         super().__init__(
             interval, sources=chosen, dataset=dataset, identity=ident, **gpu_kw, **kwargs
         )
+        # With a dataset, the recording Sampler may have given a single-process run a job of
+        # its own (run-STAMP): that is the identity its parts, provenance and exporters carry.
+        recorded = super().identity
+        if recorded is not None:
+            self._cluster_identity = recorded
 
     @property
     def identity(self) -> Identity:
-        """Who this process is: the identity given, else the one detected at construction."""
+        """Who this process is: the identity given, else the one detected at construction
+        (with the job id a single-process dataset run was given, see ``dataset=``)."""
         return self._cluster_identity
 
     @property
