@@ -42,7 +42,7 @@ def test_a_partition_another_run_holds_is_refused_naming_it(tmp_path: Path) -> N
         "from stroboscope.recording.sampler import Sampler\n"
         "s = Sampler(0.01, sources=['memory'], dataset=sys.argv[1], segment_seconds=0.1,\n"
         "            identity=Identity(host='h', rank=1, world_size=2, job='j'))\n"
-        "s.close()\n"
+        "s.tick_now(1); s.close()\n"  # it recorded a row: the claim stays
     )
     env = rank_env(0, 0, 1, None)
     subprocess.run([sys.executable, "-c", code, str(root)], env=env, check=True, timeout=120)
@@ -59,7 +59,7 @@ def test_a_partition_another_run_holds_is_refused_naming_it(tmp_path: Path) -> N
     fresh = Identity(host="h", rank=1, world_size=2, job="j2")
     with Sampler(0.01, sources=["memory"], dataset=root, identity=fresh, segment_seconds=0.1) as s:
         wait_for("a row", lambda: s.stats().rows_written > 0)
-    assert set(open_dataset(root).to_table().column("job").to_pylist()) == {"j2"}
+    assert set(open_dataset(root).to_table().column("job").to_pylist()) == {"j", "j2"}
 
 
 def test_two_samplers_of_one_process_cannot_share_a_partition(tmp_path: Path) -> None:
@@ -98,7 +98,9 @@ def test_single_process_runs_without_a_job_id_each_get_a_job_of_their_own(
         c.close()
     assert set(open_dataset(tmp_path).to_table().column("job").to_pylist()) == set(jobs)
     rank = Identity(host="h", rank=1, world_size=2)
-    Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=rank).close()
+    first = Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=rank)
+    first.tick_now(1)  # it recorded a row: the claim stays
+    first.close()
     with pytest.raises(ValueError, match="--job"):
         Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=rank)
 
@@ -305,8 +307,8 @@ def test_record_dataset_alone_keeps_the_spool_when_rows_reached_no_part(tmp_path
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
-        wait_for("the partition", lambda: any(root.glob("job=j/host=*/rank=*")))
-        part_dir = next(root.glob("job=j/host=*/rank=*"))
+        wait_for("the claim", lambda: any(root.glob("job=j/host=*/rank=*/_owner.json")))
+        part_dir = next(root.glob("job=j/host=*/rank=*/_owner.json")).parent
         moved = tmp_path / "moved"
         part_dir.rename(moved)
         part_dir.write_text("not a directory")  # every part write fails from now on
@@ -320,3 +322,47 @@ def test_record_dataset_alone_keeps_the_spool_when_rows_reached_no_part(tmp_path
     recovered = stroboscope.recover(spool).to_arrow()
     assert recovered.num_rows > 0
     shutil.rmtree(Path(spool).parent)
+
+
+def test_a_run_that_recorded_nothing_gives_its_partition_back(tmp_path: Path) -> None:
+    # A set-up that fails after the claim (record's exporter port in use, say) closes the
+    # sampler unstarted: a retry of the same job and rank must not be refused.
+    who = Identity(host="h", rank=0, world_size=2, job="j")
+    Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=who).close()
+    assert read_owner(partition_dir(tmp_path, who)) == {}
+    s = Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=who, segment_seconds=0.1)
+    with s:
+        wait_for("a row", lambda: s.stats().rows_written > 0)
+    assert read_owner(partition_dir(tmp_path, who))["pid"] == os.getpid()  # it recorded: kept
+    with pytest.raises(ValueError, match="already holds job 'j'"):
+        Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=who)
+
+
+def test_a_restarted_rank_takes_over_its_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torchrun elastic / a Slurm requeue restarts a rank with the same job, host and rank and a
+    # higher restart count; the first incarnation's process is gone.
+    who = Identity(host="h", rank=1, world_size=2, job="j")
+    code = (
+        "import sys\nfrom stroboscope._identity import Identity\n"
+        "from stroboscope.recording.sampler import Sampler\n"
+        "s = Sampler(0.01, sources=['memory'], dataset=sys.argv[1], segment_seconds=0.1,\n"
+        "            identity=Identity(host='h', rank=1, world_size=2, job='j'))\n"
+        "s.start(); import time; time.sleep(0.3); s.close()\n"
+    )
+    env = {**os.environ, "TORCHELASTIC_RESTART_COUNT": "0"}
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, check=True, timeout=120)
+    first = read_owner(partition_dir(tmp_path, who))
+    assert first["restart"] == 0
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    with pytest.raises(ValueError, match="another run"):  # not a restart: refused
+        Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=who)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    s = Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=who, segment_seconds=0.1)
+    with s:
+        wait_for("a row", lambda: s.stats().rows_written > 0)
+    owner = read_owner(partition_dir(tmp_path, who))
+    assert owner["restart"] == 1 and owner["pid"] == os.getpid()
+    runs = {p.name.split("-")[1] for p in Path(partition_dir(tmp_path, who)).glob("part-*")}
+    assert len(runs) == 2  # both incarnations' parts, neither replaced

@@ -279,7 +279,9 @@ def claim_partition(
         os.link(tmp, path)  # atomic and exclusive: of two runs claiming at once, one wins
     except FileExistsError:
         other = read_owner(directory)
-        if other.get("run") != owner.get("run"):
+        if other.get("run") != owner.get("run") and _restarted(other, owner):
+            os.replace(tmp, path)  # the same rank of the same job, restarted: it carries on
+        elif other.get("run") != owner.get("run"):
             job, host, rank = partition(identity)
             raise ValueError(
                 f"dataset {top!r} already holds job {job!r} host {host!r} rank {rank} of another "
@@ -291,6 +293,39 @@ def claim_partition(
             os.unlink(tmp)
     _fsync_dir(directory)
     return directory
+
+
+def _restarted(other: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+    """Whether ``owner`` is a restart of the run ``other`` that claimed the partition: a higher
+    launcher restart count (torchrun's TORCHELASTIC_RESTART_COUNT, Slurm's SLURM_RESTART_COUNT,
+    kept as ``restart``) on the same host, the other run's process gone. Its parts are named by
+    their run's stamp, so the two runs' parts never collide."""
+    try:
+        mine, theirs = int(owner.get("restart") or 0), int(other.get("restart") or 0)
+        pid = int(other.get("pid") or 0)
+    except (TypeError, ValueError):
+        return False
+    if mine <= theirs or other.get("host") != owner.get("host"):
+        return False
+    if pid <= 0 or pid == owner.get("pid"):  # the same pid number: another pid namespace
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # alive, another user's
+    return False
+
+
+def release_partition(directory: str | os.PathLike[str], run: str) -> bool:
+    """Remove ``directory``'s owner file if ``run`` holds it (a run that recorded nothing gives
+    its partition back, so a retry of the same job is not refused); True when removed."""
+    if read_owner(directory).get("run") != run:
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(directory, OWNER))
+    return True
 
 
 def read_owner(directory: str | os.PathLike[str]) -> dict[str, Any]:

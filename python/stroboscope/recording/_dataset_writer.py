@@ -34,6 +34,7 @@ from stroboscope.export.dataset import (
     ensure_root,
     partition,
     partition_dir,
+    release_partition,
     write_part,
     write_scopes,
 )
@@ -85,6 +86,15 @@ def own_job(identity: Identity, *, now_ns: int | None = None) -> Identity:
     )
 
 
+def _restart_count() -> int:
+    """The launcher's restart count of this process (0 when none says)."""
+    for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+        text = os.environ.get(name, "").strip()
+        if text.isdigit():
+            return int(text)
+    return 0
+
+
 def open_partition(root: str | os.PathLike[str], identity: Identity) -> tuple[str, dict[str, Any]]:
     """Make ``root`` a dataset and claim ``identity``'s partition for a new run; return the
     root and the owner record (``run``, ``pid``, ``start_time``, ...).
@@ -103,6 +113,8 @@ def open_partition(root: str | os.PathLike[str], identity: Identity) -> tuple[st
         "start_ns": now,
         "start_time": iso_utc(now),
         "identity": identity.to_dict(),
+        # A restart of the same rank (torchrun elastic, a Slurm requeue) takes the claim over.
+        "restart": _restart_count(),
     }
     try:
         top = ensure_root(root)
@@ -147,11 +159,15 @@ class DatasetWriter(SegmentWriter):
         self._scopes_path: str | None = None
         self._scopes_table: pa.Table | None = None  # the intervals last written
         self.scope_errors = 0
+        self._released = False  # the owner file given back (nothing was recorded)
 
     def start(self) -> None:
         # No events sidecar: scope intervals go to the dataset's _scopes tree at stop.
         if self._thread is not None and self._thread.is_alive():
             return
+        if self._released:  # stopped before it recorded anything, now started again
+            claim_partition(self.root, self.identity, self.owner)
+            self._released = False
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="stroboscope-dataset", daemon=True)
         self._thread.start()
@@ -184,6 +200,11 @@ class DatasetWriter(SegmentWriter):
                     self.last_error,
                 )
         self.write_scope_intervals()
+        if written == 0 and self.segments_written == 0 and not self._released:
+            # Nothing recorded (a set-up that failed after the claim, a sampler never started):
+            # give the partition back, so a retry of the same job and rank is not refused.
+            here = partition_dir(self.root, self.identity)
+            self._released = release_partition(here, str(self.owner["run"]))
 
     def _failed(self, exc: BaseException, rows: int) -> None:
         self.errors += 1
