@@ -101,6 +101,9 @@ def test_every_convention_name_has_the_conventions_unit_and_instrument(two_gpus:
         assert planned["stroboscope.cgroup.mem_used"].unit == "By"
     assert planned["stroboscope.gpu.memory_controller.utilization"].unit == "1"
     assert planned["stroboscope.gpu.power.utilization"].unit == "1"
+    # A byte counter's own rate is not exported beside it (rate() over the counter is exact).
+    assert "gpu.0.pcie_tx_bytes_per_s" in s.schema.names and "hw.gpu.io" in planned
+    assert not [name for name in planned if name.startswith("stroboscope.gpu.pcie")], planned
     # Two filesystems: one metric, a mountpoint attribute each (from the sampler's disk_paths).
     mounts = {p.attributes["system.filesystem.mountpoint"]
               for p in planned["system.filesystem.limit"].points}  # fmt: skip

@@ -160,7 +160,11 @@ _SEMCONV: dict[str, _Row] = {
 
 # Rates computed from a counter that is exported as a counter: rate() over the counter says
 # the same, exactly, so these are not exported twice.
-_SKIP = re.compile(r"^(net|disk)\.\w+_bytes_per_s$|^gpu(_gpm)?\.read_mono_ns$|\.tid$")
+# (GPM's own rates, gpm_*, have no counter: they stay.) Also clock readings and thread ids.
+_SKIP = re.compile(
+    r"^(net|disk)\.\w+_bytes_per_s$|^gpu\.\d+\.(pcie|nvlink)_(tx|rx)_bytes_per_s$"
+    r"|^gpu(_gpm)?\.read_mono_ns$|\.tid$"
+)
 # Unit suffix of a column -> (UCUM unit, scale). Checked in order (``_bytes_per_s`` first).
 _UNITS: tuple[tuple[str, str, str, float], ...] = (
     ("_bytes_per_s", "bytes/s", "By/s", 1.0),
