@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import os
 import socket
 import time
 import urllib.request
@@ -268,3 +269,28 @@ def test_a_cluster_sampler_lends_its_identity() -> None:
     assert exporter.identity is who
     assert value(got, "stroboscope_mem_total_bytes", rank="3") is not None
     s.close()
+
+
+def test_a_forked_child_lets_go_of_the_port() -> None:
+    # A DataLoader worker forked while the exporter serves must not keep the port bound after
+    # the parent closes the exporter (a restart would then get EADDRINUSE).
+    s = Sampler(0.01, sources=["memory"])
+    exporter = PrometheusExporter(s, port=0, identity=ME)
+    go, wait = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: hold on until the parent has checked the port
+        try:
+            os.read(go, 1)
+        finally:
+            os._exit(0)
+    try:
+        exporter.close()
+        with socket.socket() as again:
+            again.bind((exporter.addr, exporter.port))  # EADDRINUSE if the child held it
+            again.listen(1)
+    finally:
+        os.write(wait, b"x")
+        os.waitpid(child, 0)
+        os.close(go)
+        os.close(wait)
+        s.close()

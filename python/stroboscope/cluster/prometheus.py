@@ -17,12 +17,14 @@ for it (the ring is read with a seqlock), so a slow or failing scrape cannot slo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from stroboscope import _lifecycle
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.cluster._prom_http import (
     DEFAULT_PORT,
@@ -195,6 +197,7 @@ class PrometheusExporter:
         self._server, self._thread, self.port = serve(
             self.registry, port, self.addr, who="PrometheusExporter"
         )
+        _lifecycle.register(self)  # a forked child lets go of the listening socket
 
     # -- one scrape ---------------------------------------------------------------------------
 
@@ -321,6 +324,15 @@ class PrometheusExporter:
                 return
             self._closed = True
         shutdown(self._server, self._thread)
+        _lifecycle.unregister(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The server thread is the parent's; the child has only a copy of the listening socket
+        # (a DataLoader worker, say). Close it, so the port is free once the parent closes its
+        # own, and serve nothing from here.
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._server.socket.close()
 
     def __enter__(self) -> PrometheusExporter:
         return self
