@@ -119,7 +119,7 @@ def _wandb_keys(tmp_path: Path, want_history: int) -> tuple[list[dict[str, Any]]
     from wandb.proto import wandb_internal_pb2
 
     [run_file] = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
-    deadline = time.monotonic() + 30  # wandb's service writes the file on its own schedule
+    deadline = time.monotonic() + 120  # wandb's service writes the file on its own schedule
     while True:
         history, stats = [], set()
         for raw in _wandb_records(run_file):
