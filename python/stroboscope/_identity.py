@@ -40,8 +40,8 @@ Precedence
 
 Conflicts (:class:`ValueError` naming the variables and values)
 ---------------------------------------------------------------
-- a variable of the chosen launcher (or Slurm's job id) that is not a whole number ``>= 0``
-  (empty values count as unset);
+- a variable of the chosen launcher that is not a whole number ``>= 0`` (empty values count as
+  unset; job ids are names and taken as they are);
 - two launchers of the same level that disagree (Open MPI's and MPICH's rank variables both
   set, with different values), or a variable and its alias (``SLURM_NTASKS`` and
   ``SLURM_NPROCS``, ``SLURM_JOB_ID`` and ``SLURM_JOBID``);
@@ -123,8 +123,9 @@ class Identity:
 
     def labels(self) -> dict[str, str]:
         """Metric labels, the known ones only, as strings: ``job``, ``hostname``, ``rank``,
-        ``local_rank``, ``pod``, ``namespace``, ``container`` (``hostname`` as dcgm-exporter
-        and node_exporter name the host)."""
+        ``local_rank``, ``pod``, ``namespace``, ``container``. (dcgm-exporter names the host
+        ``Hostname`` and node_exporter has no host label: see docs/prometheus.md for the
+        joins.)"""
         pairs = (
             ("job", self.job),
             ("hostname", self.host),

@@ -26,7 +26,7 @@ PROCESS_SOURCES: tuple[str, ...] = ("process", "process_io", "threads", "proc_tr
 
 HOST_SOURCES: tuple[str, ...] = tuple(n for n in _core.source_names() if n not in PROCESS_SOURCES)
 """Every other source of the registry: the machine's (cpu, cpu_cores, memory, network, disk,
-diskio, load, pressure), the cgroup's and the GPUs' (``gpu``)."""
+diskio, load, pressure), the cgroup's and the GPUs' (``gpu``, ``gpu_gpm``)."""
 
 
 def is_node_leader(identity: Identity) -> bool:

@@ -41,7 +41,7 @@ def _plan(
     else:
         # Asked for explicitly: this rank records those GPUs whatever its role.
         gpu_kw["gpus"] = owned_gpus(ident) if gpus == "owned" else gpus
-        if gpu_kw["gpus"] == []:
+        if gpus == "owned" and not gpu_kw["gpus"]:
             raise ValueError(
                 f"gpus='owned' but local rank {ident.local_rank} owns no GPU here "
                 "(stroboscope.cluster.owned_gpus); give gpus='auto' or a list"
