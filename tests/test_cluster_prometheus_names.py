@@ -337,3 +337,19 @@ def test_docs_table_is_the_mapping() -> None:
     assert committed == render_table(), (
         "docs/prometheus.md's table is out of date:\n" + render_table()
     )
+
+
+def test_disk_paths_are_a_mountpoint_label_not_part_of_the_name() -> None:
+    # node_exporter's convention: one family per measure, the filesystem as a label.
+    from stroboscope.sampling import Sampler
+
+    s = Sampler(0.01, sources=["disk"], disk_paths=["/", "/tmp"])
+    try:
+        columns = [ColumnInfo(c.name, c.unit, c.kind, c.help) for c in s.columns]
+    finally:
+        s.close()
+    served, _ = plan_series(columns)
+    used = [x for x in served if x.column.endswith("used_pct")]
+    assert {x.name for x in used} == {"stroboscope_disk_used_ratio"}
+    assert sorted(dict(x.labels)["mountpoint"] for x in used) == ["/", "/tmp"]
+    assert not [x for x in served if "tmp" in x.name]

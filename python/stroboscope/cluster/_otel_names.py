@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from stroboscope.cluster._disk import mountpoint, usage_prefix
 from stroboscope.sampling import Column
 
 Instrument = Literal["gauge", "counter", "updowncounter"]
@@ -193,8 +194,6 @@ _GPU = re.compile(r"^gpu\.(\d+)\.(.+)$")
 _MIG = re.compile(r"^mig\.(\d+)\.(.+)$")
 _CORE = re.compile(r"^cpu\.(\d+)\.util_pct$")
 _MODES = {"user": "user", "system": "system", "iowait": "iowait", "steal": "steal"}
-_DISK = re.compile(r"^disk\.(?:(\w+)\.)?(used_pct|free_bytes|total_bytes)$")
-_HOLDING = re.compile(r"holding (.+)\.$")
 
 
 class _Plan:
@@ -213,13 +212,6 @@ class _Plan:
                 f"metric {name} planned as {had.instrument}/{had.unit} and {inst}/{unit}"
             )
         self.metrics[name] = Metric(name, inst, unit, had.description, (*had.points, point))
-
-
-def _mountpoint(columns: Mapping[str, Column], prefix: str) -> str:
-    """The path a disk column group measures, from its help text ("... holding /data.")."""
-    col = columns.get(f"{prefix}total_bytes") or columns.get(f"{prefix}free_bytes")
-    found = _HOLDING.search(col.help) if col is not None else None
-    return found.group(1) if found else "/"
 
 
 def plan_metrics(
@@ -301,12 +293,12 @@ def _plan_cpu_or_disk(plan: _Plan, col: Column, by_name: Mapping[str, Column]) -
                  "Share of each logical CPU's time spent busy.",
                  Point(name, "mean", {"cpu.logical_number": int(core.group(1))}, 0.01))  # fmt: skip
         return True
-    disk = _DISK.match(name)
-    if not disk:
+    disk = usage_prefix(name)
+    if disk is None:
         return False
-    prefix = f"disk.{disk.group(1)}." if disk.group(1) else "disk."
-    mount = {"system.filesystem.mountpoint": _mountpoint(by_name, prefix)}
-    what = disk.group(2)
+    prefix, what = disk
+    helps = {n: c.help for n, c in by_name.items()}
+    mount = {"system.filesystem.mountpoint": mountpoint(helps, prefix)}
     if what == "used_pct":
         plan.add("system.filesystem.utilization", "gauge", "1", col.help,
                  Point(name, "mean", mount, 0.01))  # fmt: skip

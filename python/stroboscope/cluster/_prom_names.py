@@ -12,10 +12,13 @@ every other kind a gauge summarised over the scrape window). ``cpu.3.util_pct`` 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from stroboscope.cluster._disk import helps_of, mountpoint, usage_prefix
 
 Kind = Literal["gauge", "counter", "bitmask"]
 
@@ -206,9 +209,11 @@ def plan_series(
     skipped: dict[str, str] = {}
     owner: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
     families: dict[str, tuple[str, frozenset[str]]] = {}  # name → (role, label names)
+    columns = list(columns)
+    helps = helps_of((c.name, c.help) for c in columns)
     for column in columns:
         reason = why_not_served(column)
-        series = None if reason is not None else series_for(column, prefix)
+        series = None if reason is not None else _series_with_mount(column, prefix, helps)
         if series is None:
             skipped[column.name] = reason or "not mapped"
             continue
@@ -223,6 +228,20 @@ def plan_series(
             families[series.max_name] = ("max", frozenset(names))
         served.append(series)
     return served, skipped
+
+
+def _series_with_mount(column: ColumnInfo, prefix: str, helps: Mapping[str, str]) -> Series | None:
+    """:func:`series_for`, with a disk usage column's path as a ``mountpoint`` label (as
+    node_exporter's filesystem series) and not in the family's name."""
+    disk = usage_prefix(column.name)
+    if disk is None:
+        return series_for(column, prefix)
+    plain = dataclasses.replace(column, name=f"disk.{disk[1]}")
+    series = series_for(plain, prefix)
+    if series is None:
+        return None
+    mount = ("mountpoint", mountpoint(helps, disk[0]))
+    return dataclasses.replace(series, column=column.name, labels=(*series.labels, mount))
 
 
 def _clash(
