@@ -299,3 +299,21 @@ def test_outputs_and_the_command(
     assert (tmp_path / "c.md").read_text() == build_cluster_report(
         dataset, step="train_step"
     ).markdown()
+
+
+def test_alignment_matches_steps_by_time_not_by_call_index() -> None:
+    # Rank c began recording one step late: its first start is the others' second. Paired by
+    # call index it read as a whole step (100 ms) behind; in step it is not.
+    import numpy as np
+    from stroboscope.export._ranks_steps import align
+
+    ms = 1_000_000
+    a = np.array([0, 100, 200, 300], dtype=np.int64) * ms
+    c = np.array([100, 200, 300], dtype=np.int64) * ms
+    late = np.array([2, 102, 202, 302], dtype=np.int64) * ms
+    got = align({("j", "a", 0): a, ("j", "b", 1): a.copy(), ("j", "c", 2): c})
+    assert got.steps == 3 and got.skew_max_ns == 0
+    assert set(got.lag_ns.values()) == {0}
+    got = align({("j", "a", 0): a, ("j", "b", 1): a.copy(), ("j", "c", 2): late})
+    assert got.steps == 4 and got.skew_median_ns == 2 * ms
+    assert got.lag_ns[("j", "c", 2)] == 2 * ms and got.lag_ns[("j", "a", 0)] == 0

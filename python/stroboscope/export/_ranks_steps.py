@@ -183,17 +183,20 @@ def judge(medians: dict[Key, float], rule: StragglerRule) -> Verdict:
 @dataclass(frozen=True)
 class Alignment:
     """The ranks' step starts on one realtime axis (each rank's monotonic begin times plus its
-    clock anchor), compared step by step: the k-th call on every rank.
+    clock anchor), compared step by step: each start of the rank with the most calls (the
+    reference) with every other rank's nearest start within half the reference's median step
+    period; a step some rank has no start for is left out (a rank that began recording a step
+    late is not read as a whole step behind).
 
     Attributes
     ----------
     steps : int
-        Steps compared (the fewest calls of any rank with calls).
+        Steps compared (the reference's starts that every rank matched).
     skew_median_ns, skew_max_ns : int or None
         Per step, the latest start minus the earliest over ranks: its median and maximum.
     lag_ns : dict
         Per rank, the median over steps of its start minus the median start of that step over
-        ranks (positive: it starts its steps late).
+        ranks (positive: it starts its steps late; within half a step period by construction).
     """
 
     steps: int
@@ -202,20 +205,38 @@ class Alignment:
     lag_ns: dict[Key, int]
 
 
+def _nearest(starts: I64, ref: I64) -> I64:
+    """For each reference start, the index of ``starts``'s nearest one."""
+    idx = np.searchsorted(starts, ref)
+    lo = np.clip(idx - 1, 0, len(starts) - 1)
+    hi = np.clip(idx, 0, len(starts) - 1)
+    closer_lo = np.abs(starts[lo] - ref) <= np.abs(starts[hi] - ref)
+    return np.where(closer_lo, lo, hi)
+
+
 def align(starts: dict[Key, I64]) -> Alignment:
     """Compare the ranks' realtime step starts (ns, sorted, one array per rank) step by step."""
-    have = {k: v for k, v in starts.items() if len(v)}
-    n = min((len(v) for v in have.values()), default=0)
-    if n == 0:
+    have = {k: np.asarray(v, dtype=np.int64) for k, v in starts.items() if len(v)}
+    if not have:
         return Alignment(0, None, None, {})
     keys = list(have)
-    grid = np.stack([have[k][:n] for k in keys])  # ranks x steps
+    ref = have[max(keys, key=lambda k: len(have[k]))]
+    if len(ref) < 2:  # no step period to match within: the first start of each rank
+        rows = [have[k][:1] for k in keys]
+    else:
+        half = float(np.median(np.diff(ref))) / 2
+        picks = {k: have[k][_nearest(have[k], ref)] for k in keys}
+        matched = np.all([np.abs(picks[k] - ref) <= half for k in keys], axis=0)
+        rows = [picks[k][matched] for k in keys]
+    grid = np.stack(rows)  # ranks x steps
+    if grid.shape[1] == 0:
+        return Alignment(0, None, None, {})
     grid = grid - grid.min()  # small numbers: a float64 median of epoch ns would round them
     skew = grid.max(axis=0) - grid.min(axis=0)
     center = np.median(grid, axis=0)
     lag = np.median(grid - center, axis=1)
     return Alignment(
-        steps=n,
+        steps=int(grid.shape[1]),
         skew_median_ns=int(np.median(skew)),
         skew_max_ns=int(skew.max()),
         lag_ns={k: round(float(v)) for k, v in zip(keys, lag)},
