@@ -366,3 +366,36 @@ def test_a_restarted_rank_takes_over_its_partition(
     assert owner["restart"] == 1 and owner["pid"] == os.getpid()
     runs = {p.name.split("-")[1] for p in Path(partition_dir(tmp_path, who)).glob("part-*")}
     assert len(runs) == 2  # both incarnations' parts, neither replaced
+
+
+def test_a_part_renamed_into_place_before_a_failure_is_neither_rewritten_nor_blocking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rename went through, then fsync of the directory failed: the retry must not try the
+    # same name again (refused for ever: a part is never replaced) nor write those rows twice.
+    import stroboscope.export.dataset as dataset_module
+
+    real = dataset_module._fsync_dir
+    failures = iter([True])
+
+    def flaky(directory: str) -> None:
+        if next(failures, False):
+            raise OSError(5, "fsync failed once")
+        real(directory)
+
+    who = Identity(host="h", rank=0, job="j")
+    s = Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=who, segment_seconds=300)
+    try:
+        s.tick_now(3)
+        monkeypatch.setattr(dataset_module, "_fsync_dir", flaky)
+        writer = s._dataset  # the recording's dataset writer
+        assert writer is not None
+        with pytest.raises(OSError, match="fsync failed once"):
+            writer.flush()
+        s.tick_now(2)
+        writer.flush()
+    finally:
+        s.close()
+    table = open_dataset(tmp_path).to_table()
+    assert table.num_rows == 5
+    assert len(set(table.column("mono_ns").to_pylist())) == 5

@@ -27,6 +27,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from stroboscope._identity import Identity, detect_identity
 from stroboscope.export.dataset import (
@@ -236,6 +237,7 @@ class DatasetWriter(SegmentWriter):
             if len(frame) == 0:
                 self.rows_unwritten = 0
                 return
+            name = f"part-{self._stamp}-{self._seq + 1:06d}.parquet"
             try:
                 table = frame.to_arrow()
                 prov = for_table(self._current_provenance(), table, rows_lost=frame.rows_lost)
@@ -245,17 +247,33 @@ class DatasetWriter(SegmentWriter):
                 meta = dict(table.schema.metadata or {})
                 meta[FIRST_ROW_KEY] = str(frame.first_row).encode()
                 table = table.replace_schema_metadata(meta)
-                name = f"part-{self._stamp}-{self._seq + 1:06d}.parquet"
                 write_part(table, self.root, identity=self.identity, name=name)
             except Exception as exc:
-                self._cursor = frame.first_row  # copied again by the next try
-                self._failed(exc, len(frame))
+                landed = self._landed(name)
+                if landed is not None:  # renamed into place, then a later step failed
+                    self._seq += 1  # that name is taken: the next part gets the next one
+                    self.segments_written += 1
+                    self._cursor = landed
+                else:
+                    self._cursor = frame.first_row  # copied again by the next try
+                self._failed(exc, max(frame.first_row + len(frame) - self._cursor, 0))
                 raise
             self._anchor_ns = anchor if anchor is not None else self._anchor_ns
             self._seq += 1
             self._cursor = frame.first_row + len(frame)
             self.segments_written += 1
             self.rows_unwritten = 0
+
+    def _landed(self, name: str) -> int | None:
+        """The row after the last one of the part ``name`` if it is in place (its rename went
+        through although the write then failed, e.g. fsync of the directory), else None."""
+        path = os.path.join(partition_dir(self.root, self.identity), name)
+        try:
+            meta = pq.read_metadata(path)
+            first = int((meta.schema.to_arrow_schema().metadata or {})[FIRST_ROW_KEY])
+        except (OSError, KeyError, ValueError, pa.ArrowException):
+            return None
+        return first + int(meta.num_rows)
 
     def write_scope_intervals(self) -> str | None:
         """Write the scope intervals of the sampler's runs so far as this run's scopes file
