@@ -85,19 +85,24 @@ def percentile(values: list[int], q: float) -> float:
 
 def row_lateness(
     mono_ns: list[int], interval_ns: int, p50_ns: int, cost_ns: float, bins: int = 200
-) -> list[int]:
-    """Each row's lateness, rebuilt from ``mono_ns`` (the tick's wake-up time).
+) -> tuple[list[int], list[int]]:
+    """Each row's lateness, rebuilt from ``mono_ns`` (the tick's wake-up time): two bounds.
 
     Deadlines lie on the grid ``origin + k * interval``; after a tick ends, the next deadline is
-    the first grid point after that end (missed ones are skipped, never bunched). So a row's
-    deadline is the first grid point after the previous row's time plus the mean tick cost, and
-    a wake-up later than one interval is measured whole. The origin is private to the core: its
-    residue comes from the rows' residues, cut at the widest empty arc of the circle (so they do
-    not wrap) and shifted so that their median equals the histogram's p50 (a bucket midpoint,
-    within ~3 %). The caller shows the rows' p99 beside the histogram's as the check.
+    the first grid point after that end (missed ones are skipped, never bunched). A row's
+    deadline is thus a grid point after the previous row's time and at or before its own; where
+    there is one such point the lateness is exact. Where there are several, either the previous
+    tick ran past a deadline (the later point) or this wake-up came more than an interval late
+    (the earlier one): the low bound takes the last point at or before the row (lateness modulo
+    the interval), the high bound the first one after the previous row plus the mean tick cost.
+
+    The origin is private to the core: its residue comes from the rows' residues, cut at the
+    widest empty arc of the circle (so they do not wrap) and shifted so that their median equals
+    the histogram's p50 (a bucket midpoint, within ~3 %). The caller shows the rows' p99 beside
+    the histogram's as the check.
     """
     if not mono_ns:
-        return []
+        return [], []
     residues = [t % interval_ns for t in mono_ns]
     counts = [0] * bins
     for r in residues:
@@ -111,12 +116,13 @@ def row_lateness(
     unwrapped = sorted((r - cut) % interval_ns for r in residues)
     typical = unwrapped[len(unwrapped) // 2]
     origin = (cut + typical - p50_ns) % interval_ns
-    out = [(mono_ns[0] - origin) % interval_ns]
+    low = [(t - origin) % interval_ns for t in mono_ns]
+    high = low[:1]
     for prev, now in zip(mono_ns, mono_ns[1:]):
         end = prev + round(cost_ns)
         deadline = origin + ((end - origin) // interval_ns + 1) * interval_ns
-        out.append(now - deadline)
-    return out
+        high.append(max(now - deadline, (now - origin) % interval_ns))
+    return low, high
 
 
 def _thread_cpu(before: set[int], runtimes: dict[int, int], sampler_cpu_ns: int) -> dict[str, Any]:
@@ -175,7 +181,7 @@ def measure_sampler(with_gpu: bool, opts: dict[str, Any]) -> dict[str, Any]:
     s.stop()
     table = s.snapshot().to_arrow()
     mono = table.column("mono_ns").to_pylist()
-    late = row_lateness(mono, st.interval_ns, st.lateness_p50_ns, st.cost_mean_ns)
+    low, high = row_lateness(mono, st.interval_ns, st.lateness_p50_ns, st.cost_mean_ns)
     threads = _thread_cpu(before, runtimes, st.thread_cpu_ns)
     process_cpu_s = (usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)
     out: dict[str, Any] = {
@@ -190,9 +196,10 @@ def measure_sampler(with_gpu: bool, opts: dict[str, Any]) -> dict[str, Any]:
         "lateness_p50_ns": st.lateness_p50_ns,
         "lateness_p99_ns": st.lateness_p99_ns,
         "lateness_max_ns": st.lateness_max_ns,
-        "rows_lateness_p50_ns": percentile(late, 0.5),
-        "rows_lateness_p99_ns": percentile(late, 0.99),
-        "rows_lateness_p999_ns": percentile(late, 0.999),
+        "rows_lateness_p50_ns": percentile(low, 0.5),
+        "rows_lateness_p99_ns": [percentile(low, 0.99), percentile(high, 0.99)],
+        "rows_lateness_p999_ns": [percentile(low, 0.999), percentile(high, 0.999)],
+        "rows_ambiguous": sum(a != b for a, b in zip(low, high)),
         "tick_cost_mean_ns": st.cost_mean_ns,
         "tick_cost_p99_ns": st.cost_p99_ns,
         "sampler_cpu_ns": st.thread_cpu_ns,
@@ -279,7 +286,11 @@ def run_child(opts: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     return result
 
 
-def _us(ns: float | None) -> str:
+def _us(ns: float | list[float] | None) -> str:
+    """Nanoseconds as µs; a [low, high] pair as "low to high" (or one number when they agree)."""
+    if isinstance(ns, list):
+        lo, hi = _us(ns[0]), _us(ns[1])
+        return lo if lo == hi else f"{lo} to {hi}"
     return "—" if ns is None or math.isnan(ns) else f"{ns / 1e3:.1f}"
 
 
