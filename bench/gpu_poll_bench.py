@@ -131,12 +131,12 @@ def _thread_cpu(before: set[int], runtimes: dict[int, int], sampler_cpu_ns: int)
     if not new:
         return {"sampler_tid_cpu_ns": None, "other_threads_cpu_ns": 0, "other_threads": 0}
     sampler_tid = min(new, key=lambda t: abs(new[t] - sampler_cpu_ns))
-    others = [ns for tid, ns in new.items() if tid != sampler_tid]
+    others = [new[tid] for tid in sorted(new) if tid != sampler_tid]  # creation order
     return {
         "sampler_tid_cpu_ns": new[sampler_tid],
         "other_threads_cpu_ns": sum(others),
         "other_threads": len(others),
-        "other_threads_each_cpu_ns": sorted(others, reverse=True),
+        "other_threads_each_cpu_ns": others,
     }
 
 
@@ -162,7 +162,7 @@ def measure_sampler(with_gpu: bool, opts: dict[str, Any]) -> dict[str, Any]:
     spec: dict[str, float | None] = dict.fromkeys(PROC_SOURCES)
     if with_gpu:
         spec["gpu"] = opts["gpu_interval"]
-        spec["gpu_gpm"] = None
+        spec["gpu_gpm"] = opts["gpm_interval"]
     capacity = 1 << max(10, math.ceil(math.log2(opts["seconds"] / interval * 1.2 + 1)))
     s = stroboscope.Sampler(interval, sources=spec, gpu_samples=with_gpu, capacity=capacity)
     before = set(_task_runtime_ns())
@@ -338,6 +338,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="gpu source poll interval, s (default: the source's own, every tick)",
     )
+    p.add_argument(
+        "--gpm-interval",
+        type=float,
+        default=None,
+        help="gpu_gpm poll interval, s (default: the source's own plan)",
+    )
     p.add_argument("--repeats", type=int, default=1, help="rounds of the three (default 1)")
     p.add_argument("--no-psutil", action="store_true", help="skip the psutil baseline")
     p.add_argument("--json", type=Path, help="also write every number here")
@@ -362,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             "devices": args.devices,
             "interval": args.interval,
             "gpu_interval": args.gpu_interval,
+            "gpm_interval": args.gpm_interval,
         }
         configs = ["proc", "gpu"] + ([] if args.no_psutil else ["psutil"])
         for rnd in range(args.repeats):
@@ -372,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {cpu_model()}, {info['cores']} cores; stroboscope {info['stroboscope']}")
     print(
         f"{args.devices} fake GPUs, base tick {args.interval * 1e3:g} ms, "
-        f"{args.seconds:g} s per configuration"
+        f"{args.seconds:g} s per configuration, gpu every {args.gpu_interval or 'tick'}, "
+        f"gpu_gpm every {args.gpm_interval or 'default'}"
     )
     for r in results:
         if r["config"] == "gpu":
