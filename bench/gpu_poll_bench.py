@@ -273,9 +273,6 @@ def worker(opts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# ---- driving ----------------------------------------------------------------------------------
-
-
 def run_child(opts: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     """Run one configuration in a fresh process; its JSON result."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(opts)]
