@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 from stroboscope.compat import AbstractBackendSender, CompatKeys, StatsDict, SystemMonitor
-from stroboscope.compat._keys import EXTENDED_GPU_KEYS, EXTENDED_GPU_PROCESS_KEY, GPU_KEYS
+from stroboscope.compat._keys import (
+    EXTENDED_GPM_KEYS,
+    EXTENDED_GPU_KEYS,
+    EXTENDED_GPU_PROCESS_KEY,
+    GPU_KEYS,
+    MIB,
+    sources,
+)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "compat-keys.md"
 
@@ -124,6 +131,93 @@ def test_rate_columns_map_to_wandb_throughput_keys() -> None:
     assert all("Bytes" not in m.key for m in CompatKeys(columns, None, False).maps)
 
 
+# GPU 0 a Hopper-like GPU (GPM on) without the PCIe TX counter field, GPU 1 without GPM. NVML's
+# GPM metric ids: 2 SM, 3 occupancy, 5 any tensor, 7 HMMA, 10 DRAM, 12 FP32, 13 FP16, 20/21 PCIe
+# TX/RX and 60/61 NVLink RX/TX (MiB/s); FP64 (11) is not scripted: NOT_SUPPORTED.
+GPM_SCRIPT = """
+devices 2
+gpm 0 on
+gpm_metric 0 2 40 50 60
+gpm_metric 0 3 25
+gpm_metric 0 5 70
+gpm_metric 0 7 55
+gpm_metric 0 10 33.5
+gpm_metric 0 12 12.5
+gpm_metric 0 13 8
+gpm_metric 0 20 3 5
+gpm_metric 0 21 9
+gpm_metric 0 60 2
+gpm_metric 0 61 4
+fail 0 field:197 NOT_SUPPORTED
+"""
+
+
+def test_gpm_keys_in_wandb_units(
+    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gc.collect()
+    script = tmp_path / "gpm.txt"
+    script.write_text(GPM_SCRIPT)
+    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
+    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(script))
+    assert "gpu_gpm" not in sources(False, True)  # the default key set reads no GPM
+    rec = Recorder()
+    mon = SystemMonitor(os.getpid(), rec, 60.0, extended=True, aggregate="last")
+    mon.start()
+    try:  # until both ramps have reached their last scripted value (not: some time)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            mon.flush()
+            ev = rec.events[-1] if rec.events else {}
+            if ev.get("gpu.0.smActive") == 60.0 and ev.get("gpu.0.pcieTxBytes") == 5 * MIB:
+                break
+            time.sleep(0.05)
+    finally:
+        mon.shutdown()
+        gc.collect()
+    ev = rec.events[-1]
+    assert ev["gpu.0.smActive"] == 60.0  # %, NVML's value as is
+    assert ev["gpu.0.smOccupancy"] == 25.0
+    assert ev["gpu.0.pipeTensorActive"] == 70.0
+    assert ev["gpu.0.pipeTensorHmmaActive"] == 55.0
+    assert ev["gpu.0.dramActive"] == 33.5
+    assert ev["gpu.0.pipeFp32Active"] == 12.5
+    assert ev["gpu.0.pipeFp16Active"] == 8.0
+    assert "gpu.0.pipeFp64Active" not in ev  # NOT_SUPPORTED: absent, not 0
+    # No PCIe TX counter on GPU 0: W&B's key carries GPM's MiB/s as bytes/s.
+    assert ev["gpu.0.pcieTxBytes"] == 5 * 1048576
+    # The counters' rates keep the other throughput keys (the fake's counters stand still).
+    assert ev["gpu.0.pcieRxBytes"] == 0.0 and ev["gpu.0.nvlinkTxBytes"] == 0.0
+    assert 9 * MIB not in ev.values() and 4 * MIB not in ev.values()
+    columns = {m.key: m.column for m in mon._keys.maps}
+    assert columns["gpu.0.pcieTxBytes"] == "gpu.0.gpm_pcie_tx_bytes_per_s"
+    assert columns["gpu.0.pcieRxBytes"] == "gpu.0.pcie_rx_bytes_per_s"
+    assert columns["gpu.1.pcieTxBytes"] == "gpu.1.pcie_tx_bytes_per_s"
+    assert not any(k.startswith("gpu.1.") and "Active" in k for k in columns)  # no GPM there
+    assert mon.key_aggregates["gpu.0.smActive"] == "last"
+    units = {c.name: c.unit for c in mon._core.columns}
+    assert units["gpu.0.sm_active_pct"] == "%"
+    assert units["gpu.0.gpm_pcie_tx_bytes_per_s"] == "bytes/s"
+
+
+def test_gpm_keys_follow_the_columns() -> None:
+    gpm = [f"gpu.0.{c}" for _, c, _, _ in EXTENDED_GPM_KEYS]
+    counters = ["gpu.0.pcie_tx_bytes_per_s", "gpu.0.nvlink_rx_bytes_per_s"]
+    keys = CompatKeys(["gpu.0.util_pct", *gpm, *counters], rank=None, extended=True)
+    maps = {m.key: m.column for m in keys.maps}
+    assert len(maps) == len(keys.maps)  # one column per key
+    assert maps["gpu.0.pcieTxBytes"] == "gpu.0.pcie_tx_bytes_per_s"  # counters first
+    assert maps["gpu.0.nvlinkRxBytes"] == "gpu.0.nvlink_rx_bytes_per_s"
+    assert maps["gpu.0.pcieRxBytes"] == "gpu.0.gpm_pcie_rx_bytes_per_s"  # else GPM
+    assert maps["gpu.0.nvlinkTxBytes"] == "gpu.0.gpm_nvlink_tx_bytes_per_s"
+    assert maps["gpu.0.pipeTensorHmmaActive"] == "gpu.0.hmma_active_pct"
+    assert keys.aggregates("max")["gpu.0.dramActive"] == "max"  # a level: the aggregate
+    plain = CompatKeys(["gpu.0.util_pct", *gpm], rank=None, extended=False)
+    assert [m.key for m in plain.maps] == ["gpu.0.gpu"]
+    assert sources(True, True, gpm=True)[-2:] == ["gpu", "gpu_gpm"]
+    assert "gpu_gpm" not in sources(True, False, gpm=True) + sources(True, True, gpm=False)
+
+
 def doc_rows(section: str) -> list[list[str]]:
     text = DOC.read_text()
     part = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
@@ -143,9 +237,12 @@ def test_the_doc_table_is_the_key_tables() -> None:
         documented.add((prefix + key.group(1), col.group(1), unit_scale[scale], published, which))
     code = {(k, c, s, a, "default") for k, c, s, a in GPU_KEYS}
     code |= {(k, c, s, a, "extended") for k, c, s, a in EXTENDED_GPU_KEYS}
+    code |= {(k, c, s, a, "extended (GPM)") for k, c, s, a in EXTENDED_GPM_KEYS}
     process_key, process_column = EXTENDED_GPU_PROCESS_KEY
     code.add(("process." + process_key.rsplit(".", 1)[1], process_column, 1.0, "last", "extended"))
     assert documented == code
     missing = " ".join(row[0] for row in doc_rows("Not published"))
-    for name in ("encoderUtilization", "pcieLinkGen", "smActive", "pipeTensorActive"):
+    for name in ("encoderUtilization", "pcieLinkGen"):
         assert name in missing
+    for name in ("smActive", "pipeTensorActive", "dramActive"):  # published now
+        assert name not in missing

@@ -26,6 +26,8 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stroboscope.sampling import available_sources
+
 WINDOW = "window"
 """The key publishes the monitor's aggregate of the window (mean, max or last)."""
 LAST = "last"
@@ -90,12 +92,32 @@ EXTENDED_GPU_KEYS: tuple[tuple[str, str, float, str], ...] = (
     ("nvlinkTxBytes", "nvlink_tx_bytes_per_s", 1.0, WINDOW),  # W&B: GPM only
     ("nvlinkRxBytes", "nvlink_rx_bytes_per_s", 1.0, WINDOW),
 )
+# extended=True, GPUs with GPM (Hopper and newer, the gpu_gpm source): W&B's GPM keys (wandb 0.31,
+# its NVML collector: percentages as NVML gives them, throughput MiB/s times 2**20 = bytes/s).
+# Levels averaged over each GPM sample pair (>= 100 ms), so the window's aggregate applies.
+EXTENDED_GPM_KEYS: tuple[tuple[str, str, float, str], ...] = (
+    ("smActive", "sm_active_pct", 1.0, WINDOW),  # % of SMs busy
+    ("smOccupancy", "sm_occupancy_pct", 1.0, WINDOW),  # % of the maximum resident warps
+    ("pipeTensorActive", "tensor_active_pct", 1.0, WINDOW),  # % of time any tensor pipe ran
+    ("pipeTensorHmmaActive", "hmma_active_pct", 1.0, WINDOW),  # % HMMA (FP16/BF16 tensor)
+    ("pipeFp16Active", "fp16_active_pct", 1.0, WINDOW),  # % non-tensor FP16
+    ("pipeFp32Active", "fp32_active_pct", 1.0, WINDOW),  # % non-tensor FP32
+    ("pipeFp64Active", "fp64_active_pct", 1.0, WINDOW),  # % non-tensor FP64
+    ("dramActive", "dram_active_pct", 1.0, WINDOW),  # % of the DRAM bandwidth
+    # W&B's GPM throughput goes out under its PCIe/NVLink keys, bytes/s. Ours fill those keys
+    # only on a GPU without the byte-counter columns above (the first table with a column wins).
+    ("pcieTxBytes", "gpm_pcie_tx_bytes_per_s", 1.0, WINDOW),
+    ("pcieRxBytes", "gpm_pcie_rx_bytes_per_s", 1.0, WINDOW),
+    ("nvlinkTxBytes", "gpm_nvlink_tx_bytes_per_s", 1.0, WINDOW),
+    ("nvlinkRxBytes", "gpm_nvlink_rx_bytes_per_s", 1.0, WINDOW),
+)
 # bytes (an integer level: LAST)
 EXTENDED_GPU_PROCESS_KEY = ("gpu.process.{i}.memoryAllocatedBytes", "proc_mem_bytes")
 
 BASE_SOURCES = ("cpu", "memory", "network", "disk", "process")
 EXTENDED_SOURCES = ("cpu_cores", "diskio")
 GPU_SOURCE = "gpu"
+GPM_SOURCE = "gpu_gpm"
 
 _GPU_UTIL = re.compile(r"^gpu\.(\d+)\.util_pct$")
 _CORE_UTIL = re.compile(r"^cpu\.(\d+)\.util_pct$")
@@ -107,13 +129,24 @@ def gpu_labels(columns: Sequence[str]) -> list[str]:
     return [str(i) for i in sorted(found)]
 
 
-def sources(extended: bool, gpu: bool) -> list[str]:
-    """The sampler sources the compatible key set reads."""
+def gpm_available() -> bool:
+    """Whether the ``gpu_gpm`` source works here (a GPU with GPM, a driver with ``nvmlGpm*``)."""
+    return any(s["name"] == GPM_SOURCE and s["available"] for s in available_sources())
+
+
+def sources(extended: bool, gpu: bool, gpm: bool | None = None) -> list[str]:
+    """The sampler sources the compatible key set reads.
+
+    ``gpm``: whether to add the ``gpu_gpm`` source (``extended`` with ``gpu`` only); ``None``
+    asks :func:`gpm_available`.
+    """
     out = list(BASE_SOURCES)
     if extended:
         out += EXTENDED_SOURCES
     if gpu:
         out.append(GPU_SOURCE)
+        if extended and (gpm_available() if gpm is None else gpm):
+            out.append(GPM_SOURCE)
     return out
 
 
@@ -148,7 +181,7 @@ class CompatKeys:
         self.gpu_labels = gpu_labels(columns)
         maps: list[KeyMap] = []
         for i in self.gpu_labels:
-            table = GPU_KEYS + (EXTENDED_GPU_KEYS if extended else ())
+            table = GPU_KEYS + (EXTENDED_GPU_KEYS + EXTENDED_GPM_KEYS if extended else ())
             maps += [KeyMap(f"{prefix}gpu.{i}.{k}", f"gpu.{i}.{c}", s, a) for k, c, s, a in table]
             if extended:
                 key, suffix = EXTENDED_GPU_PROCESS_KEY
@@ -159,7 +192,14 @@ class CompatKeys:
             cores = sorted(int(m.group(1)) for c in columns if (m := _CORE_UTIL.match(c)))
             key, column = EXTENDED_CORE_KEY
             maps += [KeyMap(prefix + key.format(i=i), column.format(i=i)) for i in cores]
-        self.maps = [m for m in maps if m.column in have]
+        # A key is read from the first of its columns this sampler has (PCIe/NVLink throughput:
+        # the byte counters' rate, else GPM's).
+        taken: set[str] = set()
+        self.maps: list[KeyMap] = []
+        for km in maps:
+            if km.column in have and km.key not in taken:
+                taken.add(km.key)
+                self.maps.append(km)
         self.network_key = prefix + NETWORK_KEY
         self.network_columns = [(k, c) for k, c in NETWORK_COLUMNS if c in have]
 
