@@ -10,13 +10,10 @@ Issue 14 ("Performance"). Three configurations, each in a fresh child process, i
 - ``psutil``: the baseline of bench/run.py: a Python thread reading the seed metric set with
   psutil on 1 ms deadlines (bench/psutil_baseline.py), no GPU.
 
-Reported per configuration: the tick's lateness (wake-up after its deadline) p50/p99/max from
-the sampler's own histogram (``stats()``), p99.9 from the rows (see :func:`row_lateness`), ticks
-missed, and CPU time: every thread the run started, from ``/proc/self/task/TID/schedstat``
-(gpu_bench.py's method). The sampler thread is the new thread whose CPU matches
-``stats().thread_cpu_ns``; the others are the GPU poll threads (unnamed: they are told apart by
-elimination), whose CPU is given per GPU per second. Process CPU (``getrusage``) is the cross-check:
-the main thread sleeps, so with minus without GPUs is the GPU threads' cost again.
+Reported per configuration: the tick's lateness p50/p99/max from the sampler's histogram,
+p99.9 from the rows (:func:`row_lateness`), ticks missed, and each new thread's CPU from
+``/proc/self/task/TID/schedstat``: the sampler thread matches ``stats().thread_cpu_ns``, the
+others are the GPU poll threads (per GPU per second). Process CPU (``getrusage``) cross-checks.
 
 The fake NVML (tests/fake_nvml) answers in nanoseconds: these numbers are our overhead around
 NVML, not the driver's latency, which on real GPUs adds tens to hundreds of µs per call.
@@ -153,6 +150,14 @@ def _fake_calls(function: str, devices: int) -> int | None:
     return sum(int(fn(d, function.encode())) for d in range(devices))
 
 
+def _resolution_s(name: str) -> float | None:
+    """A source's declared resolution in seconds (None: every tick)."""
+    import stroboscope
+
+    found = [s["resolution_ns"] for s in stroboscope.available_sources() if s["name"] == name]
+    return found[0] / 1e9 if found and found[0] > 0 else None
+
+
 def measure_sampler(with_gpu: bool, opts: dict[str, Any]) -> dict[str, Any]:
     """One stroboscope configuration in this process: lateness, misses and CPU."""
     import stroboscope
@@ -161,7 +166,8 @@ def measure_sampler(with_gpu: bool, opts: dict[str, Any]) -> dict[str, Any]:
     spec: dict[str, float | None] = dict.fromkeys(PROC_SOURCES)
     if with_gpu:
         spec["gpu"] = opts["gpu_interval"]
-        spec["gpu_gpm"] = opts["gpm_interval"]
+        # In a mapping None means every tick: without --gpm-interval, the source's own plan.
+        spec["gpu_gpm"] = opts["gpm_interval"] or _resolution_s("gpu_gpm")
     capacity = 1 << max(10, math.ceil(math.log2(opts["seconds"] / interval * 1.2 + 1)))
     s = stroboscope.Sampler(interval, sources=spec, gpu_samples=with_gpu, capacity=capacity)
     before = set(_task_runtime_ns())
