@@ -15,8 +15,7 @@ p99.9 from the rows (:func:`row_lateness`), ticks missed, and each new thread's 
 ``/proc/self/task/TID/schedstat``: the sampler thread matches ``stats().thread_cpu_ns``, the
 others are the GPU poll threads (per GPU per second). Process CPU (``getrusage``) cross-checks.
 
-The fake NVML (tests/fake_nvml) answers in nanoseconds: these numbers are our overhead around
-NVML, not the driver's latency, which on real GPUs adds tens to hundreds of µs per call.
+The fake NVML answers in nanoseconds: this is our overhead around NVML, not the driver's latency.
 
 Usage::
 
@@ -44,15 +43,13 @@ from gpu_bench import _task_runtime_ns, compile_fake
 from gpu_bench import fake_script as base_script
 
 PROC_SOURCES = ("cpu", "memory", "network", "disk", "diskio", "process")
-# NVML's GPM metric ids (nvml.h): SM, occupancy, any tensor, HMMA, DRAM, FP64, FP32, FP16,
-# PCIe TX/RX, NVLink RX/TX.
+# NVML's GPM metric ids (nvml.h): SM, occupancy, tensor, HMMA, DRAM, FP64/32/16, PCIe, NVLink.
 GPM_IDS = (2, 3, 5, 7, 10, 11, 12, 13, 20, 21, 60, 61)
 SAMPLE_KINDS = ("power", "gpu_util", "mem_util", "sm_clock", "mem_clock")
 
 
 def fake_script(devices: int) -> str:
-    """gpu_bench's scenario (utilisation, power, energy, our process and two others per GPU)
-    plus every counter field, field timestamps, driver samples and GPM with every metric."""
+    """gpu_bench's scenario plus every counter field, field times, driver samples and GPM."""
     lines = [base_script(devices)]
     for d in range(devices):
         lines += [
