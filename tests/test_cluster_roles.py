@@ -70,8 +70,8 @@ def test_every_registry_source_has_one_scope() -> None:
     # threads.*), a host-wide source's never are.
     options = source_options(None, "/proc", "/sys", "/sys/fs/cgroup", ("/",))
     for name in names:
-        if name in ("gpu", "gpu_gpm"):
-            continue  # no NVML here: their columns need a device
+        if name in ("gpu", "gpu_gpm", "amd_gpu"):
+            continue  # no NVML or amdsmi here: their columns need a device
         prefixes = {c["name"].split(".")[0] for c in _core.source_columns(name, options)}
         if name in PROCESS_SOURCES:
             assert prefixes <= {"proc", "threads"}, name

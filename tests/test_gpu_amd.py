@@ -8,7 +8,7 @@ import ctypes
 import gc
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Callable
 
@@ -60,7 +60,7 @@ def values(table: pa.Table, name: str) -> list[float]:
     return cells
 
 
-def in_order(seen: list[float], expected: list[float]) -> bool:
+def in_order(seen: Sequence[float], expected: Sequence[float]) -> bool:
     """``seen`` (readings repeated across rows) walks ``expected`` in order, skipping none back."""
     i = 0
     for v in seen:
@@ -117,8 +117,8 @@ def test_columns_and_values_match_hand_computation(amd: ScriptFn) -> None:
     assert values(table, "gpu.0.mem_clock_mhz")[-1] == 1300
 
     energy = values(table, "gpu.0.energy_mj")
-    assert energy[0] == 0 and energy[-1] == ENERGY_MJ[-1]  # across the wrap, no jump
-    assert in_order(energy, ENERGY_MJ)
+    assert in_order(energy, ENERGY_MJ)  # a reading may miss its row; none is out of order
+    assert energy[-1] == ENERGY_MJ[-1]  # across the wrap, no jump
     power = values(table, "gpu.0.power_w")
     assert in_order([round(p, 6) for p in power], POWER_W)
     assert power[-1] == pytest.approx(31.0)  # equal timestamps later: the last power stands

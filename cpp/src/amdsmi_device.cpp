@@ -47,7 +47,9 @@ inline constexpr AmdMetricSpec kAmdMetrics[kAmdMetricCount] = {
 };
 
 // The amdsmi calls a read makes; each can be disabled on its own.
-enum Group : std::size_t { kGActivity, kGMemory, kGTemp, kGEnergy, kGGfxClock, kGMemClock, kGroupCount };
+enum Group : std::size_t {
+  kGActivity, kGMemory, kGTemp, kGEnergy, kGGfxClock, kGMemClock, kGroupCount
+};
 
 // Why a read left a group's cells null (static strings: no allocation on the hot path).
 constexpr const char* kFailure[kGroupCount] = {
@@ -150,7 +152,8 @@ void AmdGpuSource::read(RowWriter row, std::int64_t /*now_ns*/) noexcept {
     std::uint64_t used = 0, total = 0;
     if (ask(d.disabled[kGMemory], kGMemory, &failure, [&] {
           const amdsmi::Status s = f.get_gpu_memory_usage(h, amdsmi::kMemTypeVram, &used);
-          return s != amdsmi::kSuccess ? s : f.get_gpu_memory_total(h, amdsmi::kMemTypeVram, &total);
+          if (s != amdsmi::kSuccess) return s;
+          return f.get_gpu_memory_total(h, amdsmi::kMemTypeVram, &total);
         })) {
       row.set_i64(c + kAMemUsed, static_cast<std::int64_t>(used));
       row.set_i64(c + kAMemTotal, static_cast<std::int64_t>(total));

@@ -90,38 +90,38 @@ void AmdSmiLibrary::load() {
     void** slot;
     bool required;
   };
-  void* found[12] = {};
+  void* found[11] = {};
   const Want wants[] = {
       {"amdsmi_init", &found[0], true},
       {"amdsmi_shut_down", &found[1], true},
       {"amdsmi_get_socket_handles", &found[2], true},
       {"amdsmi_get_processor_handles", &found[3], true},
       {"amdsmi_status_code_to_string", &found[4], false},
-      {"amdsmi_get_gpu_device_uuid", &found[5], false},
-      {"amdsmi_get_gpu_activity", &found[6], false},
-      {"amdsmi_get_gpu_memory_usage", &found[7], false},
-      {"amdsmi_get_gpu_memory_total", &found[8], false},
-      {"amdsmi_get_temp_metric", &found[9], false},
-      {"amdsmi_get_clock_info", &found[10], false},
-      {"amdsmi_get_energy_count", &found[11], false},
+      {"amdsmi_get_gpu_activity", &found[5], false},
+      {"amdsmi_get_gpu_memory_usage", &found[6], false},
+      {"amdsmi_get_gpu_memory_total", &found[7], false},
+      {"amdsmi_get_temp_metric", &found[8], false},
+      {"amdsmi_get_clock_info", &found[9], false},
+      {"amdsmi_get_energy_count", &found[10], false},
   };
   std::string missing;
   for (const Want& w : wants) {
     *w.slot = dlsym(h, w.name);
-    if (*w.slot == nullptr && w.required) missing += (missing.empty() ? "" : ", ") + std::string(w.name);
+    if (*w.slot == nullptr && w.required) {
+      missing += (missing.empty() ? "" : ", ") + std::string(w.name);
+    }
   }
   assign(&fn_.init, found[0]);
   assign(&fn_.shut_down, found[1]);
   assign(&fn_.get_socket_handles, found[2]);
   assign(&fn_.get_processor_handles, found[3]);
   assign(&fn_.status_code_to_string, found[4]);
-  assign(&fn_.get_gpu_device_uuid, found[5]);
-  assign(&fn_.get_gpu_activity, found[6]);
-  assign(&fn_.get_gpu_memory_usage, found[7]);
-  assign(&fn_.get_gpu_memory_total, found[8]);
-  assign(&fn_.get_temp_metric, found[9]);
-  assign(&fn_.get_clock_info, found[10]);
-  assign(&fn_.get_energy_count, found[11]);
+  assign(&fn_.get_gpu_activity, found[5]);
+  assign(&fn_.get_gpu_memory_usage, found[6]);
+  assign(&fn_.get_gpu_memory_total, found[7]);
+  assign(&fn_.get_temp_metric, found[8]);
+  assign(&fn_.get_clock_info, found[9]);
+  assign(&fn_.get_energy_count, found[10]);
   if (!missing.empty()) {
     reason_ = path_ + " lacks required amdsmi symbol(s): " + missing;
     return;

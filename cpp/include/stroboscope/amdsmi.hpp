@@ -36,7 +36,6 @@ struct AmdSmiFunctions {
   amdsmi::GetSocketHandlesFn get_socket_handles = nullptr;      // required
   amdsmi::GetProcessorHandlesFn get_processor_handles = nullptr;  // required
   amdsmi::StatusCodeToStringFn status_code_to_string = nullptr;
-  amdsmi::GetDeviceUuidFn get_gpu_device_uuid = nullptr;
   amdsmi::GetActivityFn get_gpu_activity = nullptr;
   amdsmi::GetMemoryFn get_gpu_memory_usage = nullptr;
   amdsmi::GetMemoryFn get_gpu_memory_total = nullptr;
@@ -116,9 +115,10 @@ class AmdGpuSource final : public Source {
 
 // The energy delta of two accumulator readings in counter ticks. AMD documents a 64-bit
 // accumulator, but some firmware keeps a 32-bit one, which wraps after 2^32 ticks (about 66 kJ:
-// about a minute at 1 kW with 15.3 µJ ticks, so poll faster than that): a reading below the previous one is taken as a 32-bit wrap when the previous
-// fitted in 32 bits, else as a restart (driver reload) whose delta is the new reading - the same
-// rule as NVML's counters (nvml_counter_delta), which this forwards to.
+// about a minute at 1 kW with 15.3 µJ ticks, so the source must poll faster than that). A
+// reading below the previous one is taken as a 32-bit wrap when the previous fitted in 32 bits,
+// else as a restart (driver reload) whose delta is the new reading: the same rule as NVML's
+// counters (nvml_counter_delta), which this forwards to rather than repeats.
 [[nodiscard]] std::uint64_t amdsmi_energy_delta(std::uint64_t previous,
                                                 std::uint64_t current) noexcept;
 

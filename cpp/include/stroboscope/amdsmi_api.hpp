@@ -34,7 +34,8 @@ using SocketHandle = void*;     // amdsmi_socket_handle
 using ProcessorHandle = void*;  // amdsmi_processor_handle
 
 inline constexpr std::uint32_t kMemTypeVram = 0;         // AMDSMI_MEM_TYPE_VRAM
-inline constexpr std::uint32_t kTempTypeHotspot = 1;     // AMDSMI_TEMPERATURE_TYPE_HOTSPOT (= JUNCTION)
+inline constexpr std::uint32_t kTempTypeHotspot = 1;     // AMDSMI_TEMPERATURE_TYPE_HOTSPOT
+                                                         // (= AMDSMI_TEMPERATURE_TYPE_JUNCTION)
 inline constexpr std::uint32_t kTempCurrent = 0;         // AMDSMI_TEMP_CURRENT
 inline constexpr std::uint32_t kClkTypeGfx = 0;          // AMDSMI_CLK_TYPE_GFX (= SYS)
 inline constexpr std::uint32_t kClkTypeMem = 4;          // AMDSMI_CLK_TYPE_MEM
@@ -61,7 +62,6 @@ using StatusCodeToStringFn = Status (*)(Status status, const char** text);
 using GetSocketHandlesFn = Status (*)(std::uint32_t* count, SocketHandle* handles);
 using GetProcessorHandlesFn = Status (*)(SocketHandle socket, std::uint32_t* count,
                                          ProcessorHandle* handles);
-using GetDeviceUuidFn = Status (*)(ProcessorHandle, unsigned int* length, char* uuid);
 using GetActivityFn = Status (*)(ProcessorHandle, EngineUsage* info);
 using GetMemoryFn = Status (*)(ProcessorHandle, std::uint32_t mem_type, std::uint64_t* bytes);
 using GetTempMetricFn = Status (*)(ProcessorHandle, std::uint32_t sensor, std::uint32_t metric,
