@@ -49,6 +49,15 @@ std::weak_ptr<const AmdSmiLibrary>& current() {
   static std::weak_ptr<const AmdSmiLibrary> w;
   return w;
 }
+// Instances alive whose amdsmi_init succeeded, per library path (guarded by current_mutex()).
+// The last holder of an instance drops it outside acquire()'s lock, so a new instance may be
+// loaded before the old one's destructor runs; amdsmi_init is then skipped (the library is still
+// initialised) and only the last instance to go calls amdsmi_shut_down, whether or not amdsmi
+// counts its inits.
+int& live_inits(const std::string& path) {
+  static std::map<std::string, int> n;
+  return n[path];
+}
 
 }  // namespace
 
@@ -62,7 +71,9 @@ std::shared_ptr<const AmdSmiLibrary> AmdSmiLibrary::acquire() {
 }
 
 AmdSmiLibrary::~AmdSmiLibrary() {
-  if (initialised_ && fn_.shut_down != nullptr) fn_.shut_down();
+  if (!initialised_) return;
+  std::lock_guard<std::mutex> lock(current_mutex());
+  if (--live_inits(path_) == 0) fn_.shut_down();
 }
 
 std::string AmdSmiLibrary::describe(amdsmi::Status code) const {
@@ -126,11 +137,15 @@ void AmdSmiLibrary::load() {
     reason_ = path_ + " lacks required amdsmi symbol(s): " + missing;
     return;
   }
-  const amdsmi::Status rc = fn_.init(amdsmi::kInitAmdGpus);
-  if (rc != amdsmi::kSuccess) {
-    reason_ = "amdsmi_init(AMDSMI_INIT_AMD_GPUS) failed: " + describe(rc);
-    return;
+  // Called from acquire(), under current_mutex().
+  if (live_inits(path_) == 0) {
+    const amdsmi::Status rc = fn_.init(amdsmi::kInitAmdGpus);
+    if (rc != amdsmi::kSuccess) {
+      reason_ = "amdsmi_init(AMDSMI_INIT_AMD_GPUS) failed: " + describe(rc);
+      return;
+    }
   }
+  ++live_inits(path_);
   initialised_ = true;
   // Sockets first, then the processors on each: amdsmi's own enumeration order.
   std::uint32_t sockets = 0;

@@ -138,6 +138,24 @@ void test_numbered_after_nvml() {
   CHECK(!contains(std::string(src->columns()[0].help), "NVML"));
 }
 
+// One amdsmi_init while anyone holds the library; amdsmi_shut_down when the last holder goes.
+void test_init_once_while_held() {
+  use_amd("devices 1\n");
+  auto initialised = fake_symbol<int (*)()>(FAKE_AMDSMI_PATH, "fake_amdsmi_initialised");
+  {
+    auto a = AmdSmiLibrary::acquire();
+    auto b = AmdSmiLibrary::acquire();
+    CHECK(a == b && a->loaded());
+    if (initialised == nullptr) initialised = fake_symbol<int (*)()>(FAKE_AMDSMI_PATH,
+                                                                     "fake_amdsmi_initialised");
+    CHECK(initialised != nullptr && initialised() == 1);
+  }
+  CHECK(initialised != nullptr && initialised() == 0);
+  use_amd("devices 3\n");  // a new holder initialises again and re-reads the script
+  auto c = AmdSmiLibrary::acquire();
+  CHECK_EQ(c->gpus().size(), 3u);
+}
+
 }  // namespace
 
 int main() {
@@ -152,6 +170,7 @@ int main() {
   test_not_supported_and_failures();
   test_unavailable();
   test_numbered_after_nvml();
+  test_init_once_while_held();
   std::string cleanup = "rm -rf '" + g_dir + "'";
   if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", tmpl);
   TEST_MAIN_END();

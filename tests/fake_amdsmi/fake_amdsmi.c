@@ -271,3 +271,6 @@ unsigned long long fake_amdsmi_calls(unsigned d, const char* function) {
   if (d >= MAX_DEVICES || func < 0) return 0;
   return devices[d].calls[func];
 }
+
+/* For tests: whether amdsmi_init succeeded and amdsmi_shut_down has not been called since. */
+int fake_amdsmi_initialised(void) { return initialised; }
