@@ -114,19 +114,18 @@ def _amd_section() -> list[str]:
         "amdsmi reports with each reading; a 32-bit accumulator wraps after 2^32 ticks (about",
         "66 kJ), which the source bridges as long as it polls at least once per wrap. PCIe",
         "traffic is not read (amdsmi's throughput call samples for a second per call).",
+        "Type and kind are the gpu source's (table above).",
         "",
-        "| column | unit | type | kind | source | description |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| column | unit | how amdsmi measures it |",
+        "| --- | --- | --- |",
     ]
     for col in _core.source_columns(AMD, _options(AMD)):
         cname = _INDEX[1][0].sub(_INDEX[1][1], col["name"])
         help_text = col["help"].replace("|", "\\|")
-        lines.append(
-            f"| `{cname}` | {col['unit']} | {col['dtype']} | {col['kind']} | {AMD} | {help_text} |"
-        )
+        lines.append(f"| `{cname}` | {col['unit']} | {help_text} |")
     lines.append(
-        f"| `{AMD}.read_mono_ns` | ns | int64 | gauge | {AMD} | CLOCK_MONOTONIC time at which "
-        "the amd_gpu reading in this row was taken on its own polling thread. |"
+        f"| `{AMD}.read_mono_ns` | ns | CLOCK_MONOTONIC time at which the amd_gpu reading in "
+        "this row was taken on its own polling thread (int64 gauge). |"
     )
     return lines
 

@@ -94,7 +94,7 @@ def test_rank_sources_by_role() -> None:
 @pytest.mark.parametrize(
     ("identity", "sources", "error", "text"),
     [
-        (LEADER, ["cpu", "cpus"], ValueError, "unknown source 'cpus'; known: cgroup, cpu"),
+        (LEADER, ["cpu", "cpus"], ValueError, "unknown source 'cpus'; known: amd_gpu, cgroup, cpu"),
         (LEADER, "cpu", TypeError, "list of source names"),
         (LEADER, [3], TypeError, "got 3"),
         ({"rank": 0}, None, TypeError, "identity must be"),
