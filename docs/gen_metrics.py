@@ -3,8 +3,11 @@
 Every source is built on the recorded /proc trees under tests/data (so the output does not depend
 on the machine) and the gpu source on the fake NVML library; its declared columns (name, unit,
 type, kind, help) become the table. Per-core and per-device indices are written as ``{i}``.
+The amd_gpu source (built on the fake amdsmi library) shares the gpu source's column names, so
+its columns get a section of their own that says how AMD measures each.
 
-    python docs/gen_metrics.py --nvml-library PATH/libfake_nvml.so > docs/metrics.md
+    python docs/gen_metrics.py --nvml-library PATH/libfake_nvml.so \
+        --amdsmi-library PATH/libfake_amdsmi.so > docs/metrics.md
 
 tests/test_docs.py regenerates it and fails when docs/metrics.md differs.
 """
@@ -63,6 +66,8 @@ def render() -> str:
     ]
     seen: set[str] = set()
     for name in _core.source_names():
+        if name == AMD:
+            continue  # same names as the gpu source's: see _amd_section()
         for col in _core.source_columns(name, _options(name)):
             cname = col["name"]
             for pattern, repl in _INDEX:
@@ -85,8 +90,44 @@ def render() -> str:
             "| `gpu_gpm.read_mono_ns` | ns | int64 | gauge | gpu_gpm | CLOCK_MONOTONIC time at "
             "which the GPM pair ending in this row was completed on its own polling thread. |"
         )
+    lines += _amd_section()
     lines += _resolution_table()
     return "\n".join(lines) + "\n"
+
+
+AMD = "amd_gpu"
+
+
+def _amd_section() -> list[str]:
+    """The amd_gpu source's columns: the gpu source's names, measured the AMD way."""
+    if AMD not in _core.source_names():
+        return []
+    lines = [
+        "",
+        "## AMD GPUs (`amd_gpu`)",
+        "",
+        "The `amd_gpu` source (amdsmi, `libamd_smi.so` or `STROBOSCOPE_AMDSMI_LIBRARY`) writes",
+        "the gpu source's column names where the quantity is the same, with the same unit, type",
+        "and kind. It is on by default only where NVML sees no GPU (then `gpu.0` is the first AMD",
+        "GPU); asked for by name where NVML sees N GPUs, AMD GPU k is `gpu.{N+k}`. Energy comes",
+        "from amdsmi's energy accumulator, whose tick (`counter_resolution`, typically 15.3 µJ)",
+        "amdsmi reports with each reading; a 32-bit accumulator wraps after 2^32 ticks (about",
+        "66 kJ), which the source bridges as long as it polls at least once per wrap. PCIe",
+        "traffic is not read (amdsmi's throughput call samples for a second per call).",
+        "Type and kind are the gpu source's (table above).",
+        "",
+        "| column | unit | how amdsmi measures it |",
+        "| --- | --- | --- |",
+    ]
+    for col in _core.source_columns(AMD, _options(AMD)):
+        cname = _INDEX[1][0].sub(_INDEX[1][1], col["name"])
+        help_text = col["help"].replace("|", "\\|")
+        lines.append(f"| `{cname}` | {col['unit']} | {help_text} |")
+    lines.append(
+        f"| `{AMD}.read_mono_ns` | ns | CLOCK_MONOTONIC time at which the amd_gpu reading in "
+        "this row was taken on its own polling thread (int64 gauge). |"
+    )
+    return lines
 
 
 def _resolution(ns: int) -> str:
@@ -149,12 +190,21 @@ def main() -> int:
         required=True,
         help="the fake NVML library (tests/fake_nvml), for the gpu columns",
     )
+    parser.add_argument(
+        "--amdsmi-library",
+        required=True,
+        help="the fake amdsmi library (tests/fake_amdsmi), for the amd_gpu columns",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "gpu.txt"
         script.write_text(GPU_SCRIPT)
         os.environ["STROBOSCOPE_NVML_LIBRARY"] = args.nvml_library
         os.environ["FAKE_NVML_SCRIPT"] = str(script)
+        amd_script = Path(tmp) / "amd.txt"
+        amd_script.write_text("devices 1\n")
+        os.environ["STROBOSCOPE_AMDSMI_LIBRARY"] = args.amdsmi_library
+        os.environ["FAKE_AMDSMI_SCRIPT"] = str(amd_script)
         sys.stdout.write(render())
     return 0
 

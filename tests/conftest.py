@@ -16,6 +16,7 @@ from stroboscope.sampling import Sampler
 
 DATA = Path(__file__).parent / "data"
 FAKE_NVML_SOURCE = Path(__file__).parent / "fake_nvml" / "fake_nvml.c"
+FAKE_AMDSMI_SOURCE = Path(__file__).parent / "fake_amdsmi" / "fake_amdsmi.c"
 
 
 @pytest.fixture(autouse=True)
@@ -34,12 +35,12 @@ def data_dir() -> Path:
     return DATA
 
 
-def _compile_fake_nvml(out: Path, *defines: str) -> Path:
+def _compile_fake_nvml(out: Path, *defines: str, source: Path = FAKE_NVML_SOURCE) -> Path:
     cc = shutil.which(os.environ.get("CC", "")) or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     subprocess.run(
-        [cc, "-shared", "-fPIC", "-O1", *defines, "-o", str(out), str(FAKE_NVML_SOURCE)],
+        [cc, "-shared", "-fPIC", "-O1", *defines, "-o", str(out), str(source)],
         check=True,
     )
     return out
@@ -54,3 +55,10 @@ def fake_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "new": _compile_fake_nvml(d / "libfake_nvml.so"),
         "old": _compile_fake_nvml(d / "libfake_nvml_old.so", "-DFAKE_NVML_OLD"),
     }
+
+
+@pytest.fixture(scope="session")
+def fake_amdsmi(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake libamd_smi (tests/fake_amdsmi), built with the system C compiler."""
+    d = tmp_path_factory.mktemp("fake_amdsmi")
+    return _compile_fake_nvml(d / "libfake_amdsmi.so", source=FAKE_AMDSMI_SOURCE)

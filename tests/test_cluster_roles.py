@@ -70,8 +70,8 @@ def test_every_registry_source_has_one_scope() -> None:
     # threads.*), a host-wide source's never are.
     options = source_options(None, "/proc", "/sys", "/sys/fs/cgroup", ("/",))
     for name in names:
-        if name in ("gpu", "gpu_gpm"):
-            continue  # no NVML here: their columns need a device
+        if name in ("gpu", "gpu_gpm", "amd_gpu"):
+            continue  # no NVML or amdsmi here: their columns need a device
         prefixes = {c["name"].split(".")[0] for c in _core.source_columns(name, options)}
         if name in PROCESS_SOURCES:
             assert prefixes <= {"proc", "threads"}, name
@@ -94,7 +94,7 @@ def test_rank_sources_by_role() -> None:
 @pytest.mark.parametrize(
     ("identity", "sources", "error", "text"),
     [
-        (LEADER, ["cpu", "cpus"], ValueError, "unknown source 'cpus'; known: cgroup, cpu"),
+        (LEADER, ["cpu", "cpus"], ValueError, "unknown source 'cpus'; known: amd_gpu, cgroup, cpu"),
         (LEADER, "cpu", TypeError, "list of source names"),
         (LEADER, [3], TypeError, "got 3"),
         ({"rank": 0}, None, TypeError, "identity must be"),

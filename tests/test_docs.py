@@ -10,7 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_metrics_doc_matches_registry(fake_libs: dict[str, Path], tmp_path: Path) -> None:
+def test_metrics_doc_matches_registry(
+    fake_libs: dict[str, Path], fake_amdsmi: Path, tmp_path: Path
+) -> None:
     env = dict(os.environ)
     out = subprocess.run(
         [
@@ -18,6 +20,8 @@ def test_metrics_doc_matches_registry(fake_libs: dict[str, Path], tmp_path: Path
             str(ROOT / "docs" / "gen_metrics.py"),
             "--nvml-library",
             str(fake_libs["new"]),
+            "--amdsmi-library",
+            str(fake_amdsmi),
         ],
         capture_output=True,
         text=True,
@@ -28,7 +32,7 @@ def test_metrics_doc_matches_registry(fake_libs: dict[str, Path], tmp_path: Path
     committed = (ROOT / "docs" / "metrics.md").read_text()
     assert out.stdout == committed, (
         "docs/metrics.md is out of date: run python docs/gen_metrics.py --nvml-library "
-        "<libfake_nvml.so> > docs/metrics.md"
+        "<libfake_nvml.so> --amdsmi-library <libfake_amdsmi.so> > docs/metrics.md"
     )
     for name in ["cpu.util_pct", "mem.available_bytes", "gpu.{i}.power_w", "proc.rss_bytes"]:
         assert f"| `{name}` |" in committed

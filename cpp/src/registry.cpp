@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "stroboscope/amdsmi.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/nvml.hpp"
 #include "stroboscope/nvml_gpm.hpp"
@@ -58,6 +59,10 @@ const Entry kEntries[] = {
                 "FP pipes, DRAM bandwidth, PCIe/NVLink rates) on Hopper or newer, from NVML "
                 "sample pairs at most 10 times a second (polled on its own thread).",
      &make_nvml_gpm_source},
+    {"amd_gpu", "AMD GPU activity, VRAM, temperature, energy and power, clocks, from amdsmi "
+                "(libamd_smi.so, loaded at run time; polled on its own thread); gpu.{i} columns "
+                "numbered after NVML's GPUs.",
+     &make_amd_gpu_source},
 };
 
 std::string known_names() {
@@ -85,6 +90,9 @@ std::vector<std::string> default_source_names(const SourceOptions& opts) {
   if (nvml_available(nullptr)) out.emplace_back("gpu");
   // GPM where a GPU has it (Hopper or newer): one sample per GPU per poll, at most 10 per second.
   if (nvml_gpm_available()) out.emplace_back("gpu_gpm");
+  // AMD GPUs by default only where NVML sees none, so gpu.0 is the first AMD GPU there (see
+  // amdsmi.hpp for mixed machines, where amd_gpu is asked for by name).
+  if (!nvml_available(nullptr) && amdsmi_available(nullptr)) out.emplace_back("amd_gpu");
   return out;
 }
 

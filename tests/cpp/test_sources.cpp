@@ -712,7 +712,7 @@ void test_counter_slots() {
 void test_registry() {
   std::vector<std::string> want{"cpu",     "cpu_cores", "memory", "network",  "disk",  "diskio",
                                 "process", "process_io", "threads", "proc_tree", "load", "pressure",
-                                "cgroup", "gpu", "gpu_gpm"};
+                                "cgroup", "gpu", "gpu_gpm", "amd_gpu"};
   CHECK(source_names() == want);
   Tree t;
   bool threw = false;
@@ -722,13 +722,14 @@ void test_registry() {
     threw = std::strcmp(e.what(),
                         "unknown source 'nope'; known sources: cpu, cpu_cores, memory, network, "
                         "disk, diskio, process, process_io, threads, proc_tree, load, pressure, "
-                        "cgroup, gpu, gpu_gpm") == 0;
+                        "cgroup, gpu, gpu_gpm, amd_gpu") == 0;
     if (!threw) std::fprintf(stderr, "message: %s\n", e.what());
   }
   CHECK(threw);
 
   // The GPU part of the defaults depends on the machine (NVML present or not): test_nvml covers it.
   auto without_gpu = [](std::vector<std::string> names) {
+    if (!names.empty() && names.back() == "amd_gpu") names.pop_back();
     if (!names.empty() && names.back() == "gpu_gpm") names.pop_back();
     if (!names.empty() && names.back() == "gpu") names.pop_back();
     return names;
@@ -744,7 +745,7 @@ void test_registry() {
   CHECK_EQ(info.size(), want.size());
   for (const SourceInfo& i : info) {
     // Machine-dependent; test_nvml* cover them.
-    if (i.name == "gpu" || i.name == "gpu_gpm") continue;
+    if (i.name == "gpu" || i.name == "gpu_gpm" || i.name == "amd_gpu") continue;
     bool should_work = i.name == "cpu" || i.name == "cpu_cores" || i.name == "memory" ||
                        i.name == "network" || i.name == "disk" || i.name == "diskio" ||
                        i.name == "load";
