@@ -164,7 +164,7 @@ _SEMCONV: dict[str, _Row] = {
 # (GPM's own rates, gpm_*, have no counter: they stay.) Also clock readings and thread ids.
 _SKIP = re.compile(
     r"^(net|disk)\.\w+_bytes_per_s$|^gpu\.\d+\.(pcie|nvlink)_(tx|rx)_bytes_per_s$"
-    r"|^gpu(_gpm)?\.read_mono_ns$|\.tid$"
+    r"|\.read_mono_ns$|\.tid$"
 )
 # Unit suffix of a column -> (UCUM unit, scale). Checked in order (``_bytes_per_s`` first).
 _UNITS: tuple[tuple[str, str, str, float], ...] = (

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from stroboscope.analysis.summary import TIME_COLUMNS, column_kind, column_unit
 
-_NOT_PLOTTED = re.compile(r"^gpu\.read_mono_ns$|\.clock_event_reasons$")
+_NOT_PLOTTED = re.compile(r"\.read_mono_ns$|\.clock_event_reasons$")
 """Columns that are not levels: a reading's time, a bitmask."""
 
 _RULES: list[tuple[str, str, re.Pattern[str]]] = [
