@@ -208,8 +208,7 @@ def test_two_ranks_split_host_and_process_columns(tmp_path: Path) -> None:
     """Two real processes as torchrun starts them on one node: local rank 0 records the host
     and itself, local rank 1 only itself."""
     base = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES",)}
-    base |= {
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), base.get("PYTHONPATH", "")]),
+    base |= {  # (the children import stroboscope as this process does: installed, or PYTHONPATH)
         "WORLD_SIZE": "2",
         "LOCAL_WORLD_SIZE": "2",
         "GROUP_RANK": "0",
@@ -229,10 +228,17 @@ def test_two_ranks_split_host_and_process_columns(tmp_path: Path) -> None:
             )
         )
     results = []
-    for out, proc in procs:
-        stdout, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0
-        results.append((json.loads(stdout), pq.read_table(out)))
+    try:
+        for out, proc in procs:
+            stdout, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0
+            results.append((json.loads(stdout), pq.read_table(out)))
+    finally:  # a failed rank must not leave the other running into the next test
+        for _, proc in procs:
+            proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
     (said0, table0), (said1, table1) = results
     assert (said0["rank"], said0["leader"], said1["rank"], said1["leader"]) == (0, True, 1, False)
     cols0, cols1 = set(table0.column_names), set(table1.column_names)

@@ -92,13 +92,23 @@ def test_proc_tree_finds_children_while_sampling() -> None:
     s = Sampler(0.01, sources=["proc_tree"], capacity=1 << 12)
     with s:
         assert eventually(lambda: _tree_count(s) is not None)
-        base = 1 + len(me.children(recursive=True))
+
+        def tree_now() -> int:  # this process and its descendants, as psutil sees them now
+            return 1 + len(me.children(recursive=True))
+
+        # (Other children of this process, a W&B service left by an earlier test say, may come
+        # and go meanwhile: compare with the tree as it is, not as it was at the start.)
         kid = subprocess.Popen(["sleep", "60"])
         try:
             # The scan thread finds it within a scan or two (once a second).
-            assert eventually(lambda: _tree_count(s) == base + 1)
+            assert eventually(
+                lambda: (
+                    kid.pid in {c.pid for c in me.children(recursive=True)}
+                    and _tree_count(s) == tree_now()
+                )
+            )
         finally:
             kid.kill()
             kid.wait()
-        assert eventually(lambda: _tree_count(s) == base)
+        assert eventually(lambda: _tree_count(s) == tree_now())
     assert s.stats().source("proc_tree").failures == 0
