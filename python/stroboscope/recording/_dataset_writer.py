@@ -39,7 +39,7 @@ from stroboscope.export.dataset import (
     write_part,
     write_scopes,
 )
-from stroboscope.recording.segments import RETRY_FIRST_S, STOP_ATTEMPTS, SegmentWriter
+from stroboscope.recording.segments import SegmentWriter
 from stroboscope.recording.spool import FIRST_ROW_KEY
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._provenance import attach, for_table, iso_utc
@@ -177,29 +177,16 @@ class DatasetWriter(SegmentWriter):
         """Stop the thread, write what is left as a last part (``STOP_ATTEMPTS`` tries), then
         the scope intervals. A failure is counted and logged, never raised: the rows stay in the
         ring (and the spool)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._join_thread()
+        if not self._last_flush():
+            _LOG.warning(
+                "%d rows are in no part of dataset %s (%s); they stay in the sampler's ring "
+                "(and its spool, when it has one)",
+                self.rows_unwritten,
+                self.root,
+                self.last_error,
+            )
         written = int(self._core.stats()["rows_written"])
-        if self._gave_up_at != written:
-            self._gave_up_at = None
-            wait = RETRY_FIRST_S
-            for attempt in range(STOP_ATTEMPTS):
-                if self._try_flush():
-                    break
-                if attempt + 1 < STOP_ATTEMPTS:
-                    time.sleep(wait)
-                    wait *= 2
-            else:
-                self._gave_up_at = written
-                _LOG.warning(
-                    "%d rows are in no part of dataset %s (%s); they stay in the sampler's ring "
-                    "(and its spool, when it has one)",
-                    self.rows_unwritten,
-                    self.root,
-                    self.last_error,
-                )
         self.write_scope_intervals()
         if written == 0 and self.segments_written == 0 and not self._released:
             # Nothing recorded (a set-up that failed after the claim, a sampler never started):

@@ -157,23 +157,10 @@ class SegmentWriter:
         the spool (``recover`` reads them), :meth:`status` counts them in ``rows_unwritten``
         and a warning is logged; nothing is raised.
         """
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._join_thread()
         self.append_events()
-        written = int(self._core.stats()["rows_written"])
-        if self._gave_up_at == written:
-            return  # stopped before (stop() then close()) and nothing new: not tried again
-        self._gave_up_at = None
-        wait = RETRY_FIRST_S
-        for attempt in range(STOP_ATTEMPTS):
-            if self._try_flush():
-                return
-            if attempt + 1 < STOP_ATTEMPTS:
-                time.sleep(wait)
-                wait *= 2
-        self._gave_up_at = written
+        if self._last_flush():
+            return
         _LOG.warning(
             "%d rows of %s are in no segment (%s); they stay in the spool: "
             "`stroboscope recover %s -o FILE` reads them",
@@ -182,6 +169,30 @@ class SegmentWriter:
             self.last_error,
             self._spool,
         )
+
+    def _join_thread(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _last_flush(self) -> bool:
+        """Write what is left, ``STOP_ATTEMPTS`` tries with a doubling wait; False when every
+        try failed (the rows stay unwritten, counted). A stop that already gave up on these
+        very rows (stop() then close(), nothing new) does not try again and says True."""
+        written = int(self._core.stats()["rows_written"])
+        if self._gave_up_at == written:
+            return True
+        self._gave_up_at = None
+        wait = RETRY_FIRST_S
+        for attempt in range(STOP_ATTEMPTS):
+            if self._try_flush():
+                return True
+            if attempt + 1 < STOP_ATTEMPTS:
+                time.sleep(wait)
+                wait *= 2
+        self._gave_up_at = written
+        return False
 
     def _run(self) -> None:
         poll = min(self._seconds / 2, 0.25)
