@@ -4,18 +4,18 @@ columns."""
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from _fake_nvml import ScriptFn, script_fixture
 from stroboscope import _core, cluster
 from stroboscope._identity import Identity
 from stroboscope.cluster import HOST_SOURCES, PROCESS_SOURCES, owned_gpus, rank_sources
@@ -23,7 +23,6 @@ from stroboscope.cluster._roles import default_sources
 from stroboscope.export.dataset import open_dataset
 from stroboscope.sampling._plan import source_options
 
-ScriptFn = Callable[[str], None]
 LEADER = Identity(host="h", rank=4, local_rank=0, world_size=8, local_world_size=4)
 FOLLOWER = Identity(host="h", rank=5, local_rank=1, world_size=8, local_world_size=4)
 ALONE = Identity(host="h")
@@ -36,15 +35,7 @@ def nvml(
 ) -> Iterator[ScriptFn]:
     """Call with a fake NVML script before asking NVML anything (tests/fake_nvml)."""
 
-    def use(script: str) -> None:
-        gc.collect()  # the library re-reads its script once every holder is gone
-        path = tmp_path / f"script{len(list(tmp_path.iterdir()))}.txt"
-        path.write_text(script)
-        monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-        monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
-
-    yield use
-    gc.collect()
+    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 FOUR_GPUS = """

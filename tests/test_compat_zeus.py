@@ -3,35 +3,24 @@ recomputed by hand from the sampler's own frame, CUDA index mapping and argument
 
 from __future__ import annotations
 
-import gc
 import os
 import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pytest
+from _fake_nvml import ScriptFn, script_fixture
 from stroboscope.compat.zeus import Measurement, ZeusMonitor
 from stroboscope.sampling import Sampler
-
-ScriptFn = Callable[[str], None]
 
 
 @pytest.fixture
 def nvml(
     fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[ScriptFn]:
-    def use(script: str) -> None:
-        gc.collect()  # the library re-reads its script once every holder is gone
-        path = tmp_path / f"script{len(list(tmp_path.iterdir()))}.txt"
-        path.write_text(script)
-        monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-        monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
-
-    yield use
-    gc.collect()
+    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 def counter(step_mj: int, n: int = 60) -> str:

@@ -7,18 +7,16 @@ landed in the frame, following the model stated in analysis/energy.py and docs/e
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pytest
+from _fake_nvml import ScriptFn, script_fixture
 from stroboscope.analysis.energy import window_energy
 from stroboscope.sampling import Sampler
 
-ScriptFn = Callable[[str], None]
 POLL_NS = 5_000_000
 
 
@@ -26,15 +24,7 @@ POLL_NS = 5_000_000
 def nvml(
     fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[ScriptFn]:
-    def use(script: str) -> None:
-        gc.collect()  # the library re-reads its script once every holder is gone
-        path = tmp_path / f"script{len(list(tmp_path.iterdir()))}.txt"
-        path.write_text(script)
-        monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-        monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
-
-    yield use
-    gc.collect()
+    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 # A power ramp of 100 W + 10 W per reading, and the counter that matches it at 5 ms per reading.
