@@ -238,8 +238,44 @@ def test_torch_figures_are_read_when_cuda_is_initialised(
     df = aitune.get_hardware_metrics()
     assert df is not None
     a, b = df[df["scope"] == "a"], df[df["scope"] == "b"]
-    assert set(a["torch_allocated"]) == {1000} and set(b["torch_allocated"]) == {2000}
+    # A row of "a" taken after "b" closed (and before "a" did) reads the latest figures.
+    before_b = a[a["timestamp"] < b["timestamp"].min()]
+    assert len(before_b) >= 2 and set(before_b["torch_allocated"]) == {1000}
+    assert set(a["torch_allocated"]) <= {1000, 2000} and set(b["torch_allocated"]) == {2000}
     assert set(df["torch_reserved"]) == {4096}
+
+
+def test_rows_before_the_open_is_counted_get_the_reading_of_their_scope(
+    session: _monitoring.HardwareMetricsSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The torch figures read for a scope hold from the scope's own begin: rows the sampler
+    took between the native open and the session's count of it (a preempted thread) are the
+    scope's rows and read as the scope's figures, not as the figures before it."""
+
+    class Cuda:
+        def is_initialized(self) -> bool:
+            return True
+
+        def memory_allocated(self) -> int:
+            return 1000
+
+        def memory_reserved(self) -> int:
+            return 4096
+
+    monkeypatch.setitem(sys.modules, "torch", type("Torch", (), {"cuda": Cuda()})())
+    after_open = session.after_open
+
+    def late(name: str, *opened_ns: int) -> bool:
+        wait_rows(session)  # rows inside the scope, before it is counted
+        return after_open(name, *opened_ns)
+
+    monkeypatch.setattr(session, "after_open", late)
+    with aitune.annotate("a"):
+        wait_rows(session)
+    df = aitune.get_hardware_metrics()
+    assert df is not None
+    a = df[df["scope"] == "a"]
+    assert len(a) >= 3 and set(a["torch_allocated"]) == {1000}
 
 
 def test_snapshot_resets_or_keeps(session: _monitoring.HardwareMetricsSession) -> None:

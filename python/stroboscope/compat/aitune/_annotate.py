@@ -15,6 +15,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import time
 from types import ModuleType, TracebackType
 from typing import Any, Callable, TypeVar, cast
 
@@ -61,8 +62,9 @@ def _open_scope(name: str) -> tuple[contextlib.AbstractContextManager[Any], bool
         # table holds this first scope too; the edge row is asked for after the open.
         session.before_open()
     native = _native(name)
+    opened_ns = time.monotonic_ns()  # at or before the native scope's begin
     native.__enter__()
-    return native, session.after_open(name)
+    return native, session.after_open(name, opened_ns)
 
 
 def _close_scope(opened: tuple[contextlib.AbstractContextManager[Any], bool]) -> None:

@@ -25,12 +25,18 @@ import pyarrow.compute as pc
 
 from stroboscope import _lifecycle, scopes
 from stroboscope.compat.aitune._dump import dump_metrics, write_csv
-from stroboscope.compat.aitune._rows import aitune_rows, empty_rows, intervals_of, torch_memory
+from stroboscope.compat.aitune._rows import (
+    aitune_rows,
+    empty_rows,
+    intervals_of,
+    stamp_readings,
+    torch_memory,
+)
 
 if TYPE_CHECKING:
     import pandas
 
-    from stroboscope.compat.aitune._rows import Edge
+    from stroboscope.compat.aitune._rows import Edge, Reading
     from stroboscope.recording.sampler import Sampler
 
 logger = logging.getLogger("stroboscope")
@@ -88,6 +94,7 @@ class HardwareMetricsSession:
         self._last_collect_ns = 0
         self._chunks: list[pandas.DataFrame] = []
         self._torch: list[tuple[int, int, int]] = []  # (mono_ns, allocated, reserved)
+        self._torch_due: list[Reading] = []  # readings whose scope's begin is not yet looked up
         self._edges: list[Edge] = []  # edge rows asked for and not yet collected
         self._carry: pa.Table | None = None  # the latest row collected
         _lifecycle.register(self)
@@ -121,8 +128,12 @@ class HardwareMetricsSession:
                     self._request = sampler.request_tick
                     self._sampler = sampler
 
-    def after_open(self, name: str) -> bool:
-        """Count an open scope and ask for an edge row; False when not collecting."""
+    def after_open(self, name: str, opened_ns: int | None = None) -> bool:
+        """Count an open scope and ask for an edge row; False when not collecting.
+
+        ``opened_ns`` (mono ns) is a time taken before the native scope opened: the torch
+        figures read now hold from that scope's begin, found between the two times.
+        """
         if self._sampler is None or self._runtime_enabled is False:
             return False  # (a session runs only when enabled: the variable needs no look)
         now = time.monotonic_ns()
@@ -138,7 +149,7 @@ class HardwareMetricsSession:
             self._open += 1
             if edge:
                 self._last_edge, self._last_edge_ns = name, now
-                self._read_torch(now)
+                self._read_torch(name, now if opened_ns is None else opened_ns, now)
                 edge = self._request is not None
             if edge:
                 labels = scopes.current_labels()
@@ -155,11 +166,11 @@ class HardwareMetricsSession:
         with self._lock:
             self._open = max(0, self._open - 1)
 
-    def _read_torch(self, now: int) -> None:
+    def _read_torch(self, name: str, opened_ns: int, now: int) -> None:
         """torch's allocator figures, when this process has initialised CUDA through torch."""
         reading = torch_memory()
         if reading is not None:
-            self._torch.append((now, *reading))
+            self._torch_due.append((opened_ns, now, name, *reading))
 
     # -- rows ------------------------------------------------------------------------------
 
@@ -170,14 +181,16 @@ class HardwareMetricsSession:
             return
         self._last_collect_ns = time.monotonic_ns()
         frame = sampler.drain().to_arrow()
+        intervals = intervals_of(sampler)
+        if self._torch_due:  # read after the rows drained: each reading's scope is listed
+            self._torch[:] = sorted(self._torch + stamp_readings(self._torch_due, intervals))
+            self._torch_due.clear()
         if frame.num_rows == 0:
             return
         carried = 0
         if self._carry is not None:  # the previous row lends its GPU readings (see _rows)
             frame, carried = pa.concat_tables([self._carry, frame]), self._carry.num_rows
-        rows = aitune_rows(
-            frame, intervals_of(sampler), self._start_ns, self._torch, self._edges, carried
-        )
+        rows = aitune_rows(frame, intervals, self._start_ns, self._torch, self._edges, carried)
         if len(rows):
             self._chunks.append(rows)
         self._carry = frame.slice(frame.num_rows - 1)
@@ -237,6 +250,7 @@ class HardwareMetricsSession:
             self._sampler = self._request = None
             self._chunks.clear()
             self._torch.clear()
+            self._torch_due.clear()
             self._edges.clear()
             self._carry = None
             self._open = 0
@@ -254,6 +268,7 @@ class HardwareMetricsSession:
         self._sampler = self._request = None
         self._chunks = []
         self._torch = []
+        self._torch_due = []
         self._edges = []
         self._carry = None
         self._open = 0

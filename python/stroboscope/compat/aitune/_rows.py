@@ -128,6 +128,25 @@ def _column(frame: pa.Table, name: str, *, latest: bool = False) -> np.ndarray:
     return values
 
 
+# (taken before the scope opened, read at, scope name, allocated, reserved), all times mono ns
+Reading = tuple[int, int, str, int, int]
+
+
+def stamp_readings(readings: list[Reading], intervals: pa.Table) -> list[tuple[int, int, int]]:
+    """``(mono_ns, allocated, reserved)`` of each reading, timed at the begin of the scope it
+    was read for (the earliest interval of its name that began between the two times), so
+    that every row of that scope reads it; at the reading's own time when none is found."""
+    begin = np.asarray(intervals.column("begin_ns").to_numpy(zero_copy_only=False), np.int64)
+    order = np.argsort(begin, kind="stable")
+    begin, names = begin[order], intervals.column("name")
+    out = []
+    for opened_ns, now, name, allocated, reserved in readings:
+        lo, hi = np.searchsorted(begin, opened_ns, "left"), np.searchsorted(begin, now, "right")
+        found = (int(begin[k]) for k in range(lo, hi) if names[int(order[k])].as_py() == name)
+        out.append((next(found, now), allocated, reserved))
+    return out
+
+
 def _torch_at(t: np.ndarray, readings: list[tuple[int, int, int]]) -> tuple[Any, Any]:
     if not readings:
         zeros = np.zeros(len(t), dtype=np.int64)
