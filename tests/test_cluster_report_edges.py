@@ -11,6 +11,8 @@ import pyarrow as pa
 import pytest
 from stroboscope._identity import Identity
 from stroboscope.cli import main
+from stroboscope.export._ranks import Rank
+from stroboscope.export._ranks_figures import GpuChoice, gpu_choice
 from stroboscope.export.cluster_report import build_cluster_report, write_cluster_report
 from stroboscope.export.dataset import ensure_root, write_scopes
 from test_cluster_report import JOB, make_dataset, step_ms
@@ -135,3 +137,32 @@ def test_step_figures_agree_with_duckdb(dataset: Path) -> None:
     for rank in (1, 3):  # local rank 1: GPU 1 of its node, recorded by local rank 0
         value = rows[rank].figures["gpu_util_pct"].value
         assert value == pytest.approx(gpu1[rows[rank].host])
+
+
+def _gpu_rank(rank: int, local: int, labels: list[int], owned: list[str] | None) -> Rank:
+    """A rank on host "h" whose rows hold the GPU columns ``labels`` (devices ``GPU-L`` labelled
+    L), with ``owned`` GPU UUIDs in its provenance (None: no such key, as older parts)."""
+    cols = {f"gpu.{g}.util_pct": pa.array([float(10 * g + local)]) for g in labels}
+    samples = pa.table({"mono_ns": pa.array([1], pa.int64()), **cols})
+    devices = [{"label": g, "index": g, "uuid": f"GPU-{g}"} for g in labels]
+    prov: dict[str, object] = {"identity": {"local_rank": local}, "gpus": {"devices": devices}}
+    if owned is not None:
+        prov["owned_gpus"] = owned
+    return Rank("j", "h", rank, samples, None, prov)
+
+
+def test_a_ranks_gpu_is_chosen_by_the_uuid_it_owns() -> None:
+    """CUDA_VISIBLE_DEVICES=4,5,6,7: local rank 1 drives NVML GPU 5, not GPU 1; its node's
+    leader records all eight. Without the UUIDs (older parts) the local rank still decides."""
+    leader = _gpu_rank(0, 0, list(range(8)), ["GPU-4"])
+    follower = _gpu_rank(1, 1, [], ["GPU-5"])
+    node = [leader, follower]
+    assert gpu_choice(follower, node) == GpuChoice([5], leader, "gpu.5 of rank 0 (by UUID)")
+    assert gpu_choice(leader, node) == GpuChoice([4], leader, "gpu.4 (by UUID)")
+    both = _gpu_rank(2, 0, list(range(8)), ["GPU-6", "GPU-7"])
+    assert gpu_choice(both, [both]).labels == [6, 7]
+    old = _gpu_rank(1, 1, [], None)
+    assert gpu_choice(old, [leader, old]).labels == [1]
+    # An owned UUID no rank of the node recorded (a MIG instance, or GPUs left out): as before.
+    mig = _gpu_rank(1, 1, [], ["MIG-abc"])
+    assert gpu_choice(mig, [leader, mig]).labels == [1]

@@ -166,6 +166,27 @@ def test_sampler_roles_and_gpus(nvml: ScriptFn) -> None:
     s.close()
 
 
+def test_the_provenance_records_the_owned_gpus(
+    nvml: ScriptFn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank's provenance names the GPUs it drives by UUID, whichever rank records them (the
+    report picks a rank's GPU columns by it), and says why when its CUDA_VISIBLE_DEVICES
+    names no GPU here; a process with neither a local rank nor that variable gets no key."""
+    from stroboscope.sampling._provenance import provenance
+
+    nvml(FOUR_GPUS)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    with cluster.Sampler(0.01, identity=FOLLOWER) as s:
+        assert provenance(s)["owned_gpus"] == [UUIDS[3]]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    with cluster.Sampler(0.01, identity=FOLLOWER) as s:
+        p = provenance(s)
+        assert p["owned_gpus"] is None and "'7' is no GPU here" in p["owned_gpus_error"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with cluster.Sampler(0.01, identity=ALONE, sources=["process"]) as s:
+        assert "owned_gpus" not in provenance(s)
+
+
 def test_sampler_bad_input(nvml: ScriptFn) -> None:
     nvml(FOUR_GPUS)
     with pytest.raises(ValueError, match="local rank 1 records per-process sources only"):

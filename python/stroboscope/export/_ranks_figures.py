@@ -8,10 +8,14 @@ Figures (each over all of the rank's rows; a rate or level's nulls skipped):
 - process CPU (mean) and RSS (peak): ``proc.cpu_pct``, ``proc.rss_bytes``, the rank's own only;
 - host CPU (mean): ``cpu.util_pct``, the rank's own, else its node's.
 
-A rank's GPUs: those of its own columns (the one numbered by its local rank when it has several,
-as local rank 0 records every GPU of its node); a rank without GPU columns gets its node's GPU
-numbered by its local rank, from the lowest rank on its host that recorded that GPU (the
-stroboscope.cluster default: host-wide and GPU sources on local rank 0 only). Otherwise none.
+A rank's GPUs: those whose UUIDs its provenance lists as owned (``owned_gpus``: its
+``CUDA_VISIBLE_DEVICES`` and local rank resolved through NVML), from its own columns or else from
+the lowest rank on its host that recorded them. Without that list (older parts), or when no rank
+of its node recorded those GPUs (a MIG instance, whose columns are its parent's): those of its own
+columns (the one numbered by its local rank when it has several, as local rank 0 records every
+GPU of its node); a rank without GPU columns gets its node's GPU numbered by its local rank,
+from the lowest rank on its host that recorded that GPU (the stroboscope.cluster default:
+host-wide and GPU sources on local rank 0 only). Otherwise none.
 """
 
 from __future__ import annotations
@@ -90,8 +94,39 @@ def gpu_labels(rank: Rank) -> list[int]:
     return sorted({int(m.group(1)) for c in rank.columns if (m := GPU_RE.match(c))})
 
 
+def _labels_of(holder: Rank, uuids: list[str]) -> list[int]:
+    """The labels of ``holder``'s GPU columns that belong to the devices ``uuids`` name."""
+    gpus = holder.provenance.get("gpus")
+    devices = gpus.get("devices") if isinstance(gpus, dict) else None
+    have = set(gpu_labels(holder))
+    labels = {
+        d["label"]
+        for d in devices or []
+        if isinstance(d, dict) and d.get("uuid") in uuids and d.get("label") in have
+    }
+    return sorted(labels)
+
+
+def _by_uuid(rank: Rank, node: list[Rank]) -> GpuChoice | None:
+    """The GPUs the provenance says ``rank`` drives (``owned_gpus``), from its own columns or
+    else from the lowest rank of its node that recorded them; None when none did."""
+    owned = rank.provenance.get("owned_gpus")
+    if not isinstance(owned, list) or not owned:
+        return None
+    for holder in [rank, *sorted((r for r in node if r is not rank), key=lambda r: r.rank)]:
+        labels = _labels_of(holder, owned)
+        if labels:
+            names = ", ".join(f"gpu.{g}" for g in labels)
+            of = "" if holder is rank else f" of rank {holder.rank}"
+            return GpuChoice(labels, holder, f"{names}{of} (by UUID)")
+    return None
+
+
 def gpu_choice(rank: Rank, node: list[Rank]) -> GpuChoice:
     """Which GPUs are ``rank``'s (see the module docstring); ``node``: its host's ranks."""
+    chosen = _by_uuid(rank, node)
+    if chosen is not None:
+        return chosen
     own = gpu_labels(rank)
     local = rank.local_rank
     if own:

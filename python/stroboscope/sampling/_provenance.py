@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from stroboscope._identity import Identity, detect_identity
 from stroboscope.sampling._clock_sync import clock_sync
+from stroboscope.sampling._gpu_owner import owned_gpus
 
 if TYPE_CHECKING:
     from stroboscope.sampling._sampler import Sampler
@@ -111,9 +112,8 @@ def _identity_facts(sampler: Sampler) -> dict[str, Any]:
     ``identity_error`` when that conflicts, and the ``rank``/``world_size``/``local_rank`` keys
     earlier provenance had."""
     given = getattr(sampler, "identity", None)
-    ident, error = (
-        (given, None) if isinstance(given, Identity) else identity_of(_environ(sampler.pid))
-    )
+    environ = _environ(sampler.pid)
+    ident, error = (given, None) if isinstance(given, Identity) else identity_of(environ)
     out: dict[str, Any] = {
         "identity": None if ident is None else ident.to_dict(),
         "rank": None if ident is None else ident.rank,
@@ -122,7 +122,18 @@ def _identity_facts(sampler: Sampler) -> dict[str, Any]:
     }
     if error is not None:
         out["identity_error"] = error
+    if ident is not None and (ident.local_rank is not None or "CUDA_VISIBLE_DEVICES" in environ):
+        out.update(_owned(ident, environ))
     return out
+
+
+def _owned(ident: Identity, environ: Mapping[str, str]) -> dict[str, Any]:
+    """``owned_gpus``: the UUIDs of the GPUs the monitored process drives (whichever rank's
+    columns hold them), or ``owned_gpus_error`` when its ``CUDA_VISIBLE_DEVICES`` names none."""
+    try:
+        return {"owned_gpus": owned_gpus(ident, environ=environ)}
+    except ValueError as e:
+        return {"owned_gpus": None, "owned_gpus_error": str(e)}
 
 
 def _gpus(sampler: Sampler, source_names: list[str]) -> dict[str, Any] | None:
