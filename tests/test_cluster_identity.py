@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from stroboscope._identity import Identity, detect_identity
 from stroboscope.sampling import Sampler
-from stroboscope.sampling._provenance import rank_of
+from stroboscope.sampling._provenance_identity import rank_of
 
 # srun -N2 --ntasks-per-node=1 torchrun --nproc-per-node=4: the second node's third worker.
 SRUN_TORCHRUN = {

@@ -26,8 +26,8 @@ from stroboscope.sampling._provenance import (
     for_table,
     from_schema,
     iso_utc,
-    rank_of,
 )
+from stroboscope.sampling._provenance_identity import rank_of
 
 
 def _times(table: pa.Table) -> list[int]:

@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from stroboscope._identity import Identity, detect_identity
 from stroboscope.sampling._clock_sync import clock_sync
-from stroboscope.sampling._gpu_owner import owned_gpus
+from stroboscope.sampling._provenance_identity import identity_facts
 
 if TYPE_CHECKING:
     from stroboscope.sampling._sampler import Sampler
@@ -67,73 +66,6 @@ def read_cmdline(pid: int, proc_root: str = "/proc") -> list[str] | None:
     if parts and parts[-1] == b"":
         parts.pop()
     return [p.decode("utf-8", "backslashreplace") for p in parts] or None
-
-
-def _environ(pid: int) -> Mapping[str, str]:
-    """The environment of ``pid``: ours for this process, else ``/proc/PID/environ`` (as it was
-    when the process started; empty when it cannot be read)."""
-    if pid == os.getpid():
-        return os.environ
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    out: dict[str, str] = {}
-    for entry in raw.split(b"\0"):
-        name, eq, value = entry.partition(b"=")
-        if eq:
-            out[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return out
-
-
-def identity_of(environ: Mapping[str, str]) -> tuple[Identity | None, str | None]:
-    """The :class:`~stroboscope._identity.Identity` that ``environ`` gives, or (None, why) when
-    its rank variables conflict: a recording keeps the reason rather than failing."""
-    try:
-        return detect_identity(environ), None
-    except ValueError as exc:
-        return None, str(exc)
-
-
-def rank_of(environ: Mapping[str, str]) -> dict[str, int | None]:
-    """``rank``, ``world_size`` and ``local_rank`` of :func:`identity_of` (None for each one
-    unknown, all None when the variables conflict)."""
-    ident, _ = identity_of(environ)
-    return {
-        "rank": None if ident is None else ident.rank,
-        "world_size": None if ident is None else ident.world_size,
-        "local_rank": None if ident is None else ident.local_rank,
-    }
-
-
-def _identity_facts(sampler: Sampler) -> dict[str, Any]:
-    """``identity`` (the one the sampler was given, else the monitored process's environment's),
-    ``identity_error`` when that conflicts, and the ``rank``/``world_size``/``local_rank`` keys
-    earlier provenance had."""
-    given = getattr(sampler, "identity", None)
-    environ = _environ(sampler.pid)
-    ident, error = (given, None) if isinstance(given, Identity) else identity_of(environ)
-    out: dict[str, Any] = {
-        "identity": None if ident is None else ident.to_dict(),
-        "rank": None if ident is None else ident.rank,
-        "world_size": None if ident is None else ident.world_size,
-        "local_rank": None if ident is None else ident.local_rank,
-    }
-    if error is not None:
-        out["identity_error"] = error
-    if ident is not None and (ident.local_rank is not None or "CUDA_VISIBLE_DEVICES" in environ):
-        out.update(_owned(ident, environ))
-    return out
-
-
-def _owned(ident: Identity, environ: Mapping[str, str]) -> dict[str, Any]:
-    """``owned_gpus``: the UUIDs of the GPUs the monitored process drives (whichever rank's
-    columns hold them), or ``owned_gpus_error`` when its ``CUDA_VISIBLE_DEVICES`` names none."""
-    try:
-        return {"owned_gpus": owned_gpus(ident, environ=environ)}
-    except ValueError as e:
-        return {"owned_gpus": None, "owned_gpus_error": str(e)}
 
 
 def _gpus(sampler: Sampler, source_names: list[str]) -> dict[str, Any] | None:
@@ -193,7 +125,7 @@ def _static_facts(sampler: Sampler) -> dict[str, Any]:
                 for s in stats.sources
             ],
             "gpus": _gpus(sampler, names),
-            **_identity_facts(sampler),
+            **identity_facts(sampler.pid, getattr(sampler, "identity", None)),
         }
         _static[sampler] = facts
     return facts
