@@ -319,10 +319,11 @@ def _psutil_all_in(seconds: float) -> float:
     return (c1 - c0) * 1e9 / max(1, count[0])
 
 
-def _floor_all_in(floor: Floor, seconds: float) -> float:
-    """ns of CPU per tick of floor.c's timer mode (the seed files preaded every tick at 1 kHz)."""
+def _floor_all_in(floor: Floor, seconds: float, variant: str = "seed") -> float:
+    """ns of CPU per tick of floor.c's timer mode at 1 kHz: ``seed`` preads the seed files every
+    tick; ``none`` reads nothing (the cost of one timed sleep and wake on this machine)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = floor.timer(1_000_000, seconds, "seed")
+    result = floor.timer(1_000_000, seconds, variant)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return cpu * 1e9 / max(1, int(result["ticks_taken"]))
@@ -335,13 +336,17 @@ def _all_in(res: BenchResult, floor: Floor, rounds: int, seconds_per_round: floa
     strobo: list[float] = []
     psu: list[float] = []
     flo: list[float] = []
+    wake: list[float] = []
     for r in range(rounds):
         log(f"bench 1 (all-in at 1 kHz): round {r + 1}/{rounds}")
         strobo.append(_strobo_all_in(seconds))
         psu.append(_psutil_all_in(seconds))
         if floor.exe is not None:
             flo.append(_floor_all_in(floor, seconds))
-    res.raw.update(all_in_strobo_ns=strobo, all_in_psutil_ns=psu, all_in_floor_ns=flo)
+            wake.append(_floor_all_in(floor, seconds, "none"))
+    res.raw.update(
+        all_in_strobo_ns=strobo, all_in_psutil_ns=psu, all_in_floor_ns=flo, all_in_wake_ns=wake
+    )
     speedup = median([p / s for p, s in zip(psu, strobo)])
     b = "1 sample cost"
     res.rows.append(
@@ -359,8 +364,22 @@ def _all_in(res: BenchResult, floor: Floor, rounds: int, seconds_per_round: floa
             verdict=verdict(median(strobo) <= TARGET_ALL_IN_NS and speedup >= TARGET_ALL_IN_PSUTIL),
         )
     )
+    if wake:
+        res.rows.append(
+            Row(
+                b,
+                "all-in CPU per tick of a bare 1 kHz sleep/wake loop in C (no reads)",
+                "—",
+                "—",
+                fmt_ns(median(wake)),
+                ratio=f"strobo minus it {fmt_ns(median(strobo) - median(wake))}",
+                target="—",
+                verdict="info",
+            )
+        )
     res.details.append(
         "all-in: the default set read at each source's natural resolution (memory and disk "
         "every 1 s, cpu every 10 ms, the rest every tick); the floor reads every seed file "
-        "every tick (the design this replaces)"
+        "every tick (the design this replaces); the bare loop is floor.c's timer mode reading "
+        "nothing, what any sampler that sleeps between ticks pays here"
     )

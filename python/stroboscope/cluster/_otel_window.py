@@ -14,43 +14,24 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stroboscope.cluster._cells import Stats, column_stats
 from stroboscope.cluster._otel_names import Metric, Point
 from stroboscope.sampling import Frame, Sampler
 
-
-@dataclass(frozen=True)
-class Summary:
-    """The valid cells of one column in one window: count, mean, max and the last one."""
-
-    count: int
-    mean: float
-    maximum: float
-    last: float
+Summary = Stats
 
 
 def summarise(table: pa.Table, names: Iterable[str]) -> dict[str, Summary]:
     """Per column of ``names`` found in ``table`` with at least one valid cell, its summary."""
     out: dict[str, Summary] = {}
     for name in names:
-        if name not in table.column_names:
-            continue
-        column = table.column(name).drop_null()
-        if pa.types.is_floating(column.type):
-            column = column.filter(pc.invert(pc.is_nan(column)))
-        if len(column) == 0:
-            continue
-        out[name] = Summary(
-            count=len(column),
-            mean=float(pc.mean(column).as_py()),
-            maximum=float(pc.max(column).as_py()),
-            last=float(column[-1].as_py()),
-        )
+        if name in table.column_names and (stats := column_stats(table.column(name))):
+            out[name] = stats
     return out
 
 

@@ -3,14 +3,13 @@ bitmask's OR. Every value is in the metric's base unit."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from stroboscope.cluster._cells import column_stats, valid_cells
 from stroboscope.cluster._prom_names import Series
 
 
@@ -25,23 +24,19 @@ class Summary:
 
 
 def summarise_column(column: pa.ChunkedArray | pa.Array, series: Series) -> Summary | None:
-    """Summary of the non-null cells of ``column``; None when it has none (or only NaN)."""
-    cells = column.drop_null()
-    if pa.types.is_floating(cells.type):
-        cells = cells.filter(pc.invert(pc.is_nan(cells)))
-    n = len(cells)
-    if n == 0:
+    """Summary of the valid cells of ``column``; None when it has none."""
+    if series.kind == "bitmask":
+        cells = valid_cells(column)
+        if len(cells) == 0:
+            return None
+        values = np.asarray(cells.to_numpy(zero_copy_only=False), dtype=np.int64)
+        return Summary(float(np.bitwise_or.reduce(values)), None, len(cells))
+    stats = column_stats(column)
+    if stats is None:
         return None
     if series.kind == "counter":
-        return Summary(series.scaled(float(cells[n - 1].as_py())), None, n)
-    if series.kind == "bitmask":
-        values = np.asarray(cells.to_numpy(zero_copy_only=False), dtype=np.int64)
-        return Summary(float(np.bitwise_or.reduce(values)), None, n)
-    mean = pc.mean(cells).as_py()
-    top = pc.max(cells).as_py()
-    if mean is None or top is None or not math.isfinite(mean):
-        return None
-    return Summary(series.scaled(float(mean)), series.scaled(float(top)), n)
+        return Summary(series.scaled(stats.last), None, stats.count)
+    return Summary(series.scaled(stats.mean), series.scaled(stats.maximum), stats.count)
 
 
 def summarise(table: pa.Table, series: Sequence[Series]) -> dict[str, Summary]:
