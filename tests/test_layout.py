@@ -156,10 +156,16 @@ def test_stats_are_typed_and_frozen() -> None:
 
 
 def test_process_exited_comes_from_the_core() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    # The child lives until its stdin closes, so it is alive for the first tick however slowly
+    # the sampler is built on a loaded machine.
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     s = stroboscope.Sampler(0.001, pid=child.pid, sources=["process"])
     s.tick_now(1)
     assert s.stats().process_exited is False
+    assert child.stdin is not None
+    child.stdin.close()
     child.wait()
     s.tick_now(1)
     st = s.stats()

@@ -79,6 +79,16 @@ def monitor(sender: Any, rate: float = 60.0, rank: int | None = None, **kw: Any)
     return SystemMonitor(os.getpid(), sender, rate, rank, **kw)
 
 
+def wait_rows(mon: SystemMonitor, rows: int) -> None:
+    """Wait until ``mon``'s sampler has written ``rows`` rows since it started: at its 10 ms
+    interval, at least (rows - 1) x 10 ms of sampled time (its CPU % needs 100 ms), however
+    busy the cores are. Never a set sleep: a loaded machine takes fewer ticks in one."""
+    deadline = time.monotonic() + 60
+    while mon.raw_sampler.stats().rows_written < rows:
+        assert time.monotonic() < deadline, f"fewer than {rows} rows after 60 s"
+        time.sleep(0.01)
+
+
 def check_keys(event: dict[str, Any], prefix: str, gpu_count: int) -> None:
     expected = {prefix + k for k in BASE_KEYS}
     for i in range(gpu_count):
@@ -124,7 +134,7 @@ def test_exact_key_set(rank: int | None) -> None:
     assert mon.gpu_count == 0 if not GPU_AVAILABLE else mon.gpu_count >= 1
     mon.start()
     try:
-        time.sleep(0.5)  # every source has produced a value well before this
+        wait_rows(mon, 50)  # every source has produced a value well before this
         mon.flush()
     finally:
         mon.shutdown()
@@ -152,7 +162,7 @@ def test_values_match_psutil() -> None:
     mon = monitor(rec, aggregate="last")
     mon.start()
     try:
-        time.sleep(0.3)
+        wait_rows(mon, 30)
         mon.flush()
         me = psutil.Process()
         vm = psutil.virtual_memory()
@@ -178,7 +188,7 @@ def test_cpu_mean_matches_psutil_over_the_same_window() -> None:
     mon = monitor(rec, aggregate="mean")
     mon.start()
     try:
-        time.sleep(0.2)
+        wait_rows(mon, 20)
         mon.flush()  # the window starts here ...
         psutil.cpu_percent()
         end = time.monotonic() + 2.0
@@ -226,11 +236,11 @@ def test_network_grows_with_loopback_traffic() -> None:
     mon = monitor(rec, aggregate="last")
     mon.start()
     try:
-        time.sleep(0.1)
+        wait_rows(mon, 10)
         mon.flush()
         first = dict(rec.events[0]["network"])
         _loopback_traffic(5_000_000)
-        time.sleep(0.05)
+        wait_rows(mon, mon.raw_sampler.stats().rows_written + 2)  # a row after the traffic
         mon.flush()
         counters = psutil.net_io_counters()
         second = dict(rec.events[1]["network"])
@@ -275,7 +285,7 @@ def test_flush_and_shutdown_publish() -> None:
     mon.flush()  # before start: the (empty) sampler dict is published, as the originals do
     assert rec.events == [{}]
     mon.start()
-    time.sleep(0.2)
+    wait_rows(mon, 20)
     mon.flush()
     assert len(rec.events) == 2 and "cpu" in rec.events[1]
     assert rec.events[1] == mon.sampler
@@ -287,7 +297,7 @@ def test_plain_callable_sender() -> None:
     events: list[dict[str, Any]] = []
     mon = monitor(events.append)
     mon.start()
-    time.sleep(0.1)
+    wait_rows(mon, 10)
     mon.shutdown()
     assert len(events) == 1 and "memory" in events[0]
 
@@ -403,7 +413,7 @@ def test_extended_keys() -> None:
     rec = Recorder()
     mon = monitor(rec, extended=True)
     mon.start()
-    time.sleep(0.3)
+    wait_rows(mon, 30)
     mon.shutdown()
     ev = rec.events[-1]
     ncpu = psutil.cpu_count()
@@ -472,7 +482,7 @@ def test_gpu_keys_from_the_fake_nvml(fake_gpus: None, rank: int | None) -> None:
     assert mon.gpu_count == 2
     mon.start()
     try:
-        time.sleep(0.4)
+        wait_rows(mon, 40)
         mon.flush()
     finally:
         mon.shutdown()
@@ -501,8 +511,10 @@ def test_crash_safe_monitor_dumps_after_sigkill(tmp_path: Path) -> None:
         mon = SystemMonitor(os.getpid(), lambda event: None, 1, crash_safe=True,
                             dump_path=sys.argv[1])
         mon.start()
-        time.sleep(1.0)
-        print("ready", flush=True)
+        deadline = time.monotonic() + 60
+        while mon.raw_sampler.stats().rows_written < 80 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print(mon.raw_sampler.stats().rows_written, flush=True)
         time.sleep(60)
         """
     )
@@ -510,7 +522,7 @@ def test_crash_safe_monitor_dumps_after_sigkill(tmp_path: Path) -> None:
         [sys.executable, "-c", code, str(dump)], stdout=subprocess.PIPE, text=True
     ) as child:
         assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
+        written = int(child.stdout.readline())  # rows the sampler had written by then
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     deadline = time.monotonic() + 30
@@ -518,7 +530,7 @@ def test_crash_safe_monitor_dumps_after_sigkill(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert dump.exists()
     table = pa_csv.read_csv(dump)
-    assert table.num_rows >= 80  # ~1 s at the monitor's 10 ms sampling
+    assert table.num_rows >= written >= 80  # every row written before the kill is dumped
     assert "cpu.util_pct" in table.column_names and "mem.util_pct" in table.column_names
 
 

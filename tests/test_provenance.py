@@ -328,7 +328,7 @@ def test_record_pid_keeps_the_command_line_of_a_process_that_exited(tmp_path: Pa
             if _holds_proc_file_of(cli.pid, target.pid):
                 break
             time.sleep(0.01)
-        time.sleep(0.5)  # from the sampler's construction to its first provenance()
+        time.sleep(0.5)  # the rest of the sampler's construction, then its provenance()
     finally:
         target.kill()
         target.wait()

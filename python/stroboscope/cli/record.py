@@ -111,6 +111,8 @@ def _build(
         sampler = _dataset.rank_sampler(
             args, who, pid=pid, capacity=args.capacity, spool=spool, segment_seconds=segment_s
         )
+    if args.pid is not None:
+        sampler.provenance()  # --pid: its command line, read as soon as its files are open
     publisher = None
     try:
         publisher = RecordPublisher.from_args(args, sampler.columns)
@@ -320,8 +322,6 @@ def _record(
     status = StatusLine(sys.stderr, sampler, enabled=wanted(sys.stderr, args.quiet))
     try:
         sampler.start()
-        if command is None:
-            sampler.provenance()  # the --pid process's command line, read while it runs
         if command is not None:
             _wait_first_row(sampler, stop)  # the command's first instant is recorded
             if stop.signum is None:
