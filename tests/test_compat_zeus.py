@@ -147,7 +147,9 @@ def test_cuda_indices_follow_cuda_visible_devices(
         table = monitor.sampler.snapshot().to_arrow()
     assert "gpu.1.energy_mj" not in table.column_names  # cuda:0 is NVML device 1
     e = table.column("gpu.0.energy_mj").drop_null().to_pylist()
-    assert {y - x for x, y in zip(e, e[1:])} <= {0, 3000, 6000, 9000}  # device 1's steps
+    # Device 1's counter (steps of 3000 mJ; device 0's are 1000): however many readings the
+    # poll thread made between two rows on a loaded machine, each value is one of device 1's.
+    assert len(e) >= 3 and all(v % 3000 == 0 for v in e)
     assert m.window is not None and m.window.end_ns is not None
     assert m.gpu_energy[0] == pytest.approx(
         hand_energy_j(table, 0, m.window.begin_ns, m.window.end_ns), rel=1e-9

@@ -44,8 +44,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.analysis._series import GPU_READ, I64, Series, check_samples, gpu_columns
-from stroboscope.sampling._energy import cells, int64_cells
+from stroboscope.analysis._series import (
+    GPU_READ,
+    I64,
+    Series,
+    cells,
+    check_samples,
+    gpu_columns,
+    int64_cells,
+)
 
 RESOLUTION_J = 1e-3  # NVML's energy counter counts whole mJ
 ABSOLUTE_MAX_POWER_W = 10_000.0  # no single accelerator board draws this

@@ -19,13 +19,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from stroboscope import _core
+from stroboscope.analysis._series import int64_cells
 from stroboscope.sampling._checks import describe
 from stroboscope.sampling._frame import Frame
 
@@ -86,27 +87,6 @@ class _Open:
     edge: pa.Table | None = None
     edge_next_row: int = 0
     edge_readings: int = 0  # readings after the begin in ``edge``
-
-
-def cells(column: pa.ChunkedArray, dtype: type[np.generic], missing: float) -> npt.NDArray[Any]:
-    """A numeric column's cells as ``dtype`` (int64 or float64), ``missing`` where null. Read
-    from the Arrow buffers: pyarrow's own null handling (``fill_null`` with a Python scalar,
-    ``to_numpy`` over nulls) imports pandas, half a second inside the first window."""
-    arr = column.cast(pa.int64() if dtype is np.int64 else pa.float64()).combine_chunks()
-    n, off = len(arr), arr.offset
-    validity, data = arr.buffers()[:2]
-    if n == 0 or data is None:
-        return np.full(n, missing, dtype=dtype)
-    values = np.frombuffer(data, dtype=dtype, count=off + n)[off:]
-    if arr.null_count and validity is not None:
-        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
-        values = np.where(bits[off : off + n].astype(bool), values, missing)
-    return np.asarray(values, dtype=dtype)
-
-
-def int64_cells(column: pa.ChunkedArray, missing: int) -> I64:
-    """An integer column's cells as int64, ``missing`` where null (see :func:`cells`)."""
-    return np.asarray(cells(column, np.int64, missing), dtype=np.int64)
 
 
 def _read_times(table: pa.Table) -> I64:
