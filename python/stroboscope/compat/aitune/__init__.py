@@ -23,7 +23,7 @@ _NAMES = {
     "annotate_with_nvtx": "_annotate",
     "collect_hardware_metrics": "_annotate",
     "with_backend_context": "_annotate",
-    "dump_metrics": "_dump",
+    "dump_metrics": "_monitoring",
     "disable_hardware_metrics": "_monitoring",
     "enable_hardware_metrics": "_monitoring",
     "get_hardware_metrics": "_monitoring",
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
         collect_hardware_metrics,
         with_backend_context,
     )
-    from stroboscope.compat.aitune._dump import dump_metrics
     from stroboscope.compat.aitune._monitoring import (
         disable_hardware_metrics,
+        dump_metrics,
         enable_hardware_metrics,
         get_hardware_metrics,
         snapshot,

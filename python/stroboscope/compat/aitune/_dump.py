@@ -197,18 +197,15 @@ def write_csv(df: pandas.DataFrame, path: str | os.PathLike[str]) -> None:
         df.to_csv(f, index=False)
 
 
-def dump_metrics(metrics: pandas.DataFrame) -> None:
-    """Log the summary of ``metrics`` and write them as CSV to ``AITUNE_HARDWARE_METRICS_PATH``
-    (read at import) or ``hardware_metrics_<YYYYmmdd_HHMMSS>.csv`` in the working directory,
-    named per rank in a multi-process run. Nothing is written when there is nothing to
-    summarise (aitune's rule)."""
-    from stroboscope.compat.aitune import _monitoring
-
+def dump_to(metrics: pandas.DataFrame, name: str | None) -> None:
+    """Log the summary of ``metrics`` and write them as CSV to ``name`` (aitune's
+    ``AITUNE_HARDWARE_METRICS_PATH``; None: ``hardware_metrics_<YYYYmmdd_HHMMSS>.csv`` in the
+    working directory), named per rank in a multi-process run. Nothing is written when there is
+    nothing to summarise (aitune's rule)."""
     summary = metrics_summary(metrics)
     if summary is None:
         return
     log_summary(summary)
-    name = _monitoring.HARDWARE_METRICS_PATH
     if name is None:
         name = f"hardware_metrics_{datetime.datetime.now():%Y%m%d_%H%M%S}.csv"
     path = output_path(name)

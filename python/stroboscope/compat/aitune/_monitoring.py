@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stroboscope import _lifecycle, scopes
-from stroboscope.compat.aitune._dump import dump_metrics, write_csv
+from stroboscope.compat.aitune._dump import dump_to, write_csv
 from stroboscope.compat.aitune._rows import (
     aitune_rows,
     empty_rows,
@@ -55,6 +55,14 @@ def _env_flag(name: str, default: bool) -> bool:
 # Read once at import, as aitune reads its environment variables.
 HARDWARE_METRICS_ENABLED = _env_flag("AITUNE_HARDWARE_METRICS", False)
 HARDWARE_METRICS_PATH: str | None = os.environ.get("AITUNE_HARDWARE_METRICS_PATH")
+
+
+def dump_metrics(metrics: pandas.DataFrame) -> None:
+    """Log the summary of ``metrics`` and write them as CSV to ``AITUNE_HARDWARE_METRICS_PATH``
+    (read at import) or ``hardware_metrics_<YYYYmmdd_HHMMSS>.csv`` in the working directory,
+    named per rank in a multi-process run. Nothing is written when there is nothing to
+    summarise (aitune's rule)."""
+    dump_to(metrics, HARDWARE_METRICS_PATH)
 
 
 def _make_sampler() -> Sampler:
