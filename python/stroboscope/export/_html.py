@@ -23,6 +23,7 @@ from stroboscope.analysis.summary import (
 from stroboscope.export import _meta
 from stroboscope.export._inputs import Series
 from stroboscope.export._plots import Plot
+from stroboscope.export._scope_text import scope_text
 
 if TYPE_CHECKING:
     from stroboscope.export.report import Report
@@ -64,8 +65,6 @@ def _iso(ns: int) -> str:
 
 
 def _series_html(report: Report, s: Series) -> str:
-    from stroboscope.export.report import scope_text
-
     mm = pc.min_max(s.table.column("time").cast(pa.int64()))
     parts = [
         f"<h2>{_esc(s.label)}</h2>",
