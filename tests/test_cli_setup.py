@@ -128,3 +128,76 @@ def test_abandoning_senders_removes_only_the_files_they_made(
     theirs.write_text("another run's rows\n")
     publisher.abandon()
     assert theirs.read_text() == "another run's rows\n"
+
+
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+
+
+def _as_rank(monkeypatch: pytest.MonkeyPatch, rank: int | None, local: int | None = None) -> None:
+    """torchrun's variables for ``rank`` of 4 (none at all for None)."""
+    for name in RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    if rank is not None:
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "4")
+        monkeypatch.setenv("LOCAL_RANK", str(rank if local is None else local))
+
+
+def test_an_output_named_per_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-o with {rank}/{local_rank}/{host}: each rank of a launcher writes its own file."""
+    _as_rank(monkeypatch, 3, local=1)
+    out = tmp_path / "m-{rank}-{local_rank}-{host}.parquet"
+    assert main(["record", "--duration", "0.2", "-q", "-o", str(out)]) == 0
+    import socket
+
+    written = tmp_path / f"m-3-1-{socket.gethostname()}.parquet"
+    assert _tree(tmp_path) == [written.name]
+    assert recover_rows(written) > 0
+    assert "every rank given the same -o" not in capsys.readouterr().err
+
+
+def recover_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.read_metadata(path).num_rows)
+
+
+@pytest.mark.parametrize(
+    ("name", "rank", "words"),
+    [
+        ("m-{rank}.parquet", None, ["-o", "{rank}", "no rank", "RANK"]),
+        ("m-{gpu}.parquet", 0, ["-o", "{gpu}", "rank, local_rank, host, job"]),
+        ("m-{}.parquet", 0, ["-o", "{}", "rank, local_rank, host, job"]),
+        ("m-{rank.parquet", 0, ["-o", "expected '}'", "write a brace as {{"]),
+    ],
+)
+def test_an_output_placeholder_that_cannot_be_filled_is_refused(
+    name: str,
+    rank: int | None,
+    words: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _as_rank(monkeypatch, rank)
+    assert main(["record", "--duration", "0.2", "-o", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err, (word, err)
+    assert _tree(tmp_path) == []
+
+
+def test_one_output_for_several_ranks_is_warned_of(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under a launcher every rank runs the same command: one -o FILE for all of them is named
+    in a warning with the two ways out (a placeholder, or a dataset)."""
+    _as_rank(monkeypatch, 0)
+    out = tmp_path / "m.parquet"
+    assert main(["record", "--duration", "0.2", "-q", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "rank 0 of 4" in err and "every rank given the same -o" in err
+    assert "{rank}" in err and "--dataset ROOT" in err
+    assert out.exists()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import string
+import sys
 import tempfile
 from typing import Any
 
@@ -29,6 +31,56 @@ def check(args: argparse.Namespace) -> Identity | None:
             raise ValueError("--job names the job of a dataset: give --dataset ROOT with it")
         return None
     return detect_identity(job=args.job)
+
+
+OUTPUT_FIELDS = ("rank", "local_rank", "host", "job")
+"""What ``-o FILE`` may name in braces: this process's values put in (one file per rank)."""
+
+
+def per_rank_output(args: argparse.Namespace) -> None:
+    """Put this process's rank, local rank, host or job into ``-o FILE`` where it names them in
+    braces (``-o metrics-{rank}.parquet``: under a launcher every rank runs the same command).
+    Without braces, a run that is one of several ranks is warned that every rank given the same
+    ``-o`` writes the same file. ValueError for a name other than :data:`OUTPUT_FIELDS` or a
+    value this process does not have."""
+    if args.output is None:
+        return
+    text = os.fspath(args.output)
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as exc:  # a lone brace
+        raise ValueError(f"-o {text!r}: {exc} (write a brace as {{{{ or }}}})") from None
+    unknown = sorted(names - set(OUTPUT_FIELDS))
+    if unknown:
+        raise ValueError(
+            f"-o {text!r} names {{{unknown[0]}}}: a file name may hold "
+            f"{{{', '.join(OUTPUT_FIELDS)}}} in braces (this process's values)"
+        )
+    try:
+        who = detect_identity(job=args.job)
+    except ValueError:
+        if names:
+            raise
+        return  # conflicting rank variables: a plain -o still records
+    if not names:
+        if (who.world_size or 1) > 1 and args.dataset is None:
+            print(
+                f"stroboscope record: rank {who.rank} of {who.world_size} writes {text!r}, as "
+                f"does every rank given the same -o: name one file per rank with "
+                f"-o 'NAME-{{rank}}.parquet', or record every rank with --dataset ROOT",
+                file=sys.stderr,
+            )
+        return
+    values = {"rank": who.rank, "local_rank": who.local_rank, "host": who.host, "job": who.job}
+    for name in sorted(names):
+        if values[name] is None:
+            raise ValueError(
+                f"-o {text!r} names {{{name}}}, but this process has no {name.replace('_', ' ')}"
+                f" (none of the launcher variables that give it is set: RANK, LOCAL_RANK, "
+                f"SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_JOB_ID, ...)"
+            )
+    safe = {k: str(v).replace(os.sep, "_") for k, v in values.items() if v is not None}
+    args.output = text.format(**safe)
 
 
 def rank_sampler(args: argparse.Namespace, who: Identity, **kwargs: Any) -> Sampler:

@@ -287,6 +287,7 @@ def run(args: argparse.Namespace) -> int:
     if command_argv and args.pid is not None:
         raise ValueError("record: give either --pid or a command after --, not both")
     who = _dataset.check(args)  # conflicting rank variables fail before anything is made
+    _dataset.per_rank_output(args)  # -o NAME-{rank}.parquet: this rank's own file
     fmt, spool, private = _check_paths(args)
     if not command_argv and args.duration is None and args.pid is None and not args.quiet:
         print("recording until Ctrl-C (use --duration S to stop by itself)", file=sys.stderr)
