@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from stroboscope._provenance_json import PROVENANCE_KEY
 from stroboscope.export.dataset import open_dataset
-from stroboscope.sampling._provenance import PROVENANCE_KEY
 
 Key = tuple[str, str, int]
 """A partition: (job, host, rank)."""

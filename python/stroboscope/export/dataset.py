@@ -36,9 +36,9 @@ import pyarrow as pa
 
 from stroboscope._files import replace_private
 from stroboscope._identity import Identity
+from stroboscope._provenance_json import PROVENANCE_KEY, attach, from_schema
 from stroboscope.export.writers import write_parquet
 from stroboscope.sampling._checks import check_path
-from stroboscope.sampling._provenance import PROVENANCE_KEY, attach, from_schema
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from stroboscope._files import replace_private
-from stroboscope.sampling._provenance import PROVENANCE_KEY, dumps, from_schema
+from stroboscope._provenance_json import PROVENANCE_KEY, dumps, from_schema
 
 FORMATS = ("parquet", "csv")
 SIDECAR_SUFFIX = ".meta.json"

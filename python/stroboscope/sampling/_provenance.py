@@ -16,7 +16,6 @@ so it survives the process's exit.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import weakref
@@ -26,14 +25,27 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from stroboscope._provenance_json import PROVENANCE_KEY, attach, dumps, from_schema
 from stroboscope.sampling._clock_sync import clock_sync
 from stroboscope.sampling._provenance_identity import identity_facts
 
 if TYPE_CHECKING:
     from stroboscope.sampling._sampler import Sampler
 
-PROVENANCE_KEY = "stroboscope.provenance"
-"""Schema metadata key (and the sidecar's content): the provenance as JSON."""
+__all__ = [  # the stored form is _provenance_json's; its names stay importable from here
+    "FORMAT",
+    "PROVENANCE_KEY",
+    "RECOVERED_MISSING",
+    "attach",
+    "dumps",
+    "for_table",
+    "from_schema",
+    "iso_utc",
+    "provenance",
+    "read_cmdline",
+    "recovered",
+]
+
 FORMAT = 1
 """Version of the provenance dict's layout (``"format"``)."""
 
@@ -225,33 +237,6 @@ def _ns(cell: pa.Scalar) -> int | None:
     """A ``time`` cell as ns since the epoch (no cast of the column: one cell is read)."""
     value = getattr(cell, "value", None)  # TimestampScalar.value: the stored int64
     return None if value is None else int(value)
-
-
-def dumps(prov: Mapping[str, Any], *, indent: int | None = None) -> str:
-    """The provenance as JSON text (sorted keys, UTF-8 kept; compact unless ``indent``)."""
-    return json.dumps(prov, sort_keys=True, ensure_ascii=False, indent=indent)
-
-
-def attach(table: pa.Table, prov: Mapping[str, Any]) -> pa.Table:
-    """``table`` with ``prov`` in its schema metadata (other keys kept; no data copied)."""
-    metadata = dict(table.schema.metadata or {})
-    metadata[PROVENANCE_KEY.encode()] = dumps(prov).encode()
-    return table.replace_schema_metadata(metadata)
-
-
-def from_schema(schema: pa.Schema) -> dict[str, Any] | None:
-    """The provenance a schema's metadata holds, or None (unreadable JSON raises ValueError
-    naming the key)."""
-    raw = (schema.metadata or {}).get(PROVENANCE_KEY.encode())
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"schema metadata {PROVENANCE_KEY} is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"schema metadata {PROVENANCE_KEY} is not a JSON object")
-    return value
 
 
 RECOVERED_MISSING = (
