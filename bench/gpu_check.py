@@ -49,7 +49,7 @@ from functools import partial
 from typing import Any, Callable
 
 # bench/ is on sys.path when run as a script
-from gpu_bench import _task_runtime_ns
+from gpu_bench_worker import _task_runtime_ns
 from gpu_check_latency import _ctypes_probe, _ns, check_latency, time_call
 from gpu_check_load import check_energy_windows, check_tick
 from gpu_check_report import Tee, write_markdown

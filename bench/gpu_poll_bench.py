@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from bench_common import OtherLoad, cpu_model, log, machine
-from gpu_bench import _task_runtime_ns, compile_fake
+from gpu_bench import compile_fake
 from gpu_bench import fake_script as base_script
+from gpu_bench_worker import _task_runtime_ns
 
 PROC_SOURCES = ("cpu", "memory", "network", "disk", "diskio", "process")
 # NVML's GPM metric ids (nvml.h): SM, occupancy, tensor, HMMA, DRAM, FP64/32/16, PCIe, NVLink.
