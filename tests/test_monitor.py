@@ -1,4 +1,5 @@
-"""The drop-in SystemMonitor: its exact surface and keys, values against psutil, windows.
+"""The drop-in SystemMonitor: its exact surface and keys, values against psutil, GPU keys from the
+fake NVML, the crash-safe dump (its windows: test_monitor_windows.py).
 
 Tolerances are stated per test: psutil reads the same /proc files a few milliseconds after the
 monitor's window closed, so level values may move a little between the two.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import inspect
-import math
 import os
 import shutil
 import socket
@@ -21,87 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psutil
-import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pytest
-from stroboscope import available_sources
-from stroboscope.analysis import WindowAggregator
+from _monitor import GPU_AVAILABLE, MiB, Recorder, check_keys, monitor, wait_rows
 from stroboscope.compat import (
     AbstractBackendSender,
-    CompatKeys,
     StatsDict,
     SystemMonitor,
 )
-
-MiB = 1048576.0
-GPU_AVAILABLE = any(s["name"] == "gpu" and s["available"] for s in available_sources())
-
-BASE_KEYS = {
-    "cpu",
-    "memory",
-    "network",
-    "disk",
-    "proc.memory.availableMB",
-    "proc.memory.rssMB",
-    "proc.memory.percent",
-    "proc.cpu.threads",
-}
-GPU_REQUIRED = ("gpu", "memory", "memoryAllocated", "temp")
-GPU_POWER = ("powerWatts", "powerPercent")
-
-
-class Recorder(AbstractBackendSender):
-    """Keeps every event it is given (a subclass of the ABC, as the users' senders are)."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.closed = 0
-        self.cond = threading.Condition()
-
-    def publish(self, event: StatsDict, **kwargs: Any) -> None:
-        with self.cond:
-            self.events.append(dict(event))
-            self.cond.notify_all()
-
-    def close(self) -> None:
-        self.closed += 1
-
-    def wait_for(self, n: int, timeout: float = 10.0) -> None:
-        with self.cond:
-            assert self.cond.wait_for(lambda: len(self.events) >= n, timeout), (
-                f"got {len(self.events)} events, wanted {n}"
-            )
-
-
-def monitor(sender: Any, rate: float = 60.0, rank: int | None = None, **kw: Any) -> SystemMonitor:
-    return SystemMonitor(os.getpid(), sender, rate, rank, **kw)
-
-
-def wait_rows(mon: SystemMonitor, rows: int) -> None:
-    """Wait until ``mon``'s sampler has written ``rows`` rows since it started: at its 10 ms
-    interval, at least (rows - 1) x 10 ms of sampled time (its CPU % needs 100 ms), however
-    busy the cores are. Never a set sleep: a loaded machine takes fewer ticks in one."""
-    deadline = time.monotonic() + 60
-    while mon.raw_sampler.stats().rows_written < rows:
-        assert time.monotonic() < deadline, f"fewer than {rows} rows after 60 s"
-        time.sleep(0.01)
-
-
-def check_keys(event: dict[str, Any], prefix: str, gpu_count: int) -> None:
-    expected = {prefix + k for k in BASE_KEYS}
-    for i in range(gpu_count):
-        expected |= {f"{prefix}gpu.{i}.{k}" for k in GPU_REQUIRED}
-    optional = {f"{prefix}gpu.{i}.{k}" for i in range(gpu_count) for k in GPU_POWER}
-    assert expected <= set(event), f"missing keys: {sorted(expected - set(event))}"
-    assert set(event) - expected <= optional, f"extra keys: {sorted(set(event) - expected)}"
-    assert set(event[prefix + "network"]) == {"sent", "recv"}
-    for key, value in event.items():
-        values = value.values() if isinstance(value, dict) else [value]
-        for v in values:
-            assert isinstance(v, (int, float)) and not isinstance(v, bool), (key, v)
-            assert math.isfinite(v) and v >= 0, (key, v)
 
 
 def test_top_level_import() -> None:
@@ -302,113 +230,6 @@ def test_plain_callable_sender() -> None:
     assert len(events) == 1 and "memory" in events[0]
 
 
-@pytest.mark.parametrize("how", ["mean", "max", "last"])
-def test_aggregate_matches_the_window_frame(how: str) -> None:
-    rec = Recorder()
-    mon = monitor(rec, aggregate=how, interval=0.005, capacity=1 << 14)
-    mon.start()
-    try:
-        time.sleep(0.2)
-        mon.flush()
-        blob = bytearray(64 * 1024 * 1024)  # RSS moves within the window
-        end = time.monotonic() + 0.4
-        while time.monotonic() < end:
-            sum(range(1000))
-        mon.flush()
-        window = mon.last_window
-        published = dict(rec.events[1])
-        del blob
-    finally:
-        mon.shutdown()
-    assert window is not None and window.rows >= 20
-    table = mon.raw_sampler.snapshot().to_arrow()
-    mono = table.column("mono_ns").to_numpy()
-    rows = (mono >= window.first_mono_ns) & (mono <= window.last_mono_ns)
-    assert int(rows.sum()) == window.rows
-
-    def reduce(column: str) -> float:
-        values = table.column(column).to_numpy(zero_copy_only=False).astype(float)[rows]
-        values = values[~np.isnan(values)]
-        return float({"mean": values.mean(), "max": values.max(), "last": values[-1]}[how])
-
-    assert published["cpu"] == pytest.approx(reduce("cpu.util_pct"), rel=1e-12)
-    assert published["memory"] == pytest.approx(reduce("mem.util_pct"), rel=1e-12)
-    assert published["proc.memory.rssMB"] == pytest.approx(
-        reduce("proc.rss_bytes") / MiB, rel=1e-12
-    )
-    # A running total is never averaged: it is the window's last reading.
-    last_sent = table.column("net.sent_bytes").to_numpy(zero_copy_only=False)[rows][-1]
-    assert published["network"]["sent"] >= last_sent
-
-
-def test_window_aggregator_over_several_drains() -> None:
-    n = 1000
-    rng = np.random.default_rng(7)
-    gauge = rng.uniform(0, 100, n)
-    gauge[rng.random(n) < 0.2] = np.nan  # nulls are skipped, not zeros
-    counter = np.cumsum(rng.integers(0, 1000, n))
-    table = pa.table(
-        {
-            "mono_ns": pa.array(np.arange(n) * 10_000_000, pa.int64()),
-            "g": pa.array(gauge, pa.float64(), from_pandas=True),
-            "c": pa.array(counter, pa.int64()),
-            "never": pa.nulls(n, pa.float64()),
-        }
-    )
-    agg = WindowAggregator(["g", "c", "never", "absent"], counters=["c"])
-    for start in range(0, n, 137):
-        agg.add(table.slice(start, 137))
-    valid = gauge[~np.isnan(gauge)]
-    assert agg.result("mean")["g"] == pytest.approx(valid.mean(), rel=1e-12)
-    assert agg.result("max")["g"] == valid.max()
-    assert agg.result("last")["g"] == valid[-1]
-    for how in ("mean", "max", "last"):
-        assert agg.result(how)["c"] == counter[-1]
-        assert "never" not in agg.result(how)
-        assert "absent" not in agg.result(how)
-    info = agg.info()
-    assert (info.rows, info.first_mono_ns, info.last_mono_ns) == (n, 0, (n - 1) * 10_000_000)
-    agg.reset()
-    assert agg.result("mean") == {} and agg.info().rows == 0
-    with pytest.raises(ValueError, match="aggregate must be one of"):
-        agg.result("median")  # type: ignore[arg-type]
-
-
-def test_keys_appear_once_produced_and_carry_over() -> None:
-    columns = [
-        "cpu.util_pct",
-        "mem.util_pct",
-        "net.sent_bytes",
-        "net.recv_bytes",
-        "gpu.0.util_pct",
-        "gpu.0.mem_util_pct",
-        "gpu.0.mem_allocated_pct",
-        "gpu.0.temp_c",
-        "gpu.0.power_w",
-        "gpu.0.power_pct",
-        "gpu.1.util_pct",
-        "gpu.0.mig.1.mem_used_bytes",
-    ]
-    keys = CompatKeys(columns, rank=1, extended=False)
-    assert keys.gpu_labels == ["0", "1"]
-    sampler: dict[str, Any] = {}
-    keys.update(sampler, {"cpu.util_pct": 10.0}, {"sent": 0, "recv": 0})
-    assert sampler == {"rank1.cpu": 10.0}
-    keys.update(
-        sampler,
-        {"mem.util_pct": 5.0, "gpu.0.power_w": 70.0, "net.sent_bytes": 10, "net.recv_bytes": 20},
-        {"sent": 100, "recv": 1},
-    )
-    assert sampler == {
-        "rank1.cpu": 10.0,
-        "rank1.memory": 5.0,
-        "rank1.gpu.0.powerWatts": 70.0,
-        "rank1.network": {"sent": 110, "recv": 21},
-    }
-    keys.update(sampler, {}, {"sent": 0, "recv": 0})  # nothing new: everything carried over
-    assert sampler["rank1.cpu"] == 10.0 and sampler["rank1.network"] == {"sent": 110, "recv": 21}
-
-
 def test_extended_keys() -> None:
     rec = Recorder()
     mon = monitor(rec, extended=True)
@@ -532,41 +353,3 @@ def test_crash_safe_monitor_dumps_after_sigkill(tmp_path: Path) -> None:
     table = pa_csv.read_csv(dump)
     assert table.num_rows >= written >= 80  # every row written before the kill is dumped
     assert "cpu.util_pct" in table.column_names and "mem.util_pct" in table.column_names
-
-
-@pytest.mark.parametrize("how", ["mean", "max"])
-def test_thread_count_publishes_the_last_value(how: str) -> None:
-    """A count is never averaged: 3 ticks with n threads and 1 with n + 2 publish the last
-    count (an int), not a mean such as 5.99 threads (issue 9, item 20)."""
-    rec = Recorder()
-    mon = monitor(rec, aggregate=how, interval=0.01)
-    stop = threading.Event()
-    extra = [threading.Thread(target=stop.wait) for _ in range(2)]
-    try:
-        sampler = mon.raw_sampler
-        assert sampler.tick_now(3) == 3
-        for t in extra:
-            t.start()
-        assert sampler.tick_now(1) == 1
-        counts = sampler.snapshot().to_arrow().column("proc.threads").to_pylist()
-        mon.flush()
-    finally:
-        stop.set()
-        for t in extra:
-            t.join()
-        mon.shutdown()
-    assert len(counts) == 4 and counts[-1] > counts[0]  # the sampler saw the new threads
-    published = rec.events[0]["proc.cpu.threads"]
-    assert published == counts[-1] and isinstance(published, int)
-
-
-def test_key_aggregates_say_which_applies() -> None:
-    mon = monitor(Recorder(), aggregate="mean", extended=True)
-    try:
-        agg = mon.key_aggregates
-    finally:
-        mon.shutdown()
-    assert agg["cpu"] == "mean" and agg["memory"] == "mean" and agg["proc.memory.rssMB"] == "mean"
-    assert agg["proc.cpu.threads"] == "last"  # an integer count
-    assert agg["network"] == "last" and agg["disk.in"] == "last"  # running totals
-    assert set(agg) >= BASE_KEYS
