@@ -24,6 +24,11 @@ enum class ErrorClass {
   kFatal,        // the GPU is gone or NVML broke: the device gives nulls from then on
 };
 
+// Only the codes that say the GPU or the driver itself is gone end a device. Any other error of
+// one query (UNKNOWN, CORRUPTED_INFOROM, OPERATING_SYSTEM, IRQ_ISSUE, a code newer than this
+// list, ...) empties that cell for that read and is asked again, so a board with one broken
+// sensor keeps its power, memory and the rest.
+
 [[nodiscard]] constexpr ErrorClass classify(int code) noexcept {
   switch (code) {
     case nvml::kErrorNotSupported:
@@ -46,8 +51,16 @@ enum class ErrorClass {
     case nvml::kErrorMemory:
     case nvml::kErrorInsufficientResources:
       return ErrorClass::kTransient;
-    default:
+    case nvml::kErrorUninitialized:
+    case nvml::kErrorDriverNotLoaded:
+    case nvml::kErrorLibraryNotFound:
+    case nvml::kErrorGpuIsLost:
+    case nvml::kErrorResetRequired:
+    case nvml::kErrorLibRmVersionMismatch:
+    case nvml::kErrorGpuNotFound:
       return ErrorClass::kFatal;
+    default:
+      return ErrorClass::kTransient;
   }
 }
 

@@ -242,6 +242,36 @@ void test_gpu_lost() {
         contains(st[1].error, "NVML_ERROR_GPU_IS_LOST"));
 }
 
+// An error NVML does not document as the end of a device (UNKNOWN, CORRUPTED_INFOROM,
+// OPERATING_SYSTEM, ...) empties that one cell for that read: the GPU's other values go on, the
+// query is asked again, and it counts as a passing error, not a failure of the source.
+void test_an_unknown_error_empties_one_cell() {
+  use_script(
+      "devices 1\n"
+      "set 0 temp 60 61 62 63\n"
+      "set 0 fan 40 41 42 43\n"
+      "fail 0 fan UNKNOWN after 1\n"
+      "fail 0 temp CORRUPTED_INFOROM after 2\n");
+  NvmlSource src({0}, 0);
+  Row row(src);
+  row.read();
+  CHECK(row.f64("gpu.0.fan_pct") == 40.0 && row.f64("gpu.0.temp_c") == 60.0);
+  row.read();  // the fan fails from now on
+  CHECK(!row.has("gpu.0.fan_pct"));
+  CHECK(row.f64("gpu.0.temp_c") == 61.0 && row.has("gpu.0.power_w"));
+  row.read();  // the temperature too; power, memory and the rest are still read
+  CHECK(!row.has("gpu.0.fan_pct") && !row.has("gpu.0.temp_c"));
+  CHECK(row.has("gpu.0.power_w") && row.has("gpu.0.mem_used_bytes"));
+  CHECK(src.reason() == nullptr);
+  CHECK_EQ(src.failures(), 0u);
+  CHECK(src.transient_errors() >= 3u);
+  const unsigned long long fan_calls = fake_calls(0, "nvmlDeviceGetFanSpeed");
+  row.read();  // asked again
+  CHECK_EQ(fake_calls(0, "nvmlDeviceGetFanSpeed"), fan_calls + 1);
+  const auto st = src.device_status();
+  CHECK(st.size() == 1 && st[0].error.empty());
+}
+
 void test_energy_wrap() {
   static_assert(nvml_counter_delta(10, 15) == 5);
   static_assert(nvml_counter_delta(0xFFFFFFF0ull, 0x10) == 0x20);
@@ -300,6 +330,7 @@ int main() {
   test_values_two_devices();
   test_not_supported();
   test_gpu_lost();
+  test_an_unknown_error_empties_one_cell();
   test_energy_wrap();
   test_status_while_reading();
 
