@@ -349,7 +349,9 @@ def test_a_restarted_rank_takes_over_its_partition(
         "from stroboscope.recording.sampler import Sampler\n"
         "s = Sampler(0.01, sources=['memory'], dataset=sys.argv[1], segment_seconds=0.1,\n"
         "            identity=Identity(host='h', rank=1, world_size=2, job='j'))\n"
-        "s.start(); import time; time.sleep(0.3); s.close()\n"
+        "s.start(); import time; deadline = time.monotonic() + 60\n"
+        "while s.stats().rows_written == 0 and time.monotonic() < deadline: time.sleep(0.005)\n"
+        "assert s.stats().rows_written > 0, 'no row after 60 s'; s.close()\n"
     )
     env = {**os.environ, "TORCHELASTIC_RESTART_COUNT": "0"}
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, check=True, timeout=120)

@@ -54,8 +54,10 @@ def test_the_begin_is_carried_forward_from_the_rows_kept_before_it() -> None:
 
 
 def wait_rows(s: Sampler, rows: int) -> None:
+    """Wait (60 s at most) until the running sampler has written ``rows`` rows."""
     deadline = time.monotonic() + 60
-    while s.stats().rows_written < rows and time.monotonic() < deadline:
+    while (written := s.stats().rows_written) < rows:
+        assert time.monotonic() < deadline, f"{written} of {rows} rows after 60 s"
         time.sleep(0.002)
 
 
@@ -83,7 +85,10 @@ def test_a_window_longer_than_the_ring(nvml: ScriptFn) -> None:
 
 def test_a_long_window_keeps_its_begin_seen_by_a_later_call(nvml: ScriptFn) -> None:
     nvml(counter_script())
-    s = Sampler(0.002, sources={"memory": None, "gpu": 0.02}, capacity=128, gpu_samples=False)
+    # A ring of 2 s at 2 ms: the rows around the begin are still in it when "short" runs, even
+    # if this thread is not scheduled for a while (128 rows, a quarter second, were not enough).
+    capacity = 1024
+    s = Sampler(0.002, sources={"memory": None, "gpu": 0.02}, capacity=capacity, gpu_samples=False)
     with s:
         wait_rows(s, 20)
         s.begin_energy_window("long")
@@ -97,7 +102,9 @@ def test_a_long_window_keeps_its_begin_seen_by_a_later_call(nvml: ScriptFn) -> N
             pass
         kept = s._open_energy_windows()["long"].edge
         assert kept is not None
-        wait_rows(s, s.stats().rows_written + 3 * 128)
+        # The ring went round once and a quarter: the kept rows and the window's first rows
+        # after them are gone from it.
+        wait_rows(s, s.stats().rows_written + capacity + capacity // 4)
         w = s.end_energy_window("long", timeout=30)
     assert w.note is not None and "rows inside the window" in w.note
     g = w.gpus[0]

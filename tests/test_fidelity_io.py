@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,9 +113,13 @@ def test_network_counts_loopback_only_when_asked(include_lo: bool) -> None:
     n = 1 << 20
     s = Sampler(0.001, sources=["network"], net_include_loopback=include_lo, capacity=64)
     try:
+        # /proc/net/dev read on both sides of each tick: the bytes between our two reads are
+        # bracketed by [inner delta, outer delta] of the same interfaces.
         py0 = _net_dev_bytes(include_lo)
         s.tick_now(1)
+        inner0 = _net_dev_bytes(include_lo)
         _send_over_loopback(n)
+        inner1 = _net_dev_bytes(include_lo)
         s.tick_now(1)
         py1 = _net_dev_bytes(include_lo)
         table = s.snapshot().to_arrow()
@@ -124,10 +129,13 @@ def test_network_counts_loopback_only_when_asked(include_lo: bool) -> None:
     recv = table.column("net.recv_bytes").to_pylist()
     d_sent, d_recv = sent[1] - sent[0], recv[1] - recv[0]
     assert d_sent <= py1[0] - py0[0] and d_recv <= py1[1] - py0[1]
+    assert d_sent >= inner1[0] - inner0[0] and d_recv >= inner1[1] - inner0[1]
     if include_lo:  # lo sends and receives every byte (plus TCP/IP headers)
         assert d_sent >= n and d_recv >= n
     else:
-        assert d_sent < n and d_recv < n  # only what other interfaces moved meanwhile
+        # Only what other interfaces moved meanwhile: counting lo too would add its n bytes to
+        # at least the inner delta of the others (however busy they were).
+        assert d_sent < n + inner1[0] - inner0[0] and d_recv < n + inner1[1] - inner0[1]
 
 
 @contextlib.contextmanager
@@ -146,6 +154,18 @@ def _veth_pair() -> Iterator[str]:
     try:
         for name in (a, b):
             subprocess.run([ip, "link", "set", name, "up"], check=True)
+        # The kernel brings the carrier up and attaches the qdisc later, from a work item (a
+        # frame sent before that is dropped uncounted): wait for both ends to say so.
+        deadline = time.monotonic() + 60
+        for name in (a, b):
+            while True:
+                shown = subprocess.run(
+                    [ip, "-o", "link", "show", "dev", name], capture_output=True, text=True
+                ).stdout
+                if "state UP" in shown and "qdisc noop" not in shown:
+                    break
+                assert time.monotonic() < deadline, f"{name} not up after 60 s: {shown}"
+                time.sleep(0.01)
         yield a
     finally:
         subprocess.run([ip, "link", "del", a], capture_output=True)

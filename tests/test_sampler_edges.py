@@ -31,6 +31,17 @@ def edge_rows_reach(s: Sampler, n: int) -> Callable[[], bool]:
     return lambda: s.stats().ticks_requested == n
 
 
+def last_row_at_or_after(s: Sampler, t_ns: int) -> Callable[[], bool]:
+    """A predicate: the newest row of ``s`` was taken at or after ``t_ns``."""
+
+    def holds() -> bool:
+        written = s.stats().rows_written
+        last = mono(s.copy_since(max(written - 1, 0)).to_arrow())
+        return bool(last) and last[-1] >= t_ns
+
+    return holds
+
+
 def mono(table: pa.Table) -> list[int]:
     values: list[int] = table.column("mono_ns").to_pylist()
     return values
@@ -69,7 +80,8 @@ def test_requests_at_1khz_every_200us() -> None:
             until = time.perf_counter() + 200e-6
             while time.perf_counter() < until:
                 pass
-        time.sleep(0.02)  # a row after the last request
+        # A row after the last request (stop() never serves a pending one): wait for it.
+        assert eventually(last_row_at_or_after(s, asked[-1]), timeout=60.0)
     st = s.stats()
     assert st.tick_requests == 1000
     # Each edge row serves at least one request (requests coalesce, never multiply).

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import stroboscope
+from stroboscope import sampling
 from stroboscope.recording.sampler import Sampler
 
 
@@ -16,6 +17,19 @@ def _spin(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
+
+def _wait_row_at_or_after(s: sampling.Sampler, t_ns: int, timeout: float = 60.0) -> None:
+    """Wait until the running sampler's newest row was taken at or after ``t_ns``
+    (``time.monotonic_ns()``): its own rows, not a set time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        written = s.stats().rows_written
+        last = s.copy_since(max(written - 1, 0)).to_arrow().column("mono_ns").to_pylist()
+        if last and last[-1] >= t_ns:
+            return
+        assert time.monotonic() < deadline, f"no row at or after {t_ns} after {timeout} s"
+        time.sleep(0.002)
 
 
 def test_summary_rows_and_trace_of_a_sampler_run(tmp_path: Path) -> None:
@@ -56,7 +70,8 @@ def test_edge_rows_give_short_regions_a_row_at_their_start() -> None:
             with stroboscope.annotate("short"):
                 _spin(0.0002)
             time.sleep(0.0002)
-        time.sleep(0.01)  # a row after the last request
+        # A row after the last request (stop() never serves a pending one): wait for it.
+        _wait_row_at_or_after(s, time.monotonic_ns())
     stats = s.stats()
     assert stats.tick_requests == 1000  # one request per scope opened
     assert stats.rows_written == stats.ticks_taken + stats.ticks_requested

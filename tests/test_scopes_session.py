@@ -32,7 +32,10 @@ def test_enable_builds_but_only_the_first_scope_starts(session_off: None) -> Non
     with scopes.annotate("first"):
         assert s.running
     with scopes.annotate("second"):
-        time.sleep(0.05)  # rows at 2 ms
+        deadline = time.monotonic() + 60  # a row at 2 ms: wait for it, not for a set time
+        while s.stats().rows_written < 1:
+            assert time.monotonic() < deadline, "no row after 60 s"
+            time.sleep(0.002)
     scopes.disable()
     assert not s.running and not scopes.is_enabled() and not _events.state.recording
     with scopes.annotate("not recorded"):

@@ -416,18 +416,23 @@ def test_raising_sender_is_logged_rate_limited_and_others_still_receive(
 
 
 def test_slow_sender_blocks_only_itself() -> None:
-    slow = Slow(0.5)
+    # The slow sender (Gated, below) holds every event until released (a minute at most), so a
+    # submit that waited for it would take that minute, not a few seconds of a loaded machine.
+    slow = Gated()
     fast: list[dict[str, Any]] = []
     fan = Fanout([slow, fast.append])
-    started = time.monotonic()
-    tickets = [fan.submit({"i": float(i)}) for i in range(4)]
-    assert time.monotonic() - started < 0.2  # submitting never waits for a sender
-    deadline = time.monotonic() + 5
-    while len(fast) < 4 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert len(fast) == 4 and len(slow.events) < 4  # the fast one is not held back
-    assert fan.wait(tickets[-1], timeout=5)  # in order: the last handled means all are
-    assert fan.close(timeout=5)
+    try:
+        started = time.monotonic()
+        tickets = [fan.submit({"i": float(i)}) for i in range(4)]
+        assert time.monotonic() - started < 10  # submitting never waits for a sender
+        deadline = time.monotonic() + 60
+        while len(fast) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(fast) == 4 and len(slow.events) < 4  # the fast one is not held back
+    finally:
+        slow.release.set()
+    assert fan.wait(tickets[-1], timeout=60)  # in order: the last handled means all are
+    assert fan.close(timeout=60)
     assert [e["i"] for e in slow.events] == [0.0, 1.0, 2.0, 3.0] and slow.closed == 1
 
 
