@@ -80,3 +80,13 @@ def values(table: pa.Table, name: str) -> list[float]:
     """The non-null cells of the numeric column ``name``, in row order."""
     cells: list[float] = table.column(name).drop_null().to_pylist()
     return cells
+
+
+def read_times(table: pa.Table, column: str) -> list[int]:
+    """The read time of each row of ``table`` (already filtered to the rows to use) for the GPU
+    column ``column``: its GPU's own (``gpu.{i}.read_mono_ns``) where the frame has it, as the
+    analysis times GPU readings, else the poll's (``gpu.read_mono_ns``)."""
+    own = f"gpu.{column.split('.')[1]}.read_mono_ns"
+    name = own if own in table.column_names else "gpu.read_mono_ns"
+    times: list[int] = table.column(name).to_pylist()
+    return times

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _fake_nvml import ScriptFn, script_fixture
+from _fake_nvml import ScriptFn, read_times, script_fixture
 from stroboscope.compat.zeus import Measurement, ZeusMonitor
 from stroboscope.sampling import Sampler
 
@@ -38,7 +38,7 @@ TWO = (
 def hand_energy_j(table: pa.Table, gpu: int, a: int, b: int) -> float:
     """The counter linear between the first readings of its values (docs/energy.md)."""
     rows = table.filter(table.column(f"gpu.{gpu}.energy_mj").is_valid())
-    t: list[int] = rows.column("gpu.read_mono_ns").to_pylist()
+    t = read_times(rows, f"gpu.{gpu}.energy_mj")
     e = [float(v) for v in rows.column(f"gpu.{gpu}.energy_mj").to_pylist()]
     tau = [t[j] for j in range(len(t)) if j == 0 or e[j] != e[j - 1]]
     val = [e[j] for j in range(len(t)) if j == 0 or e[j] != e[j - 1]]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _fake_nvml import ScriptFn, script_fixture
+from _fake_nvml import ScriptFn, read_times, script_fixture
 from stroboscope.analysis.energy import window_energy
 from stroboscope.sampling import Sampler
 
@@ -59,7 +59,7 @@ def record(nvml: ScriptFn, energy: list[int], power_w: list[int], readings: int)
 
 def readings(table: pa.Table, column: str) -> tuple[list[int], list[float]]:
     rows = table.filter(table.column(column).is_valid())
-    t, v = rows.column("gpu.read_mono_ns").to_pylist(), rows.column(column).to_pylist()
+    t, v = read_times(rows, column), rows.column(column).to_pylist()
     return t, [float(x) for x in v]
 
 
@@ -228,6 +228,37 @@ def test_bounds_and_sanity_on_a_hand_made_frame() -> None:
     assert back.joules == pytest.approx(3000 / 1e9)  # 1 W for 3 µs
     # The same step implying more than max_power_w is refused; within it, it is served.
     assert window_energy(table, 1500, 4500, max_power_w=100.0)[0].method == "power integral"
+
+
+def test_each_gpu_is_timed_by_its_own_read() -> None:
+    """A poll reads the GPUs one after another: GPU 1's counter is read 400 ns after the poll
+    began (gpu.read_mono_ns), and its knots sit at its own read times (gpu.1.read_mono_ns)."""
+    ENERGY = [0.0, 10.0, 40.0, 90.0, 160.0]
+    poll = [0, 1000, 2000, 3000, 4000]
+    own = [t + 400 for t in poll]
+    table = pa.table(
+        {
+            "mono_ns": pa.array([t + 900 for t in poll], pa.int64()),
+            "gpu.read_mono_ns": pa.array(poll, pa.int64()),
+            "gpu.0.read_mono_ns": pa.array(poll, pa.int64()),
+            "gpu.1.read_mono_ns": pa.array(own, pa.int64()),
+            "gpu.0.energy_mj": pa.array(ENERGY),
+            "gpu.1.energy_mj": pa.array(ENERGY),
+        }
+    )
+    w = window_energy(table, 1200, 2200, max_power_w=1e9)
+    for gpu, t in ((0, poll), (1, own)):
+        tau, val, sigma = knots(t, ENERGY)
+        assert w[gpu].joules == pytest.approx(
+            (hand_at(tau, val, 2200) - hand_at(tau, val, 1200)) / 1000
+        )
+        (la, ha), (lb, hb) = hand_bounds(tau, val, sigma, 1200), hand_bounds(tau, val, sigma, 2200)
+        assert (w[gpu].low_j, w[gpu].high_j) == pytest.approx(
+            (max(0, lb - ha) / 1000, (hb - la) / 1000)
+        )
+    # By hand for GPU 1: the counter is 8 mJ at 1200 and 34 mJ at 2200 (timed by the poll it
+    # would read 16 and 50); at most 92 mJ (91 by 2200, at least -1 by 1200).
+    assert w[1].joules == pytest.approx(0.026) and w[1].high_j == pytest.approx(0.092)
 
 
 def test_bad_arguments() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _fake_nvml import ScriptFn, script_fixture
+from _fake_nvml import ScriptFn, read_times, script_fixture
 from stroboscope.analysis.energy import window_energy
 from stroboscope.sampling import Sampler
 
@@ -111,7 +111,7 @@ def test_a_long_window_keeps_its_begin_seen_by_a_later_call(nvml: ScriptFn) -> N
     assert g.method == "counter"
     # The begin's value: linear between the kept readings around it, by hand.
     rows = kept.filter(kept.column("gpu.0.energy_mj").is_valid())
-    t = rows.column("gpu.read_mono_ns").to_pylist()
+    t = read_times(rows, "gpu.0.energy_mj")
     e = [float(v) for v in rows.column("gpu.0.energy_mj").to_pylist()]
     k = max(i for i in range(len(t)) if t[i] <= w.begin_ns)
     at_a = e[k] + (e[k + 1] - e[k]) * (w.begin_ns - t[k]) / (t[k + 1] - t[k])

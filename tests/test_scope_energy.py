@@ -12,6 +12,7 @@ from typing import Callable
 
 import pyarrow as pa
 import pytest
+from _fake_nvml import read_times
 from _scope_tables import Call, intervals
 from stroboscope import Sampler
 from stroboscope.analysis.scopes import samples_by_scope, summary
@@ -59,7 +60,7 @@ def gpu_frame(nvml: ScriptFn) -> pa.Table:
 
 def readings(table: pa.Table, column: str) -> tuple[list[int], list[float]]:
     rows = table.filter(table.column(column).is_valid())
-    return rows.column("gpu.read_mono_ns").to_pylist(), rows.column(column).to_pylist()
+    return read_times(rows, column), rows.column(column).to_pylist()
 
 
 def hand_trapezoid(t: list[int], p: list[float], a: float, b: float) -> float:

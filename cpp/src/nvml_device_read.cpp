@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "nvml_device_read.hpp"
+#include "stroboscope/clock.hpp"
 
 namespace stroboscope {
 
@@ -33,6 +34,7 @@ void read_field_batch(DeviceRead& r) noexcept {
     which[n++] = s.field;
   }
   if (n == 0 || !r.check(kQFieldValues, r.f.device_get_field_values(r.h, n, fv))) return;
+  r.fields_at_ns = mono_ns();  // this GPU's own read time (the poll reads GPUs one by one)
   for (int i = 0; i < n && !d.failed(); ++i) {
     const Field w = which[i];
     const int rc = fv[i].nvml_return;
@@ -123,13 +125,18 @@ void read_power(DeviceRead& r) noexcept {
   }
   bool have_energy = r.have_field[kFEnergy];
   std::uint64_t energy_mj = r.field[kFEnergy];
+  std::int64_t energy_at = r.fields_at_ns;
   if (!have_energy && r.asks(kQEnergy)) {
     unsigned long long e = 0;
     if ((have_energy = r.check(kQEnergy, r.f.device_get_total_energy_consumption(r.h, &e)))) {
       energy_mj = e;
+      energy_at = mono_ns();
     }
   }
-  if (have_energy) r.set_i(kEnergy, d.energy.update(energy_mj));
+  if (have_energy) {
+    r.set_i(kEnergy, d.energy.update(energy_mj));
+    r.set_i(kEnergyReadAt, static_cast<std::uint64_t>(energy_at));
+  }
 }
 
 void read_clocks(DeviceRead& r) noexcept {
@@ -261,7 +268,7 @@ constexpr GroupReader kGroupReaders[] = {
     {kGMemory, read_memory, {kMemUsed, kMemFree, kMemTotal, kMemAllocPct}, 4},
     {kGUtilisation, read_utilisation, {kUtil, kMemUtil}, 2},
     {kGTemperature, read_temperature, {kTemp}, 1},
-    {kGPower, read_power, {kPower, kPowerLimit, kPowerPct, kEnergy}, 4},
+    {kGPower, read_power, {kPower, kPowerLimit, kPowerPct, kEnergy, kEnergyReadAt}, 5},
     {kGClocks, read_clocks, {kSmClock, kMemClock, kGfxClock}, 3},
     {kGFan, read_fan, {kFan}, 1},
     {kGClockReasons, read_clock_reasons, {kClockReasons}, 1},

@@ -28,6 +28,7 @@ struct DeviceRead {
   std::uint64_t field[kFieldCount] = {};
   bool have_field[kFieldCount] = {};
   std::int64_t field_us[kFieldCount] = {};  // the driver's timestamp of each (0: none given)
+  std::int64_t fields_at_ns = 0;  // CLOCK_MONOTONIC time the field batch came back (0: no batch)
 
   // Returns true on success; otherwise disables the query, counts a passing error, or marks the
   // device failed, by the error's class.

@@ -20,7 +20,7 @@ namespace nvml_detail {
 // The columns of one device, in order.
 enum Metric : std::size_t {
   kUtil, kMemUtil, kMemUsed, kMemFree, kMemTotal, kMemAllocPct, kTemp, kPower, kPowerLimit,
-  kPowerPct, kEnergy, kSmClock, kMemClock, kGfxClock, kFan, kClockReasons, kPcieTx, kPcieRx,
+  kPowerPct, kEnergy, kEnergyReadAt, kSmClock, kMemClock, kGfxClock, kFan, kClockReasons, kPcieTx, kPcieRx,
   kPcieTxRate, kPcieRxRate, kNvlinkTx, kNvlinkRx, kNvlinkTxRate, kNvlinkRxRate,
   kEccCorrected, kEccUncorrected, kProcMem, kProcSm, kProcMemUtil, kProcEncUtil, kProcDecUtil,
   kOtherProcs, kMetricCount
@@ -59,6 +59,11 @@ inline constexpr MetricSpec kMetrics[kMetricCount] = {
     {"energy_mj", "mJ", DType::kInt64, Kind::kCounter,
      "Energy the GPU consumed since this source's first reading, from NVML's total energy "
      "counter (wrap-safe)."},
+    {"read_mono_ns", "ns", DType::kInt64, Kind::kGauge,
+     "CLOCK_MONOTONIC time (ns) at which this GPU's energy (and, where the same batched call "
+     "brought them, power and PCIe/NVLink counters) was read: a poll reads the GPUs one after "
+     "another, so this is later than gpu.read_mono_ns, the poll's start, by the GPUs before it. "
+     "Energy windows time this GPU's readings by it."},
     {"sm_clock_mhz", "MHz", DType::kInt64, Kind::kGauge, "Current SM clock."},
     {"mem_clock_mhz", "MHz", DType::kInt64, Kind::kGauge, "Current memory clock."},
     {"graphics_clock_mhz", "MHz", DType::kInt64, Kind::kGauge, "Current graphics clock."},
@@ -236,6 +241,7 @@ inline constexpr MetricPaths kMetricPaths[kMetricCount] = {
     {{{true, kFPowerLimit}, {false, kQPowerLimit}}, 2},             // power_limit_w
     {{{true, kFPowerInstant}, {false, kQPowerUsage}}, 2},           // power_pct (and the limit)
     {{{true, kFEnergy}, {false, kQEnergy}}, 2},                     // energy_mj
+    {{{true, kFEnergy}, {false, kQEnergy}}, 2},                     // read_mono_ns
     {{{false, kQClockSm}}, 1},                                      // sm_clock_mhz
     {{{false, kQClockMem}}, 1},                                     // mem_clock_mhz
     {{{false, kQClockGfx}}, 1},                                     // graphics_clock_mhz

@@ -137,7 +137,7 @@ void test_selection() {
     o.devices = {2, 0};
     o.labels = {"a", "b"};
     NvmlSource src(o);
-    CHECK_EQ(src.columns().size(), 64u);
+    CHECK_EQ(src.columns().size(), 66u);
     CHECK(src.columns().front().name == "gpu.a.util_pct");
     CHECK(src.device_indices() == std::vector<unsigned>({2, 0}));
     Row row(src);
@@ -147,7 +147,7 @@ void test_selection() {
   }
   {
     NvmlSource one({1}, 0);
-    CHECK_EQ(one.columns().size(), 32u);
+    CHECK_EQ(one.columns().size(), 33u);
     CHECK(one.columns().back().name == "gpu.1.other_procs");
     // Sources hold one nvmlInit between them.
     NvmlSource two({0}, 0);

@@ -133,7 +133,7 @@ void test_mig() {
       "set 1 util 60\n");
   {
     NvmlSource src({}, 0);
-    CHECK_EQ(src.columns().size(), 2u * 32u + 4u);
+    CHECK_EQ(src.columns().size(), 2u * 33u + 4u);
     Row row(src);
     row.read();
     CHECK_EQ(row.i64("gpu.0.mig.0.mem_used_bytes"), 1000);

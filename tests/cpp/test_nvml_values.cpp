@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "nvml_fixture.hpp"
+#include "stroboscope/clock.hpp"
 
 namespace {
 
@@ -106,7 +107,7 @@ void test_values_two_devices() {
   NvmlSource src(NvmlSourceOptions{});
   CHECK(src.name() == "gpu");
   CHECK(src.slow());
-  CHECK_EQ(src.columns().size(), 64u);
+  CHECK_EQ(src.columns().size(), 66u);
   Row row(src);
   const auto& cols = src.columns();
   const ColumnSpec& power = cols[row.col("gpu.0.power_w")];
@@ -122,8 +123,14 @@ void test_values_two_devices() {
   const double power_w[] = {250, 300, 350}, power_pct[] = {50, 60, 70}, fan[] = {40, 45, 50};
   const std::int64_t energy_mj[] = {0, 500, 1500}, tx[] = {0, 200, 500}, rx[] = {0, 0, 4000};
   const std::int64_t ecc_c[] = {2, 3, 3}, ecc_u[] = {0, 0, 1};
+  std::int64_t read_at[2] = {0, 0};  // each GPU's own read time: GPU 1 after GPU 0, both later
   for (int k = 0; k < 3; ++k) {
+    const std::int64_t before = mono_ns();
     row.read();
+    const std::int64_t after = mono_ns();
+    const std::int64_t at0 = row.i64("gpu.0.read_mono_ns"), at1 = row.i64("gpu.1.read_mono_ns");
+    CHECK(before <= at0 && at0 <= at1 && at1 <= after && at0 > read_at[0] && at1 > read_at[1]);
+    read_at[0] = at0, read_at[1] = at1;
     CHECK(row.f64("gpu.0.util_pct") == util[k]);
     CHECK(row.f64("gpu.0.mem_util_pct") == mem_util[k]);
     CHECK_EQ(row.i64("gpu.0.mem_used_bytes"), used[k]);

@@ -1,9 +1,10 @@
 """Metric series out of a sample frame, and vectorised range statistics over them.
 
 A *series* is the valid cells of one metric column as two sorted arrays: the time each value was
-read (``int64`` ns on CLOCK_MONOTONIC) and the value (``float64``). A GPU cell is timed by the
-row's ``gpu.read_mono_ns`` when the frame has it (the moment NVML was read, which can be
-milliseconds before the row copied it), every other cell by the row's ``mono_ns``.
+read (``int64`` ns on CLOCK_MONOTONIC) and the value (``float64``). A GPU cell is timed by when
+its GPU was read (:func:`read_times`: ``gpu.{i}.read_mono_ns``, else the poll's
+``gpu.read_mono_ns``, which can be milliseconds before the row copied it), every other cell by
+the row's ``mono_ns``.
 
 Range queries take half-open intervals ``[begin, end)`` and never loop in Python over samples or
 intervals: prefix sums for sums and counts, one flat expansion plus ``reduceat`` for maxima, and
@@ -26,6 +27,7 @@ F64 = npt.NDArray[np.float64]
 
 ANCHOR_KEY = b"stroboscope.anchor_realtime_ns"
 GPU_READ = "gpu.read_mono_ns"
+AMD_READ = "amd_gpu.read_mono_ns"
 
 
 @dataclass(frozen=True)
@@ -83,15 +85,36 @@ def anchor_of(samples: pa.Table | None, intervals: pa.Table | None, given: int |
     )
 
 
+def is_read_time(name: str) -> bool:
+    """Whether column ``name`` says when something was read (a poll's or one GPU's
+    ``...read_mono_ns``): a clock reading, not a metric."""
+    return name.endswith(".read_mono_ns")
+
+
+def read_times(samples: pa.Table, column: str, rows: I64) -> I64:
+    """Per row: when ``column``'s cell was read, ``rows`` (the rows' ``mono_ns``) where nothing
+    better is known. A ``gpu.{i}.*`` cell is timed by its GPU's own read time
+    (``gpu.{i}.read_mono_ns``: a poll reads the GPUs one after another) where the row has it,
+    else by its poll's start: ``gpu.read_mono_ns``, or ``amd_gpu.read_mono_ns`` on a frame with
+    AMD GPUs only."""
+    if not column.startswith("gpu."):
+        return rows
+    names = set(samples.column_names)
+    parts = column.split(".")
+    order = [AMD_READ] if AMD_READ in names and GPU_READ not in names else []
+    order += [GPU_READ] if GPU_READ in names else []
+    if len(parts) == 3 and parts[1].isdigit() and f"gpu.{parts[1]}.read_mono_ns" in names:
+        order.append(f"gpu.{parts[1]}.read_mono_ns")
+    t = rows
+    for name in order:  # the most specific last: it wins where the row has it
+        read = int64_cells(samples.column(name), -1)
+        t = np.where(read >= 0, read, t)
+    return np.asarray(t, dtype=np.int64)
+
+
 def _times(samples: pa.Table, column: str) -> I64:
-    """Per row: the time its ``column`` cell was read (see the module docstring)."""
-    m = mono(samples)
-    if column.startswith("gpu.") and GPU_READ in samples.column_names:
-        read = samples.column(GPU_READ)
-        known = np.asarray(read.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        t = np.asarray(read.cast(pa.int64()).fill_null(0).to_numpy(), dtype=np.int64)
-        return np.where(known, t, m)
-    return m
+    """Per row: the time its ``column`` cell was read (see :func:`read_times`)."""
+    return read_times(samples, column, mono(samples))
 
 
 def series(samples: pa.Table, column: str) -> Series:

@@ -2,7 +2,8 @@
 
 The source is the continuously sampled counter ``gpu.{i}.energy_mj``: mJ since the sampler's
 first reading, made wrap-safe in the core from NVML's total energy counter. Each reading is timed
-by ``gpu.read_mono_ns`` (the moment NVML was read). Where the counter is absent or fails its
+by ``gpu.{i}.read_mono_ns`` (when that GPU's batched read returned; ``gpu.read_mono_ns``, the
+poll's start, in frames without it). Where the counter is absent or fails its
 sanity check, the integral of ``gpu.{i}.power_w`` serves instead, and the result says why.
 
 The counter model (docs/energy.md has the derivation):
@@ -45,13 +46,13 @@ import numpy as np
 import pyarrow as pa
 
 from stroboscope.analysis._series import (
-    GPU_READ,
     I64,
     Series,
     cells,
     check_samples,
     gpu_columns,
     int64_cells,
+    read_times,
 )
 
 RESOLUTION_J = 1e-3  # NVML's energy counter counts whole mJ
@@ -128,14 +129,10 @@ class WindowEnergy:
 
 
 def _readings(samples: pa.Table, column: str) -> Series:
-    """The column's valid readings, timed as in :mod:`._series` (``gpu.read_mono_ns``, else
-    ``mono_ns``), sorted, one per distinct time; read without converting Python scalars (see
-    :func:`stroboscope.sampling._energy.cells`)."""
-    names = samples.column_names
-    t = int64_cells(samples.column("mono_ns"), -1)
-    if GPU_READ in names:
-        read = int64_cells(samples.column(GPU_READ), -1)
-        t = np.where(read >= 0, read, t)
+    """The column's valid readings, timed as in :mod:`._series` (its GPU's read time, else
+    ``mono_ns``: :func:`~stroboscope.analysis._series.read_times`), sorted, one per distinct
+    time; read without converting Python scalars (see :func:`._series.cells`)."""
+    t = read_times(samples, column, int64_cells(samples.column("mono_ns"), -1))
     v = np.asarray(cells(samples.column(column), np.float64, math.nan), dtype=np.float64)
     ok = ~np.isnan(v)
     t, v = t[ok], v[ok]

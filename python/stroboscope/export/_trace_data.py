@@ -19,6 +19,7 @@ from stroboscope.analysis._series import (
     Series,
     anchor_of,
     check_samples,
+    is_read_time,
     mono,
     series,
 )
@@ -54,6 +55,7 @@ def metric_columns(samples: pa.Table, columns: Sequence[str] | None) -> list[str
             f.name
             for f in samples.schema
             if f.name not in _NOT_METRICS
+            and not is_read_time(f.name)
             and (pa.types.is_integer(f.type) or pa.types.is_floating(f.type))
         ]
     if isinstance(columns, str):
