@@ -133,6 +133,22 @@ def test_sync_only_when_asked(nvml: ScriptFn) -> None:
         ZeusMonitor(sync=42)  # type: ignore[arg-type]
 
 
+def test_a_given_sampler_must_label_its_gpus_by_cuda_index(
+    nvml: ScriptFn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpu_indices are CUDA indices: a sampler of the caller's whose columns are labelled by
+    NVML index (gpu.0 = NVML 0) would measure another GPU than cuda:0 = NVML 1, so it is
+    refused, naming the fix; one built with gpus="cuda" serves."""
+    nvml(TWO)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    refused = pytest.raises(ValueError, match=r"CUDA_VISIBLE_DEVICES='1'.*gpus='cuda'")
+    with Sampler(0.005, sources={"gpu": None}, gpu_samples=False) as by_nvml, refused:
+        ZeusMonitor(gpu_indices=[0], sampler=by_nvml)
+    by_cuda = Sampler(0.005, sources={"gpu": None}, gpus="cuda", gpu_samples=False)
+    with by_cuda, ZeusMonitor(gpu_indices=[0], sampler=by_cuda) as monitor:
+        assert monitor.gpu_indices == [0]
+
+
 def test_cuda_indices_follow_cuda_visible_devices(
     nvml: ScriptFn, monkeypatch: pytest.MonkeyPatch
 ) -> None:

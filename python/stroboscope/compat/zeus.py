@@ -108,6 +108,22 @@ def _check_indices(name: str, value: object) -> list[int] | None:
     return out
 
 
+def _check_cuda_labels(sampler: Sampler, cuda: list[int]) -> None:
+    """A caller's sampler must label its GPU columns by CUDA index (``gpus="cuda"``) where
+    ``CUDA_VISIBLE_DEVICES`` makes CUDA's numbering differ from NVML's; ValueError otherwise."""
+    from stroboscope.sampling._gpu import resolve_gpus
+
+    devices, _ = resolve_gpus("cuda")  # NVML index of each CUDA ordinal ([]: the same numbering)
+    labels: dict[int, int] = dict(getattr(sampler, "_gpu_labels", {}) or {})
+    wrong = [c for c in cuda if c < len(devices) and labels.get(devices[c], devices[c]) != c]
+    if wrong:
+        raise ValueError(
+            f"sampler: its GPU columns are labelled by NVML index, but gpu_indices {wrong} are "
+            f"CUDA indices (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}): "
+            f"build it with gpus='cuda', or let ZeusMonitor build its own"
+        )
+
+
 class ZeusMonitor:
     """Measure GPU time and energy of code blocks, as ``zeus.monitor.ZeusMonitor``.
 
@@ -185,6 +201,8 @@ class ZeusMonitor:
             if sampler is None and wanted != []:
                 self._sampler = self._own_sampler(interval, capacity, wanted)
             seen = self._gpus_seen()
+            if sampler is not None:
+                _check_cuda_labels(sampler, seen if wanted is None else wanted)
             self.gpu_indices: list[int] = seen if wanted is None else wanted
             missing = [i for i in self.gpu_indices if i not in seen]
             if missing:
