@@ -74,6 +74,10 @@ void GpuSampleRecorder::loop() noexcept {
 
 void GpuSampleRecorder::poll_once() noexcept {
   std::lock_guard<std::mutex> poll_lock(poll_mutex_);
+  // The driver stamps samples in wall-clock time: map them with the wall clock's offset of now,
+  // not of the recorder's start, so a step of the wall clock (NTP, a VM resumed) moves only the
+  // samples of the poll it falls in, not every later one.
+  anchor_ = take_clock_anchor(4);
   for (;;) {
     const std::size_t n = collector_.poll(scratch_.data(), scratch_.size());
     if (n == 0) return;

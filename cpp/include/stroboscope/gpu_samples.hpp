@@ -57,7 +57,7 @@ class GpuSampleRecorder {
   NvmlSampleCollector collector_;
   std::int64_t interval_ns_;
   std::size_t max_rows_;
-  ClockAnchor anchor_;
+  ClockAnchor anchor_;  // re-taken at each poll, under poll_mutex_
   std::vector<NvmlSampleRow> scratch_;  // poll thread only (or poll_now under poll_mutex_)
 
   std::mutex poll_mutex_;                // one poller at a time
