@@ -94,6 +94,16 @@ class AmdGpuSource final : public Source {
   // amdsmi reads sysfs/ioctl per call: polled on its own thread like NVML.
   [[nodiscard]] bool slow() const noexcept override { return true; }
   [[nodiscard]] const char* interface() const noexcept override { return "amdsmi"; }
+  // As the gpu source (nvml.hpp): the driver's values change at its own rates.
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return 10'000'000;
+  }
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "the driver updates activity, power and energy over its own sampling periods (by "
+           "metric and product; none per event of ours), as NVML does for the gpu source; 10 ms "
+           "sees each update within 10 ms without every metric's amdsmi call every tick. "
+           "sources={'amd_gpu': seconds} reads faster";
+  }
 
   // The number of GPUs sampled, and the amdsmi status that disabled a metric group on a device
   // (0 while it is asked). Safe from any thread.

@@ -218,6 +218,22 @@ class NvmlSource final : public Source {
   void read(RowWriter row, std::int64_t now_ns) noexcept override;
   // NVML calls take tens to hundreds of µs each: the sampler polls this source on its own thread.
   [[nodiscard]] bool slow() const noexcept override { return true; }
+  // The driver's values change at its own rates, none of them per event of ours (see the reason).
+  static constexpr std::int64_t kResolutionNs = 10'000'000;
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return kResolutionNs;
+  }
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return "the driver updates its values at its own rates: utilisation once per sample period "
+           "(1/6 s to 1 s by product, nvml.h), power and the energy counter at the power "
+           "sensor's rate (every 100 ms on A100/H100, arXiv 2312.02741; tens of ms on older "
+           "boards), clocks and memory on driver events; 10 ms sees each update within 10 ms "
+           "without a dozen NVML calls per GPU every tick. sources={'gpu': seconds} reads "
+           "faster";
+  }
+  [[nodiscard]] const char* interface() const noexcept override {
+    return "nvmlDeviceGetFieldValues + per-metric NVML queries";
+  }
 
   // The NVML indices sampled, in column order.
   [[nodiscard]] const std::vector<unsigned>& device_indices() const noexcept { return indices_; }
