@@ -233,3 +233,19 @@ def test_init_failure_or_no_gpu_is_unavailable(amd: ScriptFn, script: str, words
     assert info["reason"] == f"the amd_gpu source is unavailable: {words}"
     with pytest.raises(RuntimeError, match="amd_gpu source is unavailable"):
         Sampler(0.01, sources={"amd_gpu": None})
+
+
+def test_an_energy_window_on_amd_gpus_alone(amd: ScriptFn) -> None:
+    """Energy windows serve the amd_gpu source as they serve the gpu one: the counter, each
+    reading timed by amd_gpu.read_mono_ns; the window is the counter's rise between two rows."""
+    amd("devices 1\n0 resolution 1000\n0 energy 0 1000 2000 3000 4000 5000 6000 7000 8000\n")
+    with Sampler(0.002, sources={"amd_gpu": 0.002}) as s:
+        deadline = time.monotonic() + 60
+        while calls(ENERGY) < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        with s.energy_window("step", timeout=30) as w:
+            while calls(ENERGY) < 7 and time.monotonic() < deadline:
+                time.sleep(0.005)
+    assert list(w.joules) == [0] and w.gpus[0].method == "counter"
+    # Each reading adds 1000 ticks of 1000 uJ: 1 J; the window holds between 1 and 7 of them.
+    assert 0.0 < w.joules[0] <= 7.0 and w.gpus[0].low_j <= w.joules[0] <= w.gpus[0].high_j

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 SyncFn = Callable[[], object]
 I64 = npt.NDArray[np.int64]
-_READ = "gpu.read_mono_ns"
+_SOURCES = ("gpu", "amd_gpu")  # the sources that write gpu.{i}.energy_mj
+_READS = tuple(f"{name}.read_mono_ns" for name in _SOURCES)
 _PAUSE_S = 0.001  # between looks at the ring while an end waits for its reading
 _EDGE_READINGS = 16  # readings after a begin kept with it (slow counters step every few)
 _TAIL_ROWS = 64  # rows kept from just before a begin (at least 4 GPU readings' worth)
@@ -90,10 +91,13 @@ class _Open:
 
 
 def _read_times(table: pa.Table) -> I64:
-    """Per row, the GPU reading's time (``gpu.read_mono_ns``; -1 where the row has none)."""
-    if _READ not in table.column_names:
-        return np.full(table.num_rows, -1, dtype=np.int64)
-    return int64_cells(table.column(_READ), -1)
+    """Per row, the latest GPU reading's time (``gpu.read_mono_ns`` or
+    ``amd_gpu.read_mono_ns``; -1 where the row has none)."""
+    t = np.full(table.num_rows, -1, dtype=np.int64)
+    for name in _READS:
+        if name in table.column_names:
+            t = np.maximum(t, int64_cells(table.column(name), -1))
+    return t
 
 
 def _check_key(key: object) -> str:
@@ -127,14 +131,14 @@ class EnergyWindows:
         return opened
 
     def _gpu_every(self) -> int:
-        """Ticks between the gpu source's readings (ValueError without that source)."""
-        gpu = next((s for s in self.stats().sources if s.name == "gpu"), None)
-        if gpu is None:
+        """Ticks between the GPU source's readings (gpu, or amd_gpu; ValueError without one)."""
+        every = [s.every for s in self.stats().sources if s.name in _SOURCES]
+        if not every:
             raise ValueError(
-                "this Sampler has no 'gpu' source: energy windows read its gpu.{i}.energy_mj "
-                "counter (add 'gpu' to sources; see stroboscope.gpu_status())"
+                "this Sampler has no 'gpu' (or 'amd_gpu') source: energy windows read its "
+                "gpu.{i}.energy_mj counter (add it to sources; see stroboscope.gpu_status())"
             )
-        return max(gpu.every, 1)
+        return max(min(every), 1)
 
     def _rows(self, first_row: int) -> tuple[int, pa.Table]:
         """The ring's rows from ``first_row`` on (or its oldest kept), and the first's index."""
