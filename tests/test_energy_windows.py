@@ -315,5 +315,5 @@ def test_sampler_energy_window_end_to_end(nvml: ScriptFn) -> None:
     assert again.hard_bounds and again.low_j <= again.joules <= again.high_j
     del s
     plain = Sampler(0.01, sources=["memory"])
-    with plain, pytest.raises(ValueError, match="no 'gpu' source"):
+    with plain, pytest.raises(ValueError, match=r"no 'gpu' \(or 'amd_gpu'\) source"):
         plain.begin_energy_window()
