@@ -5,8 +5,9 @@ Issue 14 ("Performance"). Three configurations, each in a fresh child process, i
 - ``proc``: a stroboscope Sampler at 1 kHz with the default non-GPU sources (cpu, memory,
   network, disk, diskio, process: the /proc tick);
 - ``gpu``: the same plus ``gpu`` (own poll thread, every tick unless ``--gpu-interval``;
-  driver-sample recorder on) and ``gpu_gpm`` (GPM pairs on its own thread, <= 10 Hz), on 8 fake GPUs serving
-  every field, process lists and utilisation, driver samples and all twelve GPM metrics;
+  driver-sample recorder on) and ``gpu_gpm`` (GPM pairs on its own thread, <= 10 Hz), on 8
+  fake GPUs serving every field, process lists and utilisation, driver samples and all twelve
+  GPM metrics;
 - ``psutil``: the baseline of bench/run.py: a Python thread reading the seed metric set with
   psutil on 1 ms deadlines (bench/psutil_baseline.py), no GPU.
 
