@@ -2,10 +2,14 @@
 // sample per poll, the previous one kept.
 #include "stroboscope/nvml_gpm.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "nvml_internal.hpp"
 
@@ -72,11 +76,57 @@ struct NvmlGpmSource::Device {
   nvml::GpmSample next = nullptr;      // filled by the next poll, then swapped with previous
   bool have_previous = false;
   std::int64_t previous_ns = 0;        // CLOCK_MONOTONIC just before `previous` was taken
-  // Per metric: why it is no longer asked (0: still asked); set and read by the poll thread.
-  int metric_code[kGpmCount] = {};
-  int fail_code = 0;     // the GPU failed (lost): nothing is asked again, the read fails
-  int stopped_code = 0;  // sampling is not supported after all (MIG...): nothing is asked
+  // Per metric: why it is no longer asked (0: still asked). Set by the poll thread, read by it
+  // and by gpu_status() (relaxed: each is a code on its own, with nothing else to publish).
+  std::atomic<int> metric_code[kGpmCount] = {};
+  std::atomic<int> fail_code{0};     // the GPU failed (lost): nothing is asked again, the read fails
+  std::atomic<int> stopped_code{0};  // sampling not supported after all (MIG...): nothing asked
 };
+
+namespace {
+
+// The "gpu_gpm" sources alive in this process, for gpu_status() to say why a GPU that supports
+// GPM stopped giving values. The mutex is held while a listed source is read, and a source
+// leaves the list in its destructor under it.
+std::mutex& live_gpm_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<const NvmlGpmSource*>& live_gpm_sources() {
+  static std::vector<const NvmlGpmSource*> v;
+  return v;
+}
+
+}  // namespace
+
+std::vector<NvmlUnavailable> NvmlGpmSource::stopped(unsigned index) const {
+  std::vector<NvmlUnavailable> out;
+  for (const auto& d : devices_) {
+    if (d->index != index) continue;
+    const int stopped = d->stopped_code.load(std::memory_order_relaxed);
+    if (stopped != 0) {
+      out.push_back({"gpm", "nvmlGpmSampleGet or nvmlGpmMetricsGet: " +
+                                describe_code(*lib_, stopped) +
+                                " after the GPU reported GPM support; its GPM cells stay null"});
+    }
+    for (std::size_t m = 0; m < kGpmCount; ++m) {
+      const int code = d->metric_code[m].load(std::memory_order_relaxed);
+      if (code != 0) {
+        out.push_back({kGpm[m].suffix, "nvmlGpmMetricsGet: " + describe_code(*lib_, code)});
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<NvmlUnavailable> nvml_gpm_stopped(unsigned index) {
+  std::lock_guard<std::mutex> lock(live_gpm_mutex());
+  for (const NvmlGpmSource* src : live_gpm_sources()) {
+    std::vector<NvmlUnavailable> out = src->stopped(index);
+    if (!out.empty()) return out;
+  }
+  return {};
+}
 
 std::string nvml_gpm_unavailable(const NvmlLibrary& lib, unsigned index) {
   if (!has_gpm_functions(lib.fn())) {
@@ -129,9 +179,16 @@ NvmlGpmSource::NvmlGpmSource(const NvmlSourceOptions& options)
   }
   if (devices_.empty()) throw std::runtime_error("GPM is unavailable: " + why_none);
   request_ = std::make_unique<nvml::GpmMetricsGet>();
+  std::lock_guard<std::mutex> lock(live_gpm_mutex());
+  live_gpm_sources().push_back(this);
 }
 
 NvmlGpmSource::~NvmlGpmSource() {
+  {
+    std::lock_guard<std::mutex> lock(live_gpm_mutex());
+    auto& live = live_gpm_sources();
+    live.erase(std::remove(live.begin(), live.end(), this), live.end());
+  }
   for (const auto& d : devices_) {
     lib_->fn().gpm_sample_free(d->previous);
     lib_->fn().gpm_sample_free(d->next);
@@ -145,23 +202,24 @@ std::vector<unsigned> NvmlGpmSource::device_indices() const {
 }
 
 void NvmlGpmSource::read(RowWriter row, std::int64_t now_ns) noexcept {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
   const NvmlFunctions& f = lib_->fn();
   int failure = 0;
   for (const auto& dp : devices_) {
     Device& d = *dp;
-    if (d.fail_code != 0) {
-      failure = d.fail_code;
+    if (const int fc = d.fail_code.load(std::memory_order_relaxed); fc != 0) {
+      failure = fc;
       continue;
     }
-    if (d.stopped_code != 0) continue;
+    if (d.stopped_code.load(std::memory_order_relaxed) != 0) continue;
     // The read's CLOCK_MONOTONIC (a polled source gets the poll's own clock, read just before
     // this call), so the samples of a pair are at least kMinPairNs apart.
     const std::int64_t t = now_ns;
     if (d.have_previous && t - d.previous_ns <= kMinPairNs) continue;  // too close: wait
     const int rc = f.gpm_sample_get(d.handle, d.have_previous ? d.next : d.previous);
     if (rc != nvml::kSuccess) {
-      if (classify(rc) == ErrorClass::kUnsupported) d.stopped_code = rc;
-      if (classify(rc) == ErrorClass::kFatal) d.fail_code = failure = rc;
+      if (classify(rc) == ErrorClass::kUnsupported) d.stopped_code.store(rc, kRelaxed);
+      if (classify(rc) == ErrorClass::kFatal) d.fail_code.store(failure = rc, kRelaxed);
       continue;
     }
     if (!d.have_previous) {  // the first sample opens the first pair
@@ -176,7 +234,7 @@ void NvmlGpmSource::read(RowWriter row, std::int64_t now_ns) noexcept {
     std::size_t asked[kGpmCount];
     unsigned n = 0;
     for (std::size_t m = 0; m < kGpmCount; ++m) {
-      if (d.metric_code[m] != 0) continue;
+      if (d.metric_code[m].load(kRelaxed) != 0) continue;
       req.metrics[n] = nvml::GpmMetric{};
       req.metrics[n].metric_id = kGpm[m].id;
       asked[n++] = m;
@@ -187,8 +245,8 @@ void NvmlGpmSource::read(RowWriter row, std::int64_t now_ns) noexcept {
     std::swap(d.previous, d.next);
     d.previous_ns = t;
     if (mrc != nvml::kSuccess) {
-      if (classify(mrc) == ErrorClass::kUnsupported) d.stopped_code = mrc;
-      if (classify(mrc) == ErrorClass::kFatal) d.fail_code = failure = mrc;
+      if (classify(mrc) == ErrorClass::kUnsupported) d.stopped_code.store(mrc, kRelaxed);
+      if (classify(mrc) == ErrorClass::kFatal) d.fail_code.store(failure = mrc, kRelaxed);
       continue;
     }
     for (unsigned i = 0; i < n; ++i) {
@@ -197,7 +255,7 @@ void NvmlGpmSource::read(RowWriter row, std::int64_t now_ns) noexcept {
       if (g.nvml_return == nvml::kSuccess) {
         row.set_f64(d.col[m], g.value * kGpm[m].scale);
       } else if (classify(g.nvml_return) == ErrorClass::kUnsupported) {
-        d.metric_code[m] = g.nvml_return;  // not asked again; its cells stay null
+        d.metric_code[m].store(g.nvml_return, kRelaxed);  // not asked again; cells stay null
       }
     }
   }

@@ -165,6 +165,7 @@ NvmlStatus nvml_status() {
   for (NvmlDeviceStatus& d : s.devices) {
     const std::string why = nvml_gpm_unavailable(*lib, d.index);
     if (!why.empty()) d.unavailable.push_back(NvmlUnavailable{"gpm", why});
+    for (NvmlUnavailable& u : nvml_gpm_stopped(d.index)) d.unavailable.push_back(std::move(u));
   }
   return s;
 }

@@ -120,6 +120,13 @@ void test_sampling_refused() {
   CHECK_EQ(fake_calls(1, "nvmlGpmSampleGet"), 1u);
   CHECK(src.reason() == nullptr);
   CHECK_EQ(src.failures(), 0u);
+  // gpu_status() says why GPU 1 has no GPM values while the source lives, and GPU 0 is fine.
+  const NvmlStatus st = nvml_status();
+  CHECK(st.devices.size() == 2);
+  const NvmlUnavailable* gpm1 = st.devices.size() == 2 ? unavailable(st.devices[1], "gpm") : nullptr;
+  CHECK(gpm1 != nullptr && contains(gpm1->reason, "nvmlGpmSampleGet") &&
+        contains(gpm1->reason, "Not Supported"));
+  CHECK(st.devices.size() == 2 && unavailable(st.devices[0], "gpm") == nullptr);
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ class NvmlGpmSource final : public Source {
   // NVML indices of the GPUs with GPM columns, in column order.
   [[nodiscard]] std::vector<unsigned> device_indices() const;
 
+  // What GPU `index` stopped giving after its support was reported (the whole of GPM, or single
+  // metrics), with NVML's words: for gpu_status(). Not for the hot path.
+  [[nodiscard]] std::vector<NvmlUnavailable> stopped(unsigned index) const;
+
   // NVML wants the samples of a pair more than 100 ms apart; 1 ms more covers the few µs
   // between the read's clock and the sample itself.
   static constexpr std::int64_t kMinPairNs = 101'000'000;
@@ -62,6 +66,10 @@ class NvmlGpmSource final : public Source {
 // Why GPM gives nothing on the GPU `index` of this library: empty when it is supported. Not for
 // the hot path.
 [[nodiscard]] std::string nvml_gpm_unavailable(const NvmlLibrary& lib, unsigned index);
+
+// What the live "gpu_gpm" sources found GPU `index` stopped giving (see
+// NvmlGpmSource::stopped); empty when none says so. Not for the hot path.
+[[nodiscard]] std::vector<NvmlUnavailable> nvml_gpm_stopped(unsigned index);
 
 // For the registry: the "gpu_gpm" source over every GPU that supports GPM. Throws like
 // NvmlGpmSource.

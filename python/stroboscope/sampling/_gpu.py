@@ -23,7 +23,8 @@ def gpu_status() -> dict[str, Any]:
     the init error with NVML's text), ``library_path``, ``init_error``, ``driver_version``,
     ``nvml_version``, ``device_count``, ``devices`` (index, name, uuid, mig_enabled,
     mig_instances, error, ``unavailable``: metric → why it stays null or has no column, with a
-    ``gpm`` entry where the GPU has no GPM metrics), ``notes`` and ``text`` (a readable summary).
+    ``gpm`` entry where the GPU has no GPM metrics or, while a ``gpu_gpm`` source lives, stopped
+    giving them), ``notes`` and ``text`` (a readable summary).
     The library is taken from ``STROBOSCOPE_NVML_LIBRARY`` when set, else ``libnvidia-ml.so.1``.
 
     While a ``gpu`` source over every GPU is alive, the per-device part is what its reads found
