@@ -9,14 +9,14 @@ our poll thread records every 10 ms; the row whose reading was taken nearest pyn
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import subprocess
 import time
 from typing import Any, Callable
 
-from gpu_nvml import Nvml  # bench/ is on sys.path when run as a script
+from gpu_bench_worker import pynvml_open  # bench/ is on sys.path when run as a script
+from gpu_nvml import Nvml
 
 MIB = 2**20
 
@@ -59,27 +59,6 @@ COLUMNS: tuple[tuple[str, str, float, tuple[str, ...]], ...] = (
     ("proc_mem_bytes", "this process's memory MiB", 1 / MIB, ()),
     ("other_procs", "other processes", 1.0, ()),
 )
-
-
-def pynvml_open(library: str) -> Any:
-    """pynvml initialised on ``library`` (None when not installed).
-
-    pynvml opens ``libnvidia-ml.so.1`` only while ``pynvml.nvmlLib`` is None, so our own
-    ``ctypes.CDLL(library)`` assigned first is the one it uses. A library without
-    ``nvmlInitWithFlags`` (the fake) is initialised through its own ``nvmlInit_v2``.
-    """
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    pynvml.nvmlLib = ctypes.CDLL(library)
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError_FunctionNotFound:
-        init = getattr(pynvml.nvmlLib, "nvmlInit_v2", None) or pynvml.nvmlLib.nvmlInit
-        if init() != 0:
-            return None
-    return pynvml
 
 
 def _proc_bytes(nv: Any, h: Any) -> float:

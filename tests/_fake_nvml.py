@@ -90,3 +90,23 @@ def read_times(table: pa.Table, column: str) -> list[int]:
     name = own if own in table.column_names else "gpu.read_mono_ns"
     times: list[int] = table.column(name).to_pylist()
     return times
+
+
+def readings(table: pa.Table, column: str) -> tuple[list[int], list[float]]:
+    """The valid readings of GPU column ``column``: their read times (:func:`read_times`) and
+    values, for hand computations."""
+    rows = table.filter(table.column(column).is_valid())
+    return read_times(rows, column), [float(x) for x in rows.column(column).to_pylist()]
+
+
+def hand_trapezoid(t: list[int], p: list[float], a: float, b: float) -> float:
+    """The integral (W·ns) of the piecewise-linear power through (t, p) over [a, b]."""
+
+    def at(x: float) -> float:
+        k = max(i for i in range(len(t)) if t[i] <= x)
+        if k == len(t) - 1:
+            return p[k]
+        return p[k] + (p[k + 1] - p[k]) * (x - t[k]) / (t[k + 1] - t[k])
+
+    cuts = [a, *[x for x in t if a < x < b], b]
+    return sum((y - x) * (at(x) + at(y)) / 2 for x, y in zip(cuts, cuts[1:]))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _fake_nvml import ScriptFn, read_times, script_fixture
+from _fake_nvml import ScriptFn, hand_trapezoid, readings, script_fixture
 from stroboscope.analysis.energy import window_energy
 from stroboscope.sampling import Sampler
 
@@ -55,12 +55,6 @@ def record(nvml: ScriptFn, energy: list[int], power_w: list[int], readings: int)
     table = s.snapshot().to_arrow()
     del s
     return table
-
-
-def readings(table: pa.Table, column: str) -> tuple[list[int], list[float]]:
-    rows = table.filter(table.column(column).is_valid())
-    t, v = read_times(rows, column), rows.column(column).to_pylist()
-    return t, [float(x) for x in v]
 
 
 def knots(t: list[int], e: list[float]) -> tuple[list[int], list[float], list[int | None]]:
@@ -184,19 +178,6 @@ def test_a_counter_going_backwards_falls_back_to_the_power_integral(nvml: Script
     bare = window_energy(table.drop_columns(["gpu.0.energy_mj"]), a, b)[0]
     assert bare.method == "power integral" and bare.reason == "no energy counter"
     assert bare.joules == pytest.approx(hand, rel=1e-9)
-
-
-def hand_trapezoid(t: list[int], p: list[float], a: float, b: float) -> float:
-    """The integral (W·ns) of the piecewise-linear power through (t, p) over [a, b]."""
-
-    def at(x: float) -> float:
-        k = max(i for i in range(len(t)) if t[i] <= x)
-        if k == len(t) - 1:
-            return p[k]
-        return p[k] + (p[k + 1] - p[k]) * (x - t[k]) / (t[k + 1] - t[k])
-
-    cuts = [a, *[x for x in t if a < x < b], b]
-    return sum((y - x) * (at(x) + at(y)) / 2 for x, y in zip(cuts, cuts[1:]))
 
 
 def synthetic(energy: list[float | None], power: list[float | None]) -> pa.Table:

@@ -15,7 +15,7 @@ from typing import Callable
 import pyarrow as pa
 import pytest
 import stroboscope
-from _fake_nvml import fake_calls
+from _fake_nvml import fake_calls, script_fixture
 from stroboscope import Frame, Sampler
 
 ScriptFn = Callable[..., None]
@@ -26,16 +26,7 @@ def nvml(
     fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[ScriptFn]:
     """Call with a script text (and optionally library="old") before building samplers."""
-
-    def use(script: str, library: str = "new") -> None:
-        gc.collect()  # the library re-reads its script once every holder is gone
-        path = tmp_path / f"script{len(list(tmp_path.iterdir()))}.txt"
-        path.write_text(script)
-        monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs[library]))
-        monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
-
-    yield use
-    gc.collect()
+    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 TWO_GPUS = """

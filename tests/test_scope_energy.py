@@ -12,7 +12,7 @@ from typing import Callable
 
 import pyarrow as pa
 import pytest
-from _fake_nvml import read_times
+from _fake_nvml import hand_trapezoid, readings
 from _scope_tables import Call, intervals
 from stroboscope import Sampler
 from stroboscope.analysis.scopes import samples_by_scope, summary
@@ -56,24 +56,6 @@ def gpu_frame(nvml: ScriptFn) -> pa.Table:
     table = s.snapshot().to_arrow()
     del s
     return table
-
-
-def readings(table: pa.Table, column: str) -> tuple[list[int], list[float]]:
-    rows = table.filter(table.column(column).is_valid())
-    return read_times(rows, column), rows.column(column).to_pylist()
-
-
-def hand_trapezoid(t: list[int], p: list[float], a: float, b: float) -> float:
-    """The integral (W·ns) of the piecewise-linear power through (t, p) over [a, b]."""
-
-    def at(x: float) -> float:
-        k = max(i for i in range(len(t)) if t[i] <= x)
-        if k == len(t) - 1:
-            return p[k]
-        return p[k] + (p[k + 1] - p[k]) * (x - t[k]) / (t[k + 1] - t[k])
-
-    cuts = [a, *[x for x in t if a < x < b], b]
-    return sum((y - x) * (at(x) + at(y)) / 2 for x, y in zip(cuts, cuts[1:]))
 
 
 def test_energy_per_scope_is_exact_against_the_scripted_counter(nvml: ScriptFn) -> None:
