@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from _otlp_receiver import http_receiver, metrics, resource
 
 
 def _record(*argv: str) -> subprocess.Popen[str]:
@@ -27,6 +26,7 @@ def _record(*argv: str) -> subprocess.Popen[str]:
 
 
 def test_record_serves_prometheus_metrics_while_it_records(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")  # the prometheus extra
     out = tmp_path / "run.parquet"
     proc = _record("-o", str(out), "--prometheus", "0", "--duration", "300")  # ended below
     assert proc.stderr is not None
@@ -54,6 +54,7 @@ def test_record_serves_prometheus_metrics_while_it_records(tmp_path: Path) -> No
 def test_a_prometheus_port_in_use_stops_the_record_before_the_command_runs(
     tmp_path: Path,
 ) -> None:
+    pytest.importorskip("prometheus_client")  # the prometheus extra
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
@@ -77,6 +78,9 @@ def test_bad_prometheus_address_is_named() -> None:
 
 def test_record_pushes_otlp_while_it_records(tmp_path: Path) -> None:
     pytest.importorskip("opentelemetry.sdk")
+    pytest.importorskip("opentelemetry.proto")  # the test receiver decodes with it
+    from _otlp_receiver import http_receiver, metrics, resource
+
     server, received = http_receiver()
     try:
         endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/metrics"

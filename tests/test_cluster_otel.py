@@ -17,6 +17,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+
+# Skipped before anything imports them: the otel extra, and the protobufs the receiver decodes.
+pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("opentelemetry.proto")
 from _otlp_receiver import (  # noqa: F401 - closing_fixture is a fixture
     closing_fixture,
     grpc_receiver,
@@ -26,8 +30,6 @@ from _otlp_receiver import (  # noqa: F401 - closing_fixture is a fixture
     points,
     resource,
 )
-
-pytest.importorskip("opentelemetry.sdk")
 from stroboscope._identity import Identity
 from stroboscope.cluster.otel import OTelExporter
 from stroboscope.sampling import Sampler

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _otlp_receiver import closing_fixture, http_receiver, point  # noqa: F401 - a fixture
 
 pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("opentelemetry.proto")  # the test receiver decodes with it
+from _otlp_receiver import closing_fixture, http_receiver, point  # noqa: F401 - a fixture
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
     MetricExportResult,

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+pytest.importorskip("prometheus_client")  # the prometheus extra
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from stroboscope._identity import detect_identity

@@ -26,6 +26,8 @@ from stroboscope.sampling._clock_sync import (
 )
 from stroboscope.sampling._provenance import PROVENANCE_KEY, dumps
 
+STA_NANO = 0x2000  # adjtimex(2): time.tv_usec holds nanoseconds
+
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="adjtimex is Linux's")
 
 
@@ -37,8 +39,11 @@ def test_a_real_read_fills_the_struct_where_the_kernel_puts_it() -> None:
     # Fields past maxerror/esterror/status hold values the kernel fixes: if the layout were
     # off, these would not read right. ``time`` is the realtime clock, ``tolerance`` the
     # frequency tolerance 500 ppm << 16 (MAXFREQ_SCALED), ``tick`` µs per USER_HZ tick.
-    assert abs(tx.time.tv_sec + tx.time.tv_usec / 1e6 - time.time()) < 60
-    assert 0 <= tx.time.tv_usec < 1_000_000
+    # With STA_NANO set (status bit 0x2000, as NTP daemons leave it) the kernel writes
+    # nanoseconds into the field named tv_usec (adjtimex(2)); µs otherwise.
+    per_s = 1_000_000_000 if tx.status & STA_NANO else 1_000_000
+    assert abs(tx.time.tv_sec + tx.time.tv_usec / per_s - time.time()) < 60
+    assert 0 <= tx.time.tv_usec < per_s
     assert tx.tolerance == 500 << 16
     assert tx.tick == 1_000_000 // 100  # USER_HZ is 100 on every common architecture
     # maxerror is clamped by the kernel at NTP_PHASE_LIMIT (16 s); esterror is no larger.
