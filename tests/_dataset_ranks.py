@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import duckdb
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -107,6 +105,8 @@ def figures_arrow(table: pa.Table) -> dict[int, tuple[int, float, float, int]]:
 
 def figures_duckdb(root: Path) -> dict[int, tuple[int, float, float, int]]:
     """The same figures through DuckDB's ``read_parquet`` (hive partitioning, union by name)."""
+    import duckdb  # a test extra: imported where used, so files without it collect
+
     rows = duckdb.execute(
         f"""SELECT rank, count(*), sum("proc.rss_bytes"), avg("proc.cpu_pct"),
                    count("cpu.util_pct")
@@ -120,6 +120,7 @@ def figures_duckdb(root: Path) -> dict[int, tuple[int, float, float, int]]:
 def polars_schema(root: Path) -> dict[str, Any]:
     """The unified columns of the parts (``open_dataset``'s schema) as polars types: polars
     otherwise takes the first file's columns (docs/dataset.md)."""
+    import polars as pl  # a test extra, imported where used
     from stroboscope.export.dataset import PARTITIONING, open_dataset
 
     empty = pl.from_arrow(open_dataset(root).schema.empty_table())
@@ -130,6 +131,8 @@ def polars_schema(root: Path) -> dict[str, Any]:
 def figures_polars(root: Path) -> dict[int, tuple[int, float, float, int]]:
     """The same figures through polars' ``scan_parquet`` (hive partitioning; the columns of all
     parts, each inserted as nulls where a part lacks it)."""
+    import polars as pl  # a test extra, imported where used
+
     frame = (
         pl.scan_parquet(
             f"{root}/{SAMPLES_GLOB}",
