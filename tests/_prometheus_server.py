@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -15,7 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-BINARY = shutil.which("prometheus")
+from _binaries import binary
+
 WAIT_S = 180.0  # generous: the suite runs with both cores busy; polls return as soon as ready
 
 
@@ -73,7 +73,7 @@ def _ready(url: str) -> bool:
 @contextmanager
 def prometheus(tmp: Path, targets: list[str], *, honor_labels: bool = True) -> Iterator[Prometheus]:
     """Run ``prometheus`` scraping ``targets`` (host:port) every second, on loopback."""
-    assert BINARY is not None
+    server = binary("prometheus", install="apt-get install prometheus")
     config = tmp / "prometheus.yml"
     target_list = ", ".join(f"'{t}'" for t in targets)
     config.write_text(
@@ -89,7 +89,7 @@ def prometheus(tmp: Path, targets: list[str], *, honor_labels: bool = True) -> I
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [
-                BINARY,
+                server,
                 f"--config.file={config}",
                 f"--storage.tsdb.path={tmp / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{port}",

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from _prometheus_server import BINARY, Prometheus, prometheus
+from _prometheus_server import Prometheus, prometheus
 from stroboscope._identity import Identity, detect_identity
 from stroboscope.cluster.prometheus import PrometheusExporter
 from stroboscope.sampling import Sampler
@@ -114,9 +114,6 @@ def complete_windows(server: Prometheus) -> list[tuple[float, int, int]]:
     return [(t, a, b) for t, a, b in windows(server) if b > a and at(window_rows, t) == b - a]
 
 
-@pytest.mark.skipif(
-    BINARY is None, reason="the prometheus binary is not installed (.ci/run installs Debian's)"
-)
 def test_real_prometheus_stores_windowed_summaries(
     gpus: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,7 +9,6 @@ import html
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import PIL.Image as PIL_Image  # Pillow comes with matplotlib (the report and te
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _binaries import binary
 from _report_run import record_run
 from stroboscope._files import replace_private
 from stroboscope.analysis.summary import fmt_value
@@ -82,10 +82,7 @@ def test_png_plots_match_the_html(run: Path, page: Path) -> None:
 
 
 def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:  # never skipped: .ci/run installs it before the tests
-        pytest.fail("chromium is not installed: apt-get install chromium (as .ci/run does)")
-    return found
+    return binary("chromium", "chromium-browser", install="apt-get install chromium")
 
 
 def test_page_opens_in_headless_chromium(page: Path, tmp_path: Path) -> None:
