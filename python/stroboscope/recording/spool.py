@@ -179,7 +179,9 @@ class Recovered:
         spool's. Reading a part checks it again (a segment that changed since the plan, or rows
         out of order, raise :class:`SpoolError`).
     events : pyarrow.Table
-        The recording's scope events (:func:`recover_events`; no rows when it has none).
+        The recording's scope events (:func:`recover_events`; no rows when it has none). A
+        damaged sidecar never stops the rows: its events are missing, a warning says why and so
+        does the metadata ``stroboscope.events_error`` (of the events and of ``schema``).
     """
 
     schema: pa.Schema
@@ -227,9 +229,13 @@ def recover_parts(path: str | os.PathLike[str]) -> Recovered:
     from stroboscope.sampling._provenance import PROVENANCE_KEY, dumps, recovered
 
     prov = recovered(h, rows=rows, rows_lost=lost, segments=[s for s, _, _ in plan], rest=rest)
-    schema = spool.schema.with_metadata(
-        {"stroboscope.rows_lost": str(lost), PROVENANCE_KEY: dumps(prov)}
-    )
+    # The events are read first, but never stop the rows: a damaged sidecar is reported.
+    events = _events_file.read_beside(p, h["anchor_ns"], h["uid"], strict=False)
+    meta = {"stroboscope.rows_lost": str(lost), PROVENANCE_KEY: dumps(prov)}
+    error = (events.schema.metadata or {}).get(_events_file.ERROR_KEY)
+    if error is not None:
+        meta[_events_file.ERROR_KEY.decode()] = error.decode()
+    schema = spool.schema.with_metadata(meta)
 
     def parts() -> Iterator[pa.Table]:
         last_mono = -1
@@ -243,7 +249,6 @@ def recover_parts(path: str | os.PathLike[str]) -> Recovered:
         _check_order(p, rest, last_mono)
         yield rest.cast(schema)
 
-    events = _events_file.read_beside(p, h["anchor_ns"], h["uid"])  # before the parts are read
     return Recovered(schema, rows, lost, parts(), events)
 
 
