@@ -47,6 +47,8 @@ logger = logging.getLogger("stroboscope")
 INTERVAL_S = 0.1  # aitune's collector interval
 COLLECT_EVERY_S = 10.0  # rows leave the ring at least this often (it holds ~1.8 h at 10 Hz)
 _CAPACITY = 1 << 16
+FIRST_ROW_WAIT_S = 5.0  # at most this long for a new sampler's first row (seconds)
+EDGE_WAIT_S = 1.0  # at most this long, beyond an interval, for an edge row asked for (seconds)
 
 
 def collect_every_s(capacity: int, interval_s: float) -> float:
@@ -98,6 +100,13 @@ def _make_sampler() -> Sampler:
     )
 
 
+def _await(done: Callable[[], bool], timeout_s: float) -> None:
+    """Poll ``done`` every millisecond until it is true or ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 class HardwareMetricsSession:
     """The process's collection: enabled state, the sampler, the rows moved out of its ring."""
 
@@ -145,6 +154,10 @@ class HardwareMetricsSession:
                         return
                     self._start_ns = time.monotonic_ns()
                     sampler.start()
+                    # Its first row is taken before this scope opens: the scope's own row is
+                    # then its edge row alone (a first tick taken after the open would be a
+                    # second row at the same instant).
+                    _await(lambda: sampler.stats().rows_written > 0, FIRST_ROW_WAIT_S)
                     self._pid = os.getpid()
                     self._request = sampler.request_tick
                     self._sampler = sampler
@@ -248,10 +261,21 @@ class HardwareMetricsSession:
         older = [r for r in self._torch if r[0] <= last]
         self._torch[:] = older[-1:] + [r for r in self._torch if r[0] > last]
 
+    def _await_edges_locked(self) -> None:
+        """Collect until every edge row asked for is in (a scope that closed just now has its
+        row): the sampler takes one within microseconds, its next tick within an interval."""
+        sampler = self._sampler
+
+        def served() -> bool:
+            self._collect_locked()
+            return not self._edges or sampler is None or not sampler.running
+
+        _await(served, INTERVAL_S + EDGE_WAIT_S)
+
     def _frame_locked(self) -> pandas.DataFrame:
         import pandas
 
-        self._collect_locked()
+        self._await_edges_locked()
         if not self._chunks:
             rows = empty_rows()
         else:
@@ -295,6 +319,7 @@ class HardwareMetricsSession:
             sampler = self._sampler
             if sampler is None:
                 return
+            self._await_edges_locked()  # (a stopped sampler takes no edge row)
             sampler.stop()
             rows = self._frame_locked()
             sampler.close()
