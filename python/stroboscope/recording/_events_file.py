@@ -254,6 +254,38 @@ def _read_exactly(f: BinaryIO, n: int) -> bytes | None:
     return b"".join(parts)
 
 
+def _open_head(path: str, uid: int | None) -> tuple[BinaryIO, int, str | None]:
+    """The sidecar opened and read past its magic: the file (the caller closes it), its size
+    when opened, and why it holds no events when its magic was cut short (else None). Raises
+    :class:`SpoolError` as :func:`read` does."""
+    fd, st = open_regular(path, "events file", follow=False)
+    f = os.fdopen(fd, "rb")
+    try:
+        if uid is not None and st.st_uid != uid:
+            raise SpoolError(
+                f"events file {path} is owned by uid {st.st_uid}, its spool by uid {uid}"
+            )
+        os.set_blocking(fd, True)
+        head = f.read(len(MAGIC))
+        if len(head) < len(MAGIC) and MAGIC.startswith(head):
+            return (
+                f,
+                st.st_size,
+                (
+                    f"events file {path} holds {len(head)} of the {len(MAGIC)} bytes of its magic "
+                    f"(its first write was cut short, as on a full disk): its events were not kept"
+                ),
+            )
+        if head != MAGIC:
+            raise SpoolError(
+                f"events file {path} does not start with {MAGIC!r}: not an events file"
+            )
+    except BaseException:
+        f.close()
+        raise
+    return f, st.st_size, None
+
+
 def read(path: str, uid: int | None = None) -> EventsRead:
     """The intact events of a sidecar, in the order written, with names resolved.
 
@@ -264,28 +296,14 @@ def read(path: str, uid: int | None = None) -> EventsRead:
     events: ``damage`` says so. A torn or corrupt tail is cut (counted in ``cut_bytes``), never
     raised.
     """
-    fd, st = open_regular(path, "events file", follow=False)
-    with os.fdopen(fd, "rb") as f:
-        if uid is not None and st.st_uid != uid:
-            raise SpoolError(
-                f"events file {path} is owned by uid {st.st_uid}, its spool by uid {uid}"
-            )
-        os.set_blocking(fd, True)
-        head = f.read(len(MAGIC))
-        if len(head) < len(MAGIC) and MAGIC.startswith(head):
-            damage = (
-                f"events file {path} holds {len(head)} of the {len(MAGIC)} bytes of its magic "
-                f"(its first write was cut short, as on a full disk): its events were not kept"
-            )
-            return EventsRead(_to_table(np.zeros(0, RECORD), []), 0, len(head), damage)
-        if head != MAGIC:
-            raise SpoolError(
-                f"events file {path} does not start with {MAGIC!r}: not an events file"
-            )
+    f, size, damage = _open_head(path, uid)
+    with f:
+        if damage is not None:
+            return EventsRead(_to_table(np.zeros(0, RECORD), []), 0, size, damage)
         strings: list[str] = []
         parts: list[np.ndarray] = []
+        # Up to the size the file had when opened: a chunk appended since is not "cut".
         lost, next_index, pos = 0, -1, len(MAGIC)
-        size = st.st_size  # the file as it was opened: a chunk appended since is not cut
         while pos + HEAD.size <= size and (raw := _read_exactly(f, HEAD.size)) is not None:
             tag, n, crc = HEAD.unpack(raw)
             end = pos + HEAD.size + n
@@ -334,32 +352,54 @@ ERROR_KEY = b"stroboscope.events_error"
 """Metadata (of the events, and of rows recovered beside them): why events are missing."""
 
 
+def _unreadable(exc: SpoolError) -> str:
+    return f"{exc}: its events were not read"
+
+
+def damage_beside(spool: str, uid: int) -> str | None:
+    """Why the events of ``spool``'s sidecar are missing, from its head alone (None when it is
+    absent or whole so far; a torn tail is not damage), with a warning that says so."""
+    side = events_path(spool)
+    if not os.path.lexists(side):
+        return None
+    try:
+        f, _size, damage = _open_head(side, uid)
+    except SpoolError as exc:
+        damage = _unreadable(exc)
+    else:
+        f.close()
+    if damage is not None:
+        _LOG.warning("scope events of %s are missing: %s (the rows are not)", spool, damage)
+    return damage
+
+
 def read_beside(spool: str, anchor_ns: int, uid: int, *, strict: bool = True) -> pa.Table:
     """The events of ``spool``'s sidecar with their metadata (``stroboscope.events_lost``,
     ``stroboscope.events_cut_bytes``, ``stroboscope.anchor_realtime_ns``, and
     :data:`ERROR_KEY` when the sidecar is damaged); no rows when there is no sidecar.
 
-    A sidecar whose magic was cut short has no events: a warning says so, and ``ERROR_KEY``.
-    One that is not an events file (or not the spool owner's, or not a regular file) raises
-    :class:`SpoolError` when ``strict``; otherwise it is treated as that too (the rows of a
-    spool never depend on its events).
+    A sidecar whose magic was cut short has no events: ``ERROR_KEY`` says so (and a warning,
+    when ``strict``). One that is not an events file (or not the spool owner's, or not a regular
+    file) raises :class:`SpoolError` when ``strict``; otherwise it is treated as that too (the
+    rows of a spool never depend on its events: :func:`damage_beside` warns of it).
     """
     side = events_path(spool)
     if not os.path.lexists(side):
         got = EventsRead(SCHEMA.empty_table(), 0, 0)
     elif strict:
         got = read(side, uid)
+        if got.damage is not None:
+            _LOG.warning("scope events of %s are missing: %s", spool, got.damage)
     else:
         try:
             got = read(side, uid)
         except SpoolError as exc:
-            got = EventsRead(SCHEMA.empty_table(), 0, 0, f"{exc}: its events were not read")
+            got = EventsRead(SCHEMA.empty_table(), 0, 0, _unreadable(exc))
     meta = {
         b"stroboscope.events_lost": str(got.lost).encode(),
         b"stroboscope.events_cut_bytes": str(got.cut_bytes).encode(),
         b"stroboscope.anchor_realtime_ns": str(anchor_ns).encode(),
     }
     if got.damage is not None:
-        _LOG.warning("scope events of %s are missing: %s (the rows are not)", spool, got.damage)
         meta[ERROR_KEY] = got.damage.encode("utf-8", "replace")
     return got.table.replace_schema_metadata(meta)

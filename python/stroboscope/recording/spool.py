@@ -14,13 +14,13 @@ segment writer at each wake-up: :func:`recover_events` reads them (see there wha
 
 from __future__ import annotations
 
+import functools
 import glob
 import mmap
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from dataclasses import field as _field_default
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,16 +179,22 @@ class Recovered:
         spool's. Reading a part checks it again (a segment that changed since the plan, or rows
         out of order, raise :class:`SpoolError`).
     events : pyarrow.Table
-        The recording's scope events (:func:`recover_events`; no rows when it has none). A
-        damaged sidecar never stops the rows: its events are missing, a warning says why and so
-        does the metadata ``stroboscope.events_error`` (of the events and of ``schema``).
+        The recording's scope events (:func:`recover_events`; no rows when it has none), read
+        from the sidecar when first asked for (``read_events``), one chunk at a time. A damaged
+        sidecar never stops the rows: its events are missing, a warning says why and so does
+        the metadata ``stroboscope.events_error`` (of the events and of ``schema``).
     """
 
     schema: pa.Schema
     rows: int
     rows_lost: int
     parts: Iterator[pa.Table]
-    events: pa.Table = _field_default(default_factory=_events_file.SCHEMA.empty_table)
+    read_events: Callable[[], pa.Table] = _events_file.SCHEMA.empty_table
+
+    @functools.cached_property
+    def events(self) -> pa.Table:
+        """The recording's scope events (see the class)."""
+        return self.read_events()
 
 
 def recover_parts(path: str | os.PathLike[str]) -> Recovered:
@@ -229,12 +235,12 @@ def recover_parts(path: str | os.PathLike[str]) -> Recovered:
     from stroboscope.sampling._provenance import PROVENANCE_KEY, dumps, recovered
 
     prov = recovered(h, rows=rows, rows_lost=lost, segments=[s for s, _, _ in plan], rest=rest)
-    # The events are read first, but never stop the rows: a damaged sidecar is reported.
-    events = _events_file.read_beside(p, h["anchor_ns"], h["uid"], strict=False)
     meta = {"stroboscope.rows_lost": str(lost), PROVENANCE_KEY: dumps(prov)}
-    error = (events.schema.metadata or {}).get(_events_file.ERROR_KEY)
+    # The events are read when asked for (Recovered.events); a damaged sidecar is said now and
+    # never stops the rows.
+    error = _events_file.damage_beside(p, h["uid"])
     if error is not None:
-        meta[_events_file.ERROR_KEY.decode()] = error.decode()
+        meta[_events_file.ERROR_KEY.decode()] = error
     schema = spool.schema.with_metadata(meta)
 
     def parts() -> Iterator[pa.Table]:
@@ -249,6 +255,7 @@ def recover_parts(path: str | os.PathLike[str]) -> Recovered:
         _check_order(p, rest, last_mono)
         yield rest.cast(schema)
 
+    events = functools.partial(_events_file.read_beside, p, h["anchor_ns"], h["uid"], strict=False)
     return Recovered(schema, rows, lost, parts(), events)
 
 
