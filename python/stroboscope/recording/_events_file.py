@@ -369,7 +369,9 @@ def damage_beside(spool: str, uid: int) -> str | None:
     else:
         f.close()
     if damage is not None:
-        _LOG.warning("scope events of %s are missing: %s (the rows are not)", spool, damage)
+        _LOG.warning(
+            "scope events of %s are missing: %s (the rows are all recovered)", spool, damage
+        )
     return damage
 
 
