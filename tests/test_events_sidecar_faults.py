@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from stroboscope import _core
-from stroboscope.recording import _events_file
+from stroboscope.recording import _events_file, _events_write
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.spool import SpoolError, recover, recover_events, recover_parts
 
@@ -60,7 +60,7 @@ def _wait(what: str, check: object) -> None:
 
 def test_the_sink_writes_its_magic_again_once_space_returns(tmp_path: Path, disk: FullDisk) -> None:
     side = str(tmp_path / "r.spool.events")
-    sink = _events_file.EventsSink(side)
+    sink = _events_write.EventsSink(side)
     _push("full", 3)
     with pytest.raises(OSError) as err:
         sink.append()
@@ -82,7 +82,7 @@ def test_a_chunk_cut_by_a_full_disk_is_written_again_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     side = str(tmp_path / "c.spool.events")
-    sink = _events_file.EventsSink(side)
+    sink = _events_write.EventsSink(side)
     _push("first", 1)
     sink.append()
     size = os.path.getsize(side)
@@ -182,7 +182,7 @@ def test_a_damaged_or_foreign_sidecar_never_stops_the_rows(
 
 def test_a_file_planted_at_the_sidecars_name_is_never_written(tmp_path: Path) -> None:
     side = tmp_path / "p.spool.events"
-    sink = _events_file.EventsSink(str(side))
+    sink = _events_write.EventsSink(str(side))
     side.write_bytes(b"someone else's")
     _push("x", 1)
     with pytest.raises(FileExistsError, match="not made by this recording"):

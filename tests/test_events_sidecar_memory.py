@@ -5,6 +5,7 @@ Peak allocations are measured with tracemalloc against the sidecar's size."""
 from __future__ import annotations
 
 import os
+import time
 import tracemalloc
 import zlib
 from collections.abc import Callable
@@ -38,8 +39,12 @@ def _peak(fn: Callable[[], object]) -> int:
 
 def _spool(tmp_path: Path) -> Path:
     spool = tmp_path / "m.spool"
-    with Sampler(0.01, sources=["memory"], spool=spool, segment_seconds=0.2, capacity=1024):
-        pass
+    s = Sampler(0.01, sources=["memory"], spool=spool, segment_seconds=0.2, capacity=1024)
+    with s:
+        deadline = time.monotonic() + 60
+        while s.stats().rows_written < 3:
+            assert time.monotonic() < deadline, "the sampler wrote no rows for 60 s"
+            time.sleep(0.01)
     return spool
 
 
