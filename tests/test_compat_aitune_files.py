@@ -5,9 +5,14 @@ exit), several in a child interpreter so the variables are read at import as ait
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import resource
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -55,6 +60,41 @@ def test_dump_writes_nothing_without_a_summary(
     aitune.dump_metrics(pd.DataFrame())
     aitune.dump_metrics(pd.DataFrame({"module_name": [None], "backend": ["b"], "x": [1]}))
     assert list(tmp_path.iterdir()) == []
+
+
+@contextlib.contextmanager
+def disk_full_after(limit: int) -> Iterator[None]:
+    """A full disk for this process: no file can grow past ``limit`` bytes (RLIMIT_FSIZE; a
+    write past it fails with EFBIG, SIGXFSZ ignored), restored afterwards."""
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+
+
+def test_a_dump_that_fails_half_way_leaves_the_previous_file_whole(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    out = tmp_path / "hw.csv"
+    monkeypatch.setattr(_monitoring, "HARDWARE_METRICS_PATH", str(out))
+    small = pd.DataFrame({"host_memory_used": [1 << 30], "module_name": ["m"], "backend": ["b"]})
+    aitune.dump_metrics(small)
+    before = out.read_bytes()
+    assert pd.read_csv(out).equals(small)
+    big = pd.DataFrame(
+        {"host_memory_used": range(5000), "module_name": ["m"] * 5000, "backend": ["b"] * 5000}
+    )
+    with disk_full_after(4096), pytest.raises(OSError) as err:
+        aitune.dump_metrics(big)  # ~60 kB: the disk fills up after 4 kB
+    assert err.value.errno == errno.EFBIG
+    assert out.read_bytes() == before  # not truncated, not a partial CSV
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hw.csv"]  # no temporary left
+    aitune.dump_metrics(big)  # space back: written whole
+    assert pd.read_csv(out).equals(big) and out.stat().st_mode & 0o777 == 0o600
 
 
 CHILD = """

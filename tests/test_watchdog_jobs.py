@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 from stroboscope.recording import _watchdog_child
 from stroboscope.recording.watchdog import DumpJob, Watchdog, _resolve
-from stroboscope.sampling import Frame
 
 
 def test_watchdog_process_is_clean_and_detached(
@@ -77,8 +76,8 @@ def test_dump_job_validation(tmp_path: Path) -> None:
 
 
 def test_spool_job_goes_through_recover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The "spool" kind calls stroboscope.recording.spool.recover and writes what it returns with
-    the same code as journals (a stand-in module replaces the real one here)."""
+    """The "spool" kind calls stroboscope.recording.spool.recover_parts and writes the parts it
+    returns with the same code as journals (a stand-in module replaces the real one here)."""
     table = pa.table(
         {
             "mono_ns": pa.array([1, 2], pa.int64()),
@@ -87,14 +86,14 @@ def test_spool_job_goes_through_recover(tmp_path: Path, monkeypatch: pytest.Monk
     )
     calls: list[str] = []
 
-    def recover(path: str) -> Frame:
+    def recover_parts(path: str) -> types.SimpleNamespace:
         calls.append(path)
         if path.endswith("bad.spool"):
             raise ValueError(f"{path}: wrong magic")
-        return Frame(table)
+        return types.SimpleNamespace(schema=table.schema, parts=iter([table]), rows=len(table))
 
     fake = types.ModuleType("stroboscope.recording.spool")
-    fake.recover = recover  # type: ignore[attr-defined]
+    fake.recover_parts = recover_parts  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "stroboscope.recording.spool", fake)
     monkeypatch.chdir(tmp_path)
     job = _resolve(DumpJob("spool", "run.spool", "out.parquet", "parquet"))

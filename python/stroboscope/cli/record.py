@@ -22,19 +22,18 @@ from types import FrameType
 from typing import Any
 
 from stroboscope._identity import Identity
-from stroboscope.analysis.summary import summarize
 from stroboscope.cli import _args, _dataset, _exporters
 from stroboscope.cli._command import Command
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
 from stroboscope.cli._status import StatusLine, wanted
-from stroboscope.export.writers import output_format, write_table
+from stroboscope.export.writers import output_format
+from stroboscope.recording import _finish
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.segments import SegmentStatus
-from stroboscope.recording.spool import recover, remove_spool
+from stroboscope.recording.spool import remove_spool
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import SamplerStats
 from stroboscope.sampling._checks import check_capacity
-from stroboscope.sampling._provenance import attach, for_table
 
 WAIT_PERIOD_S = 0.25
 """How often the recording loop drains, publishes and checks for the end (seconds)."""
@@ -349,13 +348,14 @@ def _record(
         if publisher is not None:
             publisher.feed(sampler.drain().to_arrow())
             publisher.close()
-    table = recover(spool).to_arrow()  # the segments and the ring: every row once, in order
-    # What the sampler knows of the run, which the spool's header alone does not.
-    table = attach(table, for_table(sampler.provenance(command=command_argv or None), table))
-    if args.output is not None:
-        write_table(table, args.output)
+    # The segments and the ring, every row once and in order, streamed to the output one
+    # segment at a time, with what the sampler knows of the run (the spool's header does not).
+    prov = sampler.provenance(command=command_argv or None)
+    rows, n_columns = _finish.write_output(spool, args.output, prov)
     if watchdog is not None:
         watchdog.stop()
+    units = {c.name: c.unit for c in sampler.columns}
+    summary = _finish.summary(spool, units)  # a few columns at a time, before the spool goes
     parts = sampler.dataset_status
     stranded = args.output is None and parts is not None and parts.rows_unwritten > 0
     if not args.keep_spool and not stranded:  # rows in no part and no FILE: keep the spool
@@ -363,15 +363,14 @@ def _record(
     if stranded and exit_code == 0:
         exit_code = 1
     elapsed = time.monotonic() - started
-    units = {c.name: c.unit for c in sampler.columns}
     _print_summary(
         args,
         fmt,
-        table.num_rows,
-        table.num_columns,
+        rows,
+        n_columns,
         elapsed,
         sampler.stats(),
-        summarize(table, units),
+        summary,
         sampler.segments,
         sampler.dataset_status,
         sampler.identity,  # with the job id a single-process run was given

@@ -20,16 +20,19 @@ before it is intact, and the bytes left out are counted, never guessed at.
 
 from __future__ import annotations
 
-import errno
+import logging
 import os
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
 
 from stroboscope.recording._spool_header import SpoolError, open_regular
+
+_LOG = logging.getLogger("stroboscope.recording")
 
 MAGIC = b"STRBEVT1"
 HEAD = struct.Struct("<4sII")
@@ -79,110 +82,15 @@ def events_path(spool: str) -> str:
     return spool + ".events"
 
 
-def _chunk(tag: bytes, payload: bytes) -> bytes:
-    return HEAD.pack(tag, len(payload), zlib.crc32(payload)) + payload
-
-
-def strings_chunk(first_id: int, strings: list[str]) -> bytes:
-    parts = [_STRS.pack(first_id, len(strings))]
-    for s in strings:
-        raw = s.encode("utf-8", "surrogatepass")
-        parts += [_LEN.pack(len(raw)), raw]
-    return _chunk(STRINGS_TAG, b"".join(parts))
-
-
-def events_chunk(first_index: int, lost: int, table: pa.Table) -> bytes:
-    rec = np.zeros(table.num_rows, RECORD)
-    for name in ("mono_ns", "thread_id", "stack_id", "scope_id", "labels_id", "depth", "kind"):
-        rec[name] = table.column(name).to_numpy()
-    return _chunk(EVENTS_TAG, _EVTS.pack(first_index, lost, len(rec)) + rec.tobytes())
-
-
-def create(path: str) -> int:
-    """Create the sidecar (0600, ``O_EXCL | O_NOFOLLOW``: never an existing file or a link) and
-    write its magic; returns the fd, open for writing."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o600)
-    try:
-        if os.pwrite(fd, MAGIC, 0) != len(MAGIC):
-            raise OSError(errno.ENOSPC, "short write of the events file's magic", path)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def append(fd: int, offset: int, data: bytes, path: str) -> int:
-    """Write ``data`` at ``offset`` whole (one ``pwrite``, finished if it came back short) and
-    return the offset after it. On an error nothing after ``offset`` counts: the next append
-    writes at the same offset again, over whatever part of this one reached the file."""
-    done = 0
-    while done < len(data):
-        n = os.pwrite(fd, data[done:], offset + done)
-        if n <= 0:
-            raise OSError(errno.ENOSPC, "no progress writing the events file", path)
-        done += n
-    return offset + done
-
-
-class EventsSink:
-    """Appends the events log's new events (and new interned strings) to a spool's sidecar.
-
-    The file is made by the first :meth:`append`; events are those recorded from when the sink
-    was made on. Each append writes whole chunks (:func:`append`), so a crash at any point
-    leaves a file whose every complete chunk is intact.
-    """
-
-    def __init__(self, path: str) -> None:
-        from stroboscope import _core  # not at import: the watchdog child reads without it
-
-        self._core = _core
-        self.path = path
-        self._offset = 0  # 0 until the file is made; then where the next chunk goes
-        self._next = _core.events_written()
-        self._strings = 0
-        self.events_written = 0
-        self.events_lost = 0
-
-    def append(self) -> None:
-        """Write what was recorded since the last append; raises what the write raised (the
-        same events are tried again by the next append, while the log still holds them)."""
-        if self._offset == 0:
-            os.close(create(self.path))
-            self._offset = len(MAGIC)
-        batch = self._core.events_read(self._next)
-        # Read after the events: every id they hold was interned before they were pushed.
-        strings = self._core.events_strings(self._strings)
-        data = b""
-        if strings:
-            data += strings_chunk(self._strings, strings)
-        table = batch.to_arrow()
-        for start in range(0, max(table.num_rows, 1), MAX_CHUNK_EVENTS):
-            if table.num_rows == 0 and batch.lost == 0:
-                break
-            part = table.slice(start, MAX_CHUNK_EVENTS)
-            data += events_chunk(batch.first + start, batch.lost if start == 0 else 0, part)
-        if data:
-            # Opened for each append (a few times a second at most): no descriptor is held
-            # between them, so the sink needs no closing.
-            fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                self._offset = append(fd, self._offset, data, self.path)
-            finally:
-                os.close(fd)
-        self._strings += len(strings)
-        self._next = batch.next
-        self.events_written += table.num_rows
-        self.events_lost += batch.lost
-
-
 @dataclass(frozen=True)
 class EventsRead:
-    """What a sidecar holds: the events, events lost before they were written, bytes cut."""
+    """What a sidecar holds: the events, events lost before they were written, bytes cut, and
+    why events are missing when the file itself says so (``damage``: its magic cut short)."""
 
     table: pa.Table
     lost: int
     cut_bytes: int
+    damage: str | None = None
 
 
 def _parse_strings(payload: bytes, strings: list[str]) -> bool:
@@ -208,52 +116,96 @@ def _parse_strings(payload: bytes, strings: list[str]) -> bool:
     return True
 
 
-def read(path: str, uid: int | None = None) -> EventsRead:
-    """The intact events of a sidecar, in the order written, with names resolved.
+READ_CHUNK = 1 << 20
+"""Bytes read at a time while a payload is read (a chunk's payload is at most MAX_PAYLOAD)."""
 
-    Raises :class:`SpoolError` when the file cannot be opened, is not a regular file, belongs
-    to another user than ``uid`` or does not start with the magic. A torn or corrupt tail is cut
-    (counted in ``cut_bytes``), never raised.
-    """
+
+def _read_exactly(f: BinaryIO, n: int) -> bytes | None:
+    """``n`` bytes read from ``f`` (at most READ_CHUNK at a time), None when the file ends first."""
+    parts: list[bytes] = []
+    left = n
+    while left > 0:
+        got = f.read(min(left, READ_CHUNK))
+        if not got:
+            return None
+        parts.append(got)
+        left -= len(got)
+    return b"".join(parts)
+
+
+def _open_head(path: str, uid: int | None) -> tuple[BinaryIO, int, str | None]:
+    """The sidecar opened and read past its magic: the file (the caller closes it), its size
+    when opened, and why it holds no events when its magic was cut short (else None). Raises
+    :class:`SpoolError` as :func:`read` does."""
     fd, st = open_regular(path, "events file", follow=False)
-    with os.fdopen(fd, "rb") as f:
+    f = os.fdopen(fd, "rb")
+    try:
         if uid is not None and st.st_uid != uid:
             raise SpoolError(
                 f"events file {path} is owned by uid {st.st_uid}, its spool by uid {uid}"
             )
-        data = f.read()
-    if data[: len(MAGIC)] != MAGIC:
-        raise SpoolError(f"events file {path} does not start with {MAGIC!r}: not an events file")
-    strings: list[str] = []
-    parts: list[np.ndarray] = []
-    lost = 0
-    next_index = -1
-    pos = len(MAGIC)
-    while pos + HEAD.size <= len(data):
-        tag, n, crc = HEAD.unpack_from(data, pos)
-        end = pos + HEAD.size + n
-        if n > MAX_PAYLOAD or end > len(data):
-            break
-        payload = data[pos + HEAD.size : end]
-        if zlib.crc32(payload) != crc:
-            break
-        if tag == STRINGS_TAG:
-            if not _parse_strings(payload, strings):
+        os.set_blocking(fd, True)
+        head = f.read(len(MAGIC))
+        if len(head) < len(MAGIC) and MAGIC.startswith(head):
+            return (
+                f,
+                st.st_size,
+                (
+                    f"events file {path} holds {len(head)} of the {len(MAGIC)} bytes of its magic "
+                    f"(its first write was cut short, as on a full disk): its events were not kept"
+                ),
+            )
+        if head != MAGIC:
+            raise SpoolError(
+                f"events file {path} does not start with {MAGIC!r}: not an events file"
+            )
+    except BaseException:
+        f.close()
+        raise
+    return f, st.st_size, None
+
+
+def read(path: str, uid: int | None = None) -> EventsRead:
+    """The intact events of a sidecar, in the order written, with names resolved.
+
+    The file is read one chunk at a time (memory holds the events and one chunk, never the
+    file). Raises :class:`SpoolError` when the file cannot be opened, is not a regular file,
+    belongs to another user than ``uid`` or does not start with the magic. A file shorter than
+    the magic that holds the start of it (its first write cut short, as on a full disk) has no
+    events: ``damage`` says so. A torn or corrupt tail is cut (counted in ``cut_bytes``), never
+    raised.
+    """
+    f, size, damage = _open_head(path, uid)
+    with f:
+        if damage is not None:
+            return EventsRead(_to_table(np.zeros(0, RECORD), []), 0, size, damage)
+        strings: list[str] = []
+        parts: list[np.ndarray] = []
+        # Up to the size the file had when opened: a chunk appended since is not "cut".
+        lost, next_index, pos = 0, -1, len(MAGIC)
+        while pos + HEAD.size <= size and (raw := _read_exactly(f, HEAD.size)) is not None:
+            tag, n, crc = HEAD.unpack(raw)
+            end = pos + HEAD.size + n
+            payload = None if n > MAX_PAYLOAD or end > size else _read_exactly(f, n)
+            if payload is None or zlib.crc32(payload) != crc:
                 break
-        elif tag == EVENTS_TAG:
-            if len(payload) < _EVTS.size:
+            if tag == STRINGS_TAG:
+                if not _parse_strings(payload, strings):
+                    break
+            elif tag == EVENTS_TAG:
+                if len(payload) < _EVTS.size:
+                    break
+                first, chunk_lost, count = _EVTS.unpack_from(payload)
+                if len(payload) != _EVTS.size + count * RECORD.itemsize or first < next_index:
+                    break
+                parts.append(np.frombuffer(payload, RECORD, count, _EVTS.size))
+                lost += chunk_lost
+                next_index = first + count
+            else:
                 break
-            first, chunk_lost, count = _EVTS.unpack_from(payload)
-            if len(payload) != _EVTS.size + count * RECORD.itemsize or first < next_index:
-                break
-            parts.append(np.frombuffer(payload, RECORD, count, _EVTS.size))
-            lost += chunk_lost
-            next_index = first + count
-        else:
-            break
-        pos = end
+            pos = end
     rec = np.concatenate(parts) if parts else np.zeros(0, RECORD)
-    return EventsRead(_to_table(rec, strings), lost, len(data) - pos)
+    return EventsRead(_to_table(rec, strings), lost, size - pos)
 
 
 def _names(ids: np.ndarray, strings: list[str]) -> pa.Array:
@@ -275,20 +227,60 @@ def _to_table(rec: np.ndarray, strings: list[str]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
-def read_beside(spool: str, anchor_ns: int, uid: int) -> pa.Table:
-    """The events of ``spool``'s sidecar with their metadata (``stroboscope.events_lost``,
-    ``stroboscope.events_cut_bytes``, ``stroboscope.anchor_realtime_ns``); no rows when there
-    is no sidecar."""
+ERROR_KEY = b"stroboscope.events_error"
+"""Metadata (of the events, and of rows recovered beside them): why events are missing."""
+
+
+def _unreadable(exc: SpoolError) -> str:
+    return f"{exc}: its events were not read"
+
+
+def damage_beside(spool: str, uid: int) -> str | None:
+    """Why the events of ``spool``'s sidecar are missing, from its head alone (None when it is
+    absent or whole so far; a torn tail is not damage), with a warning that says so."""
     side = events_path(spool)
-    if os.path.lexists(side):
-        got = read(side, uid)
-        table, lost, cut = got.table, got.lost, got.cut_bytes
+    if not os.path.lexists(side):
+        return None
+    try:
+        f, _size, damage = _open_head(side, uid)
+    except SpoolError as exc:
+        damage = _unreadable(exc)
     else:
-        table, lost, cut = SCHEMA.empty_table(), 0, 0
-    return table.replace_schema_metadata(
-        {
-            b"stroboscope.events_lost": str(lost).encode(),
-            b"stroboscope.events_cut_bytes": str(cut).encode(),
-            b"stroboscope.anchor_realtime_ns": str(anchor_ns).encode(),
-        }
-    )
+        f.close()
+    if damage is not None:
+        _LOG.warning(
+            "scope events of %s are missing: %s (the rows are all recovered)", spool, damage
+        )
+    return damage
+
+
+def read_beside(spool: str, anchor_ns: int, uid: int, *, strict: bool = True) -> pa.Table:
+    """The events of ``spool``'s sidecar with their metadata (``stroboscope.events_lost``,
+    ``stroboscope.events_cut_bytes``, ``stroboscope.anchor_realtime_ns``, and
+    :data:`ERROR_KEY` when the sidecar is damaged); no rows when there is no sidecar.
+
+    A sidecar whose magic was cut short has no events: ``ERROR_KEY`` says so (and a warning,
+    when ``strict``). One that is not an events file (or not the spool owner's, or not a regular
+    file) raises :class:`SpoolError` when ``strict``; otherwise it is treated as that too (the
+    rows of a spool never depend on its events: :func:`damage_beside` warns of it).
+    """
+    side = events_path(spool)
+    if not os.path.lexists(side):
+        got = EventsRead(SCHEMA.empty_table(), 0, 0)
+    elif strict:
+        got = read(side, uid)
+        if got.damage is not None:
+            _LOG.warning("scope events of %s are missing: %s", spool, got.damage)
+    else:
+        try:
+            got = read(side, uid)
+        except SpoolError as exc:
+            got = EventsRead(SCHEMA.empty_table(), 0, 0, _unreadable(exc))
+    meta = {
+        b"stroboscope.events_lost": str(got.lost).encode(),
+        b"stroboscope.events_cut_bytes": str(got.cut_bytes).encode(),
+        b"stroboscope.anchor_realtime_ns": str(anchor_ns).encode(),
+    }
+    if got.damage is not None:
+        meta[ERROR_KEY] = got.damage.encode("utf-8", "replace")
+    return got.table.replace_schema_metadata(meta)

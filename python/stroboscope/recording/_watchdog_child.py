@@ -16,7 +16,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -79,29 +79,36 @@ def _parent_stopped(control: int, pidfd: int | None, parent_pid: int) -> bool:
             return _stop_pending(control)
 
 
-def _load(job: dict[str, Any]) -> tuple[pa.Table, str]:
-    """Read a job's source: the table and a note for the log line."""
+def _load(job: dict[str, Any]) -> tuple[pa.Schema, Iterator[pa.Table], int, str]:
+    """Read a job's source: its schema, its rows as parts (a spool's one segment at a time), the
+    number of rows and a note for the log line."""
     if job["kind"] == "spool":
-        from stroboscope.recording.spool import recover
+        from stroboscope.recording.spool import recover_parts
 
-        return recover(job["source"]).to_arrow(), ""
+        got = recover_parts(job["source"])
+        return got.schema, got.parts, got.rows, ""
     from stroboscope.recording._journal_read import read_journal_table
 
     table, damaged = read_journal_table(job["source"])  # a block at a time: memory stays flat
     note = f" ({damaged} damaged line(s) skipped)" if damaged else ""
-    return table, note
+    return table.schema, iter([table]), table.num_rows, note
 
 
-def _write_table(table: pa.Table, fd: int, fmt: str) -> None:
+def _write_parts(schema: pa.Schema, parts: Iterable[pa.Table], fd: int, fmt: str) -> None:
+    """The parts appended one after another to one Parquet or CSV file (one part in memory)."""
     with os.fdopen(fd, "wb") as f:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            pq.write_table(table, f, compression="zstd")
+            with pq.ParquetWriter(f, schema, compression="zstd") as writer:
+                for part in parts:
+                    writer.write_table(part)
         else:
             import pyarrow.csv as pacsv
 
-            pacsv.write_csv(table, f)
+            with pacsv.CSVWriter(f, schema) as writer:
+                for part in parts:
+                    writer.write_table(part)
         f.flush()
         os.fsync(f.fileno())  # on disk before the rename makes it the dump
 
@@ -130,12 +137,20 @@ def _publish_unique(tmp: str, path: str) -> str:
 
 def write_dump(table: pa.Table, job: dict[str, Any], parent_pid: int) -> str:
     """Write ``table`` where a resolved job says (a complete file or none); return the path."""
+    return write_dump_parts(table.schema, [table], job, parent_pid)
+
+
+def write_dump_parts(
+    schema: pa.Schema, parts: Iterable[pa.Table], job: dict[str, Any], parent_pid: int
+) -> str:
+    """Write the ``parts`` (tables of ``schema``) one after another where a resolved job says (a
+    complete file or none); return the path."""
     fmt = job["format"]
     path = job["dump"] or os.path.join(job["dump_dir"], default_dump_name(fmt, parent_pid))
     directory, name = os.path.split(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory or None)
     try:
-        _write_table(table, fd, fmt)
+        _write_parts(schema, parts, fd, fmt)
         if job["dump"]:
             os.replace(tmp, path)
             return path
@@ -148,8 +163,8 @@ def write_dump(table: pa.Table, job: dict[str, Any], parent_pid: int) -> str:
 
 def run_job(job: dict[str, Any], parent_pid: int) -> str:
     """Dump one resolved job (the same code for every kind); return the log line."""
-    table, note = _load(job)
-    path = write_dump(table, job, parent_pid)
+    schema, parts, rows, note = _load(job)
+    path = write_dump_parts(schema, parts, job, parent_pid)
     if job.get("remove_source"):
         if job["kind"] == "spool":
             from stroboscope.recording.spool import remove_spool
@@ -162,7 +177,7 @@ def run_job(job: dict[str, Any], parent_pid: int) -> str:
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(job["source"]))
     return (
-        f"parent {parent_pid} died; wrote {table.num_rows} rows of {job['kind']} "
+        f"parent {parent_pid} died; wrote {rows} rows of {job['kind']} "
         f"{job['source']} to {path} ({job['format']}){note}"
     )
 

@@ -31,7 +31,8 @@ import pyarrow as pa
 
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.export.writers import write_parquet
-from stroboscope.recording._events_file import EventsSink, events_path
+from stroboscope.recording._events_file import events_path
+from stroboscope.recording._events_write import EventsSink
 from stroboscope.recording.spool import FIRST_ROW_KEY, last_segment_index
 from stroboscope.sampling._frame import Frame
 

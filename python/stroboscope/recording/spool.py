@@ -14,21 +14,27 @@ segment writer at each wake-up: :func:`recover_events` reads them (see there wha
 
 from __future__ import annotations
 
+import functools
 import glob
 import mmap
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from dataclasses import field as _field_default
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from stroboscope.recording import _events_file
+from stroboscope.recording._segment_read import (
+    FIRST_ROW_KEY,
+    check_order,
+    first_row,
+    read_segment,
+    segment_extent,
+)
 from stroboscope.recording._spool_cells import read_rows
 from stroboscope.recording._spool_header import (
     COUNTERS,
@@ -59,9 +65,7 @@ __all__ = [
     "segment_paths",
 ]
 
-FIRST_ROW_KEY = b"stroboscope.first_row"
 _SEGMENT_RE = re.compile(r"\.seg-(\d+)\.parquet$")
-_ROW_INDEX_RE = re.compile(r"[0-9]{1,19}")
 
 
 def segment_paths(spool: str | os.PathLike[str]) -> list[Path]:
@@ -179,20 +183,31 @@ class Recovered:
         spool's. Reading a part checks it again (a segment that changed since the plan, or rows
         out of order, raise :class:`SpoolError`).
     events : pyarrow.Table
-        The recording's scope events (:func:`recover_events`; no rows when it has none).
+        The recording's scope events (:func:`recover_events`; no rows when it has none), read
+        from the sidecar when first asked for (``read_events``), one chunk at a time. A damaged
+        sidecar never stops the rows: its events are missing, a warning says why and so does
+        the metadata ``stroboscope.events_error`` (of the events and of ``schema``).
     """
 
     schema: pa.Schema
     rows: int
     rows_lost: int
     parts: Iterator[pa.Table]
-    events: pa.Table = _field_default(default_factory=_events_file.SCHEMA.empty_table)
+    read_events: Callable[[], pa.Table] = _events_file.SCHEMA.empty_table
+
+    @functools.cached_property
+    def events(self) -> pa.Table:
+        """The recording's scope events (see the class)."""
+        return self.read_events()
 
 
-def recover_parts(path: str | os.PathLike[str]) -> Recovered:
+def recover_parts(
+    path: str | os.PathLike[str], *, columns: Sequence[str] | None = None
+) -> Recovered:
     """Every row recorded in a spool and its segments, in order and without duplicates, as
     parts to write one at a time (``stroboscope recover`` and ``record`` stream them to their
-    output). :func:`recover` is the same rows as one frame.
+    output). :func:`recover` is the same rows as one frame. With ``columns``, the parts hold
+    only those (and ``time`` and ``mono_ns``, always), read alone from each segment.
 
     Raises
     ------
@@ -211,7 +226,7 @@ def recover_parts(path: str | os.PathLike[str]) -> Recovered:
     lost = 0
     rows = 0
     for seg in segments:  # from the footers only: the rows are read one segment at a time later
-        first, n = _segment_extent(seg, h, want)
+        first, n = segment_extent(seg, h, want)
         if first > next_row:
             lost += first - next_row
         skip = max(0, next_row - first)
@@ -227,23 +242,32 @@ def recover_parts(path: str | os.PathLike[str]) -> Recovered:
     from stroboscope.sampling._provenance import PROVENANCE_KEY, dumps, recovered
 
     prov = recovered(h, rows=rows, rows_lost=lost, segments=[s for s, _, _ in plan], rest=rest)
-    schema = spool.schema.with_metadata(
-        {"stroboscope.rows_lost": str(lost), PROVENANCE_KEY: dumps(prov)}
-    )
+    meta = {"stroboscope.rows_lost": str(lost), PROVENANCE_KEY: dumps(prov)}
+    # The events are read when asked for (Recovered.events); a damaged sidecar is said now and
+    # never stops the rows.
+    error = _events_file.damage_beside(p, h["uid"])
+    if error is not None:
+        meta[_events_file.ERROR_KEY.decode()] = error
+    schema = spool.schema.with_metadata(meta)
+    keep = None
+    if columns is not None:
+        keep = [f.name for f in schema if f.name in {"time", "mono_ns", *columns}]
+        schema = pa.schema([schema.field(n) for n in keep], metadata=schema.metadata)
+        rest = rest.select(keep)
 
     def parts() -> Iterator[pa.Table]:
         last_mono = -1
         for seg, first, skip in plan:
-            table = _read_segment(seg, h["uid"], want)
-            if _first_row(seg, table.schema.metadata, table.num_rows, h["head"]) != first:
+            table = read_segment(seg, h["uid"], want, keep)
+            if first_row(seg, table.schema.metadata, table.num_rows, h["head"]) != first:
                 raise SpoolError(f"segment {seg} changed while it was being recovered")
             part = table.slice(skip).replace_schema_metadata(None)
-            last_mono = _check_order(seg, part, last_mono)
+            last_mono = check_order(seg, part, last_mono)
             yield part.cast(schema)
-        _check_order(p, rest, last_mono)
+        check_order(p, rest, last_mono)
         yield rest.cast(schema)
 
-    events = _events_file.read_beside(p, h["anchor_ns"], h["uid"])  # before the parts are read
+    events = functools.partial(_events_file.read_beside, p, h["anchor_ns"], h["uid"], strict=False)
     return Recovered(schema, rows, lost, parts(), events)
 
 
@@ -291,92 +315,6 @@ def recover(path: str | os.PathLike[str]) -> Frame:
     from stroboscope.sampling._frame import Frame  # the one frame type (pyarrow-backed here)
 
     return Frame(table, rows_lost=got.rows_lost)
-
-
-def _open_segment(seg: str, uid: int) -> tuple[int, os.stat_result]:
-    """A segment opened read-only: a regular file (no symlink followed) of the spool's owner."""
-    fd, st = open_regular(seg, "segment", follow=False)
-    if st.st_uid != uid:
-        os.close(fd)
-        raise SpoolError(
-            f"segment {seg} is owned by uid {st.st_uid}, its spool by uid {uid}: not written "
-            f"by the same recording"
-        )
-    return fd, st
-
-
-def _check_schema(seg: str, schema: pa.Schema, want: list[tuple[str, pa.DataType]]) -> None:
-    got = [(fld.name, fld.type) for fld in schema]
-    if got != want:
-        diff = next(
-            (
-                f"{g[0]} ({g[1]}) where the spool has {w[0]} ({w[1]})"
-                for g, w in zip(got, want)
-                if g != w
-            ),
-            f"{len(got)} columns where the spool has {len(want)}",
-        )
-        raise SpoolError(f"segment {seg} has another schema than its spool: column {diff}")
-
-
-def _segment_extent(
-    seg: str, h: dict[str, Any], want: list[tuple[str, pa.DataType]]
-) -> tuple[int, int]:
-    """``(first row, rows)`` of a segment, from its Parquet footer, checked as when it is read."""
-    fd, _st = _open_segment(seg, h["uid"])
-    with os.fdopen(fd, "rb") as f:
-        try:
-            footer = pq.ParquetFile(f)
-            schema = footer.schema_arrow
-            n = footer.metadata.num_rows
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
-    _check_schema(seg, schema, want)
-    return _first_row(seg, schema.metadata, n, h["head"]), n
-
-
-def _read_segment(seg: str, uid: int, want: list[tuple[str, pa.DataType]]) -> pa.Table:
-    """A segment file read whole (it is one segment's rows), checked to be a regular file of the
-    spool's owner with the spool's columns."""
-    fd, _st = _open_segment(seg, uid)
-    with os.fdopen(fd, "rb") as f:
-        try:
-            table = pq.read_table(f)
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
-    _check_schema(seg, table.schema, want)
-    return table
-
-
-def _first_row(seg: str, metadata: dict[bytes, bytes] | None, rows: int, head: int) -> int:
-    """The segment's ``stroboscope.first_row``: a row index whose rows the spool has counted."""
-    key = FIRST_ROW_KEY.decode()
-    raw = (metadata or {}).get(FIRST_ROW_KEY)
-    if raw is None:
-        raise SpoolError(f"segment {seg} has no {key} metadata")
-    text = raw.decode("ascii", "replace")
-    if not _ROW_INDEX_RE.fullmatch(text):
-        raise SpoolError(f"segment {seg} has metadata {key} = {text[:40]!r}, not a row index")
-    first = int(text)
-    if first + rows > head:
-        raise SpoolError(
-            f"segment {seg} has metadata {key} = {first} with {rows} rows, past the "
-            f"{head} rows its spool's head field counts"
-        )
-    return first
-
-
-def _check_order(name: str, table: pa.Table, last_mono: int) -> int:
-    """``last_mono`` after ``table``, whose mono_ns must go on from it without going back."""
-    if table.num_rows == 0:
-        return last_mono
-    mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
-    if mono[0] < last_mono or np.any(np.diff(mono) < 0):
-        raise SpoolError(
-            f"{name} has rows out of order (mono_ns goes back): its {FIRST_ROW_KEY.decode()} or "
-            f"the spool's counters do not match the rows"
-        )
-    return int(mono[-1])
 
 
 def remove_spool(path: str | os.PathLike[str]) -> None:

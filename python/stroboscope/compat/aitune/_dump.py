@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stroboscope._files import open_private
+from stroboscope._files import replace_private
 
 if TYPE_CHECKING:
     import pandas
@@ -192,9 +192,13 @@ def output_path(path: str | os.PathLike[str]) -> Path:
 
 
 def write_csv(df: pandas.DataFrame, path: str | os.PathLike[str]) -> None:
-    """``df`` as CSV (pandas' text, no index), in a file created 0600."""
-    with open_private(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as f:
+    """``df`` as CSV (pandas' text, no index), in a file created 0600, written whole and then
+    renamed over ``path``: a failure half-way (a full disk) leaves the previous file intact."""
+    with replace_private(path) as raw:
+        f = io.TextIOWrapper(raw, encoding="utf-8", newline="")
         df.to_csv(f, index=False)
+        f.flush()
+        f.detach()  # the raw file stays open: replace_private syncs and renames it
 
 
 def dump_to(metrics: pandas.DataFrame, name: str | None) -> None:

@@ -7,8 +7,11 @@ pipes the rows to a child process. Here the readings are the rows of one strobos
 (sources ``cpu``, ``memory`` and, where NVML sees a GPU, ``gpu``; interval 0.1 s) started on the
 first scope; a scope open asks it for an edge row (``request_tick``); the rows are turned into
 aitune's columns by :mod:`._rows` (innermost open scope and its labels from the sampler's scope
-intervals) and only the rows taken while a scope was open are kept. The rows are moved out of
-the ring every :data:`COLLECT_EVERY_S` at a scope open, so a long run never overwrites any.
+intervals) and only the rows taken while a scope was open are kept. A thread of the session
+moves the rows out of the ring every :func:`collect_every_s` (a quarter of what the ring holds
+at most), so a long scope never has its first rows overwritten; rows the ring overwrote anyway
+(the process stalled longer than the ring lasts) are counted in the frames' ``attrs["rows_lost"]``
+and a warning says so.
 """
 
 from __future__ import annotations
@@ -44,6 +47,17 @@ logger = logging.getLogger("stroboscope")
 INTERVAL_S = 0.1  # aitune's collector interval
 COLLECT_EVERY_S = 10.0  # rows leave the ring at least this often (it holds ~1.8 h at 10 Hz)
 _CAPACITY = 1 << 16
+FIRST_ROW_WAIT_S = 5.0  # at most this long for a new sampler's first row (seconds)
+EDGE_WAIT_S = 1.0  # at most this long, beyond an interval, for an edge row asked for (seconds)
+
+
+def collect_every_s(capacity: int, interval_s: float) -> float:
+    """How often (seconds) the rows are moved out of a ring of ``capacity`` rows taken every
+    ``interval_s``: every :data:`COLLECT_EVERY_S`, or every quarter of the ring's span if
+    shorter."""
+    return min(COLLECT_EVERY_S, capacity * interval_s / 4)
+
+
 _TRUE = ("1", "true", "True", "yes", "Yes", "YES")  # aitune's truthy spellings
 
 
@@ -86,6 +100,13 @@ def _make_sampler() -> Sampler:
     )
 
 
+def _await(done: Callable[[], bool], timeout_s: float) -> None:
+    """Poll ``done`` every millisecond until it is true or ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 class HardwareMetricsSession:
     """The process's collection: enabled state, the sampler, the rows moved out of its ring."""
 
@@ -99,7 +120,9 @@ class HardwareMetricsSession:
         self._open = 0  # compat scopes open in the process (aitune keeps one stack per process)
         self._last_edge: str | None = None
         self._last_edge_ns = 0
-        self._last_collect_ns = 0
+        self._collector: threading.Thread | None = None  # moves the rows out of the ring
+        self._collector_stop = threading.Event()
+        self.rows_lost = 0  # rows the ring overwrote before they were collected
         self._chunks: list[pandas.DataFrame] = []
         self._torch: list[tuple[int, int, int]] = []  # (mono_ns, allocated, reserved)
         self._torch_due: list[Reading] = []  # readings whose scope's begin is not yet looked up
@@ -130,11 +153,15 @@ class HardwareMetricsSession:
                         self._runtime_enabled = False
                         return
                     self._start_ns = time.monotonic_ns()
-                    self._last_collect_ns = self._start_ns
                     sampler.start()
+                    # Its first row is taken before this scope opens: the scope's own row is
+                    # then its edge row alone (a first tick taken after the open would be a
+                    # second row at the same instant).
+                    _await(lambda: sampler.stats().rows_written > 0, FIRST_ROW_WAIT_S)
                     self._pid = os.getpid()
                     self._request = sampler.request_tick
                     self._sampler = sampler
+                    self._start_collector(collect_every_s(_CAPACITY, INTERVAL_S))
 
     def after_open(self, name: str, opened_ns: int | None = None) -> bool:
         """Count an open scope and ask for an edge row; False when not collecting.
@@ -162,12 +189,8 @@ class HardwareMetricsSession:
             if edge:
                 labels = scopes.current_labels()
                 self._edges.append((now, name, labels.get("module"), labels.get("backend")))
-            due = now - self._last_collect_ns >= COLLECT_EVERY_S * 1e9
         if edge and self._request is not None:
             self._request()
-        if due:
-            with self._lock:
-                self._collect_locked()
         return True
 
     def after_close(self) -> None:
@@ -182,13 +205,43 @@ class HardwareMetricsSession:
 
     # -- rows ------------------------------------------------------------------------------
 
+    def _start_collector(self, every_s: float) -> None:
+        stop = self._collector_stop = threading.Event()
+        self._collector = threading.Thread(
+            target=self._collect_every, args=(stop, every_s), name="aitune-collector", daemon=True
+        )
+        self._collector.start()
+
+    def _collect_every(self, stop: threading.Event, every_s: float) -> None:
+        while not stop.wait(every_s):
+            try:
+                with self._lock:
+                    self._collect_locked()
+            except Exception:  # never dies of one round: the next one tries again
+                logger.exception("hardware metrics: collecting the rows failed")
+
+    def _stop_collector(self) -> None:
+        """Stop the collector thread (not holding the lock: the thread takes it)."""
+        self._collector_stop.set()
+        if self._collector is not None and self._collector is not threading.current_thread():
+            self._collector.join()
+        self._collector = None
+
     def _collect_locked(self) -> None:
         """Move the ring's rows into aitune rows (only those taken while a scope was open)."""
         sampler = self._sampler
         if sampler is None:
             return
-        self._last_collect_ns = time.monotonic_ns()
-        frame = sampler.drain().to_arrow()
+        drained = sampler.drain()
+        if drained.rows_lost:
+            self.rows_lost += drained.rows_lost
+            logger.warning(
+                "hardware metrics: %d rows were overwritten in the ring before they were "
+                "collected (%d in all; get_hardware_metrics().attrs['rows_lost'])",
+                drained.rows_lost,
+                self.rows_lost,
+            )
+        frame = drained.to_arrow()
         intervals = intervals_of(sampler)
         if self._torch_due:  # read after the rows drained: each reading's scope is listed
             self._torch[:] = sorted(self._torch + stamp_readings(self._torch_due, intervals))
@@ -208,15 +261,28 @@ class HardwareMetricsSession:
         older = [r for r in self._torch if r[0] <= last]
         self._torch[:] = older[-1:] + [r for r in self._torch if r[0] > last]
 
+    def _await_edges_locked(self) -> None:
+        """Collect until every edge row asked for is in (a scope that closed just now has its
+        row): the sampler takes one within microseconds, its next tick within an interval."""
+        sampler = self._sampler
+
+        def served() -> bool:
+            self._collect_locked()
+            return not self._edges or sampler is None or not sampler.running
+
+        _await(served, INTERVAL_S + EDGE_WAIT_S)
+
     def _frame_locked(self) -> pandas.DataFrame:
         import pandas
 
-        self._collect_locked()
+        self._await_edges_locked()
         if not self._chunks:
-            return empty_rows()
-        if len(self._chunks) > 1:
-            self._chunks[:] = [pandas.concat(self._chunks, ignore_index=True)]
-        rows: pandas.DataFrame = self._chunks[0].copy()
+            rows = empty_rows()
+        else:
+            if len(self._chunks) > 1:
+                self._chunks[:] = [pandas.concat(self._chunks, ignore_index=True)]
+            rows = self._chunks[0].copy()
+        rows.attrs["rows_lost"] = self.rows_lost
         return rows
 
     def get_metrics(self) -> pandas.DataFrame | None:
@@ -248,10 +314,12 @@ class HardwareMetricsSession:
         self._end(dump=True)
 
     def _end(self, *, dump: bool) -> None:
+        self._stop_collector()
         with self._lock:
             sampler = self._sampler
             if sampler is None:
                 return
+            self._await_edges_locked()  # (a stopped sampler takes no edge row)
             sampler.stop()
             rows = self._frame_locked()
             sampler.close()
@@ -263,6 +331,7 @@ class HardwareMetricsSession:
             self._carry = None
             self._open = 0
             self._last_edge = None
+            self.rows_lost = 0
         if dump:
             dump_metrics(rows)
 
@@ -280,6 +349,9 @@ class HardwareMetricsSession:
         self._edges = []
         self._carry = None
         self._open = 0
+        self._collector = None  # (threads do not survive a fork)
+        self._collector_stop = threading.Event()
+        self.rows_lost = 0
 
 
 _DEFAULT_SESSION = HardwareMetricsSession()

@@ -1,0 +1,112 @@
+"""Reading a spool's Parquet segments back, each checked against its spool: a regular file of
+the spool's owner, the spool's columns, a ``stroboscope.first_row`` the spool's counters cover,
+rows in order (:func:`stroboscope.recording.spool.recover_parts` plans and reads with these)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stroboscope.recording._spool_header import SpoolError, open_regular
+
+FIRST_ROW_KEY = b"stroboscope.first_row"
+_ROW_INDEX_RE = re.compile(r"[0-9]{1,19}")
+
+
+def open_segment(seg: str, uid: int) -> tuple[int, os.stat_result]:
+    """A segment opened read-only: a regular file (no symlink followed) of the spool's owner."""
+    fd, st = open_regular(seg, "segment", follow=False)
+    if st.st_uid != uid:
+        os.close(fd)
+        raise SpoolError(
+            f"segment {seg} is owned by uid {st.st_uid}, its spool by uid {uid}: not written "
+            f"by the same recording"
+        )
+    return fd, st
+
+
+def check_schema(seg: str, schema: pa.Schema, want: list[tuple[str, pa.DataType]]) -> None:
+    got = [(fld.name, fld.type) for fld in schema]
+    if got != want:
+        diff = next(
+            (
+                f"{g[0]} ({g[1]}) where the spool has {w[0]} ({w[1]})"
+                for g, w in zip(got, want)
+                if g != w
+            ),
+            f"{len(got)} columns where the spool has {len(want)}",
+        )
+        raise SpoolError(f"segment {seg} has another schema than its spool: column {diff}")
+
+
+def segment_extent(
+    seg: str, h: dict[str, Any], want: list[tuple[str, pa.DataType]]
+) -> tuple[int, int]:
+    """``(first row, rows)`` of a segment, from its Parquet footer, checked as when it is read."""
+    fd, _st = open_segment(seg, h["uid"])
+    with os.fdopen(fd, "rb") as f:
+        try:
+            footer = pq.ParquetFile(f)
+            schema = footer.schema_arrow
+            n = footer.metadata.num_rows
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+    check_schema(seg, schema, want)
+    return first_row(seg, schema.metadata, n, h["head"]), n
+
+
+def read_segment(
+    seg: str,
+    uid: int,
+    want: list[tuple[str, pa.DataType]],
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """A segment file read whole (it is one segment's rows), or only its ``columns``, checked to
+    be a regular file of the spool's owner with the spool's columns."""
+    fd, _st = open_segment(seg, uid)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            table = pq.read_table(f, columns=None if columns is None else list(columns))
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+    if columns is not None:
+        want = [w for w in want if w[0] in set(columns)]
+    check_schema(seg, table.schema, want)
+    return table
+
+
+def first_row(seg: str, metadata: dict[bytes, bytes] | None, rows: int, head: int) -> int:
+    """The segment's ``stroboscope.first_row``: a row index whose rows the spool has counted."""
+    key = FIRST_ROW_KEY.decode()
+    raw = (metadata or {}).get(FIRST_ROW_KEY)
+    if raw is None:
+        raise SpoolError(f"segment {seg} has no {key} metadata")
+    text = raw.decode("ascii", "replace")
+    if not _ROW_INDEX_RE.fullmatch(text):
+        raise SpoolError(f"segment {seg} has metadata {key} = {text[:40]!r}, not a row index")
+    first = int(text)
+    if first + rows > head:
+        raise SpoolError(
+            f"segment {seg} has metadata {key} = {first} with {rows} rows, past the "
+            f"{head} rows its spool's head field counts"
+        )
+    return first
+
+
+def check_order(name: str, table: pa.Table, last_mono: int) -> int:
+    """``last_mono`` after ``table``, whose mono_ns must go on from it without going back."""
+    if table.num_rows == 0:
+        return last_mono
+    mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
+    if mono[0] < last_mono or np.any(np.diff(mono) < 0):
+        raise SpoolError(
+            f"{name} has rows out of order (mono_ns goes back): its {FIRST_ROW_KEY.decode()} or "
+            f"the spool's counters do not match the rows"
+        )
+    return int(mono[-1])
