@@ -21,8 +21,6 @@ from stroboscope.analysis._series import (
     Series,
     check_samples,
     gpu_columns,
-    integral,
-    interp,
     range_max,
     range_sum,
     ranges,
@@ -30,6 +28,7 @@ from stroboscope.analysis._series import (
     total_series,
 )
 from stroboscope.analysis._summary_format import format_summary
+from stroboscope.analysis.energy import gpu_windows
 
 if TYPE_CHECKING:
     import pandas
@@ -85,22 +84,20 @@ def _levels(s: Series, g: _Groups, prefix: str, stats: tuple[str, ...]) -> dict[
 
 
 def _energy(samples: pa.Table, g: _Groups, gpu: int) -> tuple[F64, I64, str] | None:
-    """Per call: joules used by one GPU, the readings behind it, and the method; None if the
-    frame has neither its energy counter nor its power."""
+    """Per call: joules used by one GPU (:func:`stroboscope.analysis.energy.gpu_windows`, the
+    one energy model), the readings behind it, and the method; None if the frame has neither
+    its energy counter nor its power."""
     names = samples.column_names
-    counter = f"gpu.{gpu}.energy_mj"
-    power = f"gpu.{gpu}.power_w"
-    if counter in names and len(s := series(samples, counter)) >= 2:
-        joules = (interp(s, g.end) - interp(s, g.begin)) / 1e3
-        method = "counter"
-    elif power in names:
-        s = series(samples, power)
-        joules = (integral(s, g.end) - integral(s, g.begin)) / _NS
-        method = "power integral"
-    else:
+    if f"gpu.{gpu}.energy_mj" not in names and f"gpu.{gpu}.power_w" not in names:
         return None
-    lo, hi = ranges(s.t, g.begin, g.end)
-    return joules, hi - lo, method
+    w = gpu_windows(samples, gpu, g.begin, g.end)
+    known = ~np.isnan(w.edges.joules)
+    counter, power = bool((w.counter & known).any()), bool((~w.counter & known).any())
+    method = "counter and power integral" if counter and power else _METHODS[counter]
+    return w.edges.joules, w.readings, method
+
+
+_METHODS = {True: "counter", False: "power integral"}
 
 
 def summary(samples: pa.Table, intervals: pa.Table) -> pandas.DataFrame:
@@ -129,17 +126,18 @@ def summary(samples: pa.Table, intervals: pa.Table) -> pandas.DataFrame:
         - ``gpu_util_pct_mean/_max/_n`` (the mean over GPUs of ``gpu.{i}.util_pct``, on rows
           where every GPU has a value), ``gpu_mem_bytes_max/_n`` (``mem_used_bytes`` summed
           over GPUs), ``power_w_mean/_max/_n`` (summed over GPUs);
-        - ``energy_j``, ``energy_j_n``: per call, the GPU energy counter's difference across
-          ``[begin, end]`` with the counter linearly interpolated at both edges; for a GPU
-          without the counter, the trapezoid integral of its power over the call. Summed over
-          GPUs and calls; calls whose edges are outside the readings' span are left out (NaN
-          when none is left). ``_n`` counts the readings inside the calls;
+        - ``energy_j``, ``energy_j_n``: per call, the GPU energy of
+          :func:`stroboscope.analysis.energy.window_energy` over ``[begin, end]`` (the one
+          model: the counter linear between its knots, else the power integral; docs/energy.md).
+          Summed over GPUs and calls; calls whose edges are outside the readings' span are
+          left out (NaN when none is left). ``_n`` counts the readings inside the calls;
         - with several GPUs, the same per GPU: ``gpu{i}_util_pct_*``, ``gpu{i}_mem_bytes_*``,
           ``gpu{i}_power_w_*``, ``gpu{i}_energy_j``, ``gpu{i}_energy_j_n``.
 
         A figure whose column is absent from the frame is absent (not zero).
         ``attrs["cpu_column"]`` names the CPU column used, ``attrs["energy_method"]`` maps each
-        GPU to ``"counter"`` or ``"power integral"``.
+        GPU to ``"counter"``, ``"power integral"`` (no counter, or it failed its check), or
+        ``"counter and power integral"`` (some calls each).
     """
     import pandas as pd
 
