@@ -283,8 +283,17 @@ def counter_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
     ]
 
 
+def printable(text: object) -> str:
+    """``text`` for one cell of a text table: a character that would break the row (a newline,
+    a tab, any control character) written as its escape (``\\n``), everything else as is."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> str:
-    """Columns padded to their widest cell; the first ``left`` columns left-aligned."""
+    """Columns padded to their widest cell; the first ``left`` columns left-aligned; control
+    characters in a cell escaped (:func:`printable`), so each row stays one line."""
+    header = tuple(printable(h) for h in header)
+    rows = [tuple(printable(v) for v in r) for r in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
