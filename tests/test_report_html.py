@@ -70,7 +70,41 @@ def test_page_holds_the_figures_of_the_data(run: Path, page: Path) -> None:
     assert _cells(text, "cmdline")[1] == '["python", "train.py"]'
 
 
-def test_png_plots_match_the_html(run: Path, page: Path) -> None:
+def _figures(run: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The report's figures as drawn (captured as each is saved) and their PNG, by plot key."""
+    from stroboscope.export import _plots
+
+    drawn: dict[str, Any] = {}
+    save = _plots._png
+
+    def capture(fig: Any, key: str, title: str) -> Any:
+        plot = save(fig, key, title)  # laid out and saved: its transforms are the PNG's
+        drawn[key] = (fig, plot.png)
+        return plot
+
+    monkeypatch.setattr(_plots, "_png", capture)
+    report_mod.build_report([str(run)]).plots()
+    return drawn
+
+
+def _rgb(color: Any) -> np.ndarray[Any, Any]:
+    from matplotlib.colors import to_rgb
+
+    return np.array(to_rgb(color)) * 255
+
+
+def _tint(pixels: np.ndarray[Any, Any], color: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """How much of ``color`` each pixel of a short column shows over the column's background
+    (its median: white, or a scope's shading), as an anti-aliased thin line blends with it:
+    the share along background→colour, 0 where the pixel is off that segment (grey text,
+    a grid line, another colour)."""
+    back = np.median(pixels, axis=0)
+    share = (back - pixels) @ (back - color) / float((back - color) @ (back - color))
+    off = np.linalg.norm(back - pixels - np.outer(share, back - color), axis=1)
+    return np.where(off < 20, share, 0.0)
+
+
+def test_png_plots_match_the_html(run: Path, page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pngs = sorted((run.parent / "png").iterdir())
     assert [p.stem for p in pngs] == sorted(
         ["cpu", "memory", "gpu-0", "network", "process", "timing"]
@@ -79,6 +113,62 @@ def test_png_plots_match_the_html(run: Path, page: Path) -> None:
         with PIL_Image.open(p) as img:
             assert img.size[0] == 1200 and img.size[1] > 200
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = pq.read_table(run)
+    figures = _figures(run, monkeypatch)
+    assert sorted(figures) == [p.stem for p in pngs]
+    span = max(table.column("mono_ns").to_pylist()) - min(table.column("mono_ns").to_pylist())
+    lines = 0
+    for key, (fig, _) in figures.items():
+        if key == "timing":
+            continue
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                name = str(line.get_label())
+                if name.startswith("_") or name not in table.column_names:
+                    continue  # the dots of isolated readings repeat a line's points
+                y = np.asarray(line.get_ydata(), dtype=float)
+                x = np.asarray(line.get_xdata(), dtype=float)
+                data = np.asarray(table.column(name).drop_null().to_pylist(), dtype=float)
+                y, x = y[~np.isnan(y)], x[~np.isnan(y)]
+                # What is drawn is the data: values it holds, its extremes kept (per-pixel
+                # min/max downsampling hides no peak), within the run's time span.
+                assert set(y.tolist()) <= set(data.tolist()), name
+                assert (y.min(), y.max()) == (data.min(), data.max()), name
+                assert x.min() >= 0 and x.max() <= span / 1e9 + 1e-9, name
+                lines += 1
+    assert lines >= 5
+    # In the PNGs the report writes: a known level (GPU util 42 %, CPU user 25 % on every
+    # reading; cpu.util_pct, also 25 %, lies under it) is drawn in its line's colour at the pixel
+    # row the axes put that value on.
+    checked: dict[str, int] = {}
+    for key, name, level in (("gpu-0", "gpu.0.util_pct", 42.0), ("cpu", "cpu.user_pct", 25.0)):
+        assert set(table.column(name).drop_null().to_pylist()) == {level}
+        fig, png = figures[key]
+        line = next(ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == name)
+        with PIL_Image.open(io.BytesIO(png)) as img:
+            pixels = np.asarray(img.convert("RGB"), dtype=float)
+        x = np.asarray(line.get_xdata(), dtype=float)
+        y = np.asarray(line.get_ydata(), dtype=float)
+        drawn = np.flatnonzero(~np.isnan(y[:-1]) & ~np.isnan(y[1:]))  # segments on the canvas
+        assert len(drawn)
+        # What may lie over the line: legends and scope names (their boxes on the canvas).
+        over = [*fig.legends, *(a.get_legend() for a in fig.axes if a.get_legend()),
+                *(t for a in fig.axes for t in a.texts)]  # fmt: skip
+        boxes = [o.get_window_extent().expanded(1.1, 1.5) for o in over]
+        hits = []
+        for k in drawn[np.linspace(0, len(drawn) - 1, min(20, len(drawn))).astype(int)]:
+            px, py = line.axes.transData.transform(((x[k] + x[k + 1]) / 2, level))
+            if any(box.contains(px, py) for box in boxes):
+                continue
+            row = pixels.shape[0] - py
+            column = pixels[round(row) - 8 : round(row) + 9, round(px)]
+            tinted = np.flatnonzero(_tint(column, _rgb(line.get_color())) > 0.25)
+            hits.append(
+                bool(len(tinted)) and np.min(np.abs(tinted - 8 - (row - round(row)))) <= 1.5
+            )
+        assert all(hits), (key, hits)
+        checked[key] = len(hits)
+    assert checked["cpu"] >= 5, checked  # the GPU's few readings may all lie under the legend
 
 
 def _chromium() -> str:

@@ -68,6 +68,12 @@
  *   field_time <dev> <start> <step>  the n-th nvmlDeviceGetFieldValues call (n = 0, 1, ...)
  *                                    stamps its values with timestamp start + n*step (us) and
  *                                    latencyUsec 7; without it the timestamps are 0
+ *   energy_clock <dev> <step_us> <mW>[:<us>] ...
+ *                                    a counter that moves with CLOCK_MONOTONIC: the power levels
+ *                                    (each held <us>, default 1; cycled from mono time 0) are
+ *                                    integrated, and the energy counter serves that integral (mJ,
+ *                                    floored) at the last multiple of <step_us>; power (unless
+ *                                    scripted with set) serves the level at the time of the call
  *   process_info_stride <24|32>      element size the _v3 process functions write (32: the R535
  *                                    drivers that wrote nvmlProcessInfo_v3_t); default 24
  *   samples <dev> <kind> [from <k>] <ts>:<value> ...
@@ -90,6 +96,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -230,6 +237,9 @@ struct fake_device {
   unsigned long long sample_calls[SAMPLE_KINDS];
   unsigned long long proc_util_served, last_seen_arg;
   unsigned long long field_time_start, field_time_step, field_calls;
+  /* energy_clock: power levels (mW, each held level_us; cycled) and the counter's step (us). */
+  unsigned long long energy_step_us, nlevels, cycle_us;
+  unsigned long long level_mw[MAX_VALUES], level_us[MAX_VALUES];
 };
 
 static struct {
@@ -429,6 +439,25 @@ static const char *parse_line(char *line) {
     g.nprocs_dev[d]++;
     return NULL;
   }
+  if (strcmp(cmd, "energy_clock") == 0) {
+    if (!parse_ull(a2, &dv->energy_step_us) || dv->energy_step_us == 0) {
+      return "expected: energy_clock <dev> <step_us> <mW>[:<us>] ...";
+    }
+    dv->nlevels = dv->cycle_us = 0;
+    for (char *v; (v = strtok_r(NULL, " \t\r\n", &save)) != NULL;) {
+      if (dv->nlevels == MAX_VALUES) return "more than 64 power levels";
+      char *colon = strchr(v, ':');
+      unsigned long long us = 1;
+      if (colon != NULL) *colon = '\0';
+      if (!parse_ull(v, &dv->level_mw[dv->nlevels]) ||
+          (colon != NULL && (!parse_ull(colon + 1, &us) || us == 0))) {
+        return "a power level is <mW> or <mW>:<us> (us > 0)";
+      }
+      dv->level_us[dv->nlevels++] = us;
+      dv->cycle_us += us;
+    }
+    return dv->nlevels == 0 ? "energy_clock needs at least one power level" : NULL;
+  }
   if (strcmp(cmd, "field_time") == 0) {
     if (!parse_ull(a2, &dv->field_time_start) ||
         !parse_ull(strtok_r(NULL, " \t\r\n", &save), &dv->field_time_step)) {
@@ -589,9 +618,39 @@ static int key_code(struct fake_device *d, int k) {
   return rule_code(d->index, R_KEY, k, d->served[k]);
 }
 
-/* The value of `k` for this serving: the k-th scripted value (the last repeats) or the default. */
+/* energy_clock: the energy (mW*us) the cycled power levels deliver in [0, t_us], and the
+   level (mW) at t_us. */
+static unsigned long long clock_energy(const struct fake_device *d, unsigned long long t_us,
+                                       unsigned long long *level_mw) {
+  unsigned long long whole = 0, cycle = 0, in = t_us % d->cycle_us;
+  for (unsigned i = 0; i < d->nlevels; ++i) cycle += d->level_mw[i] * d->level_us[i];
+  whole = (t_us / d->cycle_us) * cycle;
+  for (unsigned i = 0; i < d->nlevels; ++i) {
+    unsigned long long part = in < d->level_us[i] ? in : d->level_us[i];
+    whole += d->level_mw[i] * part;
+    if (in < d->level_us[i]) {
+      *level_mw = d->level_mw[i];
+      break;
+    }
+    in -= d->level_us[i];
+  }
+  return whole;
+}
+
+/* The value of `k` for this serving: the k-th scripted value (the last repeats) or the default;
+   with energy_clock, the energy counter (mJ) at the last step on CLOCK_MONOTONIC and (unless
+   scripted with set) the power level now. */
 static unsigned long long serve(struct fake_device *d, int k) {
   unsigned long long i = d->served[k]++;
+  if (d->energy_step_us != 0 && (k == K_ENERGY || (k == K_POWER && d->nvalues[k] == 0))) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned long long now_us = (unsigned long long)ts.tv_sec * 1000000ULL + ts.tv_nsec / 1000;
+    unsigned long long level = 0;
+    if (k == K_POWER) return (clock_energy(d, now_us, &level), level);
+    unsigned long long step = now_us / d->energy_step_us * d->energy_step_us;
+    return clock_energy(d, step, &level) / 1000000ULL;
+  }
   if (d->nvalues[k] == 0) return key_defaults[k];
   return d->values[k][i < d->nvalues[k] ? i : d->nvalues[k] - 1];
 }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from stroboscope.analysis.summary import printable
+
 if TYPE_CHECKING:
     import pandas
 
@@ -48,8 +50,9 @@ def _value(v: Any, kind: str) -> str:
 def format_summary(df: pandas.DataFrame) -> str:
     """``summary()``'s DataFrame as an aligned text table: one line per scope and labels, the
     durations, then each metric figure with its reading count in brackets (``[n]``). Figures
-    the frame did not have are left out."""
-    header = [str(n) for n in df.index.names]
+    the frame did not have are left out; control characters in a name or label are escaped
+    (:func:`~stroboscope.analysis.summary.printable`), so each row stays one line."""
+    header = [printable(n) for n in df.index.names]
     shown = [f for f in _FIGURES if all(c in df.columns for c in f[1])]
     header += [f[0] for f in shown]
     rows: list[list[str]] = []
@@ -57,7 +60,8 @@ def format_summary(df: pandas.DataFrame) -> str:
         values = dict(zip(df.columns, row))
         keys = key if isinstance(key, tuple) else (key,)
         cells = [
-            "-" if k is None or (isinstance(k, float) and math.isnan(k)) else str(k) for k in keys
+            "-" if k is None or (isinstance(k, float) and math.isnan(k)) else printable(k)
+            for k in keys
         ]
         for _, columns, count, kind in shown:
             text = " / ".join(_value(values[c], kind) for c in columns)

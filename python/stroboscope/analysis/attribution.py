@@ -4,8 +4,9 @@ Every complete event (``"ph": "X"``) of the chosen categories (``kernel`` and ``
 default) is placed on our monotonic clock: ``baseTimeNanoseconds + ts·1000`` is its realtime
 start (torch >= 2.4), minus the sampler's anchor. Then, per launch ``[a, b]``:
 
-- energy = the integral over ``[a, b]`` of the GPU power, taken as linear between its readings
-  (a trapezoid per gap, and the interpolated value at each edge);
+- energy = the GPU energy over ``[a, b]`` of :func:`stroboscope.analysis.energy.window_energy`
+  (the one model: the energy counter linear between its knots, else the integral of the
+  power taken as linear between its readings);
 - utilisation·time = the same integral of the GPU utilisation.
 
 The estimator: a launch inside one gap between readings (a kernel shorter than the sampling
@@ -14,8 +15,7 @@ integral of a linear piece gives; summed over the many launches of one kernel na
 times fall anywhere between readings, this estimates the power drawn while that kernel ran. The
 evidence behind a figure is the number of distinct readings the estimate used (those inside
 its launches and the two around each launch): few readings for many launches mean the figure
-rests on few observations. Without a power column, energy comes from the GPU energy counter
-(linear between readings, i.e. the mean power of each gap).
+rests on few observations (the counter's readings where it serves, else the power's).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from stroboscope.analysis._series import (
     check_samples,
     gpu_columns,
     integral,
-    interp,
     sorted_unique,
     total_series,
 )
+from stroboscope.analysis.energy import energy_gpus, gpu_windows
 
 if TYPE_CHECKING:
     import pandas
@@ -129,7 +129,8 @@ def attribute_trace(
         ops and concurrent kernels overlap, so shares need not add up to 1), ``power_w_mean``
         (energy / time of the launches it covers), ``power_n``, ``util_pct_mean``,
         ``util_pct_n`` (distinct readings behind each figure, see the module docstring).
-        ``attrs``: ``run_energy_j``, ``energy_method`` (``"power integral"`` or ``"counter"``).
+        ``attrs``: ``run_energy_j``, ``energy_method`` (``"counter"`` where every chosen GPU has
+        its energy counter, else ``"power integral"``).
     """
     import pandas as pd
 
@@ -137,7 +138,7 @@ def attribute_trace(
     anchor = anchor_of(samples, None, anchor_realtime_ns)
     _, cats, names, rt_begin, rt_end = _load_events(trace_path, categories)
     begin, end = rt_begin - anchor, rt_end - anchor
-    power, method = _power(samples, gpus)
+    energy = _energy_model(samples, gpus)
     found_util = gpu_columns(samples.column_names, "util_pct")
     util_cols = _pick(found_util, gpus) if _has_all(found_util, gpus) else []
     keys = pd.MultiIndex.from_arrays([cats, names], names=["category", "name"])
@@ -152,21 +153,22 @@ def attribute_trace(
     }
     cols["mean_s"] = cols["total_s"] / np.maximum(cols["launches"], 1)
     attrs: dict[str, Any] = {}
-    if power is not None:
-        joules = _integrate(power, begin, end, method)
+    if energy is not None:
+        chosen, method, power = energy
+        joules = _joules(samples, chosen, begin, end)
         known = ~np.isnan(joules)
-        energy = np.bincount(group[known], joules[known], minlength=count)
+        total = np.bincount(group[known], joules[known], minlength=count)
         covered = np.bincount(group[known], dur[known], minlength=count)
         has = np.bincount(group[known], minlength=count) > 0
-        cols["energy_j"] = np.where(has, energy, np.nan)
+        cols["energy_j"] = np.where(has, total, np.nan)
         span_lo = np.array([begin.min()]) if len(begin) else np.array([0])
         span_hi = np.array([end.max()]) if len(end) else np.array([0])
         span_lo = np.maximum(span_lo, power.t[0]) if len(power) else span_lo
         span_hi = np.minimum(span_hi, power.t[-1]) if len(power) else span_hi
-        run = float(_integrate(power, span_lo, np.maximum(span_hi, span_lo), method)[0])
+        run = float(_joules(samples, chosen, span_lo, np.maximum(span_hi, span_lo))[0])
         with np.errstate(invalid="ignore", divide="ignore"):
             cols["energy_share"] = cols["energy_j"] / run
-            cols["power_w_mean"] = np.where(covered > 0, energy / covered, np.nan)
+            cols["power_w_mean"] = np.where(covered > 0, total / covered, np.nan)
         cols["power_n"] = _readings_used(power, begin[known], end[known], group[known], count)
         attrs["run_energy_j"] = run
         attrs["energy_method"] = method
@@ -200,23 +202,35 @@ def _pick(found: dict[int, str], gpus: Sequence[int] | None) -> list[str]:
     return [found[i] for i in gpus]
 
 
-def _power(samples: pa.Table, gpus: Sequence[int] | None) -> tuple[Series | None, str]:
-    """Total power of the chosen GPUs, else their summed energy counter, else None."""
+def _energy_model(
+    samples: pa.Table, gpus: Sequence[int] | None
+) -> tuple[list[int], str, Series] | None:
+    """The chosen GPUs with an energy counter or power, the method (``"counter"`` where each
+    has its counter, else ``"power integral"``), and the summed series behind the figures
+    (their counters', else their power's); None when no GPU has either."""
     names = samples.column_names
-    for metric, name, method in (
-        ("power_w", "gpu.power_w", "power integral"),
-        ("energy_mj", "gpu.energy_mj", "counter"),
-    ):
-        found = gpu_columns(names, metric)
-        if _has_all(found, gpus):
-            return total_series(samples, _pick(found, gpus), name), method
-    if gpus is not None and gpus:
-        raise ValueError(f"gpus {list(gpus)}: samples has no power or energy column for them")
-    return None, ""
+    have = energy_gpus(samples)
+    chosen = have if gpus is None else list(gpus)
+    missing = [i for i in chosen if i not in have]
+    if missing:
+        raise ValueError(
+            f"gpus {missing}: samples has no power or energy column for them (found {have})"
+        )
+    if not chosen:
+        return None
+    for metric, method in (("energy_mj", "counter"), ("power_w", "power integral")):
+        columns = [f"gpu.{i}.{metric}" for i in chosen]
+        if all(c in names for c in columns):
+            return chosen, method, total_series(samples, columns, f"gpu.{metric}")
+    columns = [f"gpu.{i}.power_w" for i in chosen if f"gpu.{i}.power_w" in names]
+    return chosen, "counter and power integral", total_series(samples, columns, "gpu.power_w")
 
 
-def _integrate(s: Series, begin: I64, end: I64, method: str) -> F64:
-    """Joules over each ``[begin, end]``: the power integral, or the counter's difference."""
-    if method == "counter":
-        return np.asarray((interp(s, end) - interp(s, begin)) / 1e3, dtype=np.float64)
-    return np.asarray((integral(s, end) - integral(s, begin)) / _NS, dtype=np.float64)
+def _joules(samples: pa.Table, gpus: list[int], begin: I64, end: I64) -> F64:
+    """Joules over each ``[begin, end]`` summed over ``gpus``: the one energy model
+    (:func:`stroboscope.analysis.energy.gpu_windows`; NaN where a GPU's readings do not cover
+    the launch)."""
+    total = np.zeros(len(begin), dtype=np.float64)
+    for gpu in gpus:
+        total += gpu_windows(samples, gpu, begin, end).edges.joules
+    return total

@@ -43,19 +43,29 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
+from stroboscope.analysis._energy_model import (
+    RESOLUTION_J,
+    Edges,
+    Knots,
+    counter_edges,
+    inside,
+    max_power_seen,
+    median_gap_s,
+    power_edges,
+    readings,
+)
 from stroboscope.analysis._series import (
+    F64,
     I64,
     Series,
-    cells,
     check_samples,
     gpu_columns,
-    int64_cells,
-    read_times,
+    range_max,
 )
 
-RESOLUTION_J = 1e-3  # NVML's energy counter counts whole mJ
 ABSOLUTE_MAX_POWER_W = 10_000.0  # no single accelerator board draws this
 PLAUSIBLE_FACTOR = 3.0  # a step above 3x the power limit is a misread counter, not a spike
 _NS = 1e9
@@ -128,182 +138,146 @@ class WindowEnergy:
         return self.joules / self.duration_s if self.end_ns > self.begin_ns else math.nan
 
 
-def _readings(samples: pa.Table, column: str) -> Series:
-    """The column's valid readings, timed as in :mod:`._series` (its GPU's read time, else
-    ``mono_ns``: :func:`~stroboscope.analysis._series.read_times`), sorted, one per distinct
-    time; read without converting Python scalars (see :func:`._series.cells`)."""
-    t = read_times(samples, column, int64_cells(samples.column("mono_ns"), -1))
-    v = np.asarray(cells(samples.column(column), np.float64, math.nan), dtype=np.float64)
-    ok = ~np.isnan(v)
-    t, v = t[ok], v[ok]
-    if len(t) > 1 and bool((np.diff(t) < 0).any()):
-        order = np.argsort(t, kind="stable")
-        t, v = t[order], v[order]
-    if len(t) > 1:
-        keep = np.concatenate(([True], np.diff(t) > 0))
-        t, v = t[keep], v[keep]
-    return Series(column, t, v)
+@dataclass(frozen=True)
+class Windows:
+    """Per window, one GPU: the energy and its bounds (:class:`._energy_model.Edges`), whether
+    the counter served it (else the power integral, or NaN when neither could), and the used
+    column's readings inside it (``begin <= t < end``)."""
+
+    edges: Edges
+    counter: npt.NDArray[np.bool_]
+    readings: I64
 
 
-def _median_gap_s(t: I64) -> float:
-    return float(np.median(np.diff(t))) / _NS if len(t) > 1 else math.nan
+class GpuEnergy:
+    """One GPU's energy counter and power readings in a frame, and the model over them."""
 
+    def __init__(
+        self, samples: pa.Table, gpu: int, max_power_w: float | None, before: pa.Table | None
+    ) -> None:
+        names = samples.column_names
+        self.gpu = gpu
+        if max_power_w is not None:
+            self.bound_w = float(max_power_w)
+        else:
+            seen = max_power_seen(samples, gpu, ("power_limit_w", "power_w"))
+            self.bound_w = ABSOLUTE_MAX_POWER_W if math.isnan(seen) else PLAUSIBLE_FACTOR * seen
+        self.max_power_w = max_power_seen(samples, gpu, ("power_w",))
+        self.max_limit_w = max_power_seen(samples, gpu, ("power_limit_w",))
+        name = f"gpu.{gpu}.energy_mj"
+        self.has_counter = name in names
+        s = readings(samples, name) if self.has_counter else Series(name, _EMPTY_T, _EMPTY_V)
+        self.head: Series | None = None  # the begin's readings, kept before the ring lost them
+        if before is not None and name in before.column_names:
+            head = readings(before, name)
+            cut = int(np.searchsorted(head.t, s.t[0], side="left")) if len(s) else len(head)
+            self.head = Series(name, head.t[:cut], head.v[:cut])
+            s = Series(
+                name, np.concatenate((self.head.t, s.t)), np.concatenate((head.v[:cut], s.v))
+            )
+        self.counter = s
+        self.knots = Knots(s)
+        power = f"gpu.{gpu}.power_w"
+        self.has_power = power in names
+        self.power = readings(samples, power) if self.has_power else None
 
-def _max_power_seen(samples: pa.Table, gpu: int, metrics: tuple[str, ...]) -> float:
-    """The highest reading of ``gpu``'s ``metrics`` (power_w, power_limit_w) in the frame (W;
-    NaN if none)."""
-    best = math.nan
-    for metric in metrics:
-        name = f"gpu.{gpu}.{metric}"
-        if name in samples.column_names and len(s := _readings(samples, name)):
-            best = float(np.nanmax([best, float(s.v.max())]))
-    return best
+    def top_w(self, a: I64, b: I64) -> F64:
+        """Per window: the highest least power of the steps bearing on it (0 without steps)."""
+        first, last = self.knots.span(a, b)
+        lo = np.maximum(first, 0)
+        top = range_max(self.knots.least_w, lo, np.maximum(last, lo))
+        return np.asarray(np.where(np.isnan(top), 0.0, top), dtype=np.float64)
 
+    def windows(self, a: I64, b: I64, *, extend: bool) -> Windows:
+        """Energy over each ``[a, b]``: the counter where it serves, else the power integral;
+        with ``extend`` False, NaN for a window whose edges leave the used column's readings
+        (else such an edge is carried forward and flagged ``extrapolated``)."""
+        n = len(a)
+        nan = np.full(n, np.nan)
+        out = Edges(nan, nan.copy(), nan.copy(), np.zeros(n, bool), np.zeros(n, bool))
+        used = np.zeros(n, dtype=bool)
+        count = np.zeros(n, dtype=np.int64)
+        s = self.counter
+        if len(s):
+            ok = self.knots.usable(a, b, self.bound_w)
+            if not extend:
+                ok &= b <= s.t[-1]
+            if ok.any():
+                top = self.top_w(a, b)
+                seen = np.fmax(top, self.max_power_w)
+                seen = np.where(seen > 0, seen, self.max_limit_w)
+                begin = self.knots if self.head is None else Knots(self.head)
+                got = counter_edges(begin, self.knots, a, b, seen)
+                out = _merge(out, got, ok)
+                used = ok
+                count = np.where(ok, inside(s.t, a, b), count)
+        p = self.power
+        if p is not None and len(p):
+            rest = ~used & (extend | ((a >= p.t[0]) & (b <= p.t[-1])))
+            if rest.any():
+                out = _merge(out, power_edges(p, a, b), rest)
+                count = np.where(rest, inside(p.t, a, b), count)
+        return Windows(out, used, count)
 
-class _Knots:
-    """The counter's knots (see the module docstring) and the edge model over them."""
-
-    def __init__(self, s: Series) -> None:
-        change = np.concatenate(([True], np.diff(s.v) != 0)) if len(s) else np.zeros(0, bool)
-        idx = np.flatnonzero(change)
-        self.tau = s.t[idx]
-        self.value = s.v[idx]
-        self.sigma = np.where(idx > 0, s.t[np.maximum(idx - 1, 0)], np.iinfo(np.int64).min)
-        dt = np.diff(self.tau).astype(np.float64)
-        # Mean power of each step (W = mJ/ms), between the first readings of its two values.
-        self.step_w = np.diff(self.value) / (dt / 1e6) if len(dt) else np.zeros(0)
-        # The least power a step implies: its energy over the longest time it can have taken,
-        # from the reading before the previous value was first seen (readings are jittered, so
-        # the mean above can exceed the true power when two knots come close together).
-        known = self.sigma[:-1] > np.iinfo(np.int64).min
-        since = np.where(known, self.sigma[:-1], self.tau[:-1])
-        longest = (self.tau[1:] - since).astype(np.float64)
-        self.least_w = np.diff(self.value) / (longest / 1e6) if len(dt) else np.zeros(0)
-
-    def check(self, a: int, b: int, bound_w: float) -> tuple[str | None, float]:
-        """Why the steps bearing on ``[a, b]`` are insane (None if they are not), and the
-        highest power they imply."""
-        if len(self.tau) == 0 or self.tau[0] > a:
-            return "the counter has no reading at or before the window's begin", math.nan
-        first = int(np.searchsorted(self.tau, a, side="right")) - 1
-        after = np.flatnonzero(self.sigma >= b)
-        last = int(after[0]) if len(after) else len(self.tau) - 1
-        steps = np.diff(self.value[first : last + 1])
-        power = self.least_w[first:last]
-        top = float(power.max()) if len(power) else 0.0
-        back = int(np.argmin(steps)) if len(steps) else 0
-        if len(steps) and steps[back] < 0:
+    def why_not_counter(self, a: int, b: int) -> str | None:
+        """Why the counter cannot serve ``[a, b]`` (None when it can)."""
+        k = self.knots
+        if len(k.tau) == 0 or k.tau[0] > a:
+            return "the counter has no reading at or before the window's begin"
+        first, last = (int(x[0]) for x in k.span(np.array([a]), np.array([b])))
+        steps = np.diff(k.value[first : last + 1])
+        if len(steps) and float(steps.min()) < 0:
+            back = int(np.argmin(steps))
             return (
                 f"the counter went backwards by {-steps[back]:.0f} mJ "
-                f"(at mono {int(self.tau[first + back + 1])} ns)"
-            ), top
-        if top > bound_w:
-            k = first + int(np.argmax(power)) + 1
-            gap_ms = (self.value[k] - self.value[k - 1]) / top
+                f"(at mono {int(k.tau[first + back + 1])} ns)"
+            )
+        power = k.least_w[first:last]
+        if len(power) and float(power.max()) > self.bound_w:
+            top = float(power.max())
+            j = first + int(np.argmax(power)) + 1
+            step = k.value[j] - k.value[j - 1]
             return (
-                f"a counter step of {(self.value[k] - self.value[k - 1]) / 1e3:.6g} J within "
-                f"{gap_ms:.6g} ms implies at least {top:.6g} W, above the plausible "
-                f"{bound_w:.6g} W "
+                f"a counter step of {step / 1e3:.6g} J within {step / top:.6g} ms implies at "
+                f"least {top:.6g} W, above the plausible {self.bound_w:.6g} W "
                 "(a reading below the previous one, taken as a 32-bit wrap, or a driver restart)"
-            ), top
-        return None, top
+            )
+        return None
 
-    def edge(self, x: int, top_w: float) -> tuple[float, float, float, bool, bool]:
-        """Estimate, lower and upper bound (mJ) of the counter at ``x``; whether the estimate
-        was extrapolated past the last knot; whether the upper bound is a reading's (else it
-        assumes the power stays at or below ``top_w``, the highest seen)."""
-        k = int(np.searchsorted(self.tau, x, side="right")) - 1  # the last knot seen by x
-        low = float(self.value[k])
-        later = np.flatnonzero(self.sigma >= x)
-        if k < len(self.tau) - 1:
-            est = float(np.interp(float(x), self.tau.astype(np.float64), self.value))
-            extrapolated = False
-        else:
-            slope = float(self.step_w[-1]) if len(self.step_w) else 0.0  # W = mJ/ms
-            est = low + slope * (x - self.tau[k]) / 1e6
-            extrapolated = True
-        est = max(est, low)
-        if len(later):
-            high = float(self.value[later[0]])
-            est = min(est, high)
-        else:  # no step surely after x yet: a model's bound, never below the estimate
-            since = self.sigma[k] if self.sigma[k] > np.iinfo(np.int64).min else self.tau[k]
-            high = max(low + (0.0 if math.isnan(top_w) else top_w) * (x - since) / 1e6, est)
-        r = RESOLUTION_J * 1e3
-        return est, low - r, high + r, extrapolated, bool(len(later))
+    def check(self, a: int, b: int) -> CounterCheck:
+        """What the counter's readings say about themselves around ``[a, b]``."""
+        reason = self.why_not_counter(a, b)
+        return CounterCheck(
+            ok=reason is None,
+            reason=reason,
+            readings=len(self.counter),
+            steps=max(len(self.knots.tau) - 1, 0),
+            update_period_s=median_gap_s(self.knots.tau),
+            reading_period_s=median_gap_s(self.counter.t),
+            max_step_power_w=float(self.top_w(np.array([a]), np.array([b]))[0])
+            if len(self.knots.tau) and self.knots.tau[0] <= a
+            else math.nan,
+            bound_w=self.bound_w,
+        )
 
 
-def _counter_window(
-    samples: pa.Table, gpu: int, a: int, b: int, bound_w: float, before: pa.Table | None
-) -> tuple[WindowEnergy | None, CounterCheck]:
-    name = f"gpu.{gpu}.energy_mj"
-    s = _readings(samples, name)
-    head = None  # the begin's own readings, when ``samples`` no longer reaches back to it
-    if before is not None and name in before.column_names and (len(s) == 0 or s.t[0] > a):
-        head = _readings(before, name)
-        cut = int(np.searchsorted(head.t, s.t[0], side="left")) if len(s) else len(head)
-        head = Series(name, head.t[:cut], head.v[:cut])
-        s = Series(name, np.concatenate((head.t, s.t)), np.concatenate((head.v, s.v)))
-    knots = _Knots(s)
-    reason, top = knots.check(a, b, bound_w)
-    check = CounterCheck(
-        ok=reason is None,
-        reason=reason,
-        readings=len(s),
-        steps=max(len(knots.tau) - 1, 0),
-        update_period_s=_median_gap_s(knots.tau),
-        reading_period_s=_median_gap_s(s.t),
-        max_step_power_w=top,
-        bound_w=bound_w,
-    )
-    if reason is not None:
-        return None, check
-    # The highest power seen, for the upper bound past the last step: steps and power readings
-    # (the limit only where neither is known).
-    seen = float(np.nanmax([top, _max_power_seen(samples, gpu, ("power_w",))]))
-    if not seen > 0:
-        seen = _max_power_seen(samples, gpu, ("power_limit_w",))
-    # Not interpolated across rows the ring lost: the begin's value is carried forward from
-    # the counter's last step before it.
-    ea, la, ha, xa, hard_a = (knots if head is None else _Knots(head)).edge(a, seen)
-    eb, lb, hb, xb, hard_b = knots.edge(b, seen)
-    inside = int(np.count_nonzero((s.t >= a) & (s.t < b)))
-    result = WindowEnergy(
-        gpu, a, b, (eb - ea) / 1e3, max(lb - ha, 0.0) / 1e3, (hb - la) / 1e3,
-        "counter", None, inside, xa or xb, hard_a and hard_b, check,
+_EMPTY_T = np.zeros(0, dtype=np.int64)
+_EMPTY_V = np.zeros(0, dtype=np.float64)
+
+
+def _merge(into: Edges, got: Edges, where: npt.NDArray[np.bool_]) -> Edges:
+    return Edges(
+        *(np.where(where, g, i) for i, g in zip(
+            (into.joules, into.low_j, into.high_j, into.extrapolated, into.hard),
+            (got.joules, got.low_j, got.high_j, got.extrapolated, got.hard),
+        ))
     )  # fmt: skip
-    return result, check
 
 
-def _power_window(
-    samples: pa.Table, gpu: int, a: int, b: int, reason: str | None, check: CounterCheck | None
-) -> WindowEnergy:
-    name = f"gpu.{gpu}.power_w"
-    s = _readings(samples, name) if name in samples.column_names else None
-    if s is None or len(s) == 0:
-        why = f"no {name} readings" if s is not None else f"no {name} column"
-        return WindowEnergy(
-            gpu, a, b, math.nan, math.nan, math.nan, "none",
-            f"{reason}; and {why}" if reason else why, 0, False, False, check,
-        )  # fmt: skip
-    held = s.t[0] > a or s.t[-1] < b
-    # Readings held flat beyond the span, so every instant of [a, b] has a piece.
-    t = np.concatenate(([min(a, int(s.t[0]))], s.t, [max(b, int(s.t[-1]))]))
-    v = np.concatenate(([s.v[0]], s.v, [s.v[-1]]))
-    lo_t, hi_t = np.maximum(t[:-1], a), np.minimum(t[1:], b)
-    overlap = np.maximum(hi_t - lo_t, 0).astype(np.float64) / _NS
-    gap = np.maximum(t[1:] - t[:-1], 1).astype(np.float64)
-    at_lo = v[:-1] + (v[1:] - v[:-1]) * (lo_t - t[:-1]) / gap
-    at_hi = v[:-1] + (v[1:] - v[:-1]) * (hi_t - t[:-1]) / gap
-    est = float(np.sum(overlap * (at_lo + at_hi) / 2))
-    low = float(np.sum(overlap * np.minimum(v[:-1], v[1:])))
-    high = float(np.sum(overlap * np.maximum(v[:-1], v[1:])))
-    note = " (power readings do not span the window: the nearest reading held)" if held else ""
-    inside = int(np.count_nonzero((s.t >= a) & (s.t < b)))
-    return WindowEnergy(
-        gpu, a, b, est, low, high, "power integral", (reason or "no energy counter") + note,
-        inside, held, False, check,
-    )  # fmt: skip
+def gpu_windows(samples: pa.Table, gpu: int, begin: I64, end: I64) -> Windows:
+    """Energy one GPU used over each ``[begin, end]`` of a recorded frame (the model of
+    :func:`window_energy`; NaN for a window whose edges leave the readings)."""
+    return GpuEnergy(samples, gpu, None, None).windows(begin, end, extend=False)
 
 
 def _check_instant(name: str, value: object) -> int:
@@ -371,21 +345,36 @@ def window_energy(
             )
     out: dict[int, WindowEnergy] = {}
     for gpu in chosen:
-        if max_power_w is not None:
-            bound = float(max_power_w)
+        model = GpuEnergy(table, gpu, max_power_w, head)
+        w = model.windows(np.array([a]), np.array([b]), extend=True)
+        e = w.edges
+        check = model.check(a, b) if model.has_counter else None
+        if w.counter[0]:
+            method, reason = "counter", None
         else:
-            seen = _max_power_seen(table, gpu, ("power_limit_w", "power_w"))
-            bound = ABSOLUTE_MAX_POWER_W if math.isnan(seen) else PLAUSIBLE_FACTOR * seen
-        reason: str | None = None
-        check: CounterCheck | None = None
-        if f"gpu.{gpu}.energy_mj" in table.column_names:
-            result, check = _counter_window(table, gpu, a, b, bound, head)
-            if result is not None:
-                out[gpu] = result
-                continue
-            reason = f"energy counter not used: {check.reason}"
-        out[gpu] = _power_window(table, gpu, a, b, reason, check)
+            name = f"gpu.{gpu}.power_w"
+            reason = None if check is None else f"energy counter not used: {check.reason}"
+            if model.power is None or len(model.power) == 0:
+                why = f"no {name} readings" if model.power is not None else f"no {name} column"
+                method, reason = "none", f"{reason}; and {why}" if reason else why
+            else:
+                method = "power integral"
+                reason = reason or "no energy counter"
+                if e.extrapolated[0]:
+                    reason += " (power readings do not span the window: the nearest reading held)"
+        out[gpu] = WindowEnergy(
+            gpu, a, b, float(e.joules[0]), float(e.low_j[0]), float(e.high_j[0]), method,
+            reason, int(w.readings[0]), bool(e.extrapolated[0]), bool(e.hard[0]), check,
+        )  # fmt: skip
     return out
 
 
-__all__ = ["CounterCheck", "WindowEnergy", "energy_gpus", "window_energy"]
+__all__ = [
+    "CounterCheck",
+    "GpuEnergy",
+    "WindowEnergy",
+    "Windows",
+    "energy_gpus",
+    "gpu_windows",
+    "window_energy",
+]

@@ -1,14 +1,16 @@
 """Per-scope summary: durations from the scope edges, and what the machine did inside them.
 
-One row per scope path and label combination. Durations are exact (``end_ns - begin_ns`` of each
-closed call); every metric figure comes with the number of readings behind it (``*_n``), so a
-scope shorter than the sampling interval shows how thin its evidence is. A call owns its readings
+One row per scope path and label combination, or per the keys ``by`` names. Durations are
+exact (``end_ns - begin_ns`` of each closed call); every metric figure comes with the number of
+readings behind it (``*_n``), so a scope shorter than the sampling interval shows how thin its
+evidence is. A call owns its readings
 with ``begin_ns <= t < end_ns``; GPU readings are timed by ``gpu.read_mono_ns`` (when NVML was
 read), the rest by ``mono_ns``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,8 +23,6 @@ from stroboscope.analysis._series import (
     Series,
     check_samples,
     gpu_columns,
-    integral,
-    interp,
     range_max,
     range_sum,
     ranges,
@@ -30,6 +30,7 @@ from stroboscope.analysis._series import (
     total_series,
 )
 from stroboscope.analysis._summary_format import format_summary
+from stroboscope.analysis.energy import gpu_windows
 
 if TYPE_CHECKING:
     import pandas
@@ -85,26 +86,27 @@ def _levels(s: Series, g: _Groups, prefix: str, stats: tuple[str, ...]) -> dict[
 
 
 def _energy(samples: pa.Table, g: _Groups, gpu: int) -> tuple[F64, I64, str] | None:
-    """Per call: joules used by one GPU, the readings behind it, and the method; None if the
-    frame has neither its energy counter nor its power."""
+    """Per call: joules used by one GPU (:func:`stroboscope.analysis.energy.gpu_windows`, the
+    one energy model), the readings behind it, and the method; None if the frame has neither
+    its energy counter nor its power."""
     names = samples.column_names
-    counter = f"gpu.{gpu}.energy_mj"
-    power = f"gpu.{gpu}.power_w"
-    if counter in names and len(s := series(samples, counter)) >= 2:
-        joules = (interp(s, g.end) - interp(s, g.begin)) / 1e3
-        method = "counter"
-    elif power in names:
-        s = series(samples, power)
-        joules = (integral(s, g.end) - integral(s, g.begin)) / _NS
-        method = "power integral"
-    else:
+    if f"gpu.{gpu}.energy_mj" not in names and f"gpu.{gpu}.power_w" not in names:
         return None
-    lo, hi = ranges(s.t, g.begin, g.end)
-    return joules, hi - lo, method
+    w = gpu_windows(samples, gpu, g.begin, g.end)
+    known = ~np.isnan(w.edges.joules)
+    counter, power = bool((w.counter & known).any()), bool((~w.counter & known).any())
+    method = "counter and power integral" if counter and power else _METHODS[counter]
+    return w.edges.joules, w.readings, method
 
 
-def summary(samples: pa.Table, intervals: pa.Table) -> pandas.DataFrame:
-    """One row per scope path and labels: durations, and CPU, memory, GPU, power and energy.
+_METHODS = {True: "counter", False: "power integral"}
+
+
+def summary(
+    samples: pa.Table, intervals: pa.Table, *, by: str | Sequence[str] | None = None
+) -> pandas.DataFrame:
+    """One row per scope path and labels (or per ``by``): durations, and CPU, memory, GPU,
+    power and energy.
 
     Parameters
     ----------
@@ -112,11 +114,20 @@ def summary(samples: pa.Table, intervals: pa.Table) -> pandas.DataFrame:
         A sample frame (``Frame.to_arrow()``).
     intervals : pyarrow.Table
         Scope calls in the scope-intervals schema.
+    by : str or sequence of str, optional
+        What a row groups: ``"path"`` (the scope path, as nested), ``"name"`` (every call of a
+        name, wherever it was opened) and/or label keys. ``by="name"`` gives one row per scope
+        name regardless of labels; ``by=["path", "phase"]`` groups by the path and one label.
+        Default: the path and every label key (a label set per call, such as ``step=step``,
+        then gives a row per value).
 
     Returns
     -------
     pandas.DataFrame
-        Indexed by ``scope`` (the path) and the label keys (null labels kept as NaN). Columns:
+        Indexed by ``scope`` (the path) and the label keys (null labels kept as NaN), or by the
+        ``by`` keys in their order (``scope`` for the path). Rows sort by their keys; a label
+        value that is a number sorts as a number (``2`` before ``10``, numbers before text).
+        Columns:
 
         - ``calls`` (closed calls), ``open`` (calls not ended yet: left out of every figure);
         - ``total_s`` (the inclusive time: the sum of the calls' durations), ``mean_s``,
@@ -129,28 +140,25 @@ def summary(samples: pa.Table, intervals: pa.Table) -> pandas.DataFrame:
         - ``gpu_util_pct_mean/_max/_n`` (the mean over GPUs of ``gpu.{i}.util_pct``, on rows
           where every GPU has a value), ``gpu_mem_bytes_max/_n`` (``mem_used_bytes`` summed
           over GPUs), ``power_w_mean/_max/_n`` (summed over GPUs);
-        - ``energy_j``, ``energy_j_n``: per call, the GPU energy counter's difference across
-          ``[begin, end]`` with the counter linearly interpolated at both edges; for a GPU
-          without the counter, the trapezoid integral of its power over the call. Summed over
-          GPUs and calls; calls whose edges are outside the readings' span are left out (NaN
-          when none is left). ``_n`` counts the readings inside the calls;
+        - ``energy_j``, ``energy_j_n``: per call, the GPU energy of
+          :func:`stroboscope.analysis.energy.window_energy` over ``[begin, end]`` (the one
+          model: the counter linear between its knots, else the power integral; docs/energy.md).
+          Summed over GPUs and calls; calls whose edges are outside the readings' span are
+          left out (NaN when none is left). ``_n`` counts the readings inside the calls;
         - with several GPUs, the same per GPU: ``gpu{i}_util_pct_*``, ``gpu{i}_mem_bytes_*``,
           ``gpu{i}_power_w_*``, ``gpu{i}_energy_j``, ``gpu{i}_energy_j_n``.
 
         A figure whose column is absent from the frame is absent (not zero).
         ``attrs["cpu_column"]`` names the CPU column used, ``attrs["energy_method"]`` maps each
-        GPU to ``"counter"`` or ``"power integral"``.
+        GPU to ``"counter"``, ``"power integral"`` (no counter, or it failed its check), or
+        ``"counter and power integral"`` (some calls each).
     """
     import pandas as pd
 
     samples = check_samples(samples)
     iv = check_intervals(intervals)
-    keys = ["path", *iv.labels]
-    frame = iv.table.select(keys).to_pandas()
-    grouped = frame.groupby(keys, dropna=False, sort=True)
-    code = np.asarray(grouped.ngroup().to_numpy(), dtype=np.int64)
-    index = grouped.size().index
-    index = index.set_names("scope", level=0) if iv.labels else index.rename("scope")
+    keys = _group_keys(by, iv.labels)
+    code, index = _group(iv.table.select(keys).to_pandas(), keys)
     g = _Groups(iv, code, len(index))
     cols: dict[str, object] = _durations(iv, g, code)
     names = samples.column_names
@@ -166,6 +174,61 @@ def summary(samples: pa.Table, intervals: pa.Table) -> pandas.DataFrame:
     df: pandas.DataFrame = pd.DataFrame(cols, index=index)
     df.attrs.update(attrs)
     return df
+
+
+def _group_keys(by: object, labels: list[str]) -> list[str]:
+    """The intervals' columns a summary row groups by (ValueError naming ``by``)."""
+    if by is None:
+        return ["path", *labels]
+    chosen = [by] if isinstance(by, str) else by
+    accepted = ["path", "name", *labels]
+    if (
+        not isinstance(chosen, (list, tuple))
+        or not chosen
+        or any(not isinstance(k, str) or k not in accepted for k in chosen)
+        or len(set(chosen)) != len(chosen)
+    ):
+        raise ValueError(
+            f"by must be one of {accepted} or a list of distinct ones, got {by!r} (the label "
+            f"keys of these intervals: {labels})"
+        )
+    return list(chosen)
+
+
+def _sort_columns(values: pandas.Index, level: int) -> dict[str, object]:
+    """A level's sort columns: missing values last, numbers before other values and sorted as
+    numbers (``2`` before ``10``), other values as text."""
+    import pandas as pd
+
+    missing = np.asarray(pd.isna(values), dtype=bool)
+    numbers = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=np.float64)
+    text = ~missing & np.isnan(numbers)
+    return {
+        f"{level}m": missing,
+        f"{level}t": text,
+        f"{level}n": np.where(text | missing, 0.0, numbers),
+        f"{level}s": np.where(text, np.asarray(values, dtype=object).astype(str), ""),
+    }
+
+
+def _group(frame: pandas.DataFrame, keys: list[str]) -> tuple[I64, pandas.Index]:
+    """Per call, its row; and the rows' index (``path`` named ``scope``), sorted level by
+    level (:func:`_sort_columns`)."""
+    import pandas as pd
+
+    grouped = frame.groupby(keys, dropna=False, sort=False)
+    code = np.asarray(grouped.ngroup().to_numpy(), dtype=np.int64)
+    index = grouped.size().index
+    levels = [index] if len(keys) == 1 else [index.get_level_values(k) for k in keys]
+    columns: dict[str, object] = {}
+    for i, values in enumerate(levels):
+        columns.update(_sort_columns(values, i))
+    order = pd.DataFrame(columns).sort_values(list(columns), kind="stable").index.to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    index = index[order]
+    names = ["scope" if k == "path" else k for k in keys]
+    return rank[code], index.set_names(names) if len(keys) > 1 else index.rename(names[0])
 
 
 def _cpu_column(samples: pa.Table) -> str | None:

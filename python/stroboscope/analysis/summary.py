@@ -4,8 +4,10 @@
 Per metric column: unit, kind, samples and how often they came, then for levels and rates
 (``gauge``/``rate``) the mean, min, max and last value, and for counters (running totals since
 the sampler's first reading) the total over the rows and its mean rate per second — never the
-mean of a running total. Durations come from the data (first to last row's ``mono_ns``), not
-from the wall clock of the command, so writing the file is not counted.
+mean of a running total. Identifiers (a thread id: unit ``id``) are never aggregated as numbers:
+they get their distinct values, the most frequent one and the last. Durations come from the
+data (first to last row's ``mono_ns``), not from the wall clock of the command, so writing the
+file is not counted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ TIME_COLUMNS = ("time", "mono_ns")
 """Columns every recording has that are not metrics."""
 
 KINDS = ("gauge", "rate", "counter")
+IDENTIFIER = "identifier"
+"""The kind of a column whose values name something (a thread id), not a quantity."""
+IDENTIFIER_UNIT = "id"
+"""The unit the metric registry (docs/metrics.md) declares identifiers with: the one mark."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,9 @@ class ColumnSummary:
         Counters only: last minus first sample (the increase over the rows).
     rate : float or None
         Counters only: ``total`` per second between its first and last sample.
+    distinct, mode, mode_samples : int, float, int or None
+        Identifiers only (``mean``, ``min`` and ``max`` None): how many distinct values, the
+        most frequent one (the smallest among ties) and in how many samples it is.
     """
 
     name: str
@@ -60,12 +69,18 @@ class ColumnSummary:
     last: float | None
     total: float | None = None
     rate: float | None = None
+    distinct: int | None = None
+    mode: float | None = None
+    mode_samples: int | None = None
 
 
 def column_kind(field: pa.Field, name: str | None = None) -> str:
-    """The ``kind`` of a column from its field metadata; without it (a CSV read back) a name
-    ending in ``_per_s`` is a rate and any other a gauge (no running total is assumed)."""
+    """The ``kind`` of a column: ``identifier`` for the unit ``id``, else from its field
+    metadata; without it (a CSV read back) a name ending in ``.tid`` is an identifier, one in
+    ``_per_s`` a rate and any other a gauge (no running total is assumed)."""
     md = field.metadata or {}
+    if column_unit(field) == IDENTIFIER_UNIT or (not md and (name or field.name).endswith(".tid")):
+        return IDENTIFIER
     kind = str(md.get(b"kind", b"").decode(errors="replace"))
     if kind in KINDS:
         return kind
@@ -121,6 +136,9 @@ def describe_columns(
                 ColumnSummary(name, unit, kind, table.num_rows, 0, None, None, None, None, None)
             )
             continue
+        if kind == IDENTIFIER:
+            out.append(_identifier(name, unit, table.num_rows, values, every))
+            continue
         total = rate = None
         if kind == "counter":
             total = float(values[-1] - values[0])
@@ -144,6 +162,18 @@ def describe_columns(
             )
         )
     return out
+
+
+def _identifier(
+    name: str, unit: str, rows: int, values: np.ndarray, every: float | None
+) -> ColumnSummary:
+    """An identifier column's figures: distinct values, the most frequent and the last."""
+    distinct, counts = np.unique(values, return_counts=True)
+    top = int(np.argmax(counts))  # the first of the largest counts: the smallest value
+    return ColumnSummary(
+        name, unit, IDENTIFIER, rows, len(values), every, None, None, None, float(values[-1]),
+        distinct=len(distinct), mode=float(distinct[top]), mode_samples=int(counts[top]),
+    )  # fmt: skip
 
 
 def data_span_s(table: pa.Table) -> float:
@@ -189,6 +219,7 @@ def fmt_rate(value: float | None, unit: str) -> str:
 
 
 LEVEL_HEADER = ("column", "unit", "kind", "samples", "every", "mean", "min", "max", "last")
+IDENTIFIER_HEADER = ("column", "samples", "every", "distinct", "most frequent", "last")
 COUNTER_HEADER = ("column", "unit", "samples", "every", "total", "rate (mean)", "first→last")
 
 
@@ -207,7 +238,27 @@ def level_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
             fmt_value(s.last, s.unit),
         )
         for s in summaries
-        if s.kind != "counter" and s.samples
+        if s.kind not in ("counter", IDENTIFIER) and s.samples
+    ]
+
+
+def _id_text(value: float | None) -> str:
+    return "-" if value is None else str(int(value)) if float(value).is_integer() else str(value)
+
+
+def identifier_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
+    """Rows of the identifiers table (identifiers that hold a value): never a mean."""
+    return [
+        (
+            s.name,
+            f"{s.samples}/{s.rows}",
+            fmt_seconds(s.every_s),
+            str(s.distinct),
+            f"{_id_text(s.mode)} ({s.mode_samples}/{s.samples})",
+            _id_text(s.last),
+        )
+        for s in summaries
+        if s.kind == IDENTIFIER and s.samples
     ]
 
 
@@ -232,8 +283,17 @@ def counter_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
     ]
 
 
+def printable(text: object) -> str:
+    """``text`` for one cell of a text table: a character that would break the row (a newline,
+    a tab, any control character) written as its escape (``\\n``), everything else as is."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> str:
-    """Columns padded to their widest cell; the first ``left`` columns left-aligned."""
+    """Columns padded to their widest cell; the first ``left`` columns left-aligned; control
+    characters in a cell escaped (:func:`printable`), so each row stays one line."""
+    header = tuple(printable(h) for h in header)
+    rows = [tuple(printable(v) for v in r) for r in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
@@ -261,7 +321,8 @@ def summarize(
     summaries: list[ColumnSummary] | None = None,
 ) -> str:
     """A plain-text summary of ``table``: its span from the data, one table for levels and
-    rates (mean, min, max, last), one for counters (total and mean rate), what each sample
+    rates (mean, min, max, last), one for counters (total and mean rate), one for identifiers
+    (distinct, most frequent, last), what each sample
     count means, and the columns that hold no value at all.
 
     ``units`` overrides the units of the field metadata; ``summaries`` are the figures of
@@ -283,6 +344,9 @@ def summarize(
     counters = counter_rows(summaries)
     if counters:
         parts += ["", text_table(COUNTER_HEADER, counters, left=2)]
+    identifiers = identifier_rows(summaries)
+    if identifiers:
+        parts += ["", text_table(IDENTIFIER_HEADER, identifiers)]
     parts += ["", textwrap.fill(SAMPLES_NOTE, 100)]
     empty = [s.name for s in summaries if s.samples == 0]
     if empty:

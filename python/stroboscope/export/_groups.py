@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from stroboscope.analysis.summary import TIME_COLUMNS, column_kind, column_unit
+from stroboscope.analysis.summary import IDENTIFIER, TIME_COLUMNS, column_kind, column_unit
 
 _NOT_PLOTTED = re.compile(r"\.read_mono_ns$|\.clock_event_reasons$")
 """Columns that are not levels: a reading's time, a bitmask."""
@@ -58,8 +58,8 @@ def plot_groups(schema: pa.Schema) -> list[Group]:
         if not (pa.types.is_integer(f.type) or pa.types.is_floating(f.type)):
             continue
         kind = column_kind(f)
-        if kind == "counter" and f"{name}_per_s" in names:
-            continue
+        if kind == IDENTIFIER or (kind == "counter" and f"{name}_per_s" in names):
+            continue  # an identifier is no level (its tables show it); a counter has its rate
         order, key, title = len(_RULES), "other", "Other"
         for i, (k, t, pattern) in enumerate(_RULES):
             if pattern.search(name):

@@ -14,10 +14,12 @@ import pyarrow.compute as pc
 
 from stroboscope.analysis.summary import (
     COUNTER_HEADER,
+    IDENTIFIER_HEADER,
     LEVEL_HEADER,
     SAMPLES_NOTE,
     counter_rows,
     data_span_s,
+    identifier_rows,
     level_rows,
 )
 from stroboscope.export import _meta
@@ -77,6 +79,9 @@ def _series_html(report: Report, s: Series) -> str:
         parts += ["<h3>Levels and rates</h3>", table_html(LEVEL_HEADER, levels, left=3)]
     if counters:
         parts += ["<h3>Counters</h3>", table_html(COUNTER_HEADER, counters, left=2)]
+    identifiers = identifier_rows(summaries)
+    if identifiers:
+        parts += ["<h3>Identifiers</h3>", table_html(IDENTIFIER_HEADER, identifiers)]
     parts.append(f'<p class="note">{_esc(SAMPLES_NOTE)}</p>')
     empty = [x.name for x in summaries if x.samples == 0]
     missing = _meta.unavailable(s.metadata) + [f"{n}: no value in any row" for n in empty]

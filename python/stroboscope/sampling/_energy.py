@@ -4,10 +4,13 @@ the ``gpu`` source samples anyway (no extra NVML call, no helper process).
 A window notes ``time.monotonic_ns()`` at its begin and end (after ``sync()`` when one is given,
 e.g. ``torch.cuda.synchronize``, so queued GPU work is inside it), the ring's row count at its
 begin and the ring's latest rows copied just before it. Its end waits, for at most ``timeout``
-seconds, until a GPU reading taken at or after the end has reached the ring (asking for an edge
-row so it lands at once), then computes each GPU's energy with
-:func:`stroboscope.analysis.energy.window_energy` over the rows since the last reading before
-the begin (imported on first use, as :mod:`._scoped` does). A window that outlives the ring keeps
+seconds, until a GPU reading taken at or after the end has reached the ring and every GPU's
+energy counter has stepped after the end (asking for edge rows so readings land at once), then
+computes each GPU's energy with :func:`stroboscope.analysis.energy.window_energy` over the rows
+since the reading before the counter's last step before the begin (imported on first use, as
+:mod:`._scoped` does). So both edges lie between knots of the counter exactly as they will in
+any later frame, and the window's figure is the one ``window_energy``, ``summary()`` and
+``attribute_trace`` give for the same instants afterwards. A window that outlives the ring keeps
 its begin: the rows around it, kept by any later window call while the ring still held them, or
 else the rows copied before it (docs/energy.md).
 """
@@ -26,7 +29,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from stroboscope import _core
-from stroboscope.analysis._series import int64_cells
+from stroboscope.analysis._series import cells, int64_cells, read_times
 from stroboscope.sampling._checks import describe
 from stroboscope.sampling._frame import Frame
 
@@ -48,7 +51,8 @@ class EnergyWindow:
     """One energy window: its edges (CLOCK_MONOTONIC ns) and, once ended, per GPU label the
     :class:`~stroboscope.analysis.energy.WindowEnergy` (estimate, bounds, method, reason).
 
-    ``waited_s`` is how long the end waited for a reading after it; ``reading_after_end`` says
+    ``waited_s`` is how long the end waited for a reading and a counter step after it;
+    ``reading_after_end`` says
     whether one came (False: the latest readings were used and the bounds widen accordingly);
     ``note`` says when the ring had overwritten rows of the window before its end.
     """
@@ -100,6 +104,61 @@ def _read_times(table: pa.Table) -> I64:
     return t
 
 
+def _counter(table: pa.Table, column: str) -> tuple[I64, npt.NDArray[np.float64]]:
+    """The valid readings of an energy counter column: read times (as the analysis times
+    them, :func:`~stroboscope.analysis._series.read_times`) and values."""
+    mono = int64_cells(table.column("mono_ns"), -1)
+    t = read_times(table, column, mono)
+    v = cells(table.column(column), np.float64, math.nan)
+    ok = ~np.isnan(v)
+    return np.asarray(t[ok], dtype=np.int64), np.asarray(v[ok], dtype=np.float64)
+
+
+def _counters(table: pa.Table) -> list[str]:
+    return [c for c in table.column_names if c.startswith("gpu.") and c.endswith(".energy_mj")]
+
+
+def _values_at(table: pa.Table, at_ns: int) -> dict[str, float]:
+    """Per energy counter: its last value read at or before ``at_ns`` (counters without one
+    are left out)."""
+    out: dict[str, float] = {}
+    for column in _counters(table):
+        t, v = _counter(table, column)
+        before = np.flatnonzero(t <= at_ns)
+        if len(before):
+            out[column] = float(v[before[-1]])
+    return out
+
+
+def _stepped(table: pa.Table, column: str, at_ns: int, value: float) -> bool:
+    """Whether ``column`` shows a value other than ``value`` in a reading after ``at_ns``."""
+    t, v = _counter(table, column)
+    return bool(((t > at_ns) & (v != value)).any())
+
+
+def _knot_row(table: pa.Table, at_ns: int) -> tuple[int | None, bool]:
+    """The row of the reading before the knot of each counter's value at ``at_ns`` (the
+    earliest over counters), and whether every counter's knot was found in ``table``; without
+    one, the row of its first reading. (None, False) when no GPU reading precedes ``at_ns``."""
+    t = _read_times(table)
+    before = np.flatnonzero((t >= 0) & (t <= at_ns))
+    if len(before) == 0:
+        return None, False
+    best, complete = int(before[-1]), True
+    for column in _counters(table):
+        rows = np.flatnonzero(table.column(column).is_valid().to_numpy(zero_copy_only=False))
+        times, values = _counter(table, column)
+        seen = np.flatnonzero(times <= at_ns)
+        if len(seen) == 0:
+            continue
+        other = np.flatnonzero(values[: seen[-1]] != values[seen[-1]])
+        if len(other):
+            best = min(best, int(rows[other[-1]]))
+        else:
+            best, complete = min(best, int(rows[0])), False
+    return best, complete
+
+
 def _check_key(key: object) -> str:
     if not isinstance(key, str):
         raise TypeError(f"key must be a str naming the window, got {describe(key)}")
@@ -145,17 +204,19 @@ class EnergyWindows:
         rows = self._core.copy_since(max(first_row, 0))
         return int(rows.first_row), Frame(rows).to_arrow()
 
-    def _row_of_last_reading(self, at_ns: int, written: int) -> int | None:
-        """The ring row of the last GPU reading taken at or before ``at_ns`` among the ring's
-        first ``written`` rows (searched in a growing tail); None when the ring kept none."""
+    def _row_of_begin(self, at_ns: int, written: int) -> int | None:
+        """The ring row from which the counter's value at ``at_ns`` is timed as a recorded frame
+        times it: the reading before the first reading of that value (its knot), for every
+        GPU, among the ring's first ``written`` rows (searched in a growing tail); else the
+        oldest reading kept before ``at_ns``; None when the ring kept no reading before it."""
         look = 64
         while True:
             first, table = self._rows(written - look)
-            t = _read_times(table.slice(0, max(written - first, 0)))
-            before = np.flatnonzero((t >= 0) & (t <= at_ns))
-            if len(before):
-                return first + int(before[-1])
-            if look >= written or first > written - look:  # the whole ring was searched
+            found, complete = _knot_row(table.slice(0, max(written - first, 0)), at_ns)
+            whole = look >= written or first > written - look
+            if found is not None and (complete or whole):
+                return first + found
+            if whole:
                 return None
             look *= 4
 
@@ -166,7 +227,7 @@ class EnergyWindows:
         for w in list(self._open_energy_windows().values()):  # another thread may add one
             if w.edge_readings >= _EDGE_READINGS:
                 continue
-            row = self._row_of_last_reading(w.begin_ns, w.written)
+            row = self._row_of_begin(w.begin_ns, w.written)
             if row is None:
                 continue
             first, table = self._rows(row)
@@ -217,7 +278,8 @@ class EnergyWindows:
 
         ``sync`` is called before the end is taken. The end waits at most ``timeout`` seconds
         (default twice the gpu source's poll interval plus 0.1 s) for a GPU reading taken at or
-        after it; ``max_power_w`` is passed on to
+        after it and a step of every GPU's energy counter after it (without that step the end
+        is extrapolated, ``WindowEnergy.extrapolated``); ``max_power_w`` is passed on to
         :func:`~stroboscope.analysis.energy.window_energy`.
         """
         name, fn = _check_key(key), check_sync(sync)
@@ -233,11 +295,12 @@ class EnergyWindows:
         end = time.monotonic_ns()
         w = opened.pop(name)
         limit = 2 * self._gpu_every() * self._interval + 0.1 if timeout is None else float(timeout)
-        came, waited = self._await_reading(end, w.written, limit)
+        row = self._row_of_begin(w.begin_ns, w.written)
+        came, waited = self._await_step(end, w.written if row is None else row, limit)
         self._capture_edges()  # the other open windows' begins
         from stroboscope.analysis.energy import window_energy
 
-        row = self._row_of_last_reading(w.begin_ns, w.written)
+        row = self._row_of_begin(w.begin_ns, w.written)
         note, before = None, None
         if row is not None:
             table = self._rows(row)[1]  # the ring still holds the begin: every row since
@@ -256,19 +319,28 @@ class EnergyWindows:
         gpus = window_energy(table, w.begin_ns, end, max_power_w=max_power_w, before=before)
         return EnergyWindow(name, w.begin_ns, end, gpus, waited, came, note)
 
-    def _await_reading(self, at_ns: int, first_row: int, limit_s: float) -> tuple[bool, float]:
-        """Wait (at most ``limit_s``) for a GPU reading taken at or after ``at_ns`` to be in the
-        ring; whether one came, and the seconds waited."""
+    def _await_step(self, at_ns: int, first_row: int, limit_s: float) -> tuple[bool, float]:
+        """Wait (at most ``limit_s``) until a GPU reading taken at or after ``at_ns`` is in the
+        ring and every GPU's energy counter has stepped after ``at_ns`` (so the end lies
+        between two knots, as it will in any later frame); whether a reading came, and the
+        seconds waited."""
         start = time.monotonic()
-        row = first_row
+        row, came = first_row, False
+        held: dict[str, float] = {}  # per counter: its value at at_ns, until it steps
         while True:
             first, table = self._rows(row)
+            if row == first_row:
+                held = _values_at(table, at_ns)
             row = first + table.num_rows
-            if int(_read_times(table).max(initial=-1)) >= at_ns:
-                return True, time.monotonic() - start
+            came = came or int(_read_times(table).max(initial=-1)) >= at_ns
+            for column, value in list(held.items()):
+                if column in table.column_names and _stepped(table, column, at_ns, value):
+                    del held[column]
             waited = time.monotonic() - start
+            if came and not held:
+                return True, waited
             if waited >= limit_s or not self._core.running:
-                return False, waited
+                return came, waited
             self._core.request_tick()  # the next poll's reading lands in a row at once
             time.sleep(_PAUSE_S)
 

@@ -11,6 +11,7 @@ nothing of theirs until asked).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
@@ -76,13 +77,14 @@ class ScopeRecording:
         table = pair_events(events, list(_core.events_strings()))
         return table.replace_schema_metadata(events.schema.metadata)
 
-    def summary(self) -> pd.DataFrame:
-        """Per scope path and labels: calls, durations (exact, from the edges), inclusive and
-        exclusive time, and the metrics sampled while it ran (CPU, RSS, GPU, power, energy),
-        each with the number of samples behind it."""
+    def summary(self, *, by: str | Sequence[str] | None = None) -> pd.DataFrame:
+        """Per scope path and labels (or per ``by``: ``"name"``, ``"path"`` and/or label keys,
+        see :func:`stroboscope.analysis.scope_summary.summary`): calls, durations (exact, from
+        the edges), inclusive and exclusive time, and the metrics sampled while it ran (CPU,
+        RSS, GPU, power, energy), each with the number of samples behind it."""
         from stroboscope.analysis.scopes import summary
 
-        return summary(self.snapshot().to_arrow(), self.scope_intervals())
+        return summary(self.snapshot().to_arrow(), self.scope_intervals(), by=by)
 
     def samples_by_scope(self) -> pa.Table:
         """This sampler's rows with the scope open at each (an as-of join on ``mono_ns``)."""

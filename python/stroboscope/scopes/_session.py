@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from stroboscope import _events
@@ -99,9 +100,9 @@ def _need_session() -> Sampler:
     return _sampler
 
 
-def summary() -> pd.DataFrame:
+def summary(*, by: str | Sequence[str] | None = None) -> pd.DataFrame:
     """Per-scope figures of the default session (see :meth:`stroboscope.Sampler.summary`)."""
-    return _need_session().summary()
+    return _need_session().summary(by=by)
 
 
 def samples_by_scope() -> pa.Table:

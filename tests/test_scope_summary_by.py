@@ -1,0 +1,95 @@
+"""summary(by=...): scopes grouped by name, path or chosen labels, and numeric label values
+sorted as numbers; on hand-made intervals (durations known by construction) and on the README's
+own example through a running Sampler."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import stroboscope
+from _scope_tables import Call, frame, intervals
+from stroboscope.analysis.scope_summary import summary
+
+MS = 1_000_000
+
+
+def steps() -> list[Call]:
+    """30 calls of "step" (labels step=k, phase eval every third, else train) of k+1 ms, each
+    inside its own "epoch" call, and one "step" opened at the top level (path "step")."""
+    calls: list[Call] = []
+    for k in range(30):
+        begin = k * 100 * MS
+        phase = "eval" if k % 3 == 0 else "train"
+        calls.append(("epoch", "epoch", 1, 1, 0, begin, begin + 50 * MS, {}))
+        labels = {"step": str(k), "phase": phase}
+        calls.append(("step", "epoch/step", 1, 1, 1, begin + MS, begin + (k + 2) * MS, labels))
+    calls.append(("step", "step", 1, 2, 0, 4000 * MS, 4007 * MS, {"step": "x", "phase": "eval"}))
+    return calls
+
+
+SAMPLES = frame([k * MS for k in range(0, 4100, 10)], {"cpu.util_pct": [10.0] * 410})
+
+
+def test_default_rows_sort_numeric_labels_as_numbers() -> None:
+    df = summary(SAMPLES, intervals(steps()))
+    assert df.index.names == ["scope", "phase", "step"]
+    inner = df.xs("epoch/step", level="scope")
+    assert list(inner.index) == [("eval", str(k)) for k in range(0, 30, 3)] + [
+        ("train", str(k)) for k in range(30) if k % 3
+    ]
+    assert list(inner["calls"]) == [1] * 30  # the default: a row per label value
+    # Numbers first, as numbers, then text (the level holds "x" too).
+    by_step = summary(SAMPLES, intervals(steps()), by=["step"])
+    assert list(by_step.index[:-1]) == [str(k) for k in range(30)] + ["x"]
+    assert by_step.index[-1] is None or np.isnan(by_step.index[-1])  # epoch: no step label
+
+
+def test_by_name_groups_every_call_of_a_name() -> None:
+    df = summary(SAMPLES, intervals(steps()), by="name")
+    assert df.index.name == "name" and list(df.index) == ["epoch", "step"]
+    durations = np.array([(k + 1) * MS for k in range(30)] + [7 * MS]) / 1e9
+    row = df.loc["step"]
+    assert row["calls"] == 31 and row["total_s"] == pytest.approx(durations.sum())
+    ordered = np.sort(durations)  # p50, p99: linear between order statistics, by hand
+    assert row["p50_s"] == pytest.approx(ordered[15])
+    assert row["p99_s"] == pytest.approx(ordered[29] + 0.7 * (ordered[30] - ordered[29]))
+    assert row["cpu_pct_mean"] == pytest.approx(10.0)
+
+
+def test_by_path_and_chosen_labels() -> None:
+    df = summary(SAMPLES, intervals(steps()), by=["path", "phase"])
+    assert df.index.names == ["scope", "phase"]
+    assert df.loc[("epoch/step", "eval"), "calls"] == 10
+    assert df.loc[("epoch/step", "train"), "calls"] == 20
+    assert df.loc[("step", "eval"), "calls"] == 1
+    epoch = df.xs("epoch", level="scope")
+    assert len(epoch) == 1 and np.isnan(epoch.index[0])  # no phase label: kept as NaN
+    # epoch's exclusive time is its own less its direct children's, whatever the grouping.
+    child = sum((k + 1) * MS for k in range(30)) / 1e9
+    assert float(epoch["exclusive_s"].iloc[0]) == pytest.approx(30 * 0.05 - child)
+
+
+@pytest.mark.parametrize("by", ["nope", ["name", "name"], [], 3, ["name", None]])
+def test_bad_by_names_the_argument(by: object) -> None:
+    with pytest.raises(ValueError, match=r"by must be one of \['path', 'name', 'phase', 'step'\]"):
+        summary(SAMPLES, intervals(steps()), by=by)  # type: ignore[arg-type]
+
+
+def test_the_readme_example_groups_by_name() -> None:
+    s = stroboscope.Sampler(interval=0.001, edge_rows=True, sources=["memory"])
+    with s, stroboscope.labels(module="resnet50", backend="eager"):
+        for step in range(12):
+            with stroboscope.annotate("step", step=step):
+                time.sleep(0.0005)
+    per_step = s.summary()
+    assert list(per_step.index.get_level_values("step")) == [str(k) for k in range(12)]
+    by_name = s.summary(by="name")
+    assert list(by_name.index) == ["step"] and by_name.loc["step", "calls"] == 12
+    intervals_ = s.scope_intervals()
+    total = sum(e - b for b, e in zip(intervals_["begin_ns"].to_pylist(),
+                                      intervals_["end_ns"].to_pylist())) / 1e9  # fmt: skip
+    assert by_name.loc["step", "total_s"] == pytest.approx(total)
+    module = s.summary(by=["name", "module"])
+    assert module.loc[("step", "resnet50"), "calls"] == 12
