@@ -63,6 +63,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stroboscope._files import read_regular
+
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 """Where Kubernetes mounts the pod's namespace (its service-account token volume)."""
 
@@ -310,10 +312,9 @@ def _kubernetes(environ: Mapping[str, str], namespace_file: str) -> dict[str, tu
                 out[key] = (text, name)
                 break
     if "namespace" not in out:
-        try:
-            with open(namespace_file, encoding="utf-8") as f:
-                text = f.read().strip()
-        except OSError:
+        try:  # a FIFO there is refused, never waited on
+            text = read_regular(namespace_file, "namespace file", limit=4096).decode().strip()
+        except ValueError:  # absent, not a regular file, too large, not UTF-8
             text = ""
         if text:
             out["namespace"] = (text, namespace_file)

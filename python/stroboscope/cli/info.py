@@ -9,6 +9,7 @@ import os
 import shlex
 from typing import Any
 
+from stroboscope._files import open_regular_file
 from stroboscope.cli import _args
 from stroboscope.sampling import available_sources, gpu_status
 
@@ -68,7 +69,8 @@ def read_provenance(path: str) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
         try:
-            schema = pq.read_schema(path)
+            with open_regular_file(path, "recording") as f:  # a FIFO: refused, not awaited
+                schema = pq.read_schema(f)
         except (OSError, pa.ArrowException) as exc:
             raise ValueError(f"{path} cannot be read as Parquet: {exc}") from None
         prov = from_schema(schema)
@@ -83,7 +85,7 @@ def read_provenance(path: str) -> dict[str, Any]:
 
 
 def _load_sidecar(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
+    with open_regular_file(path, "sidecar") as f:  # a FIFO: refused, not awaited
         try:
             value = json.load(f)
         except ValueError as exc:

@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
-from stroboscope._files import replace_private
+from stroboscope._files import read_regular, replace_private
 from stroboscope._identity import Identity
 from stroboscope._provenance_json import PROVENANCE_KEY, attach, from_schema
 from stroboscope.export.writers import write_parquet
@@ -102,11 +102,24 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+_SMALL_FILE = 1 << 20
+"""The most a marker or an owner record is read of (they are a line of JSON)."""
+
+
 def _read_marker(root: str) -> dict[str, Any] | None:
+    """The root's marker; None when there is none or it is not a JSON object. A marker that
+    is a FIFO, a device, a directory or unreadable raises ValueError naming it (never waited
+    on)."""
+    path = os.path.join(root, MARKER)
     try:
-        with open(os.path.join(root, MARKER), "rb") as f:
-            value = json.loads(f.read())
-    except (OSError, ValueError):
+        raw = read_regular(path, "dataset marker", limit=_SMALL_FILE)
+    except ValueError:
+        if not os.path.lexists(path):  # no marker (or ``root`` is no directory)
+            return None
+        raise
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -331,9 +344,10 @@ def release_partition(directory: str | os.PathLike[str], run: str) -> bool:
 def read_owner(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The owner record of a partition directory (empty when absent or unreadable)."""
     try:
-        with open(os.path.join(directory, OWNER), "rb") as f:
-            value = json.loads(f.read())
-    except (OSError, ValueError):
+        value = json.loads(
+            read_regular(os.path.join(directory, OWNER), "owner record", limit=_SMALL_FILE)
+        )
+    except (ValueError, RecursionError):  # absent, not a regular file, not JSON
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
 from stroboscope import _core
+from stroboscope._files import read_regular
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
 MAX_INTERVAL_S = _core.MAX_INTERVAL_NS / 1e9
@@ -192,15 +193,11 @@ def check_pid(pid: object, proc_root: str = "/proc") -> int:
     if pid <= 0:
         raise ValueError(f"pid must be a positive process id, got {describe(pid)}")
     stat_path = os.path.join(proc_root, str(pid), "stat")
-    try:
-        with open(stat_path, "rb") as f:
-            f.read(1)
-    except FileNotFoundError:
-        raise ValueError(f"pid {pid} does not exist (no {stat_path})") from None
-    except PermissionError:
-        raise PermissionError(
-            f"pid {pid} cannot be read ({stat_path}: permission denied)"
-        ) from None
+    if not os.path.lexists(stat_path):
+        raise ValueError(f"pid {pid} does not exist (no {stat_path})")
+    if not os.access(stat_path, os.R_OK):
+        raise PermissionError(f"pid {pid} cannot be read ({stat_path}: permission denied)")
+    read_regular(stat_path, f"pid {pid}:", limit=1 << 16)  # a FIFO: refused, never waited on
     return pid
 
 
