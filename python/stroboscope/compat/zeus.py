@@ -30,7 +30,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from stroboscope.sampling import Sampler
-from stroboscope.sampling._checks import describe
+from stroboscope.sampling._checks import (
+    check_bool,
+    check_capacity,
+    check_interval,
+    check_timeout,
+    describe,
+)
 from stroboscope.sampling._energy import EnergyWindow, SyncFn, check_sync
 
 if TYPE_CHECKING:
@@ -176,20 +182,17 @@ class ZeusMonitor:
                 "cpu_indices: CPU (RAPL) energy is not served by stroboscope's ZeusMonitor; "
                 "pass None or []"
             )
-        if not isinstance(approx_instant_energy, bool):
-            raise TypeError(
-                f"approx_instant_energy must be a bool, got {describe(approx_instant_energy)}"
-            )
+        check_bool("approx_instant_energy", approx_instant_energy)
         if sampler is not None and not isinstance(sampler, Sampler):
             raise TypeError(f"sampler must be a stroboscope Sampler, got {describe(sampler)}")
         given = check_sync(sync)
         _check_sync_with(sync_execution_with)
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        # Checked here, not by the Sampler they build: its refusal would read as "no GPU here"
+        # (windows that measure time only), silently.
+        interval = check_interval("interval", interval)
+        check_capacity(capacity)
+        self._timeout = check_timeout("timeout", timeout)
         self.approx_instant_energy = approx_instant_energy
-        self._timeout = timeout
         self._owned = sampler is None
         self._sampler: Sampler | None = sampler
         self._log: TextIO | None = None
@@ -256,15 +259,14 @@ class ZeusMonitor:
         return self._sampler
 
     def _edge_sync(self, wanted: bool) -> SyncFn | None:
-        if not isinstance(wanted, bool):
-            raise TypeError(f"sync_execution must be a bool, got {describe(wanted)}")
+        check_bool("sync_execution", wanted)
         return self._sync if wanted and self.gpu_indices else None
 
     def begin_window(self, key: str, sync_execution: bool = True, restart: bool = False) -> None:
         """Begin the window ``key`` (ValueError if it exists, unless ``restart=True``)."""
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, got {describe(key)}")
-        if key in self._begun and not restart:
+        if check_bool("restart", restart) is False and key in self._begun:
             raise ValueError(f"Measurement window '{key}' already exists")
         sync = self._edge_sync(sync_execution)
         if self._sampler is not None and self.gpu_indices:
@@ -282,6 +284,7 @@ class ZeusMonitor:
     ) -> Measurement:
         """End the window ``key`` and return its :class:`Measurement` (ValueError if it was
         not begun); ``cancel=True`` discards it and returns zeros."""
+        check_bool("cancel", cancel)
         try:
             started, begin = self._begun.pop(key)
         except KeyError:

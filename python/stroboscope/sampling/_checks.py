@@ -73,6 +73,30 @@ def check_seconds(name: str, value: object) -> float:
     return seconds
 
 
+def check_timeout(name: str, value: object) -> float | None:
+    """None (no limit) or a finite number of seconds >= 0."""
+    if value is None:
+        return None
+    seconds = _seconds(name, value)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(
+            f"{name} must be a finite number of seconds >= 0, or None, got {describe(value)}"
+        )
+    return seconds
+
+
+def check_int(name: str, value: object, low: int, high: int | None = None, unit: str = "") -> int:
+    """An ``int`` (not a bool, not a float or a string) in ``[low, high]`` (no upper bound
+    when ``high`` is None); ``unit`` says what it counts, for the message."""
+    accepted = f"[{low}, {high}]" if high is not None else f">= {low}"
+    what = f" ({unit})" if unit else ""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int {accepted}{what}, got {describe(value)}")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be an int {accepted}{what}, got {describe(value)}")
+    return value
+
+
 def check_window(name: str, value: object) -> int:
     """A minimum rate window in seconds, [0, 1 h], as nanoseconds."""
     seconds = _seconds(name, value)
