@@ -3,6 +3,7 @@ recomputed by hand from the sampler's own frame, CUDA index mapping and argument
 
 from __future__ import annotations
 
+import csv
 import math
 import os
 import re
@@ -274,3 +275,23 @@ def test_the_owned_samplers_arguments_are_checked_not_taken_for_no_gpu(
     with pytest.raises(exc) as info:
         ZeusMonitor(**kwargs)  # type: ignore[arg-type]
     assert type(info.value) is exc and re.search(pattern, str(info.value)), str(info.value)
+
+
+def test_window_keys_are_one_field_of_the_csv_log(nvml: ScriptFn, tmp_path: Path) -> None:
+    nvml(TWO)
+    log = tmp_path / "zeus.csv"
+    keys = ["a,b", "two\nlines", 'say "hi"', "cr\rlf\r\n", "plain"]
+    with ZeusMonitor(gpu_indices=[0, 1], log_file=log, timeout=30) as monitor:
+        measured = {}
+        for key in keys:
+            monitor.begin_window(key)
+            measured[key] = monitor.end_window(key)
+    with open(log, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["start_time", "window_name", "elapsed_time", "gpu0_energy", "gpu1_energy"]
+    assert [r[1] for r in rows[1:]] == keys  # one row per window, the key whole
+    for row, key in zip(rows[1:], keys):
+        m = measured[key]
+        assert len(row) == 5
+        assert float(row[2]) == m.time
+        assert [float(v) for v in row[3:]] == [m.gpu_energy[0], m.gpu_energy[1]]

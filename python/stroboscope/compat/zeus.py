@@ -19,6 +19,7 @@ Differences from Zeus, on purpose:
 
 from __future__ import annotations
 
+import csv
 import importlib
 import io
 import math
@@ -199,7 +200,9 @@ class ZeusMonitor:
         if log_file is not None:  # opened first: a bad path fails before a sampler starts
             from stroboscope._files import open_private
 
-            self._log = io.TextIOWrapper(open_private(log_file), encoding="utf-8")
+            # newline="": the csv module writes its own line ends, and quotes a field holding
+            # one (or a comma), so a window's key can never forge a row of the log.
+            self._log = io.TextIOWrapper(open_private(log_file), encoding="utf-8", newline="")
         try:
             if sampler is None and wanted != []:
                 self._sampler = self._own_sampler(interval, capacity, wanted)
@@ -222,9 +225,8 @@ class ZeusMonitor:
         )
         self._begun: dict[str, tuple[float, int]] = {}  # key -> (time.time(), monotonic ns)
         if self._log is not None:
-            cols = ",".join(f"gpu{i}_energy" for i in self.gpu_indices)
-            self._log.write(f"start_time,window_name,elapsed_time,{cols}\n")
-            self._log.flush()
+            cols = [f"gpu{i}_energy" for i in self.gpu_indices]
+            self._log_row(["start_time", "window_name", "elapsed_time", *cols])
 
     def _own_sampler(
         self, interval: float, capacity: int, wanted: list[int] | None
@@ -311,12 +313,16 @@ class ZeusMonitor:
             window=window,
         )
         if self._log is not None:
-            energies = ",".join(
-                "" if math.isnan(e) else repr(e) for e in result.gpu_energy.values()
-            )
-            self._log.write(f"{started},{key},{result.time},{energies}\n")
-            self._log.flush()
+            energies = ["" if math.isnan(e) else repr(e) for e in result.gpu_energy.values()]
+            self._log_row([repr(started), key, repr(result.time), *energies])
         return result
+
+    def _log_row(self, fields: list[str]) -> None:
+        """One row of the CSV log, each field quoted as needed (a key holding ``,``, a quote
+        or a line end stays one field), with Zeus's ``\\n`` line ends."""
+        assert self._log is not None
+        csv.writer(self._log, lineterminator="\n").writerow(fields)
+        self._log.flush()
 
     def reset_windows(self) -> None:
         """Forget every open window."""
