@@ -71,10 +71,10 @@ def _decode(metadata: dict[bytes, bytes] | None) -> dict[str, str]:
     }
 
 
-def check_recording(table: pa.Table, what: str) -> pa.Table:
-    """``table`` if it is a non-empty recording (``time`` and ``mono_ns`` columns, rows), sorted
-    by ``mono_ns``; a ValueError naming ``what`` and what is wrong otherwise."""
-    names = table.column_names
+def check_schema(schema: pa.Schema, what: str) -> None:
+    """A recording's columns: ``time`` (a timestamp) and ``mono_ns`` (integers); a ValueError
+    naming ``what`` and what is wrong otherwise."""
+    names = schema.names
     missing = [c for c in ("time", "mono_ns") if c not in names]
     if missing:
         shown = ", ".join(names[:8]) + (", …" if len(names) > 8 else "")
@@ -82,18 +82,33 @@ def check_recording(table: pa.Table, what: str) -> pa.Table:
             f"{what} is not a stroboscope recording: it has no {' and no '.join(missing)} column "
             f"(its columns: {shown or 'none'})"
         )
-    if not pa.types.is_integer(table.schema.field("mono_ns").type) or not pa.types.is_timestamp(
-        table.schema.field("time").type
+    if not pa.types.is_integer(schema.field("mono_ns").type) or not pa.types.is_timestamp(
+        schema.field("time").type
     ):
         raise ValueError(
             f"{what} is not a stroboscope recording: mono_ns must be integers and time a "
-            f"timestamp, got {table.schema.field('mono_ns').type} and "
-            f"{table.schema.field('time').type}"
+            f"timestamp, got {schema.field('mono_ns').type} and {schema.field('time').type}"
         )
+
+
+def check_recording(table: pa.Table, what: str) -> pa.Table:
+    """``table`` if it is a non-empty recording (:func:`check_schema`, rows with both a
+    ``mono_ns`` and a ``time``), sorted by ``mono_ns``; a ValueError naming ``what`` and what
+    is wrong otherwise."""
+    check_schema(table.schema, what)
     if table.num_rows == 0:
         raise ValueError(f"{what} is an empty recording: it has its columns but no rows")
-    if table.column("mono_ns").null_count:
-        table = table.filter(table.column("mono_ns").is_valid())
+    rows = table.num_rows
+    if table.column("mono_ns").null_count or table.column("time").null_count:
+        # A row without its time cannot be placed: left out (a recording never has one).
+        table = table.filter(
+            pc.and_(table.column("mono_ns").is_valid(), table.column("time").is_valid())
+        )
+        if table.num_rows == 0:
+            raise ValueError(
+                f"{what} is not a readable recording: none of its {rows} rows has both a "
+                f"mono_ns and a time (they are null)"
+            )
     mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
     if len(mono) > 1 and not bool(np.all(np.diff(mono) >= 0)):
         table = table.take(pc.sort_indices(table, [("mono_ns", "ascending")]))
