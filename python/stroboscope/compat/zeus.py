@@ -35,6 +35,7 @@ from stroboscope.sampling._checks import (
     check_bool,
     check_capacity,
     check_interval,
+    check_text,
     check_timeout,
     describe,
 )
@@ -268,6 +269,7 @@ class ZeusMonitor:
         """Begin the window ``key`` (ValueError if it exists, unless ``restart=True``)."""
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, got {describe(key)}")
+        check_text("key", key)  # a lone surrogate would fail the log's write at the end
         if check_bool("restart", restart) is False and key in self._begun:
             raise ValueError(f"Measurement window '{key}' already exists")
         sync = self._edge_sync(sync_execution)

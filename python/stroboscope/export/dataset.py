@@ -233,7 +233,12 @@ def write_part(
     The root is made a dataset when it is not one (:func:`ensure_root`). The provenance in the
     table's schema metadata is kept, with ``identity`` (``"identity"``) and the partition
     (``"partition"``) added. An existing file of that name is never replaced (FileExistsError).
+    A table without rows is refused (ValueError): a part holds rows.
     """
+    if isinstance(table, pa.Table) and table.num_rows == 0:
+        raise ValueError(
+            "table has no rows: a part holds at least one row (write a part when rows came)"
+        )
     return _write(table, root, identity, _check_name(name, "part-"), "samples")
 
 

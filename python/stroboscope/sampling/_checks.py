@@ -114,6 +114,19 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
+def check_text(name: str, value: str) -> str:
+    """A ``str`` that UTF-8 can encode: a lone surrogate (``"\\udc80"``, what ``os.fsdecode``
+    makes of undecodable bytes) would fail later, when the name is stored, naming nothing."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} {value!r} holds a lone surrogate ({value[exc.start]!r} at index "
+            f"{exc.start}), which UTF-8 cannot encode; give text that is valid Unicode"
+        ) from None
+    return value
+
+
 def check_capacity(capacity: object, name: str = "capacity") -> int:
     """Rows of a ring in [2, MAX_CAPACITY], rounded up to the power of two the ring holds."""
     if isinstance(capacity, bool) or not isinstance(capacity, int):
