@@ -3,7 +3,10 @@ recomputed by hand from the sampler's own frame, CUDA index mapping and argument
 
 from __future__ import annotations
 
+import csv
+import math
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator
@@ -110,7 +113,7 @@ def test_window_keys_cancel_and_reset(nvml: ScriptFn) -> None:
         assert monitor.sampler is not None and not monitor.sampler._open_energy_windows()
         with pytest.raises(TypeError, match="key must be a str"):
             monitor.begin_window(3)  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="sync_execution must be a bool"):
+        with pytest.raises(TypeError, match="sync_execution must be True or False, got"):
             monitor.begin_window("d", sync_execution="yes")  # type: ignore[arg-type]
 
 
@@ -191,7 +194,7 @@ def test_gpu_indices_and_arguments_are_checked(nvml: ScriptFn, tmp_path: Path) -
         ZeusMonitor(gpu_indices=[0, 0])
     with pytest.raises(ValueError, match=r"cpu_indices: CPU .* not served"):
         ZeusMonitor(cpu_indices=[0])
-    with pytest.raises(TypeError, match="approx_instant_energy must be a bool"):
+    with pytest.raises(TypeError, match="approx_instant_energy must be True or False, got int 1"):
         ZeusMonitor(approx_instant_energy=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="sampler must be a stroboscope Sampler"):
         ZeusMonitor(sampler="s")  # type: ignore[arg-type]
@@ -231,3 +234,64 @@ def test_no_gpu_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         assert m.gpu_energy == {} and m.time > 0
     with pytest.raises(ValueError, match=r"gpu_indices \[0\]: no GPU can be read here: .*absent"):
         ZeusMonitor(gpu_indices=[0])
+
+
+SECONDS = r"must be a finite number of seconds in \[0\.0001, 3600\], got "
+
+
+def test_window_flags_must_be_bools(nvml: ScriptFn) -> None:
+    nvml(TWO)
+    with ZeusMonitor(gpu_indices=[0], timeout=30) as monitor:
+        monitor.begin_window("w")
+        with pytest.raises(TypeError, match=r"^restart must be True or False, got str 'no'"):
+            monitor.begin_window("w", restart="no")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"^cancel must be True or False, got int 0"):
+            monitor.end_window("w", cancel=0)  # type: ignore[arg-type]
+        assert monitor.end_window("w").window is not None  # the refused calls changed nothing
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "pattern"),
+    [
+        ({"interval": 0}, ValueError, "^interval " + SECONDS + "int 0$"),
+        ({"interval": math.nan}, ValueError, "^interval " + SECONDS + "float nan$"),
+        ({"interval": -1}, ValueError, "^interval " + SECONDS + "int -1$"),
+        ({"interval": "0.01"}, TypeError, r"^interval must be a number of seconds .* str '0\.01'"),
+        (
+            {"capacity": 1},
+            ValueError,
+            r"^capacity must be within \[2, 1073741824\] rows, got int 1",
+        ),
+        ({"capacity": 2.5}, TypeError, r"^capacity must be an int \(rows\), got float 2\.5"),
+        ({"timeout": -1}, ValueError, r"^timeout must be a finite number of seconds >= 0, or None"),
+        ({"timeout": math.nan}, ValueError, r"^timeout must be .* got float nan"),
+        ({"timeout": "1"}, TypeError, r"^timeout must be a number of seconds .* str '1'"),
+    ],
+)
+def test_the_owned_samplers_arguments_are_checked_not_taken_for_no_gpu(
+    nvml: ScriptFn, kwargs: dict[str, object], exc: type[Exception], pattern: str
+) -> None:
+    nvml(TWO)  # two GPUs here: a refused sampler must not read as "no GPU, time only"
+    with pytest.raises(exc) as info:
+        ZeusMonitor(**kwargs)  # type: ignore[arg-type]
+    assert type(info.value) is exc and re.search(pattern, str(info.value)), str(info.value)
+
+
+def test_window_keys_are_one_field_of_the_csv_log(nvml: ScriptFn, tmp_path: Path) -> None:
+    nvml(TWO)
+    log = tmp_path / "zeus.csv"
+    keys = ["a,b", "two\nlines", 'say "hi"', "cr\rlf\r\n", "plain"]
+    with ZeusMonitor(gpu_indices=[0, 1], log_file=log, timeout=30) as monitor:
+        measured = {}
+        for key in keys:
+            monitor.begin_window(key)
+            measured[key] = monitor.end_window(key)
+    with open(log, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["start_time", "window_name", "elapsed_time", "gpu0_energy", "gpu1_energy"]
+    assert [r[1] for r in rows[1:]] == keys  # one row per window, the key whole
+    for row, key in zip(rows[1:], keys):
+        m = measured[key]
+        assert len(row) == 5
+        assert float(row[2]) == m.time
+        assert [float(v) for v in row[3:]] == [m.gpu_energy[0], m.gpu_energy[1]]

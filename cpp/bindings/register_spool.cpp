@@ -6,8 +6,6 @@
 
 #include <array>
 #include <exception>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -15,6 +13,7 @@
 
 #include "register.hpp"
 #include "stroboscope/procfs.hpp"
+#include "stroboscope/source.hpp"
 #include "stroboscope/spool.hpp"
 
 namespace py = pybind11;
@@ -50,11 +49,14 @@ std::pair<std::uint64_t, std::uint64_t> net_dev_totals(const std::string& proc_r
   {
     // releasing gil here is safe, we don't manipulate refcounts
     py::gil_scoped_release release;
-    std::ifstream in(proc_root + "/net/dev", std::ios::binary);
-    if (in) text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (!in && !in.eof()) text.clear();
+    ProcFile in(proc_root + "/net/dev");  // a regular file only: a FIFO is refused, not awaited
+    int err = 0;
+    if (in.is_open() && in.read(&err)) text.assign(in.view());
   }
-  if (text.empty()) throw py::value_error("cannot read " + proc_root + "/net/dev");
+  if (text.empty()) {
+    std::string why = not_regular_reason(proc_root + "/net/dev");
+    throw py::value_error("cannot read " + proc_root + "/net/dev" + (why.empty() ? "" : ": " + why));
+  }
   std::vector<procfs::NetDevCounters> ifaces(256);
   std::size_t seen = 0;
   std::size_t n = procfs::parse_net_dev(text, ifaces, &seen);

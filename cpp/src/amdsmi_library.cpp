@@ -30,6 +30,13 @@ void* open_library(const std::string& path, std::string* error) {
   std::lock_guard<std::mutex> lock(handles_mutex());
   auto it = handles.find(path);
   if (it != handles.end()) return it->second;
+  if (path.find('/') != std::string::npos) {  // as NVML's loader: no dlopen of a FIFO or device
+    std::string why = not_regular_reason(path);
+    if (!why.empty()) {
+      *error = path + " is " + why;
+      return nullptr;
+    }
+  }
   dlerror();  // clear a stale error so the text below is this call's
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (h == nullptr) {

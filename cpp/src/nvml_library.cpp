@@ -36,6 +36,15 @@ void* open_library(const std::string& path, std::string* error) {
   std::lock_guard<std::mutex> lock(handles_mutex());
   auto it = handles().find(path);
   if (it != handles().end()) return it->second;
+  // A path (not a soname to search): a FIFO would make dlopen wait forever, a directory or a
+  // device is no library. Refused with what it is, before dlopen opens it.
+  if (path.find('/') != std::string::npos) {
+    std::string why = not_regular_reason(path);
+    if (!why.empty()) {
+      *error = path + " is " + why;
+      return nullptr;
+    }
+  }
   dlerror();  // clear a stale error so the text below is this call's
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (h == nullptr) {

@@ -4,6 +4,7 @@
 // (rounded up to a page, at least `min_capacity`), so later reads never allocate. A file that
 // grows past the buffer is reported through truncated(); callers drop the partial last line.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,11 +25,42 @@ constexpr std::size_t kProbeLimit = std::size_t{64} << 20;
 
 std::size_t round_up_page(std::size_t n) { return (n + kPage - 1) / kPage * kPage; }
 
+const char* kind_of(mode_t mode) noexcept {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 }  // namespace
+
+int open_regular_file(const char* path) noexcept {
+  // O_NONBLOCK: open(2) of a FIFO would wait for a writer, forever if none comes.
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  struct stat st {};
+  const int err = ::fstat(fd, &st) != 0 ? errno : (S_ISREG(st.st_mode) ? 0 : EINVAL);
+  if (err != 0) {
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+std::string not_regular_reason(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return {};
+  return std::string(kind_of(st.st_mode)) + ", not a regular file";
+}
 
 ProcFile::ProcFile(const std::string& path, std::size_t min_capacity) : path_(path) {
   min_capacity = std::max<std::size_t>(min_capacity, 1);
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ = open_regular_file(path.c_str());
   if (fd_ < 0) {
     open_errno_ = errno;
     buf_.assign(min_capacity, '\0');
@@ -117,8 +149,9 @@ std::int64_t online_cpus() noexcept {
 ProcFile open_required(const std::string& path, const char* what, std::size_t min_capacity) {
   ProcFile f(path, min_capacity);
   if (!f.is_open()) {
+    std::string why = f.open_errno() == EINVAL ? not_regular_reason(path) : std::string();
     throw std::runtime_error("cannot open " + path + " (" + what +
-                             "): " + std::strerror(f.open_errno()));
+                             "): " + (why.empty() ? std::strerror(f.open_errno()) : why));
   }
   return f;
 }

@@ -214,7 +214,7 @@ class ThreadsSource final : public Source {
         if (len + sizeof("/schedstat") > sizeof path) continue;
         std::memcpy(path, d->name, len);
         std::memcpy(path + len, "/schedstat", sizeof("/schedstat"));
-        int fd = ::openat(task_fd_, path, O_RDONLY | O_CLOEXEC);
+        int fd = ::openat(task_fd_, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // FIFO: no wait
         if (fd < 0) continue;  // exited meanwhile
         char buf[128];
         ssize_t got = ::pread(fd, buf, sizeof buf - 1, 0);

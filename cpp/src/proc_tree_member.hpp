@@ -76,7 +76,7 @@ inline int open_pid_file(int dir_fd, int pid, const char* leaf) noexcept {
   *end++ = '/';
   std::size_t len = std::strlen(leaf);
   std::memcpy(end, leaf, len + 1);
-  return ::openat(dir_fd, path, O_RDONLY | O_CLOEXEC);
+  return ::openat(dir_fd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: never waited on
 }
 
 }  // namespace stroboscope::proc_tree

@@ -1,5 +1,6 @@
 """Files the package writes: created with mode 0600 (only the owner can read them), never through a
-symbolic link, and outputs written whole before they replace anything.
+symbolic link, and outputs written whole before they replace anything; and files it reads from a
+path a user gave: regular files only, opened without ever blocking.
 
 :func:`open_private` opens a file that is written as it goes (a sender's CSV or JSON lines);
 :func:`replace_private` writes a finished output (a Parquet or CSV export, a segment) into a
@@ -17,6 +18,89 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for a message (``"a FIFO"``, ...)."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def open_regular(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    follow: bool = True,
+    error: type[Exception] = ValueError,
+) -> tuple[int, os.stat_result]:
+    """An fd open for reading on ``path`` and its stat, when it is a regular file.
+
+    Every reader of a path a user gave (a recording, a dataset's files, a spool, its segments
+    and sidecars, a provenance sidecar, a trace) opens it here: ``O_NONBLOCK`` (a FIFO is
+    refused, never waited on), then ``fstat``; a FIFO, device, socket or directory is closed
+    and refused. ``follow=False`` adds ``O_NOFOLLOW`` (a symbolic link is refused). The fd is
+    blocking again when returned.
+
+    Raises
+    ------
+    error
+        (ValueError by default) ``"{what} {path} does not exist"``, ``"... is a FIFO, not a
+        regular file"``, ``"... cannot be opened: {reason}"``.
+    """
+    p = os.fspath(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(p, flags)
+    except FileNotFoundError:
+        raise error(f"{what} {p} does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow and os.path.islink(p):
+            raise error(
+                f"{what} {p} is a symbolic link: stroboscope writes segments as regular files"
+            ) from None
+        raise error(f"{what} {p} cannot be opened: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} {p} is {file_kind(st.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def open_regular_file(
+    path: str | os.PathLike[str], what: str, *, error: type[Exception] = ValueError
+) -> BinaryIO:
+    """:func:`open_regular` as a binary file object (for pyarrow readers, ``json.load``)."""
+    fd, _st = open_regular(path, what, error=error)
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    limit: int | None = None,
+    error: type[Exception] = ValueError,
+) -> bytes:
+    """The bytes of a small file a user named (a marker, an owner record, a sidecar), read
+    through :func:`open_regular`; with ``limit``, a larger file is refused (``error``)."""
+    with open_regular_file(path, what, error=error) as f:
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise error(f"{what} {os.fspath(path)} is larger than {limit} bytes: not such a file")
+    return data
 
 
 def _refuse_symlink(path: str, exc: OSError) -> OSError:

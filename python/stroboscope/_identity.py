@@ -63,10 +63,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stroboscope._files import read_regular
+
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 """Where Kubernetes mounts the pod's namespace (its service-account token volume)."""
 
 _INT_FIELDS = ("rank", "world_size", "local_rank", "local_world_size", "node_rank")
+_STR_FIELDS = ("job", "launcher", "pod", "namespace", "container")
 ARGUMENT = "argument"
 """The source recorded for a field given as an argument of :func:`detect_identity`."""
 
@@ -118,6 +121,16 @@ class Identity:
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # The rules detect_identity applies to arguments, for an Identity made by hand: a
+        # rank -3 would be written as a partition every reader refuses.
+        if not isinstance(self.host, str) or not self.host:
+            raise TypeError(f"host must be a non-empty str, got {self.host!r}")
+        for name in (*_INT_FIELDS, *_STR_FIELDS):
+            if getattr(self, name) is not None:
+                _check_argument(name, getattr(self, name), int if name in _INT_FIELDS else str)
+        _check_ranges(
+            {k: (getattr(self, k), ARGUMENT) for k in _INT_FIELDS if getattr(self, k) is not None}
+        )
         # Read-only, so a frozen Identity cannot be changed through its sources either.
         object.__setattr__(self, "sources", types.MappingProxyType(dict(self.sources)))
 
@@ -310,10 +323,9 @@ def _kubernetes(environ: Mapping[str, str], namespace_file: str) -> dict[str, tu
                 out[key] = (text, name)
                 break
     if "namespace" not in out:
-        try:
-            with open(namespace_file, encoding="utf-8") as f:
-                text = f.read().strip()
-        except OSError:
+        try:  # a FIFO there is refused, never waited on
+            text = read_regular(namespace_file, "namespace file", limit=4096).decode().strip()
+        except ValueError:  # absent, not a regular file, too large, not UTF-8
             text = ""
         if text:
             out["namespace"] = (text, namespace_file)

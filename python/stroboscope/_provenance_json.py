@@ -27,16 +27,53 @@ def attach(table: pa.Table, prov: Mapping[str, Any]) -> pa.Table:
     return table.replace_schema_metadata(metadata)
 
 
+MAX_DEPTH = 64
+"""Deepest nesting of objects and lists a stored provenance may have (the package writes 4)."""
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects (iteratively: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if level <= MAX_DEPTH:  # deeper is refused anyway: no need to look further
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def loads(raw: str | bytes, what: str) -> dict[str, Any]:
+    """The provenance JSON object in ``raw``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``what`` (a file, or a file's schema metadata key) and what is wrong: not UTF-8,
+        not JSON, nested deeper than :data:`MAX_DEPTH`, or not a JSON object.
+    """
+    try:
+        value = json.loads(raw)
+    except RecursionError:  # the decoder's own limit (~1000 levels)
+        raise ValueError(f"{what} is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+    if _depth(value) > MAX_DEPTH:
+        raise ValueError(f"{what} is nested deeper than {MAX_DEPTH} levels")
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is not a JSON object")
+    return value
+
+
 def from_schema(schema: pa.Schema) -> dict[str, Any] | None:
     """The provenance a schema's metadata holds, or None (unreadable JSON raises ValueError
     naming the key)."""
     raw = (schema.metadata or {}).get(PROVENANCE_KEY.encode())
     if raw is None:
         return None
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"schema metadata {PROVENANCE_KEY} is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"schema metadata {PROVENANCE_KEY} is not a JSON object")
-    return value
+    return loads(raw, f"schema metadata {PROVENANCE_KEY}")

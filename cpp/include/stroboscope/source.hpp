@@ -168,13 +168,23 @@ class Source {
   std::atomic<std::uint64_t> not_followed_{0};
 };
 
+// Opens `path` read-only for a source: O_NONBLOCK (a FIFO is never waited on), then fstat; anything
+// but a regular file is closed and refused with errno EINVAL. Returns the fd (blocking again) or -1
+// with errno set. /proc, /sys and cgroup files are regular files. Construction time only.
+[[nodiscard]] int open_regular_file(const char* path) noexcept;
+
+// Why a path the user gave cannot be opened as a file ("a FIFO, not a regular file"), or "" when it
+// is a regular file or does not exist (the caller's own error then says so). Follows symlinks.
+[[nodiscard]] std::string not_regular_reason(const std::string& path);
+
 // A file kept open for the life of a source and re-read with pread(fd, buf, n, 0): /proc files
 // regenerate their content on every read at offset 0, so no seek and no reopen is needed. The
 // buffer is sized at construction (twice the first read, at least 4 KiB) so reads never allocate.
 class ProcFile {
  public:
   ProcFile() = default;
-  // Opens `path`; on failure `is_open()` is false and `open_errno()` says why (no throw).
+  // Opens `path` (open_regular_file); on failure `is_open()` is false and `open_errno()` says why
+  // (EINVAL: not a regular file); no throw.
   explicit ProcFile(const std::string& path, std::size_t min_capacity = 4096);
   ~ProcFile();
   ProcFile(ProcFile&& other) noexcept;

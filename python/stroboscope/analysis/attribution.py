@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 import pyarrow as pa
 
+from stroboscope._files import open_regular_file
 from stroboscope.analysis._series import (
     F64,
     I64,
@@ -55,8 +56,9 @@ def _load_events(
     """The trace's base time, and for each complete event of ``categories``: its category,
     name, and realtime start and end in ns."""
     p = os.fspath(path)
-    with gzip.open(p, "rt") if p.endswith(".gz") else open(p) as f:
-        trace = json.load(f)
+    with open_regular_file(p, "trace") as f:  # a FIFO: refused, not awaited
+        data = f.read()
+    trace = json.loads(gzip.decompress(data) if p.endswith(".gz") else data)
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ValueError(f"{p} is not a Chrome trace object with a 'traceEvents' list")
     base = trace.get("baseTimeNanoseconds")

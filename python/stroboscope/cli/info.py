@@ -9,6 +9,8 @@ import os
 import shlex
 from typing import Any
 
+from stroboscope._files import open_regular_file
+from stroboscope._provenance_json import loads
 from stroboscope.cli import _args
 from stroboscope.sampling import available_sources, gpu_status
 
@@ -68,10 +70,14 @@ def read_provenance(path: str) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
         try:
-            schema = pq.read_schema(path)
+            with open_regular_file(path, "recording") as f:  # a FIFO: refused, not awaited
+                schema = pq.read_schema(f)
         except (OSError, pa.ArrowException) as exc:
             raise ValueError(f"{path} cannot be read as Parquet: {exc}") from None
-        prov = from_schema(schema)
+        try:
+            prov = from_schema(schema)
+        except ValueError as exc:  # not UTF-8, not JSON, nested too deeply: name the file
+            raise ValueError(f"{path}: {exc}") from None
         if prov is None:
             raise ValueError(f"{path} has no stroboscope.provenance in its schema metadata")
         return prov
@@ -83,14 +89,8 @@ def read_provenance(path: str) -> dict[str, Any]:
 
 
 def _load_sidecar(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        try:
-            value = json.load(f)
-        except ValueError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} does not hold a JSON object")
-    return value
+    with open_regular_file(path, "sidecar") as f:  # a FIFO: refused, not awaited
+        return loads(f.read(), path)  # not JSON, nested too deeply, not an object: named
 
 
 def format_provenance(prov: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator
 from stroboscope.export.writers import output_format, write_table
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.spool import recover, remove_spool
+from stroboscope.sampling._checks import check_interval
 from stroboscope.sampling._provenance import attach, for_table
 
 ScopeFactory = Callable[..., contextlib.AbstractContextManager[Any]]
@@ -75,7 +76,7 @@ class TrainingRecorder:
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         self.path = None if path is None else os.fspath(path)
-        self.interval = interval
+        self.interval = check_interval("interval", interval)  # here, not when training starts
         self.prefix = prefix
         self.aggregate: Aggregate = aggregate
         self._options = sampler_options

@@ -25,7 +25,14 @@ from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
 from stroboscope.compat._ranked import rank_aware
 from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling import available_sources, net_dev_totals
-from stroboscope.sampling._checks import check_pid, check_seconds
+from stroboscope.sampling._checks import (
+    check_bool,
+    check_capacity,
+    check_int,
+    check_interval,
+    check_pid,
+    check_seconds,
+)
 from stroboscope.senders._base import AbstractBackendSender, StatsDict, as_sender
 from stroboscope.senders._dispatch import Fanout
 
@@ -166,8 +173,15 @@ class SystemMonitor:
                 f"sample_rate_seconds ({sample_rate_seconds!r}) must be at least the sampling "
                 f"interval ({interval!r} s)"
             )
-        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
-            raise TypeError(f"rank must be an int or None, got {type(rank).__name__}")
+        if rank is not None:
+            check_int("rank", rank, 0, unit="the process's global rank, or None")
+        check_bool("extended", extended)
+        check_bool("crash_safe", crash_safe)
+        if gpu_interval is not None:  # checked even where no GPU makes it unused
+            check_interval("gpu_interval", gpu_interval)
+        if capacity is not None:
+            check_capacity(capacity)
+        check_int("max_pending", max_pending, 1, unit="events a slow sender may have queued")
         if aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
         self._aggregate: Aggregate = aggregate

@@ -19,6 +19,7 @@ Differences from Zeus, on purpose:
 
 from __future__ import annotations
 
+import csv
 import importlib
 import io
 import math
@@ -30,7 +31,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from stroboscope.sampling import Sampler
-from stroboscope.sampling._checks import describe
+from stroboscope.sampling._checks import (
+    check_bool,
+    check_capacity,
+    check_interval,
+    check_text,
+    check_timeout,
+    describe,
+)
 from stroboscope.sampling._energy import EnergyWindow, SyncFn, check_sync
 
 if TYPE_CHECKING:
@@ -176,27 +184,26 @@ class ZeusMonitor:
                 "cpu_indices: CPU (RAPL) energy is not served by stroboscope's ZeusMonitor; "
                 "pass None or []"
             )
-        if not isinstance(approx_instant_energy, bool):
-            raise TypeError(
-                f"approx_instant_energy must be a bool, got {describe(approx_instant_energy)}"
-            )
+        check_bool("approx_instant_energy", approx_instant_energy)
         if sampler is not None and not isinstance(sampler, Sampler):
             raise TypeError(f"sampler must be a stroboscope Sampler, got {describe(sampler)}")
         given = check_sync(sync)
         _check_sync_with(sync_execution_with)
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        # Checked here, not by the Sampler they build: its refusal would read as "no GPU here"
+        # (windows that measure time only), silently.
+        interval = check_interval("interval", interval)
+        check_capacity(capacity)
+        self._timeout = check_timeout("timeout", timeout)
         self.approx_instant_energy = approx_instant_energy
-        self._timeout = timeout
         self._owned = sampler is None
         self._sampler: Sampler | None = sampler
         self._log: TextIO | None = None
         if log_file is not None:  # opened first: a bad path fails before a sampler starts
             from stroboscope._files import open_private
 
-            self._log = io.TextIOWrapper(open_private(log_file), encoding="utf-8")
+            # newline="": the csv module writes its own line ends, and quotes a field holding
+            # one (or a comma), so a window's key can never forge a row of the log.
+            self._log = io.TextIOWrapper(open_private(log_file), encoding="utf-8", newline="")
         try:
             if sampler is None and wanted != []:
                 self._sampler = self._own_sampler(interval, capacity, wanted)
@@ -219,9 +226,8 @@ class ZeusMonitor:
         )
         self._begun: dict[str, tuple[float, int]] = {}  # key -> (time.time(), monotonic ns)
         if self._log is not None:
-            cols = ",".join(f"gpu{i}_energy" for i in self.gpu_indices)
-            self._log.write(f"start_time,window_name,elapsed_time,{cols}\n")
-            self._log.flush()
+            cols = [f"gpu{i}_energy" for i in self.gpu_indices]
+            self._log_row(["start_time", "window_name", "elapsed_time", *cols])
 
     def _own_sampler(
         self, interval: float, capacity: int, wanted: list[int] | None
@@ -256,15 +262,15 @@ class ZeusMonitor:
         return self._sampler
 
     def _edge_sync(self, wanted: bool) -> SyncFn | None:
-        if not isinstance(wanted, bool):
-            raise TypeError(f"sync_execution must be a bool, got {describe(wanted)}")
+        check_bool("sync_execution", wanted)
         return self._sync if wanted and self.gpu_indices else None
 
     def begin_window(self, key: str, sync_execution: bool = True, restart: bool = False) -> None:
         """Begin the window ``key`` (ValueError if it exists, unless ``restart=True``)."""
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, got {describe(key)}")
-        if key in self._begun and not restart:
+        check_text("key", key)  # a lone surrogate would fail the log's write at the end
+        if check_bool("restart", restart) is False and key in self._begun:
             raise ValueError(f"Measurement window '{key}' already exists")
         sync = self._edge_sync(sync_execution)
         if self._sampler is not None and self.gpu_indices:
@@ -282,6 +288,7 @@ class ZeusMonitor:
     ) -> Measurement:
         """End the window ``key`` and return its :class:`Measurement` (ValueError if it was
         not begun); ``cancel=True`` discards it and returns zeros."""
+        check_bool("cancel", cancel)
         try:
             started, begin = self._begun.pop(key)
         except KeyError:
@@ -308,12 +315,16 @@ class ZeusMonitor:
             window=window,
         )
         if self._log is not None:
-            energies = ",".join(
-                "" if math.isnan(e) else repr(e) for e in result.gpu_energy.values()
-            )
-            self._log.write(f"{started},{key},{result.time},{energies}\n")
-            self._log.flush()
+            energies = ["" if math.isnan(e) else repr(e) for e in result.gpu_energy.values()]
+            self._log_row([repr(started), key, repr(result.time), *energies])
         return result
+
+    def _log_row(self, fields: list[str]) -> None:
+        """One row of the CSV log, each field quoted as needed (a key holding ``,``, a quote
+        or a line end stays one field), with Zeus's ``\\n`` line ends."""
+        assert self._log is not None
+        csv.writer(self._log, lineterminator="\n").writerow(fields)
+        self._log.flush()
 
     def reset_windows(self) -> None:
         """Forget every open window."""

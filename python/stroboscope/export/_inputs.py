@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from stroboscope._files import open_regular_file
 from stroboscope.recording._layout import MAGIC
 
 _SEGMENT_RE = re.compile(r"^(?P<base>.+)\.seg-(?P<index>\d+)\.parquet$")
@@ -70,10 +71,10 @@ def _decode(metadata: dict[bytes, bytes] | None) -> dict[str, str]:
     }
 
 
-def check_recording(table: pa.Table, what: str) -> pa.Table:
-    """``table`` if it is a non-empty recording (``time`` and ``mono_ns`` columns, rows), sorted
-    by ``mono_ns``; a ValueError naming ``what`` and what is wrong otherwise."""
-    names = table.column_names
+def check_schema(schema: pa.Schema, what: str) -> None:
+    """A recording's columns: ``time`` (a timestamp) and ``mono_ns`` (integers); a ValueError
+    naming ``what`` and what is wrong otherwise."""
+    names = schema.names
     missing = [c for c in ("time", "mono_ns") if c not in names]
     if missing:
         shown = ", ".join(names[:8]) + (", …" if len(names) > 8 else "")
@@ -81,18 +82,33 @@ def check_recording(table: pa.Table, what: str) -> pa.Table:
             f"{what} is not a stroboscope recording: it has no {' and no '.join(missing)} column "
             f"(its columns: {shown or 'none'})"
         )
-    if not pa.types.is_integer(table.schema.field("mono_ns").type) or not pa.types.is_timestamp(
-        table.schema.field("time").type
+    if not pa.types.is_integer(schema.field("mono_ns").type) or not pa.types.is_timestamp(
+        schema.field("time").type
     ):
         raise ValueError(
             f"{what} is not a stroboscope recording: mono_ns must be integers and time a "
-            f"timestamp, got {table.schema.field('mono_ns').type} and "
-            f"{table.schema.field('time').type}"
+            f"timestamp, got {schema.field('mono_ns').type} and {schema.field('time').type}"
         )
+
+
+def check_recording(table: pa.Table, what: str) -> pa.Table:
+    """``table`` if it is a non-empty recording (:func:`check_schema`, rows with both a
+    ``mono_ns`` and a ``time``), sorted by ``mono_ns``; a ValueError naming ``what`` and what
+    is wrong otherwise."""
+    check_schema(table.schema, what)
     if table.num_rows == 0:
         raise ValueError(f"{what} is an empty recording: it has its columns but no rows")
-    if table.column("mono_ns").null_count:
-        table = table.filter(table.column("mono_ns").is_valid())
+    rows = table.num_rows
+    if table.column("mono_ns").null_count or table.column("time").null_count:
+        # A row without its time cannot be placed: left out (a recording never has one).
+        table = table.filter(
+            pc.and_(table.column("mono_ns").is_valid(), table.column("time").is_valid())
+        )
+        if table.num_rows == 0:
+            raise ValueError(
+                f"{what} is not a readable recording: none of its {rows} rows has both a "
+                f"mono_ns and a time (they are null)"
+            )
     mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
     if len(mono) > 1 and not bool(np.all(np.diff(mono) >= 0)):
         table = table.take(pc.sort_indices(table, [("mono_ns", "ascending")]))
@@ -112,24 +128,27 @@ def _wanted(schema: pa.Schema, patterns: list[str] | None) -> list[str] | None:
 
 
 def _read_file(path: Path, patterns: list[str] | None = None) -> pa.Table:
-    with open(path, "rb") as f:
+    with open_regular_file(path, "recording") as f:  # a FIFO or a device: refused, not awaited
         head = f.read(8)
-    if head[: len(MAGIC)] == MAGIC:
-        from stroboscope.recording.spool import recover
+        if head[: len(MAGIC)] == MAGIC:
+            from stroboscope.recording.spool import recover
 
-        return recover(path).to_arrow()
-    if not head:
-        raise ValueError(f"{path} is empty (0 bytes): not a recording")
-    if head[:4] != b"PAR1":
-        raise ValueError(
-            f"{path} is not a recording: neither a Parquet file nor a stroboscope spool "
-            f"(it starts with {head!r}); give a .parquet recording, a spool, a segment folder "
-            f"or a partitioned dataset directory"
-        )
-    try:  # only the columns asked for: a 1-hour 1 kHz run is read in a fraction of the time
-        return pq.read_table(path, columns=_wanted(pq.read_schema(path), patterns))
-    except (pa.ArrowException, OSError) as exc:
-        raise ValueError(f"{path} is not a readable Parquet file: {exc}") from None
+            return recover(path).to_arrow()
+        if not head:
+            raise ValueError(f"{path} is empty (0 bytes): not a recording")
+        if head[:4] != b"PAR1":
+            raise ValueError(
+                f"{path} is not a recording: neither a Parquet file nor a stroboscope spool "
+                f"(it starts with {head!r}); give a .parquet recording, a spool, a segment "
+                f"folder or a partitioned dataset directory"
+            )
+        try:  # only the columns asked for: a 1-hour 1 kHz run is read in a fraction of the time
+            f.seek(0)
+            wanted = _wanted(pq.read_schema(f), patterns)
+            f.seek(0)
+            return pq.read_table(f, columns=wanted)
+        except (pa.ArrowException, OSError) as exc:
+            raise ValueError(f"{path} is not a readable Parquet file: {exc}") from None
 
 
 def scopes_beside(path: Path) -> Path | None:
@@ -145,10 +164,11 @@ def scopes_beside(path: Path) -> Path | None:
 def read_scopes(path: str | os.PathLike[str]) -> pa.Table:
     """A scope-intervals table from a Parquet file, checked to have the columns a report uses."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ValueError(f"--scopes {os.fspath(path)!r}: no such file")
     try:
-        table = pq.read_table(p)
+        with open_regular_file(p, "--scopes") as f:
+            table = pq.read_table(f)
     except (pa.ArrowException, OSError) as exc:
         raise ValueError(
             f"--scopes {os.fspath(path)!r} is not a readable Parquet file: {exc}"
@@ -213,7 +233,8 @@ def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, byte
         raise ValueError(
             f"{directory} is not a readable dataset of Parquet recordings: {exc}"
         ) from None
-    first = pq.read_schema(dataset.files[0])
+    with open_regular_file(dataset.files[0], "recording") as f:
+        first = pq.read_schema(f)
     keys = [n for n in dataset.schema.names if n not in first.names]
     table = dataset.to_table()
     if not keys:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from stroboscope._provenance_json import loads
+
 PROVENANCE_KEY = "stroboscope.provenance"
 _HIDDEN = ("ARROW:schema", "pandas")
 """Metadata written by pyarrow/pandas for their own round trips, not about the run."""
@@ -25,10 +27,9 @@ def provenance(metadata: dict[str, str]) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
-    except ValueError:
-        return {"unreadable provenance": text[:200]}
-    return value if isinstance(value, dict) else {"provenance": value}
+        return loads(text, "the provenance")
+    except ValueError as exc:  # not JSON, nested too deeply, not an object: shown, not raised
+        return {"unreadable provenance": f"{exc}: {text[:200]}"}
 
 
 def flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:

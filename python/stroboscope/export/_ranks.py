@@ -10,7 +10,6 @@ only the columns the report needs.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from stroboscope._provenance_json import PROVENANCE_KEY
+from stroboscope._provenance_json import PROVENANCE_KEY, loads
+from stroboscope.export._inputs import check_schema
 from stroboscope.export.dataset import open_dataset
 
 Key = tuple[str, str, int]
@@ -116,10 +116,9 @@ def _provenance(schema: pa.Schema) -> dict[str, Any]:
     if raw is None:
         return {}
     try:
-        value = json.loads(raw)
-    except ValueError:
+        return loads(raw, PROVENANCE_KEY)
+    except ValueError:  # not JSON, nested too deeply (a RecursionError before), not an object
         return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _parts(root: str, kind: str) -> dict[Key, list[str]]:
@@ -177,13 +176,9 @@ def load_ranks(root: str | os.PathLike[str], want: Callable[[str], bool]) -> lis
     ranks = []
     for key in sorted(set(samples) | set(scopes), key=lambda k: (k[0], k[2], k[1])):
         rows, prov = _read(samples.get(key, []), lambda n: n in ("time", "mono_ns") or want(n))
-        if rows is not None:
-            missing = [c for c in ("time", "mono_ns") if c not in rows.column_names]
-            if missing:
-                raise ValueError(
-                    f"dataset {text!r}: a part of job={key[0]} host={key[1]} rank={key[2]} has "
-                    f"no {' and no '.join(missing)} column: not a stroboscope recording"
-                )
+        if rows is not None:  # columns and their types (mono_ns strings: named, not a "-" error)
+            part = f"dataset {text!r}: a part of job={key[0]} host={key[1]} rank={key[2]}"
+            check_schema(rows.schema, part)
             rows = _sorted(rows.filter(rows.column("mono_ns").is_valid()), "mono_ns")
         calls, scope_prov = _read(scopes.get(key, []), lambda n: n in SCOPE_FIELDS)
         if calls is not None:

@@ -30,67 +30,48 @@ import stat
 import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 import pyarrow as pa
 
-from stroboscope._files import replace_private
+from stroboscope._files import read_regular, replace_private
 from stroboscope._identity import Identity
 from stroboscope._provenance_json import PROVENANCE_KEY, attach, from_schema
+from stroboscope.export._partitions import (
+    PARTITIONING,
+    SCOPES_DIR,
+    check_kind,
+    check_partition_dirs,
+    partition,
+    partition_dir,
+)
 from stroboscope.export.writers import write_parquet
 from stroboscope.sampling._checks import check_path
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
+__all__ = [  # the layout's names (export/_partitions.py) stay importable from here
+    "MARKER",
+    "OWNER",
+    "PARTITIONING",
+    "SCOPES_DIR",
+    "claim_partition",
+    "ensure_root",
+    "is_dataset",
+    "open_dataset",
+    "partition",
+    "partition_dir",
+    "read_owner",
+    "release_partition",
+    "write_part",
+    "write_scopes",
+]
+
 MARKER = "_stroboscope_dataset.json"
 """The file at the root that makes a directory a dataset."""
 MARKER_CONTENT = {"format": "stroboscope-dataset", "layout": 1}
-SCOPES_DIR = "_scopes"
-"""The tree of scope intervals, beside the samples (skipped by sample discovery)."""
 OWNER = "_owner.json"
 """In each partition directory: the run that writes it (see :func:`claim_partition`)."""
-NO_JOB = "none"
-"""The job partition of a run without a job id."""
-KINDS = ("samples", "scopes")
-PARTITIONING = pa.schema([("job", pa.string()), ("host", pa.string()), ("rank", pa.int64())])
-"""The hive partition columns every reader gets."""
-
-
-def encode(value: str) -> str:
-    """A partition value as one path segment: percent-encoded like a URI segment (what
-    pyarrow's ``HivePartitioning`` decodes by default); ``"a/b c"`` gives ``"a%2Fb%20c"``."""
-    return quote(value, safe="")
-
-
-def partition(identity: Identity) -> tuple[str, str, int]:
-    """``(job, host, rank)`` of ``identity``'s partition: job ``"none"`` and rank 0 when unset."""
-    if not isinstance(identity, Identity):
-        raise TypeError(
-            f"identity must be a stroboscope Identity (stroboscope.cluster.identity()), "
-            f"got {type(identity).__name__}"
-        )
-    job = NO_JOB if identity.job is None else str(identity.job)
-    if not job or not identity.host:
-        raise ValueError(
-            f"identity: job and host must be non-empty, got job={job!r} host={identity.host!r}"
-        )
-    return job, identity.host, 0 if identity.rank is None else int(identity.rank)
-
-
-def partition_dir(
-    root: str | os.PathLike[str], identity: Identity, *, kind: str = "samples"
-) -> str:
-    """The directory of ``identity``'s files of ``kind`` under ``root``."""
-    job, host, rank = partition(identity)
-    base = os.fspath(root) if _kind(kind) == "samples" else os.path.join(root, SCOPES_DIR)
-    return os.path.join(base, f"job={encode(job)}", f"host={encode(host)}", f"rank={rank}")
-
-
-def _kind(kind: str) -> str:
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    return kind
 
 
 def _fsync_dir(path: str) -> None:
@@ -102,11 +83,24 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+_SMALL_FILE = 1 << 20
+"""The most a marker or an owner record is read of (they are a line of JSON)."""
+
+
 def _read_marker(root: str) -> dict[str, Any] | None:
+    """The root's marker; None when there is none or it is not a JSON object. A marker that
+    is a FIFO, a device, a directory or unreadable raises ValueError naming it (never waited
+    on)."""
+    path = os.path.join(root, MARKER)
     try:
-        with open(os.path.join(root, MARKER), "rb") as f:
-            value = json.loads(f.read())
-    except (OSError, ValueError):
+        raw = read_regular(path, "dataset marker", limit=_SMALL_FILE)
+    except ValueError:
+        if not os.path.lexists(path):  # no marker (or ``root`` is no directory)
+            return None
+        raise
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -239,7 +233,12 @@ def write_part(
     The root is made a dataset when it is not one (:func:`ensure_root`). The provenance in the
     table's schema metadata is kept, with ``identity`` (``"identity"``) and the partition
     (``"partition"``) added. An existing file of that name is never replaced (FileExistsError).
+    A table without rows is refused (ValueError): a part holds rows.
     """
+    if isinstance(table, pa.Table) and table.num_rows == 0:
+        raise ValueError(
+            "table has no rows: a part holds at least one row (write a part when rows came)"
+        )
     return _write(table, root, identity, _check_name(name, "part-"), "samples")
 
 
@@ -331,9 +330,10 @@ def release_partition(directory: str | os.PathLike[str], run: str) -> bool:
 def read_owner(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The owner record of a partition directory (empty when absent or unreadable)."""
     try:
-        with open(os.path.join(directory, OWNER), "rb") as f:
-            value = json.loads(f.read())
-    except (OSError, ValueError):
+        value = json.loads(
+            read_regular(os.path.join(directory, OWNER), "owner record", limit=_SMALL_FILE)
+        )
+    except (ValueError, RecursionError):  # absent, not a regular file, not JSON
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -370,12 +370,16 @@ def open_dataset(root: str | os.PathLike[str], *, kind: str = "samples") -> ds.D
             f"root {text!r} is not a stroboscope dataset (no {MARKER}); give the directory "
             f"given to --dataset / dataset="
         )
-    base = text if _kind(kind) == "samples" else os.path.join(text, SCOPES_DIR)
+    base = text if check_kind(kind) == "samples" else os.path.join(text, SCOPES_DIR)
     hive = ds.partitioning(PARTITIONING, flavor="hive")  # percent-decoded ("uri") by default
     if not os.path.isdir(base):
         return ds.dataset([], schema=PARTITIONING, format="parquet")
-    found = ds.dataset(base, format="parquet", partitioning=hive)
-    schemas = [frag.physical_schema for frag in found.get_fragments()]
+    check_partition_dirs(text, base)  # rank=abc: named, not pyarrow's "error parsing 'abc'"
+    try:
+        found = ds.dataset(base, format="parquet", partitioning=hive)
+        schemas = [frag.physical_schema for frag in found.get_fragments()]
+    except (pa.ArrowException, OSError) as exc:  # a truncated or unreadable part: pyarrow names it
+        raise ValueError(f"dataset {text!r} cannot be read: {exc}") from None
     try:
         unified = pa.unify_schemas([*schemas, PARTITIONING])
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:

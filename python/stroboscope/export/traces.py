@@ -27,7 +27,7 @@ from typing import Any, Union
 
 import pyarrow as pa
 
-from stroboscope._files import replace_private
+from stroboscope._files import open_regular_file, replace_private
 from stroboscope.export._trace_data import TraceData, collect
 from stroboscope.export.perfetto import export_perfetto_trace
 
@@ -145,8 +145,9 @@ def export_chrome_trace(
 
 def _load(path: PathLike) -> dict[str, Any]:
     p = os.fspath(path)
-    with gzip.open(p, "rt") if p.endswith(".gz") else open(p) as f:
-        trace = json.load(f)
+    with open_regular_file(p, "trace") as f:  # a FIFO: refused, not awaited
+        data = f.read()
+    trace = json.loads(gzip.decompress(data) if p.endswith(".gz") else data)
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ValueError(f"{p} is not a Chrome trace object with a 'traceEvents' list")
     return trace

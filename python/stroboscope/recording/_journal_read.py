@@ -20,6 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from stroboscope._files import open_regular, open_regular_file
+
 BLOCK_BYTES = 1 << 18
 """Bytes of journal read, parsed and converted to Arrow at a time."""
 
@@ -77,7 +79,7 @@ def parse_journal(data: bytes) -> tuple[list[dict[str, Any]], int]:
 def read_journal_rows(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
     """Rows of the journal file ``path`` and the number of damaged lines skipped (all rows in
     memory as Python objects: for tests and small journals; see :func:`read_journal_table`)."""
-    with open(path, "rb") as f:
+    with open_regular_file(path, "journal") as f:  # a FIFO: refused, not awaited
         return parse_journal(f.read())
 
 
@@ -242,7 +244,7 @@ def read_journal_fd(fd: int, end: int | None = None) -> tuple[pa.Table, int]:
 
 def read_journal_table(path: str | os.PathLike[str]) -> tuple[pa.Table, int]:
     """The journal file ``path`` as a table, and the number of damaged lines skipped."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd, _st = open_regular(path, "journal")  # a FIFO: refused, not awaited
     try:
         return read_journal_fd(fd)
     finally:

@@ -9,12 +9,11 @@ the field.
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 import struct
 from typing import Any
 
+from stroboscope import _files
 from stroboscope.recording import _layout
 
 MAGIC = _layout.MAGIC
@@ -59,49 +58,11 @@ class SpoolError(ValueError):
     """A file that is not a readable spool: the message says what is wrong with it."""
 
 
-def _kind_of(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def open_regular(path: str, what: str, *, follow: bool = True) -> tuple[int, os.stat_result]:
-    """An fd open for reading on ``path`` and its stat, when it is a regular file.
-
-    Opened ``O_NONBLOCK`` (a FIFO is refused, never waited on) and, unless ``follow``, with
-    ``O_NOFOLLOW``. ``what`` ("spool", "segment") starts every error message.
-    """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise SpoolError(f"{what} {path} does not exist") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP and not follow and os.path.islink(path):
-            raise SpoolError(
-                f"{what} {path} is a symbolic link: stroboscope writes segments as regular files"
-            ) from None
-        raise SpoolError(f"{what} {path} cannot be opened: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise SpoolError(
-                f"{what} {path} is {_kind_of(st.st_mode)}, not a regular file: not a spool"
-                if what == "spool"
-                else f"{what} {path} is {_kind_of(st.st_mode)}, not a regular file"
-            )
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st
+    """An fd open for reading on ``path`` and its stat, when it is a regular file
+    (:func:`stroboscope._files.open_regular`: ``O_NONBLOCK``, ``fstat``; ``O_NOFOLLOW`` unless
+    ``follow``). ``what`` ("spool", "segment") starts every error message (a SpoolError)."""
+    return _files.open_regular(path, what, follow=follow, error=SpoolError)
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:

@@ -26,7 +26,13 @@ from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.spool import remove_spool, segment_paths
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import Sampler as _BaseSampler
-from stroboscope.sampling._checks import check_capacity, check_file_dir, check_interval, check_path
+from stroboscope.sampling._checks import (
+    check_bool,
+    check_capacity,
+    check_file_dir,
+    check_interval,
+    check_path,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11; only for mypy here
@@ -147,6 +153,7 @@ class Sampler(_BaseSampler):
     ) -> None:
         if "ring_file" in kwargs:
             raise TypeError("give spool= (the crash-safe ring file), not ring_file=")
+        check_bool("crash_safe", crash_safe)  # "no" would turn crash safety on
         if dump_format not in DUMP_FORMATS:
             raise ValueError(f"dump_format must be 'csv' or 'parquet', got {dump_format!r}")
         if dump_path is not None:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
 from stroboscope import _core
+from stroboscope._files import read_regular
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
 MAX_INTERVAL_S = _core.MAX_INTERVAL_NS / 1e9
@@ -72,6 +73,30 @@ def check_seconds(name: str, value: object) -> float:
     return seconds
 
 
+def check_timeout(name: str, value: object) -> float | None:
+    """None (no limit) or a finite number of seconds >= 0."""
+    if value is None:
+        return None
+    seconds = _seconds(name, value)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(
+            f"{name} must be a finite number of seconds >= 0, or None, got {describe(value)}"
+        )
+    return seconds
+
+
+def check_int(name: str, value: object, low: int, high: int | None = None, unit: str = "") -> int:
+    """An ``int`` (not a bool, not a float or a string) in ``[low, high]`` (no upper bound
+    when ``high`` is None); ``unit`` says what it counts, for the message."""
+    accepted = f"[{low}, {high}]" if high is not None else f">= {low}"
+    what = f" ({unit})" if unit else ""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int {accepted}{what}, got {describe(value)}")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be an int {accepted}{what}, got {describe(value)}")
+    return value
+
+
 def check_window(name: str, value: object) -> int:
     """A minimum rate window in seconds, [0, 1 h], as nanoseconds."""
     seconds = _seconds(name, value)
@@ -86,6 +111,19 @@ def check_bool(name: str, value: object) -> bool:
     """A real ``bool``: ``'no'``, ``0`` or ``None`` would read as a choice nobody made."""
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {describe(value)}")
+    return value
+
+
+def check_text(name: str, value: str) -> str:
+    """A ``str`` that UTF-8 can encode: a lone surrogate (``"\\udc80"``, what ``os.fsdecode``
+    makes of undecodable bytes) would fail later, when the name is stored, naming nothing."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} {value!r} holds a lone surrogate ({value[exc.start]!r} at index "
+            f"{exc.start}), which UTF-8 cannot encode; give text that is valid Unicode"
+        ) from None
     return value
 
 
@@ -192,15 +230,11 @@ def check_pid(pid: object, proc_root: str = "/proc") -> int:
     if pid <= 0:
         raise ValueError(f"pid must be a positive process id, got {describe(pid)}")
     stat_path = os.path.join(proc_root, str(pid), "stat")
-    try:
-        with open(stat_path, "rb") as f:
-            f.read(1)
-    except FileNotFoundError:
-        raise ValueError(f"pid {pid} does not exist (no {stat_path})") from None
-    except PermissionError:
-        raise PermissionError(
-            f"pid {pid} cannot be read ({stat_path}: permission denied)"
-        ) from None
+    if not os.path.lexists(stat_path):
+        raise ValueError(f"pid {pid} does not exist (no {stat_path})")
+    if not os.access(stat_path, os.R_OK):
+        raise PermissionError(f"pid {pid} cannot be read ({stat_path}: permission denied)")
+    read_regular(stat_path, f"pid {pid}:", limit=1 << 16)  # a FIFO: refused, never waited on
     return pid
 
 

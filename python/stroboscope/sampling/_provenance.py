@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from stroboscope._files import open_regular_file, read_regular
 from stroboscope._provenance_json import PROVENANCE_KEY, attach, dumps, from_schema
 from stroboscope.sampling._clock_sync import clock_sync
 from stroboscope.sampling._provenance_identity import identity_facts
@@ -69,10 +70,9 @@ def iso_utc(ns: int) -> str:
 def read_cmdline(pid: int, proc_root: str = "/proc") -> list[str] | None:
     """The command line of ``pid`` (``/proc/PID/cmdline``), or None when it cannot be read (the
     process is gone, or a kernel thread with an empty one)."""
-    try:
-        with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as f:
-            raw = f.read()
-    except OSError:
+    try:  # under a proc_root the user gave: a FIFO there is refused, never waited on
+        raw = read_regular(os.path.join(proc_root, str(pid), "cmdline"), "cmdline")
+    except ValueError:
         return None
     parts = raw.split(b"\0")
     if parts and parts[-1] == b"":
@@ -260,11 +260,12 @@ def _segment_time(path: str, last: bool) -> int | None:
     """The first (or last) ``time`` of a Parquet segment, reading one row group's column."""
     import pyarrow.parquet as pq
 
-    f = pq.ParquetFile(path)
-    groups = f.metadata.num_row_groups
-    if groups == 0:
-        return None
-    times = f.read_row_group(groups - 1 if last else 0, columns=["time"]).column(0)
+    with open_regular_file(path, "segment") as raw:  # a FIFO: refused, not awaited
+        f = pq.ParquetFile(raw)
+        groups = f.metadata.num_row_groups
+        if groups == 0:
+            return None
+        times = f.read_row_group(groups - 1 if last else 0, columns=["time"]).column(0)
     if len(times) == 0:
         return None
     return _ns(times[-1 if last else 0])

@@ -14,6 +14,7 @@ import logging
 from typing import Any, Callable, TypeVar, cast
 
 from stroboscope import _core, _events
+from stroboscope.sampling._checks import check_text
 from stroboscope.scopes import _stack
 from stroboscope.scopes._stack import _LABELS, _STACK, Frame, LabelValue
 
@@ -72,6 +73,8 @@ class annotate:
             raise TypeError(f"name must be a str or None, not {type(name).__name__}{hint}")
         if name == "":
             raise ValueError("name must not be empty")
+        if name is not None:
+            check_text("name", name)  # refused here, not when the scope tables are written
         self.name = name
         self._color = color
         if nvtx is False:

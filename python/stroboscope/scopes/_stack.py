@@ -16,6 +16,7 @@ import threading
 from typing import Any, NamedTuple, Union
 
 from stroboscope import _core
+from stroboscope.sampling._checks import check_text
 
 LabelValue = Union[str, int, float, bool]
 
@@ -103,7 +104,9 @@ def check_labels(where: str, labels: dict[str, Any]) -> dict[str, str]:
                 f"{where}: label {key}={value!r} must be a str, int, float or bool, "
                 f"not {type(value).__name__}"
             )
-        out[key] = str(value)
+        out[check_text(f"{where}: label name", key)] = check_text(
+            f"{where}: label {key}", str(value)
+        )
     return out
 
 

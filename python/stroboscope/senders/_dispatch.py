@@ -35,8 +35,10 @@ class SenderWorker:
     """
 
     def __init__(self, sender: AbstractBackendSender, max_pending: int = 64) -> None:
-        if max_pending < 1:
-            raise ValueError(f"max_pending must be at least 1 event, got {max_pending}")
+        # The user's value is checked by the caller (SystemMonitor, through sampling/_checks);
+        # this guard keeps NaN or a string from unbounding the queue or failing a comparison.
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending must be an int >= 1 (events), got {max_pending!r}")
         self.sender = sender
         self.errors = 0
         self.dropped = 0

@@ -1,0 +1,172 @@
+"""Bad arguments of the public constructors and functions beyond the Sampler's own (those are in
+tests/test_bad_inputs.py): each refused when given, through the checks module, with an exception
+of the right type whose message names the argument, the value and what is accepted.
+
+A row is ``(id, call, exception type, pattern)``; ``call`` gets a :class:`Ctx`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pytest
+import stroboscope
+from stroboscope._identity import Identity
+from stroboscope.compat._training import TrainingRecorder
+from stroboscope.compat.zeus import ZeusMonitor
+from stroboscope.export.dataset import write_part
+from stroboscope.senders._base import as_sender
+from stroboscope.senders._dispatch import SenderWorker
+
+
+class Ctx:
+    def __init__(self, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.tmp = tmp
+        self.monkeypatch = monkeypatch
+
+
+def monitor(**kwargs: object) -> Callable[[Ctx], object]:
+    """``stroboscope.SystemMonitor`` of this process to a plain callable, with ``kwargs``."""
+    return lambda ctx: stroboscope.SystemMonitor(
+        os.getpid(),
+        lambda event: None,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def empty_part(ctx: Ctx) -> object:
+    rows = pa.table(
+        {"time": pa.array([], pa.timestamp("ns", "UTC")), "mono_ns": pa.array([], pa.int64())}
+    )
+    return write_part(
+        rows, ctx.tmp / "work" / "root", identity=Identity("h"), name="part-1.parquet"
+    )
+
+
+def zeus_key(ctx: Ctx) -> object:
+    ctx.monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(ctx.tmp / "absent.so"))
+    with ZeusMonitor() as zeus:  # no GPU here: windows measure time only
+        zeus.begin_window("step\udc80")
+    return zeus
+
+
+BOOL = r" must be True or False, got "
+SURROGATE = r" holds a lone surrogate \('\\udc80' at index \d\), which UTF-8 cannot encode"
+PENDING = r"^max_pending must be an int >= 1 \(events a slow sender may have queued\), got "
+BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
+    (
+        "Sampler-crash_safe-str",
+        lambda ctx: stroboscope.Sampler(0.01, sources=["memory"], crash_safe="no"),  # type: ignore[arg-type]
+        TypeError,
+        "^crash_safe" + BOOL + "str 'no'",
+    ),
+    (
+        "SystemMonitor-max_pending-nan",
+        monitor(max_pending=math.nan),
+        TypeError,
+        PENDING + "float nan",
+    ),
+    ("SystemMonitor-max_pending-str", monitor(max_pending="5"), TypeError, PENDING + "str '5'"),
+    ("SystemMonitor-max_pending-0", monitor(max_pending=0), ValueError, PENDING + "int 0"),
+    (
+        "SystemMonitor-rank-negative",
+        monitor(rank=-1),
+        ValueError,
+        r"^rank must be an int >= 0 \(the process's global rank, or None\), got int -1",
+    ),
+    ("SystemMonitor-extended-str", monitor(extended="yes"), TypeError, "^extended" + BOOL + "str"),
+    ("SystemMonitor-crash_safe-str", monitor(crash_safe="no"), TypeError, "^crash_safe" + BOOL),
+    (
+        "SystemMonitor-gpu_interval-negative",
+        monitor(gpu_interval=-1),
+        ValueError,
+        r"^gpu_interval must be a finite number of seconds in \[0\.0001, 3600\], got int -1",
+    ),
+    (
+        "SenderWorker-max_pending-nan",
+        lambda ctx: SenderWorker(as_sender(print), math.nan),  # type: ignore[arg-type]
+        ValueError,
+        r"^max_pending must be an int >= 1 \(events\), got nan",
+    ),
+    ("write_part-empty", empty_part, ValueError, r"^table has no rows: a part holds at least one"),
+    (
+        "Identity-rank-negative",
+        lambda ctx: Identity("h", rank=-3),
+        ValueError,
+        r"^rank must be >= 0",
+    ),
+    (
+        "Identity-rank-beyond-world",
+        lambda ctx: Identity("h", rank=4, world_size=4),
+        ValueError,
+        r"^conflicting rank variables: rank=4 \(argument\) >= world_size=4 \(argument\)",
+    ),
+    ("Identity-host-empty", lambda ctx: Identity(""), TypeError, r"^host must be a non-empty str"),
+    (
+        "Identity-job-int",
+        lambda ctx: Identity("h", job=5),  # type: ignore[arg-type]
+        TypeError,
+        r"^job must be a non-empty str or None, got 5",
+    ),
+    (
+        "annotate-name-surrogate",
+        lambda ctx: stroboscope.annotate("step\udc80"),
+        ValueError,
+        r"^name 'step\\udc80'" + SURROGATE,
+    ),
+    (
+        "annotate-label-surrogate",
+        lambda ctx: stroboscope.annotate("step", phase="a\udc80"),
+        ValueError,
+        r"^annotate\(\): label phase 'a\\udc80'" + SURROGATE,
+    ),
+    (
+        "labels-key-surrogate",
+        lambda ctx: stroboscope.labels(**{"k\udc80": 1}),
+        ValueError,
+        r"^labels\(\): label name 'k\\udc80'" + SURROGATE,
+    ),
+    ("zeus-key-surrogate", zeus_key, ValueError, r"^key 'step\\udc80'" + SURROGATE),
+    (
+        "TrainingRecorder-interval-nan",
+        lambda ctx: TrainingRecorder(None, interval=math.nan),
+        ValueError,
+        r"^interval must be a finite number of seconds in \[0\.0001, 3600\], got float nan",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "pattern"),
+    [pytest.param(call, exc, pattern, id=name) for name, call, exc, pattern in BAD_INPUTS],
+)
+def test_bad_argument_is_refused_naming_it(
+    call: Callable[[Ctx], object],
+    exc: type[Exception],
+    pattern: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with pytest.raises(exc) as info:
+        call(Ctx(tmp_path, monkeypatch))
+    assert type(info.value) is exc  # not a subclass standing in for it
+    assert re.search(pattern, str(info.value)), str(info.value)
+    assert os.listdir(work) == []  # refused before anything was created
+
+
+def test_valid_text_and_arguments_still_pass(tmp_path: Path) -> None:
+    ident = Identity("h", rank=3, world_size=4, job="j")
+    assert (ident.rank, ident.world_size, ident.job) == (3, 4, "j")
+    scope = stroboscope.annotate("étape ✓", phase="前向")
+    assert scope.name == "étape ✓"
+    table = pa.table({"time": pa.array([5], pa.timestamp("ns", "UTC")), "mono_ns": [7]})
+    path = write_part(table, tmp_path / "root", identity=ident, name="part-1.parquet")
+    assert path.endswith(os.path.join("job=j", "host=h", "rank=3", "part-1.parquet"))
