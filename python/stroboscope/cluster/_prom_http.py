@@ -24,6 +24,11 @@ def check_addr(addr: object) -> str:
         raise TypeError(f"addr must be an address to bind (str), got {type(addr).__name__}")
     if not addr.strip():
         raise ValueError("addr must be an address to bind, such as '127.0.0.1', got ''")
+    if any(ch.isspace() or not ch.isprintable() for ch in addr):
+        raise ValueError(
+            f"addr must be an address to bind without spaces or control characters, such as "
+            f"'127.0.0.1', got {addr!r}"
+        )
     return addr
 
 

@@ -7,7 +7,14 @@ import re
 import threading
 from typing import Any
 
-from stroboscope.cluster._prom_http import DEFAULT_PORT, check_port, scrape_url, serve, shutdown
+from stroboscope.cluster._prom_http import (
+    DEFAULT_PORT,
+    check_addr,
+    check_port,
+    scrape_url,
+    serve,
+    shutdown,
+)
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
 
 logger = logging.getLogger("stroboscope.senders")
@@ -49,6 +56,7 @@ class PrometheusSender(BuiltinSender):
         except ImportError as exc:
             raise missing_extra("PrometheusSender", "prometheus", exc) from exc
         port = check_port(port)
+        addr = check_addr(addr)
         self._gauge_cls = Gauge
         self.registry = CollectorRegistry(auto_describe=True)
         self.prefix = prefix
