@@ -5,7 +5,9 @@ Waits are bounded (generous timeouts) and wait for a state, never for a time to 
 
 from __future__ import annotations
 
+import re
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -266,3 +268,60 @@ def test_rows_overwritten_before_a_collection_are_counted_and_the_rest_summarise
     mono = rows.column("mono_ns").to_numpy().astype(float)
     expected = float((pct[1:] / 100 * (mono[1:] - mono[:-1]) / 1e9).sum())
     assert found["process.cpu.time"][0].value == pytest.approx(expected)
+
+
+BAD_TIMEOUTS: list[object] = [-1, 0, float("nan"), float("inf"), 1e300, 10**400, "x", True]
+
+
+def _reader_threads() -> int:
+    return sum(t.name == "OtelPeriodicExportingMetricReader" for t in threading.enumerate())
+
+
+def test_bad_close_and_flush_timeouts_are_refused_before_anything_stops(
+    closing: list[Any],
+) -> None:
+    s = Sampler(0.01, sources={"memory": None})
+    closing.append(s)
+    before = _reader_threads()
+    e = OTelExporter(s, endpoint=f"http://127.0.0.1:{free_port()}", export_interval=3600)
+    closing.append(e)
+    assert _reader_threads() == before + 1
+    for bad in BAD_TIMEOUTS:
+        kind = TypeError if isinstance(bad, (str, bool)) else ValueError
+        accepted = (
+            r"a number of seconds \(int or float\)"
+            if kind is TypeError
+            else r"in \(0, 3600\] seconds"
+        )
+        for call in (e.close, e.force_flush):
+            with pytest.raises(kind, match=rf"^timeout must be {accepted}, got "):
+                call(timeout=bad)  # type: ignore[arg-type]
+        # Nothing changed: the exporter is open and its reader thread runs.
+        assert not e.closed
+        assert _reader_threads() == before + 1
+    e.close(timeout=5)
+    assert e.closed and _reader_threads() == before
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "http://h\n:1",
+        "http://h:1\n",
+        "http://a b:4318",
+        "http://h\t:1",
+        "http://h\x00:1",
+        "http://h\u2028:1",
+        "http://[::1:4318",
+        "http://h%0a:1",
+        "http://:4318",
+        "http://h:1/v1/metrics#x",
+    ],
+)
+def test_malformed_endpoints_are_refused(closing: list[Any], endpoint: str) -> None:
+    s = Sampler(0.01, sources={"memory": None})
+    closing.append(s)
+    before = _reader_threads()
+    with pytest.raises(ValueError, match=r"^endpoint must .*got " + re.escape(repr(endpoint))):
+        OTelExporter(s, endpoint=endpoint)
+    assert _reader_threads() == before

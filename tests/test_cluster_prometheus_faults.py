@@ -247,6 +247,8 @@ def test_gpu_label_without_driver_samples(two_gpus: None, monkeypatch: pytest.Mo
         ({"port": "9464"}, ValueError, "port must be an int"),
         ({"addr": ""}, ValueError, "addr must be an address"),
         ({"addr": 127}, TypeError, "addr must be an address"),
+        ({"addr": "127.0.0.1\n"}, ValueError, "addr must be an address .* without spaces"),
+        ({"addr": "127.0.0.1 "}, ValueError, "addr must be an address .* without spaces"),
         ({"prefix": "1x_"}, ValueError, "prefix must be a valid start"),
         ({"prefix": "a-b"}, ValueError, "prefix must be a valid start"),
         ({"identity": "rank0"}, TypeError, "identity must be a stroboscope Identity"),

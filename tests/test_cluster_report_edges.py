@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +14,7 @@ from stroboscope._identity import Identity
 from stroboscope.cli import main
 from stroboscope.export._ranks import Rank
 from stroboscope.export._ranks_figures import GpuChoice, gpu_choice
+from stroboscope.export._ranks_render import rank_table
 from stroboscope.export.cluster_report import build_cluster_report, write_cluster_report
 from stroboscope.export.dataset import ensure_root, write_scopes
 from test_cluster_report import JOB, make_dataset, step_ms
@@ -166,3 +168,77 @@ def test_a_ranks_gpu_is_chosen_by_the_uuid_it_owns() -> None:
     # An owned UUID no rank of the node recorded (a MIG instance, or GPUs left out): as before.
     mig = _gpu_rank(1, 1, [], ["MIG-abc"])
     assert gpu_choice(mig, [leader, mig]).labels == [1]
+
+
+HOSTILE_HOST = "<script>alert(1)</script> a|b\\|c *e* _f_ $x$ [l](u) &amp; ~~s~~ #"
+HOSTILE_JOB = "j<b>|\n# h\t`c`"
+HOSTILE_SCOPE = "load $\\x$ | <i>done</i>\n"
+
+
+class _Cells(HTMLParser):
+    """Text of each cell, heading and paragraph of an HTML page, and the tags seen."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[tuple[str, str]] = []
+        self.tags: set[str] = set()
+        self._open: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        if tag in ("td", "th", "h1", "h2", "p"):
+            self.blocks.append((tag, ""))
+            self._open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._open and self._open[-1] == tag:
+            self._open.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self._open:
+            tag, text = self.blocks[-1]
+            self.blocks[-1] = (tag, text + data)
+
+
+def _shown(text: str) -> str:
+    """How the report shows a name: control characters as their escapes."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def test_markdown_shows_hostile_names_as_text(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "ds", job=HOSTILE_JOB)
+    lone = Identity(host=HOSTILE_HOST, rank=4, local_rank=0, world_size=5, job=HOSTILE_JOB)
+    calls = pa.table(
+        {
+            "name": [HOSTILE_SCOPE] * 2,
+            "path": [HOSTILE_SCOPE] * 2,
+            "depth": pa.array([0, 0], pa.int32()),
+            "begin_ns": [10, 300_000_010],
+            "end_ns": [100_000_010, 400_000_010],
+        }
+    )
+    write_scopes(calls, root, identity=lone, name="scopes-000001-000000.parquet")
+    report = build_cluster_report(root, step=HOSTILE_SCOPE)
+    md = report.markdown()
+    # By hand: one line per table row, every special character escaped.
+    row = next(line for line in md.splitlines() if line.startswith("| 4 |"))
+    assert row.startswith(
+        "| 4 | &lt;script&gt;alert(1)&lt;/script&gt; a\\|b\\\\\\|c \\*e\\* \\_f\\_ &#36;x&#36; "
+        "\\[l\\](u) &amp;amp; &#126;&#126;s&#126;&#126; \\# | 0 | 2 |"
+    )
+    assert "\n## job j&lt;b&gt;\\|\\\\n\\# h\\\\t\\`c\\`\n" in md
+    assert "<script" not in md and "<i>" not in md and "\n# h" not in md
+    # Rendered by a Markdown implementation with tables: each name is one cell's exact text.
+    markdown = pytest.importorskip("markdown")
+    parser = _Cells()
+    parser.feed(markdown.markdown(md, extensions=["tables"]))
+    assert parser.tags <= {"h1", "h2", "p", "table", "thead", "tbody", "tr", "th", "td"}
+    cells = [text for tag, text in parser.blocks if tag == "td"]
+    assert cells.count(HOSTILE_HOST) == 2  # its rank row and its clock row
+    width = len(rank_table(report, report.jobs[0])[0])
+    rank_rows = [cells[i : i + width] for i, c in enumerate(cells) if c == "4"]
+    assert rank_rows and rank_rows[0][1] == HOSTILE_HOST and rank_rows[0][3] == "2"
+    texts = [text for _, text in parser.blocks]
+    assert f"job {_shown(HOSTILE_JOB)}" in texts
+    assert f"step: {HOSTILE_SCOPE!r} (given)" in texts
+    assert f"job {_shown(HOSTILE_JOB)} rank 4: no clock anchor, its steps are not aligned" in texts

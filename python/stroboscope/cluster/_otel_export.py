@@ -14,7 +14,9 @@ are lost; counters are cumulative, so the next export that arrives carries their
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -31,6 +33,7 @@ DEFAULT_HTTP = "http://127.0.0.1:4318"
 DEFAULT_GRPC = "http://127.0.0.1:4317"
 MAX_BACKOFF_INTERVALS = 32
 MAX_BACKOFF_S = 300.0
+_HOST_NAME = re.compile(r"[\w-]+(\.[\w-]+)*\.?")
 _ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _ENV_PROTOCOLS = ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 
@@ -63,19 +66,41 @@ def resolve_endpoint(endpoint: str | None, protocol: str) -> str | None:
         endpoint = DEFAULT_GRPC if protocol == "grpc" else DEFAULT_HTTP
     if not isinstance(endpoint, str):
         raise TypeError(f"endpoint must be a URL string or None, got {type(endpoint).__name__}")
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if any(ch.isspace() or not ch.isprintable() for ch in endpoint):
+        # urlsplit strips some of them and keeps others: the SDK would get another URL.
         raise ValueError(
-            f"endpoint must be an http:// or https:// URL with a host (e.g. {DEFAULT_HTTP}), "
-            f"got {endpoint!r}"
+            f"endpoint must be a URL without spaces or control characters, got {endpoint!r}"
+        )
+    try:
+        parts = urlsplit(endpoint)
+        host = parts.hostname or ""
+    except ValueError:  # an unclosed IPv6 bracket
+        parts, host = urlsplit(""), ""
+    if parts.scheme not in ("http", "https") or not _valid_host(host):
+        raise ValueError(
+            f"endpoint must be an http:// or https:// URL with a host name or IP address "
+            f"(e.g. {DEFAULT_HTTP}), got {endpoint!r}"
         )
     try:
         parts.port  # noqa: B018 - raises ValueError on a port out of range
     except ValueError:
         raise ValueError(f"endpoint has an invalid port: {endpoint!r}") from None
+    if parts.fragment or endpoint.endswith("#"):
+        raise ValueError(f"endpoint must not have a #fragment, got {endpoint!r}")
     if protocol == "http/protobuf" and parts.path in ("", "/"):
         return endpoint.rstrip("/") + "/v1/metrics"
     return endpoint
+
+
+def _valid_host(host: str) -> bool:
+    """A DNS name (letters, digits, ``-``, ``_``, dots) or an IP address (IPv6 unbracketed)."""
+    if not host:
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return _HOST_NAME.fullmatch(host) is not None
 
 
 def build_sdk_exporter(protocol: str, endpoint: str | None, timeout_s: float) -> MetricExporter:

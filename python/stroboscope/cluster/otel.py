@@ -25,6 +25,7 @@ from stroboscope._identity import Identity, detect_identity
 from stroboscope.cluster._otel_names import Gpu, Metric, plan_metrics
 from stroboscope.cluster._otel_window import Window
 from stroboscope.sampling import Sampler
+from stroboscope.sampling._checks import check_seconds, describe
 
 try:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -90,12 +91,20 @@ class OTelStats:
     last_error: str | None
 
 
-def _check_seconds(name: str, value: object, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not (math.isfinite(value) and low < value <= high):
-        raise ValueError(f"{name} must be in ({low:g}, {high:g}] seconds, got {value!r}")
-    return float(value)
+MAX_CLOSE_TIMEOUT_S = 3600.0
+"""The longest wait :meth:`OTelExporter.close` and :meth:`OTelExporter.force_flush` accept."""
+
+
+def _check_seconds(name: str, value: object, high: float) -> float:
+    """A number of seconds in (0, ``high``]: TypeError for a non-number (the checks module's
+    :func:`check_seconds`), ValueError naming the range for the rest (NaN, inf, huge ints)."""
+    try:
+        seconds = check_seconds(name, value)
+    except ValueError:
+        seconds = math.nan
+    if not seconds <= high:
+        raise ValueError(f"{name} must be in (0, {high:g}] seconds, got {describe(value)}")
+    return seconds
 
 
 def _gpus(sampler: Sampler) -> list[Gpu]:
@@ -196,11 +205,11 @@ class OTelExporter:
                 "meter_provider must be an OpenTelemetry MeterProvider or None, got "
                 f"{type(meter_provider).__name__}"
             )
-        self._interval = _check_seconds("export_interval", export_interval, 0.0, 86400.0)
+        self._interval = _check_seconds("export_interval", export_interval, 86400.0)
         bound = (
             min(self._interval, MAX_EXPORT_TIMEOUT_S) if export_timeout is None else export_timeout
         )
-        self._timeout = _check_seconds("export_timeout", bound, 0.0, 3600.0)
+        self._timeout = _check_seconds("export_timeout", bound, 3600.0)
         self._sampler = sampler
         self._identity = identity if identity is not None else detect_identity()
         self._guard: GuardedExporter | None = None
@@ -312,10 +321,14 @@ class OTelExporter:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def force_flush(self, timeout: float | None = None) -> bool:
-        """Collect a window now and export it (waits at most ``timeout`` s, default the
-        export timeout plus a second, at least 30 s). Returns whether the provider reported
+        """Collect a window now and export it (waits at most ``timeout`` s, in (0, 3600]; default
+        the export timeout plus a second, at least 30 s). Returns whether the provider reported
         success (an export that failed is counted in :meth:`stats`)."""
-        bound = max(self._timeout + 1.0, COLLECT_TIMEOUT_S) if timeout is None else timeout
+        bound = (
+            max(self._timeout + 1.0, COLLECT_TIMEOUT_S)
+            if timeout is None
+            else _check_seconds("timeout", timeout, MAX_CLOSE_TIMEOUT_S)
+        )
         done: bool = self._provider.force_flush(timeout_millis=bound * 1000.0)  # type: ignore[attr-defined]
         return bool(done)
 
@@ -323,15 +336,21 @@ class OTelExporter:
         """Export the last window once and stop (harmless twice).
 
         With its own provider: the provider's shutdown makes the final collection and export,
-        bounded by ``timeout`` seconds (default the export timeout plus a second) even when the
-        endpoint is down. With a provider you passed: a force-flush with the same bound, then
-        the instruments report nothing more (the provider stays yours).
+        bounded by ``timeout`` seconds (in (0, 3600]; default the export timeout plus a second)
+        even when the endpoint is down; a bad ``timeout`` raises before anything is stopped.
+        With a provider you passed: a force-flush with the same bound, then the instruments
+        report nothing more (the provider stays yours).
         """
+        # Checked before anything changes: a bad timeout leaves the exporter open and running.
+        bound = (
+            self._timeout + 1.0
+            if timeout is None
+            else _check_seconds("timeout", timeout, MAX_CLOSE_TIMEOUT_S)
+        )
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        bound = self._timeout + 1.0 if timeout is None else timeout
         if self._guard is not None:
             self._guard.final = True
         try:

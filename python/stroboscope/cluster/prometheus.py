@@ -27,8 +27,11 @@ from typing import TYPE_CHECKING, Any
 from stroboscope import _lifecycle
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.cluster._prom_http import (
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_PORT,
+    DEFAULT_TIMEOUT_S,
     check_addr,
+    check_max_connections,
     check_port,
     scrape_url,
     serve,
@@ -36,6 +39,7 @@ from stroboscope.cluster._prom_http import (
 )
 from stroboscope.cluster._prom_names import ColumnInfo, Series, plan_series
 from stroboscope.cluster._prom_window import Summary, summarise
+from stroboscope.sampling._checks import check_seconds
 
 if TYPE_CHECKING:
     from stroboscope._identity import Identity
@@ -142,6 +146,12 @@ class PrometheusExporter:
         ``container``, those known) go on every series.
     prefix : str
         Put in front of every metric name (default ``"stroboscope_"``).
+    timeout : float
+        Seconds a scrape connection may stay open (default 10), whatever the client does.
+    max_connections : int
+        Connections open at once (default 16, at most 1024). When all are taken, the oldest
+        one still waiting for its request is closed; the server never takes the descriptors
+        the recorder needs (see ``docs/prometheus.md``).
 
     Every scrape serves, for the rows written since the previous scrape: each gauge's mean (the
     plain name) and maximum (``…_max_<unit>``), each counter's running total (``…_total``),
@@ -161,11 +171,15 @@ class PrometheusExporter:
         addr: str = "127.0.0.1",
         identity: Identity | None = None,
         prefix: str = "stroboscope_",
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self._sampler = _check_sampler(sampler)
         port = check_port(port)
         self.addr = check_addr(addr)
         self.prefix = _check_prefix(prefix)
+        timeout = check_seconds("timeout", timeout)
+        max_connections = check_max_connections(max_connections)
         if identity is None:
             from stroboscope._identity import Identity, detect_identity
 
@@ -195,7 +209,12 @@ class PrometheusExporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         self._server, self._thread, self.port = serve(
-            self.registry, port, self.addr, who="PrometheusExporter"
+            self.registry,
+            port,
+            self.addr,
+            who="PrometheusExporter",
+            timeout=timeout,
+            max_connections=max_connections,
         )
         _lifecycle.register(self)  # a forked child lets go of the listening socket
 

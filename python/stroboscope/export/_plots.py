@@ -67,10 +67,28 @@ def _figure(panels: int, sharex: bool = True) -> tuple[Figure, list[Axes]]:
     return fig, axes
 
 
+def plain_text(fig: Figure) -> None:
+    """Have every text on ``fig`` drawn as the characters it holds, never as mathtext.
+
+    Titles, labels, legends, tick labels and scope names carry names from the data (scopes,
+    columns, hosts, files); matplotlib reads a pair of ``$`` in one as a formula (``$a$`` drawn
+    as math, ``$\\x$`` an error that stops the report). Called on each figure before it is
+    drawn, so no text added by any plot escapes it; only the axes' offset texts (numbers
+    matplotlib formats itself) keep matplotlib's setting.
+    """
+    from matplotlib.text import Text
+
+    numbers = {axis.offsetText for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)}
+    for text in fig.findobj(Text):
+        if text not in numbers:
+            text.set_parse_math(False)
+
+
 def _png(fig: Figure, key: str, title: str) -> Plot:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)  # the figure draws on Agg: no GUI backend, no pyplot
+    plain_text(fig)  # before anything is drawn: names from the data are text
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)

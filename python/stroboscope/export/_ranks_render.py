@@ -139,20 +139,25 @@ def _align_line(job: JobSummary) -> str:
 Render = Callable[[Table], str]
 
 
-def _sections(report: ClusterReport, table: Render, heading: Callable[[str], str]) -> list[str]:
-    parts = [_step_line(report)]
+Text = Callable[[str], str]
+
+
+def _sections(report: ClusterReport, table: Render, heading: Text, para: Text) -> list[str]:
+    """The report's parts in order, each table, heading and paragraph in the caller's dress
+    (which escapes the text in it: host, job and scope names come from the dataset)."""
+    parts = [para(_step_line(report))]
     for job in report.jobs:
         title = f"job {job.job}" if len(report.jobs) > 1 or job.job != "none" else "ranks"
         parts += [heading(title), table(rank_table(report, job))]
-        parts += _verdict_lines(report, job)
-        parts += [heading("clocks"), table(clock_table(job)), _align_line(job)]
+        parts += [para(line) for line in _verdict_lines(report, job)]
+        parts += [heading("clocks"), table(clock_table(job)), para(_align_line(job))]
         lags = lag_table(report, job)
         if lags[1]:
             parts.append(table(lags))
     if any(f.source.startswith("node") for r in report.rows for f in r.figures.values()):
-        parts.append(NODE_NOTE)
+        parts.append(para(NODE_NOTE))
     if report.notes:
-        parts += [heading("notes"), *report.notes]
+        parts += [heading("notes"), *(para(note) for note in report.notes)]
     return parts
 
 
@@ -163,26 +168,47 @@ def render_text(report: ClusterReport) -> str:
         return text_table(*t)
 
     head = f"== cluster report: {report.root}  ({len(report.rows)} ranks)"
-    body = _sections(report, table, lambda t: f"\n{t}:")
+    body = _sections(report, table, lambda t: f"\n{t}:", lambda t: t)
     return "\n".join([head, *body]) + "\n"
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|")
+_MD_BACKSLASHED = frozenset("\\`*_[]|#")
+"""Characters with a meaning inside a Markdown line, escaped with a backslash (CommonMark, GitHub
+and Python-Markdown's tables all honour these)."""
+_MD_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;", "$": "&#36;", "~": "&#126;"}
+"""HTML tags, entities, math (GitHub) and strike-through: written as character references,
+which every Markdown reads as the character (a backslash before them is not honoured by all)."""
+
+
+def md_text(text: str) -> str:
+    """``text`` as literal Markdown text, on one line: no tag, link, emphasis, code, math or
+    table cell can start in it. Control characters (a newline would end a table row) are shown
+    as their escape (``\\n``). The one escaping of everything the Markdown report writes."""
+    out = []
+    for ch in text:
+        if ch in _MD_BACKSLASHED:
+            out.append("\\" + ch)
+        elif ch in _MD_ENTITIES:
+            out.append(_MD_ENTITIES[ch])
+        elif not ch.isprintable():
+            out.append("\\" + ascii(ch)[1:-1])  # "\n" -> \\n, shown as \n
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 3) -> str:
     """A GitHub pipe table; the first ``left`` columns left-aligned, the rest right-aligned."""
     align = ["---" if i < left else "---:" for i in range(len(header))]
-    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+    lines = ["| " + " | ".join(md_text(h) for h in header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(md_text(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 
 def render_markdown(report: ClusterReport) -> str:
-    """The report as Markdown."""
-    parts = _sections(report, lambda t: markdown_table(*t), lambda t: f"## {t}")
-    return f"# Cluster report: {report.root}\n\n" + "\n\n".join(parts) + "\n"
+    """The report as Markdown, every text in it escaped by :func:`md_text`."""
+    parts = _sections(report, lambda t: markdown_table(*t), lambda t: f"## {md_text(t)}", md_text)
+    return f"# Cluster report: {md_text(report.root)}\n\n" + "\n\n".join(parts) + "\n"
 
 
 def render_html(report: ClusterReport) -> str:
@@ -193,10 +219,10 @@ def render_html(report: ClusterReport) -> str:
         return table_html(*t)
 
     def para(text: str) -> str:
-        return text if text.startswith(("<h2>", "<table")) else f"<p>{_esc(text)}</p>"
+        return f"<p>{_esc(text)}</p>"
 
     title = f"stroboscope cluster report: {report.root}"
-    parts = [para(p) for p in _sections(report, table, lambda t: f"<h2>{_esc(t)}</h2>")]
+    parts = _sections(report, table, lambda t: f"<h2>{_esc(t)}</h2>", para)
     try:
         from stroboscope.export._ranks_plot import render_timeline
 

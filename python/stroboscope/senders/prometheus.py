@@ -7,7 +7,18 @@ import re
 import threading
 from typing import Any
 
-from stroboscope.cluster._prom_http import DEFAULT_PORT, check_port, scrape_url, serve, shutdown
+from stroboscope.cluster._prom_http import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_PORT,
+    DEFAULT_TIMEOUT_S,
+    check_addr,
+    check_max_connections,
+    check_port,
+    scrape_url,
+    serve,
+    shutdown,
+)
+from stroboscope.sampling._checks import check_seconds
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
 
 logger = logging.getLogger("stroboscope.senders")
@@ -35,13 +46,25 @@ class PrometheusSender(BuiltinSender):
         ``"0.0.0.0"`` to let a Prometheus server elsewhere reach it).
     prefix : str
         Put in front of every metric name (default ``"stroboscope_"``).
+    timeout : float
+        Seconds a scrape connection may stay open (default 10), whatever the client does.
+    max_connections : int
+        Connections open at once (default 16, at most 1024); the oldest one still waiting for
+        its request makes room for a new one. The server never takes the descriptors the rest
+        of the process needs (see ``docs/prometheus.md``).
 
     Each sender has its own registry, so its endpoint shows only its gauges. A key's gauge is
     created the first time the key is published; the help text names the original key.
     """
 
     def __init__(
-        self, port: int = DEFAULT_PORT, *, addr: str = "127.0.0.1", prefix: str = "stroboscope_"
+        self,
+        port: int = DEFAULT_PORT,
+        *,
+        addr: str = "127.0.0.1",
+        prefix: str = "stroboscope_",
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         super().__init__()
         try:
@@ -49,6 +72,9 @@ class PrometheusSender(BuiltinSender):
         except ImportError as exc:
             raise missing_extra("PrometheusSender", "prometheus", exc) from exc
         port = check_port(port)
+        addr = check_addr(addr)
+        timeout = check_seconds("timeout", timeout)
+        max_connections = check_max_connections(max_connections)
         self._gauge_cls = Gauge
         self.registry = CollectorRegistry(auto_describe=True)
         self.prefix = prefix
@@ -58,7 +84,12 @@ class PrometheusSender(BuiltinSender):
         self._closed = False
         # A port in use: OSError naming the port (shared with the cluster exporter).
         self._server, self._thread, self.port = serve(
-            self.registry, port, addr, who="PrometheusSender"
+            self.registry,
+            port,
+            addr,
+            who="PrometheusSender",
+            timeout=timeout,
+            max_connections=max_connections,
         )
         self.addr = addr
 
