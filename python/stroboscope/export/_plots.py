@@ -122,12 +122,6 @@ def time_origin(series: list[Series]) -> tuple[int, int]:
     return min(mins), max(maxs)
 
 
-def _plain(text: str) -> str:
-    """User text (a scope name, a run's label) for a matplotlib label: ``$`` escaped, so it is
-    drawn as written, never parsed as math (``$x$``, or a lone ``$`` that would raise)."""
-    return text.replace("$", r"\$")
-
-
 def _draw_scopes(axes: list[Axes], series: list[Series], t0: int) -> None:
     import matplotlib as mpl
 
@@ -156,7 +150,7 @@ def _draw_scopes(axes: list[Axes], series: list[Series], t0: int) -> None:
                     alpha=0.15,
                     edgecolors="none",
                 )
-            labelled += [(a, w, _plain(str(name))) for a, w in spans]
+            labelled += [(a, w, str(name)) for a, w in spans]
     for a, w, name in sorted(labelled, key=lambda t: -t[1])[:MAX_SCOPE_LABELS]:
         axes[0].text(
             a + w / 2,
@@ -173,8 +167,7 @@ def _draw_scopes(axes: list[Axes], series: list[Series], t0: int) -> None:
         from matplotlib.patches import Patch
 
         handles = [
-            Patch(facecolor=c, alpha=0.3, label=f"scope {_plain(n)}")
-            for n, c in list(names.items())[:10]
+            Patch(facecolor=c, alpha=0.3, label=f"scope {n}") for n, c in list(names.items())[:10]
         ]
         # a figure legend: the panels keep their own legends of lines
         axes[0].figure.legend(
@@ -208,7 +201,7 @@ def _draw_group(group: Group, series: list[Series], t0: int, t1: int) -> Plot:
                 xs, ys = downsample(x, y, WIDTH_PX, t0, t1)
                 spacing = float(np.median(np.diff(x))) if len(x) > 1 else 0.0
                 xs, ys = break_gaps(xs - t0, ys, spacing)  # no line across missing readings
-                name = f"{col} [{_plain(s.label)}]" if many else col
+                name = f"{col} [{s.label}]" if many else col
                 (line,) = ax.plot(xs / 1e9, ys, linewidth=0.9, label=name)
                 alone = _isolated(ys)  # a reading between two gaps: a dot, not an invisible line
                 if alone.any():
@@ -246,7 +239,7 @@ def _draw_timing(
     for s in panels:
         gaps_ms = row_spacing_ns(s) / 1e6
         edges = np.geomspace(max(gaps_ms.min(), 1e-3), max(gaps_ms.max(), 1e-3) * 1.01, 60)
-        ax.hist(gaps_ms, bins=edges.tolist(), histtype="step", label=_plain(s.label))
+        ax.hist(gaps_ms, bins=edges.tolist(), histtype="step", label=s.label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("time between consecutive rows (ms), from the data", fontsize=8)
@@ -256,7 +249,7 @@ def _draw_timing(
         ax2 = axes[1]
         for label, (upper_us, counts) in lateness.items():
             # bin i holds the ticks late by up to upper_us[i] (and more than the bin before)
-            ax2.stairs(counts, [upper_us[0] / 10, *upper_us], label=_plain(label))
+            ax2.stairs(counts, [upper_us[0] / 10, *upper_us], label=label)
         ax2.set_xscale("log")
         ax2.set_xlabel("sampler's wake-up lateness (µs, upper bound of each bin)", fontsize=8)
         ax2.set_ylabel("ticks", fontsize=8)
