@@ -192,3 +192,33 @@ def test_the_summary_writes_the_interval_for_people(
     text = capsys.readouterr().out
     assert "sampler: interval 1 ms, sampled for " in text, text
     assert "e+" not in text  # no number anywhere in the summary in exponent notation
+
+
+def test_an_output_that_cannot_be_written_keeps_the_rows_and_says_how_to_recover_them(
+    tmp_path: Path,
+) -> None:
+    """The command removes the output's directory while it is recorded: the end's write fails.
+    The message names -o, the rows and the recover command; the watchdog is stopped (it would
+    otherwise take this for a death and try the same write); the spool holds every row."""
+    spool = tmp_path / "sp.spool"
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    argv = ["record", "-q", "--interval", "0.01", "--spool", str(spool)]
+    argv += ["-o", str(gone / "x.parquet"), "--", sys.executable, "-c"]
+    argv += [f"import shutil, time; time.sleep(0.3); shutil.rmtree({str(gone)!r})"]
+    # (the watchdog child shares stderr: run() returns once it has exited too)
+    done = subprocess.run([*CLI, *argv], env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    said = done.stderr.strip()
+    assert said.startswith(
+        f"stroboscope record: error: cannot write -o {str(gone / 'x.parquet')!r} (No such file"
+    ), said
+    assert ".tmp" not in said and "watchdog" not in said and "parent" not in said, said
+    rows = int(said.split("; the ")[1].split()[0])
+    assert said.endswith(
+        f"are safe in the spool {str(spool)!r}: write them with: "
+        f"stroboscope recover {spool} -o FILE"
+    )
+    out = tmp_path / "recovered.parquet"
+    assert main(["recover", str(spool), "-o", str(out)]) == 0
+    assert pq.read_table(out).num_rows == rows >= 1

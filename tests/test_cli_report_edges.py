@@ -55,3 +55,14 @@ def test_the_longest_offset_accepted_is_the_range_the_message_gives(
 ) -> None:
     assert main(["report", str(tiny), "--from", "0", "--to", "1000000000"]) == 0
     assert "cpu.util_pct" in capsys.readouterr().out
+
+
+def test_an_unwritable_output_is_named_as_the_user_gave_it(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "nonexistent" / "x.html"
+    assert main(["report", str(tiny), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith(f"No such file or directory: {str(out)!r}"), err
+    assert ".tmp" not in err and ".x.html." not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.parquet"]

@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from stroboscope._identity import Identity
 from stroboscope.analysis.summary import data_span_s, fmt_seconds, summarize
@@ -291,7 +292,10 @@ def _record(
     # What the sampler knows of the run, which the spool's header alone does not.
     table = attach(table, for_table(sampler.provenance(command=command_argv or None), table))
     if args.output is not None:
-        write_table(table, args.output)
+        try:
+            write_table(table, args.output)
+        except OSError as exc:
+            _unwritten(exc, args.output, spool, table.num_rows, watchdog)
     if watchdog is not None:
         watchdog.stop()
     parts = sampler.dataset_status
@@ -315,6 +319,20 @@ def _record(
         sampler.identity,  # with the job id a single-process run was given
     )
     return exit_code
+
+
+def _unwritten(
+    exc: OSError, output: str, spool: str, rows: int, watchdog: Watchdog | None
+) -> NoReturn:
+    """FILE could not be written at the end: stop the watchdog (this process did not die; it
+    would try the same write again), keep the spool, and say how to recover the rows."""
+    if watchdog is not None:
+        watchdog.stop()
+    reason = exc.strerror or str(exc)
+    raise RuntimeError(
+        f"cannot write -o {output!r} ({reason}); the {rows} rows are safe in the spool "
+        f"{spool!r}: write them with: stroboscope recover {shlex.quote(spool)} -o FILE"
+    ) from None
 
 
 def _startup_lines(args: argparse.Namespace, sampler: Sampler, command: Command | None) -> None:
