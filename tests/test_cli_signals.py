@@ -155,6 +155,33 @@ def test_each_later_signal_is_forwarded_too(tmp_path: Path, procs: list[Started]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["child.pid", "got", "twice.parquet"]
 
 
+def test_a_command_that_ignores_sigint_is_waited_for_and_the_recorder_says_so(
+    tmp_path: Path, procs: list[Started]
+) -> None:
+    """Ctrl-C reaches a command that ignores it: the recorder keeps recording and says that it
+    waits for the command and what a further signal does; SIGTERM then ends both cleanly."""
+    out = tmp_path / "deaf.parquet"
+    proc, child = _start(tmp_path, out, "signal.signal(signal.SIGINT, signal.SIG_IGN)", procs)
+    proc.send_signal(signal.SIGINT)
+    stderr = proc.stderr
+    assert stderr is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(stderr.readline, "")))
+    reader.start()
+    _wait_for(lambda: any("still running" in line for line in lines), "the waiting notice")
+    [notice] = [line for line in lines if "still running" in line]
+    assert notice.startswith(
+        f"stroboscope record: the command (pid {child}) is still running "
+        "after SIGINT: recording until it exits"
+    ), notice
+    assert "each further Ctrl-C or SIGTERM is passed on to it" in notice
+    assert _alive(child) and proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=WAIT_S) == 128 + signal.SIGTERM
+    reader.join(timeout=WAIT_S)
+    assert "Traceback" not in "".join(lines) and pq.read_table(out).num_rows >= 1
+
+
 def test_sigterm_without_a_command_ends_with_output_and_summary(tmp_path: Path) -> None:
     out = tmp_path / "plain.parquet"
     proc = subprocess.Popen(
@@ -272,7 +299,8 @@ def test_after_a_sigkill_the_spool_is_removed_once_the_output_is_written(
     assert pq.read_table(out).num_rows >= 1
     assert not list(tmp_path.glob("again.parquet.spool*"))  # no segment either
     rerun = subprocess.run(
-        [*CLI, "record", "--interval", "0.005", "--duration", "0.1", "-o", str(out)],
+        # --force: FILE exists (the watchdog wrote it); the leftover spool must not block
+        [*CLI, "record", "--interval", "0.005", "--duration", "0.1", "--force", "-o", str(out)],
         env=ENV,
         capture_output=True,
         text=True,

@@ -155,6 +155,9 @@ def test_the_status_line_fits_a_narrow_terminal(tmp_path: Path) -> None:
         tmp_path, "--duration", "1.5", "--sources", "memory,process", columns=30
     )
     assert code == 0, tty
+    # the startup line (no --pid: proc.* describe the recorder) is a whole line before the draws
+    said, _, tty = tty.partition("\n")
+    assert said.startswith("stroboscope record: no --pid or command"), said
     draws = [d for d in tty.split(ERASE) if d]
     assert draws, repr(tty)
     assert all(len(d) == 29 and d.startswith("rec ") for d in draws), draws  # cut at 29 columns

@@ -17,7 +17,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from stroboscope._provenance_json import from_schema
-from stroboscope.analysis.summary import summarize
+from stroboscope.analysis.summary import data_span_s, summarize
 from stroboscope.recording import _finish, _watchdog_child, spool
 from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling._provenance import for_table
@@ -102,7 +102,7 @@ def test_the_summary_is_the_whole_tables(recorded: tuple[Path, dict[str, Any]]) 
     path, _prov = recorded
     whole = _whole(path)
     units = {f.name: (f.metadata or {}).get(b"unit", b"").decode() for f in whole.schema}
-    assert _finish.summary(path, units) == summarize(whole, units)
+    assert _finish.summary(path, units) == (summarize(whole, units), data_span_s(whole))
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])

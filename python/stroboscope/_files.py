@@ -169,16 +169,21 @@ def replace_private(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     if os.path.isdir(p) and not os.path.islink(p):
         raise IsADirectoryError(errno.EISDIR, "is a directory; give a file path", p)
     directory, name = os.path.split(os.path.abspath(p))
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:  # errors name the caller's path, never the temporary one
+        raise OSError(exc.errno, exc.strerror, p) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, p) from exc
         raise
 
 

@@ -203,6 +203,9 @@ def fmt_seconds(seconds: float | None) -> str:
     """``0.001`` → ``"1 ms"``, ``2.5`` → ``"2.5 s"``; ``"-"`` for None."""
     if seconds is None:
         return "-"
+    if seconds >= 999.5:
+        return f"{seconds:.0f} s"
+    seconds = float(f"{seconds:.3g}")  # rounded first: 0.9999 ms is "1 ms", not "1e+03 µs"
     if seconds >= 1:
         return f"{seconds:.3g} s"
     if seconds >= 1e-3:

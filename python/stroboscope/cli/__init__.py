@@ -7,6 +7,9 @@ Each module only parses and prints; the work is done by the package's API.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -45,11 +48,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        result: int = args.func(args)
-    except (ValueError, TypeError, OSError, RuntimeError) as exc:
-        print(f"stroboscope {args.cmd}: error: {exc}", file=sys.stderr)
-        return 2
+        try:
+            result: int = args.func(args)
+            sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        except BrokenPipeError:
+            raise
+        except (ValueError, TypeError, OSError, RuntimeError, ImportError) as exc:
+            print(f"stroboscope {args.cmd}: error: {exc}", file=sys.stderr)
+            return 2
+    except BrokenPipeError:
+        return _broken_pipe()
     return int(result)
+
+
+def _broken_pipe() -> int:
+    """The reader of our output went away (``stroboscope info | head -5``): end quietly with the
+    status a Unix tool killed by SIGPIPE gives its shell, 128 + SIGPIPE. Standard output and
+    error are pointed at /dev/null so that the interpreter's last flush finds no pipe to fail
+    on (everything the command recorded was written before it printed)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a stream without a descriptor
+            os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

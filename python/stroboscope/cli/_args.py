@@ -13,7 +13,13 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stroboscope.sampling._checks import check_capacity, check_interval, check_pid, check_seconds
+from stroboscope.sampling._checks import (
+    check_capacity,
+    check_interval,
+    check_pid,
+    check_seconds,
+    check_sources,
+)
 
 Converter = Callable[[str, str], Any]
 """``(option, text) -> value``; raises ``ValueError``/``TypeError`` naming the option."""
@@ -69,8 +75,8 @@ def capacity(option: str, text: str) -> int:
 def sources(option: str, text: str) -> dict[str, float | None]:
     """``"cpu,memory,disk=1"`` → ``{"cpu": None, "memory": None, "disk": 1.0}``.
 
-    A name listed twice, an empty list or a bad number of seconds is refused; unknown names are
-    refused by the sampler, which lists the known ones.
+    A name listed twice, an empty list, a bad number of seconds or an unknown name (through the
+    sampler's own check, which lists the known ones) is refused while the options are read.
     """
     out: dict[str, float | None] = {}
     for part in text.split(","):
@@ -93,6 +99,10 @@ def sources(option: str, text: str) -> dict[str, float | None]:
         out[name] = check_seconds(f"{option} {name}", value)  # the rule the sampler applies
     if not out:
         raise ValueError(f"{option} must name at least one source, got {text!r}")
+    try:
+        check_sources(list(out), 1.0, [])  # the names only: rates are checked with --interval
+    except ValueError as exc:
+        raise ValueError(f"{option} {text!r}: {exc}") from None
     return out
 
 
@@ -129,6 +139,23 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return False
 
 
+def check_output(output: str, force: bool) -> None:
+    """Refuse ``-o FILE`` in a directory that does not exist, a directory as FILE, and an
+    existing FILE unless ``--force`` (it would be replaced without a word)."""
+    full = os.path.abspath(output)
+    parent = os.path.dirname(full)
+    if not os.path.isdir(parent):
+        raise ValueError(
+            f"-o {output!r}: directory {parent!r} does not exist; create it or give another path"
+        )
+    if os.path.isdir(full):
+        raise ValueError(f"-o {output!r} is a directory; give a file path")
+    if os.path.lexists(full) and not force:
+        raise ValueError(
+            f"-o {output!r} already exists; give --force to replace it, or another path"
+        )
+
+
 def check_output_not_spool(output: str, spool: str, spool_option: str) -> None:
     """Refuse an output file that is the spool (once links and relative parts are resolved) or
     is named like one of its segments: writing it would destroy rows, and removing the spool
@@ -152,7 +179,14 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         default=None,  # required; checked in run() to say where a misplaced -o went
         metavar="FILE",
-        help="output file (required unless --dataset); .parquet/.pq or .csv chooses the format",
+        help="output file (required unless --dataset); .parquet/.pq or .csv chooses the format; "
+        "an existing file is refused unless --force",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing output file (it is replaced whole, once the recording is "
+        "written)",
     )
     parser.add_argument(
         "--interval",
@@ -166,14 +200,16 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         action=checked(seconds),
         default=None,
         metavar="S",
-        help="stop after S seconds (default: until the command or --pid exits, or Ctrl-C "
-        "or SIGTERM, which are passed on to the command)",
+        help="stop recording after S seconds (default: until the command or --pid exits, or "
+        "Ctrl-C or SIGTERM, which are passed on to the command); a command still running then "
+        "is not stopped: record waits for it to exit and says so",
     )
     parser.add_argument(
         "--pid",
         action=checked(pid),
         default=None,
-        help="process to monitor (stops when it exits)",
+        help="process to monitor (stops when it exits); without --pid or a command, the proc.* "
+        "columns describe the recorder itself",
     )
     parser.add_argument(
         "--sources",

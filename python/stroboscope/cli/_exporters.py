@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 from typing import Any
 
 from stroboscope.cli._args import checked, seconds
 from stroboscope.sampling import Sampler
+from stroboscope.senders._base import missing_extra
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -52,6 +54,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds between OTLP exports (default 10)",
     )
+
+
+def check_libraries(args: argparse.Namespace) -> None:
+    """Refuse ``--prometheus``/``--otlp`` when the library behind it is missing, naming the option
+    and the extra that installs it, before anything is started."""
+    wanted = [("--prometheus", args.prometheus, "prometheus_client", "prometheus")]
+    wanted.append(("--otlp", args.otlp, "stroboscope.cluster.otel", "otel"))
+    for option, value, module, extra in wanted:
+        if value is None:
+            continue
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ValueError(str(missing_extra(option, extra, exc))) from None
 
 
 def start(args: argparse.Namespace, sampler: Sampler, stack: contextlib.ExitStack) -> list[str]:

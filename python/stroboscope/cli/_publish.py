@@ -59,17 +59,61 @@ def parse_sender_spec(text: str) -> tuple[str, dict[str, Any]]:
 _TYPE_WORDS = re.compile(r"\b(Any|bool|int|float|str|PathLike|Path)\b")
 
 
+def _parameters(name: str) -> list[inspect.Parameter] | None:
+    """The constructor's parameters of a built-in sender (None when unknown: a plugin, or a
+    module that cannot be imported here, which load_sender then reports)."""
+    target = BUILTIN_SENDERS.get(name)
+    if target is None:
+        return None
+    try:
+        cls = getattr(senders_module, target.rpartition(":")[2])
+        return list(inspect.signature(cls).parameters.values())
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
+def check_sender_options(text: str, name: str, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a built-in sender's spec that lacks a required option or names one the sender
+    does not take, listing the sender's options (a plugin's are checked by its constructor)."""
+    params = _parameters(name)
+    if params is None:
+        return
+    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    required = [p.name for p in named if p.default is p.empty]
+    optional = [p.name for p in named if p.default is not p.empty]
+    missing = [n for n in required if n not in kwargs]
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in params)
+    unknown = [] if open_ended else sorted(set(kwargs) - {p.name for p in named})
+    if not missing and not unknown:
+        return
+    problem = (
+        f"the {name} sender needs {', '.join(f'{n}=...' for n in missing)}"
+        if missing
+        else f"the {name} sender takes no option {', '.join(map(repr, unknown))}"
+    )
+    takes = f"required: {', '.join(required) or 'none'}; optional: {', '.join(optional) or 'none'}"
+    if open_ended:
+        takes += " and its library's own"
+    example = ",".join(f"{n}=..." for n in required)
+    raise ValueError(
+        f"--sender {text}: {problem} ({takes}), e.g. --sender {name}"
+        f"{':' + example if example else ''}"
+    )
+
+
+def check_sender_specs(specs: Sequence[str]) -> None:
+    """Check every ``--sender`` spec (syntax, and a built-in sender's options) before anything
+    is started: ValueError naming the option."""
+    for text in specs:
+        check_sender_options(text, *parse_sender_spec(text))
+
+
 def _declared_types(name: str) -> dict[str, set[str]]:
     """Argument name → the simple types its annotation names, for a built-in sender (empty
     when unknown: a plugin, or a module that cannot be imported here)."""
-    target = BUILTIN_SENDERS.get(name)
-    if target is None:
+    params = _parameters(name)
+    if params is None:
         return {}
-    try:
-        cls = getattr(senders_module, target.rpartition(":")[2])
-        params = inspect.signature(cls).parameters.values()
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return {}  # load_sender reports why the sender cannot be made
     out: dict[str, set[str]] = {}
     for p in params:
         annotation = p.annotation

@@ -14,64 +14,29 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
+import shlex
 import sys
-import threading
 import time
-from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from stroboscope._identity import Identity
+from stroboscope.analysis.summary import fmt_seconds
 from stroboscope.cli import _args, _dataset, _exporters
 from stroboscope.cli._command import Command
-from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
+from stroboscope.cli._publish import RecordPublisher, add_sender_arguments, check_sender_specs
+from stroboscope.cli._signals import WAIT_PERIOD_S, Signals, end_command, pause, say
 from stroboscope.cli._status import StatusLine, wanted
 from stroboscope.export.writers import output_format
 from stroboscope.recording import _finish
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.segments import SegmentStatus
-from stroboscope.recording.spool import remove_spool
+from stroboscope.recording.spool import recover_parts, remove_spool
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import SamplerStats
 from stroboscope.sampling._checks import check_capacity
 
-WAIT_PERIOD_S = 0.25
-"""How often the recording loop drains, publishes and checks for the end (seconds)."""
-
 FIRST_ROW_WAIT_S = 10.0
 """The longest the command is held back for the sampler's first row (seconds)."""
-
-_POLL_S = 0.005
-"""How often a wait looks at the command, the signals and the clock (seconds)."""
-
-_SIGNAL_POLL_S = 0.05
-"""How often a wait without a command looks at the signals (seconds)."""
-
-
-class _Signals:
-    """SIGTERM and SIGINT, caught while recording: they only set a flag (no exception thrown
-    into whatever code runs), which the loop reads to end the recording cleanly."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.count = 0
-        self._previous: dict[int, Any] = {}
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.signum = signum
-        self.count += 1
-
-    def __enter__(self) -> _Signals:
-        if threading.current_thread() is threading.main_thread():  # only it may set handlers
-            for s in (signal.SIGTERM, signal.SIGINT):
-                if signal.getsignal(s) is signal.SIG_IGN:
-                    continue  # ignored (nohup, a background job): so it stays, for the command too
-                self._previous[s] = signal.signal(s, self._on_signal)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
 
 
 def _check_paths(args: argparse.Namespace) -> tuple[str | None, str, str | None]:
@@ -81,6 +46,7 @@ def _check_paths(args: argparse.Namespace) -> tuple[str | None, str, str | None]
         spool, private = _dataset.private_spool(args)
         return None, spool, private
     fmt = output_format(args.output)  # a bad suffix fails before anything is recorded
+    _args.check_output(args.output, args.force)
     spool = args.spool or f"{args.output}.spool"
     _args.check_output_not_spool(args.output, spool, "--spool")
     return fmt, spool, None
@@ -137,26 +103,13 @@ def _build(
     return sampler, publisher, watchdog
 
 
-def _pause(seconds: float, stop: _Signals, command: Command | None) -> None:
-    """Wait ``seconds``, or less when a signal came or the command exited (noticed within
-    ``_POLL_S``; a signal alone within ``_SIGNAL_POLL_S``)."""
-    deadline = time.monotonic() + seconds
-    count = stop.count
-    step = _POLL_S if command is not None else _SIGNAL_POLL_S
-    while stop.count == count and (command is None or command.poll() is None):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        time.sleep(min(step, left))
-
-
-def _wait_first_row(sampler: Sampler, stop: _Signals) -> None:
+def _wait_first_row(sampler: Sampler, stop: Signals) -> None:
     """Wait until the sampler wrote its first row (taken as it starts; however long a loaded
     machine makes that, so the command's first instant is recorded). The 10 s bound is only
     for a sampler that cannot write: the command then runs anyway."""
     deadline = time.monotonic() + FIRST_ROW_WAIT_S
     while sampler.stats().rows_written == 0 and time.monotonic() < deadline:
-        _pause(min(sampler.interval, 0.001), stop, None)
+        pause(min(sampler.interval, 0.001), stop, None)
         if stop.signum is not None:
             return
 
@@ -166,7 +119,7 @@ def _loop(
     sampler: Sampler,
     publisher: RecordPublisher | None,
     command: Command | None,
-    stop: _Signals,
+    stop: Signals,
     status: StatusLine,
 ) -> None:
     """Sample until the duration, the command's or the process's end, or a signal."""
@@ -175,7 +128,7 @@ def _loop(
         wait = WAIT_PERIOD_S
         if args.duration is not None:
             wait = min(wait, args.duration - (time.monotonic() - started))
-        _pause(wait, stop, command)
+        pause(wait, stop, command)
         if publisher is not None:
             publisher.feed(sampler.drain().to_arrow())
         status.update(time.monotonic() - started)
@@ -200,42 +153,13 @@ def _gone(pid: int, sampler: Sampler) -> bool:
     return state in ([b"Z"], [b"X"])
 
 
-def _keyboard_reaches_the_command() -> bool:
-    """Whether a terminal's Ctrl-C reaches the command by itself: our process group (which the
-    command shares) is the foreground group of our terminal, so the kernel sent SIGINT to both."""
-    for fd in (0, 1, 2):
-        try:
-            if os.isatty(fd):
-                return os.tcgetpgrp(fd) == os.getpgrp()
-        except OSError:
-            continue
-    return False
-
-
-def _end_command(command: Command, stop: _Signals) -> int:
-    """Forward the signal that ended the recording (and each later one) to the command, wait
-    for it, and return its exit code (128 + the signal when one killed it).
-
-    A SIGINT is not forwarded when it came from our terminal's Ctrl-C, which the command got
-    too: a second one would interrupt the command's own handling of the first.
-    """
-    forwarded = 0
-    while command.poll() is None:
-        if stop.count > forwarded:
-            forwarded = stop.count
-            assert stop.signum is not None
-            if stop.signum != signal.SIGINT or not _keyboard_reaches_the_command():
-                command.send_signal(stop.signum)  # the command ends as it would without us
-        _pause(WAIT_PERIOD_S, stop, command)
-    return command.exit_code()
-
-
 def _print_summary(
     args: argparse.Namespace,
     fmt: str | None,
     rows: int,
     columns: int,
-    elapsed: float,
+    span_s: float,
+    sampled_s: float,
     stats: SamplerStats,
     summary: str,
     segments: SegmentStatus | None = None,
@@ -243,13 +167,17 @@ def _print_summary(
     who: Identity | None = None,
 ) -> None:
     where = f"{args.output} ({fmt})" if args.output is not None else f"{args.dataset} (dataset)"
-    print(f"recorded {rows} rows x {columns} columns over {elapsed:.2f} s to {where}")
     print(
-        f"sampler: interval {args.interval * 1e3:g} ms, ticks taken {stats.ticks_taken}, "
+        f"recorded {rows} rows x {columns} columns over {fmt_seconds(span_s)} (first to last "
+        f"row) to {where}"
+    )
+    print(
+        f"sampler: interval {fmt_seconds(args.interval)}, sampled for {fmt_seconds(sampled_s)}, "
+        f"ticks taken {stats.ticks_taken}, "
         f"missed {stats.ticks_missed}, lateness p50/p99 "
         f"{stats.lateness_p50_ns / 1e3:.1f}/{stats.lateness_p99_ns / 1e3:.1f} µs, "
         f"cost/tick {stats.cost_mean_ns / 1e3:.1f} µs, "
-        f"sampler CPU {100 * stats.thread_cpu_ns / 1e9 / max(elapsed, 1e-9):.2f} %, "
+        f"sampler CPU {100 * stats.thread_cpu_ns / 1e9 / max(sampled_s, 1e-9):.2f} %, "
         f"rows lost {stats.segment_rows_lost or 0}"
     )
     if segments is not None and segments.errors:
@@ -288,11 +216,11 @@ def run(args: argparse.Namespace) -> int:
     who = _dataset.check(args)  # conflicting rank variables fail before anything is made
     _dataset.per_rank_output(args)  # -o NAME-{rank}.parquet: this rank's own file
     fmt, spool, private = _check_paths(args)
-    if not command_argv and args.duration is None and args.pid is None and not args.quiet:
-        print("recording until Ctrl-C (use --duration S to stop by itself)", file=sys.stderr)
+    _exporters.check_libraries(args)  # a missing extra is named before anything starts
+    check_sender_specs(args.sender)
     args.spool_path = spool  # for the summary's recover hint
     try:
-        with _Signals() as stop:
+        with Signals() as stop:
             return _record(args, command_argv, fmt, spool, stop, who)
     finally:
         if not os.path.lexists(spool):  # kept when it holds rows that reached no part
@@ -304,7 +232,7 @@ def _record(
     command_argv: list[str],
     fmt: str | None,
     spool: str,
-    stop: _Signals,
+    stop: Signals,
     who: Identity | None,
 ) -> int:
     command = Command(command_argv) if command_argv else None
@@ -317,7 +245,10 @@ def _record(
         if command is not None:  # setup failed: the command never runs
             command.kill()
         raise
+    if not args.quiet:  # every option and path is checked, the sampler built: now say what runs
+        _startup_lines(args, sampler, command)
     started = time.monotonic()
+    sampled_s: float | None = None  # seconds sampled, once sampling stopped before the end
     exit_code = 0
     status = StatusLine(sys.stderr, sampler, enabled=wanted(sys.stderr, args.quiet))
     try:
@@ -334,7 +265,14 @@ def _record(
         if command is not None and command.released:
             if stop.signum is None and command.poll() is None:
                 sampler.stop()  # --duration is up: recording ends; the command runs to its end
-            exit_code = _end_command(command, stop)
+                sampled_s = time.monotonic() - started
+                status.clear()
+                say(
+                    f"--duration {fmt_seconds(args.duration)} is up: recording stopped; waiting "
+                    f"for the command (pid {command.pid}) to exit (Ctrl-C or SIGTERM is passed "
+                    f"on to it)"
+                )
+            exit_code = end_command(command, stop, status)
         elif command is None and stop.signum is not None:
             exit_code = 128 + stop.signum
     except BaseException:
@@ -345,30 +283,39 @@ def _record(
         status.clear()
         exporters.close()  # the last window goes out while the sampler still holds it
         sampler.close()
+        if sampled_s is None:
+            sampled_s = time.monotonic() - started
         if publisher is not None:
             publisher.feed(sampler.drain().to_arrow())
             publisher.close()
     # The segments and the ring, every row once and in order, streamed to the output one
     # segment at a time, with what the sampler knows of the run (the spool's header does not).
     prov = sampler.provenance(command=command_argv or None)
-    rows, n_columns = _finish.write_output(spool, args.output, prov)
+    try:
+        rows, n_columns = _finish.write_output(spool, args.output, prov)
+    except OSError as exc:
+        if args.output is None:
+            raise
+        _unwritten(exc, args.output, spool, recover_parts(spool).rows, watchdog)
     if watchdog is not None:
         watchdog.stop()
     units = {c.name: c.unit for c in sampler.columns}
-    summary = _finish.summary(spool, units)  # a few columns at a time, before the spool goes
+    summary, span_s = _finish.summary(
+        spool, units
+    )  # a few columns at a time, before the spool goes
     parts = sampler.dataset_status
     stranded = args.output is None and parts is not None and parts.rows_unwritten > 0
     if not args.keep_spool and not stranded:  # rows in no part and no FILE: keep the spool
         remove_spool(spool)
     if stranded and exit_code == 0:
         exit_code = 1
-    elapsed = time.monotonic() - started
     _print_summary(
         args,
         fmt,
         rows,
         n_columns,
-        elapsed,
+        span_s,  # the span of the rows recorded, not how long this process ran
+        sampled_s,
         sampler.stats(),
         summary,
         sampler.segments,
@@ -376,6 +323,32 @@ def _record(
         sampler.identity,  # with the job id a single-process run was given
     )
     return exit_code
+
+
+def _unwritten(
+    exc: OSError, output: str, spool: str, rows: int, watchdog: Watchdog | None
+) -> NoReturn:
+    """FILE could not be written at the end: stop the watchdog (this process did not die; it
+    would try the same write again), keep the spool, and say how to recover the rows."""
+    if watchdog is not None:
+        watchdog.stop()
+    reason = exc.strerror or str(exc)
+    raise RuntimeError(
+        f"cannot write -o {output!r} ({reason}); the {rows} rows are safe in the spool "
+        f"{spool!r}: write them with: stroboscope recover {shlex.quote(spool)} -o FILE"
+    ) from None
+
+
+def _startup_lines(args: argparse.Namespace, sampler: Sampler, command: Command | None) -> None:
+    """What the recording is about to do, when it is not obvious from the command line."""
+    if command is None and args.pid is None:
+        if args.duration is None:
+            say("recording until Ctrl-C (use --duration S to stop by itself)")
+        if any(c.name.startswith("proc.") for c in sampler.columns):
+            say(
+                f"no --pid or command: the proc.* columns describe this recorder (pid "
+                f"{os.getpid()}); give --pid PID, or a command after --, to record another process"
+            )
 
 
 def add_parser(sub: Any) -> None:

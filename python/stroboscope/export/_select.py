@@ -67,12 +67,24 @@ def _iso(ns: int) -> str:
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+MAX_OFFSET_S = 1e9
+"""The latest time ``--from``/``--to`` may name after a run's first row (about 31.7 years):
+any span a recording can have, and far from the end of ``timestamp[ns]`` (year 2262)."""
+
+
 def parse_time(option: str, text: str, start_ns: int) -> int:
     """A realtime in ns from ``text``: seconds after the run's first row (``30``, ``1.5s``,
-    ``250ms``, ``2m``, ``1h``) or an ISO-8601 time (UTC when no zone is given)."""
+    ``250ms``, ``2m``, ``1h``; at most :data:`MAX_OFFSET_S`) or an ISO-8601 time (UTC when no
+    zone is given; within the years 1678 to 2261, which ``timestamp[ns]`` holds)."""
     m = _DURATION_RE.match(text)
     if m:
-        return start_ns + round(float(m.group(1)) * _SCALE[m.group(2)] * 1e9)
+        seconds = float(m.group(1)) * _SCALE[m.group(2)]  # inf for 1e400 or 1e308m
+        if not seconds <= MAX_OFFSET_S:
+            raise ValueError(
+                f"{option} {text!r} is {seconds:g} s after the run's start: give 0 to "
+                f"{MAX_OFFSET_S:,.0f} s (about 31 years), e.g. 30, 1.5s, 250ms, 2m, 1h"
+            )
+        return start_ns + round(seconds * 1e9)
     try:
         when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
@@ -82,7 +94,13 @@ def parse_time(option: str, text: str, start_ns: int) -> int:
         ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
-    return round(when.timestamp() * 1e6) * 1000
+    ns = round(when.timestamp() * 1e6) * 1000
+    if not -(2**63) < ns < 2**63:
+        raise ValueError(
+            f"{option} {text!r} is outside the times a recording holds (timestamp[ns]): give "
+            f"an ISO-8601 time between 1678 and 2261, or seconds after the run's start"
+        )
+    return ns
 
 
 def select_time(series: list[Series], start: str | None, end: str | None) -> list[Series]:

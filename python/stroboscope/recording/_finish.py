@@ -72,10 +72,11 @@ def write_output(
     return got.rows, len(schema)
 
 
-def summary(spool: str | os.PathLike[str], units: Mapping[str, str]) -> str:
+def summary(spool: str | os.PathLike[str], units: Mapping[str, str]) -> tuple[str, float]:
     """The text of :func:`stroboscope.analysis.summary.summarize` for every row of ``spool``,
-    read :data:`SUMMARY_COLUMNS` metric columns at a time."""
-    from stroboscope.analysis.summary import describe_columns, summarize
+    read :data:`SUMMARY_COLUMNS` metric columns at a time, and the seconds from its first to
+    its last row."""
+    from stroboscope.analysis.summary import data_span_s, describe_columns, summarize
 
     clock = recover_parts(spool, columns=[])
     base = pa.Table.from_batches(
@@ -90,4 +91,4 @@ def summary(spool: str | os.PathLike[str], units: Mapping[str, str]) -> str:
         )
         figures += describe_columns(table, units)
         del table
-    return summarize(base, units, summaries=figures)
+    return summarize(base, units, summaries=figures), data_span_s(base)

@@ -6,16 +6,29 @@ one chart shows a line per label. This sender does the same with its keys: each 
 ``{prefix}{key}/l:{label}``, where the label is the run's ``x_label`` when the run has one (W&B's
 system metrics of this process and ours then share it), else ``rank_{rank}`` when the sender
 knows a rank (see :mod:`stroboscope.senders._rank`); unlabelled keys stay as they were.
+
+The user's step axis is the user's: in a run this sender did not start (the training's own run),
+each window is logged with ``commit=False``, which W&B documents as accumulating data into the
+step being built, so the window rides with the training's next ``wandb.log`` and ``_step`` counts
+the training's steps only. Every key is declared with ``run.define_metric(key,
+step_metric=TIME_KEY)``, W&B's documented custom x-axis, and each window carries its publish time
+(UTC seconds) under ``TIME_KEY`` (hidden from W&B's automatic charts), so the monitor's charts
+have the windows' own time axis whichever step they ride with.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
 from stroboscope.senders._rank import RankLabel, rank_label
+
+TIME_KEY = "stroboscope.time_s"
+"""The step metric of every key this sender logs: the window's publish time, UTC seconds (with
+the sender's prefix and label, like the other keys)."""
 
 if TYPE_CHECKING:
     from stroboscope._identity import Identity
@@ -31,8 +44,12 @@ class WandbSender(BuiltinSender):
         run started with ``wandb.init(**init_kwargs)``, which this sender finishes at
         :meth:`close` (a run it did not start is left open).
     commit : bool, optional
-        Passed to ``run.log``: ``False`` merges the metrics into the training step that is being
-        built instead of advancing W&B's step (default: W&B's own default).
+        Passed to ``run.log``. Default: ``False`` for a run this sender did not start (the
+        window merges into the training step being built and never advances W&B's step; W&B
+        keeps one row per step, so when windows come faster than training steps, the last
+        window before each step is the one in the run's history: use a file sender to keep
+        every window), ``True`` for a run it started (each window its own step: log your
+        training to a run of your own and pass it, or pass ``commit=False``).
     prefix : str
         Put in front of every key, e.g. ``"system/"`` (default none).
     rank : int, optional
@@ -52,6 +69,9 @@ class WandbSender(BuiltinSender):
     Under ``SystemMonitor(..., rank=r)`` the monitor gives this sender its rank (see
     :meth:`label_rank`) and publishes the keys without its ``rank{r}.`` prefix. A run started
     before the rank was known keeps its settings; the keys still get the ``/l:rank_{r}`` label.
+
+    W&B's own system monitor keeps sampling beside this one; to turn it off, start the run with
+    ``wandb.init(..., settings=wandb.Settings(x_disable_stats=True))``.
     """
 
     def __init__(
@@ -84,8 +104,10 @@ class WandbSender(BuiltinSender):
                 f"({run.id}); pass them only when the sender should start its own run"
             )
         self.run = run
-        self.commit = commit
+        self._commit_given = commit
+        self.commit = self._owns_run if commit is None else commit
         self.prefix = prefix
+        self._defined: set[str] = set()  # keys given their step metric (define_metric) already
         self._lock = threading.Lock()
         self._closed = False
 
@@ -110,21 +132,31 @@ class WandbSender(BuiltinSender):
         return True
 
     def publish(self, event: StatsDict, **kwargs: Any) -> None:
-        """Log ``event`` with ``run.log`` (``step=`` is passed on when given)."""
+        """Log ``event`` with ``run.log`` and its publish time (``timestamp=``, default now)
+        under the step metric; ``step=`` is passed on when given (see the class notes)."""
         flat = flatten_event(event)
         if not flat:
             return  # nothing measured yet: do not advance W&B's step for an empty event
         label = self.label
         suffix = "" if label is None else f"/l:{label}"
-        data = {f"{self.prefix}{k}{suffix}": v for k, v in flat.items()}
-        log_kwargs: dict[str, Any] = {}
-        if self.commit is not None:
-            log_kwargs["commit"] = self.commit
-        if kwargs.get("step") is not None:
-            log_kwargs["step"] = int(kwargs["step"])
+        data: dict[str, Any] = {f"{self.prefix}{k}{suffix}": v for k, v in flat.items()}
+        time_key = f"{self.prefix}{TIME_KEY}{suffix}"
+        timestamp = kwargs.get("timestamp")
+        data[time_key] = float(time.time() if timestamp is None else timestamp)
+        log_kwargs: dict[str, Any] = {"commit": self.commit}
+        if kwargs.get("step") is not None:  # W&B's rules for an explicit step apply
+            log_kwargs = {"step": int(kwargs["step"])}
+            if self._commit_given is not None:
+                log_kwargs["commit"] = self._commit_given
         with self._lock:
             if self._closed:
                 raise RuntimeError("WandbSender is closed")
+            if time_key not in self._defined:
+                self.run.define_metric(time_key, hidden=True)
+                self._defined.add(time_key)
+            for key in data.keys() - self._defined:
+                self.run.define_metric(key, step_metric=time_key)
+                self._defined.add(key)
             self.run.log(data, **log_kwargs)
 
     def close(self) -> None:

@@ -1,0 +1,68 @@
+"""``stroboscope report`` at its edges: time bounds beyond what a recording can hold, and an
+output path that cannot be written (the message names the user's path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from stroboscope.cli import main
+
+T0_NS = 1_800_000_000_000_000_000  # the first row's time (2027-01-15)
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    """50 rows 10 ms apart with one metric, as a recording's Parquet holds them."""
+    n = 50
+    table = pa.table(
+        {
+            "time": pa.array([T0_NS + i * 10_000_000 for i in range(n)], pa.timestamp("ns", "UTC")),
+            "mono_ns": pa.array([i * 10_000_000 for i in range(n)], pa.int64()),
+            "cpu.util_pct": pa.array([float(i) for i in range(n)]),
+        }
+    )
+    path = tmp_path / "tiny.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("option", "text", "said"),
+    [
+        ("--from", "1e400", "is inf s after the run's start"),
+        ("--from", "1e308m", "is inf s after the run's start"),
+        ("--from", "100000000000000000000000h", "is 3.6e+26 s after the run's start"),
+        ("--to", "1e400", "is inf s after the run's start"),
+        ("--to", "1000000001", "is 1e+09 s after the run's start"),
+        ("--to", "9999-12-31T00:00:00Z", "is outside the times a recording holds"),
+    ],
+)
+def test_a_time_beyond_any_recording_is_refused_naming_the_option_and_the_range(
+    tiny: Path, capsys: pytest.CaptureFixture[str], option: str, text: str, said: str
+) -> None:
+    assert main(["report", str(tiny), option, text]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"stroboscope report: error: {option} {text!r} {said}"), err
+    assert ("1,000,000,000 s" in err) or ("between 1678 and 2261" in err), err
+    assert "Traceback" not in err
+
+
+def test_the_longest_offset_accepted_is_the_range_the_message_gives(
+    tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(tiny), "--from", "0", "--to", "1000000000"]) == 0
+    assert "cpu.util_pct" in capsys.readouterr().out
+
+
+def test_an_unwritable_output_is_named_as_the_user_gave_it(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "nonexistent" / "x.html"
+    assert main(["report", str(tiny), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith(f"No such file or directory: {str(out)!r}"), err
+    assert ".tmp" not in err and ".x.html." not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.parquet"]
