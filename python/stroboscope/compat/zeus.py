@@ -30,15 +30,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from stroboscope._checks import check_bool, check_text, check_timeout, describe
 from stroboscope.sampling import Sampler
-from stroboscope.sampling._checks import (
-    check_bool,
-    check_capacity,
-    check_interval,
-    check_text,
-    check_timeout,
-    describe,
-)
+from stroboscope.sampling._checks import check_capacity, check_interval
 from stroboscope.sampling._energy import EnergyWindow, SyncFn, check_sync
 
 if TYPE_CHECKING:

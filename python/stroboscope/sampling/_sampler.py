@@ -15,13 +15,11 @@ from typing import Any, TypedDict
 import pyarrow as pa
 
 from stroboscope import _core, _lifecycle
+from stroboscope._checks import PathsArg, check_bool, check_new_file
 from stroboscope.sampling._checks import (
-    PathsArg,
     SourcesArg,
-    check_bool,
     check_capacity,
     check_interval,
-    check_new_file,
     check_ring_bytes,
     check_row_index,
     check_sources,
