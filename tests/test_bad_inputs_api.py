@@ -18,6 +18,7 @@ import pytest
 import stroboscope
 from stroboscope._identity import Identity
 from stroboscope.compat._training import TrainingRecorder
+from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.zeus import ZeusMonitor
 from stroboscope.export.dataset import write_part
 from stroboscope.senders._base import as_sender
@@ -53,6 +54,16 @@ def zeus_key(ctx: Ctx) -> object:
     with ZeusMonitor() as zeus:  # no GPU here: windows measure time only
         zeus.begin_window("step\udc80")
     return zeus
+
+
+def zeus_indices(ctx: Ctx) -> object:
+    ctx.monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(ctx.tmp / "absent.so"))
+    return ZeusMonitor(gpu_indices=[0, -1])
+
+
+def tick_now(n: object) -> object:
+    """``tick_now`` of a sampler that never started: ``n`` is checked first."""
+    return stroboscope.Sampler(0.01, sources=["memory"]).tick_now(n)  # type: ignore[arg-type]
 
 
 def energy_timeout(timeout: object) -> object:
@@ -149,6 +160,24 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         r"^labels\(\): label name 'k\\udc80'" + SURROGATE,
     ),
     ("zeus-key-surrogate", zeus_key, ValueError, r"^key 'step\\udc80'" + SURROGATE),
+    (
+        "ZeusMonitor-gpu_indices-negative",
+        zeus_indices,
+        ValueError,
+        r"^gpu_indices\[1\] must be an int >= 0 \(a device index\), got int -1",
+    ),
+    (
+        "Sampler-tick_now-float",
+        lambda ctx: tick_now(1.5),
+        TypeError,
+        r"^n must be an int \[1, 1073741824\] \(ticks\), got float 1.5",
+    ),
+    (
+        "LightningHooks-log_every_n_steps-nan",
+        lambda ctx: LightningHooks(ctx.tmp / "run.parquet", log_every_n_steps=math.nan),  # type: ignore[arg-type]
+        TypeError,
+        r"^log_every_n_steps must be an int >= 1 \(steps\) or None, got float nan",
+    ),
     (
         "end_energy_window-timeout-inf",
         lambda ctx: energy_timeout(math.inf),
