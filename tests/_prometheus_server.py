@@ -73,7 +73,7 @@ def _ready(url: str) -> bool:
 @contextmanager
 def prometheus(tmp: Path, targets: list[str], *, honor_labels: bool = True) -> Iterator[Prometheus]:
     """Run ``prometheus`` scraping ``targets`` (host:port) every second, on loopback."""
-    server = binary("prometheus", install="apt-get install prometheus")
+    program = binary("prometheus", install="apt-get install prometheus")
     config = tmp / "prometheus.yml"
     target_list = ", ".join(f"'{t}'" for t in targets)
     config.write_text(
@@ -89,7 +89,7 @@ def prometheus(tmp: Path, targets: list[str], *, honor_labels: bool = True) -> I
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [
-                server,
+                program,
                 f"--config.file={config}",
                 f"--storage.tsdb.path={tmp / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{port}",

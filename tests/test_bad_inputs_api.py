@@ -18,6 +18,7 @@ import pytest
 import stroboscope
 from stroboscope._identity import Identity
 from stroboscope.compat._training import TrainingRecorder
+from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.zeus import ZeusMonitor
 from stroboscope.export.dataset import write_part
 from stroboscope.senders._base import as_sender
@@ -55,6 +56,22 @@ def zeus_key(ctx: Ctx) -> object:
     return zeus
 
 
+def zeus_indices(ctx: Ctx) -> object:
+    ctx.monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(ctx.tmp / "absent.so"))
+    return ZeusMonitor(gpu_indices=[0, -1])
+
+
+def tick_now(n: object) -> object:
+    """``tick_now`` of a sampler that never started: ``n`` is checked first."""
+    return stroboscope.Sampler(0.01, sources=["memory"]).tick_now(n)  # type: ignore[arg-type]
+
+
+def energy_timeout(timeout: object) -> object:
+    """``end_energy_window`` of a sampler that never started: the timeout is checked first."""
+    sampler = stroboscope.Sampler(0.01, sources=["memory"])
+    return sampler.end_energy_window("w", timeout=timeout)  # type: ignore[arg-type]
+
+
 BOOL = r" must be True or False, got "
 SURROGATE = r" holds a lone surrogate \('\\udc80' at index \d\), which UTF-8 cannot encode"
 PENDING = r"^max_pending must be an int >= 1 \(events a slow sender may have queued\), got "
@@ -90,15 +107,15 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
     (
         "SenderWorker-max_pending-nan",
         lambda ctx: SenderWorker(as_sender(print), math.nan),  # type: ignore[arg-type]
-        ValueError,
-        r"^max_pending must be an int >= 1 \(events\), got nan",
+        TypeError,
+        r"^max_pending must be an int >= 1 \(events\), got float nan",
     ),
     ("write_part-empty", empty_part, ValueError, r"^table has no rows: a part holds at least one"),
     (
         "Identity-rank-negative",
         lambda ctx: Identity("h", rank=-3),
         ValueError,
-        r"^rank must be >= 0",
+        r"^rank must be an int >= 0 or None, got int -3",
     ),
     (
         "Identity-rank-beyond-world",
@@ -106,12 +123,23 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         ValueError,
         r"^conflicting rank variables: rank=4 \(argument\) >= world_size=4 \(argument\)",
     ),
-    ("Identity-host-empty", lambda ctx: Identity(""), TypeError, r"^host must be a non-empty str"),
+    (
+        "Identity-host-empty",
+        lambda ctx: Identity(""),
+        ValueError,
+        r"^host must be a non-empty str, got an empty str",
+    ),
+    (
+        "Identity-job-surrogate",
+        lambda ctx: Identity("h", job="j\udc80"),
+        ValueError,
+        r"^job 'j\\udc80'" + SURROGATE,
+    ),
     (
         "Identity-job-int",
         lambda ctx: Identity("h", job=5),  # type: ignore[arg-type]
         TypeError,
-        r"^job must be a non-empty str or None, got 5",
+        r"^job must be a non-empty str or None, got int 5",
     ),
     (
         "annotate-name-surrogate",
@@ -132,6 +160,36 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         r"^labels\(\): label name 'k\\udc80'" + SURROGATE,
     ),
     ("zeus-key-surrogate", zeus_key, ValueError, r"^key 'step\\udc80'" + SURROGATE),
+    (
+        "ZeusMonitor-gpu_indices-negative",
+        zeus_indices,
+        ValueError,
+        r"^gpu_indices\[1\] must be an int >= 0 \(a device index\), got int -1",
+    ),
+    (
+        "Sampler-tick_now-float",
+        lambda ctx: tick_now(1.5),
+        TypeError,
+        r"^n must be an int \[1, 1073741824\] \(ticks\), got float 1.5",
+    ),
+    (
+        "LightningHooks-log_every_n_steps-nan",
+        lambda ctx: LightningHooks(ctx.tmp / "run.parquet", log_every_n_steps=math.nan),  # type: ignore[arg-type]
+        TypeError,
+        r"^log_every_n_steps must be an int >= 1 \(steps\) or None, got float nan",
+    ),
+    (
+        "end_energy_window-timeout-inf",
+        lambda ctx: energy_timeout(math.inf),
+        ValueError,
+        r"^timeout must be a finite number of seconds >= 0, or None, got float inf",
+    ),
+    (
+        "end_energy_window-timeout-str",
+        lambda ctx: energy_timeout("1"),
+        TypeError,
+        r"^timeout must be a number of seconds \(int or float\), got str '1'",
+    ),
     (
         "TrainingRecorder-interval-nan",
         lambda ctx: TrainingRecorder(None, interval=math.nan),

@@ -185,7 +185,9 @@ def test_trainer_hooks_in_train_order(tmp_path: Path) -> None:
 def test_bad_arguments_are_refused_before_training(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"must end in \.parquet, \.pq or \.csv"):
         LightningHooks(tmp_path / "run.txt")
-    with pytest.raises(ValueError, match="log_every_n_steps must be an int >= 1, got 0"):
+    with pytest.raises(
+        ValueError, match=r"^log_every_n_steps must be an int >= 1 \(steps\) or None, got int 0$"
+    ):
         LightningHooks(tmp_path / "run.parquet", log_every_n_steps=0)
     with pytest.raises(ValueError, match="aggregate must be one of"):
         TrainerHooks(tmp_path / "run.parquet", aggregate="median")

@@ -305,7 +305,7 @@ def test_conflicts_name_the_variables(
         ({"rank": -1}, ValueError),
         ({"rank": True}, TypeError),
         ({"world_size": 2.0}, TypeError),
-        ({"job": ""}, TypeError),
+        ({"job": ""}, ValueError),
         ({"host": 3}, TypeError),
     ],
 )

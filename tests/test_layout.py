@@ -126,7 +126,9 @@ def test_tick_now_is_deterministic_and_keeps_per_source_intervals() -> None:
     assert table.column("proc.rss_bytes").null_count == 0
     assert s.stats().ticks_taken == 0  # tick_now is not the thread's schedule
     assert s.stats().rows_written == 8
-    with pytest.raises(ValueError, match="n must be a number of ticks"):
+    with pytest.raises(
+        ValueError, match=r"^n must be an int \[1, 1073741824\] \(ticks\), got int 0$"
+    ):
         s.tick_now(0)
     s.start()
     try:

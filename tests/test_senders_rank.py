@@ -70,7 +70,9 @@ def test_rank_from_argument_environment_and_identity(monkeypatch: pytest.MonkeyP
 def test_bad_rank_arguments() -> None:
     with pytest.raises(TypeError, match="rank must be an int"):
         RankLabel(True, None, "WandbSender")
-    with pytest.raises(ValueError, match=r"WandbSender: rank must be >= 0, got -1"):
+    with pytest.raises(
+        ValueError, match=r"WandbSender: rank must be an int >= 0 or None, got int -1$"
+    ):
         RankLabel(-1, None, "WandbSender")
     with pytest.raises(TypeError, match="identity must be a stroboscope Identity"):
         RankLabel(None, {"rank": 1}, "S")  # type: ignore[arg-type]

@@ -63,6 +63,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stroboscope._checks import check_int, check_str
 from stroboscope._files import read_regular
 
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -123,8 +124,7 @@ class Identity:
     def __post_init__(self) -> None:
         # The rules detect_identity applies to arguments, for an Identity made by hand: a
         # rank -3 would be written as a partition every reader refuses.
-        if not isinstance(self.host, str) or not self.host:
-            raise TypeError(f"host must be a non-empty str, got {self.host!r}")
+        check_str("host", self.host, empty=False)
         for name in (*_INT_FIELDS, *_STR_FIELDS):
             if getattr(self, name) is not None:
                 _check_argument(name, getattr(self, name), int if name in _INT_FIELDS else str)
@@ -254,13 +254,11 @@ def _process_fields(
 
 
 def _check_argument(name: str, value: object, kind: type) -> None:
+    """A field given by the caller (not None): an int >= 0, or a non-empty str."""
     if kind is int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int >= 0 or None, got {value!r}")
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0 or None, got {value}")
-    elif not isinstance(value, str) or not value:
-        raise TypeError(f"{name} must be a non-empty str or None, got {value!r}")
+        check_int(name, value, 0, also="None")
+    else:
+        check_str(name, value, empty=False, also="None")
 
 
 def _say(key: str, values: Mapping[str, tuple[int, str]]) -> str:

@@ -14,6 +14,8 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stroboscope.analysis.summary import IDENTIFIER, column_kind
+
 Aggregate = Literal["last", "mean", "max"]
 AGGREGATES: tuple[str, ...] = ("last", "mean", "max")
 
@@ -54,6 +56,10 @@ class WindowAggregator:
         Columns that are counts or integer levels (e.g. ``proc.threads``): they always yield
         their last value too, because a mean of a count (5.99 threads) is a value the process
         never had.
+
+    Identifier columns (a thread id: unit ``id``, the rule of
+    :func:`~stroboscope.analysis.summary.column_kind`) always yield their last value as well,
+    found from the tables' schemas: a mean or max of ids names nothing.
     """
 
     def __init__(
@@ -63,6 +69,7 @@ class WindowAggregator:
         self.counters = frozenset(counters)
         self.levels = frozenset(levels)
         self._last_only = self.counters | self.levels
+        self._identifiers: set[str] = set()  # found in the tables added (see add)
         self.reset()
 
     def reset(self) -> None:
@@ -88,6 +95,8 @@ class WindowAggregator:
             if name not in names:
                 continue
             column = table.column(name)
+            if column_kind(table.schema.field(name), name) == IDENTIFIER:
+                self._identifiers.add(name)
             valid = n - column.null_count
             if valid == 0:
                 continue
@@ -102,7 +111,7 @@ class WindowAggregator:
         """The window's value per column that had at least one valid cell.
 
         ``how`` is ``"last"`` (the latest valid value), ``"mean"`` (mean of the valid values) or
-        ``"max"``; counter and level columns always give their last value (see
+        ``"max"``; counter, level and identifier columns always give their last value (see
         :meth:`aggregate_of`). The last value and the max of an integer column are ints;
         everything else is a float.
         """
@@ -122,8 +131,9 @@ class WindowAggregator:
 
     def aggregate_of(self, column: str, how: Aggregate) -> Aggregate:
         """The aggregate that applies to ``column`` when ``how`` is asked: ``"last"`` for
-        counter and level columns, else ``how``."""
-        return "last" if column in self._last_only else how
+        counter and level columns and for the identifiers among the tables added, else
+        ``how``."""
+        return "last" if column in self._last_only or column in self._identifiers else how
 
     def info(self) -> WindowInfo:
         """The rows and time span of the window so far."""

@@ -13,13 +13,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stroboscope.sampling._checks import (
-    check_capacity,
-    check_interval,
-    check_pid,
-    check_seconds,
-    check_sources,
-)
+from stroboscope._checks import check_pid, check_seconds
+from stroboscope.sampling._checks import check_capacity, check_interval, check_sources
 
 Converter = Callable[[str, str], Any]
 """``(option, text) -> value``; raises ``ValueError``/``TypeError`` naming the option."""

@@ -33,7 +33,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from stroboscope.sampling._checks import check_seconds, describe
+from stroboscope._checks import check_seconds, describe
 
 logger = logging.getLogger("stroboscope.cluster")
 

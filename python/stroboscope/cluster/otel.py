@@ -21,11 +21,11 @@ from types import TracebackType
 from typing import Any
 
 from stroboscope import _lifecycle
+from stroboscope._checks import check_seconds, describe
 from stroboscope._identity import Identity, detect_identity
 from stroboscope.cluster._otel_names import Gpu, Metric, plan_metrics
 from stroboscope.cluster._otel_window import Window
 from stroboscope.sampling import Sampler
-from stroboscope.sampling._checks import check_seconds, describe
 
 try:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation

@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from stroboscope import _lifecycle
+from stroboscope._checks import check_seconds
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.cluster._prom_http import (
     DEFAULT_MAX_CONNECTIONS,
@@ -39,7 +40,6 @@ from stroboscope.cluster._prom_http import (
 )
 from stroboscope.cluster._prom_names import ColumnInfo, Series, plan_series
 from stroboscope.cluster._prom_window import Summary, summarise
-from stroboscope.sampling._checks import check_seconds
 
 if TYPE_CHECKING:
     from stroboscope._identity import Identity

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from stroboscope._checks import check_int
 from stroboscope.compat._training import TrainingRecorder
 
 __all__ = ["LightningHooks", "StroboscopeCallback", "lightning_callback_base"]  # noqa: F822 (made on first use)
@@ -45,12 +46,8 @@ class LightningHooks:
         log_every_n_steps: int | None = None,
         **options: Any,
     ) -> None:
-        if log_every_n_steps is not None and (
-            isinstance(log_every_n_steps, bool)
-            or not isinstance(log_every_n_steps, int)
-            or log_every_n_steps < 1
-        ):
-            raise ValueError(f"log_every_n_steps must be an int >= 1, got {log_every_n_steps!r}")
+        if log_every_n_steps is not None:
+            check_int("log_every_n_steps", log_every_n_steps, 1, unit="steps", also="None")
         self.recorder = TrainingRecorder(path, **options)
         self.log_every_n_steps = log_every_n_steps
         self._steps = 0

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Union
 
+from stroboscope._checks import check_bool, check_int, check_pid, check_seconds
 from stroboscope._identity import detect_identity
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
@@ -25,14 +26,7 @@ from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
 from stroboscope.compat._ranked import rank_aware
 from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling import available_sources, net_dev_totals
-from stroboscope.sampling._checks import (
-    check_bool,
-    check_capacity,
-    check_int,
-    check_interval,
-    check_pid,
-    check_seconds,
-)
+from stroboscope.sampling._checks import check_capacity, check_interval
 from stroboscope.senders._base import AbstractBackendSender, StatsDict, as_sender
 from stroboscope.senders._dispatch import Fanout
 

@@ -30,15 +30,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from stroboscope._checks import check_bool, check_int, check_text, check_timeout, describe
 from stroboscope.sampling import Sampler
-from stroboscope.sampling._checks import (
-    check_bool,
-    check_capacity,
-    check_interval,
-    check_text,
-    check_timeout,
-    describe,
-)
+from stroboscope.sampling._checks import check_capacity, check_interval
 from stroboscope.sampling._energy import EnergyWindow, SyncFn, check_sync
 
 if TYPE_CHECKING:
@@ -105,12 +99,8 @@ def _check_indices(name: str, value: object) -> list[int] | None:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise TypeError(f"{name} must be a list of ints or None, got {describe(value)}")
     out: list[int] = []
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{name} entries must be ints (device indices), got {describe(v)}")
-        if v < 0:
-            raise ValueError(f"{name} entries must be >= 0, got {v}")
-        out.append(v)
+    for i, v in enumerate(value):
+        out.append(check_int(f"{name}[{i}]", v, 0, unit="a device index"))
     if len(set(out)) != len(out):
         raise ValueError(f"{name} names a device twice: {out}")
     return out

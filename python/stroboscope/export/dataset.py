@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from stroboscope._checks import check_path
 from stroboscope._files import read_regular, replace_private
 from stroboscope._identity import Identity
 from stroboscope._provenance_json import PROVENANCE_KEY, attach, from_schema
@@ -45,7 +46,6 @@ from stroboscope.export._partitions import (
     partition_dir,
 )
 from stroboscope.export.writers import write_parquet
-from stroboscope.sampling._checks import check_path
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds

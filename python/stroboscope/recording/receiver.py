@@ -23,6 +23,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stroboscope import _lifecycle
+from stroboscope._checks import check_file_dir, check_path
 from stroboscope.export.writers import write_table
 from stroboscope.recording._intake import Intake
 from stroboscope.recording.journal import (
@@ -33,7 +34,6 @@ from stroboscope.recording.journal import (
     rows_to_table,
 )
 from stroboscope.recording.watchdog import FORMATS, DumpJob, Watchdog
-from stroboscope.sampling._checks import check_file_dir, check_path
 
 if TYPE_CHECKING:
     import pandas

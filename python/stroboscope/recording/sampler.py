@@ -18,6 +18,7 @@ import tempfile
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from stroboscope._checks import check_bool, check_file_dir, check_path
 from stroboscope._files import identity as file_identity
 from stroboscope._files import unlink_if_same
 from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
@@ -26,13 +27,7 @@ from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.spool import remove_spool, segment_paths
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import Sampler as _BaseSampler
-from stroboscope.sampling._checks import (
-    check_bool,
-    check_capacity,
-    check_file_dir,
-    check_interval,
-    check_path,
-)
+from stroboscope.sampling._checks import check_capacity, check_interval
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11; only for mypy here
@@ -65,7 +60,7 @@ def _spool_in_use(path: str) -> int | None:
 
 def check_spool_dir(spool: str | os.PathLike[str]) -> str:
     """The directory of a new spool, if only this user can replace files in it (the rule of
-    :func:`stroboscope.sampling._checks.check_file_dir`)."""
+    :func:`stroboscope._checks.check_file_dir`)."""
     return check_file_dir("spool", os.path.dirname(os.path.abspath(os.fspath(spool))))
 
 

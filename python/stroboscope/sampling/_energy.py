@@ -29,8 +29,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from stroboscope import _core
+from stroboscope._checks import check_timeout, describe
 from stroboscope.analysis._series import cells, int64_cells, read_times
-from stroboscope.sampling._checks import describe
 from stroboscope.sampling._frame import Frame
 
 if TYPE_CHECKING:
@@ -283,10 +283,7 @@ class EnergyWindows:
         :func:`~stroboscope.analysis.energy.window_energy`.
         """
         name, fn = _check_key(key), check_sync(sync)
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        timeout = check_timeout("timeout", timeout)
         opened = self._open_energy_windows()
         if name not in opened:
             raise ValueError(f"energy window {name!r} is not open (open: {sorted(opened)})")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stroboscope import _core
-from stroboscope.sampling._checks import PathsArg, check_dir_paths, check_path, check_pid
+from stroboscope._checks import PathsArg, check_dir_paths, check_path, check_pid
 
 
 @dataclass(frozen=True)

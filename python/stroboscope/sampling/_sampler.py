@@ -15,13 +15,11 @@ from typing import Any, TypedDict
 import pyarrow as pa
 
 from stroboscope import _core, _lifecycle
+from stroboscope._checks import PathsArg, check_bool, check_int, check_new_file
 from stroboscope.sampling._checks import (
-    PathsArg,
     SourcesArg,
-    check_bool,
     check_capacity,
     check_interval,
-    check_new_file,
     check_ring_bytes,
     check_row_index,
     check_sources,
@@ -283,8 +281,7 @@ class Sampler(ScopeRecording, EnergyWindows):
         RuntimeError
             When the sampler is running or closed.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1 << 30:
-            raise ValueError(f"n must be a number of ticks in [1, {1 << 30}], got {n!r}")
+        check_int("n", n, 1, 1 << 30, unit="ticks")
         with self._lock:
             if self._closed:
                 raise RuntimeError("tick_now() on a closed Sampler")

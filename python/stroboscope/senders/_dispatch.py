@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from stroboscope._checks import check_int, check_timeout
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.senders._base import AbstractBackendSender, BuiltinSender, as_sender
 
@@ -35,10 +36,9 @@ class SenderWorker:
     """
 
     def __init__(self, sender: AbstractBackendSender, max_pending: int = 64) -> None:
-        # The user's value is checked by the caller (SystemMonitor, through sampling/_checks);
-        # this guard keeps NaN or a string from unbounding the queue or failing a comparison.
-        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
-            raise ValueError(f"max_pending must be an int >= 1 (events), got {max_pending!r}")
+        # SystemMonitor checks the user's value first (saying what it counts); this keeps NaN or
+        # a string from unbounding the queue or failing a comparison, for every other caller.
+        check_int("max_pending", max_pending, 1, unit="events")
         self.sender = sender
         self.errors = 0
         self.dropped = 0
@@ -179,6 +179,7 @@ class Fanout:
 
     def wait(self, tickets: list[int], timeout: float | None) -> bool:
         """Wait until every worker handled its ticket, within ``timeout`` seconds in all."""
+        timeout = check_timeout("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         ok = True
         for worker, seq in zip(self.workers, tickets):
@@ -192,6 +193,7 @@ class Fanout:
         The workers are closed together, so ``timeout`` (seconds) bounds the whole call.
         Calling it again does nothing.
         """
+        timeout = check_timeout("timeout", timeout)
         with self._lock:
             if self._closed:
                 return True

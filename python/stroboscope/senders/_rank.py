@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import socket
 
+from stroboscope._checks import check_int, describe
 from stroboscope._identity import Identity, detect_identity
 
 _LOG = logging.getLogger("stroboscope.senders")
@@ -63,14 +64,11 @@ class RankLabel:
     def __init__(self, rank: int | None, identity: Identity | None, owner: str) -> None:
         self.owner = owner
         if rank is not None:
-            if isinstance(rank, bool) or not isinstance(rank, int):
-                raise TypeError(f"{owner}: rank must be an int or None, got {type(rank).__name__}")
-            if rank < 0:
-                raise ValueError(f"{owner}: rank must be >= 0, got {rank}")
+            check_int(f"{owner}: rank", rank, 0, also="None")
         if identity is not None and not isinstance(identity, Identity):
             raise TypeError(
                 f"{owner}: identity must be a stroboscope Identity (see "
-                f"stroboscope.cluster.identity()), got {type(identity).__name__}"
+                f"stroboscope.cluster.identity()), got {describe(identity)}"
             )
         # Explicit: the caller named the rank (here or in an identity it made); a rank read from
         # the environment labels only a job of more than one process.

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from stroboscope._checks import check_bool, check_path, check_str, describe
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 from stroboscope.senders._files import iso_utc, open_private_text, part_path
 
@@ -43,10 +44,10 @@ class CSVSender(BuiltinSender):
         flush: bool = True,
     ) -> None:
         super().__init__()
-        self.path = Path(path)
+        self.path = Path(check_path("path", path))
         self.paths: list[Path] = []
-        self._fixed = list(columns) if columns is not None else None
-        self._flush = flush
+        self._fixed = _check_columns(columns)
+        self._flush = check_bool("flush", flush)
         self._file: TextIO | None = None
         self._writer: Any = None
         self._columns: list[str] = []
@@ -94,6 +95,21 @@ class CSVSender(BuiltinSender):
 
     def __repr__(self) -> str:
         return f"CSVSender({str(self.path)!r})"
+
+
+def _check_columns(columns: object) -> list[str] | None:
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        raise TypeError(
+            f"columns must be a sequence of metric names (str), not one str; did you mean "
+            f"{[columns]!r}?"
+        )
+    if not isinstance(columns, Sequence):
+        raise TypeError(
+            f"columns must be a sequence of metric names (str), got {describe(columns)}"
+        )
+    return [check_str(f"columns[{i}]", c) for i, c in enumerate(columns)]
 
 
 def _cell(value: float | None) -> object:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from stroboscope._checks import check_bool, check_path
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 from stroboscope.senders._files import iso_utc, open_private_text
 
@@ -34,9 +35,9 @@ class JSONLinesSender(BuiltinSender):
         self, path: str | os.PathLike[str], *, flatten: bool = False, flush: bool = True
     ) -> None:
         super().__init__()
-        self.path = Path(path)
-        self._flatten = flatten
-        self._flush = flush
+        self.path = Path(check_path("path", path))
+        self._flatten = check_bool("flatten", flatten)
+        self._flush = check_bool("flush", flush)
         self._file = open_private_text(self.path)
         self._lock = threading.Lock()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from stroboscope._checks import check_int, describe
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 
 
@@ -18,7 +19,7 @@ class LoggingSender(BuiltinSender):
     level : int or str
         Level of the records (default INFO).
     precision : int
-        Significant digits of each value (default 6).
+        Significant digits of each value, 1 to 17 (default 6).
 
     The record also carries the flattened event as ``record.metrics`` (a dict) for handlers that
     format it themselves.
@@ -32,14 +33,20 @@ class LoggingSender(BuiltinSender):
         precision: int = 6,
     ) -> None:
         super().__init__()
-        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+        if not isinstance(logger, (str, logging.Logger)):
+            raise TypeError(
+                f"logger must be a logger name (str) or a logging.Logger, got {describe(logger)}"
+            )
         if isinstance(level, str):
             resolved = logging.getLevelName(level.upper())
             if not isinstance(resolved, int):
                 raise ValueError(f"level {level!r} is not a logging level name (e.g. INFO)")
             level = resolved
-        self.level = level
-        self.precision = precision
+        self.level = check_int(
+            "level", level, 0, unit="a logging level", also="a level name such as 'INFO'"
+        )
+        self.precision = check_int("precision", precision, 1, 17, unit="significant digits")
+        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
 
     def publish(self, event: StatsDict, **kwargs: Any) -> None:
         """Log ``event`` at the configured level."""

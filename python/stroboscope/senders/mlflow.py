@@ -15,6 +15,7 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any
 
+from stroboscope._checks import check_str
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
 from stroboscope.senders._rank import RankLabel, rank_label
 
@@ -73,6 +74,16 @@ class MlflowSender(BuiltinSender):
         identity: Identity | None = None,
     ) -> None:
         super().__init__()
+        given = {
+            "run_id": run_id,
+            "experiment_name": experiment_name,
+            "run_name": run_name,
+            "tracking_uri": tracking_uri,
+        }
+        for name, value in given.items():
+            if value is not None:
+                check_str(name, value, empty=False, also="None")
+        self.prefix = check_str("prefix", prefix)
         try:
             import mlflow
             from mlflow.entities import Metric
@@ -105,7 +116,6 @@ class MlflowSender(BuiltinSender):
         self.run_id: str = run_id
         if not self._owns_run:
             self._tag_run()
-        self.prefix = prefix
         self._lock = threading.Lock()
         self._closed = False
 

@@ -10,6 +10,7 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
+from stroboscope._checks import check_int, check_path, describe
 from stroboscope._files import open_private
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 
@@ -47,18 +48,15 @@ class ParquetSender(BuiltinSender):
         compression: str = "zstd",
     ) -> None:
         super().__init__()
-        if rows_per_file < 1 or rows_per_group < 1:
-            raise ValueError(
-                f"rows_per_file and rows_per_group must be at least 1 row, got "
-                f"{rows_per_file} and {rows_per_group}"
-            )
+        self.path = Path(check_path("path", path))
+        self._rows_per_file = check_int("rows_per_file", rows_per_file, 1, unit="rows")
+        self._rows_per_group = min(
+            check_int("rows_per_group", rows_per_group, 1, unit="rows"), rows_per_file
+        )
+        self._compression = _check_codec(compression)
         import pyarrow.parquet  # noqa: F401 - fail here, not on the first write
 
-        self.path = Path(path)
         self.paths: list[Path] = []
-        self._rows_per_file = rows_per_file
-        self._rows_per_group = min(rows_per_group, rows_per_file)
-        self._compression = compression
         self._schema: pa.Schema | None = None
         self._columns: list[str] = []
         self._buffer: list[tuple[int, dict[str, float]]] = []
@@ -137,3 +135,18 @@ class ParquetSender(BuiltinSender):
 
     def __repr__(self) -> str:
         return f"ParquetSender({str(self.path)!r})"
+
+
+_CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
+
+
+def _check_codec(compression: object) -> str:
+    """A Parquet codec this pyarrow can write, refused here rather than at the first row group
+    (in the sender's worker thread, which only logs)."""
+    accepted = f"compression must be a Parquet codec {_CODECS} that this pyarrow has, got "
+    if not isinstance(compression, str):
+        raise TypeError(accepted + describe(compression))
+    name = compression.lower()
+    if name not in _CODECS or (name != "none" and not pa.Codec.is_available(name)):
+        raise ValueError(accepted + describe(compression))
+    return name

@@ -7,6 +7,7 @@ import re
 import threading
 from typing import Any
 
+from stroboscope._checks import check_seconds
 from stroboscope.cluster._prom_http import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_PORT,
@@ -18,7 +19,6 @@ from stroboscope.cluster._prom_http import (
     serve,
     shutdown,
 )
-from stroboscope.sampling._checks import check_seconds
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
 
 logger = logging.getLogger("stroboscope.senders")

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stroboscope._checks import check_path, check_seconds, check_str
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
 from stroboscope.senders._rank import RankLabel, rank_label
 
@@ -59,14 +60,14 @@ class TensorBoardSender(BuiltinSender):
         identity: Identity | None = None,
     ) -> None:
         super().__init__()
+        self.logdir = Path(check_path("logdir", logdir))
+        self._flush_secs = check_seconds("flush_secs", flush_secs)
+        self.prefix = check_str("prefix", prefix)
         self._writer_cls = _summary_writer_class()
         self._rank = RankLabel(rank, identity, "TensorBoardSender")
-        self.logdir = Path(logdir)
         if not self.logdir.exists():
             self.logdir.mkdir(mode=0o700, parents=True)
-        self._flush_secs = flush_secs
         self._writer: Any = None
-        self.prefix = prefix
         self._lock = threading.Lock()
         self._closed = False
 
