@@ -132,6 +132,19 @@ def check_path(name: str, value: object) -> str:
     return value
 
 
+def check_file_path(name: str, value: object) -> str:
+    """A path for a file to write later (a sender's output): :func:`check_path`, not a
+    directory, and its directory exists, so a typo fails when it is given, not at the first
+    write on another thread."""
+    text = check_path(name, value)
+    if os.path.isdir(text):
+        raise ValueError(f"{name} {text!r} is a directory; give a file path")
+    parent = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(parent):
+        raise ValueError(f"{name} {text!r}: directory {parent!r} does not exist")
+    return text
+
+
 def check_dir_paths(name: str, value: object) -> list[str]:
     """One directory path or a sequence of them, each an existing directory."""
     if isinstance(value, (str, bytes, os.PathLike)):

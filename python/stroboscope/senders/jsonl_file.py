@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from stroboscope._checks import check_bool, check_path
+from stroboscope._checks import check_bool, check_file_path
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 from stroboscope.senders._files import iso_utc, open_private_text
 
@@ -35,7 +35,7 @@ class JSONLinesSender(BuiltinSender):
         self, path: str | os.PathLike[str], *, flatten: bool = False, flush: bool = True
     ) -> None:
         super().__init__()
-        self.path = Path(check_path("path", path))
+        self.path = Path(check_file_path("path", path))
         self._flatten = check_bool("flatten", flatten)
         self._flush = check_bool("flush", flush)
         self._file = open_private_text(self.path)

@@ -10,7 +10,7 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
-from stroboscope._checks import check_int, check_path, describe
+from stroboscope._checks import check_file_path, check_int, describe
 from stroboscope._files import open_private
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 
@@ -48,7 +48,7 @@ class ParquetSender(BuiltinSender):
         compression: str = "zstd",
     ) -> None:
         super().__init__()
-        self.path = Path(check_path("path", path))
+        self.path = Path(check_file_path("path", path))
         self._rows_per_file = check_int("rows_per_file", rows_per_file, 1, unit="rows")
         self._rows_per_group = min(
             check_int("rows_per_group", rows_per_group, 1, unit="rows"), rows_per_file
