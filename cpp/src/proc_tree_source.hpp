@@ -262,7 +262,7 @@ class ProcTreeSource final : public Source {
     procfs::PidStat st;
     if (n == 0 ||
         !procfs::parse_pid_stat({stat_buf_.data(), static_cast<std::size_t>(n)}, &st) ||
-        st.state == 'Z' || st.state == 'X') {
+        procfs::pid_gone(st)) {
       return Sampled::kGone;
     }
     if (m.starttime != 0 && st.starttime != m.starttime) return Sampled::kGone;

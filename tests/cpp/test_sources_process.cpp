@@ -70,6 +70,27 @@ void test_process() {
   CHECK(reason_is(*src, kReasonProcessExited));
   CHECK_EQ(src->failures(), 2u);
 
+  // A process inside do_exit() (recorded from a real one): its address space is gone, so statm
+  // reads "0 0 0 0 0 0 0" while stat still says 'R', with PF_EXITING (0x4) in its flags
+  // (0x40000c); then a zombie. Every cell null from the first, never a 0 rss.
+  auto ex = make_source("process", t.opts("exiting", 17421));
+  Row er(*ex);
+  er.read(*ex, kT0);
+  CHECK_EQ(er.i64("proc.rss_bytes"), 101040LL * kPage);
+  CHECK_EQ(er.i64("proc.threads"), 1);
+  t.advance("proc/exiting");  // stat.1: 'R' + PF_EXITING; statm.1: zeros
+  er.read(*ex, kT1);
+  CHECK(er.all_null());
+  CHECK(reason_is(*ex, kReasonProcessExited));
+  CHECK_EQ(ex->error_number(), ESRCH);
+  t.advance("proc/exiting", ".2");  // the zombie
+  er.read(*ex, kT2);
+  CHECK(er.all_null());
+  CHECK(reason_is(*ex, kReasonProcessExited));
+  // The zombie from the start: refused at construction, as an exited pid is.
+  CHECK(throws_with([&] { (void)make_source("process", t.opts("exiting", 17421)); },
+                    "has already exited"));
+
   // comm "a) b (c"; no io file (as for another user's process): those two cells null, the rest set.
   auto w = make_source("process", t.opts("weird_comm", 31337));
   auto wio_src = make_source("process_io", t.opts("weird_comm", 31337));

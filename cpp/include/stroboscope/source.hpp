@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include <time.h>
+
 #include "stroboscope/column.hpp"
 
 namespace stroboscope {
@@ -61,6 +63,9 @@ struct SourceOptions {
   // Byte rates (net.*_per_s, disk.*_per_s) likewise, over windows of at least this long.
   std::int64_t rate_window_ns = 100'000'000;
   bool net_include_loopback = false;  // the "network" source counts lo too (psutil's default)
+  // The clock_gettime sources stamp their reads with (CLOCK_MONOTONIC) and read thread CPU clocks
+  // through; C++ tests put a scripted one here to replay a preempted sampler. Never null.
+  int (*gettime)(clockid_t, timespec*) = &::clock_gettime;
 };
 
 // The sampler's grid of deadlines for one run, handed to sources before it starts: tick k
