@@ -109,6 +109,10 @@ class ProcessSource final : public Source {
                "Resident set size of the process as a share of physical memory.");
     add_column("proc.threads", "count", DType::kInt64, Kind::kGauge,
                "Threads in the process.");
+    // Thread clocks: a value on every read; the coarser clocks: one per cpu_window.
+    if (clock_->mode() != detail::ProcessCpuClock::Mode::kThreadClocks) {
+      set_window(0, 1, cpu_window_ns_);
+    }
   }
 
   // RSS changes on every page fault and the CPU clocks count nanoseconds: nothing to wait for.

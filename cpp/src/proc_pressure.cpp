@@ -135,6 +135,7 @@ class PressureSource final : public Source {
           "pressure stall information is not available: no readable " + dir +
           "/{cpu,memory,io} (needs Linux 4.20+ with CONFIG_PSI and psi not disabled)");
     }
+    set_window(0, columns().size(), window_ns_);
     totals_.resize(files_.size());
     read_ok_.resize(files_.size());
     before_.resize(files_.size());

@@ -98,6 +98,7 @@ class ThreadsSource final : public Source {
       add_column(p + ".cpu_pct", "%", DType::kFloat64, Kind::kRate,
                  "CPU time of " + rank + " per wall time over the window.");
     }
+    set_window(1, columns().size(), window_ns_);  // all but threads.count, once per window
   }
   ~ThreadsSource() override {
     if (task_fd_ >= 0) ::close(task_fd_);

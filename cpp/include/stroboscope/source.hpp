@@ -144,6 +144,12 @@ class Source {
   void add_column(std::string name, std::string unit, DType dtype, Kind kind, std::string help) {
     columns_.push_back(ColumnSpec{std::move(name), std::move(unit), dtype, kind, std::move(help)});
   }
+  // Columns [first, last) get a value once per window of at least `window_ns` (ColumnSpec).
+  void set_window(std::size_t first, std::size_t last, std::int64_t window_ns) {
+    for (std::size_t i = first; i < last && i < columns_.size(); ++i) {
+      columns_[i].window_ns = window_ns;
+    }
+  }
 
   // Record a successful read. Counters have a single writer (the sampler thread), so a relaxed
   // load + store is enough; readers on other threads only need an untorn value.
