@@ -142,7 +142,10 @@ def test_pressure_share_never_exceeds_100_under_load() -> None:
     # One value per 100 ms window, never between (a read is a collection that loses the stall
     # time of a sub-jiffy interval for every reader), never above 100.
     assert 8 <= len(values) <= 16, len(values)
-    assert np.all(np.diff(mono[have]) >= 100_000_000 - 1), np.diff(mono[have])
+    # (a window closes on the tick due at its end; row times are wake-up times, which this load
+    # delays by up to a few ms, so a gap between rows can be that much short of 100 ms: still
+    # tens of jiffies)
+    assert np.all(np.diff(mono[have]) >= 90_000_000), np.diff(mono[have])
     assert np.all((values >= 0) & (values <= 100.0)), values
     # The windows tell what the kernel's own total says over the run, read around it from Python
     # (they cover all but up to a window at each end). With more spinners than CPUs that is near

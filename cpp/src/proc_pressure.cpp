@@ -18,8 +18,8 @@
 //    1 ms sees total= advance at 43 % of wall time, every 0.2 ms at 56 % in 0/228 % chunks,
 //    every 100 ms at 100 %.
 //  - So this source closes a window no sooner than kMinWindowNs (and rate_window) of ticks after
-//    it opened: it does not touch the files in between (each read is a collection), and its
-//    cells stay null there.
+//    it opened, less half its read period for tick jitter: it does not touch the files in
+//    between (each read is a collection), and its cells stay null there.
 //  - The stall time a collection adds lies between the previous collection and this one, and
 //    averages each CPU's stall over its own interval, so it cannot exceed the interval. The
 //    interval is timed by CLOCK_MONOTONIC stamps either side of each file's read: the span from
@@ -156,9 +156,15 @@ class PressureSource final : public Source {
   [[nodiscard]] const char* interface() const noexcept override { return "/proc/pressure/*"; }
 
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
-    // Windows open and close on the tick grid (a late tick does not push the next window out);
-    // the share's denominator is timed by the reads themselves (a preempted sampler reads late).
-    if (has_prev_ && now_ns - window_tick_ns_ < window_ns_) {
+    // Windows open and close on the ticks (a late tick does not push the next window out), and
+    // a window closes on the call due at its end: tick times jitter by microseconds, so half
+    // the time between calls is allowed (read every 100 ms, a window closes on every read, not
+    // on every other one). The share's denominator is timed by the reads themselves.
+    const std::int64_t slack = prev_call_ns_ > 0 && now_ns > prev_call_ns_
+                                   ? (now_ns - prev_call_ns_) / 2
+                                   : 0;
+    prev_call_ns_ = now_ns;
+    if (has_prev_ && now_ns - window_tick_ns_ < window_ns_ - slack) {
       ok();  // not yet: the files stay unread (a read is a collection, see above)
       return;
     }
@@ -211,6 +217,7 @@ class PressureSource final : public Source {
   std::int64_t window_ns_;
   int (*gettime_)(clockid_t, timespec*);
   std::int64_t window_tick_ns_ = 0;  // the tick of the read the current window started at
+  std::int64_t prev_call_ns_ = 0;    // the tick of the previous call of read()
   bool has_prev_ = false;
 };
 

@@ -183,6 +183,16 @@ void test_pressure_windows(const Tree& t) {
   p.read(*psi, kT0 + 400 * kMs);
   CHECK_NEAR(p.f64("psi.cpu.some_pct"), 0.5, 1e-9);  // 500 µs in 100 ms
   CHECK_EQ(psi->failures(), 0u);
+
+  // Read every 100 ms (its natural resolution) on ticks that jitter: the tick due at 100 ms
+  // woke 5 µs earlier than the one at 0 did, and still closes the window (a value per read,
+  // not one per two reads).
+  auto slow = make_source("pressure", t.opts("psi_chunks"));
+  Row q(*slow);
+  q.read(*slow, kT0 + 5'000);  // total=5280500
+  Tree::write(cpu, "some avg10=0.00 avg60=0.00 avg300=0.00 total=5281000\n");
+  q.read(*slow, kT0 + 100 * kMs);
+  CHECK_NEAR(q.f64("psi.cpu.some_pct"), 100.0 * 500.0 / 99'995.0, 1e-9);  // µs over µs
 }
 
 void test_load_pressure() {
