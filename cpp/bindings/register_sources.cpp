@@ -127,6 +127,11 @@ void register_sources(py::module_& m) {
     for (const ColumnSpec& c : source->columns()) columns.append(column_dict(c));
     py::dict d;
     d["columns"] = columns;
+    py::dict windows;  // columns written once per window of at least this many ns
+    for (const ColumnSpec& c : source->columns()) {
+      if (c.window_ns > 0) windows[py::str(c.name)] = c.window_ns;
+    }
+    d["windows_ns"] = windows;
     d["interface"] = info.interface;
     d["resolution_ns"] = info.resolution_ns;
     d["resolution_reason"] = info.resolution_reason;

@@ -133,6 +133,7 @@ class NetlinkNetworkSource final : public Source {
     add_column("net.recv_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes received per second by " + which +
                    " since the previous value (windows of at least rate_window).");
+    set_window(2, 4, opts.rate_window_ns);  // the two *_per_s columns
   }
   ~NetlinkNetworkSource() override {
     if (fd_ >= 0) ::close(fd_);

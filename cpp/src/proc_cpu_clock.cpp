@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -21,14 +22,6 @@ clockid_t thread_cpu_clock(int tid) noexcept {
          kCpuClockSched;
 }
 
-bool clock_ns(clockid_t clock, std::uint64_t* out) noexcept {
-  timespec ts{};
-  if (::clock_gettime(clock, &ts) != 0) return false;
-  *out = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-  return true;
-}
-
 // The layout getdents64(2) fills (struct linux_dirent64).
 constexpr std::size_t kMaxDirent = 512;  // > 19 header bytes + a 255-byte name, aligned
 
@@ -42,7 +35,23 @@ struct Dirent64 {
 
 }  // namespace
 
-ProcessCpuClock::ProcessCpuClock(int pid, const std::string& task_dir, bool live_proc) {
+bool ProcessCpuClock::clock_ns(clockid_t clock, std::uint64_t* out) const noexcept {
+  timespec ts{};
+  if (gettime_(clock, &ts) != 0) return false;
+  *out = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+  return true;
+}
+
+std::int64_t ProcessCpuClock::stamp() const noexcept {
+  timespec ts{};
+  gettime_(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+ProcessCpuClock::ProcessCpuClock(int pid, const std::string& task_dir, bool live_proc,
+                                 GettimeFn gettime)
+    : gettime_(gettime) {
   if (live_proc && pid == static_cast<int>(::getpid())) {
     task_fd_ = ::open(task_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (task_fd_ >= 0) {
@@ -98,7 +107,7 @@ bool ProcessCpuClock::rescan() noexcept {
         }
         // A thread found now is counted from now: its time before this scan is not spread
         // into one row (which would read far past 100 % for that thread).
-        Thread t{tid, thread_cpu_clock(tid), 0, true};
+        Thread t{tid, thread_cpu_clock(tid), 0, stamp(), true};
         if (!clock_ns(t.clock, &t.last_ns)) continue;  // exited meanwhile
         threads_[n_threads_++] = t;
       } else {
@@ -123,40 +132,64 @@ bool ProcessCpuClock::rescan() noexcept {
   return n_threads_ > 0;
 }
 
-bool ProcessCpuClock::read_threads(std::uint64_t* cpu_ns, std::int64_t* ran) noexcept {
+bool ProcessCpuClock::read_threads(CpuReading* out) noexcept {
   bool lost = false;
   std::int64_t moved = 0;
+  double busy = 0.0;
+  // Stamps chain: stamp, clock, stamp, clock, stamp... so each clock read lies between the
+  // stamp before it and the one after it.
+  std::int64_t before = stamp();
+  out->before_ns = before;
   for (std::size_t i = 0; i < n_threads_; ++i) {
     Thread& t = threads_[i];
     std::uint64_t now = 0;
-    if (!clock_ns(t.clock, &now)) {
+    const bool read = clock_ns(t.clock, &now);
+    const std::int64_t after = stamp();
+    if (!read) {
       lost = true;  // exited since the previous read: its time since then is not counted
+      before = after;
       continue;
     }
     if (now > t.last_ns) {
-      total_ns_ += now - t.last_ns;
+      const std::uint64_t ran_ns = now - t.last_ns;
+      total_ns_ += ran_ns;
       ++moved;
+      // Its CPU time since the previous read was spent between the stamp before that read and
+      // the stamp after this one. A thread runs on one CPU at a time: at most 1 (over only by
+      // the rate difference of the CPU clocks and CLOCK_MONOTONIC).
+      const std::int64_t span = after - t.last_before_ns;
+      if (span > 0) busy += std::min(1.0, static_cast<double>(ran_ns) / static_cast<double>(span));
     }
     t.last_ns = now;
+    t.last_before_ns = before;
+    before = after;
   }
-  *cpu_ns = total_ns_;
-  *ran = moved;
+  out->after_ns = before;
+  out->ns = total_ns_;
+  out->ran = moved;
+  out->busy_threads = busy;
   return !lost;
 }
 
-bool ProcessCpuClock::read(std::uint64_t* cpu_ns, std::int64_t* ran) noexcept {
-  *ran = 0;
+bool ProcessCpuClock::read(CpuReading* out) noexcept {
+  out->ran = 0;
+  out->busy_threads = 0.0;
   if (mode() == Mode::kThreadClocks) {
     // The listing first (one getdents64, cheaper than formatting /proc/self/stat), so a thread
     // born since the previous read is counted from now and proc.threads is current.
     if (!rescan()) mode_.store(Mode::kNone, std::memory_order_relaxed);
     if (mode() == Mode::kThreadClocks) {
-      (void)read_threads(cpu_ns, ran);  // a thread gone since the listing: its last sliver lost
+      (void)read_threads(out);  // a thread gone since the listing: its last sliver lost
       return true;
     }
     // Fell back during the rescan: the process clock starts a new baseline below.
   }
-  if (mode() == Mode::kProcessClock) return clock_ns(process_clock_, cpu_ns);
+  if (mode() == Mode::kProcessClock) {
+    out->before_ns = stamp();
+    const bool ok = clock_ns(process_clock_, &out->ns);
+    out->after_ns = stamp();
+    return ok;
+  }
   return false;
 }
 

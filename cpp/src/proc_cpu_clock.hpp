@@ -16,6 +16,16 @@
 //  2. Another process, or one with many threads: the process CPU clock (clock_getcpuclockid),
 //     one syscall, ns, lagging by at most one scheduler tick per running thread.
 //  3. Where neither is allowed: utime + stime of /proc/<pid>/stat (USER_HZ ticks, 10 ms).
+//
+// Every reading says the CLOCK_MONOTONIC span within which its clocks were read ([before_ns,
+// after_ns]: a stamp before the first clock read, one after the last); the CPU time between two
+// readings was spent between the first's before_ns and the second's after_ns (cpu_pct_between).
+// With the thread clocks each thread's clock read has stamps of its own either side (one vDSO
+// call each, tens of ns, beside a syscall per clock), and each thread's share is its CPU time
+// over its own span, at most 1: a sampler preempted between one thread's clock and the next, or
+// between the clocks and a stamp, cannot make a thread read above 100 %. (A single stamp taken
+// once after all the clocks divided a longer CPU interval by a shorter wall one: 136 % rows for
+// one spinning thread on a loaded 2-vCPU machine.)
 #pragma once
 
 #include <time.h>
@@ -27,14 +37,42 @@
 
 namespace stroboscope::detail {
 
+// One reading of a process's CPU time.
+struct CpuReading {
+  std::uint64_t ns = 0;         // CPU time (user + system), ns from any origin: only deltas count
+  std::int64_t ran = 0;         // thread clocks: threads whose clock moved since the previous one
+  std::int64_t before_ns = 0;   // CLOCK_MONOTONIC before the first clock of this reading was read
+  std::int64_t after_ns = 0;    // CLOCK_MONOTONIC after the last one was read
+  // Thread clocks: the sum over threads of each one's CPU time since the previous reading over
+  // the span from the stamp before its previous clock read to the stamp after this one, each
+  // at most 1 (1.0 = one thread busy throughout). Not set by the other ways.
+  double busy_threads = 0.0;
+};
+
+// CPU % (100 per busy thread) between two readings of the same clocks: the CPU time between them
+// over the span from `prev.before_ns` to `now.after_ns`, which contains every clock's interval.
+// It reads low by the readings' own duration over the span (one clock read, under a µs, in a
+// window of cpu_window); -1 when the span is empty. (The thread clocks use busy_threads.)
+[[nodiscard]] inline double cpu_pct_between(const CpuReading& prev, const CpuReading& now) noexcept {
+  const std::int64_t span = now.after_ns - prev.before_ns;
+  if (span <= 0) return -1.0;
+  const std::uint64_t busy = now.ns >= prev.ns ? now.ns - prev.ns : 0;
+  return 100.0 * static_cast<double>(busy) / static_cast<double>(span);
+}
+
+// The clock_gettime a ProcessCpuClock reads through (SourceOptions::gettime).
+using GettimeFn = int (*)(clockid_t, timespec*);
+
 class ProcessCpuClock {
  public:
   enum class Mode { kThreadClocks, kProcessClock, kNone };
   static constexpr std::size_t kMaxThreadClocks = 64;
 
   // `pid` the process; `task_dir` its /proc/<pid>/task (thread clocks only when `pid` is this
-  // process and the procfs root is the live one). Never throws for a missing clock: mode() says.
-  ProcessCpuClock(int pid, const std::string& task_dir, bool live_proc);
+  // process and the procfs root is the live one); `gettime` reads CLOCK_MONOTONIC and the CPU
+  // clocks. Never throws for a missing clock: mode() says.
+  ProcessCpuClock(int pid, const std::string& task_dir, bool live_proc,
+                  GettimeFn gettime = &::clock_gettime);
   ~ProcessCpuClock();
   ProcessCpuClock(const ProcessCpuClock&) = delete;
   ProcessCpuClock& operator=(const ProcessCpuClock&) = delete;
@@ -43,10 +81,11 @@ class ProcessCpuClock {
   // The interface in use, for Source::interface().
   [[nodiscard]] const char* interface() const noexcept;
 
-  // CPU nanoseconds used since the first read (the delta is what matters), and in *ran the
-  // number of threads whose clock moved since the previous read (0 when unknown). False when
-  // no clock works (the caller falls back to /proc/<pid>/stat ticks). Hot path: no allocation.
-  [[nodiscard]] bool read(std::uint64_t* cpu_ns, std::int64_t* ran) noexcept;
+  // CPU nanoseconds used since the first read (the delta is what matters), the number of threads
+  // whose clock moved since the previous read (0 when unknown) and the span of the read. False
+  // when no clock works (the caller falls back to /proc/<pid>/stat ticks). Hot path: no
+  // allocation.
+  [[nodiscard]] bool read(CpuReading* out) noexcept;
 
   // Threads listed by the latest read (thread-clock mode).
   [[nodiscard]] std::size_t threads() const noexcept { return n_threads_; }
@@ -59,13 +98,17 @@ class ProcessCpuClock {
     int tid = 0;
     clockid_t clock = 0;
     std::uint64_t last_ns = 0;
+    std::int64_t last_before_ns = 0;  // CLOCK_MONOTONIC just before last_ns was read
     bool seen = false;  // listed by the current rescan
   };
-  bool read_threads(std::uint64_t* cpu_ns, std::int64_t* ran) noexcept;
+  bool read_threads(CpuReading* out) noexcept;
+  bool clock_ns(clockid_t clock, std::uint64_t* out) const noexcept;
+  std::int64_t stamp() const noexcept;  // CLOCK_MONOTONIC ns
 
   // Mode is written by the sampler thread only (on a fallback) and read by stats() from any
   // thread: relaxed, an untorn value is all the reader needs.
   std::atomic<Mode> mode_{Mode::kNone};
+  GettimeFn gettime_;
   clockid_t process_clock_ = 0;
   int task_fd_ = -1;
   std::array<Thread, kMaxThreadClocks> threads_{};

@@ -127,6 +127,7 @@ class DiskIoSource final : public Source {
     add_column("disk.write_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes written per second to whole block devices since the previous value "
                "(windows of at least rate_window).");
+    set_window(2, 4, opts.rate_window_ns);  // the two *_per_s columns
   }
   ~DiskIoSource() override {
     if (block_dir_ >= 0) ::close(block_dir_);

@@ -84,6 +84,7 @@ class NetworkSource final : public Source {
     add_column("net.recv_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes received per second by " + which +
                    " since the previous value (windows of at least rate_window).");
+    set_window(2, 4, opts.rate_window_ns);  // the two *_per_s columns
   }
 
   [[nodiscard]] const char* resolution_reason() const noexcept override {

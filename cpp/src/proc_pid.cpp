@@ -3,8 +3,9 @@
 //
 // The pid is fixed at construction (0 means getpid() then, not "self", so a forked child keeps
 // watching the process it was told about). The fds stay open: once the process is reaped the
-// kernel answers ESRCH on them, even if the pid number is reused. A zombie, an ESRCH or an empty
-// read all mean "process exited": every cell null, reason kReasonProcessExited, errno ESRCH; the
+// kernel answers ESRCH on them, even if the pid number is reused. A zombie, a process inside
+// do_exit() (procfs::pid_gone: its statm already reads zeros), an ESRCH or an empty read all
+// mean "process exited": every cell null, reason kReasonProcessExited, errno ESRCH; the
 // source stays in place (other sources keep sampling) and keeps reporting that.
 #include <unistd.h>
 
@@ -16,7 +17,6 @@
 #include <string>
 
 #include "proc_cpu_clock.hpp"
-#include "stroboscope/clock.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/procfs.hpp"
 
@@ -73,7 +73,7 @@ class ProcessSource final : public Source {
       throw std::runtime_error("cannot read " + stat_.path() + ": " +
                                (err != 0 ? std::strerror(err) : "unexpected content"));
     }
-    if (st.state == 'Z' || st.state == 'X') {
+    if (procfs::pid_gone(st)) {
       throw std::runtime_error("pid " + ps + " has already exited (zombie)");
     }
     io_readable_ = io_part_ && io_.read(&err) && procfs::parse_pid_io(io_.view()).read_bytes >= 0;
@@ -87,7 +87,7 @@ class ProcessSource final : public Source {
     if (!io_part_) {
       // Thread and process CPU clocks only describe the live system, not a recorded tree.
       clock_ = std::make_unique<detail::ProcessCpuClock>(pid_, dir + "/task",
-                                                         opts.proc_root == "/proc");
+                                                         opts.proc_root == "/proc", opts.gettime);
     }
 
     if (io_part_) {
@@ -96,16 +96,23 @@ class ProcessSource final : public Source {
     }
     add_column("proc.cpu_pct", "%", DType::kFloat64, Kind::kRate,
                "CPU time (user + system) of the process per wall time; 100 per busy core. "
-               "For this process: the sum of its threads' CPU clocks (ns), on every read. "
-               "Otherwise the process CPU clock (ns; a running thread lags by up to one "
-               "scheduler tick) or /proc/<pid>/stat (USER_HZ ticks), over windows of at least "
-               "cpu_window. Never above 100 x the threads that ran nor 100 x online CPUs.");
+               "For this process: on every read, the sum over its threads of each one's CPU "
+               "clock (ns) since the previous read over the span between monotonic stamps "
+               "taken either side of its two clock reads, so a preempted sampler cannot push a "
+               "thread past 100. Otherwise the process CPU clock (ns; a running thread lags by "
+               "up to one scheduler tick) or /proc/<pid>/stat (USER_HZ ticks), over windows of "
+               "at least cpu_window. Never above 100 x the threads that ran nor 100 x online "
+               "CPUs. Null once the process is a zombie or inside its exit (its memory gone).");
     add_column("proc.rss_bytes", "bytes", DType::kInt64, Kind::kGauge,
-               "Resident set size of the process.");
+               "Resident set size of the process (null, not 0, once it is exiting).");
     add_column("proc.mem_pct", "%", DType::kFloat64, Kind::kGauge,
                "Resident set size of the process as a share of physical memory.");
     add_column("proc.threads", "count", DType::kInt64, Kind::kGauge,
                "Threads in the process.");
+    // Thread clocks: a value on every read; the coarser clocks: one per cpu_window.
+    if (clock_->mode() != detail::ProcessCpuClock::Mode::kThreadClocks) {
+      set_window(0, 1, cpu_window_ns_);
+    }
   }
 
   // RSS changes on every page fault and the CPU clocks count nanoseconds: nothing to wait for.
@@ -154,21 +161,14 @@ class ProcessSource final : public Source {
     int err = 0;
     procfs::PidStat st;
     using Mode = detail::ProcessCpuClock::Mode;
-    CpuReading cpu;
-    if (clock_ && clock_->read(&cpu.ns, &cpu.ran)) cpu.mode = clock_->mode();
     // The CPU time is per the moment the clocks were read, which can be well after the tick's
-    // time when the sampler thread was preempted in between (a busy machine): divide by the time
-    // between reads, not between ticks, or a 1 ms row carries 1.8 ms of CPU and reads 180 %.
-    if (cpu.mode != Mode::kNone) cpu.at_ns = mono_ns();
-    if (cpu.mode == Mode::kThreadClocks) {
-      // Watching this very process through its thread clocks: /proc/self/stat would only add
-      // the thread count (the clock's listing, taken at this read, has it) and an exit that
-      // cannot happen while this code runs. One file fewer per tick.
-      st.num_threads = static_cast<std::int64_t>(clock_->threads());
-    } else if (!read_stat(row, &st)) {
-      return;
-    }
-
+    // time when the sampler thread was preempted in between (a busy machine): the reading carries
+    // the span of its own reads (see cpu_pct_between), not the tick's time.
+    detail::CpuReading cpu;
+    Mode mode = Mode::kNone;
+    if (clock_ && clock_->read(&cpu)) mode = clock_->mode();
+    // statm before stat: a process inside do_exit() reads zeros in statm once its address space
+    // is gone, and a stat read after that always shows it exiting (procfs::pid_gone).
     procfs::PidStatm sm;
     if (!statm_.read(&err)) {
       if (err == ESRCH) return mark_exited(row);
@@ -178,11 +178,20 @@ class ProcessSource final : public Source {
     if (statm_.view().empty()) return mark_exited(row);
     bool have_statm = procfs::parse_pid_statm(statm_.view(), &sm);
 
-    if (cpu.mode == Mode::kNone) {
-      cpu.ns = static_cast<std::uint64_t>(static_cast<double>(st.utime + st.stime) * 1e9 / clk_tck_);
-      cpu.at_ns = now_ns;
+    if (mode == Mode::kThreadClocks) {
+      // Watching this very process through its thread clocks: /proc/self/stat would only add
+      // the thread count (the clock's listing, taken at this read, has it) and an exit that
+      // cannot happen while this code runs. One file fewer per tick.
+      st.num_threads = static_cast<std::int64_t>(clock_->threads());
+    } else if (!read_stat(row, &st)) {
+      return;
     }
-    write_cpu(row, st, cpu);
+
+    if (mode == Mode::kNone) {
+      cpu.ns = static_cast<std::uint64_t>(static_cast<double>(st.utime + st.stime) * 1e9 / clk_tck_);
+      cpu.before_ns = cpu.after_ns = now_ns;
+    }
+    write_cpu(row, st, mode, cpu);
     // Resident pages × page size; a product that does not fit in int64 leaves both cells null.
     std::int64_t rss = 0;
     bool rss_fits = have_statm && procfs::to_i64(sm.resident_pages, &rss) &&
@@ -206,13 +215,6 @@ class ProcessSource final : public Source {
   // proc.cpu_pct. With the thread clocks (exact at each read) on every read; with the process
   // clock (a running thread lags up to one scheduler tick) or USER_HZ ticks (10 ms steps) over
   // windows of at least cpu_window_ns: before that the cell stays null and the baseline is kept.
-  struct CpuReading {
-    detail::ProcessCpuClock::Mode mode = detail::ProcessCpuClock::Mode::kNone;
-    std::uint64_t ns = 0;   // CPU time, ns (from any origin: only deltas count)
-    std::int64_t ran = 0;   // thread clocks: threads whose clock moved since the previous read
-    std::int64_t at_ns = 0; // CLOCK_MONOTONIC time of the reading
-  };
-
   // Reads and parses /proc/<pid>/stat; false (cells and reason set) when the row stops here.
   bool read_stat(RowWriter& row, procfs::PidStat* st) noexcept {
     int err = 0;
@@ -232,33 +234,29 @@ class ProcessSource final : public Source {
       fail("unexpected content in /proc/<pid>/stat", EINVAL);
       return false;
     }
-    if (st->state == 'Z' || st->state == 'X') {
+    if (procfs::pid_gone(*st)) {  // a zombie, or inside do_exit() with its memory gone
       mark_exited(row);
       return false;
     }
     return true;
   }
 
-  void write_cpu(RowWriter& row, const procfs::PidStat& st, const CpuReading& cpu) noexcept {
+  void write_cpu(RowWriter& row, const procfs::PidStat& st, detail::ProcessCpuClock::Mode mode,
+                 const detail::CpuReading& cpu) noexcept {
     using Mode = detail::ProcessCpuClock::Mode;
-    const Mode mode = cpu.mode;
-    const std::uint64_t cpu_ns = cpu.ns;
-    const std::int64_t ran = cpu.ran;
-    const std::int64_t now_ns = cpu.at_ns;
     if (mode != prev_mode_) has_prev_ = false;  // a new clock: a new baseline
     prev_mode_ = mode;
     const bool exact = mode == Mode::kThreadClocks;
-    window_threads_ = exact ? window_threads_ + ran : std::max(window_threads_, st.num_threads);
-    if (has_prev_ && now_ns - prev_ns_ < (exact ? 0 : cpu_window_ns_)) return;
-    if (has_prev_ && now_ns > prev_ns_) {
-      double busy_ns = static_cast<double>(procfs::counter_delta(prev_cpu_ns_, cpu_ns));
-      double pct = 100.0 * busy_ns / static_cast<double>(now_ns - prev_ns_);
-      // Thread clocks: the threads whose clock moved (a thread read a little later than the
-      // window's end can nudge past 100); otherwise the most threads seen in the window.
-      row.set_f64(0, detail::cap_cpu_pct(pct, window_threads_, online_cpus_));
+    window_threads_ = exact ? window_threads_ + cpu.ran : std::max(window_threads_, st.num_threads);
+    if (has_prev_ && cpu.after_ns - prev_.before_ns < (exact ? 0 : cpu_window_ns_)) return;
+    if (has_prev_) {
+      const double pct = exact ? 100.0 * cpu.busy_threads : detail::cpu_pct_between(prev_, cpu);
+      // Thread clocks: each thread's share is at most 1, so the threads that ran bound the row.
+      // The coarser clocks (whole ticks, a running thread that lags) are capped by the most
+      // threads seen in the window.
+      if (pct >= 0.0) row.set_f64(0, detail::cap_cpu_pct(pct, window_threads_, online_cpus_));
     }
-    prev_cpu_ns_ = cpu_ns;
-    prev_ns_ = now_ns;
+    prev_ = cpu;
     has_prev_ = true;
     window_threads_ = exact ? 0 : st.num_threads;  // the next window starts here
   }
@@ -320,10 +318,9 @@ class ProcessSource final : public Source {
   std::int64_t page_size_ = 4096;
   std::unique_ptr<detail::ProcessCpuClock> clock_;  // "process" only
   detail::ProcessCpuClock::Mode prev_mode_ = detail::ProcessCpuClock::Mode::kNone;
-  std::uint64_t prev_cpu_ns_ = 0;
-  std::int64_t window_threads_ = 0;  // most threads seen in the current CPU window
+  detail::CpuReading prev_;          // the reading the current CPU window starts from
+  std::int64_t window_threads_ = 0;  // threads that ran (thread clocks) or most seen, this window
   std::int64_t online_cpus_ = 0;     // 0: unknown, no cap by CPUs
-  std::int64_t prev_ns_ = 0;
   bool has_prev_ = false;
   std::int64_t cpu_window_ns_;
   bool exited_ = false;

@@ -29,6 +29,7 @@ bool parse_pid_stat(std::string_view text, PidStat* out) noexcept {
     if (!next_i64(rest, &f[i])) return false;
   }
   s.ppid = f[4];
+  s.flags = static_cast<std::uint64_t>(f[9]);
   s.utime = static_cast<std::uint64_t>(f[14]);
   s.stime = static_cast<std::uint64_t>(f[15]);
   s.num_threads = f[20];

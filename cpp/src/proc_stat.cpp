@@ -93,6 +93,7 @@ class CpuSource final : public Source {
                "Share of all CPU time spent idle while waiting for I/O.");
     add_column("cpu.steal_pct", "%", DType::kFloat64, Kind::kRate,
                "Share of all CPU time taken by the hypervisor for other virtual machines.");
+    set_window(0, columns().size(), window_ns_);
   }
 
   // /proc/stat counts CPU time in USER_HZ ticks (sysconf(_SC_CLK_TCK), 100 per second on every
@@ -188,6 +189,7 @@ class CpuCoresSource final : public Source {
     }
     // Lines are in ascending id order, so every core we track fits in the first max_id + 1
     // entries; the margin covers cores that come online later (ignored).
+    set_window(0, columns().size(), window_ns_);
     scratch_.resize(static_cast<std::size_t>(max_id) + 1 + 64);
     prev_.resize(columns().size());
     has_prev_.assign(columns().size(), 0);

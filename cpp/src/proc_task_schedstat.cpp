@@ -14,6 +14,11 @@
 // thread list is re-read at each read (getdents64 on a kept-open directory fd); each thread's
 // file is opened, read and closed with a path built on the stack: no allocation, 3 syscalls per
 // thread. Past kMaxThreads threads the rest are counted in threads.count but not read.
+//
+// Each thread's read is bracketed by CLOCK_MONOTONIC stamps, and its shares are its run (wait)
+// time since the window opened over the span from the stamp before its read then to the stamp
+// after its read now, at most 1 each: a sampler preempted before or during the listing (a
+// loaded machine) cannot make a thread read above 100 %, nor shift the window it is divided by.
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -60,7 +65,10 @@ struct Dirent64 {
 class ThreadsSource final : public Source {
  public:
   explicit ThreadsSource(const SourceOptions& opts)
-      : Source("threads"), window_ns_(opts.cpu_window_ns), online_cpus_(detail::online_cpus()) {
+      : Source("threads"),
+        window_ns_(opts.cpu_window_ns),
+        online_cpus_(detail::online_cpus()),
+        gettime_(opts.gettime) {
     if (opts.pid < 0) {
       throw std::invalid_argument("pid must be >= 0 (0 = the calling process), got " +
                                   std::to_string(opts.pid));
@@ -85,7 +93,9 @@ class ThreadsSource final : public Source {
                "Threads whose CPU time moved during the window.");
     add_column("threads.cpu_pct", "%", DType::kFloat64, Kind::kRate,
                "CPU time of all its threads per wall time over the window (schedstat run time; "
-               "threads that exit during the window are not counted); 100 per busy core.");
+               "threads that exit during the window are not counted); 100 per busy core. Each "
+               "thread's time is divided by the span between stamps around its own two reads, "
+               "so none counts above 100.");
     add_column("threads.wait_pct", "%", DType::kFloat64, Kind::kRate,
                "Time its threads spent runnable but waiting for a CPU, per wall time over the "
                "window (schedstat run delay): CPU contention; 100 = one thread always waiting.");
@@ -98,6 +108,7 @@ class ThreadsSource final : public Source {
       add_column(p + ".cpu_pct", "%", DType::kFloat64, Kind::kRate,
                  "CPU time of " + rank + " per wall time over the window.");
     }
+    set_window(1, columns().size(), window_ns_);  // all but threads.count, once per window
   }
   ~ThreadsSource() override {
     if (task_fd_ >= 0) ::close(task_fd_);
@@ -134,31 +145,39 @@ class ThreadsSource final : public Source {
       ok();
       return;
     }
-    const double dt = static_cast<double>(now_ns - base_ns_);
-    // Per thread: the time since the window opened (a thread born inside it: all of its time).
+    // Per thread: the time since the window opened (a thread born inside it: all of its time,
+    // over the span since the window's first stamp), over its own span, at most 1.
     std::array<std::pair<std::uint64_t, int>, kTop> top{};
-    std::uint64_t run = 0, wait = 0;
+    std::array<double, kTop> top_share{};
+    double run = 0.0, wait = 0.0;
     std::int64_t ran = 0;
     for (std::size_t i = 0; i < n_cur_; ++i) {
       const Entry& c = cur_[i];
       const Entry* p = find_prev(c.tid);
       std::uint64_t d_run = procfs::counter_delta(p ? p->run_ns : 0, c.run_ns);
       std::uint64_t d_wait = procfs::counter_delta(p ? p->wait_ns : 0, c.wait_ns);
-      run += d_run;
-      wait += d_wait;
+      const std::int64_t span = c.after_ns - (p ? p->before_ns : base_before_ns_);
+      if (span <= 0) continue;
+      const double run_share = std::min(1.0, static_cast<double>(d_run) / static_cast<double>(span));
+      run += run_share;
+      wait += std::min(1.0, static_cast<double>(d_wait) / static_cast<double>(span));
       if (d_run > 0) ++ran;
       if (d_run > top[kTop - 1].first) {
         top[kTop - 1] = {d_run, c.tid};
-        std::sort(top.begin(), top.end(), [](auto a, auto b) { return a.first > b.first; });
+        top_share[kTop - 1] = run_share;
+        for (std::size_t k = kTop - 1; k > 0 && top[k].first > top[k - 1].first; --k) {
+          std::swap(top[k], top[k - 1]);
+          std::swap(top_share[k], top_share[k - 1]);
+        }
       }
     }
     row.set_i64(1, ran);
-    row.set_f64(2, detail::cap_cpu_pct(100.0 * static_cast<double>(run) / dt, ran, online_cpus_));
-    row.set_f64(3, 100.0 * static_cast<double>(wait) / dt);
+    row.set_f64(2, detail::cap_cpu_pct(100.0 * run, ran, online_cpus_));
+    row.set_f64(3, 100.0 * wait);
     for (std::size_t k = 0; k < kTop; ++k) {
       if (top[k].first == 0) break;  // fewer threads ran: the rest stay null
       row.set_i64(4 + 2 * k, top[k].second);
-      row.set_f64(5 + 2 * k, std::min(100.0, 100.0 * static_cast<double>(top[k].first) / dt));
+      row.set_f64(5 + 2 * k, 100.0 * top_share[k]);
     }
     take_base(now_ns);
     ok();
@@ -168,12 +187,20 @@ class ThreadsSource final : public Source {
   struct Entry {
     int tid = 0;
     std::uint64_t run_ns = 0, wait_ns = 0;
+    std::int64_t before_ns = 0, after_ns = 0;  // CLOCK_MONOTONIC either side of its read
   };
+
+  std::int64_t stamp() const noexcept {
+    timespec ts{};
+    gettime_(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
 
   void take_base(std::int64_t now_ns) noexcept {
     std::copy(cur_.begin(), cur_.begin() + static_cast<std::ptrdiff_t>(n_cur_), prev_.begin());
     n_prev_ = n_cur_;
     base_ns_ = now_ns;
+    base_before_ns_ = list_before_ns_;
     has_base_ = true;
   }
 
@@ -191,6 +218,7 @@ class ThreadsSource final : public Source {
   bool list(std::size_t* listed) noexcept {
     n_cur_ = 0;
     cursor_ = 0;
+    list_before_ns_ = stamp();
     if (::lseek(task_fd_, 0, SEEK_SET) != 0) return false;
     for (bool more = true; more;) {
       long n = ::syscall(SYS_getdents64, task_fd_, dirents_.data(), dirents_.size());
@@ -214,16 +242,18 @@ class ThreadsSource final : public Source {
         if (len + sizeof("/schedstat") > sizeof path) continue;
         std::memcpy(path, d->name, len);
         std::memcpy(path + len, "/schedstat", sizeof("/schedstat"));
+        const std::int64_t before = stamp();
         int fd = ::openat(task_fd_, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // FIFO: no wait
         if (fd < 0) continue;  // exited meanwhile
         char buf[128];
         ssize_t got = ::pread(fd, buf, sizeof buf - 1, 0);
+        const std::int64_t after = stamp();
         ::close(fd);
         procfs::SchedStat s;
         if (got <= 0 || !procfs::parse_schedstat(std::string_view(buf, static_cast<std::size_t>(got)), &s)) {
           continue;
         }
-        cur_[n_cur_++] = Entry{tid, s.run_ns, s.wait_ns};
+        cur_[n_cur_++] = Entry{tid, s.run_ns, s.wait_ns, before, after};
       }
     }
     return true;
@@ -236,6 +266,9 @@ class ThreadsSource final : public Source {
   std::size_t n_prev_ = 0, n_cur_ = 0, cursor_ = 0;
   std::vector<char> dirents_;
   std::int64_t base_ns_ = 0;
+  std::int64_t base_before_ns_ = 0;  // the stamp before the listing that opened the window
+  std::int64_t list_before_ns_ = 0;  // the stamp before the latest listing
+  int (*gettime_)(clockid_t, timespec*);
   bool has_base_ = false;
 };
 

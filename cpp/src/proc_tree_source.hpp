@@ -91,6 +91,7 @@ class ProcTreeSource final : public Source {
                "CPU time of the process and its descendants per wall time; 100 per busy core. "
                "Capped at 100 x their threads and at 100 x online CPUs (whole USER_HZ ticks over "
                "a short window can exceed what the threads could use).");
+    set_window(0, 1, cpu_window_ns_);
     add_column("proc.tree.rss_bytes", "bytes", DType::kInt64, Kind::kGauge,
                "Resident set size summed over the process and its descendants.");
     add_column("proc.tree.threads", "count", DType::kInt64, Kind::kGauge,
@@ -262,7 +263,7 @@ class ProcTreeSource final : public Source {
     procfs::PidStat st;
     if (n == 0 ||
         !procfs::parse_pid_stat({stat_buf_.data(), static_cast<std::size_t>(n)}, &st) ||
-        st.state == 'Z' || st.state == 'X') {
+        procfs::pid_gone(st)) {
       return Sampled::kGone;
     }
     if (m.starttime != 0 && st.starttime != m.starttime) return Sampled::kGone;

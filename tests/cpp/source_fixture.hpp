@@ -50,6 +50,15 @@ constexpr std::int64_t kT0 = 1'000'000'000;  // fabricated tick times: 0.5 s apa
 constexpr std::int64_t kT1 = 1'500'000'000;
 constexpr std::int64_t kT2 = 2'000'000'000;
 
+// The clock sources on a recorded tree stamp their reads with (SourceOptions::gettime): every
+// clock reads g_read_ns, which Row::read sets to the tick's time, so a read happens at its tick.
+std::int64_t g_read_ns = 0;
+int tick_gettime(clockid_t, timespec* ts) {
+  ts->tv_sec = static_cast<time_t>(g_read_ns / 1'000'000'000);
+  ts->tv_nsec = static_cast<long>(g_read_ns % 1'000'000'000);
+  return 0;
+}
+
 const long kPage = ::sysconf(_SC_PAGESIZE);
 const long kTck = ::sysconf(_SC_CLK_TCK);  // the hand-computed CPU % below assume 100
 
@@ -90,6 +99,7 @@ class Tree {
     o.sys_root = path("sys/" + proc_case);
     o.cgroup_root = path("cgroup/none");
     o.pid = pid;
+    o.gettime = &tick_gettime;
     return o;
   }
 
@@ -102,8 +112,10 @@ class Row {
  public:
   explicit Row(const Source& s) : src_(s), cells_(s.columns().size()), valid_(s.columns().size()) {}
   // Reads once at `now_ns` into a cleared row (as the sampler does each tick); counts allocations.
-  void read(Source& s, std::int64_t now_ns) {
+  // `late_ns`: the sampler thread was preempted that long between the tick and the read.
+  void read(Source& s, std::int64_t now_ns, std::int64_t late_ns = 0) {
     std::fill(valid_.begin(), valid_.end(), 0);
+    g_read_ns = now_ns + late_ns;
     g_allocs = 0;
     g_counting = true;
     s.read(RowWriter(cells_.data(), valid_.data(), cells_.size()), now_ns);

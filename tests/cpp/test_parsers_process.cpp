@@ -26,6 +26,15 @@ void test_pid_files() {
   CHECK_EQ(st.num_threads, 4);
   CHECK_EQ(st.starttime, 146598u);
   CHECK_EQ(st.rss_pages, 5337);
+  CHECK_EQ(st.flags, 4194304u);  // PF_RANDOMIZE only: alive
+  CHECK(!pid_gone(st));
+  // Inside do_exit(): still 'R', PF_EXITING (0x4) set; then a zombie.
+  CHECK(parse_pid_stat(slurp("proc/exiting/17421/stat.1"), &st));
+  CHECK_EQ(st.state, 'R');
+  CHECK_EQ(st.flags, 0x40000cu);
+  CHECK(pid_gone(st));
+  CHECK(parse_pid_stat(slurp("proc/exiting/17421/stat.2"), &st));
+  CHECK(pid_gone(st));
 
   // comm "a) b (c": spaces and parentheses; fields are found after the LAST ')'.
   text = slurp("proc/weird_comm/31337/stat");

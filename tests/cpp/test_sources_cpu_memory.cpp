@@ -141,6 +141,60 @@ void test_memory() {
 
 // ---- load, pressure -----------------------------------------------------------------------------
 
+// PSI read by a 1 kHz sampler: total= (µs) only advances when a read folds the CPUs' stall time
+// in, and a read covering less than a jiffy adds nothing, so the source reads the file once per
+// window (100 ms) and never in between; the share's denominator is the span from the stamp
+// before the previous read to the stamp after this one. Both CPUs saturated, totals in chunks.
+void test_pressure_windows(const Tree& t) {
+  auto psi = make_source("pressure", t.opts("psi_chunks"));
+  CHECK_EQ(psi->columns().size(), 1u);  // cpu only
+  CHECK_EQ(psi->natural_resolution_ns(), 100'000'000);
+  Row p(*psi);
+  constexpr std::int64_t kMs = 1'000'000;
+  const std::string cpu = t.path("proc/psi_chunks/pressure/cpu");
+  p.read(*psi, kT0);  // total=5000000: the baseline
+  CHECK(p.null("psi.cpu.some_pct"));
+  for (std::int64_t ms = 1; ms < 100; ++ms) {
+    // Not read in between (a read here would see this and lose its baseline).
+    if (ms == 50) Tree::write(cpu, "some avg10=0.00 avg60=0.00 avg300=0.00 total=garbage\n");
+    p.read(*psi, kT0 + ms * kMs);
+    CHECK(p.null("psi.cpu.some_pct"));
+  }
+  t.advance("proc/psi_chunks");  // total=5080000
+  p.read(*psi, kT0 + 100 * kMs);
+  CHECK_NEAR(p.f64("psi.cpu.some_pct"), 80.0, 1e-9);  // 80000 µs in 100 ms
+  CHECK(psi->reason() == nullptr);
+  for (std::int64_t ms = 101; ms < 200; ++ms) {
+    p.read(*psi, kT0 + ms * kMs);
+    CHECK(p.null("psi.cpu.some_pct"));
+  }
+  // The tick at 200 ms is read 3 ms late: 103000 µs of stall (stalled throughout) between the
+  // reads at 100 and 203 ms: 100 %, not 103000 µs / 100 ms of ticks = 103 %.
+  t.advance("proc/psi_chunks", ".2");  // total=5183000
+  p.read(*psi, kT0 + 200 * kMs, 3 * kMs);
+  CHECK_NEAR(p.f64("psi.cpu.some_pct"), 100.0, 1e-9);
+  // Then on time at 300 ms: 97000 µs since the read at 203 ms: 100 %, not 97 %.
+  t.advance("proc/psi_chunks", ".3");  // total=5280000
+  for (std::int64_t ms = 201; ms < 300; ++ms) p.read(*psi, kT0 + ms * kMs);
+  p.read(*psi, kT0 + 300 * kMs);
+  CHECK_NEAR(p.f64("psi.cpu.some_pct"), 100.0, 1e-9);
+  t.advance("proc/psi_chunks", ".4");  // total=5280500
+  for (std::int64_t ms = 301; ms < 400; ++ms) p.read(*psi, kT0 + ms * kMs);
+  p.read(*psi, kT0 + 400 * kMs);
+  CHECK_NEAR(p.f64("psi.cpu.some_pct"), 0.5, 1e-9);  // 500 µs in 100 ms
+  CHECK_EQ(psi->failures(), 0u);
+
+  // Read every 100 ms (its natural resolution) on ticks that jitter: the tick due at 100 ms
+  // woke 5 µs earlier than the one at 0 did, and still closes the window (a value per read,
+  // not one per two reads).
+  auto slow = make_source("pressure", t.opts("psi_chunks"));
+  Row q(*slow);
+  q.read(*slow, kT0 + 5'000);  // total=5280500
+  Tree::write(cpu, "some avg10=0.00 avg60=0.00 avg300=0.00 total=5281000\n");
+  q.read(*slow, kT0 + 100 * kMs);
+  CHECK_NEAR(q.f64("psi.cpu.some_pct"), 100.0 * 500.0 / 99'995.0, 1e-9);  // µs over µs
+}
+
 void test_load_pressure() {
   Tree t;
   auto load = make_source("load", t.opts("basic"));
@@ -180,6 +234,8 @@ void test_load_pressure() {
   CHECK_NEAR(n.f64("psi.memory.some_pct"), 0.0, 1e-9);
   CHECK_NEAR(n.f64("psi.io.some_pct"), 4.0, 1e-9);   // +20000 µs
   CHECK_NEAR(n.f64("psi.io.full_pct"), 2.0, 1e-9);   // +10000 µs
+
+  test_pressure_windows(t);
 
   CHECK(throws_with([&] { (void)make_source("pressure", t.opts("old_kernel")); },
                     "pressure stall information is not available"));

@@ -62,6 +62,38 @@ void test_network() {
   CHECK_NEAR(o.f64("net.sent_bytes_per_s"), 1000.0, 1e-6);
 }
 
+// A rate window that ends exactly on a tick closes on that tick: rate_window 100 ms, ticks every
+// 1 ms from the baseline, eth0 +500000 bytes received by the tick at 100 ms.
+void test_rate_window_ends_on_a_tick() {
+  Tree t;
+  SourceOptions o = t.opts("basic");
+  o.rate_window_ns = 100'000'000;
+  auto src = make_source("network", o);
+  Row r(*src);
+  r.read(*src, kT0);
+  for (std::int64_t ms = 1; ms < 100; ++ms) {
+    r.read(*src, kT0 + ms * 1'000'000);
+    CHECK(r.null("net.recv_bytes_per_s"));  // the window is still open
+  }
+  t.advance("proc/basic");
+  r.read(*src, kT0 + 100'000'000);
+  CHECK_NEAR(r.f64("net.recv_bytes_per_s"), 500000 / 0.1, 1e-6);  // not null, not / 0.101 s
+  CHECK_NEAR(r.f64("net.sent_bytes_per_s"), 25000 / 0.1, 1e-6);
+  r.read(*src, kT0 + 101'000'000);  // a new window opened at 100 ms
+  CHECK(r.null("net.recv_bytes_per_s"));
+
+  // The same rule, bare: a window of 4 ns over ticks at 0, 2, 4, 6, 8.
+  detail::WindowedRate w(4);
+  double rate = -1.0;
+  CHECK(!w.update(10, 0, &rate));
+  CHECK(!w.update(12, 2, &rate));
+  CHECK(w.update(18, 4, &rate));  // 8 units in 4 ns, ending exactly on the tick
+  CHECK_NEAR(rate, 8 / 4e-9, 1e-3);
+  CHECK(!w.update(19, 6, &rate));
+  CHECK(w.update(26, 8, &rate));
+  CHECK_NEAR(rate, 8 / 4e-9, 1e-3);
+}
+
 // ---- diskio -------------------------------------------------------------------------------------
 
 void check_diskio(const Tree& t, const SourceOptions& opts, const char* proc_case,
@@ -219,6 +251,7 @@ void test_counter_slots() {
 
 int main() {
   test_network();
+  test_rate_window_ends_on_a_tick();
   test_diskio();
   test_disk();
   test_counter_slots();

@@ -16,6 +16,31 @@
 
 namespace {
 
+// ---- threads ------------------------------------------------------------------------------------
+
+// A window of the threads source read 5 ms late: tick at 100 ms, reads (and their stamps) at
+// 105 ms. Thread 6770 ran throughout (105 ms), 6767 half the time (52.5 ms, and waited 10 ms):
+// each is divided by the span between its reads, 105 ms, not by the 100 ms between ticks.
+void test_threads_read_late() {
+  Tree t;
+  auto src = make_source("threads", t.opts("basic", 6767));
+  Row r(*src);
+  r.read(*src, kT0);  // 6767: 52345678 1200000; 6770: 9000000 50000
+  CHECK_EQ(r.i64("threads.count"), 2);
+  CHECK(r.null("threads.cpu_pct"));
+  Tree::write(t.path("proc/basic/6767/task/6767/schedstat"), "104845678 11200000 330\n");
+  Tree::write(t.path("proc/basic/6767/task/6770/schedstat"), "114000000 50000 40\n");
+  r.read(*src, kT0 + 100'000'000, 5'000'000);
+  CHECK_EQ(r.i64("threads.ran"), 2);
+  CHECK_NEAR(r.f64("threads.cpu_pct"), 150.0, 1e-9);
+  CHECK_NEAR(r.f64("threads.wait_pct"), 100.0 * 10.0 / 105.0, 1e-9);
+  CHECK_EQ(r.i64("threads.top0.tid"), 6770);
+  CHECK_NEAR(r.f64("threads.top0.cpu_pct"), 100.0, 1e-9);
+  CHECK_EQ(r.i64("threads.top1.tid"), 6767);
+  CHECK_NEAR(r.f64("threads.top1.cpu_pct"), 50.0, 1e-9);
+  CHECK(r.null("threads.top2.tid"));
+}
+
 // ---- process ------------------------------------------------------------------------------------
 
 void test_process() {
@@ -69,6 +94,27 @@ void test_process() {
   CHECK(r.all_null());
   CHECK(reason_is(*src, kReasonProcessExited));
   CHECK_EQ(src->failures(), 2u);
+
+  // A process inside do_exit() (recorded from a real one): its address space is gone, so statm
+  // reads "0 0 0 0 0 0 0" while stat still says 'R', with PF_EXITING (0x4) in its flags
+  // (0x40000c); then a zombie. Every cell null from the first, never a 0 rss.
+  auto ex = make_source("process", t.opts("exiting", 17421));
+  Row er(*ex);
+  er.read(*ex, kT0);
+  CHECK_EQ(er.i64("proc.rss_bytes"), 101040LL * kPage);
+  CHECK_EQ(er.i64("proc.threads"), 1);
+  t.advance("proc/exiting");  // stat.1: 'R' + PF_EXITING; statm.1: zeros
+  er.read(*ex, kT1);
+  CHECK(er.all_null());
+  CHECK(reason_is(*ex, kReasonProcessExited));
+  CHECK_EQ(ex->error_number(), ESRCH);
+  t.advance("proc/exiting", ".2");  // the zombie
+  er.read(*ex, kT2);
+  CHECK(er.all_null());
+  CHECK(reason_is(*ex, kReasonProcessExited));
+  // The zombie from the start: refused at construction, as an exited pid is.
+  CHECK(throws_with([&] { (void)make_source("process", t.opts("exiting", 17421)); },
+                    "has already exited"));
 
   // comm "a) b (c"; no io file (as for another user's process): those two cells null, the rest set.
   auto w = make_source("process", t.opts("weird_comm", 31337));
@@ -163,6 +209,7 @@ void test_proc_tree() {
 
 int main() {
   test_process();
+  test_threads_read_late();
   test_proc_tree();
   TEST_MAIN_END();
 }

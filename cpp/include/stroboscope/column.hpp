@@ -27,6 +27,10 @@ struct ColumnSpec {
   DType dtype = DType::kFloat64;
   Kind kind = Kind::kGauge;
   std::string help;  // one sentence for docs/metrics.md
+  // A value written every window of at least this long (a rate or share over cpu_window,
+  // rate_window...) holds until the next one; 0: a value per read. Frame.to_arrow(fill=
+  // "forward") carries a value this long (or one read period, if longer).
+  std::int64_t window_ns = 0;
 };
 
 [[nodiscard]] inline const char* dtype_name(DType t) noexcept {

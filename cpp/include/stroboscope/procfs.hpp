@@ -243,6 +243,7 @@ struct PidStat {
   std::string_view comm;  // between the first '(' and the last ')': may hold spaces and parens
   char state = '?';
   std::int64_t ppid = 0;
+  std::uint64_t flags = 0;  // the task's PF_* flags (field 9)
   std::uint64_t utime = 0, stime = 0;  // clock ticks (USER_HZ)
   std::int64_t num_threads = 0;
   std::uint64_t starttime = 0;  // clock ticks after boot: with the pid, identifies a process
@@ -251,6 +252,15 @@ struct PidStat {
 
 // Fields are located after the LAST ')' so a comm like "a) b (c" cannot shift them.
 [[nodiscard]] bool parse_pid_stat(std::string_view text, PidStat* out) noexcept;
+
+// True once the process is gone in all but name: a zombie ('Z'), dead ('X'), or inside do_exit()
+// (PF_EXITING, 0x4, set by exit_signals() before exit_mm() drops the address space, so from then
+// on its statm and the memory fields of its stat read 0 while the state is still 'R'). Read
+// statm before stat: zeros in statm then always come with one of these in stat.
+[[nodiscard]] inline bool pid_gone(const PidStat& s) noexcept {
+  constexpr std::uint64_t kPfExiting = 0x4;  // include/linux/sched.h
+  return s.state == 'Z' || s.state == 'X' || (s.flags & kPfExiting) != 0;
+}
 
 struct PidStatm {
   std::uint64_t size_pages = 0, resident_pages = 0, shared_pages = 0;

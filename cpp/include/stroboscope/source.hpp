@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include <time.h>
+
 #include "stroboscope/column.hpp"
 
 namespace stroboscope {
@@ -61,6 +63,9 @@ struct SourceOptions {
   // Byte rates (net.*_per_s, disk.*_per_s) likewise, over windows of at least this long.
   std::int64_t rate_window_ns = 100'000'000;
   bool net_include_loopback = false;  // the "network" source counts lo too (psutil's default)
+  // The clock_gettime sources stamp their reads with (CLOCK_MONOTONIC) and read thread CPU clocks
+  // through; C++ tests put a scripted one here to replay a preempted sampler. Never null.
+  int (*gettime)(clockid_t, timespec*) = &::clock_gettime;
 };
 
 // The sampler's grid of deadlines for one run, handed to sources before it starts: tick k
@@ -138,6 +143,12 @@ class Source {
  protected:
   void add_column(std::string name, std::string unit, DType dtype, Kind kind, std::string help) {
     columns_.push_back(ColumnSpec{std::move(name), std::move(unit), dtype, kind, std::move(help)});
+  }
+  // Columns [first, last) get a value once per window of at least `window_ns` (ColumnSpec).
+  void set_window(std::size_t first, std::size_t last, std::int64_t window_ns) {
+    for (std::size_t i = first; i < last && i < columns_.size(); ++i) {
+      columns_[i].window_ns = window_ns;
+    }
   }
 
   // Record a successful read. Counters have a single writer (the sampler thread), so a relaxed

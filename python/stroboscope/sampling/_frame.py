@@ -230,12 +230,14 @@ class Frame:
         ----------
         fill : None or "forward"
             ``None`` keeps nulls where they are. ``"forward"`` carries each numeric column's
-            last value into the null rows after it in which its source was not due (a source
-            read every n ticks, at its natural resolution, then has a value in every row): the
-            value a reader would have seen then. A null at or past the source's read period
-            after the last value is a read that failed, or a process that exited, and stays
-            null; so do the rows before a column's first value. (Frames of a sampler know each
-            source's period; a recovered table does not, and every null is filled there.)
+            last value into the null rows after it until the next reading of that column was
+            due: the source's next read (a source read every n ticks, at its natural
+            resolution), or for a rate or share written once per window (``cpu_window``,
+            ``rate_window``: cpu %, bytes/s, PSI) the end of the next window, so such a column
+            has a value in every row: the value a reader would have seen then. A null at or
+            past that is a read that failed, or a process that exited, and stays null; so do
+            the rows before a column's first value. (Frames of a sampler know each column's
+            period and window; a recovered table does not, and every null is filled there.)
         """
         if fill not in (None, "forward"):
             raise ValueError(f"fill must be None or 'forward', got {fill!r}")

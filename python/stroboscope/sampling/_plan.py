@@ -27,9 +27,10 @@ class SourcePlan:
         Per source, what it said of itself when built here: ``columns``, ``interface``,
         ``resolution_ns``, ``resolution_reason``.
     fill_within_ns : dict of str to int
-        Per column, how long after its last value a null means "not due" (its read period
-        less half a tick of lateness): ``Frame.to_arrow(fill="forward")`` fills those nulls
-        and leaves later ones (failed reads) null.
+        Per column, how long after its last value a null means "not due" (until its next
+        reading, :func:`value_holds_ns`, less half a tick of lateness):
+        ``Frame.to_arrow(fill="forward")`` fills those nulls and leaves later ones (failed
+        reads) null.
     """
 
     specs: list[tuple[str, int]]
@@ -64,11 +65,23 @@ def plan_sources(
         for name, every in asked
     ]
     fill = {
-        c["name"]: every * interval_ns - interval_ns // 2
+        c["name"]: value_holds_ns(
+            every * interval_ns, details[name].get("windows_ns", {}).get(c["name"], 0)
+        )
+        - interval_ns // 2
         for name, every in specs
         for c in details[name]["columns"]
     }
     return SourcePlan(specs, details, fill)
+
+
+def value_holds_ns(period_ns: int, window_ns: int) -> int:
+    """How long after a value its column's next reading may come: one read period, or, for a
+    column written once per window of at least ``window_ns`` (a rate over ``cpu_window`` or
+    ``rate_window``), the first read at or past the window's end. Reads happen on ticks whose
+    times jitter by microseconds, so a window that is a whole number of periods may close one
+    read later: ``(window // period + 1)`` periods (one period when there is no window)."""
+    return period_ns * (window_ns // period_ns + 1)
 
 
 def refuse_gpus_without_gpu_source(
