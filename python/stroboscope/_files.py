@@ -79,6 +79,26 @@ def open_regular(
     return fd, st
 
 
+def fd_source(fd: int) -> str:
+    """The path of an open descriptor, ``/proc/self/fd/N``, for a reader written in C++
+    (pyarrow): it opens the very file checked through ``fd`` and reads it with its own native
+    file. Never hand pyarrow a Python file object: it is released on pyarrow's I/O threads, which
+    can abort the interpreter at exit (apache/arrow issue 49942)."""
+    return f"/proc/self/fd/{fd}"
+
+
+@contextlib.contextmanager
+def regular_source(
+    path: str | os.PathLike[str], what: str, *, error: type[Exception] = ValueError
+) -> Iterator[str]:
+    """:func:`open_regular`, then :func:`fd_source` of it for pyarrow; closed on exit."""
+    fd, _st = open_regular(path, what, error=error)
+    try:
+        yield fd_source(fd)
+    finally:
+        os.close(fd)
+
+
 def open_regular_file(
     path: str | os.PathLike[str], what: str, *, error: type[Exception] = ValueError
 ) -> BinaryIO:

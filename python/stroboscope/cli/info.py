@@ -9,7 +9,7 @@ import os
 import shlex
 from typing import Any
 
-from stroboscope._files import open_regular_file
+from stroboscope._files import open_regular_file, regular_source
 from stroboscope._provenance_json import loads
 from stroboscope.cli import _args
 from stroboscope.sampling import available_sources, gpu_status
@@ -70,8 +70,8 @@ def read_provenance(path: str) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
         try:
-            with open_regular_file(path, "recording") as f:  # a FIFO: refused, not awaited
-                schema = pq.read_schema(f)
+            with regular_source(path, "recording") as src:  # a FIFO: refused, not awaited
+                schema = pq.read_schema(src)
         except (OSError, pa.ArrowException) as exc:
             raise ValueError(f"{path} cannot be read as Parquet: {exc}") from None
         try:

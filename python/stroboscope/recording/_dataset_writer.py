@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stroboscope._files import open_regular_file
+from stroboscope._files import regular_source
 from stroboscope._identity import Identity, detect_identity
 from stroboscope.export.dataset import (
     claim_partition,
@@ -257,8 +257,8 @@ class DatasetWriter(SegmentWriter):
         through although the write then failed, e.g. fsync of the directory), else None."""
         path = os.path.join(partition_dir(self.root, self.identity), name)
         try:
-            with open_regular_file(path, "part") as f:  # a FIFO: refused, not awaited
-                meta = pq.read_metadata(f)
+            with regular_source(path, "part") as src:  # a FIFO: refused, not awaited
+                meta = pq.read_metadata(src)
             first = int((meta.schema.to_arrow_schema().metadata or {})[FIRST_ROW_KEY])
         except (OSError, KeyError, ValueError, pa.ArrowException):
             return None

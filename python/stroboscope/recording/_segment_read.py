@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from stroboscope._files import fd_source
 from stroboscope.recording._spool_header import SpoolError, open_regular
 
 FIRST_ROW_KEY = b"stroboscope.first_row"
@@ -50,13 +51,14 @@ def segment_extent(
 ) -> tuple[int, int]:
     """``(first row, rows)`` of a segment, from its Parquet footer, checked as when it is read."""
     fd, _st = open_segment(seg, h["uid"])
-    with os.fdopen(fd, "rb") as f:
-        try:
-            footer = pq.ParquetFile(f)
-            schema = footer.schema_arrow
-            n = footer.metadata.num_rows
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+    try:
+        meta = pq.read_metadata(fd_source(fd))  # pyarrow's own file, never a Python one
+        schema = meta.schema.to_arrow_schema()
+        n = meta.num_rows
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+    finally:
+        os.close(fd)
     check_schema(seg, schema, want)
     return first_row(seg, schema.metadata, n, h["head"]), n
 
@@ -70,11 +72,13 @@ def read_segment(
     """A segment file read whole (it is one segment's rows), or only its ``columns``, checked to
     be a regular file of the spool's owner with the spool's columns."""
     fd, _st = open_segment(seg, uid)
-    with os.fdopen(fd, "rb") as f:
-        try:
-            table = pq.read_table(f, columns=None if columns is None else list(columns))
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+    try:
+        pf = pq.ParquetFile(fd_source(fd))  # pyarrow's own file, never a Python one
+        table = pf.read(columns=None if columns is None else list(columns))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+    finally:
+        os.close(fd)
     if columns is not None:
         want = [w for w in want if w[0] in set(columns)]
     check_schema(seg, table.schema, want)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from stroboscope._files import open_regular_file, read_regular
+from stroboscope._files import read_regular, regular_source
 from stroboscope._provenance_json import PROVENANCE_KEY, attach, dumps, from_schema
 from stroboscope.sampling._clock_sync import clock_sync
 from stroboscope.sampling._provenance_identity import identity_facts
@@ -260,8 +260,8 @@ def _segment_time(path: str, last: bool) -> int | None:
     """The first (or last) ``time`` of a Parquet segment, reading one row group's column."""
     import pyarrow.parquet as pq
 
-    with open_regular_file(path, "segment") as raw:  # a FIFO: refused, not awaited
-        f = pq.ParquetFile(raw)
+    with regular_source(path, "segment") as src:  # a FIFO: refused, not awaited
+        f = pq.ParquetFile(src)
         groups = f.metadata.num_row_groups
         if groups == 0:
             return None
