@@ -12,20 +12,14 @@ import gc
 import math
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pytest
 import stroboscope
 from _fake_proc import PID, many_cores_proc
+from _refusals import Ctx, assert_refused, params
 from stroboscope import sampling
-
-
-@dataclass
-class Ctx:
-    tmp: Path
-    monkeypatch: pytest.MonkeyPatch
 
 
 def base(**kwargs: object) -> Callable[[Ctx], object]:
@@ -325,10 +319,7 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("call", "exc", "pattern"),
-    [pytest.param(call, exc, pattern, id=name) for name, call, exc, pattern in BAD_INPUTS],
-)
+@pytest.mark.parametrize(("call", "exc", "pattern"), params(BAD_INPUTS))
 def test_bad_input_is_refused_naming_the_argument(
     call: Callable[[Ctx], object],
     exc: type[Exception],
@@ -336,14 +327,7 @@ def test_bad_input_is_refused_naming_the_argument(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    with pytest.raises(exc) as info:
-        call(Ctx(tmp_path, monkeypatch))
-    assert type(info.value) is exc  # not a subclass standing in for it
-    assert re.search(pattern, str(info.value)), str(info.value)
-    assert os.listdir(work) == []  # refused before anything was created
+    assert_refused(call, exc, pattern, tmp_path, monkeypatch)
 
 
 def test_the_suggested_sources_list_is_valid() -> None:

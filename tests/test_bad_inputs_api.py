@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
 import pytest
 import stroboscope
+from _refusals import Ctx, assert_refused, params
 from stroboscope._identity import Identity
 from stroboscope.compat._training import TrainingRecorder
 from stroboscope.compat.lightning import LightningHooks
@@ -23,12 +23,6 @@ from stroboscope.compat.zeus import ZeusMonitor
 from stroboscope.export.dataset import write_part
 from stroboscope.senders._base import as_sender
 from stroboscope.senders._dispatch import SenderWorker
-
-
-class Ctx:
-    def __init__(self, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.tmp = tmp
-        self.monkeypatch = monkeypatch
 
 
 def monitor(**kwargs: object) -> Callable[[Ctx], object]:
@@ -199,10 +193,7 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("call", "exc", "pattern"),
-    [pytest.param(call, exc, pattern, id=name) for name, call, exc, pattern in BAD_INPUTS],
-)
+@pytest.mark.parametrize(("call", "exc", "pattern"), params(BAD_INPUTS))
 def test_bad_argument_is_refused_naming_it(
     call: Callable[[Ctx], object],
     exc: type[Exception],
@@ -210,14 +201,7 @@ def test_bad_argument_is_refused_naming_it(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    with pytest.raises(exc) as info:
-        call(Ctx(tmp_path, monkeypatch))
-    assert type(info.value) is exc  # not a subclass standing in for it
-    assert re.search(pattern, str(info.value)), str(info.value)
-    assert os.listdir(work) == []  # refused before anything was created
+    assert_refused(call, exc, pattern, tmp_path, monkeypatch)
 
 
 def test_valid_text_and_arguments_still_pass(tmp_path: Path) -> None:
