@@ -281,6 +281,7 @@ def _record(
         raise
     finally:
         status.clear()
+        sampler.stop()  # the recording ends here, not after a slow endpoint's last flush
         exporters.close()  # the last window goes out while the sampler still holds it
         sampler.close()
         if sampled_s is None:
