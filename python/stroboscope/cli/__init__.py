@@ -13,6 +13,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from stroboscope.analysis.summary import printable
 from stroboscope.cli import info, record, recover, report
 
 
@@ -54,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:
             raise
         except (ValueError, TypeError, OSError, RuntimeError, ImportError) as exc:
-            print(f"stroboscope {args.cmd}: error: {exc}", file=sys.stderr)
+            # the message may quote names from files and data: one line, no control character
+            print(f"stroboscope {args.cmd}: error: {printable(exc)}", file=sys.stderr)
             return 2
     except BrokenPipeError:
         return _broken_pipe()

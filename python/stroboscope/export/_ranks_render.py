@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from stroboscope.analysis.summary import fmt_seconds, fmt_value, text_table
+from stroboscope.analysis.summary import fmt_seconds, fmt_value, printable, text_table
 from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
 from stroboscope.export._ranks_figures import METRICS
 from stroboscope.sampling._provenance import iso_utc
@@ -162,13 +162,14 @@ def _sections(report: ClusterReport, table: Render, heading: Text, para: Text) -
 
 
 def render_text(report: ClusterReport) -> str:
-    """The terminal report."""
+    """The terminal report; every text in it escaped by :func:`printable` (host, job and scope
+    names, the root's path: no control character reaches the terminal)."""
 
     def table(t: Table) -> str:
         return text_table(*t)
 
-    head = f"== cluster report: {report.root}  ({len(report.rows)} ranks)"
-    body = _sections(report, table, lambda t: f"\n{t}:", lambda t: t)
+    head = f"== cluster report: {printable(report.root)}  ({len(report.rows)} ranks)"
+    body = _sections(report, table, lambda t: f"\n{printable(t)}:", printable)
     return "\n".join([head, *body]) + "\n"
 
 
