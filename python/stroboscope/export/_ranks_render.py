@@ -53,9 +53,13 @@ def _rows_of(report: ClusterReport, job: JobSummary) -> list[tuple[str, ...]]:
 
 
 def rank_table(report: ClusterReport, job: JobSummary) -> Table:
-    """Per rank: step times and resource figures, and the verdict."""
-    header = ("rank", "host", "local", "steps", "median", "p90", *(m.title for m in METRICS), "")
-    return header, _rows_of(report, job), 3
+    """Per rank: step times and resource figures, and the verdict (a ``verdict`` column only
+    where a rank of the job straggles: otherwise it would be empty in every row)."""
+    header = ("rank", "host", "local", "steps", "median", "p90", *(m.title for m in METRICS))
+    rows = _rows_of(report, job)
+    if any(r[-1] for r in rows):
+        return (*header, "verdict"), rows, 3
+    return header, [r[:-1] for r in rows], 3
 
 
 def clock_table(job: JobSummary) -> Table:
