@@ -97,3 +97,49 @@ def test_record_pushes_otlp_while_it_records(tmp_path: Path) -> None:
     names = set().union(*(metrics(r) for r in requests))
     assert {"system.memory.usage", "system.cpu.utilization"} <= names, names
     assert resource(requests[-1])["host.name"] == socket.gethostname()
+
+
+@pytest.mark.parametrize("scheme", ["http", "grpc"])
+def test_a_hanging_otlp_endpoint_does_not_stretch_the_recording(
+    tmp_path: Path, scheme: str
+) -> None:
+    # An endpoint that accepts and never answers: the exporter's last flush waits out its
+    # bounded timeout (2 s export + 1 s here). The sampler ran on through it, so --duration 3
+    # recorded ~5 s.
+    pytest.importorskip("opentelemetry.sdk")
+    if scheme == "grpc":
+        pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
+    import threading
+
+    held: list[socket.socket] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def hold() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:  # closed below
+                return
+
+    threading.Thread(target=hold, daemon=True).start()
+    out = tmp_path / "run.parquet"
+    endpoint = f"{scheme}://127.0.0.1:{listener.getsockname()[1]}" + (
+        "/v1/metrics" if scheme == "http" else ""
+    )
+    duration, interval = 3.0, 0.01
+    try:
+        proc = _record(
+            "-o", str(out), "--otlp", endpoint, "--otlp-interval", "2", "--interval",
+            str(interval), "--duration", str(duration),
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=120)
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+    assert proc.returncode == 0, err
+    mono = pq.read_table(out, columns=["mono_ns"]).column("mono_ns").to_pylist()
+    span_s = (max(mono) - min(mono)) / 1e9
+    # the rows cover --duration, not the flush after it: within 0.6 s (scheduling on a busy
+    # machine), where the flush alone would add 2 s or more
+    assert duration - 0.6 <= span_s <= duration + 0.6, span_s

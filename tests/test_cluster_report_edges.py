@@ -242,3 +242,36 @@ def test_markdown_shows_hostile_names_as_text(tmp_path: Path) -> None:
     assert f"job {_shown(HOSTILE_JOB)}" in texts
     assert f"step: {HOSTILE_SCOPE!r} (given)" in texts
     assert f"job {_shown(HOSTILE_JOB)} rank 4: no clock anchor, its steps are not aligned" in texts
+
+
+def _md_tables(md: str) -> list[list[list[str]]]:
+    """Each pipe table of ``md`` as rows of cells (the alignment row left out)."""
+    tables: list[list[list[str]]] = []
+    previous = False
+    for line in md.splitlines():
+        is_row = line.startswith("|")
+        if is_row and not re.fullmatch(r"\|(-+:?\|)+", line):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+            if not previous:
+                tables.append([])
+            tables[-1].append(cells)
+        previous = is_row
+    return tables
+
+
+@pytest.mark.parametrize("straggler", ["3,5", "100,100"])  # rank 3 straggles; nobody does
+def test_every_markdown_column_has_a_name_and_a_value(
+    dataset: Path, tmp_path: Path, straggler: str
+) -> None:
+    out = tmp_path / "r.md"
+    assert main(["report", str(dataset), "--straggler", straggler, "-o", str(out)]) == 0
+    tables = _md_tables(out.read_text())
+    assert len(tables) >= 2  # ranks and clocks
+    for header, *rows in tables:
+        assert all(header), header  # no anonymous column
+        for i, name in enumerate(header):
+            assert any(r[i] for r in rows), f"column {name!r} is empty in every row"
+        assert all(len(r) == len(header) for r in rows)
+    [ranks] = [t for t in tables if t[0][:2] == ["rank", "host"] and "median" in t[0]]
+    flagged = [r[0] for r in ranks[1:] if "STRAGGLER" in r]
+    assert flagged == (["3"] if straggler == "3,5" else [])

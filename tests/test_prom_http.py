@@ -360,6 +360,9 @@ def test_the_exporter_and_the_sender_take_the_bounds() -> None:
         ({"timeout": 0}, ValueError, "timeout must be a positive finite number of seconds"),
         ({"timeout": float("nan")}, ValueError, "timeout must be a positive finite number"),
         ({"timeout": "5"}, TypeError, "timeout must be a number of seconds"),
+        # settimeout() overflowed in each connection's thread: every scrape went unanswered
+        ({"timeout": 1e300}, ValueError, r"timeout must be at most 3600 seconds .*1e\+300"),
+        ({"timeout": 3600.5}, ValueError, r"timeout must be at most 3600 seconds"),
         ({"max_connections": 0}, ValueError, r"max_connections must be within \[1, 1024\]"),
         ({"max_connections": 1.5}, TypeError, "max_connections must be an int"),
         ({"max_connections": True}, TypeError, "max_connections must be an int"),
@@ -370,3 +373,43 @@ def test_the_exporter_and_the_sender_take_the_bounds() -> None:
             PrometheusSender(port=0, **bad)
         with pytest.raises(error, match=match):
             PrometheusExporter(s, port=0, **bad)
+
+
+def test_the_longest_timeout_is_accepted() -> None:
+    sender = PrometheusSender(port=0, timeout=3600)
+    try:
+        assert sender._server.timeout_s == 3600
+        with urllib.request.urlopen(sender.url, timeout=30) as r:
+            assert r.status == 200  # answered: each connection's socket took the timeout
+    finally:
+        sender.close()
+
+
+def test_a_connection_that_fails_in_the_server_is_logged_rate_limited(
+    started: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    server, url = started(timeout=5)
+    server.timeout_s = 1e300  # any fault of the server's own (here settimeout overflows)
+    caplog.set_level("DEBUG", logger="stroboscope.cluster")
+    for _ in range(3):
+        with pytest.raises(OSError):  # the scrape gets no answer
+            gauge_value(url)
+    wait_for("the connections to be gone", lambda: server.stats().open == 0)
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, [r.getMessage() for r in caplog.records]  # then once a period
+    message = warnings[0].getMessage()
+    assert "/metrics" in message and "OverflowError" in message, message
+    assert warnings[0].exc_info is not None
+
+
+def test_the_command_line_refuses_a_huge_timeout(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stroboscope.cli import main
+
+    out = tmp_path / "x.parquet"
+    spec = "prometheus:port=0,timeout=1e300"
+    assert main(["record", "--sender", spec, "--duration", "1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--sender {spec}: timeout must be at most 3600 seconds" in err, err
+    assert not out.exists()

@@ -142,3 +142,33 @@ def test_hostile_host_and_step_names_in_the_cluster_timeline(
     _assert_drawn_as_text(figures, [SCOPE, f"rank 0 ({host})", f"rank 1 ({host})"])
     texts: set[Any] = {t.get_text() for t in _texts(fig)}
     assert f"{SCOPE} call number" in texts and f"rank 0 ({host})" in texts
+
+
+def _drawn_tick_labels(fig: Figure) -> list[Text]:
+    axes = [axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)]
+    return [
+        t
+        for axis in axes
+        for t in axis.get_ticklabels(minor=False) + axis.get_ticklabels(minor=True)
+        if t.get_visible() and t.get_text()
+    ]
+
+
+def test_tick_labels_matplotlib_formats_keep_their_math(figures: list[Figure]) -> None:
+    # The timing figure has log axes: matplotlib's LogFormatter writes its labels as mathtext
+    # ("$\mathdefault{10^{0}}$"); they were drawn as those raw characters.
+    series = [_series(MATH, ["mem.used_bytes"], [SCOPE])]
+    _plots.render_plots(series, {MATH: ([10.0, 100.0, 1000.0], [3, 1, 2])})
+    [timing] = [fig for fig in figures if fig.get_suptitle() == "Sampler timing"]
+    renderer = timing.canvas.get_renderer()  # type: ignore[attr-defined]
+    formatted = [t for t in _drawn_tick_labels(timing) if t.get_text().startswith("$")]
+    assert len(formatted) >= 4, [t.get_text() for t in _drawn_tick_labels(timing)]
+    for t in formatted:
+        assert t.get_parse_math() is True, t.get_text()
+        # drawn as math, "10" with a superscript is narrower than its 22 raw characters
+        as_drawn = t.get_window_extent(renderer).width
+        raw = Text(text=t.get_text(), fontproperties=t.get_fontproperties(), parse_math=False)
+        raw.set_figure(timing)
+        assert as_drawn < raw.get_window_extent(renderer).width / 2, t.get_text()
+    # the names from the data in the same figure stay text
+    _assert_drawn_as_text([timing], [MATH])

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
+import resource
 import signal
 import sys
 from collections.abc import Sequence
 
+from stroboscope.analysis.summary import printable
 from stroboscope.cli import info, record, recover, report
 
 
@@ -54,11 +57,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:
             raise
         except (ValueError, TypeError, OSError, RuntimeError, ImportError) as exc:
-            print(f"stroboscope {args.cmd}: error: {exc}", file=sys.stderr)
+            # the message may quote names from files and data: one line, no control character
+            print(f"stroboscope {args.cmd}: error: {_error_text(exc)}", file=sys.stderr)
             return 2
     except BrokenPipeError:
         return _broken_pipe()
     return int(result)
+
+
+def _error_text(exc: BaseException) -> str:
+    """The message of a failed command on one line, with what to do when it ran out of file
+    descriptors (the message alone, ``[Errno 24] Too many open files``, does not say)."""
+    text = printable(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        text += (
+            f" (this process may have at most {soft} open files, its RLIMIT_NOFILE: raise it "
+            f"with `ulimit -n {max(1024, 4 * soft)}` in the shell that runs stroboscope)"
+        )
+    elif isinstance(exc, OSError) and exc.errno == errno.ENFILE:
+        text += " (the system's table of open files is full: see fs.file-max)"
+    return text
 
 
 def _broken_pipe() -> int:

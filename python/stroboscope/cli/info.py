@@ -11,6 +11,7 @@ from typing import Any
 
 from stroboscope._files import open_regular_file, regular_source
 from stroboscope._provenance_json import loads
+from stroboscope.analysis.summary import printable
 from stroboscope.cli import _args
 from stroboscope.sampling import available_sources, gpu_status
 
@@ -94,7 +95,8 @@ def _load_sidecar(path: str) -> dict[str, Any]:
 
 
 def format_provenance(prov: dict[str, Any]) -> str:
-    """The provenance as readable lines (``key: value``; sources and GPUs one per line)."""
+    """The provenance as readable lines (``key: value``; sources and GPUs one per line), each
+    value from the file with its control characters escaped (:func:`printable`)."""
     lines = []
     clock = prov.get("clock") or {}
     unknown = "unknown"
@@ -142,7 +144,7 @@ def format_provenance(prov: dict[str, Any]) -> str:
             lines.append(f"  {gpus['reason']}")
     if prov.get("missing"):
         show("not known", ", ".join(prov["missing"]))
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -92,7 +92,12 @@ def _build(
                 "spool", spool, dump=args.output, format=fmt, remove_source=not args.keep_spool
             )
             watchdog = Watchdog([job])
-            watchdog.start()
+            try:
+                watchdog.start()
+            except OSError as exc:  # its pipes and child process: out of descriptors, ...
+                raise OSError(
+                    exc.errno, f"cannot start the watchdog process that writes -o: {exc.strerror}"
+                ) from exc
     except BaseException:
         exporters.close()
         if publisher is not None:
@@ -281,6 +286,7 @@ def _record(
         raise
     finally:
         status.clear()
+        sampler.stop()  # the recording ends here, not after a slow endpoint's last flush
         exporters.close()  # the last window goes out while the sampler still holds it
         sampler.close()
         if sampled_s is None:

@@ -26,6 +26,7 @@ import logging
 import os
 import resource
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from stroboscope._checks import check_seconds, describe
+from stroboscope._ratelimit import RateLimitedLog
 
 logger = logging.getLogger("stroboscope.cluster")
 
@@ -41,6 +43,8 @@ DEFAULT_PORT = 9464
 """The port OpenTelemetry's Prometheus exporter uses by default, and so do we."""
 DEFAULT_TIMEOUT_S = 10.0
 """The longest a connection stays open (Prometheus's default scrape timeout is 10 s too)."""
+MAX_TIMEOUT_S = 3600.0
+"""The longest ``timeout`` accepted: an hour is already far beyond any scrape."""
 DEFAULT_MAX_CONNECTIONS = 16
 """Connections open at once (a Prometheus server scrapes over one at a time)."""
 MAX_CONNECTIONS = 1024
@@ -69,6 +73,17 @@ def check_addr(addr: object) -> str:
             f"'127.0.0.1', got {addr!r}"
         )
     return addr
+
+
+def check_timeout(value: object) -> float:
+    """``timeout`` as seconds in (0, :data:`MAX_TIMEOUT_S`], else TypeError/ValueError."""
+    seconds = check_seconds("timeout", value)
+    if seconds > MAX_TIMEOUT_S:
+        raise ValueError(
+            f"timeout must be at most {MAX_TIMEOUT_S:g} seconds (1 h), the longest a scrape "
+            f"connection may stay open, got {describe(value)}"
+        )
+    return seconds
 
 
 def check_max_connections(value: object) -> int:
@@ -151,6 +166,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         self._evicted: set[socket.socket] = set()
         self._wake = threading.Event()  # set by shutdown(): ends a pause of accepting at once
         self._pause = 0.0
+        self._log = RateLimitedLog(logger)  # faults of the server's own, not of its clients
         self._counts = dict.fromkeys(
             ("accepted", "evicted", "refused", "timed_out", "accept_paused"), 0
         )
@@ -224,10 +240,21 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
                 self._evicted.discard(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client gone or too slow (timeouts, resets, a hang-up by the deadline): not worth a
-        # traceback on stderr, the next scrape is another connection.
-        logger.debug(
-            "stroboscope: /metrics connection from %s ended", client_address, exc_info=True
+        # A client gone or too slow (timeouts, resets, a hang-up by the deadline) is an OSError:
+        # not worth a traceback on stderr, the next scrape is another connection. Anything else
+        # is the server's own fault and every scrape may hit it: a warning, once a period.
+        if isinstance(sys.exc_info()[1], OSError):
+            logger.debug(
+                "stroboscope: /metrics connection from %s ended", client_address, exc_info=True
+            )
+            return
+        self._log(
+            logging.WARNING,
+            "stroboscope: /metrics connection from %s failed in the server, the scrape got no "
+            "answer: %s",
+            client_address,
+            _name_of(sys.exc_info()[1]),
+            exc_info=True,
         )
 
     # -- deadlines and closing ---------------------------------------------------------------
@@ -255,6 +282,10 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
             _hang_up(conn)
 
 
+def _name_of(exc: BaseException | None) -> str:
+    return f"{type(exc).__name__}: {exc}" if exc is not None else "unknown error"
+
+
 def _hang_up(conn: socket.socket) -> None:
     """End a connection another thread serves: its reads see the end, its writes fail, and that
     thread closes the descriptor (closing it here could close a descriptor reused meanwhile)."""
@@ -278,7 +309,7 @@ def serve(
     already in use raises :class:`OSError` (``errno.EADDRINUSE``) whose message names the port
     and address and what to do.
     """
-    timeout = check_seconds("timeout", timeout)
+    timeout = check_timeout(timeout)
     max_connections = check_max_connections(max_connections)
     try:
         from prometheus_client import make_wsgi_app

@@ -25,7 +25,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from stroboscope import _lifecycle
-from stroboscope._checks import check_seconds
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.cluster._prom_http import (
     DEFAULT_MAX_CONNECTIONS,
@@ -34,6 +33,7 @@ from stroboscope.cluster._prom_http import (
     check_addr,
     check_max_connections,
     check_port,
+    check_timeout,
     scrape_url,
     serve,
     shutdown,
@@ -147,7 +147,8 @@ class PrometheusExporter:
     prefix : str
         Put in front of every metric name (default ``"stroboscope_"``).
     timeout : float
-        Seconds a scrape connection may stay open (default 10), whatever the client does.
+        Seconds a scrape connection may stay open (default 10, at most 3600), whatever the
+        client does.
     max_connections : int
         Connections open at once (default 16, at most 1024). When all are taken, the oldest
         one still waiting for its request is closed; the server never takes the descriptors
@@ -178,7 +179,7 @@ class PrometheusExporter:
         port = check_port(port)
         self.addr = check_addr(addr)
         self.prefix = _check_prefix(prefix)
-        timeout = check_seconds("timeout", timeout)
+        timeout = check_timeout(timeout)
         max_connections = check_max_connections(max_connections)
         if identity is None:
             from stroboscope._identity import Identity, detect_identity

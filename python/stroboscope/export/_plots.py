@@ -68,20 +68,39 @@ def _figure(panels: int, sharex: bool = True) -> tuple[Figure, list[Axes]]:
 
 
 def plain_text(fig: Figure) -> None:
-    """Have every text on ``fig`` drawn as the characters it holds, never as mathtext.
+    """Have every text on ``fig`` that holds names drawn as its characters, never as mathtext.
 
-    Titles, labels, legends, tick labels and scope names carry names from the data (scopes,
-    columns, hosts, files); matplotlib reads a pair of ``$`` in one as a formula (``$a$`` drawn
-    as math, ``$\\x$`` an error that stops the report). Called on each figure before it is
-    drawn, so no text added by any plot escapes it; only the axes' offset texts (numbers
-    matplotlib formats itself) keep matplotlib's setting.
+    Titles, labels, legends, scope names and tick labels a caller gives (``set_yticks(...,
+    labels)``, any ``FuncFormatter``) carry names from the data (scopes, columns, hosts,
+    files); matplotlib reads a pair of ``$`` in one as a formula (``$a$`` drawn as math,
+    ``$\\x$`` an error that stops the report). Only texts matplotlib writes itself keep its
+    setting: the axes' offset texts and the tick labels of its number formatters (a log axis
+    labels ``10^0`` in mathtext). Called before the figure is first drawn and again before it
+    is saved, so ticks the layout adds are covered too.
     """
+    from matplotlib import ticker
     from matplotlib.text import Text
 
-    numbers = {axis.offsetText for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)}
-    for text in fig.findobj(Text):
-        if text not in numbers:
-            text.set_parse_math(False)
+    numbers = (
+        ticker.ScalarFormatter,
+        ticker.LogFormatter,
+        ticker.LogitFormatter,
+        ticker.PercentFormatter,
+        ticker.NullFormatter,
+    )
+    texts = fig.findobj(Text)  # first: listing an axis's children makes its ticks
+    own: set[Text] = set()  # texts matplotlib writes itself, from numbers
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            own.add(axis.offsetText)
+            for ticks, formatter in (
+                (axis.majorTicks, axis.get_major_formatter()),
+                (axis.minorTicks, axis.get_minor_formatter()),
+            ):
+                if isinstance(formatter, numbers):
+                    own.update(label for tick in ticks for label in (tick.label1, tick.label2))
+    for text in texts:
+        text.set_parse_math(text in own and text.get_parse_math())
 
 
 def _png(fig: Figure, key: str, title: str) -> Plot:
@@ -90,6 +109,7 @@ def _png(fig: Figure, key: str, title: str) -> Plot:
     FigureCanvasAgg(fig)  # the figure draws on Agg: no GUI backend, no pyplot
     plain_text(fig)  # before anything is drawn: names from the data are text
     fig.tight_layout()
+    plain_text(fig)  # the ticks the layout added
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     w_in, h_in = fig.get_size_inches()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from stroboscope.analysis.summary import fmt_seconds, fmt_value, text_table
+from stroboscope.analysis.summary import fmt_seconds, fmt_value, printable, text_table
 from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
 from stroboscope.export._ranks_figures import METRICS
 from stroboscope.sampling._provenance import iso_utc
@@ -53,9 +53,13 @@ def _rows_of(report: ClusterReport, job: JobSummary) -> list[tuple[str, ...]]:
 
 
 def rank_table(report: ClusterReport, job: JobSummary) -> Table:
-    """Per rank: step times and resource figures, and the verdict."""
-    header = ("rank", "host", "local", "steps", "median", "p90", *(m.title for m in METRICS), "")
-    return header, _rows_of(report, job), 3
+    """Per rank: step times and resource figures, and the verdict (a ``verdict`` column only
+    where a rank of the job straggles: otherwise it would be empty in every row)."""
+    header = ("rank", "host", "local", "steps", "median", "p90", *(m.title for m in METRICS))
+    rows = _rows_of(report, job)
+    if any(r[-1] for r in rows):
+        return (*header, "verdict"), rows, 3
+    return header, [r[:-1] for r in rows], 3
 
 
 def clock_table(job: JobSummary) -> Table:
@@ -162,13 +166,14 @@ def _sections(report: ClusterReport, table: Render, heading: Text, para: Text) -
 
 
 def render_text(report: ClusterReport) -> str:
-    """The terminal report."""
+    """The terminal report; every text in it escaped by :func:`printable` (host, job and scope
+    names, the root's path: no control character reaches the terminal)."""
 
     def table(t: Table) -> str:
         return text_table(*t)
 
-    head = f"== cluster report: {report.root}  ({len(report.rows)} ranks)"
-    body = _sections(report, table, lambda t: f"\n{t}:", lambda t: t)
+    head = f"== cluster report: {printable(report.root)}  ({len(report.rows)} ranks)"
+    body = _sections(report, table, lambda t: f"\n{printable(t)}:", printable)
     return "\n".join([head, *body]) + "\n"
 
 

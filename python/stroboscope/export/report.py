@@ -21,6 +21,7 @@ from stroboscope._files import replace_private
 from stroboscope.analysis.summary import (
     ColumnSummary,
     describe_columns,
+    printable,
     summarize,
 )
 from stroboscope.export import _meta
@@ -78,19 +79,20 @@ class Report:
         out = [("summary", summarize(s.table, summaries=self.describe(s)))]
         figures = _meta.sampler_figures(s.metadata)
         if figures:
-            out.append(("sampler", "\n".join(f"{k}: {v}" for k, v in figures)))
+            out.append(("sampler", "\n".join(printable(f"{k}: {v}") for k, v in figures)))
         missing = _meta.unavailable(s.metadata)
         if missing:
-            out.append(("not available", "\n".join(missing)))
+            out.append(("not available", "\n".join(printable(m) for m in missing)))
         if s.scopes is not None and s.scopes.num_rows:
             out.append(("scopes", scope_text(s.table, s.scopes)))
         return out
 
     def text(self) -> str:
-        """The terminal report: per series, its summary and what came with it."""
+        """The terminal report: per series, its summary and what came with it; names and
+        texts from the files with their control characters escaped (:func:`printable`)."""
         parts = []
         for s in self.series:
-            parts.append(f"== {s.label}  ({s.source})")
+            parts.append(printable(f"== {s.label}  ({s.source})"))
             for title, body in self.sections(s):
                 parts.append(body if title == "summary" else f"\n{title}:\n{body}")
             parts.append("")

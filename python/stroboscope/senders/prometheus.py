@@ -7,7 +7,6 @@ import re
 import threading
 from typing import Any
 
-from stroboscope._checks import check_seconds
 from stroboscope.cluster._prom_http import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_PORT,
@@ -15,6 +14,7 @@ from stroboscope.cluster._prom_http import (
     check_addr,
     check_max_connections,
     check_port,
+    check_timeout,
     scrape_url,
     serve,
     shutdown,
@@ -47,7 +47,8 @@ class PrometheusSender(BuiltinSender):
     prefix : str
         Put in front of every metric name (default ``"stroboscope_"``).
     timeout : float
-        Seconds a scrape connection may stay open (default 10), whatever the client does.
+        Seconds a scrape connection may stay open (default 10, at most 3600), whatever the
+        client does.
     max_connections : int
         Connections open at once (default 16, at most 1024); the oldest one still waiting for
         its request makes room for a new one. The server never takes the descriptors the rest
@@ -73,7 +74,7 @@ class PrometheusSender(BuiltinSender):
             raise missing_extra("PrometheusSender", "prometheus", exc) from exc
         port = check_port(port)
         addr = check_addr(addr)
-        timeout = check_seconds("timeout", timeout)
+        timeout = check_timeout(timeout)
         max_connections = check_max_connections(max_connections)
         self._gauge_cls = Gauge
         self.registry = CollectorRegistry(auto_describe=True)
