@@ -45,6 +45,21 @@ def check_schema(seg: str, schema: pa.Schema, want: list[tuple[str, pa.DataType]
         raise SpoolError(f"segment {seg} has another schema than its spool: column {diff}")
 
 
+def _segment_bytes(seg: str, uid: int) -> pa.BufferReader:
+    """The segment's bytes (opened as :func:`open_segment`), read on this thread into Arrow's
+    own memory, for ``pq.read_table``.
+
+    Given the file object instead, ``read_table``'s pool threads call it and later release the
+    bytes it returned, taking the GIL from threads Python never made; when tracemalloc stops
+    meanwhile, CPython 3.11 crashes in such a thread (python/cpython#128679). A segment is one
+    segment's rows, read whole anyway."""
+    fd, st = open_segment(seg, uid)
+    with os.fdopen(fd, "rb") as f:
+        buf = pa.allocate_buffer(st.st_size)
+        got = f.readinto(memoryview(buf))  # a segment is written whole, then renamed
+    return pa.BufferReader(buf.slice(0, got))
+
+
 def segment_extent(
     seg: str, h: dict[str, Any], want: list[tuple[str, pa.DataType]]
 ) -> tuple[int, int]:
@@ -52,7 +67,7 @@ def segment_extent(
     fd, _st = open_segment(seg, h["uid"])
     with os.fdopen(fd, "rb") as f:
         try:
-            footer = pq.ParquetFile(f)
+            footer = pq.ParquetFile(f)  # the footer alone, read on this thread (no pre-buffer)
             schema = footer.schema_arrow
             n = footer.metadata.num_rows
         except (OSError, ValueError, pa.ArrowException) as exc:
@@ -69,12 +84,11 @@ def read_segment(
 ) -> pa.Table:
     """A segment file read whole (it is one segment's rows), or only its ``columns``, checked to
     be a regular file of the spool's owner with the spool's columns."""
-    fd, _st = open_segment(seg, uid)
-    with os.fdopen(fd, "rb") as f:
-        try:
-            table = pq.read_table(f, columns=None if columns is None else list(columns))
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+    source = _segment_bytes(seg, uid)
+    try:
+        table = pq.read_table(source, columns=None if columns is None else list(columns))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
     if columns is not None:
         want = [w for w in want if w[0] in set(columns)]
     check_schema(seg, table.schema, want)

@@ -261,11 +261,14 @@ def _segment_time(path: str, last: bool) -> int | None:
     import pyarrow.parquet as pq
 
     with open_regular_file(path, "segment") as raw:  # a FIFO: refused, not awaited
-        f = pq.ParquetFile(raw)
+        # Read on this thread only: pyarrow's pool threads must not call (and later release)
+        # a Python file object's reads (see recording/_segment_read.py, _segment_bytes).
+        f = pq.ParquetFile(raw, pre_buffer=False)
         groups = f.metadata.num_row_groups
         if groups == 0:
             return None
-        times = f.read_row_group(groups - 1 if last else 0, columns=["time"]).column(0)
+        group = groups - 1 if last else 0
+        times = f.read_row_group(group, columns=["time"], use_threads=False).column(0)
     if len(times) == 0:
         return None
     return _ns(times[-1 if last else 0])
