@@ -19,6 +19,8 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +31,7 @@ from stroboscope.analysis.attribution import attribute_trace
 from stroboscope.analysis.energy import window_energy
 from stroboscope.analysis.scope_summary import summary
 from stroboscope.sampling import Sampler
+from stroboscope.sampling._energy import EnergyWindows
 
 MS = 1_000_000
 POWER_W = 500.0
@@ -121,6 +124,43 @@ def test_without_the_counter_all_paths_integrate_the_power(tmp_path: Path) -> No
     windows = [(20 * MS + 123_456, 22 * MS + 223_456), (30 * MS + 1, 51 * MS + 1)]
     for (a, b), *got in zip(windows, *three_paths(table, windows, tmp_path)):
         assert got == pytest.approx([POWER_W * (b - a) / 1e9] * 3, rel=1e-9)
+
+
+class ScriptedRing(EnergyWindows):
+    """Energy windows over a made frame standing in for the ring: its first ``visible`` rows
+    are there at the first look, then one more row lands per look (as the sampler's ticks copy
+    the poll thread's readings, each a little after it was taken)."""
+
+    def __init__(self, table: pa.Table, visible: int) -> None:
+        self.table, self.visible, self.looks = table, visible, 0
+        self._core = cast(Any, SimpleNamespace(running=True, request_tick=lambda: None))
+        self._interval = 0.001
+
+    def _rows(self, first_row: int) -> tuple[int, pa.Table]:
+        first = max(first_row, 0)
+        rows = self.table.slice(first, max(self.visible - first, 0))
+        self.visible, self.looks = min(self.visible + 1, self.table.num_rows), self.looks + 1
+        return first, rows
+
+
+def test_an_end_waits_for_a_step_after_it_not_one_it_had_not_seen_land() -> None:
+    # Readings every 1 ms from 3 ms; the counter steps every 4 ms, first shown by the reading
+    # at 20 ms (its knot). The end (20.3 ms) comes after that reading was taken but before its
+    # row reached the ring: the first look sees readings up to 19 ms only. The step the end
+    # must wait for is the next one, first shown by the reading at 24 ms.
+    reads = [3 * MS + k * MS for k in range(40)]
+    table = stepped_frame(reads)
+    a, end = 10 * MS + 500_000, 20 * MS + 300_000
+    ring = ScriptedRing(table, visible=reads.index(19 * MS) + 1)
+    came, _ = ring._await_step(end, 0, limit_s=30.0)
+    seen = table.slice(0, ring.visible - 1)  # the rows the last look returned
+    got, recorded = window_energy(seen, a, end)[0], window_energy(table, a, end)[0]
+    assert came and not got.extrapolated  # the live window's claim, on the rows it saw
+    assert 24 * MS in seen.column("gpu.read_mono_ns").to_pylist()
+    assert got.method == "counter" and got.hard_bounds
+    assert got.joules == pytest.approx(recorded.joules, rel=1e-12)
+    truth = POWER_W * (end - a) / 1e9
+    assert abs(got.joules - truth) <= tolerance_j(table, a, end), (got.joules, truth)
 
 
 def test_a_live_window_gives_the_recorded_frame_figure_and_the_truth(

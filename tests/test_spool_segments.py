@@ -7,15 +7,17 @@ import errno
 import gc
 import logging
 import os
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 import stroboscope.recording.segments as segments
 from stroboscope import Sampler, recover
-from stroboscope.recording.spool import segment_paths
+from stroboscope.recording.spool import read_spool, segment_paths
 
 
 def _failing_writes(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[str]:
@@ -171,3 +173,56 @@ def test_recover_command_streams_one_part_at_a_time(tmp_path: Path, suffix: str)
     else:
         written = pacsv.read_csv(out)
         assert written.column("mono_ns").to_pylist() == whole.column("mono_ns").to_pylist()
+
+
+class _CallingThreads:
+    """A file object that notes the thread of every call made on it (pyarrow calls a file
+    object's methods from its own pool threads when it reads through one)."""
+
+    def __init__(self, f: Any, threads: set[int]) -> None:
+        self._f, self._threads = f, threads
+
+    def __enter__(self) -> _CallingThreads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+    def __getattr__(self, name: str) -> Any:
+        self._threads.add(threading.get_ident())
+        attr = getattr(self._f, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._threads.add(threading.get_ident())
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def test_a_segment_is_read_on_the_calling_thread_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read through a Python file object, pyarrow's pool threads call it, and release the bytes
+    # it returned, taking the GIL from threads Python never made; with tracemalloc stopped
+    # meanwhile (a memory test), CPython 3.11 crashed in such a thread (a segfault with no
+    # Python frame, the main thread in the next glob). The segment's bytes are read here.
+    path = tmp_path / "run.spool"
+    s = Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
+    s.tick_now(5)
+    s.close()
+    assert len(segment_paths(path)) == 1
+    threads: set[int] = set()
+    real = os.fdopen
+    # Every file object opened while recovering (the segment's reads, the provenance's).
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: _CallingThreads(real(*a, **k), threads))
+    frame = recover(path)
+    # pyarrow reads through its own native file (test_arrow_sources.py); a Python file object
+    # opened meanwhile is only ever called here.
+    assert threads <= {threading.get_ident()}
+    # The rows, from the segment, as the spool's ring (mapped, read without pyarrow) has them.
+    ring, _ = read_spool(path)
+    got = frame.to_arrow()
+    assert len(got) == ring.num_rows == 5
+    assert got.column("mono_ns").to_pylist() == ring.column("mono_ns").to_pylist()

@@ -118,22 +118,24 @@ def _counters(table: pa.Table) -> list[str]:
     return [c for c in table.column_names if c.startswith("gpu.") and c.endswith(".energy_mj")]
 
 
-def _values_at(table: pa.Table, at_ns: int) -> dict[str, float]:
-    """Per energy counter: its last value read at or before ``at_ns`` (counters without one
-    are left out)."""
-    out: dict[str, float] = {}
+def _follow_counters(
+    table: pa.Table, at_ns: int, held: dict[str, float], stepped: set[str]
+) -> None:
+    """Fold the next rows of the ring into ``held`` (per energy counter: its latest value
+    read at or before ``at_ns``) and ``stepped`` (the counters that show another value in a
+    reading after ``at_ns``: a knot after it, as a recorded frame will place it).
+
+    A reading taken at or before ``at_ns`` can reach the ring after the end looked at it (the
+    tick that copies it comes later), so the value held is updated from every batch; the
+    readings of one GPU reach the ring in the order they were taken, so once one after
+    ``at_ns`` is there, the value held before it is final."""
     for column in _counters(table):
         t, v = _counter(table, column)
         before = np.flatnonzero(t <= at_ns)
         if len(before):
-            out[column] = float(v[before[-1]])
-    return out
-
-
-def _stepped(table: pa.Table, column: str, at_ns: int, value: float) -> bool:
-    """Whether ``column`` shows a value other than ``value`` in a reading after ``at_ns``."""
-    t, v = _counter(table, column)
-    return bool(((t > at_ns) & (v != value)).any())
+            held[column] = float(v[before[-1]])
+        if column in held and bool(((t > at_ns) & (v != held[column])).any()):
+            stepped.add(column)
 
 
 def _knot_row(table: pa.Table, at_ns: int) -> tuple[int | None, bool]:
@@ -323,18 +325,15 @@ class EnergyWindows:
         seconds waited."""
         start = time.monotonic()
         row, came = first_row, False
-        held: dict[str, float] = {}  # per counter: its value at at_ns, until it steps
+        held: dict[str, float] = {}  # per counter: its value at at_ns (see _follow_counters)
+        stepped: set[str] = set()
         while True:
             first, table = self._rows(row)
-            if row == first_row:
-                held = _values_at(table, at_ns)
             row = first + table.num_rows
             came = came or int(_read_times(table).max(initial=-1)) >= at_ns
-            for column, value in list(held.items()):
-                if column in table.column_names and _stepped(table, column, at_ns, value):
-                    del held[column]
+            _follow_counters(table, at_ns, held, stepped)
             waited = time.monotonic() - start
-            if came and not held:
+            if came and stepped >= held.keys():
                 return True, waited
             if waited >= limit_s or not self._core.running:
                 return came, waited
