@@ -7,10 +7,11 @@ import argparse
 import json
 import os
 import shlex
+import sys
 from typing import Any
 
 from stroboscope._files import open_regular_file
-from stroboscope._provenance_json import loads
+from stroboscope._provenance_json import loads, unreadable, well_typed
 from stroboscope.cli import _args
 from stroboscope.sampling import available_sources, gpu_status
 
@@ -94,8 +95,12 @@ def _load_sidecar(path: str) -> dict[str, Any]:
 
 
 def format_provenance(prov: dict[str, Any]) -> str:
-    """The provenance as readable lines (``key: value``; sources and GPUs one per line)."""
+    """The provenance as readable lines (``key: value``; sources and GPUs one per line); a
+    field of the wrong type (see :func:`stroboscope._provenance_json.unreadable`) is shown as
+    unreadable, with why."""
     lines = []
+    bad = unreadable(prov)
+    prov = well_typed(prov)
     clock = prov.get("clock") or {}
     unknown = "unknown"
 
@@ -142,6 +147,8 @@ def format_provenance(prov: dict[str, Any]) -> str:
             lines.append(f"  {gpus['reason']}")
     if prov.get("missing"):
         show("not known", ", ".join(prov["missing"]))
+    for key, why in bad.items():
+        show(f"{key} (unreadable)", why)
     return "\n".join(lines)
 
 
@@ -150,6 +157,11 @@ def run(args: argparse.Namespace) -> int:
     if args.file is None:
         return _sources(args)
     prov = read_provenance(args.file)
+    for key, why in unreadable(prov).items():
+        print(
+            f"stroboscope info: note: {args.file}: provenance key {key!r} is unreadable ({why})",
+            file=sys.stderr,
+        )
     print(json.dumps(prov, indent=1, sort_keys=True) if args.json else format_provenance(prov))
     return 0
 
