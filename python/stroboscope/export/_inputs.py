@@ -179,7 +179,28 @@ def read_scopes(path: str | os.PathLike[str]) -> pa.Table:
             f"{p} is not a scope-intervals table: it has no {', '.join(missing)} column(s) "
             f"(expected name, path, thread_id, stack_id, depth, begin_ns, end_ns)"
         )
+    check_scope_rows(table, str(p))
     return table
+
+
+def check_scope_rows(table: pa.Table, what: str) -> None:
+    """Scope calls the report can place: each has a ``begin_ns``, and an ``end_ns`` that is
+    null (still open) or not before it; a ValueError naming ``what`` and the first bad row
+    otherwise (a null or far-negative time would give steps of -9e15 µs, or stop a summary)."""
+    begin, end = table.column("begin_ns"), table.column("end_ns")
+    if begin.null_count:
+        row = int(pc.index(begin.is_null(), True).as_py())
+        raise ValueError(
+            f"{what} is not a readable scope-intervals table: row {row} has no begin_ns "
+            f"({begin.null_count} of {table.num_rows} rows are null there)"
+        )
+    before = pc.fill_null(pc.less(end, begin), False)
+    if pc.any(before).as_py():
+        row = int(pc.index(before, True).as_py())
+        raise ValueError(
+            f"{what} is not a readable scope-intervals table: row {row} ends before it begins "
+            f"(begin_ns {begin[row].as_py()}, end_ns {end[row].as_py()})"
+        )
 
 
 def _segment_groups(directory: Path) -> dict[str, list[Path]]:

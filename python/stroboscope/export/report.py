@@ -144,7 +144,9 @@ def build_report(
 def write_html(report: Report, path: str | os.PathLike[str]) -> None:
     """Write the page to ``path`` whole (0600), or leave ``path`` as it was on any error."""
     require_matplotlib()
-    page = report.html().encode()  # rendered before the file is created
+    # rendered before the file is created; a lone surrogate (from a provenance's JSON escape
+    # "\\ud800") is written as its escape, not refused
+    page = report.html().encode(errors="backslashreplace")
     with replace_private(path) as f:
         f.write(page)
 
