@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import signal
 import sys
@@ -39,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stroboscope`` command; returns the exit code."""
+    for stream in (sys.stdout, sys.stderr):
+        # A file name that is not UTF-8 ('\udcff' from os.fsdecode) is printed escaped, not
+        # an error after the work is done (a UTF-8 locale's streams are strict).
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
