@@ -88,6 +88,14 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
+def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
+    """One of ``choices`` (exactly: a str, same case)."""
+    if not isinstance(value, str) or value not in choices:
+        accepted = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {accepted}, got {describe(value)}")
+    return value
+
+
 def check_text(name: str, value: str) -> str:
     """A ``str`` that UTF-8 can encode: a lone surrogate (``"\\udc80"``, what ``os.fsdecode``
     makes of undecodable bytes) would fail later, when the name is stored, naming nothing."""
