@@ -35,6 +35,22 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def why_unreachable(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path``, which a user named and which ``os.path.exists`` calls absent, is so when it
+    is not plain absence: ``"is a symbolic link loop"``, ``"is a dangling symbolic link (to
+    'x')"``; None when nothing is there at all (the caller says "no such file")."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link loop"
+        if os.path.islink(path):
+            return f"is a dangling symbolic link (to {os.readlink(path)!r})"
+        if exc.errno != errno.ENOENT:
+            return f"cannot be reached: {exc.strerror}"
+    return None
+
+
 def open_regular(
     path: str | os.PathLike[str],
     what: str,
@@ -61,8 +77,10 @@ def open_regular(
     try:
         fd = os.open(p, flags)
     except FileNotFoundError:
-        raise error(f"{what} {p} does not exist") from None
+        raise error(f"{what} {p} {why_unreachable(p) or 'does not exist'}") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP and follow:
+            raise error(f"{what} {p} {why_unreachable(p) or 'cannot be opened'}") from None
         if exc.errno == errno.ELOOP and not follow and os.path.islink(p):
             raise error(
                 f"{what} {p} is a symbolic link: stroboscope writes segments as regular files"
@@ -150,7 +168,7 @@ def open_private(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
-def _check_replaceable(path: str) -> None:
+def check_replaceable(path: str) -> None:
     """Refuse to replace anything at ``path`` but a regular file (see :func:`replace_private`)."""
     try:
         st = os.lstat(path)
@@ -198,7 +216,7 @@ def replace_private(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         device or socket.
     """
     p = os.fspath(path)
-    _check_replaceable(p)
+    check_replaceable(p)
     directory, name = os.path.split(os.path.abspath(p))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
@@ -209,7 +227,7 @@ def replace_private(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        _check_replaceable(p)  # still so: nothing was put there while the file was written
+        check_replaceable(p)  # still so: nothing was put there while the file was written
         os.replace(tmp, p)
     except BaseException as exc:
         with contextlib.suppress(OSError):

@@ -10,7 +10,7 @@ import shlex
 import sys
 from typing import Any
 
-from stroboscope._files import open_regular_file
+from stroboscope._files import open_regular_file, why_unreachable
 from stroboscope._provenance_json import loads, unreadable, well_typed
 from stroboscope.cli import _args
 from stroboscope.sampling import available_sources, gpu_status
@@ -51,6 +51,9 @@ def read_provenance(path: str) -> dict[str, Any]:
     from stroboscope.sampling._provenance import from_schema
 
     if not os.path.exists(path):
+        why = why_unreachable(path)
+        if why is not None:  # a symbolic link loop or a dangling link: said, not "no such file"
+            raise ValueError(f"{path} {why}")
         raise FileNotFoundError(2, "no such file", path)
     if path.endswith(SIDECAR_SUFFIX):
         return _load_sidecar(path)

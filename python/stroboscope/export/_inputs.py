@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from stroboscope._files import open_regular_file
+from stroboscope._files import open_regular_file, why_unreachable
 from stroboscope.recording._layout import MAGIC
 
 _SEGMENT_RE = re.compile(r"^(?P<base>.+)\.seg-(?P<index>\d+)\.parquet$")
@@ -129,7 +129,10 @@ def _wanted(schema: pa.Schema, patterns: list[str] | None) -> list[str] | None:
 
 def _read_file(path: Path, patterns: list[str] | None = None) -> pa.Table:
     with open_regular_file(path, "recording") as f:  # a FIFO or a device: refused, not awaited
-        head = f.read(8)
+        try:
+            head = f.read(8)
+        except OSError as exc:  # /proc/self/mem: a regular file that no read succeeds on
+            raise ValueError(f"{path} cannot be read: {exc.strerror or exc}") from None
         if head[: len(MAGIC)] == MAGIC:
             from stroboscope.recording.spool import recover
 
@@ -165,7 +168,12 @@ def read_scopes(path: str | os.PathLike[str]) -> pa.Table:
     """A scope-intervals table from a Parquet file, checked to have the columns a report uses."""
     p = Path(path)
     if not p.exists():
-        raise ValueError(f"--scopes {os.fspath(path)!r}: no such file")
+        why = why_unreachable(p)
+        raise ValueError(
+            f"--scopes {os.fspath(path)!r} {why}"
+            if why
+            else f"--scopes {os.fspath(path)!r}: no such file"
+        )
     try:
         with open_regular_file(p, "--scopes") as f:
             table = pq.read_table(f)
@@ -278,7 +286,12 @@ def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) 
     """The series of one input (see the module's docstring); ValueError naming what is wrong."""
     p = Path(path)
     if not p.exists():
-        raise ValueError(f"{os.fspath(path)!r}: no such file or directory")
+        why = why_unreachable(p)
+        raise ValueError(
+            f"{os.fspath(path)!r} {why}"
+            if why
+            else f"{os.fspath(path)!r}: no such file or directory"
+        )
     if p.is_dir():
         segments = _segment_groups(p)
         if segments:
