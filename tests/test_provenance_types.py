@@ -128,3 +128,25 @@ def test_unreadable_names_the_expected_type_and_the_value(key: str, bad: object,
 def test_a_well_typed_provenance_has_nothing_unreadable() -> None:
     assert unreadable(GOOD) == {}
     assert unreadable({k: None for k in FIELDS}) == {}  # not known is not wrong
+
+
+@pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
+def test_info_prints_a_lone_surrogate_escaped_in_any_locale(locale: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    table = pa.table({"time": pa.array([1], pa.timestamp("ns", "UTC")), "mono_ns": [10]})
+    meta = {b"stroboscope.provenance": b'{"host": "a\\ud800b"}'}
+    pq.write_table(table.replace_schema_metadata(meta), tmp_path / "run.parquet")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONIO", "LC_", "LANG"))}
+    env.update(LC_ALL=locale, PYTHONPATH=os.pathsep.join(sys.path))
+    got = subprocess.run(
+        [sys.executable, "-m", "stroboscope", "info", str(tmp_path / "run.parquet")],
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert got.returncode == 0, got.stderr
+    assert b"host:                 a\\ud800b\n" in got.stdout
