@@ -150,3 +150,13 @@ def test_info_prints_a_lone_surrogate_escaped_in_any_locale(locale: str, tmp_pat
     )
     assert got.returncode == 0, got.stderr
     assert b"host:                 a\\ud800b\n" in got.stdout
+
+
+def test_info_shows_gpus_whose_devices_are_not_known(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _recording(tmp_path, "gpus", {"driver_version": "550", "devices": None})
+    assert main(["info", str(path)]) == 0
+    got = capsys.readouterr()
+    assert "gpus:                 driver 550\n" in got.out
+    assert got.err == ""  # devices: null is "not known", not a wrong type

@@ -144,7 +144,7 @@ def format_provenance(prov: dict[str, Any]) -> str:
         show("gpus", "gpu source not in use" if sources is not None else None)
     else:
         show("gpus", f"driver {gpus.get('driver_version') or unknown}")
-        for d in gpus.get("devices", []):
+        for d in gpus.get("devices") or []:
             lines.append(f"  gpu.{d['label']}: {d.get('name')} {d.get('uuid')} (NVML {d['index']})")
         if gpus.get("reason"):
             lines.append(f"  {gpus['reason']}")
