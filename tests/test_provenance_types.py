@@ -160,3 +160,14 @@ def test_info_shows_gpus_whose_devices_are_not_known(
     got = capsys.readouterr()
     assert "gpus:                 driver 550\n" in got.out
     assert got.err == ""  # devices: null is "not known", not a wrong type
+
+
+@pytest.mark.parametrize("key", FIELDS)
+def test_info_shows_a_field_that_is_null_as_not_known(
+    key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _recording(tmp_path, key, None)  # GOOD has no rank: "not set" looks in missing
+    assert main(["info", str(path)]) == 0
+    got = capsys.readouterr()
+    assert got.err == ""
+    assert "host:                 testhost" in got.out

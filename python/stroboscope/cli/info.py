@@ -130,7 +130,9 @@ def format_provenance(prov: dict[str, Any]) -> str:
     rank = [
         f"{k}={prov[k]}" for k in ("rank", "world_size", "local_rank") if prov.get(k) is not None
     ]
-    show("rank", " ".join(rank) or ("not set" if "rank" not in prov.get("missing", []) else None))
+    show(
+        "rank", " ".join(rank) or ("not set" if "rank" not in (prov.get("missing") or []) else None)
+    )
     show("clock anchor", None if clock.get("anchor_ns") is None else f"{clock['anchor_ns']} ns")
     unc = clock.get("anchor_uncertainty_ns")
     show("anchor uncertainty", None if unc is None else f"{unc} ns")
