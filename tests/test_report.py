@@ -170,7 +170,7 @@ def test_bad_inputs_exit_2_naming_the_problem(
         (["--from", "yesterday"], "--from must be seconds after the run's start"),
         (["--scope", "nope"], "--scope 'nope' is not a scope of the recording(s); they have: "),
         (["--scopes", "missing.parquet"], "--scopes 'missing.parquet': no such file"),
-        (["--png", __file__], "is a file, not a directory"),
+        (["--png", __file__], "is a regular file, not a directory"),
     ],
 )
 def test_bad_selections_exit_2(

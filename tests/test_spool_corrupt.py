@@ -93,7 +93,7 @@ def _loop(p: Path) -> None:
 
 @pytest.mark.parametrize(
     ("make", "fragment"),
-    [(_fifo, "is a FIFO"), (Path.mkdir, "is a directory"), (_loop, "symbolic links")],
+    [(_fifo, "is a FIFO"), (Path.mkdir, "is a directory"), (_loop, "is a symbolic link loop")],
     ids=["fifo", "directory", "symlink loop"],
 )
 def test_files_that_are_not_spools_are_refused_without_reading(

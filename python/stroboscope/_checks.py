@@ -88,6 +88,14 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
+def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
+    """One of ``choices`` (exactly: a str, same case)."""
+    if not isinstance(value, str) or value not in choices:
+        accepted = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {accepted}, got {describe(value)}")
+    return value
+
+
 def check_text(name: str, value: str) -> str:
     """A ``str`` that UTF-8 can encode: a lone surrogate (``"\\udc80"``, what ``os.fsdecode``
     makes of undecodable bytes) would fail later, when the name is stored, naming nothing."""
@@ -129,6 +137,14 @@ def check_path(name: str, value: object) -> str:
     if "\0" in value:
         # The C side would stop at the NUL and use (and create) a shorter, different path.
         raise ValueError(f"{name} {value!r} contains a NUL byte, which no file path can hold")
+    try:  # '\udcff' is the byte 0xff of a name that is not UTF-8 (os.fsdecode): a real path
+        os.fsencode(value)
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} {value!r} holds a lone surrogate ({value[exc.start]!r} at index "
+            f"{exc.start}) that stands for no byte of a file name (os.fsdecode makes only "
+            "'\\udc80'-'\\udcff'); give a path that is valid Unicode or decoded with os.fsdecode"
+        ) from None
     return value
 
 
@@ -143,6 +159,12 @@ def check_file_path(name: str, value: object) -> str:
     if not os.path.isdir(parent):
         raise ValueError(f"{name} {text!r}: directory {parent!r} does not exist")
     return text
+
+
+def native_path(name: str, value: object) -> bytes:
+    """A path checked by :func:`check_path`, as the bytes the C++ side takes (``os.fsencode``):
+    a file name that is not UTF-8 (``'\\udcff'`` from ``os.fsdecode``) reaches it unchanged."""
+    return os.fsencode(check_path(name, value))
 
 
 def check_dir_paths(name: str, value: object) -> list[str]:

@@ -19,11 +19,11 @@ class Frame:
     def export_stream(self) -> object: ...
 
 class SourceOptions:
-    proc_root: str
-    sys_root: str
-    cgroup_root: str
+    proc_root: str | bytes  # set as bytes (os.fsencode); read back as str
+    sys_root: str | bytes
+    cgroup_root: str | bytes
     pid: int
-    disk_paths: list[str]
+    disk_paths: list[str] | list[bytes]
     gpu_devices: list[int]
     gpu_labels: list[str]
     cpu_window_ns: int
@@ -38,7 +38,7 @@ class Sampler:
         interval_ns: int,
         capacity: int,
         options: SourceOptions,
-        spool_path: str = "",
+        spool_path: str | bytes = "",
         precise: bool = False,
     ) -> None: ...
     def request_tick(self) -> None: ...

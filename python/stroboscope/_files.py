@@ -35,6 +35,22 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def why_unreachable(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path``, which a user named and which ``os.path.exists`` calls absent, is so when it
+    is not plain absence: ``"is a symbolic link loop"``, ``"is a dangling symbolic link (to
+    'x')"``; None when nothing is there at all (the caller says "no such file")."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link loop"
+        if os.path.islink(path):
+            return f"is a dangling symbolic link (to {os.readlink(path)!r})"
+        if exc.errno != errno.ENOENT:
+            return f"cannot be reached: {exc.strerror}"
+    return None
+
+
 def open_regular(
     path: str | os.PathLike[str],
     what: str,
@@ -61,8 +77,10 @@ def open_regular(
     try:
         fd = os.open(p, flags)
     except FileNotFoundError:
-        raise error(f"{what} {p} does not exist") from None
+        raise error(f"{what} {p} {why_unreachable(p) or 'does not exist'}") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP and follow:
+            raise error(f"{what} {p} {why_unreachable(p) or 'cannot be opened'}") from None
         if exc.errno == errno.ELOOP and not follow and os.path.islink(p):
             raise error(
                 f"{what} {p} is a symbolic link: stroboscope writes segments as regular files"
@@ -170,24 +188,55 @@ def open_private(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
+def check_replaceable(path: str) -> None:
+    """Refuse to replace anything at ``path`` but a regular file (see :func:`replace_private`)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:  # a path through a file, too long, ...: named
+        raise OSError(exc.errno, exc.strerror, path) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(
+            errno.ELOOP,
+            "is a symbolic link: refusing to replace it or write through it (remove it or give "
+            "the path it points to)",
+            path,
+        )
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory; give a file path", path)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(
+            errno.EINVAL,
+            f"is {file_kind(st.st_mode)}, not a regular file: refusing to replace it",
+            path,
+        )
+
+
 @contextlib.contextmanager
 def replace_private(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """Write a new file at ``path`` whole, or not at all.
 
     Yields a binary file created with mode 0600 under an unpredictable name in the same
     directory (``O_EXCL | O_NOFOLLOW``: a planted file or symlink is never opened). When the
-    ``with`` body finishes, the file is flushed to disk and renamed over ``path`` (a symlink at
-    ``path`` is replaced, never followed); when the body raises, the temporary file is removed
-    and whatever was at ``path`` is left as it was.
+    ``with`` body finishes, the file is flushed to disk and renamed over ``path``; when the body
+    raises, the temporary file is removed and whatever was at ``path`` is left as it was.
+
+    Only a regular file (or nothing) at ``path`` is replaced: a symbolic link is refused (never
+    followed, never silently swapped for a file: remove it or give the real path), and so is a
+    FIFO, device, socket or directory (each is checked before anything is written, and again
+    just before the rename).
 
     Raises
     ------
     IsADirectoryError
-        When ``path`` is a directory (before anything is written).
+        When ``path`` is a directory.
+    OSError
+        With ``filename`` set to ``path``: ELOOP for a symbolic link, EINVAL for a FIFO,
+        device or socket.
     """
     p = os.fspath(path)
-    if os.path.isdir(p) and not os.path.islink(p):
-        raise IsADirectoryError(errno.EISDIR, "is a directory; give a file path", p)
+    check_replaceable(p)
     directory, name = os.path.split(os.path.abspath(p))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
@@ -198,6 +247,7 @@ def replace_private(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        check_replaceable(p)  # still so: nothing was put there while the file was written
         os.replace(tmp, p)
     except BaseException as exc:
         with contextlib.suppress(OSError):

@@ -6,10 +6,12 @@ the writers in export, which store it, share one spelling of it without importin
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
+
+from stroboscope._checks import describe
 
 PROVENANCE_KEY = "stroboscope.provenance"
 """Schema metadata key (and the sidecar's content): the provenance as JSON."""
@@ -77,3 +79,65 @@ def from_schema(schema: pa.Schema) -> dict[str, Any] | None:
     if raw is None:
         return None
     return loads(raw, f"schema metadata {PROVENANCE_KEY}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _source(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("name"), str)
+        and _number(value.get("every"))
+        and _number(value.get("interval_s"))
+        and isinstance(value.get("interface"), (str, type(None)))
+    )
+
+
+def _device(value: Any) -> bool:
+    return isinstance(value, dict) and "label" in value and "index" in value
+
+
+_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "clock": (lambda v: isinstance(v, dict), "an object"),
+    "clock_sync": (lambda v: isinstance(v, dict), "an object"),
+    "gpus": (
+        lambda v: (
+            isinstance(v, dict)
+            and (v.get("devices") is None or isinstance(v["devices"], list))
+            and all(_device(d) for d in v.get("devices") or [])
+        ),
+        "an object whose devices are objects with a label and an index",
+    ),
+    "sources": (
+        lambda v: isinstance(v, list) and all(_source(s) for s in v),
+        "a list of objects with a name, every and interval_s",
+    ),
+    "missing": (_strings, "a list of strings"),
+    "cmdline": (_strings, "a list of strings"),
+    "interval_s": (_number, "a number of seconds"),
+}
+"""The provenance fields readers interpret (format, iterate, look into), and the type each must
+have; None (not known) is always accepted. Every other field is only shown as it is."""
+
+
+def unreadable(prov: Mapping[str, Any]) -> dict[str, str]:
+    """``key → why`` for each interpreted field of ``prov`` whose value has the wrong type
+    (a hand-edited or foreign recording): readers show these as unreadable, never use them."""
+    out = {}
+    for key, (ok, expected) in _FIELDS.items():
+        value = prov.get(key)
+        if value is not None and not ok(value):
+            out[key] = f"expected {expected}, got {describe(value)}"
+    return out
+
+
+def well_typed(prov: Mapping[str, Any]) -> dict[str, Any]:
+    """``prov`` without the fields :func:`unreadable` names (each reader uses this view)."""
+    bad = unreadable(prov)
+    return {k: v for k, v in prov.items() if k not in bad}

@@ -145,6 +145,10 @@ def describe_columns(
             if mono is not None and len(values) > 1:
                 span = (int(mono[-1]) - int(mono[0])) / 1e9
                 rate = total / span if span > 0 else None
+        with np.errstate(over="ignore"):
+            mean = float(np.mean(values))
+        if np.isinf(mean) and np.isfinite(values).all():
+            mean = float(np.sum(values / len(values)))  # the sum overflowed, the mean does not
         out.append(
             ColumnSummary(
                 name,
@@ -153,7 +157,7 @@ def describe_columns(
                 table.num_rows,
                 len(values),
                 every,
-                float(np.mean(values)),
+                mean,
                 float(np.min(values)),
                 float(np.max(values)),
                 float(values[-1]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import io
 import os
 import resource
 import signal
@@ -42,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stroboscope`` command; returns the exit code."""
+    for stream in (sys.stdout, sys.stderr):
+        # A file name that is not UTF-8 ('\udcff' from os.fsdecode) or a lone surrogate from a
+        # recording's JSON ('\ud800') is printed escaped, not an error after the work is done
+        # (a UTF-8 locale's streams are strict; the C locale's surrogateescape fails on '\ud800').
+        if isinstance(stream, io.TextIOWrapper) and stream.errors != "backslashreplace":
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

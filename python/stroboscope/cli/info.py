@@ -7,10 +7,11 @@ import argparse
 import json
 import os
 import shlex
+import sys
 from typing import Any
 
-from stroboscope._files import open_regular_file, regular_source
-from stroboscope._provenance_json import loads
+from stroboscope._files import open_regular_file, regular_source, why_unreachable
+from stroboscope._provenance_json import loads, unreadable, well_typed
 from stroboscope.analysis.summary import printable
 from stroboscope.cli import _args
 from stroboscope.sampling import available_sources, gpu_status
@@ -51,6 +52,9 @@ def read_provenance(path: str) -> dict[str, Any]:
     from stroboscope.sampling._provenance import from_schema
 
     if not os.path.exists(path):
+        why = why_unreachable(path)
+        if why is not None:  # a symbolic link loop or a dangling link: said, not "no such file"
+            raise ValueError(f"{path} {why}")
         raise FileNotFoundError(2, "no such file", path)
     if path.endswith(SIDECAR_SUFFIX):
         return _load_sidecar(path)
@@ -96,8 +100,12 @@ def _load_sidecar(path: str) -> dict[str, Any]:
 
 def format_provenance(prov: dict[str, Any]) -> str:
     """The provenance as readable lines (``key: value``; sources and GPUs one per line), each
-    value from the file with its control characters escaped (:func:`printable`)."""
+    value from the file with its control characters escaped (:func:`printable`); a field of the
+    wrong type (see :func:`stroboscope._provenance_json.unreadable`) is shown as unreadable,
+    with why."""
     lines = []
+    bad = unreadable(prov)
+    prov = well_typed(prov)
     clock = prov.get("clock") or {}
     unknown = "unknown"
 
@@ -124,7 +132,9 @@ def format_provenance(prov: dict[str, Any]) -> str:
     rank = [
         f"{k}={prov[k]}" for k in ("rank", "world_size", "local_rank") if prov.get(k) is not None
     ]
-    show("rank", " ".join(rank) or ("not set" if "rank" not in prov.get("missing", []) else None))
+    show(
+        "rank", " ".join(rank) or ("not set" if "rank" not in (prov.get("missing") or []) else None)
+    )
     show("clock anchor", None if clock.get("anchor_ns") is None else f"{clock['anchor_ns']} ns")
     unc = clock.get("anchor_uncertainty_ns")
     show("anchor uncertainty", None if unc is None else f"{unc} ns")
@@ -138,12 +148,14 @@ def format_provenance(prov: dict[str, Any]) -> str:
         show("gpus", "gpu source not in use" if sources is not None else None)
     else:
         show("gpus", f"driver {gpus.get('driver_version') or unknown}")
-        for d in gpus.get("devices", []):
+        for d in gpus.get("devices") or []:
             lines.append(f"  gpu.{d['label']}: {d.get('name')} {d.get('uuid')} (NVML {d['index']})")
         if gpus.get("reason"):
             lines.append(f"  {gpus['reason']}")
     if prov.get("missing"):
         show("not known", ", ".join(prov["missing"]))
+    for key, why in bad.items():
+        show(f"{key} (unreadable)", why)
     return "\n".join(printable(line) for line in lines)
 
 
@@ -152,6 +164,11 @@ def run(args: argparse.Namespace) -> int:
     if args.file is None:
         return _sources(args)
     prov = read_provenance(args.file)
+    for key, why in unreadable(prov).items():
+        print(
+            f"stroboscope info: note: {args.file}: provenance key {key!r} is unreadable ({why})",
+            file=sys.stderr,
+        )
     print(json.dumps(prov, indent=1, sort_keys=True) if args.json else format_provenance(prov))
     return 0
 

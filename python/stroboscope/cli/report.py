@@ -7,7 +7,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from stroboscope.export.report import build_report, write_html, write_pngs
+from stroboscope.export.report import (
+    build_report,
+    check_output_path,
+    check_outputs,
+    write_html,
+    write_pngs,
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     if len(args.inputs) == 1 and is_dataset(args.inputs[0]):
         return run_cluster(args)
+    check_outputs(args.output, args.png)  # before any work: a bad -o is not said after the text
     report = build_report(
         args.inputs,
         columns=args.columns,
@@ -55,6 +62,8 @@ def run_cluster(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--straggler {args.straggler!r}: give K,PCT such as 3,5 ({exc})"
         ) from None
+    if args.output is not None:
+        check_output_path(args.output)  # before any work
     report = build_cluster_report(args.inputs[0], step=args.step, rule=rule)
     print(report.text(), end="")
     if args.output is not None:

@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from stroboscope._checks import check_bool, check_int, check_pid, check_seconds
+from stroboscope._checks import check_bool, check_choice, check_int, check_pid, check_seconds
 from stroboscope._identity import detect_identity
 from stroboscope._ratelimit import RateLimitedLog
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
 from stroboscope.compat._ranked import rank_aware
-from stroboscope.recording.sampler import Sampler
+from stroboscope.recording.sampler import DUMP_FORMATS, Sampler
 from stroboscope.sampling import available_sources, net_dev_totals
 from stroboscope.sampling._checks import check_capacity, check_interval
 from stroboscope.senders._base import AbstractBackendSender, StatsDict, as_sender
@@ -160,7 +160,8 @@ class SystemMonitor:
         dataset: str | os.PathLike[str] | None = None,
     ) -> None:
         pid = check_pid(pid)  # first: a bad pid is named before anything else is checked
-        self._rate = check_seconds("sample_rate_seconds", sample_rate_seconds)
+        # a publish period within a sampling interval's bounds (1e300 s would never publish)
+        self._rate = check_interval("sample_rate_seconds", sample_rate_seconds)
         interval = check_seconds("interval", interval)
         if self._rate < interval:
             raise ValueError(
@@ -171,6 +172,7 @@ class SystemMonitor:
             check_int("rank", rank, 0, unit="the process's global rank, or None")
         check_bool("extended", extended)
         check_bool("crash_safe", crash_safe)
+        check_choice("dump_format", dump_format, DUMP_FORMATS)  # also when not crash-safe
         if gpu_interval is not None:  # checked even where no GPU makes it unused
             check_interval("gpu_interval", gpu_interval)
         if capacity is not None:

@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from stroboscope._checks import check_bool, check_int, check_text, check_timeout, describe
+from stroboscope._checks import (
+    check_bool,
+    check_int,
+    check_path,
+    check_text,
+    check_timeout,
+    describe,
+)
 from stroboscope.sampling import Sampler
 from stroboscope.sampling._checks import check_capacity, check_interval
 from stroboscope.sampling._energy import EnergyWindow, SyncFn, check_sync
@@ -193,7 +200,9 @@ class ZeusMonitor:
 
             # newline="": the csv module writes its own line ends, and quotes a field holding
             # one (or a comma), so a window's key can never forge a row of the log.
-            self._log = io.TextIOWrapper(open_private(log_file), encoding="utf-8", newline="")
+            self._log = io.TextIOWrapper(
+                open_private(check_path("log_file", log_file)), encoding="utf-8", newline=""
+            )
         try:
             if sampler is None and wanted != []:
                 self._sampler = self._own_sampler(interval, capacity, wanted)

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from stroboscope._files import regular_source
+from stroboscope._files import regular_source, why_unreachable
 from stroboscope.recording._layout import MAGIC
 
 _SEGMENT_RE = re.compile(r"^(?P<base>.+)\.seg-(?P<index>\d+)\.parquet$")
@@ -129,8 +129,11 @@ def _wanted(schema: pa.Schema, patterns: list[str] | None) -> list[str] | None:
 
 def _read_file(path: Path, patterns: list[str] | None = None) -> pa.Table:
     with regular_source(path, "recording") as src:  # a FIFO or a device: refused, not awaited
-        with open(src, "rb") as f:
-            head = f.read(8)
+        try:
+            with open(src, "rb") as f:
+                head = f.read(8)
+        except OSError as exc:  # /proc/self/mem: a regular file that no read succeeds on
+            raise ValueError(f"{path} cannot be read: {exc.strerror or exc}") from None
         if head[: len(MAGIC)] == MAGIC:
             from stroboscope.recording.spool import recover
 
@@ -164,7 +167,12 @@ def read_scopes(path: str | os.PathLike[str]) -> pa.Table:
     """A scope-intervals table from a Parquet file, checked to have the columns a report uses."""
     p = Path(path)
     if not p.exists():
-        raise ValueError(f"--scopes {os.fspath(path)!r}: no such file")
+        why = why_unreachable(p)
+        raise ValueError(
+            f"--scopes {os.fspath(path)!r} {why}"
+            if why
+            else f"--scopes {os.fspath(path)!r}: no such file"
+        )
     try:
         with regular_source(p, "--scopes") as src:
             table = pq.ParquetFile(src).read()
@@ -178,7 +186,28 @@ def read_scopes(path: str | os.PathLike[str]) -> pa.Table:
             f"{p} is not a scope-intervals table: it has no {', '.join(missing)} column(s) "
             f"(expected name, path, thread_id, stack_id, depth, begin_ns, end_ns)"
         )
+    check_scope_rows(table, str(p))
     return table
+
+
+def check_scope_rows(table: pa.Table, what: str) -> None:
+    """Scope calls the report can place: each has a ``begin_ns``, and an ``end_ns`` that is
+    null (still open) or not before it; a ValueError naming ``what`` and the first bad row
+    otherwise (a null or far-negative time would give steps of -9e15 µs, or stop a summary)."""
+    begin, end = table.column("begin_ns"), table.column("end_ns")
+    if begin.null_count:
+        row = int(pc.index(begin.is_null(), True).as_py())
+        raise ValueError(
+            f"{what} is not a readable scope-intervals table: row {row} has no begin_ns "
+            f"({begin.null_count} of {table.num_rows} rows are null there)"
+        )
+    before = pc.fill_null(pc.less(end, begin), False)
+    if pc.any(before).as_py():
+        row = int(pc.index(before, True).as_py())
+        raise ValueError(
+            f"{what} is not a readable scope-intervals table: row {row} ends before it begins "
+            f"(begin_ns {begin[row].as_py()}, end_ns {end[row].as_py()})"
+        )
 
 
 def _segment_groups(directory: Path) -> dict[str, list[Path]]:
@@ -256,7 +285,12 @@ def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) 
     """The series of one input (see the module's docstring); ValueError naming what is wrong."""
     p = Path(path)
     if not p.exists():
-        raise ValueError(f"{os.fspath(path)!r}: no such file or directory")
+        why = why_unreachable(p)
+        raise ValueError(
+            f"{os.fspath(path)!r} {why}"
+            if why
+            else f"{os.fspath(path)!r}: no such file or directory"
+        )
     if p.is_dir():
         segments = _segment_groups(p)
         if segments:

@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stroboscope._provenance_json import loads
+from stroboscope._provenance_json import PROVENANCE_KEY, loads, unreadable, well_typed
 
-PROVENANCE_KEY = "stroboscope.provenance"
 _HIDDEN = ("ARROW:schema", "pandas")
 """Metadata written by pyarrow/pandas for their own round trips, not about the run."""
 
@@ -27,9 +26,17 @@ def provenance(metadata: dict[str, str]) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        return loads(text, "the provenance")
+        return well_typed(loads(text, "the provenance"))
     except ValueError as exc:  # not JSON, nested too deeply, not an object: shown, not raised
         return {"unreadable provenance": f"{exc}: {text[:200]}"}
+
+
+def _unreadable(metadata: dict[str, str]) -> dict[str, str]:
+    """The provenance fields :func:`provenance` left out for their wrong type, and why."""
+    try:
+        return unreadable(loads(metadata.get(PROVENANCE_KEY) or "{}", "the provenance"))
+    except ValueError:  # unreadable as a whole: already shown by provenance()
+        return {}
 
 
 def flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -80,7 +87,8 @@ def unavailable(metadata: dict[str, str]) -> list[str]:
     prov = provenance(metadata)
     if prov is None:
         return []
-    out = [f"provenance: {m} not known" for m in prov.get("missing") or [] if isinstance(m, str)]
+    out = [f"provenance: {m} not known" for m in prov.get("missing") or []]
+    out += [f"provenance: key {k!r} unreadable ({why})" for k, why in _unreadable(metadata).items()]
     for path, value in _walk(prov, ""):
         if isinstance(value, dict) and value.get("reason"):
             name = value.get("name") or path or "run"
@@ -115,7 +123,7 @@ def sampler_figures(metadata: dict[str, str]) -> list[tuple[str, str]]:
         and "hist" not in k  # the histogram is drawn, not listed
     ]
     for src in prov.get("sources") or []:
-        if isinstance(src, dict) and "name" in src:
+        if "name" in src:
             every = src.get("interval_s")
             text = f"every {every} s" if every is not None else "interval unknown"
             if src.get("interface"):

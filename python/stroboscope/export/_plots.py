@@ -59,6 +59,10 @@ class Plot:
     height: int
 
 
+DRAWABLE = 1e300
+"""Largest magnitude drawn: matplotlib's axis margins and ticks overflow near 1.8e308."""
+
+
 def _figure(panels: int, sharex: bool = True) -> tuple[Figure, list[Axes]]:
     from matplotlib.figure import Figure
 
@@ -214,10 +218,24 @@ def _draw_group(group: Group, series: list[Series], t0: int, t1: int) -> Plot:
                     continue
                 c = s.table.column(col)
                 valid = c.is_valid()
-                y = c.filter(valid).cast(pa.float64()).to_numpy(zero_copy_only=False)
+                # unsafe: a uint64 beyond 2**53 is drawn rounded, not refused
+                y = c.filter(valid).cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+                x = x_all.filter(valid).to_numpy(zero_copy_only=False)
+                far = np.abs(y) > DRAWABLE  # matplotlib cannot lay out axes out there
+                if far.any():
+                    ax.text(
+                        0.5,
+                        0.5,
+                        f"{int(far.sum())} readings of {col} beyond ±{DRAWABLE:g} "
+                        f"not drawn ({s.source})",
+                        transform=ax.transAxes,
+                        ha="center",
+                        fontsize=7,
+                        color="red",
+                    )
+                    x, y = x[~far], y[~far]
                 if len(y) == 0:
                     continue
-                x = x_all.filter(valid).to_numpy(zero_copy_only=False)
                 xs, ys = downsample(x, y, WIDTH_PX, t0, t1)
                 spacing = float(np.median(np.diff(x))) if len(x) > 1 else 0.0
                 xs, ys = break_gaps(xs - t0, ys, spacing)  # no line across missing readings

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stroboscope._provenance_json import PROVENANCE_KEY, loads
-from stroboscope.export._inputs import check_schema
+from stroboscope.export._inputs import check_schema, check_scope_rows
 from stroboscope.export.dataset import open_dataset
 
 Key = tuple[str, str, int]
@@ -188,6 +188,9 @@ def load_ranks(root: str | os.PathLike[str], want: Callable[[str], bool]) -> lis
                     f"dataset {text!r}: a scope part of job={key[0]} host={key[1]} "
                     f"rank={key[2]} has no {', '.join(missing)} column: not scope intervals"
                 )
+            check_scope_rows(
+                calls, f"dataset {text!r}: a scope part of job={key[0]} host={key[1]} rank={key[2]}"
+            )
             calls = _sorted(calls, "begin_ns")
         ranks.append(Rank(*key, rows, calls, prov or scope_prov))
     return ranks

@@ -14,10 +14,12 @@ as its images. Plots need matplotlib (``pip install 'stroboscope[report]'``); th
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stroboscope._files import replace_private
+from stroboscope._checks import check_path
+from stroboscope._files import check_replaceable, file_kind, replace_private, why_unreachable
 from stroboscope.analysis.summary import (
     ColumnSummary,
     describe_columns,
@@ -35,7 +37,15 @@ from stroboscope.export._select import (
     split_patterns,
 )
 
-__all__ = ["Report", "build_report", "scope_counts", "scope_text", "write_html", "write_pngs"]
+__all__ = [
+    "Report",
+    "build_report",
+    "check_outputs",
+    "scope_counts",
+    "scope_text",
+    "write_html",
+    "write_pngs",
+]
 
 
 @dataclass
@@ -143,10 +153,54 @@ def build_report(
     return Report(series)
 
 
+def check_output_path(path: str | os.PathLike[str]) -> str:
+    """``-o``: a path an output can be written to (nothing there, or a regular file, in an
+    existing directory); a ValueError naming it otherwise. Checked before any work."""
+    p = check_path("-o", path)
+    try:
+        check_replaceable(p)
+    except OSError as exc:
+        raise ValueError(f"-o {p!r} {exc.strerror}") from None
+    parent = os.path.dirname(os.path.abspath(p))
+    if not os.path.isdir(parent):
+        raise ValueError(f"-o {p!r}: its directory {parent!r} does not exist")
+    return p
+
+
+def check_png_dir(directory: str | os.PathLike[str]) -> str:
+    """``--png``: a directory (made when absent); a ValueError naming what is there instead."""
+    d = check_path("--png", directory)
+    try:
+        st = os.stat(d)
+    except FileNotFoundError:
+        why = why_unreachable(d)
+        if why is not None:
+            raise ValueError(f"--png {d!r} {why}") from None
+        return d
+    except OSError as exc:
+        raise ValueError(f"--png {d!r} cannot be used: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else file_kind(st.st_mode)
+        raise ValueError(f"--png {d!r} is {kind}, not a directory")
+    return d
+
+
+def check_outputs(html: str | os.PathLike[str] | None, png: str | os.PathLike[str] | None) -> None:
+    """Check ``-o`` and ``--png`` (and that plots can be drawn) before a report is built."""
+    if html is not None:
+        check_output_path(html)
+    if png is not None:
+        check_png_dir(png)
+    if html is not None or png is not None:
+        require_matplotlib()
+
+
 def write_html(report: Report, path: str | os.PathLike[str]) -> None:
     """Write the page to ``path`` whole (0600), or leave ``path`` as it was on any error."""
     require_matplotlib()
-    page = report.html().encode()  # rendered before the file is created
+    # rendered before the file is created; a lone surrogate (from a provenance's JSON escape
+    # "\\ud800") is written as its escape, not refused
+    page = report.html().encode(errors="backslashreplace")
     with replace_private(path) as f:
         f.write(page)
 
@@ -154,9 +208,7 @@ def write_html(report: Report, path: str | os.PathLike[str]) -> None:
 def write_pngs(report: Report, directory: str | os.PathLike[str]) -> list[Path]:
     """Write each plot as ``DIR/<key>.png`` (each file whole); return the paths."""
     require_matplotlib()
-    d = Path(directory)
-    if d.exists() and not d.is_dir():
-        raise ValueError(f"--png {os.fspath(directory)!r} is a file, not a directory")
+    d = Path(check_png_dir(directory))
     plots = report.plots()
     d.mkdir(parents=True, exist_ok=True)
     paths = []

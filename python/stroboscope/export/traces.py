@@ -27,6 +27,7 @@ from typing import Any, Union
 
 import pyarrow as pa
 
+from stroboscope._checks import check_path
 from stroboscope._files import open_regular_file, replace_private
 from stroboscope.export._trace_data import TraceData, collect
 from stroboscope.export.perfetto import export_perfetto_trace
@@ -130,6 +131,7 @@ def export_chrome_trace(
     process_name : str
         The name shown for that process.
     """
+    path = check_path("path", path)  # before any work
     data = collect(
         samples, intervals, columns=columns, anchor_realtime_ns=anchor_realtime_ns, pid=pid
     )
@@ -197,4 +199,4 @@ def merge_into_trace(
         yield from theirs
         yield from _events(data, base, process_name)
 
-    _write(out, trace, both())
+    _write(check_path("out", out), trace, both())

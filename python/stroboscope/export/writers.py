@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
+from stroboscope._checks import check_path
 from stroboscope._files import replace_private
 from stroboscope._provenance_json import PROVENANCE_KEY, dumps, from_schema
 
@@ -57,6 +58,7 @@ def write_parquet(
     """
     import pyarrow.parquet as pq
 
+    path = check_path("path", path)
     with replace_private(path) as f:
         pq.write_table(table, f, compression=compression)
 
@@ -86,6 +88,7 @@ def write_csv(table: pa.Table, path: str | os.PathLike[str]) -> None:
     and its provenance, if the table has one, to the sidecar ``FILE.meta.json``."""
     import pyarrow.csv as pacsv
 
+    path = check_path("path", path)
     with replace_private(path) as f:
         pacsv.write_csv(table, f)
     write_sidecar(table.schema, path)
@@ -116,6 +119,7 @@ def write_parts(
     Written whole like :func:`write_table`: when a part raises, the file at ``path`` is left as
     it was.
     """
+    path = check_path("path", path)
     fmt = output_format(path, default=default)
     with replace_private(path) as f:
         if fmt == "parquet":

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from stroboscope._checks import check_path
 from stroboscope.recording import _events_file
 from stroboscope.recording._segment_read import (
     FIRST_ROW_KEY,
@@ -215,7 +216,7 @@ def recover_parts(
         When the spool or a segment is missing, empty, truncated, corrupt, or not a spool: the
         message names the file and what is wrong.
     """
-    p = os.fspath(path)
+    p = check_path("path", path)
     # Segments listed before the spool's counters are read: on a live recording, every segment
     # listed then holds rows the counters already count.
     segments = [str(seg) for seg in segment_paths(p)]

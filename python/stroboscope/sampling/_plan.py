@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stroboscope import _core
-from stroboscope._checks import PathsArg, check_dir_paths, check_path, check_pid
+from stroboscope._checks import PathsArg, check_dir_paths, check_pid, native_path
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,11 @@ def source_options(
 ) -> _core.SourceOptions:
     """The checked arguments every source needs (the roots, the pid, the disk paths)."""
     options = _core.SourceOptions()
-    options.proc_root = check_path("proc_root", proc_root)
-    options.sys_root = check_path("sys_root", sys_root)
-    options.cgroup_root = check_path("cgroup_root", cgroup_root)
-    options.pid = check_pid(pid, options.proc_root)
-    options.disk_paths = check_dir_paths("disk_paths", disk_paths)
+    # bytes: a root whose name is not UTF-8 reaches the C++ side as it is on disk
+    root = native_path("proc_root", proc_root)
+    options.proc_root = root
+    options.sys_root = native_path("sys_root", sys_root)
+    options.cgroup_root = native_path("cgroup_root", cgroup_root)
+    options.pid = check_pid(pid, os.fsdecode(root))
+    options.disk_paths = [os.fsencode(p) for p in check_dir_paths("disk_paths", disk_paths)]
     return options

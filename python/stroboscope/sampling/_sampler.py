@@ -169,7 +169,12 @@ class Sampler(ScopeRecording, EnergyWindows):
             columns = [(name, len(plan.details[name]["columns"])) for name, _ in specs]
             check_ring_bytes(cap, columns)
             self._core = _core.Sampler(
-                specs, round(self._interval * 1e9), cap, options, ring_path, want_precise
+                specs,
+                round(self._interval * 1e9),
+                cap,
+                options,
+                os.fsencode(ring_path),
+                want_precise,
             )
         except OSError:
             raise  # the ring file could not be made: the type (FileExistsError, ...) and path stay

@@ -1,0 +1,49 @@
+"""SystemMonitor checks every argument when it is made, through the checks module: a
+dump_format it cannot write is refused even when not crash-safe (it was accepted, and only
+failed at start() once crash safety was on), and a publish period is bounded like a sampling
+interval (1e300 s was accepted: a monitor that never publishes)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from _monitor import Recorder
+from stroboscope.compat.scaffold import SystemMonitor
+from stroboscope.sampling._checks import MAX_INTERVAL_S
+
+
+@pytest.mark.parametrize("crash_safe", [False, True])
+@pytest.mark.parametrize("fmt", ["xml", "CSV", "", 3, None])
+def test_a_dump_format_it_cannot_write_is_refused_when_made(
+    fmt: object, crash_safe: bool, tmp_path: os.PathLike[str]
+) -> None:
+    with pytest.raises(ValueError) as info:
+        SystemMonitor(
+            os.getpid(),
+            Recorder(),
+            2,
+            crash_safe=crash_safe,
+            dump_format=fmt,  # type: ignore[arg-type]
+            dump_path=os.path.join(tmp_path, "dump.csv"),
+        )
+    assert str(info.value).startswith(
+        f"dump_format must be one of 'csv', 'parquet', got {type(fmt).__name__} {fmt!r}"
+    )
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("rate", [1e300, MAX_INTERVAL_S * 1.5, float("inf")])
+def test_a_publish_period_beyond_an_hour_is_refused(rate: float) -> None:
+    with pytest.raises(ValueError) as info:
+        SystemMonitor(os.getpid(), Recorder(), rate)
+    assert str(info.value).startswith("sample_rate_seconds must be ")
+    assert f"got float {rate!r}" in str(info.value)
+
+
+def test_a_publish_period_of_an_hour_is_taken() -> None:
+    mon = SystemMonitor(os.getpid(), Recorder(), MAX_INTERVAL_S)
+    try:
+        assert mon.sample_rate_seconds == 3600.0
+    finally:
+        mon.shutdown()
