@@ -103,6 +103,20 @@ def first_row(seg: str, metadata: dict[bytes, bytes] | None, rows: int, head: in
     return first
 
 
+def check_clock(seg: str, table: pa.Table, anchor_ns: int) -> None:
+    """Every row of a segment read with ``time`` and ``mono_ns`` must have its spool's clock
+    anchor (``time - mono_ns``): a segment of another recording has its own."""
+    if table.num_rows == 0:
+        return
+    time = table.column("time").cast(pa.int64()).to_numpy(zero_copy_only=False)
+    mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
+    if np.any(time - mono != anchor_ns):
+        raise SpoolError(
+            f"segment {seg} has rows whose time - mono_ns is not its spool's clock anchor "
+            f"{anchor_ns}: not written by the same recording"
+        )
+
+
 def check_order(name: str, table: pa.Table, last_mono: int) -> int:
     """``last_mono`` after ``table``, whose mono_ns must go on from it without going back."""
     if table.num_rows == 0:
