@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from stroboscope._checks import check_path, describe
 from stroboscope.recording import _events_file
 from stroboscope.recording._segment_read import (
     FIRST_ROW_KEY,
@@ -236,7 +237,13 @@ def recover_parts(
         When the spool is missing, empty, truncated, corrupt, or not a spool: the message names
         the file and what is wrong. A bad segment file is left out instead (``skipped``).
     """
-    p = os.fspath(path)
+    p = check_path("path", path)
+    if columns is not None and (
+        isinstance(columns, str)
+        or not isinstance(columns, Sequence)
+        or not all(isinstance(c, str) for c in columns)
+    ):
+        raise TypeError(f"columns must be None or a list of column names, got {describe(columns)}")
     # Segments listed before the spool's counters are read: on a live recording, every segment
     # listed then holds rows the counters already count.
     segments = [str(seg) for seg in segment_paths(p)]
@@ -284,6 +291,12 @@ def recover_parts(
     schema = spool.schema.with_metadata(meta)
     keep = None
     if columns is not None:
+        unknown = [c for c in columns if c not in schema.names]
+        if unknown:
+            raise ValueError(
+                f"columns {unknown} are not columns of the spool {p}; its columns: "
+                f"{', '.join(schema.names)}"
+            )
         keep = [f.name for f in schema if f.name in {"time", "mono_ns", *columns}]
         schema = pa.schema([schema.field(n) for n in keep], metadata=schema.metadata)
         rest = rest.select(keep)
