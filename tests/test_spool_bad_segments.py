@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from stroboscope import Sampler, recover
+from stroboscope import Sampler, SpoolError, recover
 from stroboscope.recording import _segment_read
 from stroboscope.recording.spool import (
     SKIPPED_KEY,
@@ -142,3 +142,23 @@ def test_the_recover_command_writes_every_other_row(spool: Path, tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert pq.read_table(out).num_rows == rows
     assert "seg-000099.parquet" in done.stdout + done.stderr
+
+
+def test_a_damaged_spool_header_still_gives_its_segments_rows(spool: Path) -> None:
+    in_segments = set().union(*(_mono(pq.read_table(seg)) for seg in segment_paths(spool)))
+    with open(spool, "r+b") as f:
+        f.write(b"XXXXXXXX")  # the magic: the header, and so the ring, cannot be read
+    got = recover(spool).to_arrow()
+    assert _mono(got) == in_segments and got.num_rows == len(in_segments)
+    why = got.schema.metadata[SKIPPED_KEY.encode()].decode()
+    assert f"{spool} is not a stroboscope spool" in why and "how many is unknown" in why
+
+
+def test_a_damaged_spool_header_without_a_readable_segment_is_refused(spool: Path) -> None:
+    with open(spool, "r+b") as f:
+        f.write(b"XXXXXXXX")
+    for seg in segment_paths(spool):
+        seg.write_bytes(b"x")
+    with pytest.raises(SpoolError, match="no segment beside it can be read") as info:
+        recover(spool)
+    assert f"{spool} is not a stroboscope spool" in str(info.value)

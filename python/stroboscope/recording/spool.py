@@ -36,6 +36,7 @@ from stroboscope.recording._segment_read import (
     check_clock,
     check_order,
     first_row,
+    header_from_segments,
     read_segment,
     segment_extent,
 )
@@ -76,7 +77,7 @@ _LOG = logging.getLogger("stroboscope.recording")
 
 def _skip(skipped: list[str], spool: str, why: str) -> None:
     skipped.append(why)
-    _LOG.warning("a segment of %s is left out: %s (every other row is recovered)", spool, why)
+    _LOG.warning("recovering %s, left out: %s (every other row is recovered)", spool, why)
 
 
 _SEGMENT_RE = re.compile(r"\.seg-(\d+)\.parquet$")
@@ -247,10 +248,23 @@ def recover_parts(
     # Segments listed before the spool's counters are read: on a live recording, every segment
     # listed then holds rows the counters already count.
     segments = [str(seg) for seg in segment_paths(p)]
-    spool, first_spool_row, h = _read_spool(p, 0)
+    skipped: list[str] = []  # why each file left out was (a damaged file never stops the rest)
+    try:
+        spool, first_spool_row, h = _read_spool(p, 0)
+    except SpoolError as exc:
+        if not segments or not os.path.lexists(p):
+            raise
+        # A damaged header loses the ring's rows, not the segments' (which hold the columns).
+        h = header_from_segments(p, segments, str(exc))
+        spool, first_spool_row = h.pop("schema").empty_table(), 0
+        _skip(
+            skipped,
+            p,
+            f"{exc}: its segments' rows are recovered, those only its ring held are lost "
+            "(how many is unknown)",
+        )
     want = [(f.name, f.type) for f in spool.schema]
     plan: list[tuple[str, int, int]] = []  # (segment, first row, rows to skip)
-    skipped: list[str] = []  # why each segment left out was (a damaged file never stops the rest)
     next_row = 0
     lost = 0
     rows = 0
