@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
+from stroboscope._checks import check_path
 from stroboscope._identity import Identity
 from stroboscope.analysis.summary import fmt_seconds
 from stroboscope.cli import _args, _dataset, _exporters
@@ -47,7 +48,7 @@ def _check_paths(args: argparse.Namespace) -> tuple[str | None, str, str | None]
         return None, spool, private
     fmt = output_format(args.output)  # a bad suffix fails before anything is recorded
     _args.check_output(args.output, args.force)
-    spool = args.spool or f"{args.output}.spool"
+    spool = f"{args.output}.spool" if args.spool is None else check_path("--spool", args.spool)
     _args.check_output_not_spool(args.output, spool, "--spool")
     return fmt, spool, None
 

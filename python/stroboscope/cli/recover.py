@@ -18,7 +18,11 @@ def run(args: argparse.Namespace) -> int:
     fmt = write_parts(got.schema, got.parts, args.output)
     print(f"recovered {got.rows} rows from {args.spool} to {args.output} ({fmt})")
     if got.rows_lost:
-        print(f"{got.rows_lost} rows were overwritten in the ring before a segment took them")
+        print(
+            f"{got.rows_lost} rows were lost (overwritten in the ring before a segment took them)"
+        )
+    for why in got.skipped:
+        print(f"left out: {why}")
     return 0
 
 

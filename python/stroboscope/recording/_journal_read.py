@@ -113,14 +113,16 @@ def _as_text(value: Any) -> str | None:
     return json.dumps(value, separators=(",", ":"))
 
 
+def _utf8(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a lone surrogate (valid JSON, not UTF-8) escaped."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
+
+
 def _text_array(texts: list[str | None]) -> pa.Array:
     try:
         return pa.array(texts, pa.string())
     except (pa.ArrowException, ValueError):  # a lone surrogate (valid JSON, not UTF-8)
-        fixed = [
-            None if t is None else t.encode("utf-8", "backslashreplace").decode() for t in texts
-        ]
-        return pa.array(fixed, pa.string())
+        return pa.array([None if t is None else _utf8(t) for t in texts], pa.string())
 
 
 def _column(values: list[Any]) -> pa.Array:
@@ -198,8 +200,10 @@ class TableBuilder:
         self.add_rows(rows)
 
     def table(self) -> pa.Table:
-        """The table of every row added: one column per key, missing cells null."""
-        return pa.table({name: _unify(chunks) for name, chunks in self._chunks.items()})
+        """The table of every row added: one column per key, missing cells null (a key with a
+        lone surrogate is escaped, as text values are: one such row never stops the others)."""
+        names = unique_names([_utf8(name) for name in self._chunks])
+        return pa.table(dict(zip(names, map(_unify, self._chunks.values()))))
 
 
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:

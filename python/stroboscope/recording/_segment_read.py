@@ -103,6 +103,20 @@ def first_row(seg: str, metadata: dict[bytes, bytes] | None, rows: int, head: in
     return first
 
 
+def check_clock(seg: str, table: pa.Table, anchor_ns: int) -> None:
+    """Every row of a segment read with ``time`` and ``mono_ns`` must have its spool's clock
+    anchor (``time - mono_ns``): a segment of another recording has its own."""
+    if table.num_rows == 0:
+        return
+    time = table.column("time").cast(pa.int64()).to_numpy(zero_copy_only=False)
+    mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
+    if np.any(time - mono != anchor_ns):
+        raise SpoolError(
+            f"segment {seg} has rows whose time - mono_ns is not its spool's clock anchor "
+            f"{anchor_ns}: not written by the same recording"
+        )
+
+
 def check_order(name: str, table: pa.Table, last_mono: int) -> int:
     """``last_mono`` after ``table``, whose mono_ns must go on from it without going back."""
     if table.num_rows == 0:
@@ -114,3 +128,36 @@ def check_order(name: str, table: pa.Table, last_mono: int) -> int:
             f"the spool's counters do not match the rows"
         )
     return int(mono[-1])
+
+
+def header_from_segments(spool: str, segments: list[str], why: str) -> dict[str, Any]:
+    """What a spool whose own header cannot be read (``why``) tells of its run, taken from its
+    first readable segment: the columns (``fields`` is then the Arrow schema ``schema``), the
+    clock anchor (``time - mono_ns`` of its first row) and the owner (the spool file's). The
+    pid, interval and creation time are unknown (None). SpoolError when no segment helps."""
+    try:
+        uid = os.lstat(spool).st_uid
+    except OSError:
+        raise SpoolError(why) from None
+    for seg in segments:
+        try:
+            fd, _st = open_segment(seg, uid)
+            try:
+                pf = pq.ParquetFile(fd_source(fd))
+                schema = pf.schema_arrow
+                first = pf.read_row_group(0, columns=["time", "mono_ns"]).slice(0, 1)
+            finally:
+                os.close(fd)
+            anchor = first.column("time").cast(pa.int64())[0].as_py() - first["mono_ns"][0].as_py()
+        except (OSError, ValueError, KeyError, IndexError, TypeError, pa.ArrowException):
+            continue
+        return {
+            "uid": uid,
+            "anchor_ns": anchor,
+            "head": 1 << 62,  # no counters: any first_row is believed, the order still checked
+            "pid": None,
+            "interval_ns": None,
+            "created_ns": None,
+            "schema": schema.remove_metadata(),
+        }
+    raise SpoolError(f"{why}; and no segment beside it can be read to take the columns from")

@@ -23,7 +23,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stroboscope import _lifecycle
-from stroboscope._checks import check_file_dir, check_path
+from stroboscope._checks import check_bool, check_file_dir, check_file_path, check_path
 from stroboscope.export.writers import write_table
 from stroboscope.recording._intake import Intake
 from stroboscope.recording.journal import (
@@ -118,8 +118,8 @@ class Receiver:
             )
         )
         self.queue = queue
-        self.crash_safe = bool(crash_safe)
-        self.dump_path = None if dump_path is None else check_path("dump_path", dump_path)
+        self.crash_safe = check_bool("crash_safe", crash_safe)
+        self.dump_path = None if dump_path is None else check_file_path("dump_path", dump_path)
         self.dump_format = dump_format
         self.keep_running = threading.Event()
         self.lock = threading.Lock()
@@ -219,6 +219,7 @@ class Receiver:
         RuntimeError
             When called before :meth:`start`.
         """
+        check_bool("reset_metrics", reset_metrics)
         self._require_started("snapshot")
         with self._read_lock:
             journal = self._open_journal()

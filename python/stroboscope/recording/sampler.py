@@ -78,6 +78,11 @@ def check_spool(spool: str | os.PathLike[str]) -> str:
             f"spool {os.fspath(spool)!r} is in use by a running recording (pid {pid}): give "
             f"another path, or recover it once that recording ends"
         )
+    if not os.path.lexists(path) and (segment_paths(path) or os.path.lexists(path + ".events")):
+        raise ValueError(  # no spool: recover cannot read them, so it is no advice
+            f"spool {os.fspath(spool)!r} does not exist, but segments or an events sidecar of "
+            f"one do ({path}.seg-*.parquet, {path}.events): remove them, or give another path"
+        )
     if os.path.lexists(path) or segment_paths(path) or os.path.lexists(path + ".events"):
         # Starting over would truncate a recording nobody has recovered yet, and its segments
         # would be read back as if they belonged to the new one. (The C++ side creates the file

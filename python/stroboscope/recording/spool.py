@@ -14,8 +14,10 @@ segment writer at each wake-up: :func:`recover_events` reads them (see there wha
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
+import logging
 import mmap
 import os
 import re
@@ -27,12 +29,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from stroboscope._checks import check_path
+from stroboscope._checks import check_path, describe
 from stroboscope.recording import _events_file
 from stroboscope.recording._segment_read import (
     FIRST_ROW_KEY,
+    check_clock,
     check_order,
     first_row,
+    header_from_segments,
     read_segment,
     segment_extent,
 )
@@ -65,6 +69,16 @@ __all__ = [
     "remove_spool",
     "segment_paths",
 ]
+
+SKIPPED_KEY = "stroboscope.segments_skipped"
+"""Metadata of recovered rows: why segment files were left out (see :class:`Recovered`)."""
+_LOG = logging.getLogger("stroboscope.recording")
+
+
+def _skip(skipped: list[str], spool: str, why: str) -> None:
+    skipped.append(why)
+    _LOG.warning("recovering %s, left out: %s (every other row is recovered)", spool, why)
+
 
 _SEGMENT_RE = re.compile(r"\.seg-(\d+)\.parquet$")
 
@@ -188,6 +202,13 @@ class Recovered:
         from the sidecar when first asked for (``read_events``), one chunk at a time. A damaged
         sidecar never stops the rows: its events are missing, a warning says why and so does
         the metadata ``stroboscope.events_error`` (of the events and of ``schema``).
+    skipped : list of str
+        Why each segment file left out was (one naming the file and what is wrong with it; also
+        the metadata ``stroboscope.segments_skipped`` of ``schema``, and a warning). A damaged,
+        truncated, foreign or planted segment never stops the other rows: the rows it should
+        have held are counted in ``rows_lost`` unless the ring still holds them. A segment
+        damaged between the plan and its reading is added here when the parts reach it (its
+        rows are then in ``rows`` but not in the parts).
     """
 
     schema: pa.Schema
@@ -195,6 +216,7 @@ class Recovered:
     rows_lost: int
     parts: Iterator[pa.Table]
     read_events: Callable[[], pa.Table] = _events_file.SCHEMA.empty_table
+    skipped: list[str] = dataclasses.field(default_factory=list)
 
     @functools.cached_property
     def events(self) -> pa.Table:
@@ -213,24 +235,53 @@ def recover_parts(
     Raises
     ------
     SpoolError
-        When the spool or a segment is missing, empty, truncated, corrupt, or not a spool: the
-        message names the file and what is wrong.
+        When the spool is missing, empty, truncated, corrupt, or not a spool: the message names
+        the file and what is wrong. A bad segment file is left out instead (``skipped``).
     """
     p = check_path("path", path)
+    if columns is not None and (
+        isinstance(columns, str)
+        or not isinstance(columns, Sequence)
+        or not all(isinstance(c, str) for c in columns)
+    ):
+        raise TypeError(f"columns must be None or a list of column names, got {describe(columns)}")
     # Segments listed before the spool's counters are read: on a live recording, every segment
     # listed then holds rows the counters already count.
     segments = [str(seg) for seg in segment_paths(p)]
-    spool, first_spool_row, h = _read_spool(p, 0)
+    skipped: list[str] = []  # why each file left out was (a damaged file never stops the rest)
+    try:
+        spool, first_spool_row, h = _read_spool(p, 0)
+    except SpoolError as exc:
+        if not segments or not os.path.lexists(p):
+            raise
+        # A damaged header loses the ring's rows, not the segments' (which hold the columns).
+        h = header_from_segments(p, segments, str(exc))
+        spool, first_spool_row = h.pop("schema").empty_table(), 0
+        _skip(
+            skipped,
+            p,
+            f"{exc}: its segments' rows are recovered, those only its ring held are lost "
+            "(how many is unknown)",
+        )
     want = [(f.name, f.type) for f in spool.schema]
     plan: list[tuple[str, int, int]] = []  # (segment, first row, rows to skip)
     next_row = 0
     lost = 0
     rows = 0
-    for seg in segments:  # from the footers only: the rows are read one segment at a time later
-        first, n = segment_extent(seg, h, want)
+    last_mono = -1
+    for seg in segments:  # a segment's footer and clock only: its rows are read later
+        try:
+            first, n = segment_extent(seg, h, want)
+            skip = max(0, next_row - first)
+            if skip < n:
+                clock = read_segment(seg, h["uid"], want, ["time", "mono_ns"]).slice(skip)
+                check_clock(seg, clock, h["anchor_ns"])
+                last_mono = check_order(seg, clock, last_mono)
+        except SpoolError as exc:
+            _skip(skipped, p, str(exc))
+            continue
         if first > next_row:
             lost += first - next_row
-        skip = max(0, next_row - first)
         if skip < n:
             plan.append((seg, first, skip))
             rows += n - skip
@@ -249,9 +300,17 @@ def recover_parts(
     error = _events_file.damage_beside(p, h["uid"])
     if error is not None:
         meta[_events_file.ERROR_KEY.decode()] = error
+    if skipped:
+        meta[SKIPPED_KEY] = "; ".join(skipped)
     schema = spool.schema.with_metadata(meta)
     keep = None
     if columns is not None:
+        unknown = [c for c in columns if c not in schema.names]
+        if unknown:
+            raise ValueError(
+                f"columns {unknown} are not columns of the spool {p}; its columns: "
+                f"{', '.join(schema.names)}"
+            )
         keep = [f.name for f in schema if f.name in {"time", "mono_ns", *columns}]
         schema = pa.schema([schema.field(n) for n in keep], metadata=schema.metadata)
         rest = rest.select(keep)
@@ -259,17 +318,21 @@ def recover_parts(
     def parts() -> Iterator[pa.Table]:
         last_mono = -1
         for seg, first, skip in plan:
-            table = read_segment(seg, h["uid"], want, keep)
-            if first_row(seg, table.schema.metadata, table.num_rows, h["head"]) != first:
-                raise SpoolError(f"segment {seg} changed while it was being recovered")
-            part = table.slice(skip).replace_schema_metadata(None)
-            last_mono = check_order(seg, part, last_mono)
+            try:
+                table = read_segment(seg, h["uid"], want, keep)
+                if first_row(seg, table.schema.metadata, table.num_rows, h["head"]) != first:
+                    raise SpoolError(f"segment {seg} changed while it was being recovered")
+                part = table.slice(skip).replace_schema_metadata(None)
+                last_mono = check_order(seg, part, last_mono)
+            except SpoolError as exc:  # damaged since the plan: its rows are lost, not the rest
+                _skip(skipped, p, f"{exc} (after the rows were counted)")
+                continue
             yield part.cast(schema)
         check_order(p, rest, last_mono)
         yield rest.cast(schema)
 
     events = functools.partial(_events_file.read_beside, p, h["anchor_ns"], h["uid"], strict=False)
-    return Recovered(schema, rows, lost, parts(), events)
+    return Recovered(schema, rows, lost, parts(), events, skipped)
 
 
 def recover_events(path: str | os.PathLike[str]) -> pa.Table:

@@ -296,14 +296,16 @@ def recovered(
         "format": FORMAT,
         "recorded_by": "spool recovery",
         "recovered_by_version": _version(),
-        "pid": int(header["pid"]),
-        "interval_s": int(header["interval_ns"]) / 1e9,
+        "pid": None if header["pid"] is None else int(header["pid"]),  # None: header damaged
+        "interval_s": None if header["interval_ns"] is None else int(header["interval_ns"]) / 1e9,
         "clock": {
             "clock": "CLOCK_MONOTONIC",
             "anchor_ns": int(header["anchor_ns"]),
             "anchor_uncertainty_ns": None,
         },
-        "spool_created_time": iso_utc(int(header["created_ns"])),
+        "spool_created_time": None
+        if header["created_ns"] is None
+        else iso_utc(int(header["created_ns"])),
         "rows": rows,
         "rows_lost": rows_lost,
         "start_ns": first,

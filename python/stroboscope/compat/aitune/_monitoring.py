@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stroboscope import _lifecycle, scopes
+from stroboscope._checks import check_bool
 from stroboscope.compat.aitune._dump import dump_to, write_csv
 from stroboscope.compat.aitune._rows import (
     aitune_rows,
@@ -293,6 +294,7 @@ class HardwareMetricsSession:
             return self._frame_locked()
 
     def snapshot(self, path: str | os.PathLike[str], reset_metrics: bool = True) -> None:
+        check_bool("reset_metrics", reset_metrics)
         with self._lock:
             if self._sampler is None:
                 logger.warning("Hardware metrics collection is not active; snapshot skipped.")
