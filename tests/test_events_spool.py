@@ -106,7 +106,8 @@ def test_a_live_sampler_writes_only_its_own_events(tmp_path: Path) -> None:
 def test_a_leftover_sidecar_is_refused_before_anything_is_made(tmp_path: Path) -> None:
     spool = tmp_path / "old.spool"
     Path(str(spool) + ".events").write_bytes(_events_file.MAGIC)
-    with pytest.raises(ValueError, match="already exists"):
+    # No spool beside it: refused, and not sent to `recover`, which cannot read a sidecar alone.
+    with pytest.raises(ValueError, match="does not exist, but segments or an events sidecar"):
         Sampler(0.01, sources=["memory"], spool=spool)
     assert not spool.exists()
 
