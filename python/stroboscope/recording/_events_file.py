@@ -24,6 +24,7 @@ import logging
 import os
 import struct
 import zlib
+from array import array
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -93,27 +94,83 @@ class EventsRead:
     damage: str | None = None
 
 
-def _parse_strings(payload: bytes, strings: list[str]) -> bool:
-    """Append the chunk's strings; False (nothing appended) when it does not follow on."""
-    if len(payload) < _STRS.size:
-        return False
-    first, count = _STRS.unpack_from(payload)
-    if first != len(strings) or count > len(payload):
-        return False
-    pos, new = _STRS.size, []
-    for _ in range(count):
-        if pos + _LEN.size > len(payload):
+class _Strings:
+    """The interned strings read so far, kept compactly: their UTF-8 bytes end to end and the
+    offset of each (about 8 bytes a string beside its text, never a Python object each: a file of
+    millions of tiny strings costs what its strings weigh)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.offsets = array("q", [0])
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def parse(self, payload: bytes) -> bool:
+        """Append the chunk's strings; False (nothing appended) when it does not follow on.
+        A string that is not valid UTF-8 is kept with its bad bytes replaced (U+FFFD)."""
+        if len(payload) < _STRS.size:
             return False
-        (n,) = _LEN.unpack_from(payload, pos)
-        pos += _LEN.size
-        if pos + n > len(payload):
+        first, count = _STRS.unpack_from(payload)
+        # Each string takes at least its 4-byte length: a count the payload cannot hold is corrupt.
+        if first != len(self) or count > (len(payload) - _STRS.size) // _LEN.size:
             return False
-        new.append(payload[pos : pos + n].decode("utf-8", "replace"))
-        pos += n
-    if pos != len(payload):
-        return False
-    strings += new
-    return True
+        if count == 0:
+            return len(payload) == _STRS.size
+        data, ends = bytearray(), array("q")
+        base, pos = len(self.data), _STRS.size
+        for _ in range(count):
+            if pos + _LEN.size > len(payload):
+                return False
+            (n,) = _LEN.unpack_from(payload, pos)
+            pos += _LEN.size
+            if pos + n > len(payload):
+                return False
+            text = payload[pos : pos + n]
+            try:
+                text.decode("utf-8")
+            except UnicodeDecodeError:
+                text = text.decode("utf-8", "replace").encode("utf-8")
+            data += text
+            ends.append(base + len(data))
+            pos += n
+        if pos != len(payload):
+            return False
+        self.data += data
+        self.offsets += ends
+        return True
+
+    def array(self) -> pa.Array:
+        """The strings as one Arrow array (id = index)."""
+        offsets = pa.py_buffer(np.frombuffer(self.offsets, np.int64))
+        return pa.LargeStringArray.from_buffers(len(self), offsets, pa.py_buffer(bytes(self.data)))
+
+
+_COLUMNS = [f.name for f in SCHEMA if f.name not in ("scope", "labels")]
+
+
+class _Records:
+    """The events read so far, one array per column grown geometrically: each chunk's records
+    are copied in (the chunk itself is not kept), so memory holds about the events' own size
+    (at most 1.5x while growing), never a view per chunk."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.cols = {name: np.empty(0, RECORD[name]) for name in _COLUMNS}
+
+    def add(self, chunk: np.ndarray) -> None:
+        need = self.n + len(chunk)
+        for name in _COLUMNS:
+            col = self.cols[name]
+            if need > len(col):  # one column regrown at a time
+                grown = np.empty(max(need, len(col) + len(col) // 2, 1024), col.dtype)
+                grown[: self.n] = col[: self.n]
+                self.cols[name] = col = grown
+            col[self.n : need] = chunk[name]
+        self.n = need
+
+    def column(self, name: str) -> np.ndarray:
+        return self.cols[name][: self.n]
 
 
 READ_CHUNK = 1 << 20
@@ -178,9 +235,9 @@ def read(path: str, uid: int | None = None) -> EventsRead:
     f, size, damage = _open_head(path, uid)
     with f:
         if damage is not None:
-            return EventsRead(_to_table(np.zeros(0, RECORD), []), 0, size, damage)
-        strings: list[str] = []
-        parts: list[np.ndarray] = []
+            return EventsRead(_to_table(_Records(), _Strings()), 0, size, damage)
+        strings = _Strings()
+        records = _Records()
         # Up to the size the file had when opened: a chunk appended since is not "cut".
         lost, next_index, pos = 0, -1, len(MAGIC)
         while pos + HEAD.size <= size and (raw := _read_exactly(f, HEAD.size)) is not None:
@@ -190,7 +247,7 @@ def read(path: str, uid: int | None = None) -> EventsRead:
             if payload is None or zlib.crc32(payload) != crc:
                 break
             if tag == STRINGS_TAG:
-                if not _parse_strings(payload, strings):
+                if not strings.parse(payload):
                     break
             elif tag == EVENTS_TAG:
                 if len(payload) < _EVTS.size:
@@ -198,32 +255,30 @@ def read(path: str, uid: int | None = None) -> EventsRead:
                 first, chunk_lost, count = _EVTS.unpack_from(payload)
                 if len(payload) != _EVTS.size + count * RECORD.itemsize or first < next_index:
                     break
-                parts.append(np.frombuffer(payload, RECORD, count, _EVTS.size))
+                if count:  # an empty chunk keeps nothing
+                    records.add(np.frombuffer(payload, RECORD, count, _EVTS.size))
                 lost += chunk_lost
                 next_index = first + count
             else:
                 break
             pos = end
-    rec = np.concatenate(parts) if parts else np.zeros(0, RECORD)
-    return EventsRead(_to_table(rec, strings), lost, size - pos)
+            del payload  # not kept while the next chunk is read
+    return EventsRead(_to_table(records, strings), lost, size - pos)
 
 
-def _names(ids: np.ndarray, strings: list[str]) -> pa.Array:
-    known = ids < len(strings)
-    table = pa.array(strings, pa.string())
-    safe = np.where(known, ids, 0).astype(np.int64)
-    if not strings:
+def _names(ids: np.ndarray, strings: pa.Array) -> pa.Array:
+    if len(strings) == 0:
         return pa.nulls(len(ids), pa.string())
-    return table.take(pa.array(safe, mask=~known))
+    known = ids < len(strings)
+    safe = np.where(known, ids, 0).astype(np.int64)
+    return strings.take(pa.array(safe, mask=~known)).cast(pa.string())
 
 
-def _to_table(rec: np.ndarray, strings: list[str]) -> pa.Table:
-    arrays = [
-        pa.array(np.ascontiguousarray(rec[f.name]), f.type)
-        for f in SCHEMA
-        if f.name not in ("scope", "labels")
-    ]
-    arrays += [_names(rec["scope_id"], strings), _names(rec["labels_id"], strings)]
+def _to_table(records: _Records, strings: _Strings) -> pa.Table:
+    arrays = [pa.array(records.column(f.name), f.type) for f in SCHEMA if f.name in _COLUMNS]
+    table = strings.array()
+    scope_id, labels_id = records.column("scope_id"), records.column("labels_id")
+    arrays += [_names(scope_id, table), _names(labels_id, table)]
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
