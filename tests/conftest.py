@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stroboscope import _lifecycle
+from stroboscope._base import lifecycle as _lifecycle
 from stroboscope.sampling import Sampler
 
 DATA = Path(__file__).parent / "data"

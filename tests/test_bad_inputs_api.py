@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 import stroboscope
 from _refusals import Ctx, assert_refused, params
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.compat._training import TrainingRecorder
 from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.zeus import ZeusMonitor

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stroboscope._identity import Identity, detect_identity
+from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.sampling import Sampler
 from stroboscope.sampling._provenance_identity import rank_of
 

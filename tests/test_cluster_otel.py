@@ -30,7 +30,7 @@ from _otlp_receiver import (  # noqa: F401 - closing_fixture is a fixture
     points,
     resource,
 )
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.cluster.otel import OTelExporter
 from stroboscope.sampling import Sampler
 

@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics.export import (
     MetricExporter,
     MetricExportResult,
 )
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.cluster import _otel_export
 from stroboscope.cluster._otel_export import GuardedExporter
 from stroboscope.cluster.otel import OTelExporter

@@ -16,7 +16,7 @@ import pytest
 from _otlp_receiver import http_receiver, metrics, point, points
 
 pytest.importorskip("opentelemetry.sdk")
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.cluster.otel import OTelExporter
 from stroboscope.sampling import Sampler
 

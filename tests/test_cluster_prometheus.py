@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from _prometheus_server import Prometheus, prometheus
-from stroboscope._identity import Identity, detect_identity
+from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.cluster.prometheus import PrometheusExporter
 from stroboscope.sampling import Sampler
 

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("prometheus_client")  # the prometheus extra
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from stroboscope._identity import detect_identity
+from stroboscope._base.identity import detect_identity
 from stroboscope.cluster.prometheus import PrometheusExporter
 from stroboscope.sampling import Sampler
 

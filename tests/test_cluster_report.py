@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.cli import main
 from stroboscope.export.cluster_report import (
     StragglerRule,

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 from stroboscope import Sampler, cluster, scopes
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.export import _meta
 from stroboscope.export.cluster_report import build_cluster_report
 from stroboscope.sampling import _clock_sync

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.cli import main
 from stroboscope.export._ranks import Rank
 from stroboscope.export._ranks_figures import GpuChoice, gpu_choice

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from _fake_nvml import ScriptFn, script_fixture
 from stroboscope import _core, cluster
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.cluster import HOST_SOURCES, PROCESS_SOURCES, owned_gpus, rank_sources
 from stroboscope.cluster._roles import default_sources
 from stroboscope.export.dataset import open_dataset

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from stroboscope import open_dataset
-from stroboscope._provenance_json import MAX_DEPTH, loads
 from stroboscope.cli import main
+from stroboscope.formats.provenance import MAX_DEPTH, loads
 
 PROV = b"stroboscope.provenance"
 MARKER = json.dumps({"format": "stroboscope-dataset", "layout": 1})

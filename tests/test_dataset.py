@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import stroboscope
 from _dataset_ranks import figures_arrow, figures_duckdb, figures_polars, rank_env, run_ranks
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.cli import main
 from stroboscope.export.dataset import (
     MARKER,

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import stroboscope
 from _dataset_ranks import SAMPLES_GLOB, rank_env
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.export.dataset import open_dataset, partition_dir, read_owner, write_part
 from stroboscope.recording.sampler import Sampler
 
@@ -40,7 +40,7 @@ def test_a_partition_another_run_holds_is_refused_naming_it(tmp_path: Path) -> N
     who = Identity(host="h", rank=1, world_size=2, job="j")
     # The other run: a real process that claims rank 1 of job j, then exits.
     code = (
-        "import sys\nfrom stroboscope._identity import Identity\n"
+        "import sys\nfrom stroboscope._base.identity import Identity\n"
         "from stroboscope.recording.sampler import Sampler\n"
         "s = Sampler(0.01, sources=['memory'], dataset=sys.argv[1], segment_seconds=0.1,\n"
         "            identity=Identity(host='h', rank=1, world_size=2, job='j'))\n"
@@ -111,7 +111,7 @@ KILLED_WRITER = r"""
 import sys, time
 import pyarrow as pa
 import pyarrow.parquet as pq
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.export.dataset import write_part
 
 root = sys.argv[1]
@@ -347,7 +347,7 @@ def test_a_restarted_rank_takes_over_its_partition(
     # higher restart count; the first incarnation's process is gone.
     who = Identity(host="h", rank=1, world_size=2, job="j")
     code = (
-        "import sys\nfrom stroboscope._identity import Identity\n"
+        "import sys\nfrom stroboscope._base.identity import Identity\n"
         "from stroboscope.recording.sampler import Sampler\n"
         "s = Sampler(0.01, sources=['memory'], dataset=sys.argv[1], segment_seconds=0.1,\n"
         "            identity=Identity(host='h', rank=1, world_size=2, job='j'))\n"

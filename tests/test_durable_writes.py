@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _scope_tables import ANCHOR, frame, intervals
-from stroboscope._provenance_json import PROVENANCE_KEY
 from stroboscope.export import writers
 from stroboscope.export.report import build_report, write_html, write_pngs
 from stroboscope.export.traces import export_chrome_trace, merge_into_trace
+from stroboscope.formats.provenance import PROVENANCE_KEY
 from stroboscope.recording import segments
 
 MS = 1_000_000
@@ -141,7 +141,7 @@ def test_perfetto_trace_is_fsynced_whole(synced: list[Synced], tmp_path: Path) -
 def test_dataset_parts_scopes_and_owner_are_fsynced_with_their_directory(
     synced: list[Synced], tmp_path: Path
 ) -> None:
-    from stroboscope._identity import Identity
+    from stroboscope._base.identity import Identity
     from stroboscope.export import dataset
 
     who = Identity(host="h", rank=0, job="j")

@@ -48,7 +48,7 @@ def test_importing_the_package_loads_no_room() -> None:
         print(sorted(m for m in sys.modules if m.startswith("stroboscope")))
         """
     )
-    assert loaded.strip() == "['stroboscope']"
+    assert loaded.strip() == "['stroboscope', 'stroboscope._base', 'stroboscope._base.version']"
     names = _run(
         """
         import sys, stroboscope
@@ -254,7 +254,7 @@ def test_network_totals_use_the_sources_parser() -> None:
 def test_lifecycle_registry_runs_exit_hooks_newest_first() -> None:
     out = _run(
         """
-        from stroboscope import _lifecycle
+        from stroboscope._base import lifecycle as _lifecycle
 
         class Hook:
             def __init__(self, name):

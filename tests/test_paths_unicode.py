@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from _fake_proc import DATA, PID, FakeProc
 from stroboscope import Sampler as RecordingSampler
-from stroboscope._checks import check_path
-from stroboscope._identity import Identity
+from stroboscope._base.checks import check_path
+from stroboscope._base.identity import Identity
 from stroboscope.cli import main
 from stroboscope.compat.zeus import ZeusMonitor
 from stroboscope.export import write_csv, write_parquet

@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from stroboscope._provenance_json import unreadable
 from stroboscope.cli import main
+from stroboscope.formats.provenance import unreadable
 
 GOOD = {
     "format": 1,

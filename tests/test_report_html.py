@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from _binaries import binary
 from _report_run import record_run
-from stroboscope._files import replace_private
+from stroboscope._base.files import replace_private
 from stroboscope.analysis.summary import fmt_value
 from stroboscope.cli import main
 from stroboscope.export import report as report_mod

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from stroboscope._files import open_regular
+from stroboscope._base.files import open_regular
 from stroboscope.cli import main
 from stroboscope.export import write_csv, write_parquet
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stroboscope._identity import Identity, detect_identity
+from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.compat import SystemMonitor
 from stroboscope.senders._rank import RankLabel, rank_label
 from stroboscope.senders.csv_file import CSVSender

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from stroboscope._provenance_json import from_schema
 from stroboscope.analysis.summary import data_span_s, summarize
+from stroboscope.formats.provenance import from_schema
 from stroboscope.recording import _finish, _watchdog_child, spool
 from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling._provenance import for_table

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from stroboscope._files import open_private, replace_private
+from stroboscope._base.files import open_private, replace_private
 from stroboscope.export import write_csv, write_parquet
 from stroboscope.senders._files import open_private_text
 

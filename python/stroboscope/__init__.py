@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from stroboscope._base.version import __version__
 
 # name -> module that defines it (the rooms: sampling, recording, export, compat, senders).
 _NAMES = {

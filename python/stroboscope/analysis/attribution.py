@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 import pyarrow as pa
 
-from stroboscope._files import open_regular_file
+from stroboscope._base.files import open_regular_file
 from stroboscope.analysis._series import (
     F64,
     I64,

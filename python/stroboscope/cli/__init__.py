@@ -21,7 +21,7 @@ from stroboscope.cli import info, record, recover, report
 
 
 def _version() -> str:
-    from stroboscope import __version__
+    from stroboscope._base.version import __version__
 
     return __version__
 

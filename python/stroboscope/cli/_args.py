@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stroboscope._checks import check_pid, check_seconds
+from stroboscope._base.checks import check_pid, check_seconds
 from stroboscope.sampling._checks import check_capacity, check_interval, check_sources
 
 Converter = Callable[[str, str], Any]

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from typing import Any
 
-from stroboscope._identity import Identity, detect_identity
+from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.export.dataset import partition
 from stroboscope.recording.sampler import Sampler
 

@@ -19,8 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 from stroboscope import senders as senders_module
-from stroboscope._checks import check_seconds
-from stroboscope._files import identity, unlink_if_same
+from stroboscope._base.checks import check_seconds
+from stroboscope._base.files import identity, unlink_if_same
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator
 from stroboscope.cli import _args
 from stroboscope.sampling import Column

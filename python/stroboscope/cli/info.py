@@ -10,10 +10,10 @@ import shlex
 import sys
 from typing import Any
 
-from stroboscope._files import open_regular_file, regular_source, why_unreachable
-from stroboscope._provenance_json import loads, unreadable, well_typed
+from stroboscope._base.files import open_regular_file, regular_source, why_unreachable
 from stroboscope.analysis.summary import printable
 from stroboscope.cli import _args
+from stroboscope.formats.provenance import loads, unreadable, well_typed
 from stroboscope.sampling import available_sources, gpu_status
 
 
@@ -101,7 +101,7 @@ def _load_sidecar(path: str) -> dict[str, Any]:
 def format_provenance(prov: dict[str, Any]) -> str:
     """The provenance as readable lines (``key: value``; sources and GPUs one per line), each
     value from the file with its control characters escaped (:func:`printable`); a field of the
-    wrong type (see :func:`stroboscope._provenance_json.unreadable`) is shown as unreadable,
+    wrong type (see :func:`stroboscope.formats.provenance.unreadable`) is shown as unreadable,
     with why."""
     lines = []
     bad = unreadable(prov)

@@ -19,8 +19,8 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from stroboscope._checks import check_path
-from stroboscope._identity import Identity
+from stroboscope._base.checks import check_path
+from stroboscope._base.identity import Identity
 from stroboscope.analysis.summary import fmt_seconds
 from stroboscope.cli import _args, _dataset, _exporters
 from stroboscope.cli._command import Command

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from stroboscope._identity import Identity, detect_identity
+from stroboscope._base.identity import Identity, detect_identity
 
 identity = detect_identity
 """This process's :class:`Identity` (:func:`detect_identity`: the launcher's variables, explicit

@@ -34,8 +34,8 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from stroboscope._checks import check_seconds, describe
-from stroboscope._ratelimit import RateLimitedLog
+from stroboscope._base.checks import check_seconds, describe
+from stroboscope._base.ratelimit import RateLimitedLog
 
 logger = logging.getLogger("stroboscope.cluster")
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from stroboscope import _core
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.sampling._gpu_owner import owned_gpus
 
 __all__ = [

@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stroboscope._identity import Identity, detect_identity
+from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.cluster._roles import (
     PROCESS_SOURCES,
     default_sources,

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from stroboscope import _lifecycle
-from stroboscope._checks import check_seconds, describe
-from stroboscope._identity import Identity, detect_identity
+from stroboscope._base import lifecycle as _lifecycle
+from stroboscope._base.checks import check_seconds, describe
+from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.cluster._otel_names import Gpu, Metric, plan_metrics
 from stroboscope.cluster._otel_window import Window
 from stroboscope.sampling import Sampler
@@ -167,7 +167,7 @@ class OTelExporter:
         Seconds between exports (default 10): each export summarises the rows of its interval.
     identity : Identity, optional
         Host, ranks, job and pod for the resource attributes (default
-        :func:`stroboscope._identity.detect_identity`).
+        :func:`stroboscope._base.identity.detect_identity`).
     meter_provider : opentelemetry.metrics.MeterProvider, optional
         Register the instruments on this provider instead (its readers decide where and when
         metrics go; ``endpoint``/``protocol`` must then be None, and the resource is the
@@ -251,7 +251,7 @@ class OTelExporter:
             self._protocol, self._endpoint = "", None
             provider = meter_provider
         self._provider = provider
-        from stroboscope import __version__
+        from stroboscope._base.version import __version__
 
         meter = provider.get_meter("stroboscope", __version__)
         for metric in self._metrics:

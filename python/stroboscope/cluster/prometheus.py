@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from stroboscope import _lifecycle
-from stroboscope._ratelimit import RateLimitedLog
+from stroboscope._base import lifecycle as _lifecycle
+from stroboscope._base.ratelimit import RateLimitedLog
 from stroboscope.cluster._prom_http import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_PORT,
@@ -42,7 +42,7 @@ from stroboscope.cluster._prom_names import ColumnInfo, Series, plan_series
 from stroboscope.cluster._prom_window import Summary, summarise
 
 if TYPE_CHECKING:
-    from stroboscope._identity import Identity
+    from stroboscope._base.identity import Identity
     from stroboscope.sampling import Sampler
 
 logger = logging.getLogger("stroboscope.cluster")
@@ -182,7 +182,7 @@ class PrometheusExporter:
         timeout = check_timeout(timeout)
         max_connections = check_max_connections(max_connections)
         if identity is None:
-            from stroboscope._identity import Identity, detect_identity
+            from stroboscope._base.identity import Identity, detect_identity
 
             # A stroboscope.cluster.Sampler knows whose rows it records: the same labels.
             known = getattr(sampler, "identity", None)

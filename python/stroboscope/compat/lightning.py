@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from stroboscope._checks import check_int
+from stroboscope._base.checks import check_int
 from stroboscope.compat._training import TrainingRecorder
 
 __all__ = ["LightningHooks", "StroboscopeCallback", "lightning_callback_base"]  # noqa: F822 (made on first use)

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from stroboscope._checks import check_bool, check_choice, check_int, check_pid, check_seconds
-from stroboscope._identity import detect_identity
-from stroboscope._ratelimit import RateLimitedLog
+from stroboscope._base.checks import check_bool, check_choice, check_int, check_pid, check_seconds
+from stroboscope._base.identity import detect_identity
+from stroboscope._base.ratelimit import RateLimitedLog
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
 from stroboscope.compat._ranked import rank_aware

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from stroboscope._checks import (
+from stroboscope._base.checks import (
     check_bool,
     check_int,
     check_path,
@@ -196,7 +196,7 @@ class ZeusMonitor:
         self._sampler: Sampler | None = sampler
         self._log: TextIO | None = None
         if log_file is not None:  # opened first: a bad path fails before a sampler starts
-            from stroboscope._files import open_private
+            from stroboscope._base.files import open_private
 
             # newline="": the csv module writes its own line ends, and quotes a field holding
             # one (or a comma), so a window's key can never forge a row of the log.

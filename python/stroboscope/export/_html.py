@@ -116,7 +116,7 @@ def _figure_html(plot: Plot) -> str:
 
 def render_html(report: Report, plots: list[Plot]) -> str:
     """The whole page for ``report`` with ``plots``."""
-    from stroboscope import __version__
+    from stroboscope._base.version import __version__
 
     title = "stroboscope report: " + ", ".join(s.label for s in report.series)
     body = [

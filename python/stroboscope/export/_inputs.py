@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from stroboscope._files import regular_source, why_unreachable
+from stroboscope._base.files import regular_source, why_unreachable
 from stroboscope.recording._layout import MAGIC
 
 _SEGMENT_RE = re.compile(r"^(?P<base>.+)\.seg-(?P<index>\d+)\.parquet$")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stroboscope._provenance_json import PROVENANCE_KEY, loads, unreadable, well_typed
+from stroboscope.formats.provenance import PROVENANCE_KEY, loads, unreadable, well_typed
 
 _HIDDEN = ("ARROW:schema", "pandas")
 """Metadata written by pyarrow/pandas for their own round trips, not about the run."""

@@ -14,7 +14,7 @@ from urllib.parse import quote, unquote
 
 import pyarrow as pa
 
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 
 SCOPES_DIR = "_scopes"
 """The tree of scope intervals, beside the samples (skipped by sample discovery)."""

@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from stroboscope._provenance_json import PROVENANCE_KEY, loads
 from stroboscope.export._inputs import check_schema, check_scope_rows
 from stroboscope.export.dataset import open_dataset
+from stroboscope.formats.provenance import PROVENANCE_KEY, loads
 
 Key = tuple[str, str, int]
 """A partition: (job, host, rank)."""

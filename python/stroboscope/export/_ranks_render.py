@@ -218,7 +218,7 @@ def render_markdown(report: ClusterReport) -> str:
 
 def render_html(report: ClusterReport) -> str:
     """The report as one HTML page; the step timeline is drawn when matplotlib is installed."""
-    from stroboscope import __version__
+    from stroboscope._base.version import __version__
 
     def table(t: Table) -> str:
         return table_html(*t)

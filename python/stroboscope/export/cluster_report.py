@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from stroboscope._files import replace_private
+from stroboscope._base.files import replace_private
 from stroboscope.export._ranks import Key, Rank, load_ranks
 from stroboscope.export._ranks_figures import (
     Figure,
@@ -141,7 +141,7 @@ class ClusterReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The whole report as JSON-able data (what ``-o FILE.json`` writes)."""
-        from stroboscope import __version__
+        from stroboscope._base.version import __version__
 
         return {
             "format": FORMAT,

@@ -15,8 +15,8 @@ the scopes tree and the temporary files of writes in progress are never read as 
 
 Each file is written whole or not at all: into a dot-prefixed temporary file (0600) in its
 directory, flushed to disk, renamed into place, and the directory flushed
-(:func:`stroboscope._files.replace_private`). A rank killed mid-write leaves at most a dot-file,
-which no reader sees. Each part's schema metadata holds the provenance
+(:func:`stroboscope._base.files.replace_private`). A rank killed mid-write leaves at most a
+dot-file, which no reader sees. Each part's schema metadata holds the provenance
 (``stroboscope.provenance``) with the writer's identity under ``"identity"``.
 """
 
@@ -33,10 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from stroboscope._checks import check_path
-from stroboscope._files import read_regular, replace_private
-from stroboscope._identity import Identity
-from stroboscope._provenance_json import PROVENANCE_KEY, attach, from_schema
+from stroboscope._base.checks import check_path
+from stroboscope._base.files import read_regular, replace_private
+from stroboscope._base.identity import Identity
 from stroboscope.export._partitions import (
     PARTITIONING,
     SCOPES_DIR,
@@ -46,6 +45,7 @@ from stroboscope.export._partitions import (
     partition_dir,
 )
 from stroboscope.export.writers import write_parquet
+from stroboscope.formats.provenance import PROVENANCE_KEY, attach, from_schema
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds

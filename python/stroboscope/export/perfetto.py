@@ -23,7 +23,7 @@ from typing import Any, Union
 import numpy as np
 import pyarrow as pa
 
-from stroboscope._files import replace_private
+from stroboscope._base.files import replace_private
 from stroboscope.analysis._series import F64, I64
 from stroboscope.export._trace_data import TraceData, collect
 

@@ -18,8 +18,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stroboscope._checks import check_path
-from stroboscope._files import check_replaceable, file_kind, replace_private, why_unreachable
+from stroboscope._base.checks import check_path
+from stroboscope._base.files import check_replaceable, file_kind, replace_private, why_unreachable
 from stroboscope.analysis.summary import (
     ColumnSummary,
     describe_columns,

@@ -27,8 +27,8 @@ from typing import Any, Union
 
 import pyarrow as pa
 
-from stroboscope._checks import check_path
-from stroboscope._files import open_regular_file, replace_private
+from stroboscope._base.checks import check_path
+from stroboscope._base.files import open_regular_file, replace_private
 from stroboscope.export._trace_data import TraceData, collect
 from stroboscope.export.perfetto import export_perfetto_trace
 

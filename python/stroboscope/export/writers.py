@@ -3,7 +3,7 @@
 Every file is created with mode 0600 and written whole: Parquet and CSV go to the path given,
 the format chosen by its suffix (:func:`output_format`, the one rule for it). Each is written
 to a temporary file with an unpredictable name in the same directory and renamed over the path
-only once complete (:func:`stroboscope._files.replace_private`): a bad argument or a full disk
+only once complete (:func:`stroboscope._base.files.replace_private`): a bad argument or a full disk
 leaves an existing file at the path as it was, and a symlink there is replaced, never followed.
 
 Provenance (:mod:`stroboscope.sampling._provenance`) travels in the table's schema metadata
@@ -21,9 +21,9 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
-from stroboscope._checks import check_path
-from stroboscope._files import replace_private
-from stroboscope._provenance_json import PROVENANCE_KEY, dumps, from_schema
+from stroboscope._base.checks import check_path
+from stroboscope._base.files import replace_private
+from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, from_schema
 
 FORMATS = ("parquet", "csv")
 SIDECAR_SUFFIX = ".meta.json"

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stroboscope._files import regular_source
-from stroboscope._identity import Identity, detect_identity
+from stroboscope._base.files import regular_source
+from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.export.dataset import (
     claim_partition,
     ensure_root,

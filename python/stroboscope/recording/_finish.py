@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from stroboscope._provenance_json import PROVENANCE_KEY, dumps, from_schema
+from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, from_schema
 from stroboscope.recording.spool import recover_parts
 
 SUMMARY_COLUMNS = 8

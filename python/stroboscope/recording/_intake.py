@@ -9,7 +9,7 @@ import logging
 import threading
 from typing import Any, Callable
 
-from stroboscope._ratelimit import RateLimitedLog
+from stroboscope._base.ratelimit import RateLimitedLog
 from stroboscope.recording.journal import Journal, JournalWriteError, encode_batch
 
 logger = logging.getLogger("stroboscope.receiver")

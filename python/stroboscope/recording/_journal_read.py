@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from stroboscope._files import open_regular, open_regular_file
+from stroboscope._base.files import open_regular, open_regular_file
 
 BLOCK_BYTES = 1 << 18
 """Bytes of journal read, parsed and converted to Arrow at a time."""

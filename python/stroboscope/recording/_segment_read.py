@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stroboscope._files import fd_source
+from stroboscope._base.files import fd_source
 from stroboscope.recording._spool_header import SpoolError, open_regular
 
 FIRST_ROW_KEY = b"stroboscope.first_row"

@@ -13,7 +13,7 @@ import os
 import struct
 from typing import Any
 
-from stroboscope import _files
+from stroboscope._base import files as _files
 from stroboscope.recording import _layout
 
 MAGIC = _layout.MAGIC
@@ -60,7 +60,7 @@ class SpoolError(ValueError):
 
 def open_regular(path: str, what: str, *, follow: bool = True) -> tuple[int, os.stat_result]:
     """An fd open for reading on ``path`` and its stat, when it is a regular file
-    (:func:`stroboscope._files.open_regular`: ``O_NONBLOCK``, ``fstat``; ``O_NOFOLLOW`` unless
+    (:func:`stroboscope._base.files.open_regular`: ``O_NONBLOCK``, ``fstat``; ``O_NOFOLLOW`` unless
     ``follow``). ``what`` ("spool", "segment") starts every error message (a SpoolError)."""
     return _files.open_regular(path, what, follow=follow, error=SpoolError)
 

@@ -18,9 +18,9 @@ import tempfile
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from stroboscope._checks import check_bool, check_file_dir, check_path
-from stroboscope._files import identity as file_identity
-from stroboscope._files import unlink_if_same
+from stroboscope._base.checks import check_bool, check_file_dir, check_path
+from stroboscope._base.files import identity as file_identity
+from stroboscope._base.files import unlink_if_same
 from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
 from stroboscope.recording._spool_header import FIELDS
 from stroboscope.recording.segments import SegmentStatus, SegmentWriter
@@ -32,7 +32,7 @@ from stroboscope.sampling._checks import check_capacity, check_interval
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11; only for mypy here
 
-    from stroboscope._identity import Identity
+    from stroboscope._base.identity import Identity
     from stroboscope.sampling import SamplerOptions
 
 DUMP_FORMATS = ("csv", "parquet")
@@ -60,7 +60,7 @@ def _spool_in_use(path: str) -> int | None:
 
 def check_spool_dir(spool: str | os.PathLike[str]) -> str:
     """The directory of a new spool, if only this user can replace files in it (the rule of
-    :func:`stroboscope._checks.check_file_dir`)."""
+    :func:`stroboscope._base.checks.check_file_dir`)."""
     return check_file_dir("spool", os.path.dirname(os.path.abspath(os.fspath(spool))))
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from stroboscope._ratelimit import RateLimitedLog
+from stroboscope._base.ratelimit import RateLimitedLog
 from stroboscope.export.writers import write_parquet
 from stroboscope.recording._events_file import events_path
 from stroboscope.recording._events_write import EventsSink

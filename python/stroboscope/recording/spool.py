@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from stroboscope._checks import check_path, describe
+from stroboscope._base.checks import check_path, describe
 from stroboscope.recording import _events_file
 from stroboscope.recording._segment_read import (
     FIRST_ROW_KEY,

@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Any
 
-from stroboscope import _lifecycle
+from stroboscope._base import lifecycle as _lifecycle
 from stroboscope.recording import _watchdog_child
 from stroboscope.recording._watchdog_child import (
     CONFIG_VERSION,

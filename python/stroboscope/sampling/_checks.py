@@ -1,6 +1,6 @@
 """The sampler's argument checks, those that need the compiled core (the interval bounds, the
 source names) or describe its ring; the generic checks (numbers, bools, text, paths, pids) are in
-:mod:`stroboscope._checks`, the one module every room checks through."""
+:mod:`stroboscope._base.checks`, the one module every room checks through."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
 from stroboscope import _core
-from stroboscope._checks import as_seconds, describe
+from stroboscope._base.checks import as_seconds, describe
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
 MAX_INTERVAL_S = _core.MAX_INTERVAL_NS / 1e9

@@ -9,7 +9,7 @@ from typing import Any, Union
 import pyarrow as pa
 
 from stroboscope import _core
-from stroboscope._checks import describe
+from stroboscope._base.checks import describe
 
 GpusArg = Union[str, Sequence[Union[int, str]], None]
 MAX_GPU_INDEX = (1 << 32) - 1  # NVML indices are C unsigned ints

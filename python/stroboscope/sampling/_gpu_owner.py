@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from stroboscope._identity import Identity
+from stroboscope._base.identity import Identity
 from stroboscope.sampling._gpu import gpu_status
 
 

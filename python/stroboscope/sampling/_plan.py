@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stroboscope import _core
-from stroboscope._checks import PathsArg, check_dir_paths, check_pid, native_path
+from stroboscope._base.checks import PathsArg, check_dir_paths, check_pid, native_path
 
 
 @dataclass(frozen=True)

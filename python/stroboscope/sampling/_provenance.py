@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from stroboscope._files import read_regular, regular_source
-from stroboscope._provenance_json import PROVENANCE_KEY, attach, dumps, from_schema
+from stroboscope._base.files import read_regular, regular_source
+from stroboscope.formats.provenance import PROVENANCE_KEY, attach, dumps, from_schema
 from stroboscope.sampling._clock_sync import clock_sync
 from stroboscope.sampling._provenance_identity import identity_facts
 
@@ -55,7 +55,7 @@ _cmdlines: weakref.WeakKeyDictionary[Sampler, list[str]] = weakref.WeakKeyDictio
 
 
 def _version() -> str:
-    from stroboscope import __version__
+    from stroboscope._base.version import __version__
 
     return __version__
 
@@ -160,7 +160,7 @@ def provenance(sampler: Sampler, *, command: list[str] | None = None) -> dict[st
     dict
         ``format``, ``stroboscope_version``, ``recorded_by`` ("sampler"), ``host``, ``pid``,
         ``cmdline``, ``interval_s``, ``sources`` (name, every, interval_s, interface), ``gpus``,
-        ``identity`` (:meth:`~stroboscope._identity.Identity.to_dict`; ``identity_error`` when
+        ``identity`` (:meth:`~stroboscope._base.identity.Identity.to_dict`; ``identity_error`` when
         the rank variables conflict), ``rank``/``world_size``/``local_rank``, ``clock``
         (``anchor_uncertainty_ns``), ``ticks_missed``, ``rows_lost`` (overwritten before a drain
         or a segment took them), ``missing`` (names of facts not known). :func:`for_table` adds

@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from stroboscope._identity import Identity, detect_identity
+from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.sampling._gpu_owner import owned_gpus
 
 
@@ -31,7 +31,7 @@ def _environ(pid: int) -> Mapping[str, str]:
 
 
 def identity_of(environ: Mapping[str, str]) -> tuple[Identity | None, str | None]:
-    """The :class:`~stroboscope._identity.Identity` that ``environ`` gives, or (None, why) when
+    """The :class:`~stroboscope._base.identity.Identity` that ``environ`` gives, or (None, why) when
     its rank variables conflict: a recording keeps the reason rather than failing."""
     try:
         return detect_identity(environ), None

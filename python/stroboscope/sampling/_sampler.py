@@ -14,8 +14,9 @@ from typing import Any, TypedDict
 
 import pyarrow as pa
 
-from stroboscope import _core, _lifecycle
-from stroboscope._checks import PathsArg, check_bool, check_int, check_new_file
+from stroboscope import _core
+from stroboscope._base import lifecycle as _lifecycle
+from stroboscope._base.checks import PathsArg, check_bool, check_int, check_new_file
 from stroboscope.sampling._checks import (
     SourcesArg,
     check_capacity,

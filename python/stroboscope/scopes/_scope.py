@@ -14,7 +14,7 @@ import logging
 from typing import Any, Callable, TypeVar, cast
 
 from stroboscope import _core, _events
-from stroboscope._checks import check_text
+from stroboscope._base.checks import check_text
 from stroboscope.scopes import _stack
 from stroboscope.scopes._stack import _LABELS, _STACK, Frame, LabelValue
 

@@ -16,7 +16,7 @@ import threading
 from typing import Any, NamedTuple, Union
 
 from stroboscope import _core
-from stroboscope._checks import check_text
+from stroboscope._base.checks import check_text
 
 LabelValue = Union[str, int, float, bool]
 

@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stroboscope._checks import check_int, check_timeout
-from stroboscope._ratelimit import RateLimitedLog
+from stroboscope._base.checks import check_int, check_timeout
+from stroboscope._base.ratelimit import RateLimitedLog
 from stroboscope.senders._base import AbstractBackendSender, BuiltinSender, as_sender
 
 logger = logging.getLogger("stroboscope.senders")

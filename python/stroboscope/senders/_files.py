@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
-from stroboscope._files import open_private
+from stroboscope._base.files import open_private
 
 
 def open_private_text(path: str | os.PathLike[str]) -> TextIO:

@@ -11,7 +11,7 @@ Where the rank comes from, first match wins:
 2. ``SystemMonitor(..., rank=r)`` through :meth:`BuiltinSender.label_rank` (explicit too: it
    overrides a rank read from the environment, and conflicts with one given to the sender);
 3. the launcher's environment (``RANK``, ``SLURM_PROCID``, ... through
-   :func:`stroboscope._identity.detect_identity`), used only when the job has more than one
+   :func:`stroboscope._base.identity.detect_identity`), used only when the job has more than one
    process: a ``WORLD_SIZE=1`` run is labelled like a plain single-process one.
 """
 
@@ -21,8 +21,8 @@ import dataclasses
 import logging
 import socket
 
-from stroboscope._checks import check_int, describe
-from stroboscope._identity import Identity, detect_identity
+from stroboscope._base.checks import check_int, describe
+from stroboscope._base.identity import Identity, detect_identity
 
 _LOG = logging.getLogger("stroboscope.senders")
 

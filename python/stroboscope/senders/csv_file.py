@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from stroboscope._checks import check_bool, check_file_path, check_str, describe
+from stroboscope._base.checks import check_bool, check_file_path, check_str, describe
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 from stroboscope.senders._files import iso_utc, open_private_text, part_path
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from stroboscope._checks import check_bool, check_file_path
+from stroboscope._base.checks import check_bool, check_file_path
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 from stroboscope.senders._files import iso_utc, open_private_text
 

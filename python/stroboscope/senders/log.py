@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from stroboscope._checks import check_int, describe
+from stroboscope._base.checks import check_int, describe
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 
 

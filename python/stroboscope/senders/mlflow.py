@@ -15,12 +15,12 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any
 
-from stroboscope._checks import check_str
+from stroboscope._base.checks import check_str
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
 from stroboscope.senders._rank import RankLabel, rank_label
 
 if TYPE_CHECKING:
-    from stroboscope._identity import Identity
+    from stroboscope._base.identity import Identity
 
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_\-./ ]")
 _MAX_BATCH = 1000  # metrics per log_batch call that MLflow accepts

@@ -10,8 +10,8 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
-from stroboscope._checks import check_file_path, check_int, describe
-from stroboscope._files import open_private
+from stroboscope._base.checks import check_file_path, check_int, describe
+from stroboscope._base.files import open_private
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 
 logger = logging.getLogger("stroboscope.senders")

@@ -13,12 +13,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stroboscope._checks import check_path, check_seconds, check_str
+from stroboscope._base.checks import check_path, check_seconds, check_str
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
 from stroboscope.senders._rank import RankLabel, rank_label
 
 if TYPE_CHECKING:
-    from stroboscope._identity import Identity
+    from stroboscope._base.identity import Identity
 
 
 class TensorBoardSender(BuiltinSender):

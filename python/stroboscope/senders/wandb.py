@@ -31,7 +31,7 @@ TIME_KEY = "stroboscope.time_s"
 the sender's prefix and label, like the other keys)."""
 
 if TYPE_CHECKING:
-    from stroboscope._identity import Identity
+    from stroboscope._base.identity import Identity
 
 
 class WandbSender(BuiltinSender):

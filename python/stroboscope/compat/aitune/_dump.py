@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stroboscope._files import replace_private
+from stroboscope._base.files import replace_private
 
 if TYPE_CHECKING:
     import pandas

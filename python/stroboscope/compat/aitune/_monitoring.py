@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope import _lifecycle, scopes
-from stroboscope._checks import check_bool
+from stroboscope import scopes
+from stroboscope._base import lifecycle as _lifecycle
+from stroboscope._base.checks import check_bool
 from stroboscope.compat.aitune._dump import dump_to, write_csv
 from stroboscope.compat.aitune._rows import (
     aitune_rows,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from stroboscope._checks import describe
+from stroboscope._base.checks import describe
 
 PROVENANCE_KEY = "stroboscope.provenance"
 """Schema metadata key (and the sidecar's content): the provenance as JSON."""

@@ -63,8 +63,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from stroboscope._checks import check_int, check_str
-from stroboscope._files import read_regular
+from stroboscope._base.checks import check_int, check_str
+from stroboscope._base.files import read_regular
 
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 """Where Kubernetes mounts the pod's namespace (its service-account token volume)."""

@@ -11,7 +11,7 @@ import stat
 from collections.abc import Iterable, Sequence
 from typing import Union
 
-from stroboscope._files import read_regular
+from stroboscope._base.files import read_regular
 
 PathsArg = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 
