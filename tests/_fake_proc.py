@@ -10,7 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-DATA = Path(__file__).parent / "data"
+from _paths import DATA
+
 PID = 6767  # the process recorded in tests/data/proc/basic
 
 

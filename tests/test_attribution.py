@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from _paths import DATA
 from _scope_tables import ANCHOR, frame
 from stroboscope.analysis.attribution import attribute_trace
 
@@ -126,7 +127,7 @@ def test_two_gpus_summed_or_chosen(tmp_path: Path) -> None:
 
 
 def test_real_torch_trace_counts_and_times() -> None:
-    data = Path(__file__).parent / "data" / "traces"
+    data = DATA / "traces"
     trace = json.loads((data / "torch_cpu_matmul.json").read_text())
     ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
     samples = pq.read_table(data / "torch_cpu_matmul.samples.parquet")

@@ -26,13 +26,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from _paths import DATA
 from stroboscope.cli._publish import LAST_VALUE_UNITS as RECORD_LAST_VALUE_UNITS
 from stroboscope.compat import _training
 from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.transformers import TrainerHooks
 from stroboscope.sampling._provenance import from_schema
 
-FIXTURE = json.loads((Path(__file__).parent / "data" / "framework_callbacks.json").read_text())
+FIXTURE = json.loads((DATA / "framework_callbacks.json").read_text())
 BASES = {
     LightningHooks: "lightning.pytorch.Callback",
     TrainerHooks: "transformers.TrainerCallback",

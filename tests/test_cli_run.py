@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from _paths import ROOT
 from stroboscope.cli import main
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -132,7 +133,7 @@ def test_bad_durations_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_the_readme_synopsis_puts_options_before_the_command() -> None:
     """argparse hands everything after `--` to the command: the README must not show an option
     there, and its record line must parse as documented."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     block = readme.split("## Command line", 1)[1].split("```text", 1)[1].split("```", 1)[0]
     record = " ".join(line.strip() for line in block.splitlines() if line.strip())
     record = record.split("stroboscope recover", 1)[0]

@@ -4,10 +4,10 @@ checked by hand against the ecosystem's conventions and against docs/metrics.md'
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _paths import ROOT
 from stroboscope.cluster._prom_names import (
     ColumnInfo,
     family_names,
@@ -18,7 +18,7 @@ from stroboscope.cluster._prom_names import (
 )
 from stroboscope.cluster._prom_window import summarise, summarise_column
 
-METRICS_MD = Path(__file__).parent.parent / "docs" / "metrics.md"
+METRICS_MD = ROOT / "docs" / "metrics.md"
 NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 
@@ -329,7 +329,7 @@ def render_table() -> str:
 
 
 def test_docs_table_is_the_mapping() -> None:
-    doc = (Path(__file__).parent.parent / "docs" / "prometheus.md").read_text()
+    doc = (ROOT / "docs" / "prometheus.md").read_text()
     begin, end = "<!-- table: begin -->\n", "<!-- table: end -->"
     assert begin in doc and end in doc
     committed = doc[doc.index(begin) + len(begin) : doc.index(end)]

@@ -26,7 +26,6 @@ from stroboscope.sampling._plan import source_options
 LEADER = Identity(host="h", rank=4, local_rank=0, world_size=8, local_world_size=4)
 FOLLOWER = Identity(host="h", rank=5, local_rank=1, world_size=8, local_world_size=4)
 ALONE = Identity(host="h")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture

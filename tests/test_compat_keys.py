@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _paths import ROOT
 from stroboscope.compat import AbstractBackendSender, CompatKeys, StatsDict, SystemMonitor
 from stroboscope.compat._keys import (
     EXTENDED_GPM_KEYS,
@@ -23,7 +24,7 @@ from stroboscope.compat._keys import (
     sources,
 )
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "compat-keys.md"
+DOC = ROOT / "docs" / "compat-keys.md"
 
 SCRIPT = """
 devices 2

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import stroboscope
 from _dataset_ranks import figures_arrow, figures_duckdb, figures_polars, rank_env, run_ranks
+from _paths import ROOT
 from stroboscope._base.identity import Identity
 from stroboscope.cli import main
 from stroboscope.export.dataset import (
@@ -316,7 +317,7 @@ def test_the_code_in_docs_dataset_md_runs_and_its_readers_agree(
     other = Identity(host="node-b", rank=1, local_rank=0, job="docs")
     cpu = {"proc.cpu_pct": [4.0, 6.0]}
     write_part(rows([1, 2], **cpu), root, identity=other, name="part-a-000001.parquet")
-    text = (Path(__file__).resolve().parent.parent / "docs" / "dataset.md").read_text()
+    text = (ROOT / "docs" / "dataset.md").read_text()
     blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
     assert len(blocks) == 4
     scope: dict[str, object] = {"root": root}

@@ -21,9 +21,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from _paths import ROOT
 from stroboscope.sampling._provenance import from_schema
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = ROOT / "examples"
 
 
 def _run(name: str, out: Path, **env: str) -> str:

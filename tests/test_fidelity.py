@@ -21,6 +21,7 @@ import psutil
 import pyarrow as pa
 import pytest
 import stroboscope
+from _paths import ROOT
 from stroboscope.sampling import Sampler
 from stroboscope.sampling._frame import Frame
 
@@ -139,7 +140,7 @@ def test_available_sources_name_their_interface() -> None:
             assert d["interface"], d["name"]
     # The GPU sources too, where only the fake libraries build them: docs/metrics.md is made
     # from every source of the registry (tests/test_docs.py keeps it current).
-    docs = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+    docs = (ROOT / "docs" / "metrics.md").read_text()
     assert "| gpu | 10 ms |" in docs and "| amd_gpu | 10 ms |" in docs
     assert "not declared" not in docs
     # proc_tree counts each member's CPU time in USER_HZ ticks: no faster than the CPU source.

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import stroboscope
-
-ROOT = Path(__file__).resolve().parent.parent
+from _paths import ROOT
 
 
 def run_check(env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ import psutil
 import pyarrow.csv as pa_csv
 import pytest
 from _monitor import GPU_AVAILABLE, MiB, Recorder, check_keys, monitor, wait_rows
+from _paths import TESTS
 from stroboscope.compat import (
     AbstractBackendSender,
     StatsDict,
@@ -264,7 +265,7 @@ def test_proc_without_psutil_names_the_extra(monkeypatch: pytest.MonkeyPatch) ->
         _ = mon.proc
 
 
-FAKE_NVML = Path(__file__).parent / "fake_nvml" / "fake_nvml.c"
+FAKE_NVML = TESTS / "fake_nvml" / "fake_nvml.c"
 TWO_FAKE_GPUS = """
 devices 2
 set 0 util 42

@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from _paths import DATA
 from stroboscope import Sampler, SpoolError, recover
 from stroboscope.recording import _layout
 from stroboscope.recording.spool import read_spool
 
-DATA = Path(__file__).parent / "data" / "spool_v1"
+DATA = DATA / "spool_v1"
 ANCHOR = 1_700_000_000 * 10**9
 CREATED = ANCHOR + 5 * 10**9
 

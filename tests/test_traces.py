@@ -18,11 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _paths import DATA as TEST_DATA
 from _scope_tables import ANCHOR, Call, frame, intervals
 from stroboscope.export.perfetto import counter_records
 from stroboscope.export.traces import export_chrome_trace, export_perfetto_trace, merge_into_trace
 
-DATA = Path(__file__).parent / "data" / "traces"
+DATA = TEST_DATA / "traces"
 MS = 1_000_000
 
 CALLS: list[Call] = [
