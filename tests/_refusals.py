@@ -1,5 +1,6 @@
-"""The one check behind the bad-input tables (``tests/test_bad_inputs*.py``): a row is
-``(id, call, exception type, pattern)``; ``call`` gets a :class:`Ctx` and must raise exactly
+"""The one check behind the bad-input tables (``tests/test_bad_inputs_api.py``,
+``tests/sampling/test_sampler_bad_inputs.py``, ``tests/senders/test_senders_bad_inputs.py``): a
+row is ``(id, call, exception type, pattern)``; ``call`` gets a :class:`Ctx` and must raise exactly
 that type with a message matching the pattern, before it creates anything."""
 
 from __future__ import annotations

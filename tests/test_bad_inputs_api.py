@@ -1,6 +1,7 @@
-"""Bad arguments of the public constructors and functions beyond the Sampler's own (those are in
-tests/test_bad_inputs.py): each refused when given, through the checks module, with an exception
-of the right type whose message names the argument, the value and what is accepted.
+"""Bad arguments of the public constructors and functions beyond the Sampler's own (those are
+in tests/sampling/test_sampler_bad_inputs.py): each refused when given, through the checks module,
+with an exception of the right type whose message names the argument, the value and what is
+accepted.
 
 A row is ``(id, call, exception type, pattern)``; ``call`` gets a :class:`Ctx`.
 """

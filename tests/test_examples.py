@@ -47,17 +47,12 @@ def _needs(*modules: str) -> None:
 
 
 def _wandb_history(run_file: Path) -> list[dict[str, Any]]:
-    """The history records of an offline run file, through tests/test_senders.py's reader."""
-    spec = importlib.util.spec_from_file_location(
-        "_senders", Path(__file__).with_name("test_senders.py")
-    )
-    assert spec is not None and spec.loader is not None
-    senders = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(senders)
+    """The history records of an offline run file, through tests/_senders.py's reader."""
+    from _senders import _wandb_records
     from wandb.proto import wandb_internal_pb2
 
     out = []
-    for raw in senders._wandb_records(run_file):
+    for raw in _wandb_records(run_file):
         record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
         record.ParseFromString(raw)
         if record.WhichOneof("record_type") == "history":

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import _cluster_dataset as ranks_fixture
 import numpy as np
 import pyarrow as pa
 import pytest
-import test_cluster_report as ranks_fixture
 from stroboscope.cli import main
 from stroboscope.export.writers import write_parquet
 from stroboscope.sampling._provenance import attach

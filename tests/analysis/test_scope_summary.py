@@ -2,7 +2,8 @@
 
 The join is checked against a plain per-sample loop on random nested scopes from several stacks
 (ties, empty and open calls included); summary figures against loops over the raw frame and
-hand computations on hand-made readings (energy on real fake-NVML frames: test_scope_energy.py).
+hand computations on hand-made readings (energy on real fake-NVML frames:
+test_scope_summary_energy.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``stroboscope record --prometheus`` and ``--otlp``: the command line starts the cluster
 exporters on its sampler, and they are served or pushed while it records (the exporters
-themselves are tested in test_cluster_prometheus*.py and test_cluster_otel*.py)."""
+themselves are tested in tests/cluster/test_prometheus*.py and test_otel*.py)."""
 
 from __future__ import annotations
 

@@ -180,9 +180,9 @@ def test_recover_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 def test_record_reports_failed_segment_writes_and_keeps_every_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from test_spool_segments import _failing_writes
+    from _segment_faults import failing_writes
 
-    _failing_writes(monkeypatch, 1000)  # every segment write hits a full disk
+    failing_writes(monkeypatch, 1000)  # every segment write hits a full disk
     out = tmp_path / "m.parquet"
     assert main(["record", "--interval", "0.01", "--duration", "0.3", "-o", str(out)]) == 0
     printed = capsys.readouterr().out

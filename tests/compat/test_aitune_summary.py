@@ -114,7 +114,7 @@ def gpu_rows(session: _monitoring.HardwareMetricsSession) -> pd.DataFrame:
 
 @pytest.fixture
 def nvml_env(monkeypatch: pytest.MonkeyPatch, fake_libs: dict[str, Path], tmp_path: Path) -> None:
-    """The fake NVML library serving SCRIPT (see tests/test_gpu.py)."""
+    """The fake NVML library serving SCRIPT (see tests/sampling/test_gpu.py)."""
     script = tmp_path / "script.txt"
     script.write_text(SCRIPT)
     monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))

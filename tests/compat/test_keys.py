@@ -76,8 +76,9 @@ def test_extended_gpu_keys_in_wandb_units(fake_gpus: None) -> None:
     mon = SystemMonitor(os.getpid(), rec, 60.0, extended=True, aggregate="last")
     mon.start()
     # The counter counts from the source's first reading: 5000 mJ, or 7000 mJ where the fake
-    # served its first value before that reading (it happens: tests/test_scope_energy.py fails
-    # now and then for this): 4.5 J or 2.5 J once the last scripted value is read.
+    # served its first value before that reading (it happens:
+    # tests/analysis/test_scope_summary_energy.py fails now and then for this): 4.5 J or 2.5 J
+    # once the last scripted value is read.
     final = {4.5, 2.5}
     try:  # until the energy counter's last scripted value has been read (not: some time)
         deadline = time.monotonic() + 60

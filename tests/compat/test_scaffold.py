@@ -1,5 +1,5 @@
 """The drop-in SystemMonitor: its exact surface and keys, values against psutil, GPU keys from the
-fake NVML, the crash-safe dump (its windows: test_monitor_windows.py).
+fake NVML, the crash-safe dump (its windows: test_windows.py).
 
 Tolerances are stated per test: psutil reads the same /proc files a few milliseconds after the
 monitor's window closed, so level values may move a little between the two.

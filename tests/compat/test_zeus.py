@@ -31,7 +31,7 @@ def counter(step_mj: int, n: int = 60) -> str:
 
 
 # The fake serves the next counter value per call, not per unit of time: a high enforced limit
-# keeps the plausibility check (tests/test_energy_windows.py) out of these tests.
+# keeps the plausibility check (tests/analysis/test_energy_windows.py) out of these tests.
 TWO = (
     "devices 2\nset 0 power_limit 100000000\nset 1 power_limit 100000000\n"
     f"set 0 energy {counter(1000)}\nset 1 energy {counter(3000)}\n"

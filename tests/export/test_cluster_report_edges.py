@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _cluster_dataset import JOB, make_dataset, step_ms
 from stroboscope._base.identity import Identity
 from stroboscope.cli import main
 from stroboscope.export._ranks import Rank
@@ -17,7 +18,6 @@ from stroboscope.export._ranks_figures import GpuChoice, gpu_choice
 from stroboscope.export._ranks_render import rank_table
 from stroboscope.export.cluster_report import build_cluster_report, write_cluster_report
 from stroboscope.export.dataset import ensure_root, write_scopes
-from test_cluster_report import JOB, make_dataset, step_ms
 
 
 @pytest.fixture(scope="module")

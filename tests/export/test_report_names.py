@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pytest
 
 pytest.importorskip("matplotlib")
-import test_cluster_report as ranks_fixture
+import _cluster_dataset as ranks_fixture
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from stroboscope.cli import main

@@ -3,7 +3,6 @@ spool), never follows a planted temporary file, and lets a dropped sampler go.""
 
 from __future__ import annotations
 
-import errno
 import gc
 import logging
 import os
@@ -16,23 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import stroboscope.recording.segments as segments
+from _segment_faults import failing_writes
 from stroboscope import Sampler, recover
 from stroboscope.recording.spool import read_spool, segment_paths
-
-
-def _failing_writes(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[str]:
-    """Make the next ``failures`` segment writes raise ENOSPC; returns the paths tried."""
-    real = segments._write_segment
-    tried: list[str] = []
-
-    def write(table: pa.Table, path: str) -> None:
-        tried.append(path)
-        if len(tried) <= failures:
-            raise OSError(errno.ENOSPC, "No space left on device", path)
-        real(table, path)
-
-    monkeypatch.setattr(segments, "_write_segment", write)
-    return tried
 
 
 def _wait_for(predicate: object, what: str, timeout_s: float = 60.0) -> None:
@@ -45,7 +30,7 @@ def _wait_for(predicate: object, what: str, timeout_s: float = 60.0) -> None:
 def test_a_full_disk_is_retried_and_every_row_recovered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tried = _failing_writes(monkeypatch, 3)
+    tried = failing_writes(monkeypatch, 3)
     path = tmp_path / "run.spool"
     # 65536 rows at 10 ms: the ring holds the whole test, so no row can be overwritten.
     s = Sampler(0.01, sources=["memory"], spool=path, capacity=65536, segment_seconds=0.05)
@@ -72,7 +57,7 @@ def test_a_full_disk_is_retried_and_every_row_recovered(
 def test_a_last_segment_that_cannot_be_written_leaves_its_rows_in_the_spool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _failing_writes(monkeypatch, 1000)
+    failing_writes(monkeypatch, 1000)
     path = tmp_path / "run.spool"
     s = Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
     s.tick_now(7)
@@ -131,7 +116,7 @@ def test_rows_overwritten_during_failed_writes_are_counted_once(
 ) -> None:
     # 300 rows into a 256-row ring: 44 are gone before any segment. Two failed tries and a good
     # one at stop(): the 44 are lost once, not once per try.
-    tried = _failing_writes(monkeypatch, 2)
+    tried = failing_writes(monkeypatch, 2)
     path = tmp_path / "run.spool"
     s = Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)
     s.tick_now(300)

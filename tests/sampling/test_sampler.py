@@ -11,7 +11,7 @@ import stroboscope
 from stroboscope import Sampler, sampling
 
 # Bad arguments (interval, capacity, sources, pid, disk_paths, ...) are rows of the one table
-# of bad inputs in test_bad_inputs.py.
+# of bad inputs in test_sampler_bad_inputs.py.
 
 
 def wait_rows(s: sampling.Sampler, n: int, timeout: float = 30.0) -> int:

@@ -117,7 +117,7 @@ def _wandb_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def _wandb_keys(tmp_path: Path, want_history: int) -> tuple[list[dict[str, Any]], set[str]]:
     """History rows and the system-metric keys that W&B itself wrote to the offline run file."""
-    from test_senders import _wandb_records
+    from _senders import _wandb_records
     from wandb.proto import wandb_internal_pb2
 
     [run_file] = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))

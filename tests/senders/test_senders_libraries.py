@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_senders import EVENTS, T0, _wandb_records, private, publish_all
+from _senders import EVENTS, T0, _wandb_records, private, publish_all
 
 
 def test_tensorboard_read_back_with_tensorboard(tmp_path: Path) -> None:

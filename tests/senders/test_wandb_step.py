@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_senders import _wandb_records
+from _senders import _wandb_records
 
 STEPS = 20
 

@@ -48,7 +48,7 @@ def rank_aware(
     senders, and every sender when ``rank`` is None, get the events as they are."""
     if rank is None:
         return senders
-    prefix = f"rank{rank}."  # CompatKeys' prefix (tests/test_monitor.py pins both)
+    prefix = f"rank{rank}."  # CompatKeys' prefix (tests/compat/test_scaffold.py pins both)
     return [
         RankLabelledSender(s, prefix) if isinstance(s, BuiltinSender) and s.label_rank(rank) else s
         for s in senders
