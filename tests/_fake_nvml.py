@@ -3,35 +3,16 @@
 from __future__ import annotations
 
 import ctypes
-import gc
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
-import pytest
 from stroboscope import Sampler
 
-ScriptFn = Callable[..., None]
-
-
-def script_fixture(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    """The body of an ``nvml`` fixture: call it with a script text (and optionally
-    ``library="old"``) before building samplers."""
-
-    def use(script: str, library: str = "new") -> None:
-        gc.collect()  # the library re-reads its script once every holder is gone
-        path = tmp_path / f"script{len(list(tmp_path.iterdir()))}.txt"
-        path.write_text(script)
-        monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs[library]))
-        monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
-
-    yield use
-    gc.collect()
+ScriptFn = Callable[..., Path]
+"""The ``nvml`` and ``amd`` fixtures (tests/conftest.py): call with a script; returns its path."""
 
 
 def fake_calls(function: str, device: int = 0) -> int:

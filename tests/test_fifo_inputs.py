@@ -209,8 +209,10 @@ def test_a_sampler_refuses_a_fifo_under_proc_root(
     assert words in got.stdout and "a FIFO, not a regular file" in got.stdout, got.stdout
 
 
-def test_the_cmdline_under_proc_root_that_is_a_fifo_is_unknown(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path / "proc").root
+def test_the_cmdline_under_proc_root_that_is_a_fifo_is_unknown(
+    tmp_path: Path, fake_proc: FakeProc
+) -> None:
+    proc = fake_proc.root
     os.mkfifo(proc / str(PID) / "cmdline")
     code = f"""
     from stroboscope.sampling._provenance import read_cmdline

@@ -16,7 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _fake_proc import DATA, PID, FakeProc
+from _fake_proc import PID, FakeProc
+from _paths import DATA
 from stroboscope import Sampler as RecordingSampler
 from stroboscope._base.checks import check_path
 from stroboscope._base.identity import Identity

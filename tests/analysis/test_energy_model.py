@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -25,7 +24,7 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 import pytest
-from _fake_nvml import ScriptFn, readings, script_fixture
+from _fake_nvml import ScriptFn, readings
 from _scope_tables import ANCHOR, Call, frame, intervals
 from stroboscope.analysis.attribution import attribute_trace
 from stroboscope.analysis.energy import window_energy
@@ -36,13 +35,6 @@ from stroboscope.sampling._energy import EnergyWindows
 MS = 1_000_000
 POWER_W = 500.0
 STEP_NS = 4 * MS
-
-
-@pytest.fixture
-def nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 def stepped_frame(reads: list[int]) -> pa.Table:

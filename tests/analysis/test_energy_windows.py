@@ -8,23 +8,14 @@ landed in the frame, following the model stated in analysis/energy.py and docs/e
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _fake_nvml import ScriptFn, hand_trapezoid, readings, script_fixture
+from _fake_nvml import ScriptFn, hand_trapezoid, readings
 from stroboscope.analysis.energy import window_energy
 from stroboscope.sampling import Sampler
 
 POLL_NS = 5_000_000
-
-
-@pytest.fixture
-def nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 # A power ramp of 100 W + 10 W per reading, and the counter that matches it at 5 ms per reading.

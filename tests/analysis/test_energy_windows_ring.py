@@ -4,21 +4,12 @@ its begin, once another window call saw them), by hand on a made frame and on th
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _fake_nvml import ScriptFn, read_times, script_fixture
+from _fake_nvml import ScriptFn, read_times
 from stroboscope.analysis.energy import window_energy
 from stroboscope.sampling import Sampler
-
-
-@pytest.fixture
-def nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 def frame(t: list[int], energy: list[float]) -> pa.Table:

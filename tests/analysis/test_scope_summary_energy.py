@@ -4,10 +4,7 @@ landed in the frame, by hand."""
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
@@ -18,21 +15,6 @@ from stroboscope import Sampler
 from stroboscope.analysis.scopes import samples_by_scope, summary
 
 ScriptFn = Callable[[str], None]
-
-
-@pytest.fixture
-def nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    def use(script: str) -> None:
-        gc.collect()  # the library re-reads its script once every holder is gone
-        path = tmp_path / "script.txt"
-        path.write_text(script)
-        monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-        monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
-
-    yield use
-    gc.collect()
 
 
 ENERGY = [0, 1000, 3000, 6000, 10000, 15000, 21000, 28000, 36000, 45000, 55000, 66000]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _fake_proc import FakeProc
 
 
 def test_parse_sender_spec() -> None:
@@ -24,11 +25,13 @@ def test_parse_sender_spec() -> None:
         parse_sender_spec(":a=1")
 
 
-def test_record_publisher_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_record_publisher_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_proc: FakeProc
+) -> None:
     import argparse
     import types
 
-    from _fake_proc import PID, FakeProc
+    from _fake_proc import PID
     from stroboscope import Sampler
     from stroboscope.cli import _publish
     from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
@@ -50,7 +53,7 @@ def test_record_publisher_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             "max",
         ]
     )
-    fake = FakeProc(tmp_path / "proc")
+    fake = fake_proc
     sampler = Sampler(
         0.01, pid=PID, sources=["cpu", "network"], cpu_window=0, proc_root=str(fake.root)
     )

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
+from _fake_nvml import ScriptFn
 from stroboscope.cli._status import latest_values, status_text, wanted
 from stroboscope.sampling import Sampler
 
@@ -164,18 +164,15 @@ def test_the_status_line_fits_a_narrow_terminal(tmp_path: Path) -> None:
 
 
 def test_the_status_line_shows_the_gpu_of_the_monitored_process(
-    tmp_path: Path, fake_libs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, nvml: ScriptFn
 ) -> None:
     """On the fake NVML: device 0 at 42 % with 2 GiB used by the recording process itself."""
-    script = tmp_path / "script.txt"
-    script.write_text(
+    nvml(
         "devices 1\ndriver 550.54.15\nname 0 Fake H200\n"
         "uuid 0 GPU-aaaaaaaa-0000-0000-0000-000000000000\n"
         "set 0 util 42\nset 0 mem_total 150000000000\nset 0 mem_used 30000000000\n"
         "process 0 self 2147483648 55\n"
     )
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(script))
     code, tty, _ = _record_on_a_pty(
         tmp_path, "--interval", "0.01", "--duration", "1.5", "--sources", "gpu,process"
     )

@@ -4,15 +4,13 @@ library (tests/fake_nvml) against the sampler's own frame, through the OTLP/HTTP
 
 from __future__ import annotations
 
-import gc
 import inspect
 import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _fake_nvml import ScriptFn
 from _otlp_receiver import http_receiver, metrics, point, points
 
 pytest.importorskip("opentelemetry.sdk")
@@ -61,16 +59,8 @@ def semconv() -> dict[str, tuple[str, str]]:
 
 
 @pytest.fixture
-def two_gpus(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[None]:
-    gc.collect()  # the fake re-reads its script once every holder is gone
-    script = tmp_path / "script.txt"
-    script.write_text(SCRIPT)
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(script))
-    yield
-    gc.collect()
+def two_gpus(nvml: ScriptFn) -> None:
+    nvml(SCRIPT)
 
 
 def test_every_convention_name_has_the_conventions_unit_and_instrument(two_gpus: None) -> None:

@@ -8,14 +8,13 @@ exporter's ``stroboscope_sampler_rows_total`` at each scrape says which rows the
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from _fake_nvml import ScriptFn
 from _prometheus_server import Prometheus, prometheus
 from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.cluster.prometheus import PrometheusExporter
@@ -45,17 +44,9 @@ def script() -> str:
 
 
 @pytest.fixture
-def gpus(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[None]:
+def gpus(nvml: ScriptFn) -> None:
     """Two fake GPUs (tests/fake_nvml) with scripted power, energy and clock reasons."""
-    gc.collect()  # the fake re-reads its script once every holder is gone
-    path = tmp_path / "nvml_script.txt"
-    path.write_text(script())
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
-    yield
-    gc.collect()
+    nvml(script())
 
 
 def sampler() -> Sampler:

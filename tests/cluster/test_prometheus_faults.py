@@ -5,19 +5,17 @@ port in use, labels from Kubernetes and from CUDA ordinals, and bad arguments.""
 from __future__ import annotations
 
 import errno
-import gc
 import os
 import socket
 import time
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 pytest.importorskip("prometheus_client")  # the prometheus extra
+from _fake_nvml import ScriptFn
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from stroboscope._base.identity import detect_identity
@@ -190,16 +188,8 @@ def test_kubernetes_labels_on_every_series() -> None:
 
 
 @pytest.fixture
-def two_gpus(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[None]:
-    gc.collect()
-    path = tmp_path / "script.txt"
-    path.write_text("devices 2\nuuid 0 GPU-00aa\nuuid 1 GPU-11bb\nset 1 power 123000\n")
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(path))
-    yield
-    gc.collect()
+def two_gpus(nvml: ScriptFn) -> None:
+    nvml("devices 2\nuuid 0 GPU-00aa\nuuid 1 GPU-11bb\nset 1 power 123000\n")
 
 
 def gpu_power_series(gpu_samples: bool) -> Scrape:

@@ -9,13 +9,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from _fake_nvml import ScriptFn, script_fixture
+from _fake_nvml import ScriptFn
 from stroboscope import _core, cluster
 from stroboscope._base.identity import Identity
 from stroboscope.cluster import HOST_SOURCES, PROCESS_SOURCES, owned_gpus, rank_sources
@@ -26,15 +25,6 @@ from stroboscope.sampling._plan import source_options
 LEADER = Identity(host="h", rank=4, local_rank=0, world_size=8, local_world_size=4)
 FOLLOWER = Identity(host="h", rank=5, local_rank=1, world_size=8, local_world_size=4)
 ALONE = Identity(host="h")
-
-
-@pytest.fixture
-def nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    """Call with a fake NVML script before asking NVML anything (tests/fake_nvml)."""
-
-    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 FOUR_GPUS = """

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from _fake_nvml import ScriptFn
 from stroboscope import scopes
 from stroboscope.compat import aitune
 from stroboscope.compat.aitune import _dump, _monitoring, _rows
@@ -113,12 +114,9 @@ def gpu_rows(session: _monitoring.HardwareMetricsSession) -> pd.DataFrame:
 
 
 @pytest.fixture
-def nvml_env(monkeypatch: pytest.MonkeyPatch, fake_libs: dict[str, Path], tmp_path: Path) -> None:
+def nvml_env(nvml: ScriptFn) -> None:
     """The fake NVML library serving SCRIPT (see tests/sampling/test_gpu.py)."""
-    script = tmp_path / "script.txt"
-    script.write_text(SCRIPT)
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(script))
+    nvml(SCRIPT)
 
 
 def hand_summary(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, float]]:

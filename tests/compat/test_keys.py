@@ -8,11 +8,10 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from _fake_nvml import ScriptFn
 from _paths import ROOT
 from stroboscope.compat import AbstractBackendSender, CompatKeys, StatsDict, SystemMonitor
 from stroboscope.compat._keys import (
@@ -59,16 +58,8 @@ class Recorder(AbstractBackendSender):
 
 
 @pytest.fixture
-def fake_gpus(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[None]:
-    gc.collect()  # the library re-reads its script once every holder is gone
-    script = tmp_path / "gpus.txt"
-    script.write_text(SCRIPT)
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(script))
-    yield
-    gc.collect()
+def fake_gpus(nvml: ScriptFn) -> None:
+    nvml(SCRIPT)
 
 
 def test_extended_gpu_keys_in_wandb_units(fake_gpus: None) -> None:
@@ -154,14 +145,8 @@ fail 0 field:197 NOT_SUPPORTED
 """
 
 
-def test_gpm_keys_in_wandb_units(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    gc.collect()
-    script = tmp_path / "gpm.txt"
-    script.write_text(GPM_SCRIPT)
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(script))
+def test_gpm_keys_in_wandb_units(nvml: ScriptFn) -> None:
+    nvml(GPM_SCRIPT)
     assert "gpu_gpm" not in sources(False, True)  # the default key set reads no GPM
     rec = Recorder()
     mon = SystemMonitor(os.getpid(), rec, 60.0, extended=True, aggregate="last")

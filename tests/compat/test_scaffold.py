@@ -7,25 +7,22 @@ monitor's window closed, so level values may move a little between the two.
 
 from __future__ import annotations
 
-import gc
 import inspect
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
 import typing
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pyarrow.csv as pa_csv
 import pytest
+from _fake_nvml import ScriptFn
 from _monitor import GPU_AVAILABLE, MiB, Recorder, check_keys, monitor, wait_rows
-from _paths import TESTS
 from stroboscope.compat import (
     AbstractBackendSender,
     StatsDict,
@@ -265,7 +262,6 @@ def test_proc_without_psutil_names_the_extra(monkeypatch: pytest.MonkeyPatch) ->
         _ = mon.proc
 
 
-FAKE_NVML = TESTS / "fake_nvml" / "fake_nvml.c"
 TWO_FAKE_GPUS = """
 devices 2
 set 0 util 42
@@ -282,19 +278,9 @@ fail 1 power NOT_SUPPORTED
 
 
 @pytest.fixture
-def fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def fake_gpus(nvml: ScriptFn) -> None:
     """Two GPUs from the fake NVML library (tests/fake_nvml), the second without power readings."""
-    cc = shutil.which(os.environ.get("CC", "")) or shutil.which("cc") or shutil.which("gcc")
-    assert cc is not None, "a C compiler is needed to build the fake NVML library"
-    lib = tmp_path / "libfake_nvml.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(FAKE_NVML)], check=True)
-    script = tmp_path / "gpus.txt"
-    script.write_text(TWO_FAKE_GPUS)
-    gc.collect()  # the library reads its script when nothing holds it any more
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(lib))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(script))
-    yield
-    gc.collect()
+    nvml(TWO_FAKE_GPUS)
 
 
 @pytest.mark.parametrize("rank", [None, 0])

@@ -9,21 +9,13 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _fake_nvml import ScriptFn, read_times, script_fixture
+from _fake_nvml import ScriptFn, read_times
 from stroboscope.compat.zeus import Measurement, ZeusMonitor
 from stroboscope.sampling import Sampler
-
-
-@pytest.fixture
-def nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 def counter(step_mj: int, n: int = 60) -> str:

@@ -202,10 +202,10 @@ def test_empty_frame_exports() -> None:
     assert table.num_rows == 0 and "mem.util_pct" in table.column_names
 
 
-def test_cpu_all_busy_reads_exactly_100(tmp_path: Path) -> None:
+def test_cpu_all_busy_reads_exactly_100(fake_proc: FakeProc) -> None:
     # 11 busy ticks of 11: busy * (100 / total) gave 100.00000000000001; 100 * busy / total is
     # exact for whole tick counts.
-    fake = FakeProc(tmp_path / "proc")
+    fake = fake_proc
     s = Sampler(0.001, pid=PID, sources={"cpu": None}, cpu_window=0, proc_root=str(fake.root))
     try:
         for busy in (11, 22, 39):
@@ -218,12 +218,14 @@ def test_cpu_all_busy_reads_exactly_100(tmp_path: Path) -> None:
     assert util == [100.0, 100.0, 100.0]
 
 
-def test_rows_before_the_first_are_skipped_by_an_arrow_offset(tmp_path: Path) -> None:
+def test_rows_before_the_first_are_skipped_by_an_arrow_offset(
+    tmp_path: Path, fake_proc: FakeProc
+) -> None:
     # 100 rows into a 64-row ring: the snapshot starts at row 36, inside the ring's block of 64
     # rows. Its columns point at the block (an Arrow offset of 36, nothing moved); a column
     # without nulls carries no bitmap. The spool file, read by the Python reader from the
     # documented layout, is the reference for the values.
-    fake = FakeProc(tmp_path / "proc")
+    fake = fake_proc
     spool = tmp_path / "run.spool"
     s = Sampler(
         0.001,

@@ -8,26 +8,13 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pytest
 import stroboscope
-from _fake_nvml import fake_calls, script_fixture
+from _fake_nvml import ScriptFn, fake_calls
 from stroboscope import Frame, Sampler
-
-ScriptFn = Callable[..., None]
-
-
-@pytest.fixture
-def nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    """Call with a script text (and optionally library="old") before building samplers."""
-    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
-
 
 TWO_GPUS = """
 devices 2

@@ -8,33 +8,16 @@ import ctypes
 import gc
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pytest
 import stroboscope
+from _fake_nvml import ScriptFn
 from stroboscope import Sampler, _core
 
-ScriptFn = Callable[[str], None]
 ENERGY = "amdsmi_get_energy_count"
-
-
-@pytest.fixture
-def amd(fake_amdsmi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptFn]:
-    """Call with a script text before building samplers; NVML is absent unless a test sets it."""
-
-    def use(script: str) -> None:
-        gc.collect()  # the library re-reads its script at amdsmi_init, once every holder is gone
-        path = tmp_path / f"amd{len(list(tmp_path.iterdir()))}.txt"
-        path.write_text(script)
-        monkeypatch.setenv("STROBOSCOPE_AMDSMI_LIBRARY", str(fake_amdsmi))
-        monkeypatch.setenv("FAKE_AMDSMI_SCRIPT", str(path))
-        monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(tmp_path / "no-nvml-here.so"))
-
-    yield use
-    gc.collect()
 
 
 def calls(function: str, device: int = 0) -> int:
@@ -134,15 +117,10 @@ def test_columns_and_values_match_hand_computation(amd: ScriptFn) -> None:
     assert source.reason is None and source.interface == "amdsmi"
 
 
-def test_columns_share_the_gpu_sources_names_and_units(
-    amd: ScriptFn, fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_columns_share_the_gpu_sources_names_and_units(amd: ScriptFn, nvml: ScriptFn) -> None:
     """Same name, same unit, type and kind as NVML's; AMD GPUs are numbered after NVML's."""
     amd("devices 2\n")
-    nvml_script = tmp_path / "nvml.txt"
-    nvml_script.write_text("devices 1\n")
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(nvml_script))
+    nvml("devices 1\n")  # after amd(), which makes NVML absent
     options = _core.SourceOptions()
     nvidia = {c["name"]: c for c in _core.source_columns("gpu", options)}
     amd_columns = _core.source_columns("amd_gpu", options)

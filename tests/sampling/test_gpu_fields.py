@@ -14,22 +14,10 @@ subsets plus their exact final values.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pyarrow as pa
-import pytest
 import stroboscope
-from _fake_nvml import ScriptFn, fake_calls, record_reads, script_fixture, values
+from _fake_nvml import ScriptFn, fake_calls, record_reads, values
 from stroboscope import Sampler
-
-
-@pytest.fixture
-def nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
-
 
 PAD = 8  # equal values before the counters move: room for the build-time probes
 

@@ -11,8 +11,6 @@ sequences are checked as subsets plus their final values.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import stroboscope
@@ -21,19 +19,11 @@ from _fake_nvml import (
     fake_calls,
     fake_counter,
     record_reads,
-    script_fixture,
     values,
 )
 from stroboscope import Sampler
 
 MIB = 1048576.0
-
-
-@pytest.fixture
-def nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 HOPPER_AND_AMPERE = """

@@ -14,19 +14,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import stroboscope
-from _fake_nvml import ScriptFn, record_reads, script_fixture, values
+from _fake_nvml import ScriptFn, record_reads, values
 from stroboscope import Sampler
-
-
-@pytest.fixture
-def nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ScriptFn]:
-    yield from script_fixture(fake_libs, tmp_path, monkeypatch)
 
 
 @pytest.fixture

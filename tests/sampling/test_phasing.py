@@ -7,15 +7,13 @@ relative to it; bounds are generous (a loaded 2-core machine).
 
 from __future__ import annotations
 
-import gc
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Callable
 
 import psutil
 import pytest
+from _fake_nvml import ScriptFn
 from stroboscope import Frame, Sampler
 
 ONE_GPU = """
@@ -28,16 +26,8 @@ set 0 power 250000
 
 
 @pytest.fixture
-def fake_gpu(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[None]:
-    gc.collect()  # the fake re-reads its script once every holder is gone
-    script = tmp_path / "script.txt"
-    script.write_text(ONE_GPU)
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(script))
-    yield
-    gc.collect()
+def fake_gpu(nvml: ScriptFn) -> None:
+    nvml(ONE_GPU)
 
 
 def eventually(pred: Callable[[], bool], timeout: float = 20.0) -> bool:

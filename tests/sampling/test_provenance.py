@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import stroboscope
+from _fake_nvml import ScriptFn
 from stroboscope.export.writers import sidecar_path, write_csv
 from stroboscope.recording.spool import segment_paths
 from stroboscope.sampling import Sampler
@@ -261,18 +262,12 @@ def test_recover_command_keeps_the_spools_provenance(tmp_path: Path) -> None:
     assert prov["recorded_by"] == "spool recovery" and prov["rows"] == 4
 
 
-def test_gpus_from_the_fake_nvml(
-    fake_libs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    script = tmp_path / "script.txt"
-    script.write_text(
+def test_gpus_from_the_fake_nvml(nvml: ScriptFn) -> None:
+    nvml(
         "devices 2\ndriver 550.54.15\nname 0 Fake H200\nname 1 Fake L4\n"
         "uuid 0 GPU-aaaaaaaa-0000-0000-0000-000000000000\n"
         "uuid 1 GPU-bbbbbbbb-0000-0000-0000-000000000000\nset 0 util 42\nset 1 util 7\n"
     )
-    gc.collect()
-    monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(fake_libs["new"]))
-    monkeypatch.setenv("FAKE_NVML_SCRIPT", str(script))
     s = Sampler(0.01, sources=["gpu"], gpus=[1])
     s.tick_now(2)
     prov = s.snapshot().provenance

@@ -13,7 +13,8 @@ import numpy as np
 import psutil
 import pyarrow as pa
 import pytest
-from _fake_proc import DATA, PID, FakeProc
+from _fake_proc import PID, FakeProc
+from _paths import DATA
 from stroboscope import Sampler
 
 
