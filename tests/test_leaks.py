@@ -11,7 +11,7 @@ import sys
 import pytest
 from _paths import TESTS
 
-INNER = '''
+INNER = """
 import pytest
 import stroboscope
 import stroboscope.scopes as scopes
@@ -70,7 +70,7 @@ def held():
 
 def test_zz_a_wider_fixture_left_a_sampler(held):
     pass
-'''
+"""
 
 
 def test_what_a_test_leaves_behind_fails_it(
