@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 # Variables of launchers and jobs that must not leak from the test's own environment into a rank.
 _LAUNCH_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "MPI_", "TORCHELASTIC_", "KUBERNETES_", "GROUP_")
@@ -105,6 +106,7 @@ def figures_arrow(table: pa.Table) -> dict[int, tuple[int, float, float, int]]:
 
 def figures_duckdb(root: Path) -> dict[int, tuple[int, float, float, int]]:
     """The same figures through DuckDB's ``read_parquet`` (hive partitioning, union by name)."""
+    pytest.importorskip("duckdb")
     import duckdb  # a test extra: imported where used, so files without it collect
 
     rows = duckdb.execute(
@@ -120,6 +122,7 @@ def figures_duckdb(root: Path) -> dict[int, tuple[int, float, float, int]]:
 def polars_schema(root: Path) -> dict[str, Any]:
     """The unified columns of the parts (``open_dataset``'s schema) as polars types: polars
     otherwise takes the first file's columns (docs/dataset.md)."""
+    pytest.importorskip("polars")
     import polars as pl  # a test extra, imported where used
     from stroboscope.export.dataset import PARTITIONING, open_dataset
 
@@ -131,6 +134,7 @@ def polars_schema(root: Path) -> dict[str, Any]:
 def figures_polars(root: Path) -> dict[int, tuple[int, float, float, int]]:
     """The same figures through polars' ``scan_parquet`` (hive partitioning; the columns of all
     parts, each inserted as nulls where a part lacks it)."""
+    pytest.importorskip("polars")
     import polars as pl  # a test extra, imported where used
 
     frame = (

@@ -93,6 +93,7 @@ def test_system_monitor_with_wandb_offline(tmp_path: Path) -> None:
 
 
 def test_receiver_fed_by_a_sampler(tmp_path: Path) -> None:
+    pytest.importorskip("pandas")  # the receiver's get_metrics() is a DataFrame
     stdout = _run("receiver_fed_by_sampler.py", tmp_path)
     worker = int(stdout.split("from worker ")[1].split(";")[0])
     with open(tmp_path / "receiver.csv", newline="") as f:

@@ -10,10 +10,12 @@ import time
 
 import numpy as np
 import pytest
+
+# Skipped before anything imports them: the otel extra, and the protobufs the receiver decodes.
+pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("opentelemetry.proto")
 from _fake_nvml import ScriptFn
 from _otlp_receiver import http_receiver, metrics, point, points
-
-pytest.importorskip("opentelemetry.sdk")
 from stroboscope._base.identity import Identity
 from stroboscope.cluster.otel import OTelExporter
 from stroboscope.sampling import Sampler

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import psutil
 import pytest
+
+pytest.importorskip("pandas")  # the pandas extra: aitune's tables are DataFrames
+import pandas as pd
 from stroboscope import scopes
 from stroboscope.compat import aitune
 from stroboscope.compat.aitune import _monitoring

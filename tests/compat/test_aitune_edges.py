@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pytest
+
+pytest.importorskip("pandas")  # the pandas extra: aitune's tables are DataFrames
+import pandas as pd
 from stroboscope.compat import aitune
 from stroboscope.compat.aitune import _monitoring
 

@@ -15,8 +15,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pandas as pd
 import pytest
+
+pytest.importorskip("pandas")  # the pandas extra: aitune's tables are DataFrames
+import pandas as pd
 import stroboscope
 from stroboscope.compat import aitune
 from stroboscope.compat.aitune import _dump, _monitoring

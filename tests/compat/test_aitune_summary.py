@@ -26,9 +26,11 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pytest
+
+pytest.importorskip("pandas")  # the pandas extra: aitune's tables are DataFrames
+import pandas as pd
 from _fake_nvml import ScriptFn
 from stroboscope import scopes
 from stroboscope.compat import aitune

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import PIL.Image as PIL_Image  # Pillow comes with matplotlib (the report and test extras)
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+pytest.importorskip("matplotlib")  # the report extra: the page's plots and the PNGs
+import PIL.Image as PIL_Image  # Pillow comes with matplotlib (the report and test extras)
 from _binaries import binary
 from _report_run import record_run
 from stroboscope._base.files import replace_private

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import PIL.Image as PIL_Image
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 pytest.importorskip("matplotlib")
 import _cluster_dataset as ranks_fixture
+import PIL.Image as PIL_Image  # Pillow comes with matplotlib
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from stroboscope.cli import main

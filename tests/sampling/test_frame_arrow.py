@@ -135,7 +135,10 @@ def test_arrow_buffers_keep_the_frame_alive() -> None:
 
 
 def test_polars_and_duckdb_read_the_frame(frame: Frame) -> None:
+    pytest.importorskip("duckdb")
     import duckdb
+
+    pytest.importorskip("polars")
     import polars as pl
 
     df = pl.DataFrame(frame)
@@ -152,6 +155,7 @@ def test_polars_and_duckdb_read_the_frame(frame: Frame) -> None:
 
 
 def test_to_pandas_and_numpy(frame: Frame) -> None:
+    pytest.importorskip("pandas")  # the pandas extra
     df = frame.to_pandas()
     assert len(df) == len(frame)
     assert str(df["time"].dt.tz) == "UTC"
@@ -221,6 +225,7 @@ def test_cpu_all_busy_reads_exactly_100(fake_proc: FakeProc) -> None:
 def test_rows_before_the_first_are_skipped_by_an_arrow_offset(
     tmp_path: Path, fake_proc: FakeProc
 ) -> None:
+    pytest.importorskip("pandas")  # nanosecond times read back as pandas Timestamps
     # 100 rows into a 64-row ring: the snapshot starts at row 36, inside the ring's block of 64
     # rows. Its columns point at the block (an Arrow offset of 36, nothing moved); a column
     # without nulls carries no bitmap. The spool file, read by the Python reader from the
@@ -255,7 +260,10 @@ def test_rows_before_the_first_are_skipped_by_an_arrow_offset(
     cpu = table.column("cpu.util_pct")
     assert cpu.null_count == 48 and cpu.chunks[0].buffers()[0] is not None  # read 1 row in 4
     assert cpu.drop_null().to_pylist() == [pytest.approx(25.0)] * 16
+    pytest.importorskip("duckdb")
     import duckdb
+
+    pytest.importorskip("polars")
     import polars as pl
 
     assert pl.DataFrame(frame)["cpu.util_pct"].to_list() == cpu.to_pylist()

@@ -118,6 +118,8 @@ def _wandb_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def _wandb_keys(tmp_path: Path, want_history: int) -> tuple[list[dict[str, Any]], set[str]]:
     """History rows and the system-metric keys that W&B itself wrote to the offline run file."""
     from _senders import _wandb_records
+
+    pytest.importorskip("wandb")
     from wandb.proto import wandb_internal_pb2
 
     [run_file] = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
@@ -144,6 +146,7 @@ def _wandb_keys(tmp_path: Path, want_history: int) -> tuple[list[dict[str, Any]]
 def test_wandb_keys_carry_the_label_wandbs_own_system_metrics_carry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    pytest.importorskip("wandb")
     _wandb_env(monkeypatch, tmp_path)
     torchrun(monkeypatch, 3, 8)
     from stroboscope.senders.wandb import WandbSender
@@ -166,6 +169,7 @@ def test_wandb_keys_carry_the_label_wandbs_own_system_metrics_carry(
 
 
 def test_wandb_shared_mode_settings() -> None:
+    pytest.importorskip("wandb")
     import wandb
     from stroboscope.senders.wandb import labelled_init_kwargs
 
@@ -187,6 +191,7 @@ def test_wandb_user_run_label_wins_and_no_rank_means_no_label(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _wandb_env(monkeypatch, tmp_path)
+    pytest.importorskip("wandb")
     import wandb
     from stroboscope.senders.wandb import WandbSender
 
@@ -211,6 +216,7 @@ def test_mlflow_run_per_rank_with_tags_and_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
     from stroboscope.senders.mlflow import MlflowSender
 
@@ -238,6 +244,7 @@ def test_mlflow_run_per_rank_with_tags_and_name(
 def test_mlflow_refuses_a_run_tagged_with_another_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     from stroboscope.senders.mlflow import MlflowSender
 
@@ -252,6 +259,7 @@ def test_mlflow_refuses_a_run_tagged_with_another_rank(
 
 def test_mlflow_takes_the_monitors_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
     from stroboscope.senders.mlflow import MlflowSender
 
@@ -270,6 +278,8 @@ def test_mlflow_takes_the_monitors_rank(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_tensorboard_run_directory_per_rank(tmp_path: Path) -> None:
     from stroboscope.senders.tensorboard import TensorBoardSender
+
+    pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing import event_multiplexer
 
     identity = Identity(host="h", rank=1, local_rank=1, world_size=2, local_world_size=2,
@@ -300,6 +310,8 @@ def test_tensorboard_run_directory_per_rank(tmp_path: Path) -> None:
 
 def test_monitor_rank_labels_builtin_senders_once(tmp_path: Path) -> None:
     from stroboscope.senders.tensorboard import TensorBoardSender
+
+    pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing import event_accumulator
 
     tb = TensorBoardSender(tmp_path / "tb")  # no rank of its own: it takes the monitor's
@@ -326,6 +338,7 @@ def test_monitor_rank_labels_builtin_senders_once(tmp_path: Path) -> None:
 def test_monitor_rank_conflicting_with_a_senders_is_refused_before_sampling(
     tmp_path: Path,
 ) -> None:
+    pytest.importorskip("tensorboardX")  # the tensorboard extra
     from stroboscope.senders.tensorboard import TensorBoardSender
 
     tb = TensorBoardSender(tmp_path, rank=1)

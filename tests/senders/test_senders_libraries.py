@@ -17,6 +17,8 @@ from _senders import EVENTS, T0, _wandb_records, private, publish_all
 
 def test_tensorboard_read_back_with_tensorboard(tmp_path: Path) -> None:
     from stroboscope.senders.tensorboard import TensorBoardSender
+
+    pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing import event_accumulator
 
     sender = TensorBoardSender(tmp_path / "tb")
@@ -41,6 +43,8 @@ def test_wandb_offline_run_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "cache"))
     from stroboscope.senders.wandb import WandbSender
+
+    pytest.importorskip("wandb")
     from wandb.proto import wandb_internal_pb2
 
     sender = WandbSender(project="stroboscope-test", mode="offline", dir=str(tmp_path))
@@ -76,6 +80,7 @@ def test_wandb_offline_run_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_mlflow_file_store_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # MLflow 3 keeps the file store only on request; it is the local store the issue asks for.
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
     from stroboscope.senders.mlflow import MlflowSender
 
@@ -95,6 +100,7 @@ def test_mlflow_file_store_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_prometheus_scraped_over_http() -> None:
+    pytest.importorskip("prometheus_client")
     from prometheus_client.parser import text_string_to_metric_families
     from stroboscope.senders.prometheus import PrometheusSender
 
