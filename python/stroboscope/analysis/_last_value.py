@@ -22,10 +22,14 @@ TIME_COLUMNS = frozenset({"time", "mono_ns"})
 class ColumnLike(Protocol):
     """What the rule reads of a column (:class:`stroboscope.sampling.Column` has it)."""
 
-    name: str
-    unit: str
-    dtype: str
-    kind: str
+    @property
+    def name(self) -> str: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
 
 
 def counter_columns(columns: Iterable[ColumnLike]) -> list[str]:
