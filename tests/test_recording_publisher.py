@@ -19,7 +19,7 @@ COLUMNS = [
     Column("gpu.0.fan_pct", "%", "float64", "gauge", "fan"),
     Column("net.sent_bytes", "bytes", "int64", "counter", "sent"),
 ]
-ROWS = {
+ROWS: dict[str, list[float]] = {
     "mono_ns": [10, 20, 30, 40],
     "proc.threads": [4, 4, 4, 7],
     "gpu.0.sm_clock_mhz": [1980, 1980, 1980, 345],
