@@ -22,7 +22,6 @@ from stroboscope._base.files import open_regular_file
 __all__ = ["base_time_ns", "complete_events", "read_trace"]
 
 
-
 def read_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The trace at ``path`` as its JSON object (gunzipped when the name ends in ``.gz``).
 
