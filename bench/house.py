@@ -411,10 +411,13 @@ def _io(pid: int) -> dict[str, int]:
         return {k: int(v) for k, v in (line.split(":") for line in f if ":" in line)}
 
 
-def _find_child(parent: int, argv_tail: list[str], deadline: float) -> int:
-    """The pid of ``parent``'s child whose command line ends with ``argv_tail``."""
+def _find_child(proc: subprocess.Popen[bytes], argv_tail: list[str], deadline: float) -> int:
+    """The pid of ``proc``'s child whose command line ends with ``argv_tail``."""
+    parent = proc.pid
     want = [a.encode() for a in argv_tail]
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"record exited ({proc.returncode}) before its command started")
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
@@ -436,7 +439,10 @@ def _find_child(parent: int, argv_tail: list[str], deadline: float) -> int:
 def record(duration: float, where: str | None) -> Figure:
     import pyarrow.parquet as pq
 
-    with tempfile.TemporaryDirectory(prefix="stroboscope-house-", dir=where) as d:
+    house = tempfile.TemporaryDirectory(
+        prefix="stroboscope-house-", dir=where, ignore_cleanup_errors=True
+    )
+    with house as d:
         out = os.path.join(d, "out.parquet")
         dur = f"{duration:g}"
         argv = ["record", "--interval", "0.001", "-q", "-o", out, "--", "sleep", dur]
@@ -449,29 +455,35 @@ def record(duration: float, where: str | None) -> Figure:
             load = OtherLoad()
             t_start = time.monotonic()
             proc = subprocess.Popen([sys.executable, "-c", CLI, *argv], stdout=so, stderr=se)
+            fds: list[int] = []
             try:
-                cmd = _find_child(proc.pid, ["sleep", dur], time.monotonic() + 60)
-                cmd_fd = os.pidfd_open(cmd)
-                rec_fd = os.pidfd_open(proc.pid)
+                cmd = _find_child(proc, ["sleep", dur], time.monotonic() + 60)
+                fds = [os.pidfd_open(cmd), os.pidfd_open(proc.pid)]
                 poll = select.poll()
-                poll.register(cmd_fd, select.POLLIN)
-                poll.register(rec_fd, select.POLLIN)
+                for fd in fds:
+                    poll.register(fd, select.POLLIN)
                 ready = {fd for fd, _ in poll.poll((duration + 120) * 1000)}
                 t_cmd = time.monotonic()
-                if cmd_fd not in ready:
+                if not ready:
+                    raise RuntimeError(f"the command was still running after {duration + 120:g} s")
+                if fds[0] not in ready:
                     raise RuntimeError("the record process ended before its command")
                 at_cmd_exit = _stat(proc.pid)
                 io_cmd_exit = _io(proc.pid)
-                os.close(cmd_fd)
-                os.close(rec_fd)
                 os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
                 t_end = time.monotonic()
                 at_end = _stat(proc.pid)  # the zombie: its threads' times, its reaped children's
                 io_end = _io(proc.pid)
+            except BaseException:
+                if proc.poll() is None:
+                    proc.kill()  # its command and watchdog get their parent-death signal
+                    proc.wait()
+                raise
             finally:
-                if proc.returncode is None:
-                    _, status, usage = os.wait4(proc.pid, 0)
-                    proc.returncode = os.waitstatus_to_exitcode(status)
+                for fd in fds:
+                    os.close(fd)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
             cores = load.cores()
             so.seek(0)
             se.seek(0)
