@@ -2,8 +2,8 @@
 
 Run before and after the regrouping of the Python layer, on the same machine, and compare::
 
-    python bench/house.py                   # 60 s record run, ~2.5 min in all
-    python bench/house.py --quick           # 10 s record run, fewer repeats (~45 s)
+    python bench/house.py                   # 60 s record run, about 1.5 min in all
+    python bench/house.py --quick           # 10 s record run, fewer repeats (about 30 s)
     python bench/house.py --json out.json   # also every raw number
 
 It measures whatever ``stroboscope`` is importable (``PYTHONPATH=CHECKOUT/python`` picks one),
@@ -33,8 +33,8 @@ d. **A clean ``stroboscope record``** at 1 kHz of ``sleep D`` (D = 60 s, 10 with
    after the command exited (the tail: recovering, writing the output, removing the spool,
    exiting), beside the tail's wall time.
 e. **Start-up**: wall time of ``python -c "import stroboscope"`` and of ``stroboscope --version``
-   (run as the console script does: ``from stroboscope.cli import main``), median of 10 fresh
-   interpreters each, interleaved with an empty interpreter (``python -c pass``) for reference.
+   (run as the console script does: its entry point, read from ``pyproject.toml``), median of 10
+   fresh interpreters each, interleaved with an empty interpreter (``python -c pass``).
 f. **Public names**: ``len(stroboscope.__all__)``, and the sum of ``len(__all__)`` over every
    public package (no component starting with ``_``) that defines one: the faces of the rooms.
 
@@ -70,8 +70,29 @@ ROWS = 1000
 SCOPES_AFTER = 100
 TARGET_SNAPSHOT_RATIO = 1.5
 FACE_NAMES_MAX = 20
-# What `stroboscope ...` runs (the console script's entry point), so no install is needed.
-CLI = "import sys; from stroboscope.cli import main; sys.exit(main())"
+
+
+def console_script(pyproject: Path = REPO_DIR / "pyproject.toml") -> str:
+    """Python code that does what the ``stroboscope`` console script does, from the entry point
+    in ``[project.scripts]`` of ``pyproject`` (``stroboscope.cli:main`` if it cannot be read), so
+    the package measured need not be installed."""
+    target = "stroboscope.cli:main"
+    try:
+        section = ""
+        for line in pyproject.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if line.startswith("["):
+                section = line
+            elif section == "[project.scripts]" and line.split("=")[0].strip() == "stroboscope":
+                target = line.split("=", 1)[1].strip().strip("\"'")
+    except OSError:
+        pass
+    module, _, func = target.partition(":")
+    return f"import sys; from {module} import {func}; sys.exit({func}())"
+
+
+# What `stroboscope ...` runs.
+CLI = console_script()
 
 Figure = dict[str, Any]
 
@@ -593,8 +614,7 @@ def startup(repeats: int) -> Figure:
             (
                 "e. `stroboscope --version`",
                 fmt_s(m["version"]),
-                f"wall, median of {repeats}, run as the console script "
-                "(`from stroboscope.cli import main`)",
+                f"wall, median of {repeats}, run as the console script: `{CLI}`",
                 "—",
                 "info",
             ),
