@@ -22,7 +22,7 @@ import stroboscope
 from stroboscope import _core
 from stroboscope.compat.aitune import ParentReceiver
 from stroboscope.export import output_format
-from stroboscope.recording import _layout
+from stroboscope.formats import spool_layout
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import Frame, SamplerStats, SourceStats
 
@@ -70,17 +70,17 @@ def test_every_public_name_resolves() -> None:
 
 def test_spool_layout_is_the_one_cpp_defines() -> None:
     core = _core.SPOOL_LAYOUT
-    assert core["magic"] == _layout.MAGIC
-    assert core["version"] == _layout.VERSION
-    assert core["versions_read"] == _layout.VERSIONS_READ
-    assert core["block_rows"] == _layout.BLOCK_ROWS
-    assert core["page"] == _layout.PAGE
-    assert core["schema_offset"] == _layout.SCHEMA_OFFSET
+    assert core["magic"] == spool_layout.MAGIC
+    assert core["version"] == spool_layout.VERSION
+    assert core["versions_read"] == spool_layout.VERSIONS_READ
+    assert core["block_rows"] == spool_layout.BLOCK_ROWS
+    assert core["page"] == spool_layout.PAGE
+    assert core["schema_offset"] == spool_layout.SCHEMA_OFFSET
     expected = textwrap.indent(
         "".join(f'("{n}", {o}, "{c}"),\n' for n, o, c in core["fields"]), "    "
     )
-    assert tuple(tuple(f) for f in core["fields"]) == _layout.FIELDS, (
-        "recording/_layout.py is out of date with spool.hpp; its FIELDS must read:\n" + expected
+    assert tuple(tuple(f) for f in core["fields"]) == spool_layout.FIELDS, (
+        "formats/spool_layout.py is out of date with spool.hpp; its FIELDS must read:\n" + expected
     )
 
 
@@ -91,7 +91,7 @@ def test_a_spool_written_by_cpp_decodes_with_the_layout(tmp_path: Path) -> None:
     )
     assert s.tick_now(7) == 7
     data = path.read_bytes()
-    fields = {n: (o, c) for n, o, c in _layout.FIELDS}
+    fields = {n: (o, c) for n, o, c in spool_layout.FIELDS}
 
     def field(name: str) -> Any:
         offset, code = fields[name]
@@ -99,7 +99,7 @@ def test_a_spool_written_by_cpp_decodes_with_the_layout(tmp_path: Path) -> None:
 
     ncols = len(s.columns) - 1  # the ring has mono_ns and the metrics, not `time`
     assert field("magic") == b"STROBSPL"
-    assert field("version") == _layout.VERSION
+    assert field("version") == spool_layout.VERSION
     assert field("capacity") == 256
     assert field("columns") == ncols
     assert field("interval_ns") == 2_000_000
@@ -112,7 +112,9 @@ def test_a_spool_written_by_cpp_decodes_with_the_layout(tmp_path: Path) -> None:
         == field("header_size") + 4 * 8 * (64 * ncols + (ncols + 7) // 8 * 8)
     )
     assert field("head") == field("write_begin") == 7
-    schema = data[_layout.SCHEMA_OFFSET : _layout.SCHEMA_OFFSET + int(field("schema_size"))]
+    schema = data[
+        spool_layout.SCHEMA_OFFSET : spool_layout.SCHEMA_OFFSET + int(field("schema_size"))
+    ]
     assert schema.decode().splitlines()[0].split("\t")[0] == "mono_ns"
     s.close()
 

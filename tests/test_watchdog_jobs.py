@@ -76,7 +76,7 @@ def test_dump_job_validation(tmp_path: Path) -> None:
 
 
 def test_spool_job_goes_through_recover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The "spool" kind calls stroboscope.recording.spool.recover_parts and writes the parts it
+    """The "spool" kind calls stroboscope.formats.spool_read.recover_parts and writes the parts it
     returns with the same code as journals (a stand-in module replaces the real one here)."""
     table = pa.table(
         {
@@ -92,9 +92,9 @@ def test_spool_job_goes_through_recover(tmp_path: Path, monkeypatch: pytest.Monk
             raise ValueError(f"{path}: wrong magic")
         return types.SimpleNamespace(schema=table.schema, parts=iter([table]), rows=len(table))
 
-    fake = types.ModuleType("stroboscope.recording.spool")
+    fake = types.ModuleType("stroboscope.formats.spool_read")
     fake.recover_parts = recover_parts  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "stroboscope.recording.spool", fake)
+    monkeypatch.setitem(sys.modules, "stroboscope.formats.spool_read", fake)
     monkeypatch.chdir(tmp_path)
     job = _resolve(DumpJob("spool", "run.spool", "out.parquet", "parquet"))
     line = _watchdog_child.run_job(job, 4242)
@@ -127,7 +127,7 @@ def test_journal_job_reads_a_block_at_a_time(
     """The crash dump of a journal goes through the block reader (issue 9, item 14): with blocks
     of a few rows, the dump still holds the union of the columns, a column that turns from
     integers to floats as float64, and every row once; damaged lines are counted in the log."""
-    from stroboscope.recording import _journal_read
+    from stroboscope.formats import journal_read
     from stroboscope.recording.journal import encode_rows
 
     rows: list[dict[str, Any]] = [{"id": i, "v": i if i < 50 else i + 0.5} for i in range(100)]
@@ -136,7 +136,7 @@ def test_journal_job_reads_a_block_at_a_time(
     journal = tmp_path / "journal.jsonl"
     cut = data.index(b"\n", 200) + 1
     journal.write_bytes(data[:cut] + b"not json\n" + data[cut:])  # a damaged line, between rows
-    monkeypatch.setattr(_journal_read, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(journal_read, "BLOCK_BYTES", 64)
     job = _resolve(DumpJob("journal", journal, tmp_path / "dump.parquet", "parquet"))
     line = _watchdog_child.run_job(job, 4242)
     table = pq.read_table(tmp_path / "dump.parquet")

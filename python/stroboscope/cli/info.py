@@ -48,8 +48,8 @@ def read_provenance(path: str) -> dict[str, Any]:
     FileNotFoundError
         ``path`` (or a CSV's sidecar) does not exist.
     """
-    from stroboscope.export.writers import SIDECAR_SUFFIX, output_format, sidecar_path
-    from stroboscope.sampling._provenance import from_schema
+    from stroboscope.formats.provenance import from_schema
+    from stroboscope.formats.writers import SIDECAR_SUFFIX, output_format, sidecar_path
 
     if not os.path.exists(path):
         why = why_unreachable(path)
@@ -86,7 +86,7 @@ def read_provenance(path: str) -> dict[str, Any]:
         if prov is None:
             raise ValueError(f"{path} has no stroboscope.provenance in its schema metadata")
         return prov
-    from stroboscope.recording.spool import recover_parts
+    from stroboscope.formats.spool_read import recover_parts
 
     prov = from_schema(recover_parts(path).schema)  # a spool; SpoolError names what is wrong
     assert prov is not None  # recover_parts always sets it

@@ -17,9 +17,10 @@ import os
 from typing import Any, Callable, cast
 
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator
-from stroboscope.export.writers import output_format, write_table
+from stroboscope.formats.spool_read import remove_spool
+from stroboscope.formats.writers import output_format, write_table
 from stroboscope.recording.sampler import Sampler
-from stroboscope.recording.spool import recover, remove_spool
+from stroboscope.recording.spool import recover
 from stroboscope.sampling._checks import check_interval
 from stroboscope.sampling._provenance import attach, for_table
 

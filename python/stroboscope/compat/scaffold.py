@@ -24,6 +24,7 @@ from stroboscope._base.ratelimit import RateLimitedLog
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
 from stroboscope.compat._ranked import rank_aware
+from stroboscope.formats.segments import segment_seconds
 from stroboscope.recording.sampler import DUMP_FORMATS, Sampler
 from stroboscope.sampling import available_sources, net_dev_totals
 from stroboscope.sampling._checks import check_capacity, check_interval
@@ -202,7 +203,7 @@ class SystemMonitor:
                 crash_safe=True,
                 dump_path=dump_path,
                 dump_format=dump_format,
-                segment_seconds=max(interval, capacity * interval / 4),
+                segment_seconds=segment_seconds(capacity, interval),
             )
         if dataset is not None:
             if given_capacity is None:  # room for two parts and a late one (the writer asks 2)

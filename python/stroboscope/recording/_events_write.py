@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.recording._events_file import (
+from stroboscope.formats.events_file import (
     _EVTS,
     _LEN,
     _STRS,

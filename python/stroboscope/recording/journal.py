@@ -61,14 +61,14 @@ import os
 import tempfile
 import threading
 
-from stroboscope.recording._journal_encode import (
+from stroboscope.formats.journal_encode import (
     MAX_DEPTH,
     EncodedBatch,
     Refused,
     encode_batch,
     encode_rows,
 )
-from stroboscope.recording._journal_read import (
+from stroboscope.formats.journal_read import (
     parse_journal,
     read_journal,
     read_journal_fd,

@@ -31,7 +31,7 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.recording._spool_header import SpoolError, open_regular
+from stroboscope.formats.spool_header import SpoolError, open_regular
 
 _LOG = logging.getLogger("stroboscope.recording")
 
