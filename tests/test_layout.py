@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 import stroboscope
@@ -288,6 +289,43 @@ def test_idle_watchdog_child_loads_neither_arrow_nor_the_extension(tmp_path: Pat
         assert cmdline[-4].endswith(b"_watchdog_child.py")  # a script, not the package
     finally:
         w.stop()
+
+
+def test_recovering_and_dumping_a_spool_loads_no_extension(tmp_path: Path) -> None:
+    """The crash path outlives the process it guards: a fresh process that reads a spool (with
+    its segments) and dumps it as the watchdog child does never loads ``_core`` nor the
+    sampling facade (which imports it)."""
+    spool = tmp_path / "run.spool"
+    s = stroboscope.Sampler(0.01, sources=["memory"], spool=spool, capacity=256, segment_seconds=1)
+    try:
+        s.tick_now(200)
+        assert s._segments is not None
+        s._segments.flush()  # a segment of 200 rows, then 100 rows only in the ring
+        s.tick_now(100)
+        expected = stroboscope.recover(spool).to_arrow()
+        out = _run(
+            f"""
+            import sys
+            from stroboscope.formats.spool_read import recover_table
+            from stroboscope.recording import _watchdog_child
+
+            table, lost = recover_table({str(spool)!r})
+            job = {{"kind": "spool", "source": {str(spool)!r}, "dump": {str(tmp_path / "d.csv")!r},
+                   "dump_dir": {str(tmp_path)!r}, "format": "csv"}}
+            print(_watchdog_child.run_job(job, 4242))
+            print(table.num_rows, lost)
+            print(sorted(m for m in sys.modules if m.startswith(("stroboscope._core",
+                                                                  "stroboscope.sampling"))))
+            """
+        )
+    finally:
+        s.close()
+    line, rows, loaded = out.strip().splitlines()
+    assert loaded == "[]"
+    assert expected.num_rows == 300 and rows.split() == ["300", "0"]
+    assert "wrote 300 rows of spool" in line
+    dumped = pacsv.read_csv(tmp_path / "d.csv")
+    assert dumped.column("mono_ns").to_pylist() == expected.column("mono_ns").to_pylist()
 
 
 def test_to_arrow_does_not_import_pandas() -> None:

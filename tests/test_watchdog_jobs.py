@@ -171,3 +171,32 @@ def test_a_dump_is_on_disk_before_it_gets_its_name(
     job = {"format": fmt, "dump": str(out), "dump_dir": str(tmp_path)}
     assert _watchdog_child.write_dump(table, job, 4242) == str(out)
     assert events == ["fsync", "replace"]
+
+
+def test_a_csv_dump_of_a_spool_has_its_provenance_sidecar(tmp_path: Path) -> None:
+    """The watchdog writes its dumps with the writers every output uses: a CSV dump of a spool
+    gets the provenance sidecar ``FILE.meta.json`` (the same JSON as the Parquet dump's schema
+    metadata), and a CSV dump without provenance (a journal) removes a stale one."""
+    from stroboscope import Sampler
+    from stroboscope.formats.provenance import PROVENANCE_KEY, loads
+    from stroboscope.formats.writers import sidecar_path
+
+    spool = tmp_path / "run.spool"
+    s = Sampler(0.01, sources=["memory"], spool=spool, capacity=256, segment_seconds=1)
+    try:
+        s.tick_now(5)
+        for fmt in ("csv", "parquet"):
+            job = _resolve(DumpJob("spool", spool, tmp_path / f"dump.{fmt}", fmt))
+            assert "wrote 5 rows of spool" in _watchdog_child.run_job(job, 4242)
+    finally:
+        s.close()
+    side = Path(sidecar_path(tmp_path / "dump.csv"))
+    stored = pq.read_schema(tmp_path / "dump.parquet").metadata[PROVENANCE_KEY.encode()]
+    assert loads(side.read_bytes(), str(side)) == loads(stored, PROVENANCE_KEY)
+    assert loads(stored, PROVENANCE_KEY)["recorded_by"] == "spool recovery"
+    assert stat.S_IMODE(side.stat().st_mode) == 0o600
+    # A journal has no provenance: its CSV dump leaves no sidecar of an earlier run beside it.
+    journal = tmp_path / "j.jsonl"
+    journal.write_bytes(b'{"id":0}\n')
+    _watchdog_child.run_job(_resolve(DumpJob("journal", journal, tmp_path / "dump.csv")), 4242)
+    assert not side.exists()
