@@ -39,7 +39,7 @@ def _sources(args: argparse.Namespace) -> int:
 def read_provenance(path: str) -> dict[str, Any]:
     """The provenance of the recording at ``path``: a Parquet file's schema metadata, a CSV
     file's sidecar ``FILE.meta.json`` (or the sidecar itself), or a spool's header (through
-    :func:`stroboscope.recording.spool.recover_parts`: it lists what a spool does not keep).
+    :func:`stroboscope.formats.spool_read.recover_parts`: it lists what a spool does not keep).
 
     Raises
     ------

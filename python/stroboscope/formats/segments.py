@@ -1,6 +1,14 @@
-"""Reading a spool's Parquet segments back, each checked against its spool: a regular file of
-the spool's owner, the spool's columns, a ``stroboscope.first_row`` the spool's counters cover,
-rows in order (:func:`stroboscope.recording.spool.recover_parts` plans and reads with these)."""
+"""A spool's Parquet segments: their names, their length, and reading them back.
+
+Names: the segments of the spool ``PATH`` are ``PATH.seg-000001.parquet``,
+``PATH.seg-000002.parquet``, ... (:func:`segment_path`: the one rule every writer, reader and
+check uses), each written under a temporary name first (:func:`segment_temp_glob`). Length: a
+segment holds a quarter of what the ring holds (:func:`segment_seconds`), so the ring always
+keeps the rows of the one being written.
+
+Reading: each segment is checked against its spool: a regular file of the spool's owner, the
+spool's columns, a ``stroboscope.first_row`` the spool's counters cover, rows in order
+(:func:`stroboscope.formats.spool_read.recover_parts` plans and reads with these)."""
 
 from __future__ import annotations
 
