@@ -9,7 +9,7 @@ from stroboscope.analysis.summary import fmt_seconds, fmt_value, printable, text
 from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
 from stroboscope.export._ranks_figures import METRICS
 from stroboscope.export._ranks_plot import render_timeline
-from stroboscope.sampling._provenance import iso_utc
+from stroboscope.formats.provenance import iso_utc
 
 if TYPE_CHECKING:
     from stroboscope.export.cluster_report import ClusterReport, JobSummary
