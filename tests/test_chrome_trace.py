@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from stroboscope.formats.chrome_trace import base_time_ns, complete_events, read_trace
 
 BASE = 1_790_857_026_000_000_000
@@ -39,7 +38,7 @@ def test_complete_events_on_the_realtime_clock(tmp_path: Path) -> None:
 def test_what_is_not_a_trace_is_named(tmp_path: Path) -> None:
     path = tmp_path / "list.json"
     path.write_text("[]")
-    with pytest.raises(ValueError, match="list.json is not a Chrome trace object"):
+    with pytest.raises(ValueError, match=r"list\.json is not a Chrome trace object"):
         read_trace(path)
-    with pytest.raises(ValueError, match="old.json has no integer 'baseTimeNanoseconds'"):
+    with pytest.raises(ValueError, match=r"old\.json has no integer 'baseTimeNanoseconds'"):
         base_time_ns({"traceEvents": []}, "old.json")
