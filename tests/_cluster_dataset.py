@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from stroboscope._base.identity import Identity
-from stroboscope.export.dataset import write_part, write_scopes
+from stroboscope.formats.dataset import write_part, write_scopes
 from stroboscope.sampling._provenance import attach
 
 JOB = "j1"

@@ -26,11 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-<<<<<<< HEAD:tests/compat/test_callbacks.py
 from _paths import DATA
-from stroboscope.cli._publish import LAST_VALUE_UNITS as RECORD_LAST_VALUE_UNITS
-=======
->>>>>>> main:tests/test_callbacks.py
 from stroboscope.compat import _training
 from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.transformers import TrainerHooks
