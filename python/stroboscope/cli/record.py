@@ -61,9 +61,13 @@ def _build(
     who: Identity | None,
     exporters: contextlib.ExitStack,
 ) -> tuple[Sampler, RecordPublisher | None, Watchdog | None]:
-    # The segment writer must drain before the ring wraps: a quarter of the ring, at most 10 s.
+    # The segment writer must drain before the ring wraps: every quarter of the ring, so the
+    # ring keeps three quarters in hand. A segment only when the ring needs it: a run the ring
+    # holds writes none, its rows go once to FILE (the dataset's parts: at most every 10 s).
     ring_rows = check_capacity(args.capacity, "--capacity")
-    segment_s = min(10.0, max(args.interval, ring_rows * args.interval / 4))
+    segment_s = max(args.interval, ring_rows * args.interval / 4)
+    if args.dataset is not None:
+        segment_s = min(10.0, segment_s)
     if who is None:
         sampler = Sampler(
             args.interval,
@@ -77,6 +81,7 @@ def _build(
         sampler = _dataset.rank_sampler(
             args, who, pid=pid, capacity=args.capacity, spool=spool, segment_seconds=segment_s
         )
+    _finish.prepare(sampler)  # its last rows go from the ring to FILE, not to a segment first
     if args.pid is not None:
         sampler.provenance()  # --pid: its command line, read as soon as its files are open
     publisher = None
@@ -297,34 +302,32 @@ def _record(
             publisher.close()
     # The segments and the ring, every row once and in order, streamed to the output one
     # segment at a time, with what the sampler knows of the run (the spool's header does not).
-    prov = sampler.provenance(command=command_argv or None)
+    parts = sampler.dataset_status
+    stranded = args.output is None and parts is not None and parts.rows_unwritten > 0
     try:
-        rows, n_columns = _finish.write_output(spool, args.output, prov)
+        done = _finish.finish(
+            sampler,
+            args.output,
+            command=command_argv or None,
+            keep_spool=args.keep_spool or stranded,  # rows in no part and no FILE: keep it
+            summarize=True,
+            watchdog=watchdog,
+        )
     except OSError as exc:
         if args.output is None:
             raise
         _unwritten(exc, args.output, spool, recover_parts(spool).rows, watchdog)
-    if watchdog is not None:
-        watchdog.stop()
-    units = {c.name: c.unit for c in sampler.columns}
-    summary, span_s = _finish.summary(
-        spool, units
-    )  # a few columns at a time, before the spool goes
-    parts = sampler.dataset_status
-    stranded = args.output is None and parts is not None and parts.rows_unwritten > 0
-    if not args.keep_spool and not stranded:  # rows in no part and no FILE: keep the spool
-        remove_spool(spool)
     if stranded and exit_code == 0:
         exit_code = 1
     _print_summary(
         args,
         fmt,
-        rows,
-        n_columns,
-        span_s,  # the span of the rows recorded, not how long this process ran
+        done.rows,
+        done.columns,
+        done.span_s or 0.0,  # the span of the rows recorded, not how long this process ran
         sampled_s,
         sampler.stats(),
-        summary,
+        done.summary or "",
         sampler.segments,
         sampler.dataset_status,
         sampler.identity,  # with the job id a single-process run was given

@@ -17,11 +17,10 @@ import os
 from typing import Any, Callable, cast
 
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator
-from stroboscope.export.writers import output_format, write_table
+from stroboscope.export.writers import output_format
+from stroboscope.recording import finish
 from stroboscope.recording.sampler import Sampler
-from stroboscope.recording.spool import recover, remove_spool
 from stroboscope.sampling._checks import check_interval
-from stroboscope.sampling._provenance import attach, for_table
 
 ScopeFactory = Callable[..., contextlib.AbstractContextManager[Any]]
 
@@ -159,12 +158,9 @@ class TrainingRecorder:
         if sampler is None or self._finished:
             return self.written
         self._finished = True
-        sampler.close()
         if self.path is None or self._spool is None:
+            sampler.close()
             return None
-        table = recover(self._spool).to_arrow()
-        table = attach(table, for_table(sampler.provenance(), table))
-        write_table(table, self.path)
-        remove_spool(self._spool)
+        finish(sampler, self.path)
         self.written = self.path
         return self.path

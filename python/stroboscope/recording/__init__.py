@@ -12,6 +12,7 @@ from typing import Any
 
 _NAMES = {
     "Sampler": "stroboscope.recording.sampler",
+    "finish": "stroboscope.recording._finish",
     "recover": "stroboscope.recording.spool",
     "read_spool": "stroboscope.recording.spool",
     "remove_spool": "stroboscope.recording.spool",
