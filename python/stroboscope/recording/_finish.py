@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from stroboscope.recording.sampler import Sampler
     from stroboscope.recording.segments import SegmentWriter, Written
     from stroboscope.recording.watchdog import Watchdog
+    from stroboscope.sampling import Frame
 
 SUMMARY_COLUMNS = 8
 """Metric columns read at once for the summary (memory: their cells of every row, not all)."""
@@ -129,10 +130,11 @@ def finish(
         raise ValueError("finish needs a sampler with a spool (Sampler(spool=PATH))")
     writer.keep_rest()
     sampler.close()
+    rest = writer.take_rest()  # before the provenance, which counts the rows the ring lost
     prov = sampler.provenance(command=None if command is None else list(command))
     units = {c.name: c.unit for c in sampler.columns}
     try:
-        clean = _Clean(writer, spool)
+        clean = _Clean(writer, spool, rest)
         rows, columns = _write(clean, output, prov)
         figures = _summary(clean.read, clean.names, units) if summarize else None
     except SpoolError:  # a segment is not what its writer wrote: read the spool as a crash is
@@ -160,18 +162,20 @@ def _stored(schema: pa.Schema) -> pa.Schema:
 
 class _Clean:
     """The rows of a cleanly stopped recording: the segments its writer wrote, then the rows
-    it left in the ring (taken now, through the extension)."""
+    it left in the ring (``rest``, taken through the extension)."""
 
-    def __init__(self, writer: SegmentWriter, spool: str) -> None:
+    def __init__(self, writer: SegmentWriter, spool: str, rest: Frame) -> None:
         import pyarrow.parquet as pq
 
-        rest = writer.take_rest()
         self.spool = spool
         self.rest = rest.to_arrow()
         self.schema = _stored(self.rest.schema)
         self.segments: list[Written] = writer.written
         for seg in self.segments:  # footers only: a file changed since it was written is refused
-            meta = pq.read_metadata(seg.path)
+            try:
+                meta = pq.read_metadata(seg.path)
+            except (OSError, pa.ArrowException) as exc:
+                raise SpoolError(f"segment {seg.path} cannot be read: {exc}") from None
             got = first_row(seg.path, meta.metadata, meta.num_rows, rest.first_row + len(rest))
             if (got, meta.num_rows) != (seg.first_row, seg.rows):
                 raise SpoolError(f"segment {seg.path} changed since it was written")
@@ -207,7 +211,10 @@ class _Clean:
         import pyarrow.parquet as pq
 
         def clock(seg: Written) -> pa.Table:
-            return pq.read_table(seg.path, columns=["time", "mono_ns"])
+            try:
+                return pq.read_table(seg.path, columns=["time", "mono_ns"])
+            except (OSError, pa.ArrowException) as exc:
+                raise SpoolError(f"segment {seg.path} cannot be read: {exc}") from None
 
         first = clock(self.segments[0]) if self.segments else self.rest
         last = self.rest if self.rest.num_rows or not self.segments else clock(self.segments[-1])
