@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from stroboscope.export.writers import FORMATS, write_parts
 from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, from_schema
 from stroboscope.recording import _events_file
 from stroboscope.recording._segment_read import FIRST_ROW_KEY, first_row, read_segment
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from stroboscope.recording.watchdog import Watchdog
     from stroboscope.sampling import Frame
 
+DUMP_FORMATS = tuple(sorted(FORMATS))
+"""The formats a recording can be written in: the writers' (listed alphabetically)."""
 SUMMARY_COLUMNS = 8
 """Metric columns read at once for the summary (memory: their cells of every row, not all)."""
 ROWS_LOST_KEY = "stroboscope.rows_lost"
@@ -236,8 +239,6 @@ def _write(
 ) -> tuple[int, int]:
     """Write ``clean``'s rows to ``output`` (nothing when None) with ``prov`` completed from
     them as :func:`write_output` completes it; return the rows and columns."""
-    from stroboscope.export.writers import write_parts
-
     if output is None:
         return clean.rows, len(clean.schema)
     full = _provenance(prov, clean.ends(), clean.rows)
@@ -291,8 +292,6 @@ def write_output(
     """Write every row of ``spool`` to ``output`` (Parquet or CSV by its suffix; nothing when
     None) with ``prov`` completed from the rows, one part in memory at a time; return the
     rows and columns. The recovery path: the spool and its segments read back."""
-    from stroboscope.export.writers import write_parts
-
     got = recover_parts(spool)
     if output is None:
         return got.rows, len(got.schema)
