@@ -6,7 +6,8 @@ this process), build the sampler (and its spool) on its pid, start the watchdog 
 output if this process dies, start sampling, and only once the first row exists let the command
 run, so its first instant is recorded. If setup fails, the command never runs and what this run
 made is removed. SIGINT and SIGTERM end the recording cleanly (passed on to the command, which is
-waited for); the output is written from the spool and its segments, every row once, in order.
+waited for); the output is written by :func:`stroboscope.recording.finish`: the segments written
+while the ring needed them, then the rows the ring still holds, every row once, in order.
 """
 
 from __future__ import annotations
@@ -300,8 +301,8 @@ def _record(
         if publisher is not None:
             publisher.feed(sampler.drain().to_arrow())
             publisher.close()
-    # The segments and the ring, every row once and in order, streamed to the output one
-    # segment at a time, with what the sampler knows of the run (the spool's header does not).
+    # The segments and the ring, every row once and in order, to the output one segment at a
+    # time, with what the sampler knows of the run (the spool's header does not).
     parts = sampler.dataset_status
     stranded = args.output is None and parts is not None and parts.rows_unwritten > 0
     try:
