@@ -15,8 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 from stroboscope.cli import main
 from stroboscope.formats.provenance import from_schema
-from stroboscope.recording import _finish, finish, spool
+from stroboscope.formats.segments import segment_paths
+from stroboscope.formats.spool_read import remove_spool
+from stroboscope.recording import _finish, finish
 from stroboscope.recording.sampler import Sampler
+from stroboscope.recording.spool import recover
 
 
 class RowsWritten:
@@ -83,7 +86,7 @@ def stopped(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Sa
         assert s.segments is not None and s.segments.segments_written >= 2
     yield s, path
     s.close()
-    spool.remove_spool(path)
+    remove_spool(path)
 
 
 def test_after_prepare_a_stop_leaves_the_rest_in_the_spool_where_recover_finds_it(
@@ -93,7 +96,7 @@ def test_after_prepare_a_stop_leaves_the_rest_in_the_spool_where_recover_finds_i
     last segment was written; the ring holds the rest)."""
     s, path = stopped
     rows_written = s.stats().rows_written
-    got = spool.recover(path)
+    got = recover(path)
     assert len(got) + got.rows_lost == rows_written
     first = got.to_arrow().column("mono_ns")
     assert pa.compute.all(pa.compute.greater(first[1:], first[:-1])).as_py()
@@ -107,7 +110,7 @@ def test_the_clean_output_is_what_the_recovery_path_writes(
     its segments read back (the end before: ``write_output``), and the same summary; only the
     segments written while the ring needed them are written twice."""
     s, path = stopped
-    segments = spool.segment_paths(path)
+    segments = segment_paths(path)
     clean, recovered = tmp_path / f"clean.{fmt}", tmp_path / f"recovered.{fmt}"
     written = RowsWritten(monkeypatch)
     done = finish(s, clean, command=["train.py"], keep_spool=True, summarize=True)
@@ -123,13 +126,13 @@ def test_the_clean_output_is_what_the_recovery_path_writes(
         assert a.schema.equals(b.schema, check_metadata=True)
         assert from_schema(a.schema) == from_schema(b.schema)
         assert (from_schema(a.schema) or {}).get("cmdline") == ["train.py"]
-        assert a.num_rows == done.rows == len(spool.recover(path))
+        assert a.num_rows == done.rows == len(recover(path))
     else:
         a, b = pacsv.read_csv(clean), pacsv.read_csv(recovered)
         assert a.equals(b)
         side = Path(f"{clean}.meta.json").read_text()
         assert side == Path(f"{recovered}.meta.json").read_text()
-    assert segments == spool.segment_paths(path)  # no segment was added at the end
+    assert segments == segment_paths(path)  # no segment was added at the end
 
 
 def test_the_rows_a_segment_holds_are_the_only_ones_written_twice(
@@ -140,11 +143,11 @@ def test_the_rows_a_segment_holds_are_the_only_ones_written_twice(
     path = tmp_path / "long.spool"
     written = RowsWritten(monkeypatch)
     s = _record(path, 0.2, 1024)
-    in_segments = _rows(spool.segment_paths(path))
+    in_segments = _rows(segment_paths(path))
     assert in_segments > 0
     done = finish(s, tmp_path / "long.parquet")
     assert written.rows == done.rows + in_segments
-    assert not path.exists() and not spool.segment_paths(path)
+    assert not path.exists() and not segment_paths(path)
 
 
 def test_a_changed_segment_sends_the_finish_down_the_recovery_path(
@@ -154,15 +157,15 @@ def test_a_changed_segment_sends_the_finish_down_the_recovery_path(
     is what the spool and the segments left give, as recover reads them."""
     path = tmp_path / "run.spool"
     s = _record(path, 0.2, 1024)
-    segments = spool.segment_paths(path)
+    segments = segment_paths(path)
     segments[0].unlink()
-    expected = spool.recover(path)
+    expected = recover(path)
     done = finish(s, tmp_path / "out.parquet", keep_spool=True)
     table = pq.read_table(tmp_path / "out.parquet")
     assert done.rows == table.num_rows == len(expected)
     assert table.column("mono_ns").equals(expected.to_arrow().column("mono_ns"))
     assert table.schema.metadata[b"stroboscope.rows_lost"] == str(expected.rows_lost).encode()
-    spool.remove_spool(path)
+    remove_spool(path)
 
 
 def test_finish_needs_a_spool() -> None:

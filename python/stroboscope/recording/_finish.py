@@ -10,9 +10,10 @@ no segment at all. Should a segment not be what its writer wrote, the output is 
 a crash is recovered instead (:func:`write_output`: the spool and its segments, as
 ``stroboscope recover`` reads them), which gives the same rows.
 
-:func:`write_output` and :func:`summary` are that recovery path: the spool's parts streamed
-(:func:`.spool.recover_parts`) into the output, one segment in memory at a time, and the metric
-columns read a few at a time for :func:`stroboscope.analysis.summary.summarize`.
+:func:`write_output` and :func:`summary` are that recovery path: the spool's parts
+(:func:`stroboscope.formats.spool_read.recover_parts`) streamed into the output, one segment in
+memory at a time, and the metric columns read a few at a time for
+:func:`stroboscope.analysis.summary.summarize`.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from stroboscope.export.writers import FORMATS, write_parts
+from stroboscope.formats import events_file
 from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, from_schema
-from stroboscope.recording import _events_file
-from stroboscope.recording._segment_read import FIRST_ROW_KEY, first_row, read_segment
-from stroboscope.recording._spool_header import SpoolError
-from stroboscope.recording.spool import recover_parts, remove_spool
+from stroboscope.formats.segments import FIRST_ROW_KEY, first_row, read_segment
+from stroboscope.formats.spool_header import SpoolError
+from stroboscope.formats.spool_read import ROWS_LOST_KEY, recover_parts, remove_spool
+from stroboscope.formats.writers import FORMATS, write_parts
 
 if TYPE_CHECKING:
     from stroboscope.recording.sampler import Sampler
@@ -41,8 +42,6 @@ DUMP_FORMATS = tuple(sorted(FORMATS))
 """The formats a recording can be written in: the writers' (listed alphabetically)."""
 SUMMARY_COLUMNS = 8
 """Metric columns read at once for the summary (memory: their cells of every row, not all)."""
-ROWS_LOST_KEY = "stroboscope.rows_lost"
-"""Schema metadata of a recording's rows: rows the ring overwrote before a segment took them."""
 _STORED_FIELD_KEYS = (b"unit", b"kind")
 """The field metadata a recording's file keeps (the spool's header holds no more)."""
 
@@ -155,7 +154,7 @@ def finish(
 
 def _stored(schema: pa.Schema) -> pa.Schema:
     """``schema`` as a recording's file keeps it: each field's unit and kind, no table
-    metadata (the columns a spool's header holds, which :func:`.spool.recover` gives)."""
+    metadata (the columns a spool's header holds, which :func:`stroboscope.recover` gives)."""
     fields = []
     for f in schema:
         meta = {k: v for k, v in (f.metadata or {}).items() if k in _STORED_FIELD_KEYS}
@@ -243,9 +242,9 @@ def _write(
         return clean.rows, len(clean.schema)
     full = _provenance(prov, clean.ends(), clean.rows)
     meta = {ROWS_LOST_KEY: str(clean.rows_lost), PROVENANCE_KEY: dumps(full)}
-    error = _events_file.damage_beside(clean.spool, os.geteuid())
+    error = events_file.damage_beside(clean.spool, os.geteuid())
     if error is not None:
-        meta[_events_file.ERROR_KEY.decode()] = error
+        meta[events_file.ERROR_KEY.decode()] = error
     schema = clean.schema.with_metadata(meta)
     write_parts(
         schema, (part.replace_schema_metadata(schema.metadata) for part in clean.parts()), output
