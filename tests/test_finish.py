@@ -168,8 +168,10 @@ def test_a_changed_segment_sends_the_finish_down_the_recovery_path(
     remove_spool(path)
 
 
-def test_finish_needs_a_spool() -> None:
-    s = Sampler(0.01, sources=["cpu"])
+@pytest.mark.parametrize("crash_safe", [False, True])
+def test_finish_needs_a_spool_of_its_own(crash_safe: bool) -> None:
+    """Without spool= there is none, or a private one (crash_safe) that goes with the close."""
+    s = Sampler(0.01, sources=["cpu"], crash_safe=crash_safe)
     try:
         with pytest.raises(ValueError, match="finish needs a sampler with a spool"):
             finish(s, None)

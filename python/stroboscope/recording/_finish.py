@@ -128,7 +128,8 @@ def finish(
     """
     writer = _writer(sampler)
     spool = sampler.spool
-    if writer is None or spool is None:
+    if writer is None or spool is None or sampler._temp_spool_dir is not None:
+        # A private spool (crash_safe without spool=) goes with the sampler's close.
         raise ValueError("finish needs a sampler with a spool (Sampler(spool=PATH))")
     writer.keep_rest()
     sampler.close()
