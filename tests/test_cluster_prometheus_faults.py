@@ -266,7 +266,7 @@ def test_a_cluster_sampler_lends_its_identity() -> None:
     from stroboscope import cluster
 
     who = detect_identity({"RANK": "3", "WORLD_SIZE": "4", "STROBOSCOPE_JOB": "j7"}, host="h1")
-    s = cluster.Sampler(0.01, identity=who, sources=["memory"])
+    s = cluster.rank_sampler(0.01, identity=who, sources=["memory"])
     with PrometheusExporter(s, port=0) as exporter:
         s.tick_now(2)
         got = scrape(exporter)

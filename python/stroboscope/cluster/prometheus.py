@@ -140,8 +140,9 @@ class PrometheusExporter:
         Address to bind (default ``"127.0.0.1"``: only this machine can scrape; pass
         ``"0.0.0.0"`` for a Prometheus server elsewhere).
     identity : stroboscope.cluster.Identity, optional
-        Who this process is (default: the sampler's own ``identity`` for a
-        :class:`stroboscope.cluster.Sampler`, else :func:`stroboscope.cluster.identity`); its
+        Who this process is (default: the sampler's own ``identity``, which
+        :func:`stroboscope.cluster.rank_sampler` always sets, else
+        :func:`stroboscope.cluster.identity`); its
         labels (``job``, ``hostname``, ``rank``, ``local_rank``, ``pod``, ``namespace``,
         ``container``, those known) go on every series.
     prefix : str
@@ -184,7 +185,7 @@ class PrometheusExporter:
         if identity is None:
             from stroboscope._base.identity import Identity, detect_identity
 
-            # A stroboscope.cluster.Sampler knows whose rows it records: the same labels.
+            # A sampler of stroboscope.cluster.rank_sampler knows whose rows it records: the same labels.
             known = getattr(sampler, "identity", None)
             identity = known if isinstance(known, Identity) else detect_identity()
         if not callable(getattr(identity, "labels", None)):
