@@ -22,7 +22,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from stroboscope._base.identity import detect_identity
 from stroboscope.cluster.prometheus import PrometheusExporter
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 ME = detect_identity({"RANK": "0", "WORLD_SIZE": "1", "STROBOSCOPE_JOB": "j7"}, host="h1")
 Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]

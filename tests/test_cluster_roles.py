@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from _fake_nvml import ScriptFn, script_fixture
 import stroboscope
+from _fake_nvml import ScriptFn, script_fixture
 from stroboscope import _core, cluster
 from stroboscope._base.identity import Identity
 from stroboscope.cluster import HOST_SOURCES, PROCESS_SOURCES, owned_gpus, rank_sources
@@ -218,7 +218,8 @@ with open("/proc/self/statm") as f:  # this process's RSS, read beside the sampl
 frame = s.snapshot()
 s.close()
 pq.write_table(frame.to_arrow(), sys.argv[1])
-said = {"pid": os.getpid(), "leader": cluster.is_node_leader(s.identity), "rank": s.identity.rank, "rss": rss}
+leader = cluster.is_node_leader(s.identity)
+said = {"pid": os.getpid(), "leader": leader, "rank": s.identity.rank, "rss": rss}
 print(json.dumps(said))
 """
 

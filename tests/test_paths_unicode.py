@@ -26,7 +26,7 @@ from stroboscope.export import write_csv, write_parquet
 from stroboscope.export.dataset import write_part
 from stroboscope.export.traces import export_chrome_trace
 from stroboscope.recording.spool import recover
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.senders import CSVSender, JSONLinesSender
 
 BAD = "run\ud800.parquet"

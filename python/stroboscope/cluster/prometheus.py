@@ -43,7 +43,7 @@ from stroboscope.cluster._prom_window import Summary, summarise
 
 if TYPE_CHECKING:
     from stroboscope._base.identity import Identity
-    from stroboscope.sampling import Sampler
+    from stroboscope.sampling import CoreSampler as Sampler
 
 logger = logging.getLogger("stroboscope.cluster")
 
@@ -69,7 +69,7 @@ def _check_sampler(sampler: object) -> Any:
     if missing:
         raise TypeError(
             "sampler must be a stroboscope Sampler (stroboscope.Sampler, "
-            f"stroboscope.sampling.Sampler), got {type(sampler).__name__} "
+            f"stroboscope.sampling.CoreSampler), got {type(sampler).__name__} "
             f"(it lacks {', '.join(missing)})"
         )
     return sampler
@@ -185,7 +185,7 @@ class PrometheusExporter:
         if identity is None:
             from stroboscope._base.identity import Identity, detect_identity
 
-            # A sampler of stroboscope.cluster.rank_sampler knows whose rows it records: the same labels.
+            # A sampler of cluster.rank_sampler knows whose rows it records: the same labels.
             known = getattr(sampler, "identity", None)
             identity = known if isinstance(known, Identity) else detect_identity()
         if not callable(getattr(identity, "labels", None)):

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class ScopeRecording:
-    """The scope side of :class:`stroboscope.sampling.Sampler` (a mixin)."""
+    """The scope side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
 
     _core: _core.Sampler
     _edge_rows: bool
