@@ -97,6 +97,7 @@ def test_single_process_runs_without_a_job_id_each_get_a_job_of_their_own(
         0.01, sources=["memory"], dataset=tmp_path, identity=Identity(host="g")
     )
     try:  # the job its parts are written under, not the one it was given (none)
+        assert c.identity is not None  # a rank sampler always has one
         assert c.identity.job is not None and c.identity.job.startswith("run-")
     finally:
         c.close()

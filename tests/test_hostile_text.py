@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _scope_tables import Call, frame, intervals
+from stroboscope.analysis.column_stats import printable
 from stroboscope.analysis.scopes import samples_by_scope
-from stroboscope.analysis.summary import printable
 from stroboscope.export.report import build_report
 from stroboscope.export.traces import export_chrome_trace
 from stroboscope.export.writers import write_csv

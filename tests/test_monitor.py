@@ -30,8 +30,8 @@ from stroboscope.senders import AbstractBackendSender, StatsDict
 
 
 def test_top_level_import() -> None:
-    from stroboscope.compat.scaffold import AbstractBackendSender as Abs
     from stroboscope.compat.scaffold import SystemMonitor as Mon
+    from stroboscope.senders import AbstractBackendSender as Abs
 
     assert Mon is SystemMonitor and Abs is AbstractBackendSender
 

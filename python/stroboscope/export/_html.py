@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.summary import (
+from stroboscope.analysis.column_stats import (
     COUNTER_HEADER,
     IDENTIFIER_HEADER,
     LEVEL_HEADER,

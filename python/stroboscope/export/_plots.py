@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.summary import fmt_value
+from stroboscope.analysis.column_stats import fmt_value
 from stroboscope.export._downsample import break_gaps, downsample
 from stroboscope.export._groups import Group, plot_groups
 from stroboscope.export._inputs import Series

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.summary import TIME_COLUMNS
+from stroboscope.analysis.column_stats import TIME_COLUMNS
 from stroboscope.export._inputs import Series
 
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)?\s*$")

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from stroboscope._base.checks import check_path
 from stroboscope._base.files import check_replaceable, file_kind, replace_private, why_unreachable
-from stroboscope.analysis.summary import (
-    ColumnSummary,
-    describe_columns,
+from stroboscope.analysis.column_stats import (
+    ColumnStats,
+    column_stats,
+    column_stats_text,
     printable,
-    summarize,
 )
 from stroboscope.export import _meta
 from stroboscope.export._inputs import Series, read_inputs
@@ -60,13 +60,13 @@ class Report:
 
     series: list[Series]
     _plots: list[Plot] | None = field(default=None, repr=False)
-    _described: dict[int, list[ColumnSummary]] = field(default_factory=dict, repr=False)
+    _described: dict[int, list[ColumnStats]] = field(default_factory=dict, repr=False)
 
-    def describe(self, s: Series) -> list[ColumnSummary]:
+    def describe(self, s: Series) -> list[ColumnStats]:
         """The column figures of one series (computed once, shared by the text and the page)."""
         key = id(s.table)
         if key not in self._described:
-            self._described[key] = describe_columns(s.table)
+            self._described[key] = column_stats(s.table)
         return self._described[key]
 
     def lateness(self) -> dict[str, tuple[list[float], list[int]]]:
@@ -86,7 +86,7 @@ class Report:
 
     def sections(self, s: Series) -> list[tuple[str, str]]:
         """The text sections of one series: summary, sampler, not available, scopes."""
-        out = [("summary", summarize(s.table, summaries=self.describe(s)))]
+        out = [("summary", column_stats_text(s.table, stats=self.describe(s)))]
         figures = _meta.sampler_figures(s.metadata)
         if figures:
             out.append(("sampler", "\n".join(printable(f"{k}: {v}") for k, v in figures)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stroboscope._base.lazy import face
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import gpu_status
 from stroboscope.sampling._net import net_dev_totals
@@ -21,3 +22,5 @@ __all__ = [
     "gpu_status",
     "net_dev_totals",
 ]
+
+__getattr__, __dir__ = face(__name__, __all__)
