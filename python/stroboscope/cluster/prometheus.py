@@ -38,7 +38,7 @@ from stroboscope.cluster._prom_http import (
     serve,
     shutdown,
 )
-from stroboscope.cluster._prom_names import ColumnInfo, Series, plan_series
+from stroboscope.cluster._prom_names import ColumnInfo, PromSeries, plan_series
 from stroboscope.cluster._prom_window import Summary, summarise
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ LabelSet = tuple[tuple[str, ...], tuple[str, ...]]  # label names, values
 
 
 def label_sets(
-    series: Iterable[Series], identity: Identity, provenance: Mapping[str, Any]
+    series: Iterable[PromSeries], identity: Identity, provenance: Mapping[str, Any]
 ) -> tuple[LabelSet, dict[str, LabelSet]]:
     """The identity's labels, and per column the labels of its series: the identity's, those
     its name gives (``cpu``, ``top``, ``mig``) and, for a GPU, dcgm-exporter's ``gpu`` (NVML
@@ -257,7 +257,7 @@ class PrometheusExporter:
 
         families: dict[str, Any] = {}
 
-        def family(name: str, s: Series, names: tuple[str, ...], counter: bool) -> Any:
+        def family(name: str, s: PromSeries, names: tuple[str, ...], counter: bool) -> Any:
             fam = families.get(name)
             if fam is None:
                 cls = CounterMetricFamily if counter else GaugeMetricFamily
@@ -329,7 +329,7 @@ class PrometheusExporter:
         return scrape_url(self.addr, self.port)
 
     @property
-    def series(self) -> list[Series]:
+    def series(self) -> list[PromSeries]:
         """The column → metric mapping served (one entry per column)."""
         return list(self._series)
 

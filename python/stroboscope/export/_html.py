@@ -23,7 +23,7 @@ from stroboscope.analysis.column_stats import (
     level_rows,
 )
 from stroboscope.export import _meta
-from stroboscope.export._inputs import Series
+from stroboscope.export._inputs import Recording
 from stroboscope.export._plots import Plot
 from stroboscope.export._scope_text import scope_text
 
@@ -66,7 +66,7 @@ def _iso(ns: int) -> str:
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _series_html(report: Report, s: Series) -> str:
+def _series_html(report: Report, s: Recording) -> str:
     mm = pc.min_max(s.table.column("time").cast(pa.int64()))
     parts = [
         f"<h2>{_esc(s.label)}</h2>",

@@ -27,7 +27,7 @@ from stroboscope.analysis.column_stats import (
     printable,
 )
 from stroboscope.export import _meta
-from stroboscope.export._inputs import Series, read_inputs
+from stroboscope.export._inputs import Recording, read_inputs
 from stroboscope.export._plots import Plot, render_plots, require_matplotlib
 from stroboscope.export._scope_text import scope_counts, scope_text
 from stroboscope.export._select import (
@@ -54,15 +54,15 @@ class Report:
 
     Attributes
     ----------
-    series : list of Series
+    series : list of Recording
         One per recording (or host/rank of a dataset), after the selections.
     """
 
-    series: list[Series]
+    series: list[Recording]
     _plots: list[Plot] | None = field(default=None, repr=False)
     _described: dict[int, list[ColumnStats]] = field(default_factory=dict, repr=False)
 
-    def describe(self, s: Series) -> list[ColumnStats]:
+    def describe(self, s: Recording) -> list[ColumnStats]:
         """The column figures of one series (computed once, shared by the text and the page)."""
         key = id(s.table)
         if key not in self._described:
@@ -84,7 +84,7 @@ class Report:
             self._plots = render_plots(self.series, self.lateness())
         return self._plots
 
-    def sections(self, s: Series) -> list[tuple[str, str]]:
+    def sections(self, s: Recording) -> list[tuple[str, str]]:
         """The text sections of one series: summary, sampler, not available, scopes."""
         out = [("summary", column_stats_text(s.table, stats=self.describe(s)))]
         figures = _meta.sampler_figures(s.metadata)
