@@ -2,7 +2,8 @@
 
 ``AbstractBackendSender`` and the type aliases keep the exact surface of the pure-Python
 WandB-style monitors, so ``from stroboscope.senders import AbstractBackendSender`` (with
-``from stroboscope.compat import SystemMonitor``) is a drop-in replacement. Everything else here is for the built-in senders.
+``from stroboscope.compat import SystemMonitor``) is a drop-in replacement. Everything else
+here is for the built-in senders.
 """
 
 from __future__ import annotations
