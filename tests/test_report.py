@@ -113,7 +113,7 @@ def test_scope_counts_without_pandas(run: Path, monkeypatch: pytest.MonkeyPatch)
     assert train[1:3] == ["1", "1"] and train[3] == "-"  # still open: no duration
 
 
-def test_summarize_counts_from_metadata_kinds() -> None:
+def test_column_stats_text_counts_from_metadata_kinds() -> None:
     # A hand-made table: a counter 0, 10, 30 over 2 s is 30 in all, 15/s; a gauge's mean.
     kinds = {"c": b"counter", "g": b"gauge"}
     schema = pa.schema(

@@ -56,7 +56,7 @@ __getattr__, __dir__ = face(
         "gpu_status": ".sampling",
         "recover": ".recording.spool",
         "SpoolError": ".recording.spool",
-        "open_dataset": ".export.dataset",
+        "open_dataset": ".formats.dataset",
         "annotate": ".scopes",
         "labels": ".scopes",
         "enable": ".scopes",
@@ -69,7 +69,7 @@ __getattr__, __dir__ = face(
 )
 
 if TYPE_CHECKING:
-    from stroboscope.export.dataset import open_dataset
+    from stroboscope.formats.dataset import open_dataset
     from stroboscope.recording.sampler import Sampler
     from stroboscope.recording.spool import SpoolError, recover
     from stroboscope.sampling import (

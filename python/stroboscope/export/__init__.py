@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stroboscope._base.lazy import face
-from stroboscope.export.writers import (
+from stroboscope.formats.writers import (
     FORMATS,
     output_format,
     write_csv,

@@ -1,8 +1,7 @@
-"""Crash-safe recording, composed on a sampler: the spool reader, the segment writer, the
-watchdog and its journal.
+"""Crash-safe recording, composed on a sampler: recovery as a frame, the segment writer, the
+watchdog and its journal (the files' formats are in :mod:`stroboscope.formats`).
 
-Names are loaded on first use (PEP 562): the watchdog child imports :mod:`.spool` and
-:mod:`.journal` from here without loading the C++ extension.
+Names are loaded on first use (PEP 562).
 """
 
 from __future__ import annotations
@@ -19,10 +18,7 @@ __all__ = [
     "SpoolError",
     "Watchdog",
     "read_journal",
-    "read_spool",
     "recover",
-    "remove_spool",
-    "segment_paths",
 ]
 
 __getattr__, __dir__ = face(
@@ -31,9 +27,6 @@ __getattr__, __dir__ = face(
     {
         "Sampler": ".sampler",
         "recover": ".spool",
-        "read_spool": ".spool",
-        "remove_spool": ".spool",
-        "segment_paths": ".spool",
         "SpoolError": ".spool",
         "SegmentWriter": ".segments",
         "DumpJob": ".watchdog",
@@ -48,11 +41,5 @@ if TYPE_CHECKING:
     from stroboscope.recording.receiver import Receiver
     from stroboscope.recording.sampler import Sampler
     from stroboscope.recording.segments import SegmentWriter
-    from stroboscope.recording.spool import (
-        SpoolError,
-        read_spool,
-        recover,
-        remove_spool,
-        segment_paths,
-    )
+    from stroboscope.recording.spool import SpoolError, recover
     from stroboscope.recording.watchdog import DumpJob, Watchdog
