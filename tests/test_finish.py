@@ -107,19 +107,19 @@ def test_the_clean_output_is_what_the_recovery_path_writes(
     stopped: tuple[Sampler, Path], tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same rows, columns, metadata and provenance as the output written from the spool and
-    its segments read back (the end before: ``write_output``), and the same summary; only the
-    segments written while the ring needed them are written twice."""
+    its segments read back (the end before: ``write_output``), and the same column statistics;
+    only the segments written while the ring needed them are written twice."""
     s, path = stopped
     segments = segment_paths(path)
     clean, recovered = tmp_path / f"clean.{fmt}", tmp_path / f"recovered.{fmt}"
     written = RowsWritten(monkeypatch)
-    done = finish(s, clean, command=["train.py"], keep_spool=True, summarize=True)
+    done = finish(s, clean, command=["train.py"], keep_spool=True, column_stats=True)
     if fmt == "parquet":
         assert written.rows == done.rows  # the finish writes the output, and no segment
     prov = s.provenance(command=["train.py"])
     assert _finish.write_output(path, recovered, prov) == (done.rows, done.columns)
     units = {c.name: c.unit for c in s.columns}
-    assert (done.summary, done.span_s) == _finish.summary(path, units)
+    assert (done.column_stats, done.span_s) == _finish.spool_column_stats(path, units)
     if fmt == "parquet":
         a, b = pq.read_table(clean), pq.read_table(recovered)
         assert a.equals(b)

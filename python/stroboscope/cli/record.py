@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from stroboscope._base.checks import check_path
 from stroboscope._base.identity import Identity
-from stroboscope.analysis.summary import fmt_seconds
+from stroboscope.analysis.column_stats import fmt_seconds
 from stroboscope.cli import _args, _dataset, _exporters
 from stroboscope.cli._command import Command
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments, check_sender_specs
@@ -312,7 +312,7 @@ def _record(
             args.output,
             command=command_argv or None,
             keep_spool=args.keep_spool or stranded,  # rows in no part and no FILE: keep it
-            summarize=True,
+            column_stats=True,
             watchdog=watchdog,
         )
     except OSError as exc:
@@ -329,7 +329,7 @@ def _record(
         done.span_s or 0.0,  # the span of the rows recorded, not how long this process ran
         sampled_s,
         sampler.stats(),
-        done.summary or "",
+        done.column_stats or "",
         sampler.segments,
         sampler.dataset_status,
         sampler.identity,  # with the job id a single-process run was given

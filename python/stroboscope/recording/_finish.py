@@ -1,5 +1,5 @@
-"""The end of a spooled recording: its rows written to the output with their provenance, the
-summary, the spool removed. :func:`finish` is that end, for ``stroboscope record`` and the
+"""The end of a spooled recording: its rows written to the output with their provenance, their
+column statistics, the spool removed. :func:`finish` is that end, for ``stroboscope record`` and the
 training callbacks alike.
 
 A clean end writes each row once. The segment writer leaves the rows since its last segment in
@@ -10,10 +10,10 @@ no segment at all. Should a segment not be what its writer wrote, the output is 
 a crash is recovered instead (:func:`write_output`: the spool and its segments, as
 ``stroboscope recover`` reads them), which gives the same rows.
 
-:func:`write_output` and :func:`summary` are that recovery path: the spool's parts
+:func:`write_output` and :func:`spool_column_stats` are that recovery path: the spool's parts
 (:func:`stroboscope.formats.spool_read.recover_parts`) streamed into the output, one segment in
 memory at a time, and the metric columns read a few at a time for
-:func:`stroboscope.analysis.summary.summarize`.
+:func:`stroboscope.analysis.column_stats.column_stats_text`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 DUMP_FORMATS = tuple(sorted(FORMATS))
 """The formats a recording can be written in: the writers' (listed alphabetically)."""
 SUMMARY_COLUMNS = 8
-"""Metric columns read at once for the summary (memory: their cells of every row, not all)."""
+"""Metric columns read at once for the column statistics (memory: their cells of every row)."""
 _STORED_FIELD_KEYS = (b"unit", b"kind")
 """The field metadata a recording's file keeps (the spool's header holds no more)."""
 
@@ -58,17 +58,17 @@ class Finished:
         Rows recorded (written to ``path``).
     columns : int
         Columns of each row, ``time`` and ``mono_ns`` included.
-    summary : str or None
-        The text of :func:`stroboscope.analysis.summary.summarize` for every row (None unless
-        asked for).
+    column_stats : str or None
+        The text of :func:`stroboscope.analysis.column_stats.column_stats_text` for every row
+        (None unless asked for).
     span_s : float or None
-        Seconds from the first to the last row (None unless the summary was asked for).
+        Seconds from the first to the last row (None unless the statistics were asked for).
     """
 
     path: str | None
     rows: int
     columns: int
-    summary: str | None = None
+    column_stats: str | None = None
     span_s: float | None = None
 
 
@@ -93,7 +93,7 @@ def finish(
     *,
     command: Sequence[str] | None = None,
     keep_spool: bool = False,
-    summarize: bool = False,
+    column_stats: bool = False,
     watchdog: Watchdog | None = None,
 ) -> Finished:
     """End a spooled recording: close ``sampler``, write every row to ``output`` (Parquet or CSV
@@ -112,8 +112,9 @@ def finish(
         The command line recorded, for the provenance.
     keep_spool : bool
         Leave the spool and its segments on disk.
-    summarize : bool
-        Also summarise every row (:attr:`Finished.summary`), before the spool goes.
+    column_stats : bool
+        Also the column statistics of every row (:attr:`Finished.column_stats`), before the
+        spool goes.
     watchdog : Watchdog, optional
         A watchdog that dumps this spool if the process dies: stopped once the output is
         written.
@@ -139,10 +140,10 @@ def finish(
     try:
         clean = _Clean(writer, spool, rest)
         rows, columns = _write(clean, output, prov)
-        figures = _summary(clean.read, clean.names, units) if summarize else None
+        figures = _column_stats(clean.read, clean.names, units) if column_stats else None
     except SpoolError:  # a segment is not what its writer wrote: read the spool as a crash is
         rows, columns = write_output(spool, output, prov)
-        figures = summary(spool, units) if summarize else None
+        figures = spool_column_stats(spool, units) if column_stats else None
     if watchdog is not None:
         watchdog.stop()
     if not keep_spool:
@@ -305,26 +306,28 @@ def write_output(
     return got.rows, len(schema)
 
 
-def _summary(
+def _column_stats(
     read: Callable[[Sequence[str]], pa.Table], names: Sequence[str], units: Mapping[str, str]
 ) -> tuple[str, float]:
-    """The summary of every row, ``read`` giving ``time``, ``mono_ns`` and a few metric
+    """The column statistics of every row, ``read`` giving ``time``, ``mono_ns`` and a few metric
     ``names`` at a time, and the seconds from the first to the last row."""
-    from stroboscope.analysis.summary import data_span_s, describe_columns, summarize
+    from stroboscope.analysis.column_stats import column_stats, column_stats_text, data_span_s
 
     base = read([])
     figures = []
     for at in range(0, len(names), SUMMARY_COLUMNS):
         table = read(names[at : at + SUMMARY_COLUMNS])
-        figures += describe_columns(table, units)
+        figures += column_stats(table, units)
         del table
-    return summarize(base, units, summaries=figures), data_span_s(base)
+    return column_stats_text(base, units, stats=figures), data_span_s(base)
 
 
-def summary(spool: str | os.PathLike[str], units: Mapping[str, str]) -> tuple[str, float]:
-    """The text of :func:`stroboscope.analysis.summary.summarize` for every row of ``spool``,
-    read :data:`SUMMARY_COLUMNS` metric columns at a time, and the seconds from its first to
-    its last row."""
+def spool_column_stats(
+    spool: str | os.PathLike[str], units: Mapping[str, str]
+) -> tuple[str, float]:
+    """The text of :func:`stroboscope.analysis.column_stats.column_stats_text` for every row of
+    ``spool``, read :data:`SUMMARY_COLUMNS` metric columns at a time, and the seconds from its
+    first to its last row."""
 
     def read(columns: Sequence[str]) -> pa.Table:
         got = recover_parts(spool, columns=list(columns))
@@ -334,4 +337,4 @@ def summary(spool: str | os.PathLike[str], units: Mapping[str, str]) -> tuple[st
 
     clock = {"time", "mono_ns"}
     names = [f.name for f in recover_parts(spool).schema if f.name not in clock]
-    return _summary(read, names, units)
+    return _column_stats(read, names, units)

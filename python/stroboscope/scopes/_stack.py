@@ -38,7 +38,7 @@ RESERVED_LABELS = frozenset(
 )
 
 
-class Frame(NamedTuple):
+class OpenScope(NamedTuple):
     """One open scope on a stack."""
 
     owner: object  # the scope object that opened it (its exit pops this frame)
@@ -48,7 +48,7 @@ class Frame(NamedTuple):
     depth: int
 
 
-_STACK: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar(
+_STACK: contextvars.ContextVar[tuple[OpenScope, ...]] = contextvars.ContextVar(
     "stroboscope_scopes", default=()
 )
 # The ambient labels and their interned id (0: no labels).
@@ -85,7 +85,7 @@ def stack_id() -> int:
     return _get_ident()
 
 
-def current_stack() -> tuple[Frame, ...]:
+def current_stack() -> tuple[OpenScope, ...]:
     """The open scopes of this context, outermost first (a task's inherited ones included)."""
     return _STACK.get()
 
