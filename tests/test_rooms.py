@@ -132,7 +132,6 @@ NOT_YET: set[str] = {
     "scopes/_scope.py: scopes imports stroboscope._events",
     "scopes/_session.py: scopes imports stroboscope._events",
     "scopes/_stack.py: scopes imports stroboscope._core",
-    "senders/prometheus.py: senders imports stroboscope.cluster._prom_http",
 }
 
 

@@ -116,6 +116,30 @@ def test_prometheus_scraped_over_http() -> None:
         urllib.request.urlopen(sender.url, timeout=1)
 
 
+def test_prometheus_sender_serves_columns_as_the_exporter_names_them() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+    from stroboscope.senders.prometheus import PrometheusSender
+
+    sender = PrometheusSender(port=0)
+    try:
+        sender.publish({"cpu.util_pct": 50.0, "gpu.0.power_w": 100.0, "gpu.1.power_w": 120.0})
+        sender.publish({"gpu.0.energy_mj": 2500, "gpu.0.powerWatts": 7.0})
+        with urllib.request.urlopen(sender.url, timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        sender.close()
+    values = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+    assert values[("stroboscope_cpu_util_ratio", ())] == 0.5  # a % in base units
+    assert values[("stroboscope_gpu_power_watts", (("gpu", "0"),))] == 100.0
+    assert values[("stroboscope_gpu_power_watts", (("gpu", "1"),))] == 120.0
+    assert values[("stroboscope_gpu_energy_joules", (("gpu", "0"),))] == 2.5
+    assert values[("stroboscope_gpu_0_powerWatts", ())] == 7.0  # not a column: its own name
+
+
 @pytest.mark.parametrize(
     ("module", "cls", "blocked", "extra"),
     [

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from stroboscope._base import lifecycle as _lifecycle
 from stroboscope._base.ratelimit import RateLimitedLog
-from stroboscope.cluster._prom_http import (
+from stroboscope._base.http_server import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_PORT,
     DEFAULT_TIMEOUT_S,
