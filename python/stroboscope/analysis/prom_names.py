@@ -116,9 +116,9 @@ def unit_of(column: str) -> str | None:
     best: tuple[int, str] | None = None
     for unit, spec in UNITS.items():
         strip = spec.strip
-        if strip and last.endswith(strip) and len(last) > len(strip):
-            if best is None or len(strip) > best[0]:
-                best = (len(strip), unit)
+        fits = strip and last.endswith(strip) and len(last) > len(strip)
+        if fits and (best is None or len(strip) > best[0]):
+            best = (len(strip), unit)
     return None if best is None else best[1]
 
 

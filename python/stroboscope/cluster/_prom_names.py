@@ -3,10 +3,10 @@
 One rule, not one line per column: the name and labels are
 :func:`stroboscope.analysis.prom_names.prom_name`'s (the one naming the Prometheus sender uses
 too: the column's dotted name gives the family and its labels, its unit the base unit and the
-factor to it, ``%`` → ``_ratio`` 0 to 1, ``mJ`` → ``_joules``); its kind gives the type (a ``counter`` column is a
-``_total`` counter, every other kind a gauge summarised over the scrape window). ``cpu.3.util_pct`` (%, rate) →
-``stroboscope_cpu_core_util_ratio{cpu="3"}``; ``gpu.0.energy_mj`` (mJ, counter) →
-``stroboscope_gpu_energy_joules_total{gpu="0", UUID=…}``.
+factor to it, ``%`` → ``_ratio`` 0 to 1, ``mJ`` → ``_joules``); its kind gives the type (a
+``counter`` column is a ``_total`` counter, every other kind a gauge summarised over the scrape
+window). ``cpu.3.util_pct`` (%, rate) → ``stroboscope_cpu_core_util_ratio{cpu="3"}``;
+``gpu.0.energy_mj`` (mJ, counter) → ``stroboscope_gpu_energy_joules_total{gpu="0", UUID=…}``.
 """
 
 from __future__ import annotations
