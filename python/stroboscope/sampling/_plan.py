@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stroboscope import _core
+from stroboscope._core import default_source_names, source_names  # the facade's, for cluster/
 from stroboscope._base.checks import PathsArg, check_dir_paths, check_pid, native_path
 
 
