@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from stroboscope._base.checks import check_bool, check_file_path, check_str, describe
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
-from stroboscope.senders._files import seconds_iso_utc, open_private_text, part_path
+from stroboscope.senders._files import open_private_text, part_path, seconds_iso_utc
 
 logger = logging.getLogger("stroboscope.senders")
 

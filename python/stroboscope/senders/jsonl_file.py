@@ -12,7 +12,7 @@ from typing import Any
 
 from stroboscope._base.checks import check_bool, check_file_path
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
-from stroboscope.senders._files import seconds_iso_utc, open_private_text
+from stroboscope.senders._files import open_private_text, seconds_iso_utc
 
 
 class JSONLinesSender(BuiltinSender):
