@@ -194,7 +194,9 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         action=checked(interval),
         default=0.01,
         metavar="S",
-        help=f"sampling interval in seconds (default 0.01; {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})",
+        help=(
+            f"sampling interval in seconds (default 0.01; {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})"
+        ),
     )
     parser.add_argument(
         "--duration",
