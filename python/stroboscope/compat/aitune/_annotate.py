@@ -13,32 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import inspect
 import time
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Any, Callable, TypeVar, cast
 
 from stroboscope import scopes
+from stroboscope._base.nvtx import nvtx_module as _nvtx
 from stroboscope.compat.aitune import _monitoring
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=type)
 
 NVTX_ANNOTATION_DOMAIN = "AITune"
-_NVTX_UNSET: Any = object()
-_nvtx_module: Any = _NVTX_UNSET
-
-
-def _nvtx() -> ModuleType | None:
-    """The ``nvtx`` package when it can be imported (looked up once)."""
-    global _nvtx_module
-    if _nvtx_module is _NVTX_UNSET:
-        try:
-            _nvtx_module = importlib.import_module("nvtx")
-        except ImportError:
-            _nvtx_module = None
-    return cast("ModuleType | None", _nvtx_module)
 
 
 def _check_name(name: object, what: str) -> str | None:
