@@ -191,15 +191,6 @@ class WindowAggregator:
             out[name] = int(value) if part.integer else value
         return out
 
-    def stats(self) -> dict[str, Stats]:
-        """Per column with valid cells in the window, its :class:`Stats` (every aggregate at
-        once, whatever the column's kind)."""
-        out: dict[str, Stats] = {}
-        for name, part in self._parts.items():
-            if (stats := part.stats()) is not None:
-                out[name] = stats
-        return out
-
     def aggregate_of(self, column: str, how: Aggregate) -> Aggregate:
         """The aggregate that applies to ``column`` when ``how`` is asked: ``"last"`` for
         counter and level columns and for the identifiers among the tables added, else
