@@ -16,9 +16,10 @@ import os
 from typing import Any
 
 from stroboscope.analysis.windows import Aggregate
-from stroboscope.export.writers import output_format, write_table
+from stroboscope.formats.spool_read import remove_spool
+from stroboscope.formats.writers import output_format, write_table
 from stroboscope.recording._training import TrainingRecording
-from stroboscope.recording.spool import recover, remove_spool
+from stroboscope.recording.spool import recover
 from stroboscope.sampling._provenance import attach, for_table
 from stroboscope.scopes import annotate
 

@@ -24,6 +24,7 @@ from stroboscope._base.identity import detect_identity
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
 from stroboscope.compat._ranked import rank_aware
+from stroboscope.formats.segments import segment_seconds
 from stroboscope.recording._publisher import DRAIN_PERIOD_S, WindowPublisher
 from stroboscope.recording.sampler import DUMP_FORMATS, Sampler
 from stroboscope.sampling import available_sources, net_dev_totals
@@ -201,7 +202,7 @@ class SystemMonitor:
                 crash_safe=True,
                 dump_path=dump_path,
                 dump_format=dump_format,
-                segment_seconds=max(interval, capacity * interval / 4),
+                segment_seconds=segment_seconds(capacity, interval),
             )
         if dataset is not None:
             if given_capacity is None:  # room for two parts and a late one (the writer asks 2)
