@@ -135,8 +135,8 @@ API_CASES = [
         "trace fifo " + FIFO_WORDS,
     ),
     (
-        "merge-trace",
-        "from stroboscope.export.traces import _load\n_load('fifo')",
+        "chrome-trace",
+        "from stroboscope.formats.chrome_trace import read_trace\nread_trace('fifo')",
         "trace fifo " + FIFO_WORDS,
     ),
     (

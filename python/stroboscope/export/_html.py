@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,6 +15,7 @@ from stroboscope.analysis.summary import (
     IDENTIFIER_HEADER,
     LEVEL_HEADER,
     SAMPLES_NOTE,
+    ColumnSummary,
     counter_rows,
     data_span_s,
     identifier_rows,
@@ -27,8 +27,8 @@ from stroboscope.export._plots import Plot
 from stroboscope.export._scope_text import scope_text
 from stroboscope.export._select import iso_ms
 
-if TYPE_CHECKING:
-    from stroboscope.export.report import Report
+Describe = Callable[[Series], list[ColumnSummary]]
+"""The column figures of one series (the report's, computed once for the text and the page)."""
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1240px;color:#222}
@@ -61,14 +61,14 @@ def table_html(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], left: i
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _series_html(report: Report, s: Series) -> str:
+def _series_html(describe: Describe, s: Series) -> str:
     mm = pc.min_max(s.table.column("time").cast(pa.int64()))
     parts = [
         f"<h2>{_esc(s.label)}</h2>",
         f"<p>{_esc(s.source)}: {s.table.num_rows} rows from {iso_ms(int(mm['min'].as_py()))} to "
         f"{iso_ms(int(mm['max'].as_py()))}, {data_span_s(s.table):.3f} s of data</p>",
     ]
-    summaries = report.describe(s)
+    summaries = describe(s)
     levels, counters = level_rows(summaries), counter_rows(summaries)
     if levels:
         parts += ["<h3>Levels and rates</h3>", table_html(LEVEL_HEADER, levels, left=3)]
@@ -109,11 +109,11 @@ def _figure_html(plot: Plot) -> str:
     )
 
 
-def render_html(report: Report, plots: list[Plot]) -> str:
-    """The whole page for ``report`` with ``plots``."""
+def render_html(series: list[Series], describe: Describe, plots: list[Plot]) -> str:
+    """The whole page: ``plots``, then each of ``series`` with its column figures."""
     from stroboscope._base.version import __version__
 
-    title = "stroboscope report: " + ", ".join(s.label for s in report.series)
+    title = "stroboscope report: " + ", ".join(s.label for s in series)
     body = [
         f"<h1>{_esc(title)}</h1>",
         f'<p class="note">Made by stroboscope {_esc(__version__)}. Plots: min and max of every '
@@ -121,7 +121,7 @@ def render_html(report: Report, plots: list[Plot]) -> str:
         f"the first row of all inputs; shaded spans are scopes.</p>",
         "<h2>Plots</h2>",
         *(_figure_html(p) for p in plots),
-        *(_series_html(report, s) for s in report.series),
+        *(_series_html(describe, s) for s in series),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -27,6 +27,7 @@ from stroboscope.analysis.summary import (
     summarize,
 )
 from stroboscope.export import _meta
+from stroboscope.export._html import render_html
 from stroboscope.export._inputs import Series, read_inputs
 from stroboscope.export._plots import Plot, render_plots, require_matplotlib
 from stroboscope.export._scope_text import scope_counts, scope_text
@@ -110,9 +111,7 @@ class Report:
 
     def html(self) -> str:
         """The whole page (plots embedded)."""
-        from stroboscope.export._html import render_html
-
-        return render_html(self, self.plots())
+        return render_html(self.series, self.describe, self.plots())
 
 
 def build_report(
