@@ -15,6 +15,7 @@ from typing import Any, Callable, TypeVar, cast
 
 from stroboscope import _core, _events
 from stroboscope._base.checks import check_text
+from stroboscope._base.nvtx import nvtx_module as _nvtx_module
 from stroboscope.scopes import _stack
 from stroboscope.scopes._stack import _LABELS, _STACK, LabelValue, OpenScope
 
@@ -25,20 +26,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 _state = _events.state
 _begin = _core.events_begin
 _end = _core.events_end
-
-_nvtx: Any = None  # the nvtx module once imported; False when it cannot be
-
-
-def _nvtx_module() -> Any:
-    global _nvtx
-    if _nvtx is None:
-        try:
-            import nvtx  # type: ignore[import-not-found,unused-ignore]
-
-            _nvtx = nvtx
-        except ImportError:
-            _nvtx = False
-    return _nvtx
 
 
 class annotate:

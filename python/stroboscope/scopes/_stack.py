@@ -17,25 +17,9 @@ from typing import Any, NamedTuple, Union
 
 from stroboscope import _core
 from stroboscope._base.checks import check_text
+from stroboscope.analysis._intervals import RESERVED_LABELS
 
 LabelValue = Union[str, int, float, bool]
-
-# Columns of the scope-intervals table and of samples_by_scope(): a label may not take their names.
-RESERVED_LABELS = frozenset(
-    {
-        "name",
-        "path",
-        "thread_id",
-        "stack_id",
-        "depth",
-        "begin_ns",
-        "end_ns",
-        "scope",
-        "scope_name",
-        "time",
-        "mono_ns",
-    }
-)
 
 
 class OpenScope(NamedTuple):
