@@ -8,7 +8,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from stroboscope.compat import AbstractBackendSender
+from stroboscope.senders import AbstractBackendSender
 
 EVENTS: list[dict[str, Any]] = [
     {"rank0.cpu": 12.5, "rank0.memory": 40.0, "rank0.network": {"sent": 100, "recv": 200}},

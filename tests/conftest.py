@@ -46,7 +46,7 @@ REGISTERED: dict[str, Check] = {
         "an open OTelExporter",
         lambda e: e.close(timeout=1.0),
     ),
-    "Sampler": (lambda s: bool(s.running), "a running sampler", lambda s: s.close()),
+    "CoreSampler": (lambda s: bool(s.running), "a running sampler", lambda s: s.close()),
     # Registered from start() to stop(): a watchdog in the registry was never stopped.
     "Watchdog": (lambda w: True, "a watchdog not stopped", lambda w: w.stop()),
 }

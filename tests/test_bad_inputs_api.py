@@ -18,6 +18,7 @@ import pytest
 import stroboscope
 from _refusals import Ctx, assert_refused, params
 from stroboscope._base.identity import Identity
+from stroboscope.compat import SystemMonitor
 from stroboscope.compat._training import TrainingRecorder
 from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.zeus import ZeusMonitor
@@ -27,8 +28,8 @@ from stroboscope.senders._dispatch import SenderWorker
 
 
 def monitor(**kwargs: object) -> Callable[[Ctx], object]:
-    """``stroboscope.SystemMonitor`` of this process to a plain callable, with ``kwargs``."""
-    return lambda ctx: stroboscope.SystemMonitor(
+    """``stroboscope.compat.SystemMonitor`` of this process to a plain callable, with ``kwargs``."""
+    return lambda ctx: SystemMonitor(
         os.getpid(),
         lambda event: None,
         **kwargs,  # type: ignore[arg-type]
@@ -147,6 +148,13 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         lambda ctx: stroboscope.annotate("step", phase="a\udc80"),
         ValueError,
         r"^annotate\(\): label phase 'a\\udc80'" + SURROGATE,
+    ),
+    (
+        # samples_by_scope() adds a scope_depth column: a label of that name would clash there
+        "annotate-label-reserved",
+        lambda ctx: stroboscope.annotate("step", scope_depth=1),
+        ValueError,
+        r"^annotate\(\): label 'scope_depth' is a column of the scope tables",
     ),
     (
         "labels-key-surrogate",

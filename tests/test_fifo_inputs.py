@@ -198,7 +198,7 @@ def test_a_sampler_refuses_a_fifo_under_proc_root(
 ) -> None:
     proc = _proc_with_fifo(tmp_path, name)
     code = f"""
-    from stroboscope.sampling import Sampler
+    from stroboscope.sampling import CoreSampler as Sampler
     try:
         Sampler(0.01, sources={sources}, pid={PID}, proc_root={str(proc)!r})
     except Exception as exc:

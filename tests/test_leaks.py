@@ -17,7 +17,7 @@ import stroboscope
 import stroboscope.scopes as scopes
 from stroboscope.cluster.prometheus import PrometheusExporter
 from stroboscope.recording.watchdog import DumpJob, Watchdog
-from stroboscope.sampling import Sampler
+from stroboscope import Sampler
 
 
 def test_leaves_a_sampler_running():

@@ -15,9 +15,11 @@ either the old tuple or the new one, both complete.
 
 from __future__ import annotations
 
-import os
+import sys
 import threading
 from typing import Callable
+
+from stroboscope._base import lifecycle as _lifecycle
 
 __all__ = ["attach", "detach", "state"]
 
@@ -85,7 +87,7 @@ def add_open_hook(hook: Callable[[str], None]) -> Callable[[], None]:
     return remove
 
 
-def _forget_after_fork() -> None:
+def _after_fork_in_child() -> None:
     """In a forked child no sampler thread runs: nothing records until one starts there (the
     default session starts its own again on the next scope). The lock may have been held by a
     thread that does not exist in the child: a new one replaces it."""
@@ -96,4 +98,4 @@ def _forget_after_fork() -> None:
     state.refresh()
 
 
-os.register_at_fork(after_in_child=_forget_after_fork)
+_lifecycle.register(sys.modules[__name__])  # the one registry calls _after_fork_in_child

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from _fake_nvml import ScriptFn, read_times
 from stroboscope.analysis.energy import window_energy
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 
 def frame(t: list[int], energy: list[float]) -> pa.Table:

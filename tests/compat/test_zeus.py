@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from _fake_nvml import ScriptFn, read_times
 from stroboscope.compat.zeus import Measurement, ZeusMonitor
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 
 def counter(step_mj: int, n: int = 60) -> str:

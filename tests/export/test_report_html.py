@@ -24,7 +24,7 @@ import PIL.Image as PIL_Image  # Pillow comes with matplotlib (the report and te
 from _binaries import binary
 from _report_run import record_run
 from stroboscope._base.files import replace_private
-from stroboscope.analysis.summary import fmt_value
+from stroboscope.analysis.column_stats import fmt_value
 from stroboscope.cli import main
 from stroboscope.export import report as report_mod
 from stroboscope.export._plots import MissingExtraError

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 import stroboscope
 from _paths import ROOT
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling._frame import Frame
 
 

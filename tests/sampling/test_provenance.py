@@ -21,7 +21,7 @@ import stroboscope
 from _fake_nvml import ScriptFn
 from stroboscope.formats.segments import segment_paths
 from stroboscope.formats.writers import sidecar_path, write_csv
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling._provenance import (
     PROVENANCE_KEY,
     for_table,

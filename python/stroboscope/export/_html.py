@@ -4,30 +4,30 @@ and no external resource, so it opens offline in any browser."""
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import html
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.summary import (
+from stroboscope.analysis.column_stats import (
     COUNTER_HEADER,
     IDENTIFIER_HEADER,
     LEVEL_HEADER,
     SAMPLES_NOTE,
-    ColumnSummary,
+    ColumnStats,
     counter_rows,
     data_span_s,
     identifier_rows,
     level_rows,
 )
 from stroboscope.export import _meta
-from stroboscope.export._inputs import Series
+from stroboscope.export._inputs import Recording
 from stroboscope.export._plots import Plot
 from stroboscope.export._scope_text import scope_text
+from stroboscope.export._select import iso_ms
 
-Describe = Callable[[Series], list[ColumnSummary]]
+Describe = Callable[[Recording], list[ColumnStats]]
 """The column figures of one series (the report's, computed once for the text and the page)."""
 
 _CSS = """
@@ -61,17 +61,12 @@ def table_html(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], left: i
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _iso(ns: int) -> str:
-    t = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc)
-    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _series_html(describe: Describe, s: Series) -> str:
+def _series_html(describe: Describe, s: Recording) -> str:
     mm = pc.min_max(s.table.column("time").cast(pa.int64()))
     parts = [
         f"<h2>{_esc(s.label)}</h2>",
-        f"<p>{_esc(s.source)}: {s.table.num_rows} rows from {_iso(int(mm['min'].as_py()))} to "
-        f"{_iso(int(mm['max'].as_py()))}, {data_span_s(s.table):.3f} s of data</p>",
+        f"<p>{_esc(s.source)}: {s.table.num_rows} rows from {iso_ms(int(mm['min'].as_py()))} to "
+        f"{iso_ms(int(mm['max'].as_py()))}, {data_span_s(s.table):.3f} s of data</p>",
     ]
     summaries = describe(s)
     levels, counters = level_rows(summaries), counter_rows(summaries)
@@ -114,7 +109,7 @@ def _figure_html(plot: Plot) -> str:
     )
 
 
-def render_html(series: list[Series], describe: Describe, plots: list[Plot]) -> str:
+def render_html(series: list[Recording], describe: Describe, plots: list[Plot]) -> str:
     """The whole page: ``plots``, then each of ``series`` with its column figures."""
     from stroboscope._base.version import __version__
 

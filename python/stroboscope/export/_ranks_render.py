@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from stroboscope.analysis.summary import fmt_seconds, fmt_value, printable, text_table
+from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, printable, text_table
 from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
 from stroboscope.export._ranks_figures import METRICS
 from stroboscope.export._ranks_plot import render_timeline

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.summary import TIME_COLUMNS
-from stroboscope.export._inputs import Series
+from stroboscope.analysis.column_stats import TIME_COLUMNS
+from stroboscope.export._inputs import Recording
 
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)?\s*$")
 _SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -26,7 +26,7 @@ def split_patterns(patterns: list[str]) -> list[str]:
     return list(dict.fromkeys(p.strip() for text in patterns for p in text.split(",") if p.strip()))
 
 
-def select_columns(series: list[Series], patterns: list[str] | None) -> list[Series]:
+def select_columns(series: list[Recording], patterns: list[str] | None) -> list[Recording]:
     """Keep ``time``, ``mono_ns`` and the columns matching any of ``patterns`` (names or
     shell-style patterns such as ``gpu.0.*``; comma-separated lists are split)."""
     if not patterns:
@@ -53,7 +53,7 @@ def select_columns(series: list[Series], patterns: list[str] | None) -> list[Ser
     return out
 
 
-def _span_ns(series: list[Series]) -> tuple[int, int]:
+def _span_ns(series: list[Recording]) -> tuple[int, int]:
     firsts, lasts = [], []
     for s in series:
         mm = pc.min_max(s.table.column("time").cast(pa.int64()))
@@ -62,7 +62,9 @@ def _span_ns(series: list[Series]) -> tuple[int, int]:
     return min(firsts), max(lasts)
 
 
-def _iso(ns: int) -> str:
+def iso_ms(ns: int) -> str:
+    """``ns`` since the epoch as ISO 8601 UTC to the millisecond, for messages and pages
+    (``2026-12-03T10:00:00.250Z``)."""
     t = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc)
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -103,7 +105,7 @@ def parse_time(option: str, text: str, start_ns: int) -> int:
     return ns
 
 
-def select_time(series: list[Series], start: str | None, end: str | None) -> list[Series]:
+def select_time(series: list[Recording], start: str | None, end: str | None) -> list[Recording]:
     """Keep the rows from ``start`` to ``end`` (inclusive; see :func:`parse_time`), measured
     from the first row of all inputs; a ValueError when the range is empty or outside the run."""
     if start is None and end is None:
@@ -112,14 +114,14 @@ def select_time(series: list[Series], start: str | None, end: str | None) -> lis
     lo = parse_time("--from", start, first) if start is not None else first
     hi = parse_time("--to", end, first) if end is not None else last
     run = (
-        f"the run spans {_iso(first)} to {_iso(last)}, 0 to {(last - first) / 1e9:.3f} s "
+        f"the run spans {iso_ms(first)} to {iso_ms(last)}, 0 to {(last - first) / 1e9:.3f} s "
         f"after its first row"
     )
     if start is not None and end is not None and lo > hi:
         raise ValueError(f"--from ({start}) is after --to ({end}): {run}")
     if lo > last or hi < first:
         raise ValueError(
-            f"the time range {_iso(lo)} to {_iso(hi)} (--from {start}, --to {end}) is outside "
+            f"the time range {iso_ms(lo)} to {iso_ms(hi)} (--from {start}, --to {end}) is outside "
             f"the run: {run}"
         )
     out = []
@@ -131,7 +133,7 @@ def select_time(series: list[Series], start: str | None, end: str | None) -> lis
             out.append(s.with_table(table))
     if not out:
         raise ValueError(
-            f"no row lies between {_iso(lo)} and {_iso(hi)} (--from {start}, --to {end}): {run}"
+            f"no row lies between {iso_ms(lo)} and {iso_ms(hi)} (--from {start}, --to {end}): {run}"
         )
     return out
 
@@ -155,7 +157,7 @@ def scope_mask(mono: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.nda
     return inside
 
 
-def select_scope(series: list[Series], name: str | None) -> list[Series]:
+def select_scope(series: list[Recording], name: str | None) -> list[Recording]:
     """Keep the rows taken while the scope ``name`` (its name or its path) was open."""
     if name is None:
         return series

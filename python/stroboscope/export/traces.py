@@ -14,7 +14,7 @@ read (``gpu.read_mono_ns``), the rest at their row's ``mono_ns``.
 
 Limitation: Chrome JSON has one track per ``tid``, so the calls of several asyncio tasks of one
 thread share it and may overlap without nesting there; the Perfetto protobuf trace
-(:func:`export_perfetto_trace`) gives each further stack of a thread its own track.
+(:func:`write_perfetto_trace`) gives each further stack of a thread its own track.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import pyarrow as pa
 from stroboscope._base.checks import check_path
 from stroboscope._base.files import replace_private
 from stroboscope.export._trace_data import TraceData, collect
-from stroboscope.export.perfetto import export_perfetto_trace
+from stroboscope.export.perfetto import write_perfetto_trace
 from stroboscope.formats.chrome_trace import base_time_ns, read_trace
 
-__all__ = ["export_chrome_trace", "export_perfetto_trace", "merge_into_trace"]
+__all__ = ["merge_into_trace", "write_chrome_trace", "write_perfetto_trace"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -101,7 +101,7 @@ def _write(path: PathLike, head: dict[str, Any], events: Iterator[str]) -> None:
             f.close()
 
 
-def export_chrome_trace(
+def write_chrome_trace(
     path: PathLike,
     samples: pa.Table,
     intervals: pa.Table,

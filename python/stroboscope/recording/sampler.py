@@ -1,6 +1,6 @@
 """Crash safety composed on a sampler: a spool, rolling Parquet segments and a watchdog.
 
-:class:`Sampler` is :class:`stroboscope.sampling.Sampler` plus the keywords that make a
+:class:`Sampler` is :class:`stroboscope.sampling.CoreSampler` plus the keywords that make a
 recording survive the death of the process: ``spool`` keeps the ring in a file and drains it
 into Parquet segments beside it; ``crash_safe`` adds a watchdog process that dumps every
 recorded row if this process dies. This is the ``stroboscope.Sampler`` of the package face.
@@ -18,16 +18,17 @@ import tempfile
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from stroboscope._base.checks import check_bool, check_file_dir, check_path
+from stroboscope._base.checks import check_bool, check_choice, check_file_dir, check_path
 from stroboscope._base.files import identity as file_identity
 from stroboscope._base.files import unlink_if_same
 from stroboscope.formats.segments import segment_paths, segment_rows
 from stroboscope.formats.spool_header import FIELDS
 from stroboscope.formats.spool_read import remove_spool
 from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
+from stroboscope.recording._finish import DUMP_FORMATS as DUMP_FORMATS  # the one list, re-exported
 from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.watchdog import DumpJob, Watchdog
-from stroboscope.sampling import Sampler as _BaseSampler
+from stroboscope.sampling import CoreSampler
 from stroboscope.sampling._checks import check_capacity, check_interval
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from stroboscope._base.identity import Identity
     from stroboscope.sampling import SamplerOptions
 
-DUMP_FORMATS = ("csv", "parquet")
 _PID_OFFSET = FIELDS["pid"][0]
 
 
@@ -95,10 +95,10 @@ def check_spool(spool: str | os.PathLike[str]) -> str:
     return path
 
 
-class Sampler(_BaseSampler):
-    """A :class:`stroboscope.sampling.Sampler` whose rows can survive the death of the process.
+class Sampler(CoreSampler):
+    """A :class:`stroboscope.sampling.CoreSampler` whose rows can survive the death of the process.
 
-    Takes every argument of :class:`stroboscope.sampling.Sampler` (except ``ring_file``), and:
+    Takes every argument of :class:`stroboscope.sampling.CoreSampler` (except ``ring_file``), and:
 
     Parameters
     ----------
@@ -155,8 +155,7 @@ class Sampler(_BaseSampler):
         if "ring_file" in kwargs:
             raise TypeError("give spool= (the crash-safe ring file), not ring_file=")
         check_bool("crash_safe", crash_safe)  # "no" would turn crash safety on
-        if dump_format not in DUMP_FORMATS:
-            raise ValueError(f"dump_format must be 'csv' or 'parquet', got {dump_format!r}")
+        check_choice("dump_format", dump_format, DUMP_FORMATS)
         if dump_path is not None:
             dump_path = check_path("dump_path", dump_path)  # bytes, "" or a NUL: refused
         seg_s = 0.0

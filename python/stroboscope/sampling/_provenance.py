@@ -1,6 +1,6 @@
 """Provenance: the facts a recording needs to be read correctly later, kept with its rows.
 
-:func:`provenance` gathers what a :class:`~stroboscope.sampling.Sampler` knows of its run (the
+:func:`provenance` gathers what a :class:`~stroboscope.sampling.CoreSampler` knows of its run (the
 version that recorded it, host, monitored process and its command line, base and per-source
 intervals and the interface each source reads, GPUs, rank, the clock anchor and its uncertainty,
 rows lost); :func:`for_table` adds what the rows themselves say (first and last time, row count,
@@ -40,7 +40,7 @@ from stroboscope.sampling._clock_sync import clock_sync
 from stroboscope.sampling._provenance_identity import identity_facts
 
 if TYPE_CHECKING:
-    from stroboscope.sampling._sampler import Sampler
+    from stroboscope.sampling._sampler import CoreSampler as Sampler
 
 __all__ = [  # the stored form is _provenance_json's; its names stay importable from here
     "FORMAT",

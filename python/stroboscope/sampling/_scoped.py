@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class ScopeRecording:
-    """The scope side of :class:`stroboscope.sampling.Sampler` (a mixin)."""
+    """The scope side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
 
     _core: _core.Sampler
     _edge_rows: bool
@@ -95,7 +95,7 @@ class ScopeRecording:
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
         """Scopes and metrics as a Chrome Trace Event file (Perfetto, chrome://tracing), on
         torch.profiler's time base; returns the path written."""
-        from stroboscope.export.traces import export_chrome_trace
+        from stroboscope.export.traces import write_chrome_trace
 
-        export_chrome_trace(path, self.snapshot().to_arrow(), self.scope_intervals())
+        write_chrome_trace(path, self.snapshot().to_arrow(), self.scope_intervals())
         return os.fspath(path)

@@ -16,17 +16,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-BEGIN, END = 1, 2
+from stroboscope.analysis._intervals import INTERVAL_FIELDS
 
-INTERVAL_FIELDS = [
-    pa.field("name", pa.string()),
-    pa.field("path", pa.string()),
-    pa.field("thread_id", pa.int64()),
-    pa.field("stack_id", pa.uint64()),
-    pa.field("depth", pa.int32()),
-    pa.field("begin_ns", pa.int64()),
-    pa.field("end_ns", pa.int64()),
-]
+BEGIN, END = 1, 2
 
 
 def _column(events: pa.Table, name: str, dtype: Any) -> np.ndarray[Any, Any]:

@@ -15,8 +15,9 @@ from typing import Any, Callable, TypeVar, cast
 
 from stroboscope import _core, _events
 from stroboscope._base.checks import check_text
+from stroboscope._base.nvtx import nvtx_module as _nvtx_module
 from stroboscope.scopes import _stack
-from stroboscope.scopes._stack import _LABELS, _STACK, Frame, LabelValue
+from stroboscope.scopes._stack import _LABELS, _STACK, LabelValue, OpenScope
 
 logger = logging.getLogger("stroboscope")
 
@@ -25,20 +26,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 _state = _events.state
 _begin = _core.events_begin
 _end = _core.events_end
-
-_nvtx: Any = None  # the nvtx module once imported; False when it cannot be
-
-
-def _nvtx_module() -> Any:
-    global _nvtx
-    if _nvtx is None:
-        try:
-            import nvtx  # type: ignore[import-not-found,unused-ignore]
-
-            _nvtx = nvtx
-        except ImportError:
-            _nvtx = False
-    return _nvtx
 
 
 class annotate:
@@ -104,7 +91,7 @@ class annotate:
                     own = self._label_ids[lid] = _stack.labels_id({**amb, **self._labels})
                 lid = own
             _begin(self._scope_id, depth, lid, sid)
-            _STACK.set((*stack, Frame(self, self._scope_id, lid, sid, depth)))
+            _STACK.set((*stack, OpenScope(self, self._scope_id, lid, sid, depth)))
             for target in st.edge_targets:
                 target()
             if st.open_hooks:
@@ -124,7 +111,7 @@ class annotate:
             self._close_misnested(stack)
         # else: opened while nothing recorded, so there is nothing to close
 
-    def _close_misnested(self, stack: tuple[Frame, ...]) -> None:
+    def _close_misnested(self, stack: tuple[OpenScope, ...]) -> None:
         """Scopes left open above this one (entered by hand, never exited) end with it."""
         last = max(i for i, f in enumerate(stack) if f.owner is self)
         for frame in reversed(stack[last:]):

@@ -17,28 +17,12 @@ from typing import Any, NamedTuple, Union
 
 from stroboscope import _core
 from stroboscope._base.checks import check_text
+from stroboscope.analysis._intervals import RESERVED_LABELS
 
 LabelValue = Union[str, int, float, bool]
 
-# Columns of the scope-intervals table and of samples_by_scope(): a label may not take their names.
-RESERVED_LABELS = frozenset(
-    {
-        "name",
-        "path",
-        "thread_id",
-        "stack_id",
-        "depth",
-        "begin_ns",
-        "end_ns",
-        "scope",
-        "scope_name",
-        "time",
-        "mono_ns",
-    }
-)
 
-
-class Frame(NamedTuple):
+class OpenScope(NamedTuple):
     """One open scope on a stack."""
 
     owner: object  # the scope object that opened it (its exit pops this frame)
@@ -48,7 +32,7 @@ class Frame(NamedTuple):
     depth: int
 
 
-_STACK: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar(
+_STACK: contextvars.ContextVar[tuple[OpenScope, ...]] = contextvars.ContextVar(
     "stroboscope_scopes", default=()
 )
 # The ambient labels and their interned id (0: no labels).
@@ -85,7 +69,7 @@ def stack_id() -> int:
     return _get_ident()
 
 
-def current_stack() -> tuple[Frame, ...]:
+def current_stack() -> tuple[OpenScope, ...]:
     """The open scopes of this context, outermost first (a task's inherited ones included)."""
     return _STACK.get()
 
