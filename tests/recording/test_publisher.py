@@ -1,7 +1,7 @@
 """The window publisher (recording/_publisher.py): one window reduction for the monitor,
 ``stroboscope record``'s senders and the training callbacks, with the one last-value rule of
-analysis/_last_value.py. Windows closed on demand here; on a schedule in test_senders_cli.py
-(a scripted clock) and test_monitor*.py (the thread)."""
+analysis/_last_value.py. Windows closed on demand here; on a schedule in cli/test_publish.py
+(a scripted clock) and compat/test_scaffold*.py (the thread)."""
 
 from __future__ import annotations
 
