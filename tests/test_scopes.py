@@ -12,7 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import stroboscope.scopes as scopes
-from stroboscope import _core, _events
+from stroboscope import _core
+from stroboscope.scopes import _switchboard as _events
 from stroboscope.recording.sampler import Sampler
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import stroboscope.scopes as scopes
-from stroboscope import _events
+from stroboscope.scopes import _switchboard as _events
 from stroboscope.recording.sampler import Sampler
 
 

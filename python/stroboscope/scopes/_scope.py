@@ -13,18 +13,18 @@ import inspect
 import logging
 from typing import Any, Callable, TypeVar, cast
 
-from stroboscope import _core, _events
 from stroboscope._base.checks import check_text
-from stroboscope.scopes import _stack
+from stroboscope.sampling import _scope_log
+from stroboscope.scopes import _stack, _switchboard
 from stroboscope.scopes._stack import _LABELS, _STACK, Frame, LabelValue
 
 logger = logging.getLogger("stroboscope")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_state = _events.state
-_begin = _core.events_begin
-_end = _core.events_end
+_state = _switchboard.state
+_begin = _scope_log.begin  # the core's functions themselves: one C call per edge
+_end = _scope_log.end
 
 _nvtx: Any = None  # the nvtx module once imported; False when it cannot be
 

@@ -1,13 +1,13 @@
-"""Which samplers record scope events now: the one piece of state that the sampling room (below)
-and the scopes room (above) share.
+"""The scope switchboard: whether scopes write edges into the events log now, and whom an edge
+wakes. The one piece of state every scope reads.
 
-Scope edges go into one process-wide events log in C++ (``_core.events_*``). Writing them costs a
-call into the extension, so a scope writes only while somebody records: a running Sampler (each
-records the events of its own run, between the log's write counter at its start and at its stop)
-or the default session of :mod:`stroboscope.scopes`. :data:`state` says so in one attribute read,
-which is what a disabled scope costs. A Sampler made with ``edge_rows=True`` also asks for an
-immediate row when a scope opens (``request_tick``), so a region shorter than the interval still
-has a row at its edge.
+Scope edges go into one process-wide events log in C++. Writing them costs a call into the
+extension, so a scope writes only while somebody records: a running Sampler (the sampling room
+tells this module which run, :func:`stroboscope.sampling._scope_log.watch`) or the default
+session of :mod:`stroboscope.scopes`. :data:`state` says so in one attribute read, which is what
+a disabled scope costs. A Sampler made with ``edge_rows=True`` also asks for an immediate row
+when a scope opens (``request_tick``), so a region shorter than the interval still has a row at
+its edge.
 
 The tuples are replaced, never mutated, under :data:`_lock`: a scope on another thread reads
 either the old tuple or the new one, both complete.
@@ -15,11 +15,13 @@ either the old tuple or the new one, both complete.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Callable
 
-__all__ = ["attach", "detach", "state"]
+from stroboscope._base import lifecycle as _lifecycle
+from stroboscope.sampling._scope_log import Recorder, watch
+
+__all__ = ["add_open_hook", "set_enabled", "state"]
 
 
 class _State:
@@ -43,23 +45,11 @@ state = _State()
 _lock = threading.Lock()
 
 
-def attach(recorder: object, edge_target: Callable[[], None] | None) -> None:
-    """A sampler started: scopes now write events (and wake ``edge_target`` when given)."""
+def _running(recorders: tuple[Recorder, ...]) -> None:
+    """The sampling room's news: ``recorders`` run now (scopes write events while any does)."""
     with _lock:
-        if recorder in state.recorders:
-            return
-        state.recorders = (*state.recorders, recorder)
-        if edge_target is not None:
-            state.edge_targets = (*state.edge_targets, edge_target)
-        state.refresh()
-
-
-def detach(recorder: object, edge_target: Callable[[], None] | None) -> None:
-    """A sampler stopped (harmless when it was not attached)."""
-    with _lock:
-        state.recorders = tuple(r for r in state.recorders if r is not recorder)
-        if edge_target is not None:
-            state.edge_targets = tuple(t for t in state.edge_targets if t != edge_target)
+        state.recorders = tuple(r.sampler for r in recorders)
+        state.edge_targets = tuple(r.edge_target for r in recorders if r.edge_target is not None)
         state.refresh()
 
 
@@ -85,15 +75,19 @@ def add_open_hook(hook: Callable[[str], None]) -> Callable[[], None]:
     return remove
 
 
-def _forget_after_fork() -> None:
+class _AfterFork:
     """In a forked child no sampler thread runs: nothing records until one starts there (the
     default session starts its own again on the next scope). The lock may have been held by a
     thread that does not exist in the child: a new one replaces it."""
-    global _lock
-    _lock = threading.Lock()
-    state.recorders = ()
-    state.edge_targets = ()
-    state.refresh()
+
+    def _after_fork_in_child(self) -> None:
+        global _lock
+        _lock = threading.Lock()
+        state.recorders = ()
+        state.edge_targets = ()
+        state.refresh()
 
 
-os.register_at_fork(after_in_child=_forget_after_fork)
+_after_fork = _AfterFork()
+_lifecycle.register(_after_fork)
+watch(_running)  # now, and whenever a sampler starts or stops

@@ -1,5 +1,6 @@
 """From scope edges to scope calls: the events log's begin/end records paired into one row per call
-(the scope-intervals table that analysis and export read).
+(the scope-intervals table that analysis and export read; its columns are
+:data:`stroboscope.analysis._intervals.BASE_COLUMNS`, then one string column per label key).
 
 Pairing needs no per-event Python loop. On one stack scopes nest, so at a given depth its begins
 and ends alternate in time: sorted by (stack, depth, log order), a begin matches the end right
@@ -16,17 +17,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-BEGIN, END = 1, 2
+from stroboscope.analysis._intervals import BASE_COLUMNS
 
-INTERVAL_FIELDS = [
-    pa.field("name", pa.string()),
-    pa.field("path", pa.string()),
-    pa.field("thread_id", pa.int64()),
-    pa.field("stack_id", pa.uint64()),
-    pa.field("depth", pa.int32()),
-    pa.field("begin_ns", pa.int64()),
-    pa.field("end_ns", pa.int64()),
-]
+BEGIN, END = 1, 2
 
 
 def _column(events: pa.Table, name: str, dtype: Any) -> np.ndarray[Any, Any]:
@@ -39,8 +32,6 @@ def pair_events(events: pa.Table, strings: list[str]) -> pa.Table:
     ``strings`` maps the interned ids of scope names and label sets to their text.
     """
     n = events.num_rows
-    if n == 0:
-        return pa.schema(INTERVAL_FIELDS).empty_table()
     kind = _column(events, "kind", np.uint8)
     stack = _column(events, "stack_id", np.uint64)
     depth = _column(events, "depth", np.int64)
@@ -78,6 +69,7 @@ def pair_events(events: pa.Table, strings: list[str]) -> pa.Table:
         "begin_ns": pa.array(begin_ns, pa.int64()),
         "end_ns": pa.array(end_ns, pa.int64(), mask=ends < 0),
     }
+    assert tuple(columns) == BASE_COLUMNS  # the table's columns, as analysis reads them
     columns.update(_label_columns(labels_id[begins], strings))
     return pa.table(columns)
 
