@@ -15,7 +15,6 @@ import argparse
 import timeit
 
 import pyarrow as pa
-
 from stroboscope.sampling import Sampler
 
 ROWS = 1000
@@ -44,7 +43,9 @@ def main() -> None:
             return s.snapshot().to_arrow()
 
         def core_path() -> pa.Table:
-            return pa.RecordBatchReader.from_stream(_Stream(core.snapshot().export_stream())).read_all()
+            return pa.RecordBatchReader.from_stream(
+                _Stream(core.snapshot().export_stream())
+            ).read_all()
 
         assert facade().num_rows == core_path().num_rows == ROWS
         # Interleaved, so both see the same load; the best run of each.

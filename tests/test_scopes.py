@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 import stroboscope.scopes as scopes
 from stroboscope import _core
-from stroboscope.scopes import _switchboard as _events
 from stroboscope.recording.sampler import Sampler
+from stroboscope.scopes import _switchboard as _events
 
 
 @pytest.fixture

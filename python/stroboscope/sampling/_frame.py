@@ -100,7 +100,13 @@ class Frame:
         read period; without it every null is filled.
     """
 
-    __slots__ = ("_counted", "_fill_within", "_first_row", "_lost", "_run", "_rows")
+    __slots__ = ("_counted", "_fill_within", "_first_row", "_lost", "_rows", "_run")
+    _counted: tuple[int, ...]
+    _fill_within: dict[str, int]
+    _first_row: int
+    _lost: int
+    _rows: _Rows
+    _run: RunFacts | None
 
     def __init__(
         self,

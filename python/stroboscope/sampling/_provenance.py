@@ -21,10 +21,10 @@ from __future__ import annotations
 import functools
 import os
 import socket
-from json.encoder import encode_basestring as _encode_text
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from json.encoder import encode_basestring as _encode_text
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 
@@ -32,6 +32,7 @@ from stroboscope._base.files import read_regular, regular_source
 from stroboscope.formats.provenance import PROVENANCE_KEY, attach, dumps, from_schema
 from stroboscope.sampling._clock_sync import clock_sync
 from stroboscope.sampling._provenance_identity import identity_facts
+from stroboscope.sampling._stats import SourceStats
 
 __all__ = [  # the stored form is formats.provenance's; its names stay importable from here
     "FORMAT",
@@ -82,13 +83,6 @@ def read_cmdline(pid: int, proc_root: str = "/proc") -> list[str] | None:
     if parts and parts[-1] == b"":
         parts.pop()
     return [p.decode("utf-8", "backslashreplace") for p in parts] or None
-
-
-class _Source(Protocol):
-    """What provenance reads of a source's stats (:class:`~stroboscope.sampling.SourceStats`)."""
-
-    name: str
-    every: int
 
 
 def _gpus(
@@ -187,15 +181,16 @@ class RunFacts:
         adds (the run's facts were encoded once). ``edges``: the table's first and last
         ``time`` and first ``mono_ns`` when the caller has them (a core frame's ``edges``),
         else they are read from the table."""
-        own: dict[str, Any]
-        if edges is None:
-            own = _row_facts(table)
-        else:
-            own = _edge_facts(table.num_rows, *edges)
+        own = _row_facts(table) if edges is None else _edge_facts(table.num_rows, *edges)
         own.update(zip(_COUNTER_KEYS, counted))
         own["table_rows_lost"] = rows_lost
         own["clock"] = _Encoded(self._clock.fill(own))  # the run's clock, the frame's anchor
         return self._frame.fill(own)
+
+
+def _dumps_value(value: object) -> str:
+    """Any JSON value as :func:`dumps` writes it (typed there for the dict it is made for)."""
+    return dumps(cast(Mapping[str, Any], value))
 
 
 class _Encoded(str):
@@ -216,13 +211,13 @@ class _Template:
         keys: list[str] = []
         text = "{"
         for i, key in enumerate(sorted(set(values) | own)):
-            text += ("" if i == 0 else ", ") + dumps(key) + ": "
+            text += ("" if i == 0 else ", ") + _dumps_value(key) + ": "
             if key in own:
                 chunks.append(text)
                 keys.append(key)
                 text = ""
             else:
-                text += dumps(values[key])
+                text += _dumps_value(values[key])
         self._chunks = [*chunks, text + "}"]
         self._keys = keys
 
@@ -241,7 +236,7 @@ class _Template:
             elif isinstance(value, _Encoded):
                 parts.append(value)
             else:
-                parts.append(dumps(value))
+                parts.append(_dumps_value(value))
         parts.append(self._chunks[-1])
         return "".join(parts)
 
@@ -259,7 +254,7 @@ def gather(
     *,
     pid: int,
     interval_s: float,
-    sources: Sequence[_Source],
+    sources: Sequence[SourceStats],
     interfaces: Mapping[str, str | None],
     column_names: Sequence[str],
     gpu_labels: Mapping[int, int],
