@@ -266,9 +266,8 @@ class Frame:
             if self._run is not None:  # the run's facts were encoded once: the frame adds its own
                 edges = self._rows.edges or (None, None, None)
                 text = self._run.encoded(self._counted, table, self._lost, edges)
-                metadata = dict(table.schema.metadata or {})
-                metadata[_KEY] = text.encode()
-                table = table.replace_schema_metadata(metadata)
+                # The core's schema has metadata only on its fields: nothing to keep here.
+                table = table.replace_schema_metadata({_KEY: text.encode()})
         return table if fill is None else forward_filled(table, self._fill_within)
 
     def to_pandas(self, *, fill: Fill = None) -> pandas.DataFrame:

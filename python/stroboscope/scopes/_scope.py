@@ -9,7 +9,6 @@ into the extension that stamps CLOCK_MONOTONIC and the thread id in C++, and a n
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 from typing import Any, Callable, TypeVar, cast
 
@@ -171,6 +170,8 @@ class annotate:
     def __call__(self, fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"{type(self).__name__}() decorates a callable, not {fn!r}")
+        import inspect  # here, at decoration: importing it costs ms, and a scope never needs it
+
         scope = self._named(fn)
         if inspect.isasyncgenfunction(fn):
             return cast(F, functools.wraps(fn)(scope._wrap_async_gen(fn)))

@@ -55,6 +55,7 @@ def enable(interval: float = DEFAULT_INTERVAL, **options: Any) -> None:
     with _lock:
         if _sampler is None or _sampler.closed or fresh:
             replacement = Sampler(interval, **options)  # a bad argument fails here
+            replacement.provenance()  # its run's facts gathered now, not inside the first scope
             if _sampler is not None:
                 _sampler.close()
             _sampler = replacement
