@@ -52,17 +52,21 @@ def test_the_first_scope_of_the_default_session_imports_nothing() -> None:
         import json, sys
         import stroboscope
         from stroboscope import annotate
-        stroboscope.enable(sources=["memory"])  # what the session needs is imported here
-        before = set(sys.modules)
+        from stroboscope.sampling import _sampler
+        reads = []  # the session's provenance reads the command line: at enable(), not later
+        read_cmdline = _sampler.read_cmdline
+        _sampler.read_cmdline = lambda pid: reads.append(pid) or read_cmdline(pid)
+        stroboscope.enable(sources=["memory"])  # what the session needs is done here
+        before, read_before = set(sys.modules), len(reads)
         with annotate("first"):  # starts the session's sampler
             pass
         new = sorted(set(sys.modules) - before)
         calls = stroboscope.scopes.session().scope_intervals().num_rows
         stroboscope.disable()
-        print(json.dumps({"new": new, "calls": calls}))
+        print(json.dumps({"new": new, "calls": calls, "reads": len(reads) - read_before}))
         """
     )
-    assert got == {"new": [], "calls": 1}
+    assert got == {"new": [], "calls": 1, "reads": 0}
 
 
 def test_asyncio_imported_after_the_scopes_still_gives_tasks_their_own_stacks() -> None:
