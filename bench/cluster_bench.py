@@ -177,7 +177,7 @@ def _partition_sizes(root: Path) -> dict[int, dict[str, int]]:
 def _query(root: Path, repeats: int = 3) -> dict[str, Any]:
     """``open_dataset`` + one DuckDB aggregate over every rank, timed ``repeats`` times."""
     import duckdb
-    from stroboscope.export.dataset import open_dataset
+    from stroboscope.formats.dataset import open_dataset
 
     times: list[tuple[float, float]] = []
     result: list[Any] = []

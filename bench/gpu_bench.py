@@ -66,7 +66,13 @@ REAL_LIBRARY = "libnvidia-ml.so.1"
 
 
 # The source files the inner harness needs (the gpu source and the NVML loader).
-INNER_SOURCES = ("nvml_device.cpp", "nvml_library.cpp", "nvml_status.cpp")
+# Every NVML source file, and the /proc helpers they call (the library loader refuses a FIFO through
+# proc_file.cpp; the process tree parses /proc/PID/stat): a glob, so a new nvml_*.cpp is not missed.
+INNER_SOURCES = (
+    *sorted(p.name for p in (REPO / "cpp" / "src").glob("nvml_*.cpp")),
+    "proc_file.cpp",
+    "proc_pid_parse.cpp",
+)
 
 
 def log(msg: str) -> None:

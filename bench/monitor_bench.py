@@ -172,7 +172,7 @@ def run_strobo(n: int, setting: str) -> Run:
     elapsed = time.perf_counter() - start
     stats = mon.raw_sampler.stats()
     # The Python side: the publisher thread and the sender worker (private, read for the bench).
-    py_threads = [mon._thread] + [w._thread for w in mon._fanout.workers]
+    py_threads = [mon._publisher._thread] + [w._thread for w in mon._fanout.workers]
     py_cpu = sum(thread_cpu_s(t) for t in py_threads)
     mon.shutdown()
     return Run(

@@ -121,7 +121,7 @@ def polars_schema(root: Path) -> dict[str, Any]:
     """The unified columns of the parts (``open_dataset``'s schema) as polars types: polars
     otherwise takes the first file's columns (docs/dataset.md)."""
     import polars as pl  # a test extra, imported where used
-    from stroboscope.export.dataset import PARTITIONING, open_dataset
+    from stroboscope.formats.dataset import PARTITIONING, open_dataset
 
     empty = pl.from_arrow(open_dataset(root).schema.empty_table())
     assert isinstance(empty, pl.DataFrame)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 from _fake_proc import PID, FakeProc
 from stroboscope import Sampler
-from stroboscope.export.writers import write_parquet
+from stroboscope.formats.writers import write_parquet
 
 GPU_SCRIPT = """devices 1
 driver 550.54.15

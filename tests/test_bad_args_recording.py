@@ -16,7 +16,7 @@ import pytest
 from stroboscope import Sampler, recover
 from stroboscope.compat import aitune
 from stroboscope.compat.aitune import ParentReceiver
-from stroboscope.recording.spool import recover_parts as _recover_parts
+from stroboscope.formats.spool_read import recover_parts as _recover_parts
 
 # Called with values their hints do not allow (that is the point).
 recover_parts: Any = _recover_parts

@@ -20,7 +20,7 @@ from stroboscope._base.identity import Identity
 from stroboscope.compat._training import TrainingRecorder
 from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.zeus import ZeusMonitor
-from stroboscope.export.dataset import write_part
+from stroboscope.formats.dataset import write_part
 from stroboscope.senders._base import as_sender
 from stroboscope.senders._dispatch import SenderWorker
 

@@ -26,7 +26,6 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from stroboscope.cli._publish import LAST_VALUE_UNITS as RECORD_LAST_VALUE_UNITS
 from stroboscope.compat import _training
 from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.transformers import TrainerHooks
@@ -191,10 +190,6 @@ def test_bad_arguments_are_refused_before_training(tmp_path: Path) -> None:
         LightningHooks(tmp_path / "run.parquet", log_every_n_steps=0)
     with pytest.raises(ValueError, match="aggregate must be one of"):
         TrainerHooks(tmp_path / "run.parquet", aggregate="median")
-
-
-def test_last_value_units_follow_records_publisher() -> None:
-    assert _training.LAST_VALUE_UNITS == RECORD_LAST_VALUE_UNITS
 
 
 @pytest.mark.skipif(not SCOPES, reason="the scopes room (stroboscope.annotate) is not installed")

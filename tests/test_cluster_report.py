@@ -18,7 +18,7 @@ from stroboscope.export.cluster_report import (
     build_cluster_report,
     write_cluster_report,
 )
-from stroboscope.export.dataset import write_part, write_scopes
+from stroboscope.formats.dataset import write_part, write_scopes
 from stroboscope.sampling._provenance import attach
 
 JOB = "j1"

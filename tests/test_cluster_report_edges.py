@@ -16,7 +16,7 @@ from stroboscope.export._ranks import Rank
 from stroboscope.export._ranks_figures import GpuChoice, gpu_choice
 from stroboscope.export._ranks_render import rank_table
 from stroboscope.export.cluster_report import build_cluster_report, write_cluster_report
-from stroboscope.export.dataset import ensure_root, write_scopes
+from stroboscope.formats.dataset import ensure_root, write_scopes
 from test_cluster_report import JOB, make_dataset, step_ms
 
 

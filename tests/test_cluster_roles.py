@@ -20,7 +20,7 @@ from stroboscope import _core, cluster
 from stroboscope._base.identity import Identity
 from stroboscope.cluster import HOST_SOURCES, PROCESS_SOURCES, owned_gpus, rank_sources
 from stroboscope.cluster._roles import default_sources
-from stroboscope.export.dataset import open_dataset
+from stroboscope.formats.dataset import open_dataset
 from stroboscope.sampling._plan import source_options
 
 LEADER = Identity(host="h", rank=4, local_rank=0, world_size=8, local_world_size=4)

@@ -19,7 +19,7 @@ import stroboscope
 from _dataset_ranks import figures_arrow, figures_duckdb, figures_polars, rank_env, run_ranks
 from stroboscope._base.identity import Identity
 from stroboscope.cli import main
-from stroboscope.export.dataset import (
+from stroboscope.formats.dataset import (
     MARKER,
     ensure_root,
     is_dataset,
@@ -284,7 +284,7 @@ def test_a_root_another_rank_makes_a_dataset_meanwhile_is_accepted(
 ) -> None:
     # Another rank's whole sequence (marker, then its partition) falls between this rank's look
     # for the marker and its listing of the root: the listing shows a dataset, not foreign files.
-    from stroboscope.export import dataset
+    from stroboscope.formats import dataset
 
     root = tmp_path / "ds"
     root.mkdir()

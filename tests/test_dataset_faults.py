@@ -19,7 +19,7 @@ import pytest
 import stroboscope
 from _dataset_ranks import SAMPLES_GLOB, rank_env
 from stroboscope._base.identity import Identity
-from stroboscope.export.dataset import open_dataset, partition_dir, read_owner, write_part
+from stroboscope.formats.dataset import open_dataset, partition_dir, read_owner, write_part
 from stroboscope.recording.sampler import Sampler
 
 # DuckDB and polars are test extras: skipped, not failed, where they are missing.
@@ -112,7 +112,7 @@ import sys, time
 import pyarrow as pa
 import pyarrow.parquet as pq
 from stroboscope._base.identity import Identity
-from stroboscope.export.dataset import write_part
+from stroboscope.formats.dataset import write_part
 
 root = sys.argv[1]
 who = Identity(host="h", rank=0, job="j")
@@ -377,7 +377,7 @@ def test_a_part_renamed_into_place_before_a_failure_is_neither_rewritten_nor_blo
 ) -> None:
     # The rename went through, then fsync of the directory failed: the retry must not try the
     # same name again (refused for ever: a part is never replaced) nor write those rows twice.
-    import stroboscope.export.dataset as dataset_module
+    import stroboscope.formats.dataset as dataset_module
 
     real = dataset_module._fsync_dir
     failures = iter([True])

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _scope_tables import ANCHOR, frame, intervals
-from stroboscope.export import writers
 from stroboscope.export.report import build_report, write_html, write_pngs
 from stroboscope.export.traces import export_chrome_trace, merge_into_trace
+from stroboscope.formats import writers
 from stroboscope.formats.provenance import PROVENANCE_KEY
 from stroboscope.recording import segments
 
@@ -142,7 +142,7 @@ def test_dataset_parts_scopes_and_owner_are_fsynced_with_their_directory(
     synced: list[Synced], tmp_path: Path
 ) -> None:
     from stroboscope._base.identity import Identity
-    from stroboscope.export import dataset
+    from stroboscope.formats import dataset
 
     who = Identity(host="h", rank=0, job="j")
     part = Path(dataset.write_part(table(), tmp_path, identity=who, name="part-0001.parquet"))

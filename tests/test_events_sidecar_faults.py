@@ -14,11 +14,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from stroboscope import _core
-from stroboscope.recording import _events_file, _events_write
+from stroboscope.formats import events_file
+from stroboscope.formats.spool_read import SpoolError, recover_events, recover_parts
+from stroboscope.recording import _events_write
 from stroboscope.recording.sampler import Sampler
-from stroboscope.recording.spool import SpoolError, recover, recover_events, recover_parts
+from stroboscope.recording.spool import recover
 
-ERROR = _events_file.ERROR_KEY
+ERROR = events_file.ERROR_KEY
 
 
 class FullDisk:
@@ -71,7 +73,7 @@ def test_the_sink_writes_its_magic_again_once_space_returns(tmp_path: Path, disk
     disk.full = False
     _push("freed", 2)
     sink.append()
-    got = _events_file.read(side)
+    got = events_file.read(side)
     assert got.damage is None and got.cut_bytes == 0 and got.lost == 0
     assert got.table.column("scope").to_pylist() == ["full"] * 6 + ["freed"] * 4
     assert got.table.column("kind").to_pylist() == [1, 2] * 5
@@ -102,7 +104,7 @@ def test_a_chunk_cut_by_a_full_disk_is_written_again_whole(
     assert os.path.getsize(side) == size  # the 5 bytes of the cut chunk are not left behind
     monkeypatch.setattr(os, "pwrite", real)
     sink.append()
-    got = _events_file.read(side)
+    got = events_file.read(side)
     assert got.cut_bytes == 0
     assert got.table.column("scope").to_pylist() == ["first", "first", "second", "second"]
 
@@ -146,7 +148,7 @@ def test_a_full_disk_at_the_sidecars_magic_loses_no_row(
 
 @pytest.mark.parametrize(
     "content",
-    [b"", _events_file.MAGIC[:4], b"PAR1 not an events file", "planted by another user"],
+    [b"", events_file.MAGIC[:4], b"PAR1 not an events file", "planted by another user"],
 )
 def test_a_damaged_or_foreign_sidecar_never_stops_the_rows(
     tmp_path: Path, content: bytes | str, caplog: pytest.LogCaptureFixture
@@ -159,7 +161,7 @@ def test_a_damaged_or_foreign_sidecar_never_stops_the_rows(
     if isinstance(content, str):  # a file of another owner, as in a shared sticky directory
         if os.geteuid() != 0:
             pytest.skip("planting another user's file needs root")
-        side.write_bytes(_events_file.MAGIC)
+        side.write_bytes(events_file.MAGIC)
         os.chown(side, 12345, 12345)
     else:
         side.write_bytes(content)
@@ -171,7 +173,7 @@ def test_a_damaged_or_foreign_sidecar_never_stops_the_rows(
     error = got.schema.metadata[ERROR].decode()
     assert str(side) in error and error == got.events.schema.metadata[ERROR].decode()
     assert any(str(side) in r.getMessage() for r in caplog.records)
-    if isinstance(content, bytes) and _events_file.MAGIC.startswith(content):
+    if isinstance(content, bytes) and events_file.MAGIC.startswith(content):
         # A torn magic is the writer's own failure: no events, said so, not an error.
         assert f"{len(content)} of the 8 bytes" in error
         assert recover_events(spool).schema.metadata[ERROR].decode() == error

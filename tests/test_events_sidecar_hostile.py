@@ -11,35 +11,35 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from stroboscope.recording import _events_file
+from stroboscope.formats import events_file
 
 MiB = 1 << 20
 
 
 def _chunk(tag: bytes, payload: bytes) -> bytes:
-    return _events_file.HEAD.pack(tag, len(payload), zlib.crc32(payload)) + payload
+    return events_file.HEAD.pack(tag, len(payload), zlib.crc32(payload)) + payload
 
 
 def _strings(first: int, texts: list[bytes]) -> bytes:
-    body = b"".join(_events_file._LEN.pack(len(t)) + t for t in texts)
-    return _chunk(b"STRS", _events_file._STRS.pack(first, len(texts)) + body)
+    body = b"".join(events_file._LEN.pack(len(t)) + t for t in texts)
+    return _chunk(b"STRS", events_file._STRS.pack(first, len(texts)) + body)
 
 
 def _events(first: int, count: int, scope_id: int) -> bytes:
-    rec = np.zeros(count, _events_file.RECORD)
+    rec = np.zeros(count, events_file.RECORD)
     rec["mono_ns"] = np.arange(first, first + count)
     rec["scope_id"] = scope_id
     rec["kind"] = 1
-    return _chunk(b"EVTS", _events_file._EVTS.pack(first, 0, count) + rec.tobytes())
+    return _chunk(b"EVTS", events_file._EVTS.pack(first, 0, count) + rec.tobytes())
 
 
-def _read_peak(path: Path) -> tuple[_events_file.EventsRead, int]:
+def _read_peak(path: Path) -> tuple[events_file.EventsRead, int]:
     warm = path.with_suffix(".warm")  # the modules a first read imports are not counted
-    warm.write_bytes(_events_file.MAGIC + _strings(0, [b"", b"s"]) + _events(0, 2, 1))
-    _events_file.read(str(warm), os.getuid())
+    warm.write_bytes(events_file.MAGIC + _strings(0, [b"", b"s"]) + _events(0, 2, 1))
+    events_file.read(str(warm), os.getuid())
     tracemalloc.start()
     try:
-        got = _events_file.read(str(path), os.getuid())
+        got = events_file.read(str(path), os.getuid())
         return got, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -47,10 +47,10 @@ def _read_peak(path: Path) -> tuple[_events_file.EventsRead, int]:
 
 def test_many_empty_chunks_keep_nothing(tmp_path: Path) -> None:
     side = tmp_path / "empty.events"
-    empty_events = _chunk(b"EVTS", _events_file._EVTS.pack(0, 0, 0))
-    empty_strings = _chunk(b"STRS", _events_file._STRS.pack(2, 0))
+    empty_events = _chunk(b"EVTS", events_file._EVTS.pack(0, 0, 0))
+    empty_strings = _chunk(b"STRS", events_file._STRS.pack(2, 0))
     with open(side, "wb") as f:
-        f.write(_events_file.MAGIC + _strings(0, [b"", b"step"]))
+        f.write(events_file.MAGIC + _strings(0, [b"", b"step"]))
         f.write((empty_events + empty_strings) * 100_000)  # 6.4 MB of chunks that hold nothing
         f.write(_events(0, 10, 1) + _events(10, 10, 1))
     got, peak = _read_peak(side)
@@ -66,7 +66,7 @@ def test_tiny_strings_cost_what_they_weigh(tmp_path: Path) -> None:
     per_chunk, chunks = 50_000, 8  # 400k three-byte strings: 2.8 MB on disk
     texts = [b"%03d" % (i % 1000) for i in range(per_chunk)]
     with open(side, "wb") as f:
-        f.write(_events_file.MAGIC + _strings(0, [b""]))
+        f.write(events_file.MAGIC + _strings(0, [b""]))
         for k in range(chunks):
             f.write(_strings(1 + k * per_chunk, texts))
         f.write(_events(0, 3, chunks * per_chunk))  # names the last string
@@ -83,7 +83,7 @@ def test_records_are_copied_out_of_their_chunks(tmp_path: Path) -> None:
     side = tmp_path / "small.events"
     n, chunks = 4, 20_000  # 80k events in chunks of 4: 5.4 MB on disk
     with open(side, "wb") as f:
-        f.write(_events_file.MAGIC + _strings(0, [b"", b"s"]))
+        f.write(events_file.MAGIC + _strings(0, [b"", b"s"]))
         for k in range(chunks):
             f.write(_events(k * n, n, 1))
     got, peak = _read_peak(side)

@@ -12,20 +12,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from stroboscope.recording import _events_file
+from stroboscope.formats import events_file
+from stroboscope.formats.spool_read import recover_parts
 from stroboscope.recording.sampler import Sampler
-from stroboscope.recording.spool import recover, recover_parts
+from stroboscope.recording.spool import recover
 
 MiB = 1 << 20
 CHUNKS = 16  # of MAX_CHUNK_EVENTS events each: 1M events, 36 MiB
 
 
 def _events_chunk(first: int, count: int) -> bytes:
-    rec = np.zeros(count, _events_file.RECORD)
+    rec = np.zeros(count, events_file.RECORD)
     rec["mono_ns"] = np.arange(first, first + count)
     rec["kind"] = 1
-    payload = _events_file._EVTS.pack(first, 0, count) + rec.tobytes()
-    return _events_file.HEAD.pack(b"EVTS", len(payload), zlib.crc32(payload)) + payload
+    payload = events_file._EVTS.pack(first, 0, count) + rec.tobytes()
+    return events_file.HEAD.pack(b"EVTS", len(payload), zlib.crc32(payload)) + payload
 
 
 def _peak(fn: Callable[[], object]) -> int:
@@ -51,9 +52,9 @@ def _spool(tmp_path: Path) -> Path:
 def test_recovering_the_rows_never_reads_a_large_sidecar(tmp_path: Path) -> None:
     spool = _spool(tmp_path)
     side = Path(str(spool) + ".events")
-    n = _events_file.MAX_CHUNK_EVENTS
+    n = events_file.MAX_CHUNK_EVENTS
     with open(side, "wb") as f:
-        f.write(_events_file.MAGIC)
+        f.write(events_file.MAGIC)
         for k in range(CHUNKS):
             f.write(_events_chunk(k * n, n))
     size = side.stat().st_size
@@ -75,11 +76,11 @@ def test_recovering_the_rows_never_reads_a_large_sidecar(tmp_path: Path) -> None
 
 def test_the_reader_holds_one_chunk_never_the_file(tmp_path: Path) -> None:
     side = tmp_path / "big.events"
-    head = _events_file.MAGIC + _events_chunk(0, 100)
+    head = events_file.MAGIC + _events_chunk(0, 100)
     with open(side, "wb") as f:
         f.write(head)
         f.truncate(len(head) + 64 * MiB)  # 64 MiB of zeros after the chunk (a sparse file)
-    got: list[_events_file.EventsRead] = []
-    peak = _peak(lambda: got.append(_events_file.read(str(side), os.getuid())))
+    got: list[events_file.EventsRead] = []
+    peak = _peak(lambda: got.append(events_file.read(str(side), os.getuid())))
     assert got[0].table.num_rows == 100 and got[0].cut_bytes == 64 * MiB
     assert peak < 4 * MiB, f"read() peaked at {peak / MiB:.1f} MiB for a 64 MiB file"

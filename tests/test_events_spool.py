@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from stroboscope import _core
-from stroboscope.recording import _events_file
+from stroboscope.formats import events_file
+from stroboscope.formats.spool_read import SpoolError, recover_events, recover_parts, remove_spool
 from stroboscope.recording.sampler import Sampler
-from stroboscope.recording.spool import SpoolError, recover_events, recover_parts, remove_spool
 
 CHILD = textwrap.dedent(
     """
@@ -105,7 +105,7 @@ def test_a_live_sampler_writes_only_its_own_events(tmp_path: Path) -> None:
 
 def test_a_leftover_sidecar_is_refused_before_anything_is_made(tmp_path: Path) -> None:
     spool = tmp_path / "old.spool"
-    Path(str(spool) + ".events").write_bytes(_events_file.MAGIC)
+    Path(str(spool) + ".events").write_bytes(events_file.MAGIC)
     # No spool beside it: refused, and not sent to `recover`, which cannot read a sidecar alone.
     with pytest.raises(ValueError, match="does not exist, but segments or an events sidecar"):
         Sampler(0.01, sources=["memory"], spool=spool)
@@ -129,10 +129,10 @@ def test_a_torn_tail_is_cut_back_to_the_last_whole_chunk(tmp_path: Path) -> None
     assert whole.num_rows == 40
     assert whole.column("scope").to_pylist() == [f"scope-{n % 4}" for n in range(40)]
     # A second chunk appended by hand, then cut at every length: the first chunks stay whole.
-    rec = np.zeros(3, _events_file.RECORD)
+    rec = np.zeros(3, events_file.RECORD)
     rec["scope_id"] = 99  # an id the strings do not hold: a null name
-    payload = _events_file._EVTS.pack(10**6, 5, 3) + rec.tobytes()
-    extra = _events_file.HEAD.pack(b"EVTS", len(payload), zlib.crc32(payload)) + payload
+    payload = events_file._EVTS.pack(10**6, 5, 3) + rec.tobytes()
+    extra = events_file.HEAD.pack(b"EVTS", len(payload), zlib.crc32(payload)) + payload
     side.write_bytes(good + extra)
     full = recover_events(spool)
     assert full.num_rows == 43 and full.column("scope").null_count == 3
@@ -156,7 +156,7 @@ def test_random_bytes_never_crash_or_hang_the_reader(tmp_path: Path) -> None:
     for trial in range(300):
         data = bytearray(good)
         if trial % 3 == 0:
-            data = bytearray(_events_file.MAGIC + rng.bytes(int(rng.integers(0, 400))))
+            data = bytearray(events_file.MAGIC + rng.bytes(int(rng.integers(0, 400))))
         else:
             for _ in range(int(rng.integers(1, 6))):
                 data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
@@ -179,7 +179,7 @@ def test_a_sidecar_that_is_a_link_or_not_an_events_file_is_refused(tmp_path: Pat
         recover_events(spool)
     side.unlink()
     other = tmp_path / "elsewhere"
-    other.write_bytes(_events_file.MAGIC)
+    other.write_bytes(events_file.MAGIC)
     os.symlink(other, side)
     with pytest.raises(SpoolError, match="symbolic link"):
         recover_events(spool)

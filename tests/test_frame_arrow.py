@@ -238,7 +238,7 @@ def test_rows_before_the_first_are_skipped_by_an_arrow_offset(tmp_path: Path) ->
     for _ in range(100):
         s.tick_now(1)
         fake.advance(user=1, idle=3)
-    from stroboscope.recording.spool import read_spool
+    from stroboscope.formats.spool_read import read_spool
 
     reference, first = read_spool(spool)
     frame = s.snapshot()

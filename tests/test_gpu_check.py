@@ -58,3 +58,16 @@ def test_every_section_on_the_fake(fake_libs: dict[str, Path], tmp_path: Path) -
     assert "| utilization % | 42.0 |" in out and "| SM clock MHz | 1,755.0 |" in out
     assert "| /proc + gpu every 10 ms |" in out
     assert md.read_text().count("[FAKE]") >= 7
+
+
+def test_the_gpu_bench_inner_harness_builds(tmp_path: Path) -> None:
+    """bench/gpu_bench.py compiles NvmlSource::read from the repository's sources into a harness;
+    a source file missing from its list (it lacked the GPM, process-tree and /proc helpers, and
+    the first run on a real H200 lost the inner-read columns to a link error) fails here."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gpu_bench
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    exe = gpu_bench.compile_inner(tmp_path)
+    assert exe is not None and exe.exists()

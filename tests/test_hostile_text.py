@@ -19,7 +19,7 @@ from stroboscope.analysis.scopes import samples_by_scope
 from stroboscope.analysis.summary import printable
 from stroboscope.export.report import build_report
 from stroboscope.export.traces import export_chrome_trace
-from stroboscope.export.writers import write_csv
+from stroboscope.formats.writers import write_csv
 
 MS = 1_000_000
 HOSTILE = [

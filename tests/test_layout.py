@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 import stroboscope
 from stroboscope import _core
 from stroboscope.compat.aitune import ParentReceiver
 from stroboscope.export import output_format
-from stroboscope.recording import _layout
+from stroboscope.formats import spool_layout
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import Frame, SamplerStats, SourceStats
 
@@ -70,17 +71,17 @@ def test_every_public_name_resolves() -> None:
 
 def test_spool_layout_is_the_one_cpp_defines() -> None:
     core = _core.SPOOL_LAYOUT
-    assert core["magic"] == _layout.MAGIC
-    assert core["version"] == _layout.VERSION
-    assert core["versions_read"] == _layout.VERSIONS_READ
-    assert core["block_rows"] == _layout.BLOCK_ROWS
-    assert core["page"] == _layout.PAGE
-    assert core["schema_offset"] == _layout.SCHEMA_OFFSET
+    assert core["magic"] == spool_layout.MAGIC
+    assert core["version"] == spool_layout.VERSION
+    assert core["versions_read"] == spool_layout.VERSIONS_READ
+    assert core["block_rows"] == spool_layout.BLOCK_ROWS
+    assert core["page"] == spool_layout.PAGE
+    assert core["schema_offset"] == spool_layout.SCHEMA_OFFSET
     expected = textwrap.indent(
         "".join(f'("{n}", {o}, "{c}"),\n' for n, o, c in core["fields"]), "    "
     )
-    assert tuple(tuple(f) for f in core["fields"]) == _layout.FIELDS, (
-        "recording/_layout.py is out of date with spool.hpp; its FIELDS must read:\n" + expected
+    assert tuple(tuple(f) for f in core["fields"]) == spool_layout.FIELDS, (
+        "formats/spool_layout.py is out of date with spool.hpp; its FIELDS must read:\n" + expected
     )
 
 
@@ -91,7 +92,7 @@ def test_a_spool_written_by_cpp_decodes_with_the_layout(tmp_path: Path) -> None:
     )
     assert s.tick_now(7) == 7
     data = path.read_bytes()
-    fields = {n: (o, c) for n, o, c in _layout.FIELDS}
+    fields = {n: (o, c) for n, o, c in spool_layout.FIELDS}
 
     def field(name: str) -> Any:
         offset, code = fields[name]
@@ -99,7 +100,7 @@ def test_a_spool_written_by_cpp_decodes_with_the_layout(tmp_path: Path) -> None:
 
     ncols = len(s.columns) - 1  # the ring has mono_ns and the metrics, not `time`
     assert field("magic") == b"STROBSPL"
-    assert field("version") == _layout.VERSION
+    assert field("version") == spool_layout.VERSION
     assert field("capacity") == 256
     assert field("columns") == ncols
     assert field("interval_ns") == 2_000_000
@@ -112,7 +113,9 @@ def test_a_spool_written_by_cpp_decodes_with_the_layout(tmp_path: Path) -> None:
         == field("header_size") + 4 * 8 * (64 * ncols + (ncols + 7) // 8 * 8)
     )
     assert field("head") == field("write_begin") == 7
-    schema = data[_layout.SCHEMA_OFFSET : _layout.SCHEMA_OFFSET + int(field("schema_size"))]
+    schema = data[
+        spool_layout.SCHEMA_OFFSET : spool_layout.SCHEMA_OFFSET + int(field("schema_size"))
+    ]
     assert schema.decode().splitlines()[0].split("\t")[0] == "mono_ns"
     s.close()
 
@@ -286,6 +289,44 @@ def test_idle_watchdog_child_loads_neither_arrow_nor_the_extension(tmp_path: Pat
         assert cmdline[-4].endswith(b"_watchdog_child.py")  # a script, not the package
     finally:
         w.stop()
+
+
+def test_recovering_and_dumping_a_spool_loads_no_extension(tmp_path: Path) -> None:
+    """The crash path outlives the process it guards: a fresh process that reads a spool (with
+    its segments) and dumps it as the watchdog child does loads the formats and the stdlib
+    leaves only, never ``_core`` nor the sampling facade (which imports it)."""
+    spool = tmp_path / "run.spool"
+    s = stroboscope.Sampler(0.01, sources=["memory"], spool=spool, capacity=256, segment_seconds=1)
+    try:
+        s.tick_now(200)
+        assert s._segments is not None
+        s._segments.flush()  # a segment of 200 rows, then 100 rows only in the ring
+        s.tick_now(100)
+        expected = stroboscope.recover(spool).to_arrow()
+        out = _run(
+            f"""
+            import sys
+            from stroboscope.formats.spool_read import recover_table
+            from stroboscope.recording import _watchdog_child
+
+            table, lost = recover_table({str(spool)!r})
+            job = {{"kind": "spool", "source": {str(spool)!r}, "dump": {str(tmp_path / "d.csv")!r},
+                   "dump_dir": {str(tmp_path)!r}, "format": "csv"}}
+            print(_watchdog_child.run_job(job, 4242))
+            print(table.num_rows, lost)
+            print(" ".join(m for m in sys.modules if m.startswith("stroboscope")))
+            """
+        )
+    finally:
+        s.close()
+    line, rows, loaded = out.strip().splitlines()
+    child = {"stroboscope", "stroboscope.recording", "stroboscope.recording._watchdog_child"}
+    rooms = {m.split(".")[1] for m in set(loaded.split()) - child}
+    assert rooms == {"_base", "formats"}  # never _core, sampling or another room
+    assert expected.num_rows == 300 and rows.split() == ["300", "0"]
+    assert "wrote 300 rows of spool" in line
+    dumped = pacsv.read_csv(tmp_path / "d.csv")
+    assert dumped.column("mono_ns").to_pylist() == expected.column("mono_ns").to_pylist()
 
 
 def test_to_arrow_does_not_import_pandas() -> None:

@@ -23,8 +23,8 @@ from stroboscope._base.identity import Identity
 from stroboscope.cli import main
 from stroboscope.compat.zeus import ZeusMonitor
 from stroboscope.export import write_csv, write_parquet
-from stroboscope.export.dataset import write_part
 from stroboscope.export.traces import export_chrome_trace
+from stroboscope.formats.dataset import write_part
 from stroboscope.recording.spool import recover
 from stroboscope.sampling import Sampler
 from stroboscope.senders import CSVSender, JSONLinesSender

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import stroboscope
-from stroboscope.export.writers import sidecar_path, write_csv
-from stroboscope.recording.spool import segment_paths
+from stroboscope.formats.segments import segment_paths
+from stroboscope.formats.writers import sidecar_path, write_csv
 from stroboscope.sampling import Sampler
 from stroboscope.sampling._provenance import (
     PROVENANCE_KEY,

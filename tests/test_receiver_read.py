@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from stroboscope.compat.aitune import ParentReceiver
-from stroboscope.export.writers import write_table as real_write_table
+from stroboscope.formats.writers import write_table as real_write_table
 from stroboscope.recording import receiver
 from stroboscope.recording.journal import encode_rows, rows_to_table
 
@@ -78,7 +78,7 @@ def varied_rows() -> list[dict[str, Any]]:
 
 
 def test_blocks_give_the_table_of_the_whole(tmp_path: Path) -> None:
-    from stroboscope.recording import _journal_read
+    from stroboscope.formats import journal_read
     from stroboscope.recording.journal import read_journal_fd
 
     rows = varied_rows()
@@ -90,11 +90,11 @@ def test_blocks_give_the_table_of_the_whole(tmp_path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         for block in (64, 1000, 1 << 20):
-            chunks = list(_journal_read.iter_line_blocks(fd, len(data), block))
+            chunks = list(journal_read.iter_line_blocks(fd, len(data), block))
             assert sum(len(c) for c in chunks) == len(rows)
             if block == 64:
                 assert len(chunks) > 100  # many blocks: one row or so each
-            builder = _journal_read.TableBuilder()
+            builder = journal_read.TableBuilder()
             for lines in chunks:
                 builder.add_lines(lines)
             table = builder.table()

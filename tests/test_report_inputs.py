@@ -15,7 +15,8 @@ from stroboscope import Sampler
 from stroboscope.analysis.summary import fmt_value
 from stroboscope.cli import main
 from stroboscope.export.report import build_report
-from stroboscope.recording.spool import recover, segment_paths
+from stroboscope.formats.segments import segment_paths
+from stroboscope.recording.spool import recover
 
 
 def _recorded(tmp_path: Path, rows: int, sent_per_row: int) -> pa.Table:

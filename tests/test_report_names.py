@@ -23,7 +23,7 @@ from stroboscope.cli import main
 from stroboscope.export import _plots, _ranks_plot
 from stroboscope.export._inputs import Series
 from stroboscope.export.cluster_report import build_cluster_report, write_cluster_report
-from stroboscope.export.writers import write_parquet
+from stroboscope.formats.writers import write_parquet
 
 SCOPE = "load $\\x$ done"  # mathtext: an unknown symbol, the report stopped
 MATH = "$a$"  # mathtext: drawn as an italic a

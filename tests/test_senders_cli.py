@@ -30,14 +30,14 @@ def test_record_publisher_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     from _fake_proc import PID, FakeProc
     from stroboscope import Sampler
-    from stroboscope.cli import _publish
     from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
+    from stroboscope.recording import _publisher
 
     # The publisher's clock is a script and the sampler ticks deterministically on a recorded
     # /proc whose counters we advance: which window each row falls in, and so every published
     # value, is known by hand.
     clock = [1000.0]
-    monkeypatch.setattr(_publish, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(_publisher, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     parser = argparse.ArgumentParser()
     add_sender_arguments(parser)
     args = parser.parse_args(

@@ -342,7 +342,7 @@ def test_monitor_rank_conflicting_with_a_senders_is_refused_before_sampling(
 def test_monitor_records_a_dataset_partition_for_its_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stroboscope.export.dataset import open_dataset
+    from stroboscope.formats.dataset import open_dataset
 
     monkeypatch.setenv("STROBOSCOPE_JOB", "j7")
     seen: list[dict[str, Any]] = []

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 import stroboscope
 from stroboscope import Sampler, SpoolError, recover
-from stroboscope.recording.spool import segment_paths
+from stroboscope.formats.segments import segment_paths
 
 
 def _wait_for(done: Callable[[], bool], seconds: float = 120) -> None:

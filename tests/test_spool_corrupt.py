@@ -14,10 +14,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from stroboscope import Sampler, SpoolError, recover
-from stroboscope.recording import _layout
-from stroboscope.recording.spool import FIRST_ROW_KEY, recover_parts, segment_paths
+from stroboscope.formats import spool_layout
+from stroboscope.formats.segments import FIRST_ROW_KEY, segment_paths
+from stroboscope.formats.spool_read import recover_parts
 
-OFFSET = {name: (offset, code) for name, offset, code in _layout.FIELDS}
+OFFSET = {name: (offset, code) for name, offset, code in spool_layout.FIELDS}
 
 
 def _make_spool(directory: Path, rows: int = 10) -> tuple[Path, bytes]:
@@ -251,7 +252,7 @@ def test_a_huge_file_is_refused_by_its_header_without_being_read(tmp_path: Path)
 
 
 def test_a_ring_that_wrapped_reads_back_the_rows_it_holds(tmp_path: Path) -> None:
-    from stroboscope.recording.spool import read_spool
+    from stroboscope.formats.spool_read import read_spool
 
     path = tmp_path / "wrap.spool"
     s = Sampler(0.01, sources=["memory", "cpu"], spool=path, capacity=64, segment_seconds=0.3)

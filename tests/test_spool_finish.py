@@ -17,6 +17,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from stroboscope.analysis.summary import data_span_s, summarize
+from stroboscope.formats import spool_read
 from stroboscope.formats.provenance import from_schema
 from stroboscope.recording import _finish, _watchdog_child, spool
 from stroboscope.recording.sampler import Sampler
@@ -39,19 +40,19 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 
 
 class Watched:
-    """Wraps ``spool.recover_parts`` so that each part's size, and the bytes Arrow holds when
+    """Wraps ``spool_read.recover_parts`` so that each part's size, and the bytes Arrow holds when
     the consumer asks for the next one, are recorded."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.part_bytes: list[int] = []
         self.held: list[int] = []
-        real = spool.recover_parts
+        real = spool_read.recover_parts
 
-        def recover_parts(*args: Any, **kwargs: Any) -> spool.Recovered:
+        def recover_parts(*args: Any, **kwargs: Any) -> spool_read.Recovered:
             got = real(*args, **kwargs)
             return dataclasses.replace(got, parts=self._watch(got.parts))
 
-        monkeypatch.setattr(spool, "recover_parts", recover_parts)
+        monkeypatch.setattr(spool_read, "recover_parts", recover_parts)
         monkeypatch.setattr(_finish, "recover_parts", recover_parts)
 
     def _watch(self, parts: Iterator[pa.Table]) -> Iterator[pa.Table]:

@@ -17,7 +17,8 @@ import pyarrow as pa
 import pytest
 import stroboscope.recording.segments as segments
 from stroboscope import Sampler, recover
-from stroboscope.recording.spool import read_spool, segment_paths
+from stroboscope.formats.segments import segment_paths
+from stroboscope.formats.spool_read import read_spool
 
 
 def _failing_writes(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[str]:
@@ -114,7 +115,7 @@ def test_a_dropped_spooled_sampler_releases_its_spool(tmp_path: Path) -> None:
 
 
 def test_remove_spool_removes_a_dead_writers_temporary_too(tmp_path: Path) -> None:
-    from stroboscope.recording.spool import remove_spool
+    from stroboscope.formats.spool_read import remove_spool
 
     path = tmp_path / "run.spool"
     s = Sampler(0.01, sources=["memory"], spool=path, capacity=256, segment_seconds=1)

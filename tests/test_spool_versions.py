@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from stroboscope import Sampler, SpoolError, recover
-from stroboscope.recording import _layout
-from stroboscope.recording.spool import read_spool
+from stroboscope.formats import spool_layout
+from stroboscope.formats.spool_read import read_spool
 
 DATA = Path(__file__).parent / "data" / "spool_v1"
 ANCHOR = 1_700_000_000 * 10**9
@@ -26,7 +26,7 @@ CREATED = ANCHOR + 5 * 10**9
 def _header(
     version: int, capacity: int, schema: bytes, data_size: int, begin: int, head: int
 ) -> bytes:
-    fields = _layout.FIELDS if version == 2 else _layout.V1_FIELDS
+    fields = spool_layout.FIELDS if version == 2 else spool_layout.V1_FIELDS
     ncols = schema.count(b"\n")
     header_size = 4096
     values = {
@@ -49,7 +49,7 @@ def _header(
     out = bytearray(header_size)
     for name, offset, code in fields:
         struct.pack_into("<8s" if code == "s" else "<" + code, out, offset, values[name])
-    out[_layout.SCHEMA_OFFSET : _layout.SCHEMA_OFFSET + len(schema)] = schema
+    out[spool_layout.SCHEMA_OFFSET : spool_layout.SCHEMA_OFFSET + len(schema)] = schema
     return bytes(out)
 
 
@@ -169,7 +169,7 @@ def test_version_2_is_written_and_matches_the_live_rows(tmp_path: Path) -> None:
     snap = s.snapshot().to_arrow()
     version = struct.unpack_from("<I", path.read_bytes(), 8)[0]
     s.close()
-    assert version == _layout.VERSION == 2
+    assert version == spool_layout.VERSION == 2
     assert first == 300 - 128 and table.num_rows == snap.num_rows == 128
     assert snap.num_columns > 17  # at least three groups of columns
     for name in snap.column_names:

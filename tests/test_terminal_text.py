@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 import test_cluster_report as ranks_fixture
 from stroboscope.cli import main
-from stroboscope.export.writers import write_parquet
+from stroboscope.formats.writers import write_parquet
 from stroboscope.sampling._provenance import attach
 
 ESC_HOST = "\x1b[2J\x1b]0;pwn\x07evil"  # clear the screen, set the window title

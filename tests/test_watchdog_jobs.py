@@ -76,7 +76,7 @@ def test_dump_job_validation(tmp_path: Path) -> None:
 
 
 def test_spool_job_goes_through_recover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The "spool" kind calls stroboscope.recording.spool.recover_parts and writes the parts it
+    """The "spool" kind calls stroboscope.formats.spool_read.recover_parts and writes the parts it
     returns with the same code as journals (a stand-in module replaces the real one here)."""
     table = pa.table(
         {
@@ -92,9 +92,9 @@ def test_spool_job_goes_through_recover(tmp_path: Path, monkeypatch: pytest.Monk
             raise ValueError(f"{path}: wrong magic")
         return types.SimpleNamespace(schema=table.schema, parts=iter([table]), rows=len(table))
 
-    fake = types.ModuleType("stroboscope.recording.spool")
+    fake = types.ModuleType("stroboscope.formats.spool_read")
     fake.recover_parts = recover_parts  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "stroboscope.recording.spool", fake)
+    monkeypatch.setitem(sys.modules, "stroboscope.formats.spool_read", fake)
     monkeypatch.chdir(tmp_path)
     job = _resolve(DumpJob("spool", "run.spool", "out.parquet", "parquet"))
     line = _watchdog_child.run_job(job, 4242)
@@ -127,7 +127,7 @@ def test_journal_job_reads_a_block_at_a_time(
     """The crash dump of a journal goes through the block reader (issue 9, item 14): with blocks
     of a few rows, the dump still holds the union of the columns, a column that turns from
     integers to floats as float64, and every row once; damaged lines are counted in the log."""
-    from stroboscope.recording import _journal_read
+    from stroboscope.formats import journal_read
     from stroboscope.recording.journal import encode_rows
 
     rows: list[dict[str, Any]] = [{"id": i, "v": i if i < 50 else i + 0.5} for i in range(100)]
@@ -136,7 +136,7 @@ def test_journal_job_reads_a_block_at_a_time(
     journal = tmp_path / "journal.jsonl"
     cut = data.index(b"\n", 200) + 1
     journal.write_bytes(data[:cut] + b"not json\n" + data[cut:])  # a damaged line, between rows
-    monkeypatch.setattr(_journal_read, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(journal_read, "BLOCK_BYTES", 64)
     job = _resolve(DumpJob("journal", journal, tmp_path / "dump.parquet", "parquet"))
     line = _watchdog_child.run_job(job, 4242)
     table = pq.read_table(tmp_path / "dump.parquet")
@@ -171,3 +171,32 @@ def test_a_dump_is_on_disk_before_it_gets_its_name(
     job = {"format": fmt, "dump": str(out), "dump_dir": str(tmp_path)}
     assert _watchdog_child.write_dump(table, job, 4242) == str(out)
     assert events == ["fsync", "replace"]
+
+
+def test_a_csv_dump_of_a_spool_has_its_provenance_sidecar(tmp_path: Path) -> None:
+    """The watchdog writes its dumps with the writers every output uses: a CSV dump of a spool
+    gets the provenance sidecar ``FILE.meta.json`` (the same JSON as the Parquet dump's schema
+    metadata), and a CSV dump without provenance (a journal) removes a stale one."""
+    from stroboscope import Sampler
+    from stroboscope.formats.provenance import PROVENANCE_KEY, loads
+    from stroboscope.formats.writers import sidecar_path
+
+    spool = tmp_path / "run.spool"
+    s = Sampler(0.01, sources=["memory"], spool=spool, capacity=256, segment_seconds=1)
+    try:
+        s.tick_now(5)
+        for fmt in ("csv", "parquet"):
+            job = _resolve(DumpJob("spool", spool, tmp_path / f"dump.{fmt}", fmt))
+            assert "wrote 5 rows of spool" in _watchdog_child.run_job(job, 4242)
+    finally:
+        s.close()
+    side = Path(sidecar_path(tmp_path / "dump.csv"))
+    stored = pq.read_schema(tmp_path / "dump.parquet").metadata[PROVENANCE_KEY.encode()]
+    assert loads(side.read_bytes(), str(side)) == loads(stored, PROVENANCE_KEY)
+    assert loads(stored, PROVENANCE_KEY)["recorded_by"] == "spool recovery"
+    assert stat.S_IMODE(side.stat().st_mode) == 0o600
+    # A journal has no provenance: its CSV dump leaves no sidecar of an earlier run beside it.
+    journal = tmp_path / "j.jsonl"
+    journal.write_bytes(b'{"id":0}\n')
+    _watchdog_child.run_job(_resolve(DumpJob("journal", journal, tmp_path / "dump.csv")), 4242)
+    assert not side.exists()

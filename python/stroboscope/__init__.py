@@ -45,7 +45,7 @@ _NAMES = {
     "samples_by_scope": "stroboscope.scopes",
     "export_chrome_trace": "stroboscope.scopes",
     "attribute_trace": "stroboscope.analysis.attribution",
-    "open_dataset": "stroboscope.export.dataset",
+    "open_dataset": "stroboscope.formats.dataset",
 }
 
 __all__ = [
@@ -84,7 +84,7 @@ if TYPE_CHECKING:
     from stroboscope.analysis.attribution import attribute_trace
     from stroboscope.compat.aitune import ParentReceiver
     from stroboscope.compat.scaffold import SystemMonitor
-    from stroboscope.export.dataset import open_dataset
+    from stroboscope.formats.dataset import open_dataset
     from stroboscope.recording.sampler import Sampler
     from stroboscope.recording.spool import SpoolError, recover
     from stroboscope.recording.watchdog import DumpJob, Watchdog

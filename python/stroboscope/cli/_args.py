@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stroboscope._base.checks import check_pid, check_seconds
+from stroboscope.formats.segments import is_segment_name
 from stroboscope.sampling._checks import check_capacity, check_interval, check_sources
 
 Converter = Callable[[str, str], Any]
@@ -160,7 +161,7 @@ def check_output_not_spool(output: str, spool: str, spool_option: str) -> None:
             f"{spool_option} {spool!r} is the output file too (-o {output!r}, once links and "
             f"relative parts are resolved): give two different paths"
         )
-    if os.path.realpath(output).startswith(os.path.realpath(spool) + ".seg-"):
+    if is_segment_name(os.path.realpath(output), os.path.realpath(spool)):
         raise ValueError(
             f"-o {output!r} is named like a segment of the spool {spool!r}: give another "
             f"output path"

@@ -19,7 +19,7 @@ import tempfile
 from typing import Any
 
 from stroboscope._base.identity import Identity, detect_identity
-from stroboscope.export.dataset import partition
+from stroboscope.formats.dataset import partition
 from stroboscope.recording.sampler import Sampler
 
 

@@ -1,9 +1,10 @@
 """Senders on the command line: ``stroboscope record … --sender NAME[:key=value,…]``.
 
 ``cli/record.py`` adds the options with :func:`add_sender_arguments` and, when any ``--sender`` was
-given, feeds each drained table to a :class:`RecordPublisher`, which publishes one aggregated
-event per ``--publish-every`` seconds (canonical column names, e.g. ``cpu.util_pct``) to every
-sender, each on its own worker thread.
+given, feeds each drained table to a :class:`RecordPublisher`: the package's window publisher
+(:class:`stroboscope.recording._publisher.WindowPublisher`) closes one window per
+``--publish-every`` seconds, and this module hands each event (canonical column names, e.g.
+``cpu.util_pct``) to every sender, each on its own worker thread.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import argparse
 import inspect
 import os
 import re
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,8 +21,9 @@ import pyarrow as pa
 from stroboscope import senders as senders_module
 from stroboscope._base.checks import check_seconds
 from stroboscope._base.files import identity, unlink_if_same
-from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator
+from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowInfo
 from stroboscope.cli import _args
+from stroboscope.recording._publisher import WindowPublisher
 from stroboscope.sampling import Column
 from stroboscope.senders import (
     BUILTIN_SENDERS,
@@ -157,10 +158,6 @@ def _undo(
         unlink_if_same(path, was)
 
 
-LAST_VALUE_UNITS = frozenset({"count", "MHz", "bitmask"})
-"""Units of integer gauges that publish their window's last value (counters always do)."""
-
-
 def _note_made(made: dict[str, tuple[int, int] | None], path: object) -> None:
     """Remember which file now stands at ``path``, a path that was free before a sender was made
     for it (None or a free path: nothing to remember)."""
@@ -217,15 +214,9 @@ class RecordPublisher:
         aggregate: Aggregate = "mean",
     ) -> None:
         every = check_seconds("--publish-every", every)
-        names = [c.name for c in columns if c.name not in ("time", "mono_ns")]
-        counters = [c.name for c in columns if c.kind == "counter"]
-        # Counts, clocks and bitmasks publish the window's last value: a mean of them (5.99
-        # threads, half a throttle bit) is a value that never was.
-        levels = [c.name for c in columns if c.dtype == "int64" and c.unit in LAST_VALUE_UNITS]
-        self._window = WindowAggregator(names, counters, levels=levels)
-        self._aggregate: Aggregate = aggregate
-        self._every = every
-        self._next = time.monotonic() + every
+        # Counters, counts, clocks and bitmasks publish the window's last value (the package's
+        # one rule, analysis/_last_value.py): a mean of them is a value that never was.
+        self._window = WindowPublisher(columns, self._submit, every=every, aggregate=aggregate)
         self._fanout = Fanout(senders)
         self._made: dict[str, tuple[int, int] | None] = {}
 
@@ -271,19 +262,13 @@ class RecordPublisher:
 
     def feed(self, table: pa.Table) -> None:
         """Add a drained table; publish the window when its time has come."""
-        self._window.add(table)
-        now = time.monotonic()
-        if now >= self._next:
-            self._publish()
-            self._next = max(self._next + self._every, now)
+        self._window.feed(table)
 
-    def _publish(self) -> None:
-        event = self._window.result(self._aggregate)
-        self._window.reset()
+    def _submit(self, event: dict[str, float | int], info: WindowInfo) -> None:
         if event:
             self._fanout.submit(event)
 
     def close(self, timeout: float = 30.0) -> None:
         """Publish the last window and close every sender once."""
-        self._publish()
+        self._window.publish()
         self._fanout.close(timeout)

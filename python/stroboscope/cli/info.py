@@ -39,7 +39,7 @@ def _sources(args: argparse.Namespace) -> int:
 def read_provenance(path: str) -> dict[str, Any]:
     """The provenance of the recording at ``path``: a Parquet file's schema metadata, a CSV
     file's sidecar ``FILE.meta.json`` (or the sidecar itself), or a spool's header (through
-    :func:`stroboscope.recording.spool.recover_parts`: it lists what a spool does not keep).
+    :func:`stroboscope.formats.spool_read.recover_parts`: it lists what a spool does not keep).
 
     Raises
     ------
@@ -48,8 +48,8 @@ def read_provenance(path: str) -> dict[str, Any]:
     FileNotFoundError
         ``path`` (or a CSV's sidecar) does not exist.
     """
-    from stroboscope.export.writers import SIDECAR_SUFFIX, output_format, sidecar_path
-    from stroboscope.sampling._provenance import from_schema
+    from stroboscope.formats.provenance import from_schema
+    from stroboscope.formats.writers import SIDECAR_SUFFIX, output_format, sidecar_path
 
     if not os.path.exists(path):
         why = why_unreachable(path)
@@ -86,7 +86,7 @@ def read_provenance(path: str) -> dict[str, Any]:
         if prov is None:
             raise ValueError(f"{path} has no stroboscope.provenance in its schema metadata")
         return prov
-    from stroboscope.recording.spool import recover_parts
+    from stroboscope.formats.spool_read import recover_parts
 
     prov = from_schema(recover_parts(path).schema)  # a spool; SpoolError names what is wrong
     assert prov is not None  # recover_parts always sets it

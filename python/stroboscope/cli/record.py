@@ -27,11 +27,12 @@ from stroboscope.cli._command import Command
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments, check_sender_specs
 from stroboscope.cli._signals import WAIT_PERIOD_S, Signals, end_command, pause, say
 from stroboscope.cli._status import StatusLine, wanted
-from stroboscope.export.writers import output_format
+from stroboscope.formats.segments import segment_seconds
+from stroboscope.formats.spool_read import recover_parts, remove_spool
+from stroboscope.formats.writers import output_format
 from stroboscope.recording import _finish
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.segments import SegmentStatus
-from stroboscope.recording.spool import recover_parts, remove_spool
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import SamplerStats
 from stroboscope.sampling._checks import check_capacity
@@ -63,7 +64,7 @@ def _build(
 ) -> tuple[Sampler, RecordPublisher | None, Watchdog | None]:
     # The segment writer must drain before the ring wraps: a quarter of the ring, at most 10 s.
     ring_rows = check_capacity(args.capacity, "--capacity")
-    segment_s = min(10.0, max(args.interval, ring_rows * args.interval / 4))
+    segment_s = segment_seconds(ring_rows, args.interval, most=10.0)
     if who is None:
         sampler = Sampler(
             args.interval,

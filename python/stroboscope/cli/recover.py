@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from stroboscope.cli import _args
-from stroboscope.export.writers import output_format, write_parts
-from stroboscope.recording.spool import recover_parts
+from stroboscope.formats.spool_read import recover_parts
+from stroboscope.formats.writers import output_format, write_parts
 
 
 def run(args: argparse.Namespace) -> int:

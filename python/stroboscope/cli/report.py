@@ -18,7 +18,7 @@ from stroboscope.export.report import (
 
 def run(args: argparse.Namespace) -> int:
     """The ``report`` command; returns the exit code."""
-    from stroboscope.export.dataset import is_dataset
+    from stroboscope.formats.dataset import is_dataset
 
     if len(args.inputs) == 1 and is_dataset(args.inputs[0]):
         return run_cluster(args)

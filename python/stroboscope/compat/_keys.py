@@ -16,6 +16,11 @@ Which aggregate a key publishes (the last element of each row of the tables belo
 - running totals (``network``, ``disk.in``/``disk.out``, ``energyJoules``: columns of kind
   ``counter``) always publish their last value too.
 
+The package's own rule (:mod:`stroboscope.analysis._last_value`: counters, and integer columns
+in counts, MHz or bitmasks) applies to every key whatever these tables say; their ``LAST``
+states it per key for ``docs/compat-keys.md`` and adds the levels the rule does not reach (fan
+%, power limit, device bytes in use).
+
 :meth:`CompatKeys.aggregates` (and ``SystemMonitor.key_aggregates``) give the rule per key.
 """
 
@@ -216,11 +221,15 @@ class CompatKeys:
             c for _, c in self.network_columns
         ]
 
-    def aggregates(self, how: str, counters: Sequence[str] = ()) -> dict[str, str]:
+    def aggregates(
+        self, how: str, counters: Sequence[str] = (), levels: Sequence[str] = ()
+    ) -> dict[str, str]:
         """Which aggregate each key publishes when the monitor's aggregate is ``how``:
         ``{key: "mean" | "max" | "last"}``. Keys of :data:`LAST` columns, of ``counters``
-        (running totals) and ``network`` give ``"last"``; the others give ``how``."""
-        last = set(self.last_columns) | set(counters)
+        (running totals), of ``levels`` (the integer counts and clocks of the package's rule,
+        :func:`stroboscope.analysis._last_value.level_columns`) and ``network`` give
+        ``"last"``; the others give ``how``."""
+        last = set(self.last_columns) | set(counters) | set(levels)
         out = {m.key: "last" if m.column in last else how for m in self.maps}
         if self.network_columns:
             out[self.network_key] = "last"

@@ -1,9 +1,10 @@
 """A drop-in ``SystemMonitor``: the WandB-style monitor's surface over stroboscope's C++ sampler.
 
-Sampling runs in C++ at ``interval`` (10 ms by default) and never waits for Python. A Python
-thread wakes every ``sample_rate_seconds``, drains the ring, reduces the window's columns with
-pyarrow (mean, max or last), maps them to the compatibility keys and hands the event to each
-sender's own worker thread.
+Sampling runs in C++ at ``interval`` (10 ms by default) and never waits for Python. The
+package's window publisher (:class:`stroboscope.recording._publisher.WindowPublisher`) wakes
+every ``sample_rate_seconds`` on its own thread, drains the ring and reduces the window's columns
+(mean, max or last); this module only translates: the monitor's arguments into a sampler, the
+window into the compatibility keys, and the event to each sender's own worker thread.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 
 from stroboscope._base.checks import check_bool, check_choice, check_int, check_pid, check_seconds
 from stroboscope._base.identity import detect_identity
-from stroboscope._base.ratelimit import RateLimitedLog
-from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowAggregator, WindowInfo
+from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
 from stroboscope.compat._ranked import rank_aware
+from stroboscope.formats.segments import segment_seconds
+from stroboscope.recording._publisher import DRAIN_PERIOD_S, WindowPublisher
 from stroboscope.recording.sampler import DUMP_FORMATS, Sampler
 from stroboscope.sampling import available_sources, net_dev_totals
 from stroboscope.sampling._checks import check_capacity, check_interval
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("stroboscope.monitor")
 
-DRAIN_PERIOD_S = 0.5
-"""The publisher drains the ring at least this often (seconds), so the ring stays small."""
 GPU_MIN_INTERVAL_S = 0.1
 """Default floor of the GPU polling interval (s): NVML averages utilisation over 1/6 to 1 s."""
 DATASET_PART_S = 10.0
@@ -202,7 +202,7 @@ class SystemMonitor:
                 crash_safe=True,
                 dump_path=dump_path,
                 dump_format=dump_format,
-                segment_seconds=max(interval, capacity * interval / 4),
+                segment_seconds=segment_seconds(capacity, interval),
             )
         if dataset is not None:
             if given_capacity is None:  # room for two parts and a late one (the writer asks 2)
@@ -220,10 +220,16 @@ class SystemMonitor:
         columns = [c.name for c in self._core.columns]
         self._keys = CompatKeys(columns, rank, extended)
         self.gpu_count = len(self._keys.gpu_labels)
-        counters = [c.name for c in self._core.columns if c.kind == "counter"]
-        self._counters = counters
-        self._window = WindowAggregator(
-            self._keys.columns, counters, levels=self._keys.last_columns
+        self._publisher = WindowPublisher(
+            self._core.columns,
+            self._emit,
+            every=self._rate,
+            aggregate=aggregate,
+            select=self._keys.columns,
+            levels=self._keys.last_columns,
+            source=lambda: self._core.drain().to_arrow(),
+            name="stroboscope-monitor",
+            logger=logger,
         )
         self.network_init = _net_totals(self._loopback)
         self._net_offset = {"sent": 0, "recv": 0}
@@ -232,11 +238,7 @@ class SystemMonitor:
 
         self._fanout = Fanout(fed, max_pending)
         self._lock = threading.Lock()  # start/shutdown
-        self._window_lock = threading.Lock()  # drain + aggregate + publish
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._closed = False
-        self._error_log = RateLimitedLog(logger)
 
     # -- the compatible surface --------------------------------------------------------------
 
@@ -245,7 +247,7 @@ class SystemMonitor:
         with self._lock:
             if self._closed:
                 raise RuntimeError("this SystemMonitor was shut down; make a new one to restart")
-            if self._thread is not None and self._thread.is_alive():
+            if self._publisher.running:
                 return
             if not self._core.running:
                 now = _net_totals(self._loopback)
@@ -253,11 +255,7 @@ class SystemMonitor:
                 # The sampler counts from its first reading; shift that to the construction.
                 self._net_offset = {k: now[k] - self.network_init[k] for k in ("sent", "recv")}
                 self._core.start()
-            self._stop.clear()
-            self._thread = threading.Thread(
-                target=self._run, name="stroboscope-monitor", daemon=True
-            )
-            self._thread.start()
+            self._publisher.start()
 
     def shutdown(self) -> None:
         """Publish the last window, stop sampling, close every sender once and join the threads.
@@ -268,13 +266,10 @@ class SystemMonitor:
             if self._closed:
                 return
             self._closed = True
-            thread = self._thread
-        self._stop.set()
-        if thread is not None:
-            thread.join()
+        self._publisher.stop()
         self._core.stop()
         try:
-            self._publish()
+            self._publisher.publish()
         finally:
             self._core.close()
             self._fanout.close(self._flush_timeout)
@@ -287,7 +282,7 @@ class SystemMonitor:
         if self._closed:
             logger.warning("stroboscope: flush() after shutdown() publishes nothing")
             return
-        tickets = self._publish()
+        tickets = self._publisher.publish()
         if not self._fanout.wait(tickets, self._flush_timeout):
             logger.warning(
                 "stroboscope: a sender did not take the flushed event within %.1f s",
@@ -321,7 +316,9 @@ class SystemMonitor:
     def key_aggregates(self) -> dict[str, str]:
         """Which aggregate each key publishes: ``{key: "mean" | "max" | "last"}`` (the
         ``aggregate`` asked, or ``"last"`` for running totals, counts and integer levels)."""
-        return self._keys.aggregates(self._aggregate, self._counters)
+        return self._keys.aggregates(
+            self._aggregate, self._publisher.counters, self._publisher.levels
+        )
 
     @property
     def sample_rate_seconds(self) -> float:
@@ -347,41 +344,12 @@ class SystemMonitor:
             f"{self.gpu_count} GPU(s), {state}>"
         )
 
-    # -- the publishing thread ---------------------------------------------------------------
+    # -- a window, translated -------------------------------------------------------------
 
-    def _run(self) -> None:
-        drain_every = min(self._rate, DRAIN_PERIOD_S)
-        now = time.monotonic()
-        next_publish = now + self._rate
-        next_drain = now + drain_every
-        while not self._stop.wait(max(0.0, min(next_publish, next_drain) - time.monotonic())):
-            now = time.monotonic()
-            try:
-                if now >= next_publish:
-                    self._publish()
-                    next_publish += self._rate
-                    if next_publish <= now:  # fell behind (suspended?): skip, never bunch
-                        next_publish = now + self._rate
-                    next_drain = now + drain_every
-                else:
-                    self._drain()
-                    next_drain = now + drain_every
-            except Exception:
-                self._error_log(logging.ERROR, "stroboscope: publishing failed", exc_info=True)
-
-    def _drain(self) -> None:
-        with self._window_lock:
-            self._window.add(self._core.drain().to_arrow())
-
-    def _publish(self) -> list[int]:
-        """Close the current window: aggregate it, update ``sampler``, queue it for the senders."""
-        with self._window_lock:
-            self._window.add(self._core.drain().to_arrow())
-            values = self._window.result(self._aggregate)
-            info = self._window.info()
-            self._window.reset()
-            self._keys.update(self.sampler, values, self._net_offset)
-            if info.rows:
-                self.last_window = info
-            event = copy.deepcopy(self.sampler)
-            return self._fanout.submit(event, timestamp=time.time())
+    def _emit(self, values: dict[str, float | int], info: WindowInfo) -> list[int]:
+        """A closed window: update ``sampler`` with its keys and queue a copy for the senders."""
+        self._keys.update(self.sampler, values, self._net_offset)
+        if info.rows:
+            self.last_window = info
+        event = copy.deepcopy(self.sampler)
+        return self._fanout.submit(event, timestamp=time.time())

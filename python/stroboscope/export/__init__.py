@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stroboscope.export.writers import (
+from stroboscope.formats.writers import (
     FORMATS,
     output_format,
     write_csv,

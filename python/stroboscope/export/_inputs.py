@@ -2,18 +2,17 @@
 
 An input is a Parquet recording (``stroboscope record -o x.parquet``, ``Frame.to_parquet``), a
 spool (``Sampler(spool=...)``: read with its segments through
-:func:`stroboscope.recording.spool.recover`), a folder of segments (``*.seg-NNNNNN.parquet``,
-with or without their spool), or a hive-partitioned directory of recordings
-(``key=value/.../part-*.parquet``, e.g. ``job=…/host=…/rank=…``: one series per combination of
-partition values). Each gives one or more :class:`Series`; a scope-intervals table beside a
-recording (``<stem>.scopes.parquet``) or given by the caller is attached to it.
+:func:`stroboscope.formats.spool_read.recover_table`), a folder of segments
+(``*.seg-NNNNNN.parquet``, with or without their spool), or a hive-partitioned directory of
+recordings (``key=value/.../part-*.parquet``, e.g. ``job=…/host=…/rank=…``: one series per
+combination of partition values). Each gives one or more :class:`Series`; a scope-intervals
+table beside a recording (``<stem>.scopes.parquet``) or given by the caller is attached to it.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,9 +22,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stroboscope._base.files import regular_source, why_unreachable
-from stroboscope.recording._layout import MAGIC
+from stroboscope.formats.segments import parse_segment_name
+from stroboscope.formats.spool_layout import MAGIC
 
-_SEGMENT_RE = re.compile(r"^(?P<base>.+)\.seg-(?P<index>\d+)\.parquet$")
 SCOPE_COLUMNS = ("name", "begin_ns", "end_ns")
 """The scope-intervals columns a report needs (see the contract's full schema)."""
 
@@ -135,9 +134,9 @@ def _read_file(path: Path, patterns: list[str] | None = None) -> pa.Table:
         except OSError as exc:  # /proc/self/mem: a regular file that no read succeeds on
             raise ValueError(f"{path} cannot be read: {exc.strerror or exc}") from None
         if head[: len(MAGIC)] == MAGIC:
-            from stroboscope.recording.spool import recover
+            from stroboscope.formats.spool_read import recover_table
 
-            return recover(path).to_arrow()
+            return recover_table(path)[0]
         if not head:
             raise ValueError(f"{path} is empty (0 bytes): not a recording")
         if head[:4] != b"PAR1":
@@ -213,9 +212,9 @@ def check_scope_rows(table: pa.Table, what: str) -> None:
 def _segment_groups(directory: Path) -> dict[str, list[Path]]:
     groups: dict[str, list[tuple[int, Path]]] = {}
     for entry in directory.iterdir():
-        m = _SEGMENT_RE.match(entry.name)
-        if m and entry.is_file():
-            groups.setdefault(m.group("base"), []).append((int(m.group("index")), entry))
+        parsed = parse_segment_name(entry.name)
+        if parsed and entry.is_file():
+            groups.setdefault(parsed[0], []).append((parsed[1], entry))
     return {base: [p for _, p in sorted(found)] for base, found in sorted(groups.items())}
 
 

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from stroboscope.formats.provenance import PROVENANCE_KEY, loads, unreadable, well_typed
+from stroboscope.formats.spool_read import ROWS_LOST_KEY
 
 _HIDDEN = ("ARROW:schema", "pandas")
 """Metadata written by pyarrow/pandas for their own round trips, not about the run."""
@@ -134,7 +135,7 @@ def sampler_figures(metadata: dict[str, str]) -> list[tuple[str, str]]:
         if isinstance(value, dict):
             plain = {k: v for k, v in value.items() if not isinstance(v, (dict, list))}
             out += flatten(plain, key)
-    lost = metadata.get("stroboscope.rows_lost")
+    lost = metadata.get(ROWS_LOST_KEY)
     if lost is not None and "rows_lost" not in prov:
         out.append(("rows lost (overwritten before they were kept)", lost))
     return out

@@ -1,6 +1,6 @@
 """The ranks of a partitioned dataset read back one by one, for the cross-rank report.
 
-A dataset (:mod:`stroboscope.export.dataset`) holds, per ``job=…/host=…/rank=…`` partition, the
+A dataset (:mod:`stroboscope.formats.dataset`) holds, per ``job=…/host=…/rank=…`` partition, the
 rank's sample parts and, under ``_scopes/``, its scope intervals; each part's schema metadata
 holds the provenance of the run that wrote it (identity, clock anchor and its uncertainty, the
 host's clock synchronisation). :func:`load_ranks` gives one :class:`Rank` per partition, holding
@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stroboscope.export._inputs import check_schema, check_scope_rows
-from stroboscope.export.dataset import open_dataset
-from stroboscope.formats.provenance import PROVENANCE_KEY, loads
+from stroboscope.formats.dataset import open_dataset
+from stroboscope.formats.provenance import from_schema
 
 Key = tuple[str, str, int]
 """A partition: (job, host, rank)."""
@@ -112,11 +112,8 @@ def _int(value: Any) -> int | None:
 
 
 def _provenance(schema: pa.Schema) -> dict[str, Any]:
-    raw = (schema.metadata or {}).get(PROVENANCE_KEY.encode())
-    if raw is None:
-        return {}
     try:
-        return loads(raw, PROVENANCE_KEY)
+        return from_schema(schema) or {}
     except ValueError:  # not JSON, nested too deeply (a RecursionError before), not an object
         return {}
 
@@ -164,7 +161,7 @@ def load_ranks(root: str | os.PathLike[str], want: Callable[[str], bool]) -> lis
     Raises
     ------
     ValueError
-        ``root`` is not a dataset (from :func:`~stroboscope.export.dataset.open_dataset`), or
+        ``root`` is not a dataset (from :func:`~stroboscope.formats.dataset.open_dataset`), or
         holds no part; a part without ``mono_ns``, or a scope part without ``name``,
         ``begin_ns`` and ``end_ns``, naming the file.
     """

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from stroboscope.analysis.summary import fmt_seconds, fmt_value, printable, text_table
 from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
 from stroboscope.export._ranks_figures import METRICS
-from stroboscope.sampling._provenance import iso_utc
+from stroboscope.formats.provenance import iso_utc
 
 if TYPE_CHECKING:
     from stroboscope.export.cluster_report import ClusterReport, JobSummary

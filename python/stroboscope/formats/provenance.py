@@ -1,20 +1,34 @@
 """The provenance as stored: JSON text under one schema metadata key (Arrow, Parquet) and in
 CSV sidecars. Below every room, so that the sampling facade, which gathers the provenance, and
-the writers in export, which store it, share one spelling of it without importing each other.
+the writers, which store it, share one spelling of it without importing each other.
+
+Also the provenance of rows recovered from a spool (:func:`recovered`): what a spool's header
+and segments tell of the run, made without the extension (the watchdog child writes it).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
 
 from stroboscope._base.checks import describe
+from stroboscope._base.files import regular_source
 
 PROVENANCE_KEY = "stroboscope.provenance"
 """Schema metadata key (and the sidecar's content): the provenance as JSON."""
+FORMAT = 1
+"""Version of the provenance dict's layout (``"format"``)."""
+
+
+def iso_utc(ns: int) -> str:
+    """``ns`` since the epoch as ISO 8601 UTC, to the ns (``2026-12-03T10:00:00.000000001Z``)."""
+    seconds, frac = divmod(int(ns), 1_000_000_000)
+    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{frac:09d}Z"
 
 
 def dumps(prov: Mapping[str, Any], *, indent: int | None = None) -> str:
@@ -141,3 +155,96 @@ def well_typed(prov: Mapping[str, Any]) -> dict[str, Any]:
     """``prov`` without the fields :func:`unreadable` names (each reader uses this view)."""
     bad = unreadable(prov)
     return {k: v for k, v in prov.items() if k not in bad}
+
+
+RECOVERED_MISSING = (
+    "stroboscope_version",
+    "host",
+    "cmdline",
+    "sources",
+    "gpus",
+    "identity",
+    "rank",
+    "world_size",
+    "local_rank",
+    "clock.anchor_uncertainty_ns",
+    "ticks_missed",
+)
+"""What a spool does not keep: a recording recovered from one (a crash dump, ``stroboscope
+recover``) says these are unknown."""
+
+
+def _version() -> str:
+    from stroboscope._base.version import __version__
+
+    return __version__
+
+
+def time_cell_ns(cell: pa.Scalar) -> int | None:
+    """A ``time`` cell as ns since the epoch (no cast of the column: one cell is read)."""
+    value = getattr(cell, "value", None)  # TimestampScalar.value: the stored int64
+    return None if value is None else int(value)
+
+
+def _segment_time(path: str, last: bool) -> int | None:
+    """The first (or last) ``time`` of a Parquet segment, reading one row group's column."""
+    import pyarrow.parquet as pq
+
+    with regular_source(path, "segment") as src:  # a FIFO: refused, not awaited
+        f = pq.ParquetFile(src)
+        groups = f.metadata.num_row_groups
+        if groups == 0:
+            return None
+        times = f.read_row_group(groups - 1 if last else 0, columns=["time"]).column(0)
+    if len(times) == 0:
+        return None
+    return time_cell_ns(times[-1 if last else 0])
+
+
+def recovered(
+    header: Mapping[str, Any],
+    *,
+    rows: int,
+    rows_lost: int,
+    segments: list[str],
+    rest: pa.Table,
+) -> dict[str, Any]:
+    """The provenance of rows recovered from a spool (``header``: its fields, see
+    ``formats/spool_layout.py``) and its Parquet ``segments`` (those whose rows are kept, in
+    order), followed by ``rest`` (the spool's own rows): the pid, the interval, the clock anchor,
+    the spool's creation time, first and last row, rows and rows lost. The rest is listed under
+    ``missing``: a spool's header keeps no more."""
+    first = _segment_time(segments[0], last=False) if segments else None
+    last = None
+    if rest.num_rows:
+        if first is None:
+            first = time_cell_ns(rest.column("time")[0])
+        last = time_cell_ns(rest.column("time")[-1])
+    elif segments:
+        last = _segment_time(segments[-1], last=True)
+    out: dict[str, Any] = {
+        "format": FORMAT,
+        "recorded_by": "spool recovery",
+        "recovered_by_version": _version(),
+        "pid": None if header["pid"] is None else int(header["pid"]),  # None: header damaged
+        "interval_s": None if header["interval_ns"] is None else int(header["interval_ns"]) / 1e9,
+        "clock": {
+            "clock": "CLOCK_MONOTONIC",
+            "anchor_ns": int(header["anchor_ns"]),
+            "anchor_uncertainty_ns": None,
+        },
+        "spool_created_time": None
+        if header["created_ns"] is None
+        else iso_utc(int(header["created_ns"])),
+        "rows": rows,
+        "rows_lost": rows_lost,
+        "start_ns": first,
+        "end_ns": last,
+        "start_time": None if first is None else iso_utc(first),
+        "end_time": None if last is None else iso_utc(last),
+        "missing": list(RECOVERED_MISSING),
+    }
+    for key in RECOVERED_MISSING:
+        if "." not in key:
+            out[key] = None
+    return out

@@ -1,8 +1,7 @@
-"""Crash-safe recording, composed on a sampler: the spool reader, the segment writer, the
-watchdog and its journal.
+"""Crash-safe recording, composed on a sampler: recovery as a frame, the segment writer, the
+watchdog and its journal (the files' formats are in :mod:`stroboscope.formats`).
 
-Names are loaded on first use (PEP 562): the watchdog child imports :mod:`.spool` and
-:mod:`.journal` from here without loading the C++ extension.
+Names are loaded on first use (PEP 562).
 """
 
 from __future__ import annotations
@@ -13,9 +12,9 @@ from typing import Any
 _NAMES = {
     "Sampler": "stroboscope.recording.sampler",
     "recover": "stroboscope.recording.spool",
-    "read_spool": "stroboscope.recording.spool",
-    "remove_spool": "stroboscope.recording.spool",
-    "segment_paths": "stroboscope.recording.spool",
+    "read_spool": "stroboscope.formats.spool_read",
+    "remove_spool": "stroboscope.formats.spool_read",
+    "segment_paths": "stroboscope.formats.segments",
     "SpoolError": "stroboscope.recording.spool",
     "SegmentWriter": "stroboscope.recording.segments",
     "DumpJob": "stroboscope.recording.watchdog",

@@ -2,7 +2,7 @@
 
 ``Sampler(dataset=ROOT)`` (and ``stroboscope record --dataset ROOT``) write this process's rows
 every ``segment_seconds`` as a Parquet part of its partition ``ROOT/job=J/host=H/rank=R/``
-(:mod:`stroboscope.export.dataset`), with the sampler's provenance and the identity in each;
+(:mod:`stroboscope.formats.dataset`), with the sampler's provenance and the identity in each;
 at stop, what is left becomes a last part and the scope intervals of the sampler's runs are
 written to ``ROOT/_scopes/``.
 
@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from stroboscope._base.files import regular_source
 from stroboscope._base.identity import Identity, detect_identity
-from stroboscope.export.dataset import (
+from stroboscope.formats.dataset import (
     claim_partition,
     ensure_root,
     partition,
@@ -40,8 +40,8 @@ from stroboscope.export.dataset import (
     write_part,
     write_scopes,
 )
+from stroboscope.formats.segments import FIRST_ROW_KEY
 from stroboscope.recording.segments import SegmentWriter
-from stroboscope.recording.spool import FIRST_ROW_KEY
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._provenance import attach, for_table, iso_utc
 

@@ -1,6 +1,7 @@
-"""Writing a spool's scope-events sidecar (``PATH.events``, layout in :mod:`._events_file`): the
-chunks, and the sink the segment writer appends with. A write cut short (a full disk) is cut
-back and tried again, the magic too, so the file recovers when space returns."""
+"""Writing a spool's scope-events sidecar (``PATH.events``, layout in
+:mod:`stroboscope.formats.events_file`): the chunks, and the sink the segment writer appends
+with. A write cut short (a full disk) is cut back and tried again, the magic too, so the file
+recovers when space returns."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import zlib
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.recording._events_file import (
+from stroboscope.formats.events_file import (
     _EVTS,
     _LEN,
     _STRS,

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, from_schema
-from stroboscope.recording.spool import recover_parts
+from stroboscope.formats.spool_read import recover_parts
 
 SUMMARY_COLUMNS = 8
 """Metric columns read at once for the summary (memory: their cells of every row, not all)."""
@@ -58,7 +58,7 @@ def write_output(
     """Write every row of ``spool`` to ``output`` (Parquet or CSV by its suffix; nothing when
     None) with ``prov`` completed from the rows, one part in memory at a time; return the
     rows and columns."""
-    from stroboscope.export.writers import write_parts
+    from stroboscope.formats.writers import write_parts
 
     got = recover_parts(spool)
     if output is None:

@@ -2,7 +2,10 @@
 
 Started by :class:`stroboscope.recording.watchdog.Watchdog` as a script (not through the
 package); the protocol is documented there. It imports only the standard library until a dump
-must be written; then it imports the reader of each kind of source (and with it pyarrow).
+must be written; then it imports the reader of each kind of source and the writer, from
+:mod:`stroboscope.formats` (and with them pyarrow), never the extension whose process it
+outlives: a dump is written as every output is (:func:`stroboscope.formats.writers.write_stream`,
+a CSV with its provenance sidecar).
 """
 
 from __future__ import annotations
@@ -83,34 +86,15 @@ def _load(job: dict[str, Any]) -> tuple[pa.Schema, Iterator[pa.Table], int, str]
     """Read a job's source: its schema, its rows as parts (a spool's one segment at a time), the
     number of rows and a note for the log line."""
     if job["kind"] == "spool":
-        from stroboscope.recording.spool import recover_parts
+        from stroboscope.formats.spool_read import recover_parts
 
         got = recover_parts(job["source"])
         return got.schema, got.parts, got.rows, ""
-    from stroboscope.recording._journal_read import read_journal_table
+    from stroboscope.formats.journal_read import read_journal_table
 
     table, damaged = read_journal_table(job["source"])  # a block at a time: memory stays flat
     note = f" ({damaged} damaged line(s) skipped)" if damaged else ""
     return table.schema, iter([table]), table.num_rows, note
-
-
-def _write_parts(schema: pa.Schema, parts: Iterable[pa.Table], fd: int, fmt: str) -> None:
-    """The parts appended one after another to one Parquet or CSV file (one part in memory)."""
-    with os.fdopen(fd, "wb") as f:
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            with pq.ParquetWriter(f, schema, compression="zstd") as writer:
-                for part in parts:
-                    writer.write_table(part)
-        else:
-            import pyarrow.csv as pacsv
-
-            with pacsv.CSVWriter(f, schema) as writer:
-                for part in parts:
-                    writer.write_table(part)
-        f.flush()
-        os.fsync(f.fileno())  # on disk before the rename makes it the dump
 
 
 def _publish_unique(tmp: str, path: str) -> str:
@@ -148,17 +132,25 @@ def write_dump_parts(
     fmt = job["format"]
     path = job["dump"] or os.path.join(job["dump_dir"], default_dump_name(fmt, parent_pid))
     directory, name = os.path.split(path)
+    from stroboscope.formats.writers import write_sidecar, write_stream
+
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory or None)
     try:
-        _write_parts(schema, parts, fd, fmt)
+        with os.fdopen(fd, "wb") as f:
+            write_stream(schema, parts, f, fmt)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename makes it the dump
         if job["dump"]:
             os.replace(tmp, path)
-            return path
-        return _publish_unique(tmp, path)
+        else:
+            path = _publish_unique(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    if fmt == "csv":
+        write_sidecar(schema, path)  # the provenance, as every CSV output has it
+    return path
 
 
 def run_job(job: dict[str, Any], parent_pid: int) -> str:
@@ -167,7 +159,7 @@ def run_job(job: dict[str, Any], parent_pid: int) -> str:
     path = write_dump_parts(schema, parts, job, parent_pid)
     if job.get("remove_source"):
         if job["kind"] == "spool":
-            from stroboscope.recording.spool import remove_spool
+            from stroboscope.formats.spool_read import remove_spool
 
             remove_spool(job["source"])  # the spool and its segments
         else:

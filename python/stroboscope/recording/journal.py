@@ -1,8 +1,9 @@
 """The receiver's journal: JSON Lines rows appended with ``os.write``, read back as Arrow.
 
-The file is here (:class:`Journal`); rows become lines in :mod:`._journal_encode` and lines
-become Arrow in :mod:`._journal_read` (both re-exported here). Standard library and pyarrow only,
-so the watchdog child can read a journal without pandas.
+The file is here (:class:`Journal`); rows become lines in
+:mod:`stroboscope.formats.journal_encode` and lines become Arrow in
+:mod:`stroboscope.formats.journal_read` (the journal codec, both re-exported here). Standard
+library and pyarrow only, so the watchdog child can read a journal without pandas.
 
 Journal format (version 1)
 --------------------------
@@ -61,14 +62,14 @@ import os
 import tempfile
 import threading
 
-from stroboscope.recording._journal_encode import (
+from stroboscope.formats.journal_encode import (
     MAX_DEPTH,
     EncodedBatch,
     Refused,
     encode_batch,
     encode_rows,
 )
-from stroboscope.recording._journal_read import (
+from stroboscope.formats.journal_read import (
     parse_journal,
     read_journal,
     read_journal_fd,

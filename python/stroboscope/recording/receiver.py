@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from stroboscope._base import lifecycle as _lifecycle
 from stroboscope._base.checks import check_bool, check_file_dir, check_file_path, check_path
-from stroboscope.export.writers import write_table
+from stroboscope.formats.writers import write_table
 from stroboscope.recording._intake import Intake
 from stroboscope.recording.journal import (
     Journal,

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 from stroboscope._base.checks import check_bool, check_file_dir, check_path
 from stroboscope._base.files import identity as file_identity
 from stroboscope._base.files import unlink_if_same
+from stroboscope.formats.segments import segment_paths, segment_rows
+from stroboscope.formats.spool_header import FIELDS
+from stroboscope.formats.spool_read import remove_spool
 from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
-from stroboscope.recording._spool_header import FIELDS
 from stroboscope.recording.segments import SegmentStatus, SegmentWriter
-from stroboscope.recording.spool import remove_spool, segment_paths
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import Sampler as _BaseSampler
 from stroboscope.sampling._checks import check_capacity, check_interval
@@ -114,7 +115,7 @@ class Sampler(_BaseSampler):
     dataset : path, optional
         Also write the rows every ``segment_seconds`` as Parquet parts of a partitioned dataset
         at this root (``ROOT/job=J/host=H/rank=R/part-….parquet``, the scope intervals under
-        ``ROOT/_scopes/`` at stop; see :mod:`stroboscope.export.dataset` and
+        ``ROOT/_scopes/`` at stop; see :mod:`stroboscope.formats.dataset` and
         :func:`stroboscope.open_dataset`), with or without ``spool``. The partition is claimed
         here: one another run holds, or a root that cannot be written, is refused (ValueError).
         A part that cannot be written later is retried and reported in :attr:`dataset_status`,
@@ -189,7 +190,7 @@ class Sampler(_BaseSampler):
         made = file_identity(spool_path) if spool_path else None  # the file C++ created (O_EXCL)
         try:
             self._segments: SegmentWriter | None = None
-            cap_rows = max(int(self._core.stats()["capacity"]) // 2, 1)
+            cap_rows = segment_rows(int(self._core.stats()["capacity"]))
             if spool_path:
                 self._segments = SegmentWriter(self._core, spool_path, seg_s, cap_rows)
             self._dataset: DatasetWriter | None = None

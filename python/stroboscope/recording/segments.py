@@ -13,9 +13,10 @@ directory) is retried with backoff, and until one is written its rows are read f
 
 Scope events: at every wake-up (at most every 0.25 s, and at :meth:`SegmentWriter.stop`) the
 writer also appends the events recorded in the process's events log since it started, with the
-names they use, to the sidecar ``PATH.events`` (:mod:`._events_file`; whole chunks, so a crash
-leaves every complete one readable). A SIGKILL loses at most the events recorded since the
-last wake-up, and events the log overwrote before a wake-up took them (counted).
+names they use, to the sidecar ``PATH.events`` (:mod:`stroboscope.formats.events_file`; whole
+chunks, so a crash leaves every complete one readable). A SIGKILL loses at most the events
+recorded since the last wake-up, and events the log overwrote before a wake-up took them
+(counted).
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from stroboscope._base.ratelimit import RateLimitedLog
-from stroboscope.export.writers import write_parquet
-from stroboscope.recording._events_file import events_path
+from stroboscope.formats.events_file import events_path
+from stroboscope.formats.segments import FIRST_ROW_KEY, last_segment_index, segment_path
+from stroboscope.formats.writers import write_parquet
 from stroboscope.recording._events_write import EventsSink
-from stroboscope.recording.spool import FIRST_ROW_KEY, last_segment_index
 from stroboscope.sampling._frame import Frame
 
 if TYPE_CHECKING:
@@ -270,7 +271,7 @@ class SegmentWriter:
                 table = table.replace_schema_metadata(meta)
                 seq = self._seq + 1
                 # A name nobody holds: a file planted at the next name is never replaced.
-                while os.path.lexists(final := f"{self._spool}.seg-{seq:06d}.parquet"):
+                while os.path.lexists(final := segment_path(self._spool, seq)):
                     seq += 1
                 _write_segment(table, final)
             except Exception as exc:

@@ -90,7 +90,8 @@ class DumpJob:
     Parameters
     ----------
     kind : {"spool", "journal"}
-        ``"spool"``: a sampler's spool file, read with ``stroboscope.recording.spool.recover``.
+        ``"spool"``: a sampler's spool file, read with
+        ``stroboscope.formats.spool_read.recover_parts``.
         ``"journal"``: a receiver's journal (JSON lines, :mod:`stroboscope.recording.journal`).
     source : str or os.PathLike
         The spool or journal file.

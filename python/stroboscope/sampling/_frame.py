@@ -308,13 +308,13 @@ class Frame:
 
     def write_parquet(self, path: str | os.PathLike[str], *, compression: str = "zstd") -> None:
         """Write the rows to a Parquet file (see :func:`stroboscope.export.write_parquet`)."""
-        from stroboscope.export.writers import write_parquet  # the home of output formats
+        from stroboscope.formats.writers import write_parquet  # the home of output formats
 
         write_parquet(self.to_arrow(), path, compression=compression)
 
     def write_csv(self, path: str | os.PathLike[str]) -> None:
         """Write the rows to a CSV file (see :func:`stroboscope.export.write_csv`)."""
-        from stroboscope.export.writers import write_csv
+        from stroboscope.formats.writers import write_csv
 
         write_csv(self.to_arrow(), path)
 

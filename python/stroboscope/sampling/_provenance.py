@@ -8,7 +8,7 @@ GPUs, rank, the clock anchor's uncertainty and the realtime clock's own error. T
 own: the sampler's counters when it was made (ticks taken and missed, rows lost) and what its
 rows say (first and last time, row count, the anchor; :func:`for_table`). The result is a plain
 JSON-able dict, stored in Arrow/Parquet schema metadata under :data:`PROVENANCE_KEY` and, for
-CSV, in a ``FILE.meta.json`` sidecar (:mod:`stroboscope.export.writers`). A recording recovered
+CSV, in a ``FILE.meta.json`` sidecar (:mod:`stroboscope.formats.writers`). A recording recovered
 from a spool knows less: its dict lists what is missing under ``"missing"``.
 
 The command line is read when the facts are gathered and again by each explicit
@@ -18,18 +18,26 @@ survives the process's exit.
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
 from json.encoder import encode_basestring as _encode_text
 from typing import Any, Protocol, cast
 
 import pyarrow as pa
 
-from stroboscope._base.files import read_regular, regular_source
-from stroboscope.formats.provenance import PROVENANCE_KEY, attach, dumps, from_schema
+from stroboscope._base.files import read_regular
+from stroboscope.formats.provenance import (
+    FORMAT,
+    PROVENANCE_KEY,
+    RECOVERED_MISSING,
+    attach,
+    dumps,
+    from_schema,
+    iso_utc,
+    recovered,
+)
+from stroboscope.formats.provenance import time_cell_ns as _ns
 from stroboscope.sampling._clock_sync import clock_sync
 from stroboscope.sampling._provenance_identity import identity_facts
 from stroboscope.sampling._stats import SourceStats
@@ -51,25 +59,11 @@ __all__ = [  # the stored form is formats.provenance's; its names stay importabl
     "recovered",
 ]
 
-FORMAT = 1
-"""Version of the provenance dict's layout (``"format"``)."""
-
 
 def _version() -> str:
     from stroboscope._base.version import __version__
 
     return __version__
-
-
-def iso_utc(ns: int) -> str:
-    """``ns`` since the epoch as ISO 8601 UTC, to the ns (``2026-12-03T10:00:00.000000001Z``)."""
-    seconds, frac = divmod(int(ns), 1_000_000_000)
-    return f"{_utc_seconds(seconds)}.{frac:09d}Z"
-
-
-@functools.lru_cache(maxsize=8)  # a frame's first and last row: mostly the same few seconds
-def _utc_seconds(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def read_cmdline(pid: int, proc_root: str = "/proc") -> list[str] | None:
@@ -383,90 +377,3 @@ def _edge(column: pa.ChunkedArray, *, last: bool) -> pa.Scalar:
     chunked array is slower; chunks may be empty)."""
     chunks = [c for c in column.chunks if len(c)]
     return chunks[-1][-1] if last else chunks[0][0]
-
-
-def _ns(cell: pa.Scalar) -> int | None:
-    """A ``time`` cell as ns since the epoch (no cast of the column: one cell is read)."""
-    value = getattr(cell, "value", None)  # TimestampScalar.value: the stored int64
-    return None if value is None else int(value)
-
-
-RECOVERED_MISSING = (
-    "stroboscope_version",
-    "host",
-    "cmdline",
-    "sources",
-    "gpus",
-    "identity",
-    "rank",
-    "world_size",
-    "local_rank",
-    "clock.anchor_uncertainty_ns",
-    "ticks_missed",
-)
-"""What a spool does not keep: a recording recovered from one (a crash dump, ``stroboscope
-recover``) says these are unknown."""
-
-
-def _segment_time(path: str, last: bool) -> int | None:
-    """The first (or last) ``time`` of a Parquet segment, reading one row group's column."""
-    import pyarrow.parquet as pq
-
-    with regular_source(path, "segment") as src:  # a FIFO: refused, not awaited
-        f = pq.ParquetFile(src)
-        groups = f.metadata.num_row_groups
-        if groups == 0:
-            return None
-        times = f.read_row_group(groups - 1 if last else 0, columns=["time"]).column(0)
-    if len(times) == 0:
-        return None
-    return _ns(times[-1 if last else 0])
-
-
-def recovered(
-    header: Mapping[str, Any],
-    *,
-    rows: int,
-    rows_lost: int,
-    segments: list[str],
-    rest: pa.Table,
-) -> dict[str, Any]:
-    """The provenance of rows recovered from a spool (``header``: its fields, see
-    ``recording/_layout.py``) and its Parquet ``segments`` (those whose rows are kept, in order),
-    followed by ``rest`` (the spool's own rows): the pid, the interval, the clock anchor, the
-    spool's creation time, first and last row, rows and rows lost. The rest is listed under
-    ``missing``: a spool's header keeps no more."""
-    first = _segment_time(segments[0], last=False) if segments else None
-    last = None
-    if rest.num_rows:
-        if first is None:
-            first = _ns(rest.column("time")[0])
-        last = _ns(rest.column("time")[-1])
-    elif segments:
-        last = _segment_time(segments[-1], last=True)
-    out: dict[str, Any] = {
-        "format": FORMAT,
-        "recorded_by": "spool recovery",
-        "recovered_by_version": _version(),
-        "pid": None if header["pid"] is None else int(header["pid"]),  # None: header damaged
-        "interval_s": None if header["interval_ns"] is None else int(header["interval_ns"]) / 1e9,
-        "clock": {
-            "clock": "CLOCK_MONOTONIC",
-            "anchor_ns": int(header["anchor_ns"]),
-            "anchor_uncertainty_ns": None,
-        },
-        "spool_created_time": None
-        if header["created_ns"] is None
-        else iso_utc(int(header["created_ns"])),
-        "rows": rows,
-        "rows_lost": rows_lost,
-        "start_ns": first,
-        "end_ns": last,
-        "start_time": None if first is None else iso_utc(first),
-        "end_time": None if last is None else iso_utc(last),
-        "missing": list(RECOVERED_MISSING),
-    }
-    for key in RECOVERED_MISSING:
-        if "." not in key:
-            out[key] = None
-    return out

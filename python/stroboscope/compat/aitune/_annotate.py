@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import inspect
 import time
 from types import ModuleType, TracebackType
@@ -21,24 +20,17 @@ from typing import Any, Callable, TypeVar, cast
 
 from stroboscope import scopes
 from stroboscope.compat.aitune import _monitoring
+from stroboscope.scopes._scope import _nvtx_module
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=type)
 
 NVTX_ANNOTATION_DOMAIN = "AITune"
-_NVTX_UNSET: Any = object()
-_nvtx_module: Any = _NVTX_UNSET
 
 
 def _nvtx() -> ModuleType | None:
-    """The ``nvtx`` package when it can be imported (looked up once)."""
-    global _nvtx_module
-    if _nvtx_module is _NVTX_UNSET:
-        try:
-            _nvtx_module = importlib.import_module("nvtx")
-        except ImportError:
-            _nvtx_module = None
-    return cast("ModuleType | None", _nvtx_module)
+    """The ``nvtx`` package when it can be imported (the scopes' own loader, looked up once)."""
+    return cast("ModuleType | None", _nvtx_module() or None)
 
 
 def _check_name(name: object, what: str) -> str | None:

@@ -34,15 +34,15 @@ from __future__ import annotations
 import heapq
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from stroboscope.recording._scope_collector import Edge as Edge
+
 if TYPE_CHECKING:
     import pandas
-
-    from stroboscope.recording.sampler import Sampler
 
 HOST_COLUMNS = ("host_cpu_percent", "host_memory_used", "host_memory_free")
 TORCH_COLUMNS = ("torch_allocated", "torch_reserved")
@@ -67,12 +67,6 @@ def torch_memory() -> tuple[int, int] | None:
         return int(cuda.memory_allocated()), int(cuda.memory_reserved())
     except Exception:  # a broken CUDA state must not fail a scope
         return None
-
-
-def intervals_of(sampler: Sampler) -> pa.Table:
-    """The scopes that opened while ``sampler`` ran (the scopes room's interval table)."""
-    table: pa.Table = sampler.scope_intervals()
-    return table
 
 
 def innermost_scope(mono_ns: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -164,10 +158,6 @@ def _label(intervals: pa.Table, key: str) -> list[str | None]:
         return [None] * intervals.num_rows
     values: list[str | None] = intervals.column(key).to_pylist()
     return values
-
-
-# (requested at mono ns, scope name, module label, backend label)
-Edge = tuple[int, str, Optional[str], Optional[str]]
 
 
 def _edge_rows(t: np.ndarray, edges: list[Edge]) -> dict[int, Edge]:

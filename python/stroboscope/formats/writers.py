@@ -6,7 +6,7 @@ to a temporary file with an unpredictable name in the same directory and renamed
 only once complete (:func:`stroboscope._base.files.replace_private`): a bad argument or a full disk
 leaves an existing file at the path as it was, and a symlink there is replaced, never followed.
 
-Provenance (:mod:`stroboscope.sampling._provenance`) travels in the table's schema metadata
+Provenance (:mod:`stroboscope.formats.provenance`) travels in the table's schema metadata
 (``stroboscope.provenance``, JSON): Parquet keeps it in the file's schema; CSV, which has no
 place for it, gets a sidecar ``FILE.meta.json`` holding the same JSON (0600, written whole the
 same way, after the CSV). A CSV written without provenance removes a sidecar left at its name by
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable
+from typing import BinaryIO
 
 import pyarrow as pa
 
@@ -122,18 +123,31 @@ def write_parts(
     path = check_path("path", path)
     fmt = output_format(path, default=default)
     with replace_private(path) as f:
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            with pq.ParquetWriter(f, schema, compression="zstd") as writer:
-                for part in parts:
-                    writer.write_table(part)
-        else:
-            import pyarrow.csv as pacsv
-
-            with pacsv.CSVWriter(f, schema) as writer:
-                for part in parts:
-                    writer.write_table(part)
+        write_stream(schema, parts, f, fmt)
     if fmt == "csv":
         write_sidecar(schema, path)
     return fmt
+
+
+def write_stream(schema: pa.Schema, parts: Iterable[pa.Table], f: BinaryIO, fmt: str) -> None:
+    """Write tables of one ``schema`` one after another to the open binary file ``f`` as one
+    Parquet (zstd) or CSV file (``fmt``, one of :data:`FORMATS`), one part in memory at a time.
+
+    The file's content only: the caller creates and publishes the file, and gives a CSV its
+    provenance sidecar (:func:`write_sidecar`) once it has its name (:func:`write_parts` does
+    all three).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        with pq.ParquetWriter(f, schema, compression="zstd") as writer:
+            for part in parts:
+                writer.write_table(part)
+    else:
+        import pyarrow.csv as pacsv
+
+        with pacsv.CSVWriter(f, schema) as writer:
+            for part in parts:
+                writer.write_table(part)

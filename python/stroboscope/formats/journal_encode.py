@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stroboscope.recording._journal_read import unique_names
+from stroboscope.formats.journal_read import unique_names
 
 __all__ = ["MAX_DEPTH", "EncodedBatch", "Refused", "encode_batch", "encode_rows"]
 

@@ -7,7 +7,7 @@ side wrote; when the layout changes there, that test prints this file's new text
 
 Version 2 keeps the ring in row blocks of ``BLOCK_ROWS`` rows (each column's cells of the block
 contiguous, then one validity word per column); version 1, the layout before it, kept one array
-per column and is still read (``V1_FIELDS``; see ``_spool_cells``).
+per column and is still read (``V1_FIELDS``; see ``spool_cells``).
 """
 
 MAGIC = b"STROBSPL"

@@ -36,7 +36,7 @@ import pyarrow as pa
 from stroboscope._base.checks import check_path
 from stroboscope._base.files import read_regular, replace_private
 from stroboscope._base.identity import Identity
-from stroboscope.export._partitions import (
+from stroboscope.formats.partitions import (
     PARTITIONING,
     SCOPES_DIR,
     check_kind,
@@ -44,13 +44,13 @@ from stroboscope.export._partitions import (
     partition,
     partition_dir,
 )
-from stroboscope.export.writers import write_parquet
 from stroboscope.formats.provenance import PROVENANCE_KEY, attach, from_schema
+from stroboscope.formats.writers import write_parquet
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
-__all__ = [  # the layout's names (export/_partitions.py) stay importable from here
+__all__ = [  # the layout's names (formats/partitions.py) stay importable from here
     "MARKER",
     "OWNER",
     "PARTITIONING",

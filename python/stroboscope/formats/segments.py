@@ -1,12 +1,22 @@
-"""Reading a spool's Parquet segments back, each checked against its spool: a regular file of
-the spool's owner, the spool's columns, a ``stroboscope.first_row`` the spool's counters cover,
-rows in order (:func:`stroboscope.recording.spool.recover_parts` plans and reads with these)."""
+"""A spool's Parquet segments: their names, their length, and reading them back.
+
+Names: the segments of the spool ``PATH`` are ``PATH.seg-000001.parquet``,
+``PATH.seg-000002.parquet``, ... (:func:`segment_path`: the one rule every writer, reader and
+check uses), each written under a temporary name first (:func:`segment_temp_glob`). Length: a
+segment holds a quarter of what the ring holds (:func:`segment_seconds`), so the ring always
+keeps the rows of the one being written.
+
+Reading: each segment is checked against its spool: a regular file of the spool's owner, the
+spool's columns, a ``stroboscope.first_row`` the spool's counters cover, rows in order
+(:func:`stroboscope.formats.spool_read.recover_parts` plans and reads with these)."""
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,10 +24,75 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stroboscope._base.files import fd_source
-from stroboscope.recording._spool_header import SpoolError, open_regular
+from stroboscope.formats.spool_header import SpoolError, open_regular
 
 FIRST_ROW_KEY = b"stroboscope.first_row"
 _ROW_INDEX_RE = re.compile(r"[0-9]{1,19}")
+
+SEGMENT_INFIX = ".seg-"
+"""What follows a spool's path in the name of each of its segments."""
+_SEGMENT_RE = re.compile(r"^(?P<base>.+)\.seg-(?P<index>[0-9]+)\.parquet$")
+
+
+def segment_path(spool: str | os.PathLike[str], index: int) -> str:
+    """The name of the spool's segment number ``index`` (from 1): ``SPOOL.seg-000001.parquet``."""
+    return f"{os.fspath(spool)}{SEGMENT_INFIX}{index:06d}.parquet"
+
+
+def parse_segment_name(name: str) -> tuple[str, int] | None:
+    """``(spool, index)`` of a segment's file name or path (:func:`segment_path` backwards),
+    None for any other name."""
+    m = _SEGMENT_RE.match(name)
+    return None if m is None else (m.group("base"), int(m.group("index")))
+
+
+def is_segment_name(path: str, spool: str) -> bool:
+    """Whether ``path`` is named like one of ``spool``'s segments (or its temporary files)."""
+    return path.startswith(spool + SEGMENT_INFIX)
+
+
+def segment_paths(spool: str | os.PathLike[str]) -> list[Path]:
+    """The segment files written beside ``spool``, in order."""
+    base = os.fspath(spool)
+    found = []
+    for name in glob.glob(glob.escape(base) + SEGMENT_INFIX + "*.parquet"):
+        parsed = parse_segment_name(name)
+        if parsed is not None and parsed[0] == base:
+            found.append((parsed[1], Path(name)))
+    return [p for _, p in sorted(found)]
+
+
+def last_segment_index(spool: str | os.PathLike[str]) -> int:
+    """The largest segment index beside ``spool`` (0 when there is none)."""
+    indices = [parsed[1] for p in segment_paths(spool) if (parsed := parse_segment_name(str(p)))]
+    return max(indices, default=0)
+
+
+def segment_temp_glob(spool: str | os.PathLike[str]) -> str:
+    """A glob of the temporary files of the spool's segments (``.NAME.seg-*.parquet.*.tmp`` in
+    its directory: :func:`stroboscope._base.files.replace_private` names them so), left behind by
+    a writer that died half-way."""
+    directory, name = os.path.split(os.fspath(spool))
+    return os.path.join(
+        glob.escape(directory), glob.escape("." + name) + SEGMENT_INFIX + "*.parquet.*.tmp"
+    )
+
+
+SEGMENT_SHARE = 4
+"""A segment holds at most 1/4 of the ring's rows in time: the ring keeps the segment being
+written whole while the next one fills."""
+
+
+def segment_seconds(capacity: int, interval: float, *, most: float | None = None) -> float:
+    """Seconds of rows per segment for a ring of ``capacity`` rows taken every ``interval``
+    seconds: a quarter of what the ring holds, at least one interval, at most ``most``."""
+    seconds = max(interval, capacity * interval / SEGMENT_SHARE)
+    return seconds if most is None else min(most, seconds)
+
+
+def segment_rows(capacity: int) -> int:
+    """Rows that start a segment early (before its seconds are up): half the ring."""
+    return max(capacity // 2, 1)
 
 
 def open_segment(seg: str, uid: int) -> tuple[int, os.stat_result]:

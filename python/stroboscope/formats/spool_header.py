@@ -14,7 +14,7 @@ import struct
 from typing import Any
 
 from stroboscope._base import files as _files
-from stroboscope.recording import _layout
+from stroboscope.formats import spool_layout as _layout
 
 MAGIC = _layout.MAGIC
 VERSION = _layout.VERSION

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from stroboscope.recording._spool_header import BLOCK_ROWS, GROUP_COLUMNS, block_words, blocks
+from stroboscope.formats.spool_header import BLOCK_ROWS, GROUP_COLUMNS, block_words, blocks
 
 Cells = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]
 

@@ -1,5 +1,5 @@
 """The scope-events sidecar of a spool (``PATH.events``): written by the segment writer, read by
-:func:`stroboscope.recording.spool.recover_events`.
+:func:`stroboscope.formats.spool_read.recover_events`.
 
 Layout: an 8-byte magic, then chunks appended one whole ``pwrite`` at a time. A chunk is a
 12-byte head (4-byte tag, payload length and CRC-32 of the payload, little-endian) and its
@@ -31,7 +31,7 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.recording._spool_header import SpoolError, open_regular
+from stroboscope.formats.spool_header import SpoolError, open_regular
 
 _LOG = logging.getLogger("stroboscope.recording")
 

@@ -1,0 +1,365 @@
+"""Reading spool files back: the ring's file and the Parquet segments beside it, as one table.
+
+pyarrow, numpy and the standard library only, never the extension: the watchdog child reads a
+spool with this module after the process it guards has died, and ``recover`` (in
+:mod:`stroboscope.recording.spool`) wraps what it returns into a frame.
+
+A spool is the sampler's ring kept in a file mapped ``MAP_SHARED`` (``Sampler(spool=PATH)``):
+every row is in the file the moment the sampler writes it, so it survives any death of the
+process. Its layout is documented in ``cpp/include/stroboscope/spool.hpp``. For runs longer than
+the ring holds, a background writer drains the ring into complete Parquet segment files beside
+the spool (``PATH.seg-000001.parquet``, ...), each written whole and renamed into place, so a
+segment on disk is always readable. :func:`recover_table` returns every row once, in order: the
+segments first, then the rows of the spool that no segment holds.
+
+Scope events recorded while the sampler ran are in a sidecar, ``PATH.events``, appended by the
+segment writer at each wake-up: :func:`recover_events` reads them (see there what a SIGKILL loses).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import logging
+import mmap
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from stroboscope._base.checks import check_path, describe
+from stroboscope.formats import events_file
+from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, recovered
+from stroboscope.formats.segments import (
+    FIRST_ROW_KEY,
+    check_clock,
+    check_order,
+    first_row,
+    header_from_segments,
+    read_segment,
+    segment_extent,
+    segment_paths,
+    segment_temp_glob,
+)
+from stroboscope.formats.spool_cells import read_rows
+from stroboscope.formats.spool_header import (
+    COUNTERS,
+    COUNTERS_OFFSET,
+    MAGIC,
+    MAX_NS,
+    VERSION,
+    SpoolError,
+    open_regular,
+    read_header,
+)
+
+__all__ = [
+    "FIRST_ROW_KEY",
+    "MAGIC",
+    "ROWS_LOST_KEY",
+    "SKIPPED_KEY",
+    "VERSION",
+    "Recovered",
+    "SpoolError",
+    "read_spool",
+    "recover_events",
+    "recover_parts",
+    "recover_table",
+    "remove_spool",
+]
+
+ROWS_LOST_KEY = "stroboscope.rows_lost"
+"""Metadata of recovered rows: how many rows the ring overwrote before a segment took them."""
+SKIPPED_KEY = "stroboscope.segments_skipped"
+"""Metadata of recovered rows: why segment files were left out (see :class:`Recovered`)."""
+_LOG = logging.getLogger("stroboscope.recording")
+
+
+def _skip(skipped: list[str], spool: str, why: str) -> None:
+    skipped.append(why)
+    _LOG.warning("recovering %s, left out: %s (every other row is recovered)", spool, why)
+
+
+def _field(name: str, unit: str, dtype: str, kind: str) -> pa.Field:
+    if name == "mono_ns":
+        typ: pa.DataType = pa.int64()
+    else:
+        typ = pa.int64() if dtype == "int64" else pa.float64()
+    return pa.field(name, typ, nullable=True, metadata={"unit": unit, "kind": kind})
+
+
+def read_spool(path: str | os.PathLike[str], *, from_row: int = 0) -> tuple[pa.Table, int]:
+    """The intact rows of a spool file with index ``>= from_row``, and the index of the first.
+
+    Rows ``[max(0, write_begin - capacity), head)`` are intact; a row being written when the
+    writer died is left out. The file's type and header are checked before anything else is
+    read; the file is then mapped (never read whole) and only the rows asked for are copied.
+    """
+    table, first, _ = _read_spool(os.fspath(path), from_row)
+    return table, first
+
+
+def _read_spool(p: str, from_row: int) -> tuple[pa.Table, int, dict[str, Any]]:
+    fd, st = open_regular(p, "spool")
+    try:
+        h = read_header(p, fd, st.st_size)
+        try:
+            data = mmap.mmap(fd, h["total_size"], prot=mmap.PROT_READ)
+        except (OSError, ValueError) as exc:
+            raise SpoolError(f"{p} cannot be mapped: {exc}") from None
+    finally:
+        os.close(fd)
+    with data:
+        table, first = _copy_rows(p, data, h, from_row)
+    return table, first, h
+
+
+def _copy_rows(p: str, data: mmap.mmap, h: dict[str, Any], from_row: int) -> tuple[pa.Table, int]:
+    cap = h["capacity"]
+    first = max(0, h["write_begin"] - cap, from_row)
+    n = max(0, h["head"] - first)
+    view = memoryview(data)
+    try:
+        # Only the rows asked for are copied out of the mapping (never the whole file), with
+        # one validity byte per cell; the layout depends on the spool's format version.
+        copied, valid = read_rows(view, h, first, n)
+    finally:
+        view.release()
+    # The file may still be written (a live recording): the counters were read before the
+    # cells. Read them again; rows whose slots the writer may have reused since are dropped.
+    begin_now, _ = COUNTERS.unpack_from(data, COUNTERS_OFFSET)
+    drop = max(0, max(h["write_begin"], begin_now) - cap - first)
+    if drop:
+        copied, valid, first = copied[:, drop:], valid[:, drop:], first + drop
+    mono = copied[0].view(np.int64)
+    # A header that lies about its counters points at slots no row was written to.
+    bad = np.flatnonzero((valid[0] == 0) | (mono < 0) | (mono >= MAX_NS))
+    if bad.size:
+        raise SpoolError(
+            f"{p} has a corrupt header: field head = {h['head']} names row {first + bad[0]}, "
+            f"which holds no mono_ns: the counters do not match the rows"
+        )
+    back = np.flatnonzero(np.diff(mono) < 0)
+    if back.size:
+        raise SpoolError(
+            f"{p} has corrupt rows: mono_ns goes back at row {first + back[0] + 1} (fields "
+            f"write_begin/head = {h['write_begin']}/{h['head']} do not match the rows)"
+        )
+    fields = [_field(*f) for f in h["fields"]]
+    arrays = [pa.array(mono + np.int64(h["anchor_ns"]), pa.int64()).cast(pa.timestamp("ns", "UTC"))]
+    for c, field in enumerate(fields):
+        raw = copied[c]
+        values = raw.view(np.int64) if pa.types.is_integer(field.type) else raw.view(np.float64)
+        mask = valid[c] == 0
+        arrays.append(pa.array(values, field.type, mask=mask if mask.any() else None))
+    time_field = pa.field(
+        "time", pa.timestamp("ns", "UTC"), metadata={"unit": "ns", "kind": "gauge"}
+    )
+    schema = pa.schema([time_field, *fields])
+    return pa.Table.from_arrays(arrays, schema=schema), first
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """A spool's rows, planned from the files' headers and read one part at a time
+    (:func:`recover_parts`): memory holds the ring's rows and one segment, whatever the run's
+    length.
+
+    Attributes
+    ----------
+    schema : pyarrow.Schema
+        The columns, with ``stroboscope.rows_lost`` in the schema metadata.
+    rows : int
+        Rows the parts hold in all.
+    rows_lost : int
+        Rows overwritten in the ring before a segment could take them.
+    parts : iterator of pyarrow.Table
+        The rows in order, each part cast to ``schema``: the segments' new rows, then the
+        spool's. Reading a part checks it again (a segment that changed since the plan, or rows
+        out of order, raise :class:`SpoolError`).
+    events : pyarrow.Table
+        The recording's scope events (:func:`recover_events`; no rows when it has none), read
+        from the sidecar when first asked for (``read_events``), one chunk at a time. A damaged
+        sidecar never stops the rows: its events are missing, a warning says why and so does
+        the metadata ``stroboscope.events_error`` (of the events and of ``schema``).
+    skipped : list of str
+        Why each segment file left out was (one naming the file and what is wrong with it; also
+        the metadata ``stroboscope.segments_skipped`` of ``schema``, and a warning). A damaged,
+        truncated, foreign or planted segment never stops the other rows: the rows it should
+        have held are counted in ``rows_lost`` unless the ring still holds them. A segment
+        damaged between the plan and its reading is added here when the parts reach it (its
+        rows are then in ``rows`` but not in the parts).
+    """
+
+    schema: pa.Schema
+    rows: int
+    rows_lost: int
+    parts: Iterator[pa.Table]
+    read_events: Callable[[], pa.Table] = events_file.SCHEMA.empty_table
+    skipped: list[str] = dataclasses.field(default_factory=list)
+
+    @functools.cached_property
+    def events(self) -> pa.Table:
+        """The recording's scope events (see the class)."""
+        return self.read_events()
+
+
+def recover_parts(
+    path: str | os.PathLike[str], *, columns: Sequence[str] | None = None
+) -> Recovered:
+    """Every row recorded in a spool and its segments, in order and without duplicates, as
+    parts to write one at a time (``stroboscope recover`` and ``record`` stream them to their
+    output). :func:`recover_table` is the same rows as one frame. With ``columns``, the parts hold
+    only those (and ``time`` and ``mono_ns``, always), read alone from each segment.
+
+    Raises
+    ------
+    SpoolError
+        When the spool is missing, empty, truncated, corrupt, or not a spool: the message names
+        the file and what is wrong. A bad segment file is left out instead (``skipped``).
+    """
+    p = check_path("path", path)
+    if columns is not None and (
+        isinstance(columns, str)
+        or not isinstance(columns, Sequence)
+        or not all(isinstance(c, str) for c in columns)
+    ):
+        raise TypeError(f"columns must be None or a list of column names, got {describe(columns)}")
+    # Segments listed before the spool's counters are read: on a live recording, every segment
+    # listed then holds rows the counters already count.
+    segments = [str(seg) for seg in segment_paths(p)]
+    skipped: list[str] = []  # why each file left out was (a damaged file never stops the rest)
+    try:
+        spool, first_spool_row, h = _read_spool(p, 0)
+    except SpoolError as exc:
+        if not segments or not os.path.lexists(p):
+            raise
+        # A damaged header loses the ring's rows, not the segments' (which hold the columns).
+        h = header_from_segments(p, segments, str(exc))
+        spool, first_spool_row = h.pop("schema").empty_table(), 0
+        _skip(
+            skipped,
+            p,
+            f"{exc}: its segments' rows are recovered, those only its ring held are lost "
+            "(how many is unknown)",
+        )
+    want = [(f.name, f.type) for f in spool.schema]
+    plan: list[tuple[str, int, int]] = []  # (segment, first row, rows to skip)
+    next_row = 0
+    lost = 0
+    rows = 0
+    last_mono = -1
+    for seg in segments:  # a segment's footer and clock only: its rows are read later
+        try:
+            first, n = segment_extent(seg, h, want)
+            skip = max(0, next_row - first)
+            if skip < n:
+                clock = read_segment(seg, h["uid"], want, ["time", "mono_ns"]).slice(skip)
+                check_clock(seg, clock, h["anchor_ns"])
+                last_mono = check_order(seg, clock, last_mono)
+        except SpoolError as exc:
+            _skip(skipped, p, str(exc))
+            continue
+        if first > next_row:
+            lost += first - next_row
+        if skip < n:
+            plan.append((seg, first, skip))
+            rows += n - skip
+        next_row = max(next_row, first + n)
+    spool_from = max(next_row, first_spool_row)
+    lost += max(0, first_spool_row - next_row)
+    rest = spool.slice(spool_from - first_spool_row)
+    rows += rest.num_rows
+    # What the spool's header tells of the run (the rest is listed as missing in it).
+    prov = recovered(h, rows=rows, rows_lost=lost, segments=[s for s, _, _ in plan], rest=rest)
+    meta = {ROWS_LOST_KEY: str(lost), PROVENANCE_KEY: dumps(prov)}
+    # The events are read when asked for (Recovered.events); a damaged sidecar is said now and
+    # never stops the rows.
+    error = events_file.damage_beside(p, h["uid"])
+    if error is not None:
+        meta[events_file.ERROR_KEY.decode()] = error
+    if skipped:
+        meta[SKIPPED_KEY] = "; ".join(skipped)
+    schema = spool.schema.with_metadata(meta)
+    keep = None
+    if columns is not None:
+        unknown = [c for c in columns if c not in schema.names]
+        if unknown:
+            raise ValueError(
+                f"columns {unknown} are not columns of the spool {p}; its columns: "
+                f"{', '.join(schema.names)}"
+            )
+        keep = [f.name for f in schema if f.name in {"time", "mono_ns", *columns}]
+        schema = pa.schema([schema.field(n) for n in keep], metadata=schema.metadata)
+        rest = rest.select(keep)
+
+    def parts() -> Iterator[pa.Table]:
+        last_mono = -1
+        for seg, first, skip in plan:
+            try:
+                table = read_segment(seg, h["uid"], want, keep)
+                if first_row(seg, table.schema.metadata, table.num_rows, h["head"]) != first:
+                    raise SpoolError(f"segment {seg} changed while it was being recovered")
+                part = table.slice(skip).replace_schema_metadata(None)
+                last_mono = check_order(seg, part, last_mono)
+            except SpoolError as exc:  # damaged since the plan: its rows are lost, not the rest
+                _skip(skipped, p, f"{exc} (after the rows were counted)")
+                continue
+            yield part.cast(schema)
+        check_order(p, rest, last_mono)
+        yield rest.cast(schema)
+
+    events = functools.partial(events_file.read_beside, p, h["anchor_ns"], h["uid"], strict=False)
+    return Recovered(schema, rows, lost, parts(), events, skipped)
+
+
+def recover_events(path: str | os.PathLike[str]) -> pa.Table:
+    """The scope events recorded while a spooled sampler ran (sidecar ``PATH.events``), in order.
+
+    Columns (:data:`.events_file.SCHEMA`): ``mono_ns`` (int64, CLOCK_MONOTONIC ns, the rows'
+    clock), ``kind`` (uint8, 1 = begin, 2 = end), ``thread_id`` (int64), ``scope_id`` (uint32),
+    ``depth`` (uint16), ``labels_id`` (uint32), ``stack_id`` (uint64), ``scope`` and ``labels``
+    (the ids' strings). Metadata ``stroboscope.events_lost``, ``stroboscope.events_cut_bytes``
+    (a torn tail left out), ``stroboscope.anchor_realtime_ns``. No rows without a sidecar. A
+    SIGKILL loses at most the events since the segment writer's last wake-up (<= 0.25 s).
+    Raises :class:`SpoolError` as :func:`recover_table` does, or for a sidecar that is not an events
+    file, or not a regular file of the spool's owner.
+    """
+    _, _, h = _read_spool(p := os.fspath(path), 0)
+    return events_file.read_beside(p, h["anchor_ns"], h["uid"])
+
+
+def recover_table(path: str | os.PathLike[str]) -> tuple[pa.Table, int]:
+    """Every row recorded in a spool and its segments, in order and without duplicates, as one
+    table (:func:`recover_parts` read whole), and the rows lost.
+
+    :func:`stroboscope.recording.spool.recover` is the same rows as a frame. Columns ``time``,
+    ``mono_ns`` and the metrics; the schema metadata ``stroboscope.rows_lost``
+    (:data:`ROWS_LOST_KEY`) counts rows overwritten in the ring before a segment could take
+    them, and ``stroboscope.provenance`` says what the spool's header tells of the run.
+
+    Raises
+    ------
+    SpoolError
+        When the file is missing, empty, truncated, corrupt, or not a spool (wrong magic or
+        format version): the message says which.
+    """
+    got = recover_parts(path)
+    table = pa.Table.from_batches(
+        [batch for part in got.parts for batch in part.to_batches()], schema=got.schema
+    )
+    return table, got.rows_lost
+
+
+def remove_spool(path: str | os.PathLike[str]) -> None:
+    """Delete a spool, its segments and events sidecar (once their rows are written elsewhere),
+    and the temporary file of a segment whose writer died half-way (``.NAME.seg-*.tmp``)."""
+    for p in [*segment_paths(path), *map(Path, glob.glob(segment_temp_glob(path)))]:
+        p.unlink(missing_ok=True)
+    Path(events_file.events_path(os.fspath(path))).unlink(missing_ok=True)
+    Path(path).unlink(missing_ok=True)
