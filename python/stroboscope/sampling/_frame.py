@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
@@ -102,7 +103,7 @@ class Frame:
 
     __slots__ = ("_counted", "_fill_within", "_first_row", "_lost", "_rows", "_run")
     _counted: tuple[int, ...]
-    _fill_within: dict[str, int]
+    _fill_within: Mapping[str, int]
     _first_row: int
     _lost: int
     _rows: _Rows
@@ -139,7 +140,9 @@ class Frame:
         # snapshot is on the path of every read, and this costs less.
         init(self, "_run", run)
         init(self, "_counted", tuple(counted))
-        init(self, "_fill_within", dict(fill_within_ns or {}))
+        # A read-only mapping (the sampler's, shared by its frames) is kept; others are copied.
+        within = fill_within_ns if isinstance(fill_within_ns, MappingProxyType) else None
+        init(self, "_fill_within", within or dict(fill_within_ns or {}))
         init(self, "_rows", rows)  # last: from here on the frame refuses changes
 
     def __len__(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, TypedDict
 
 import pyarrow as pa
@@ -166,7 +166,8 @@ class Sampler(ScopeRecording, EnergyWindows):
         try:
             # Each source built once here: its columns, interface and natural resolution.
             plan = plan_sources(asked, options, round(self._interval * 1e9))
-            self._details, self._fill_within = plan.details, plan.fill_within_ns
+            self._details = plan.details
+            self._fill_within = MappingProxyType(plan.fill_within_ns)  # shared by its frames
             specs = plan.specs
             columns = [(name, len(plan.details[name]["columns"])) for name, _ in specs]
             check_ring_bytes(cap, columns)
