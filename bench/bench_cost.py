@@ -201,7 +201,9 @@ def run(floor: Floor, rounds: int, seconds_per_round: float) -> BenchResult:
     if shipped_ns:
         sh = median(shipped_ns)
         # (the facade holds the default; the recording Sampler passes its options through)
-        window = inspect.signature(stroboscope.sampling.Sampler).parameters["cpu_window"].default
+        window = (
+            inspect.signature(stroboscope.sampling.CoreSampler).parameters["cpu_window"].default
+        )
         res.rows.append(
             Row(
                 b,

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pyarrow as pa
 from stroboscope.analysis.scopes import samples_by_scope, summary
-from stroboscope.export.traces import export_chrome_trace, export_perfetto_trace
+from stroboscope.export.traces import write_chrome_trace, write_perfetto_trace
 
 ANCHOR = 1_790_000_000_000_000_000
 
@@ -86,8 +86,8 @@ def main() -> None:
     run, calls = tables(600_000, 6_000)  # 10 minutes at 1 kHz
     with tempfile.TemporaryDirectory() as d:
         for label, fn, name in (
-            ("export_chrome_trace (10 min, 1 kHz, 5 columns)", export_chrome_trace, "t.json"),
-            ("export_perfetto_trace (same)", export_perfetto_trace, "t.pftrace"),
+            ("write_chrome_trace (10 min, 1 kHz, 5 columns)", write_chrome_trace, "t.json"),
+            ("write_perfetto_trace (same)", write_perfetto_trace, "t.pftrace"),
         ):
             path = os.path.join(d, name)
             timed(label, fn, path, run, calls)

@@ -2,7 +2,7 @@
 
 Each rank is a process started with the variables torchrun sets (``RANK``, ``LOCAL_RANK``,
 ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``TORCHELASTIC_RUN_ID``: one job id for
-all) that runs a :class:`stroboscope.cluster.Sampler` at ``--interval`` (100 Hz) writing Parquet
+all) that runs a :func:`stroboscope.cluster.rank_sampler` at ``--interval`` (100 Hz) writing Parquet
 parts every ``--part-seconds`` into one dataset root; local rank 0 also samples the host and the
 GPUs (by default 8 GPUs of the fake NVML library, ``tests/fake_nvml``, so the leader's columns
 are those of an 8-GPU node; ``--real-gpus`` uses the machine's NVML instead). When the
@@ -82,7 +82,7 @@ def run_rank(args: argparse.Namespace) -> dict[str, Any]:
 
     cpu0 = _cpu_s(resource.getrusage(resource.RUSAGE_SELF))
     ident = cluster.identity()
-    sampler = cluster.Sampler(
+    sampler = cluster.rank_sampler(
         args.interval, identity=ident, dataset=args.root, segment_seconds=args.part_seconds
     )
     exporter: Any = None
@@ -117,7 +117,7 @@ def run_rank(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "rank": ident.rank,
         "local_rank": ident.local_rank,
-        "leader": bool(sampler.node_leader),
+        "leader": cluster.is_node_leader(ident),
         "columns": int(stats.num_columns),
         "rows": rows,
         "ticks_missed": int(stats.ticks_missed),

@@ -46,7 +46,7 @@ def _import_s(code: str, repeat: int) -> float:
 
 
 def _watchdog(repeat: int) -> dict[str, object]:
-    import stroboscope
+    from stroboscope.recording import DumpJob, Watchdog
 
     starts = []
     rss_kib = []
@@ -55,8 +55,8 @@ def _watchdog(repeat: int) -> dict[str, object]:
         journal = Path(d) / "j.jsonl"
         journal.write_text("")
         for _ in range(repeat):
-            job = stroboscope.DumpJob("journal", journal, dump=Path(d) / "dump.csv")
-            w = stroboscope.Watchdog([job])
+            job = DumpJob("journal", journal, dump=Path(d) / "dump.csv")
+            w = Watchdog([job])
             t0 = time.perf_counter()
             w.start()
             starts.append(time.perf_counter() - t0)

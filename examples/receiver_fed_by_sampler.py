@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 import stroboscope
+from stroboscope.compat.aitune import ParentReceiver
 
 
 def worker(queue: Any, windows: int) -> None:
@@ -46,7 +47,7 @@ def main() -> None:
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    receiver = stroboscope.ParentReceiver(queue, crash_safe=False)
+    receiver = ParentReceiver(queue, crash_safe=False)
     receiver.start()
     proc = ctx.Process(target=worker, args=(queue, args.windows))
     proc.start()

@@ -15,7 +15,7 @@ import argparse
 import os
 import time
 
-from stroboscope import SystemMonitor
+from stroboscope.compat import SystemMonitor
 from stroboscope.senders.wandb import WandbSender
 
 

@@ -10,7 +10,8 @@ import time
 from typing import Any
 
 from stroboscope import available_sources
-from stroboscope.compat import AbstractBackendSender, StatsDict, SystemMonitor
+from stroboscope.compat import SystemMonitor
+from stroboscope.senders import AbstractBackendSender, StatsDict
 
 MiB = 1048576.0
 GPU_AVAILABLE = any(s["name"] == "gpu" and s["available"] for s in available_sources())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from stroboscope._base import lifecycle as _lifecycle
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 DATA = Path(__file__).parent / "data"
 FAKE_NVML_SOURCE = Path(__file__).parent / "fake_nvml" / "fake_nvml.c"

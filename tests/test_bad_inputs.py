@@ -19,12 +19,13 @@ import pytest
 import stroboscope
 from _fake_proc import PID, many_cores_proc
 from _refusals import Ctx, assert_refused, params
-from stroboscope import sampling
+from stroboscope.compat import SystemMonitor
+from stroboscope.sampling import CoreSampler
 
 
 def base(**kwargs: object) -> Callable[[Ctx], object]:
-    """A plain ``stroboscope.sampling.Sampler`` at 10 ms with ``kwargs``."""
-    return lambda ctx: sampling.Sampler(0.01, **kwargs)  # type: ignore[arg-type]
+    """A plain ``stroboscope.sampling.CoreSampler`` at 10 ms with ``kwargs``."""
+    return lambda ctx: CoreSampler(0.01, **kwargs)  # type: ignore[arg-type]
 
 
 def spooled(spool: object) -> Callable[[Ctx], object]:
@@ -45,22 +46,22 @@ def spool_with_nul(ctx: Ctx) -> object:
 
 
 def ring_file_with_nul(ctx: Ctx) -> object:
-    return sampling.Sampler(0.01, sources=["memory"], ring_file=str(ctx.tmp / "r\0ing"))
+    return CoreSampler(0.01, sources=["memory"], ring_file=str(ctx.tmp / "r\0ing"))
 
 
 def gpus_without_nvml(ctx: Ctx) -> object:
     gc.collect()  # the library is chosen again once no sampler holds it
     ctx.monkeypatch.setenv("STROBOSCOPE_NVML_LIBRARY", str(ctx.tmp / "none" / "libnvidia-ml.so.1"))
-    return sampling.Sampler(0.01, gpus=[0])
+    return CoreSampler(0.01, gpus=[0])
 
 
 def many_cores(ctx: Ctx) -> object:
     root = many_cores_proc(ctx.tmp / "proc", 8192)
-    return sampling.Sampler(0.01, pid=PID, sources=["cpu_cores"], proc_root=str(root))
+    return CoreSampler(0.01, pid=PID, sources=["cpu_cores"], proc_root=str(root))
 
 
 def copy_since_huge(ctx: Ctx) -> object:
-    return sampling.Sampler(0.01, sources=["memory"]).copy_since(2**70)
+    return CoreSampler(0.01, sources=["memory"]).copy_since(2**70)
 
 
 KNOWN = r"known sources: cpu, cpu_cores"
@@ -69,21 +70,31 @@ WITHIN = r"^interval must be within \[0\.0001, 3600\] seconds \(100 µs to 1 h\)
 CAPACITY = r"^capacity must be within \[2, 1073741824\] rows, got "
 BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
     # -- numbers -------------------------------------------------------------------------------
-    ("interval-0", lambda ctx: sampling.Sampler(0), ValueError, FINITE + "int 0"),
-    ("interval-negative", lambda ctx: sampling.Sampler(-1.0), ValueError, FINITE + "float -1.0"),
-    ("interval-nan", lambda ctx: sampling.Sampler(math.nan), ValueError, FINITE + "float nan"),
-    ("interval-inf", lambda ctx: sampling.Sampler(math.inf), ValueError, FINITE + "float inf"),
-    ("interval-50us", lambda ctx: sampling.Sampler(0.00005), ValueError, WITHIN + "float 5e-05"),
-    ("interval-3601s", lambda ctx: sampling.Sampler(3601.0), ValueError, WITHIN + "float 3601"),
+    ("interval-0", lambda ctx: CoreSampler(0), ValueError, FINITE + "int 0"),
+    (
+        "interval-negative",
+        lambda ctx: CoreSampler(-1.0),
+        ValueError,
+        FINITE + "float -1.0",
+    ),
+    ("interval-nan", lambda ctx: CoreSampler(math.nan), ValueError, FINITE + "float nan"),
+    ("interval-inf", lambda ctx: CoreSampler(math.inf), ValueError, FINITE + "float inf"),
+    (
+        "interval-50us",
+        lambda ctx: CoreSampler(0.00005),
+        ValueError,
+        WITHIN + "float 5e-05",
+    ),
+    ("interval-3601s", lambda ctx: CoreSampler(3601.0), ValueError, WITHIN + "float 3601"),
     (
         "interval-str",
-        lambda ctx: sampling.Sampler("1"),  # type: ignore[arg-type]
+        lambda ctx: CoreSampler("1"),  # type: ignore[arg-type]
         TypeError,
         r"^interval must be a number of seconds \(int or float\), got str '1'",
     ),
     (
         "interval-bool",
-        lambda ctx: sampling.Sampler(True),
+        lambda ctx: CoreSampler(True),
         TypeError,
         r"^interval must be a number of seconds \(int or float\), got bool True",
     ),
@@ -104,7 +115,7 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
     ),
     (
         "interval-beyond-float",
-        lambda ctx: sampling.Sampler(10**400),
+        lambda ctx: CoreSampler(10**400),
         ValueError,
         r"^interval must be a finite number of seconds in \[0\.0001, 3600\], got an int of 401",
     ),
@@ -273,13 +284,13 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
     ),
     (
         "SystemMonitor-pid-str",
-        lambda ctx: stroboscope.SystemMonitor("x", lambda event: None),  # type: ignore[arg-type]
+        lambda ctx: SystemMonitor("x", lambda event: None),  # type: ignore[arg-type]
         TypeError,
         r"^pid must be an int \(a process id\) or None, got str 'x'",
     ),
     (
         "SystemMonitor-pid-negative",
-        lambda ctx: stroboscope.SystemMonitor(-5, lambda event: None),
+        lambda ctx: SystemMonitor(-5, lambda event: None),
         ValueError,
         r"^pid must be a positive process id, got int -5",
     ),
@@ -332,32 +343,32 @@ def test_bad_input_is_refused_naming_the_argument(
 
 def test_the_suggested_sources_list_is_valid() -> None:
     with pytest.raises(TypeError) as info:
-        sampling.Sampler(0.01, sources="memory, cpu")
+        CoreSampler(0.01, sources="memory, cpu")
     match = re.search(r"did you mean sources=(\[.*?\])\?", str(info.value))
     assert match is not None, str(info.value)
     suggested = ast.literal_eval(match.group(1))
     assert suggested == ["memory", "cpu"]
-    s = sampling.Sampler(0.01, sources=suggested)
+    s = CoreSampler(0.01, sources=suggested)
     assert [src.name for src in s.stats().sources] == ["memory", "cpu"]
 
 
 def test_path_objects_are_accepted_where_paths_are(tmp_path: Path) -> None:
-    by_str = sampling.Sampler(0.01, sources=["disk"], disk_paths=["/", str(tmp_path)])
-    by_path = sampling.Sampler(0.01, sources=["disk"], disk_paths=[Path("/"), tmp_path])
+    by_str = CoreSampler(0.01, sources=["disk"], disk_paths=["/", str(tmp_path)])
+    by_path = CoreSampler(0.01, sources=["disk"], disk_paths=[Path("/"), tmp_path])
     assert by_path.columns == by_str.columns
     by_path.tick_now(1)
     vfs = os.statvfs("/")
     total = by_path.snapshot().to_arrow().column("disk.total_bytes")[0].as_py()
     assert total == vfs.f_blocks * vfs.f_frsize
-    single = sampling.Sampler(0.01, sources=["disk"], disk_paths=tmp_path)
-    assert single.columns == sampling.Sampler(0.01, sources=["disk"], disk_paths=[tmp_path]).columns
+    single = CoreSampler(0.01, sources=["disk"], disk_paths=tmp_path)
+    assert single.columns == CoreSampler(0.01, sources=["disk"], disk_paths=[tmp_path]).columns
 
 
 def test_the_ring_bound_counts_what_the_ring_allocates() -> None:
     from stroboscope import _core
     from stroboscope.sampling._checks import ring_bytes
 
-    s = sampling.Sampler(0.01, capacity=1000)
+    s = CoreSampler(0.01, capacity=1000)
     options = _core.SourceOptions()
     columns = 1 + sum(len(_core.source_columns(src.name, options)) for src in s.stats().sources)
     assert columns == len(s.columns) - 1  # every column but time lives in the ring

@@ -17,6 +17,7 @@ import pytest
 import stroboscope
 from _refusals import Ctx, assert_refused, params
 from stroboscope._base.identity import Identity
+from stroboscope.compat import SystemMonitor
 from stroboscope.compat._training import TrainingRecorder
 from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.zeus import ZeusMonitor
@@ -26,8 +27,8 @@ from stroboscope.senders._dispatch import SenderWorker
 
 
 def monitor(**kwargs: object) -> Callable[[Ctx], object]:
-    """``stroboscope.SystemMonitor`` of this process to a plain callable, with ``kwargs``."""
-    return lambda ctx: stroboscope.SystemMonitor(
+    """``stroboscope.compat.SystemMonitor`` of this process to a plain callable, with ``kwargs``."""
+    return lambda ctx: SystemMonitor(
         os.getpid(),
         lambda event: None,
         **kwargs,  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from stroboscope.cli._status import latest_values, status_text, wanted
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 ERASE = "\r\x1b[K"
 STATUS = re.compile(r"rec (\d+\.\d) s \| ([\d,]+) rows \| missed ([\d,]+)")

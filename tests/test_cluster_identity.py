@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from stroboscope._base.identity import Identity, detect_identity
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling._provenance_identity import rank_of
 
 # srun -N2 --ntasks-per-node=1 torchrun --nproc-per-node=4: the second node's third worker.

@@ -32,7 +32,7 @@ from _otlp_receiver import (  # noqa: F401 - closing_fixture is a fixture
 )
 from stroboscope._base.identity import Identity
 from stroboscope.cluster.otel import OTelExporter
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 EVERY_TICK = {
     name: None for name in ("cpu", "memory", "network", "diskio", "disk", "process", "process_io")

@@ -25,7 +25,7 @@ from stroboscope._base.identity import Identity
 from stroboscope.cluster import _otel_export
 from stroboscope.cluster._otel_export import GuardedExporter
 from stroboscope.cluster.otel import OTelExporter
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 WHO = Identity(host="node-1", rank=0, world_size=2, job="j")
 

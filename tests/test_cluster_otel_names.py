@@ -18,7 +18,7 @@ from _otlp_receiver import http_receiver, metrics, point, points
 pytest.importorskip("opentelemetry.sdk")
 from stroboscope._base.identity import Identity
 from stroboscope.cluster.otel import OTelExporter
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 WHO = Identity(host="gpu-node", rank=0, world_size=1)
 UUID0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"

@@ -19,7 +19,7 @@ import pytest
 from _prometheus_server import Prometheus, prometheus
 from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.cluster.prometheus import PrometheusExporter
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 UUIDS = ["GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000"]
 ENV = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}

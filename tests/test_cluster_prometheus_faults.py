@@ -22,7 +22,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from stroboscope._base.identity import detect_identity
 from stroboscope.cluster.prometheus import PrometheusExporter
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 ME = detect_identity({"RANK": "0", "WORLD_SIZE": "1", "STROBOSCOPE_JOB": "j7"}, host="h1")
 Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -266,7 +266,7 @@ def test_a_cluster_sampler_lends_its_identity() -> None:
     from stroboscope import cluster
 
     who = detect_identity({"RANK": "3", "WORLD_SIZE": "4", "STROBOSCOPE_JOB": "j7"}, host="h1")
-    s = cluster.Sampler(0.01, identity=who, sources=["memory"])
+    s = cluster.rank_sampler(0.01, identity=who, sources=["memory"])
     with PrometheusExporter(s, port=0) as exporter:
         s.tick_now(2)
         got = scrape(exporter)

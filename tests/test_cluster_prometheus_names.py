@@ -340,7 +340,7 @@ def test_docs_table_is_the_mapping() -> None:
 
 def test_disk_paths_are_a_mountpoint_label_not_part_of_the_name() -> None:
     # node_exporter's convention: one family per measure, the filesystem as a label.
-    from stroboscope.sampling import Sampler
+    from stroboscope.sampling import CoreSampler as Sampler
 
     s = Sampler(0.01, sources=["disk"], disk_paths=["/", "/tmp"])
     try:

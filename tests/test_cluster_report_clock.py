@@ -116,13 +116,13 @@ def test_the_provenance_carries_it() -> None:
 
 
 def test_two_ranks_recorded_into_a_dataset_end_to_end(tmp_path: Path) -> None:
-    """Through the real path: two ranks of one node record with cluster.Sampler(dataset=) and
+    """Through the real path: two ranks of one node record with cluster.rank_sampler(dataset=) and
     annotated steps; the report reads the parts the rolling writer made."""
     root = tmp_path / "ds"
     calls = {}
     for rank in (0, 1):
         ident = Identity(host="node-a", rank=rank, local_rank=rank, world_size=2, job="e2e")
-        s = cluster.Sampler(0.005, identity=ident, dataset=root, sources=["cpu", "process"])
+        s = cluster.rank_sampler(0.005, identity=ident, dataset=root, sources=["cpu", "process"])
         s.start()  # scope calls are recorded while the sampler runs
         try:
             for _ in range(3 + rank):

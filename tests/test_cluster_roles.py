@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+import stroboscope
 from _fake_nvml import ScriptFn, script_fixture
 from stroboscope import _core, cluster
 from stroboscope._base.identity import Identity
@@ -143,25 +144,31 @@ def _gpu_labels(columns: list[str]) -> set[str]:
     return {c.split(".")[1] for c in columns if c.startswith("gpu.") and c.split(".")[1].isdigit()}
 
 
+def _leads(s: stroboscope.Sampler) -> bool:
+    """Whether the rank sampler ``s`` records its node's host-wide sources (its role)."""
+    assert s.identity is not None
+    return cluster.is_node_leader(s.identity)
+
+
 def test_sampler_roles_and_gpus(nvml: ScriptFn) -> None:
     nvml(FOUR_GPUS)
-    s = cluster.Sampler(0.01, identity=LEADER)
+    s = cluster.rank_sampler(0.01, identity=LEADER)
     names = [c.name for c in s.columns]
-    assert s.identity is LEADER and s.node_leader
+    assert s.identity is LEADER and _leads(s)
     s.close()
     assert _gpu_labels(names) == {"0", "1", "2", "3"}  # every GPU of the node
     assert "cpu.util_pct" in names and "proc.rss_bytes" in names
-    s = cluster.Sampler(0.01, identity=FOLLOWER)
+    s = cluster.rank_sampler(0.01, identity=FOLLOWER)
     names = [c.name for c in s.columns]
-    assert not s.node_leader and not _gpu_labels(names) and "cpu.util_pct" not in names
+    assert not _leads(s) and not _gpu_labels(names) and "cpu.util_pct" not in names
     assert {n.split(".")[0] for n in names} - {"time", "mono_ns"} == {"proc"}
     s.close()
     # Its own GPU, asked for: the local-rank-th device, on a rank that is not the leader.
-    s = cluster.Sampler(0.01, identity=FOLLOWER, gpus="owned", sources=["process"])
+    s = cluster.rank_sampler(0.01, identity=FOLLOWER, gpus="owned", sources=["process"])
     assert _gpu_labels([c.name for c in s.columns]) == {"1"}
     s.close()
     # Intervals of a dict survive the filter.
-    s = cluster.Sampler(0.01, identity=FOLLOWER, sources={"cpu": None, "process": 0.03})
+    s = cluster.rank_sampler(0.01, identity=FOLLOWER, sources={"cpu": None, "process": 0.03})
     assert {x.name: x.every for x in s.stats().sources} == {"process": 3}
     s.close()
 
@@ -176,27 +183,27 @@ def test_the_provenance_records_the_owned_gpus(
 
     nvml(FOUR_GPUS)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    with cluster.Sampler(0.01, identity=FOLLOWER) as s:
+    with cluster.rank_sampler(0.01, identity=FOLLOWER) as s:
         assert provenance(s)["owned_gpus"] == [UUIDS[3]]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
-    with cluster.Sampler(0.01, identity=FOLLOWER) as s:
+    with cluster.rank_sampler(0.01, identity=FOLLOWER) as s:
         p = provenance(s)
         assert p["owned_gpus"] is None and "'7' is no GPU here" in p["owned_gpus_error"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    with cluster.Sampler(0.01, identity=ALONE, sources=["process"]) as s:
+    with cluster.rank_sampler(0.01, identity=ALONE, sources=["process"]) as s:
         assert "owned_gpus" not in provenance(s)
 
 
 def test_sampler_bad_input(nvml: ScriptFn) -> None:
     nvml(FOUR_GPUS)
     with pytest.raises(ValueError, match="local rank 1 records per-process sources only"):
-        cluster.Sampler(0.01, identity=FOLLOWER, sources=["cpu", "memory"])
+        cluster.rank_sampler(0.01, identity=FOLLOWER, sources=["cpu", "memory"])
     with pytest.raises(ValueError, match="local rank 5 owns no GPU"):
-        cluster.Sampler(0.01, identity=Identity(host="h", local_rank=5), gpus="owned")
+        cluster.rank_sampler(0.01, identity=Identity(host="h", local_rank=5), gpus="owned")
     with pytest.raises(TypeError, match="identity must be"):
-        cluster.Sampler(0.01, identity={"rank": 0})  # type: ignore[arg-type]
+        cluster.rank_sampler(0.01, identity={"rank": 0})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="sources must be"):
-        cluster.Sampler(0.01, identity=LEADER, sources="cpu")
+        cluster.rank_sampler(0.01, identity=LEADER, sources="cpu")
 
 
 CHILD = """
@@ -204,14 +211,15 @@ import json, os, sys
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from stroboscope import cluster
-s = cluster.Sampler(0.01)
+s = cluster.rank_sampler(0.01)
 s.tick_now(3)
 with open("/proc/self/statm") as f:  # this process's RSS, read beside the sampler's last row
     rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 frame = s.snapshot()
 s.close()
 pq.write_table(frame.to_arrow(), sys.argv[1])
-said = {"pid": os.getpid(), "leader": s.node_leader, "rank": s.identity.rank, "rss": rss}
+leader = cluster.is_node_leader(s.identity)
+said = {"pid": os.getpid(), "leader": leader, "rank": s.identity.rank, "rss": rss}
 print(json.dumps(said))
 """
 
@@ -268,7 +276,7 @@ def test_two_ranks_split_host_and_process_columns(tmp_path: Path) -> None:
         assert table.column("proc.rss_bytes")[-1].as_py() == pytest.approx(said["rss"], rel=0.05)
 
 
-def _run_until_rows(samplers: list[cluster.Sampler], rows: int) -> None:
+def _run_until_rows(samplers: list[stroboscope.Sampler], rows: int) -> None:
     """Start, wait (up to a minute, however busy the machine) for ``rows`` ticks each, stop."""
     for s in samplers:
         s.start()
@@ -286,7 +294,7 @@ def test_sampler_writes_its_role_into_a_dataset(tmp_path: Path) -> None:
     lead = Identity(host="n1", rank=0, local_rank=0, world_size=2, local_world_size=2, job="j")
     follow = Identity(host="n1", rank=1, local_rank=1, world_size=2, local_world_size=2, job="j")
     samplers = [
-        cluster.Sampler(0.01, identity=who, dataset=root, sources=["memory", "process"])
+        cluster.rank_sampler(0.01, identity=who, dataset=root, sources=["memory", "process"])
         for who in (lead, follow)
     ]
     _run_until_rows(samplers, 3)

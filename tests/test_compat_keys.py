@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stroboscope.compat import AbstractBackendSender, CompatKeys, StatsDict, SystemMonitor
+from stroboscope.compat import CompatKeys, SystemMonitor
 from stroboscope.compat._keys import (
     EXTENDED_GPM_KEYS,
     EXTENDED_GPU_KEYS,
@@ -22,6 +22,7 @@ from stroboscope.compat._keys import (
     MIB,
     sources,
 )
+from stroboscope.senders import AbstractBackendSender, StatsDict
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "compat-keys.md"
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from _fake_nvml import ScriptFn, read_times, script_fixture
 from stroboscope.compat.zeus import Measurement, ZeusMonitor
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 
 @pytest.fixture

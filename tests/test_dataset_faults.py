@@ -93,8 +93,11 @@ def test_single_process_runs_without_a_job_id_each_get_a_job_of_their_own(
     assert jobs[0] != jobs[1]
     from stroboscope import cluster
 
-    c = cluster.Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=Identity(host="g"))
+    c = cluster.rank_sampler(
+        0.01, sources=["memory"], dataset=tmp_path, identity=Identity(host="g")
+    )
     try:  # the job its parts are written under, not the one it was given (none)
+        assert c.identity is not None  # a rank sampler always has one
         assert c.identity.job is not None and c.identity.job.startswith("run-")
     finally:
         c.close()

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from _scope_tables import ANCHOR, frame, intervals
 from stroboscope.export.report import build_report, write_html, write_pngs
-from stroboscope.export.traces import export_chrome_trace, merge_into_trace
+from stroboscope.export.traces import merge_into_trace, write_chrome_trace
 from stroboscope.formats import writers
 from stroboscope.formats.provenance import PROVENANCE_KEY
 from stroboscope.recording import segments
@@ -86,7 +86,7 @@ def _segment(d: Path) -> list[Path]:
 
 def _trace(name: str) -> Callable[[Path], list[Path]]:
     def write(d: Path) -> list[Path]:
-        export_chrome_trace(d / name, table(), SCOPES)
+        write_chrome_trace(d / name, table(), SCOPES)
         return [d / name]
 
     return write
@@ -132,9 +132,9 @@ def test_report_page_and_pngs_are_fsynced_whole(synced: list[Synced], tmp_path: 
 
 def test_perfetto_trace_is_fsynced_whole(synced: list[Synced], tmp_path: Path) -> None:
     pytest.importorskip("perfetto")
-    from stroboscope.export.perfetto import export_perfetto_trace
+    from stroboscope.export.perfetto import write_perfetto_trace
 
-    export_perfetto_trace(tmp_path / "t.pftrace", table(), SCOPES)
+    write_perfetto_trace(tmp_path / "t.pftrace", table(), SCOPES)
     assert_synced(synced, tmp_path / "t.pftrace")
 
 

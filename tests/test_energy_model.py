@@ -30,7 +30,7 @@ from _scope_tables import ANCHOR, Call, frame, intervals
 from stroboscope.analysis.attribution import attribute_trace
 from stroboscope.analysis.energy import window_energy
 from stroboscope.analysis.scope_summary import summary
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling._energy import EnergyWindows
 
 MS = 1_000_000

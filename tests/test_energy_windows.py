@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from _fake_nvml import ScriptFn, hand_trapezoid, readings, script_fixture
 from stroboscope.analysis.energy import window_energy
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 POLL_NS = 5_000_000
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from _fake_nvml import ScriptFn, read_times, script_fixture
 from stroboscope.analysis.energy import window_energy
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import psutil
 import pyarrow as pa
 import pytest
 import stroboscope
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling._frame import Frame
 
 

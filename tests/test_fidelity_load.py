@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 
 @contextlib.contextmanager

@@ -135,8 +135,8 @@ API_CASES = [
         "trace fifo " + FIFO_WORDS,
     ),
     (
-        "merge-trace",
-        "from stroboscope.export.traces import _load\n_load('fifo')",
+        "chrome-trace",
+        "from stroboscope.formats.chrome_trace import read_trace\nread_trace('fifo')",
         "trace fifo " + FIFO_WORDS,
     ),
     (
@@ -198,7 +198,7 @@ def test_a_sampler_refuses_a_fifo_under_proc_root(
 ) -> None:
     proc = _proc_with_fifo(tmp_path, name)
     code = f"""
-    from stroboscope.sampling import Sampler
+    from stroboscope.sampling import CoreSampler as Sampler
     try:
         Sampler(0.01, sources={sources}, pid={PID}, proc_root={str(proc)!r})
     except Exception as exc:

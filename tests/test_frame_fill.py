@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._plan import value_holds_ns
 

@@ -261,3 +261,29 @@ def test_gpu_in_default_set_when_present(nvml: ScriptFn) -> None:
     s = Sampler(0.01)
     assert any(c.name == "gpu.1.temp_c" for c in s.columns)
     del s
+
+
+def test_a_dear_call_is_held_back_and_said(nvml: ScriptFn) -> None:
+    """A call that costs more than 50 µs is made at most every 20 times its cost (the call
+    budget, tested in detail in tests/cpp/test_nvml_budget.cpp); a running source's gpu_status()
+    says which calls, what each costs and how often it is made, and the cheap ones keep coming
+    at every read."""
+    nvml("cost 0 nvmlDeviceGetProcessUtilization 3000\nprocess_util 0 self 40/10/0/0\n")
+    with Sampler(interval=0.001, sources={"gpu": 0.001}) as sampler:
+        start = fake_calls("nvmlDeviceGetTemperature")
+        deadline = time.monotonic() + 60
+        while fake_calls("nvmlDeviceGetTemperature") - start < 300:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        status = stroboscope.gpu_status()
+        table = Frame(sampler._core.snapshot()).to_arrow()
+    [device] = status["devices"]
+    [held] = device["held_back"]
+    assert held["call"] == "nvmlDeviceGetProcessUtilization"
+    assert held["cost_us"] >= 3000 and held["every_ms"] == pytest.approx(held["cost_us"] / 50)
+    assert "nvmlDeviceGetProcessUtilization costs" in status["text"]
+    read = table.column("gpu.read_mono_ns").drop_null().to_pylist()
+    span_ms = (read[-1] - read[0]) / 1e6
+    mine = len(values(table, "gpu.0.proc_sm_util_pct"))
+    assert len(values(table, "gpu.0.temp_c")) == len(read) >= 200
+    assert mine <= 4 + span_ms / 60 + 1, (mine, span_ms)

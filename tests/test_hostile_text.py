@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _scope_tables import Call, frame, intervals
+from stroboscope.analysis.column_stats import printable
 from stroboscope.analysis.scopes import samples_by_scope
-from stroboscope.analysis.summary import printable
 from stroboscope.export.report import build_report
-from stroboscope.export.traces import export_chrome_trace
+from stroboscope.export.traces import write_chrome_trace
 from stroboscope.formats.writers import write_csv
 
 MS = 1_000_000
@@ -141,7 +141,7 @@ def test_trace_json_parses_back_to_the_same_text(
 
     _, samples, scopes = run
     out = tmp_path / name
-    export_chrome_trace(out, samples, scopes)
+    write_chrome_trace(out, samples, scopes)
     raw = gzip.decompress(out.read_bytes()) if name.endswith(".gz") else out.read_bytes()
     trace = json.loads(raw)
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]

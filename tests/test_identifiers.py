@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from stroboscope.analysis.summary import IDENTIFIER, describe_columns, summarize
+from stroboscope.analysis.column_stats import IDENTIFIER, column_stats, column_stats_text
 from stroboscope.export._groups import plot_groups
 from stroboscope.export.report import build_report
 
@@ -47,12 +47,12 @@ def row(text: str, name: str) -> list[str]:
 
 
 def test_the_column_summary_never_averages_an_identifier() -> None:
-    tid, cpu = describe_columns(table())
+    tid, cpu = column_stats(table())
     assert (tid.kind, tid.samples, tid.rows) == (IDENTIFIER, 6, 7)
     assert (tid.mean, tid.min, tid.max) == (None, None, None)
     assert (tid.distinct, tid.mode, tid.mode_samples, tid.last) == (3, 4202.0, 3, 4101.0)
     assert cpu.kind == "rate" and cpu.mean == 50.0
-    text = summarize(table())
+    text = column_stats_text(table())
     # The identifiers table: samples, every, distinct, most frequent (its share), last.
     assert row(text, "threads.top0.tid") == ["threads.top0.tid", "6/7", "1", "ms", "3", "4202",
                                              "(3/6)", "4101"]  # fmt: skip
@@ -64,7 +64,7 @@ def test_a_csv_read_back_keeps_identifiers_by_name(tmp_path: Path) -> None:
     path = tmp_path / "run.csv"
     pacsv.write_csv(table().drop_columns(["time"]), path)
     back = pacsv.read_csv(path)  # no field metadata
-    assert describe_columns(back)[0].kind == IDENTIFIER
+    assert column_stats(back)[0].kind == IDENTIFIER
 
 
 def test_identifiers_are_not_plotted_but_tabled_in_the_page(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ spool layout from C++, the lifecycle registry, and a watchdog child that loads n
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import queue
 import struct
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import stroboscope
 from stroboscope import _core
+from stroboscope._base.lazy import face
 from stroboscope.compat.aitune import ParentReceiver
 from stroboscope.export import output_format
 from stroboscope.formats import spool_layout
@@ -49,12 +51,14 @@ def test_importing_the_package_loads_no_room() -> None:
         print(sorted(m for m in sys.modules if m.startswith("stroboscope")))
         """
     )
-    assert loaded.strip() == "['stroboscope', 'stroboscope._base', 'stroboscope._base.version']"
+    # the face's own leaves, the version and the PEP 562 helper: nothing of another room
+    base = ["stroboscope._base", "stroboscope._base.lazy", "stroboscope._base.version"]
+    assert loaded.strip() == str(["stroboscope", *base])
     names = _run(
         """
         import sys, stroboscope
-        stroboscope.SystemMonitor
-        print("stroboscope.compat.scaffold" in sys.modules, "stroboscope.cli" in sys.modules)
+        stroboscope.open_dataset
+        print("stroboscope.formats.dataset" in sys.modules, "stroboscope.cli" in sys.modules)
         """
     )
     assert names.split() == ["True", "False"]
@@ -66,7 +70,53 @@ def test_every_public_name_resolves() -> None:
     for name in stroboscope.__all__:
         assert getattr(stroboscope, name) is not None, name
     assert stroboscope.Sampler.__module__ == "stroboscope.recording.sampler"
-    assert issubclass(stroboscope.Sampler, stroboscope.sampling.Sampler)
+    assert issubclass(stroboscope.Sampler, stroboscope.sampling.CoreSampler)
+
+
+FACES = [
+    "stroboscope",
+    "stroboscope._base",
+    "stroboscope.analysis",
+    "stroboscope.cli",
+    "stroboscope.cluster",
+    "stroboscope.compat",
+    "stroboscope.compat.aitune",
+    "stroboscope.export",
+    "stroboscope.formats",
+    "stroboscope.recording",
+    "stroboscope.sampling",
+    "stroboscope.scopes",
+    "stroboscope.senders",
+]
+
+
+@pytest.mark.parametrize("name", FACES)
+def test_every_face_lists_what_it_exports(name: str) -> None:
+    """``dir()`` of a face is its ``__all__``, and each name of it resolves."""
+    module = importlib.import_module(name)
+    assert dir(module) == sorted(module.__all__)
+    for attr in module.__all__:
+        assert getattr(module, attr) is not None, f"{name}.{attr}"
+
+
+def test_the_face_holds_what_a_user_needs() -> None:
+    """One Sampler, about 15-20 names; the compat classes and the senders' types live in their
+    rooms only, and no other room's class is called Sampler."""
+    assert len(stroboscope.__all__) <= 20
+    for gone in ("SystemMonitor", "ParentReceiver", "AbstractBackendSender", "Watchdog"):
+        assert gone not in stroboscope.__all__
+        with pytest.raises(AttributeError, match=f"no attribute '{gone}'"):
+            getattr(stroboscope, gone)
+    samplers = [f for f in FACES if "Sampler" in importlib.import_module(f).__all__]
+    assert samplers == ["stroboscope", "stroboscope.recording"]
+    assert stroboscope.recording.Sampler is stroboscope.Sampler
+
+
+def test_the_lazy_helper_refuses_what_would_hide_an_import() -> None:
+    with pytest.raises(ValueError, match=r"relative to the package \(\.module\)"):
+        face("stroboscope.x", ["a"], {"a": "stroboscope.cli"})
+    with pytest.raises(ValueError, match=r"lazy names \['b'\] are not in __all__"):
+        face("stroboscope.x", ["a"], {"b": ".y"})
 
 
 def test_spool_layout_is_the_one_cpp_defines() -> None:

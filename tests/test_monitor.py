@@ -25,16 +25,13 @@ import psutil
 import pyarrow.csv as pa_csv
 import pytest
 from _monitor import GPU_AVAILABLE, MiB, Recorder, check_keys, monitor, wait_rows
-from stroboscope.compat import (
-    AbstractBackendSender,
-    StatsDict,
-    SystemMonitor,
-)
+from stroboscope.compat import SystemMonitor
+from stroboscope.senders import AbstractBackendSender, StatsDict
 
 
 def test_top_level_import() -> None:
-    from stroboscope import AbstractBackendSender as Abs
-    from stroboscope import SystemMonitor as Mon
+    from stroboscope.compat.scaffold import SystemMonitor as Mon
+    from stroboscope.senders import AbstractBackendSender as Abs
 
     assert Mon is SystemMonitor and Abs is AbstractBackendSender
 
@@ -48,7 +45,7 @@ def test_compatible_signature_and_types() -> None:
     assert getattr(AbstractBackendSender.publish, "__isabstractmethod__", False)
     with pytest.raises(TypeError):
         AbstractBackendSender()  # type: ignore[abstract]
-    from stroboscope.compat import GPUHandle, SamplerDict
+    from stroboscope.senders import GPUHandle, SamplerDict
 
     assert SamplerDict == typing.Dict[str, typing.List[float]]  # noqa: UP006 - the alias itself
     assert StatsDict == typing.Dict[str, float]  # noqa: UP006 - the alias itself
@@ -328,7 +325,7 @@ def test_crash_safe_monitor_dumps_after_sigkill(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import os, sys, time
-        from stroboscope import SystemMonitor
+        from stroboscope.compat import SystemMonitor
         mon = SystemMonitor(os.getpid(), lambda event: None, 1, crash_safe=True,
                             dump_path=sys.argv[1])
         mon.start()

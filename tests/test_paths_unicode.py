@@ -23,10 +23,10 @@ from stroboscope._base.identity import Identity
 from stroboscope.cli import main
 from stroboscope.compat.zeus import ZeusMonitor
 from stroboscope.export import write_csv, write_parquet
-from stroboscope.export.traces import export_chrome_trace
+from stroboscope.export.traces import write_chrome_trace
 from stroboscope.formats.dataset import write_part
 from stroboscope.recording.spool import recover
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.senders import CSVSender, JSONLinesSender
 
 BAD = "run\ud800.parquet"
@@ -50,7 +50,7 @@ CALLS: dict[str, tuple[str, Callable[[str], object]]] = {
     "Sampler(dataset)": ("dataset", lambda p: RecordingSampler(0.01, dataset=p)),
     "write_parquet": ("path", lambda p: write_parquet(_table(), p)),
     "write_csv": ("path", lambda p: write_csv(_table(), p)),
-    "export_chrome_trace": ("path", lambda p: export_chrome_trace(p, _table(), _table())),
+    "write_chrome_trace": ("path", lambda p: write_chrome_trace(p, _table(), _table())),
     "JSONLinesSender": ("path", lambda p: JSONLinesSender(p)),
     "CSVSender": ("path", lambda p: CSVSender(p)),
     "ZeusMonitor(log_file)": ("log_file", lambda p: ZeusMonitor(log_file=p)),

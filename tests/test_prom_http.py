@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from stroboscope.cluster._prom_http import MetricsServer, fd_reserve, scrape_url, serve, shutdown
 from stroboscope.cluster.prometheus import PrometheusExporter
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.senders.prometheus import PrometheusSender
 
 WAIT_S = 60.0

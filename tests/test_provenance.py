@@ -20,7 +20,7 @@ import pytest
 import stroboscope
 from stroboscope.formats.segments import segment_paths
 from stroboscope.formats.writers import sidecar_path, write_csv
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling._provenance import (
     PROVENANCE_KEY,
     for_table,

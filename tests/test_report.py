@@ -12,7 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _report_run import INLINE_ROWS, SENT_PER_ROW, record_run
-from stroboscope.analysis.summary import describe_columns, fmt_seconds, fmt_value, summarize
+from stroboscope.analysis.column_stats import (
+    column_stats,
+    column_stats_text,
+    fmt_seconds,
+    fmt_value,
+)
 from stroboscope.cli import main
 from stroboscope.export.report import build_report
 
@@ -108,7 +113,7 @@ def test_scope_counts_without_pandas(run: Path, monkeypatch: pytest.MonkeyPatch)
     assert train[1:3] == ["1", "1"] and train[3] == "-"  # still open: no duration
 
 
-def test_summarize_counts_from_metadata_kinds() -> None:
+def test_column_stats_text_counts_from_metadata_kinds() -> None:
     # A hand-made table: a counter 0, 10, 30 over 2 s is 30 in all, 15/s; a gauge's mean.
     kinds = {"c": b"counter", "g": b"gauge"}
     schema = pa.schema(
@@ -127,10 +132,10 @@ def test_summarize_counts_from_metadata_kinds() -> None:
         },
         schema=schema,
     )
-    c, g = describe_columns(t)
+    c, g = column_stats(t)
     assert (c.kind, c.total, c.rate, c.samples) == ("counter", 30.0, 15.0, 3)
     assert (g.kind, g.mean, g.samples, g.every_s, g.total) == ("gauge", 2.5, 2, 2.0, None)
-    text = summarize(t)
+    text = column_stats_text(t)
     assert _row(text, "c")[4:6] == ["30.00", "15.00 count/s"]
     assert _row(text, "g")[3:5] == ["2/3", "2 s"]
 

@@ -22,7 +22,7 @@ import pytest
 from _binaries import binary
 from _report_run import record_run
 from stroboscope._base.files import replace_private
-from stroboscope.analysis.summary import fmt_value
+from stroboscope.analysis.column_stats import fmt_value
 from stroboscope.cli import main
 from stroboscope.export import report as report_mod
 from stroboscope.export._plots import MissingExtraError

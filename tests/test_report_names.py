@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from stroboscope.cli import main
 from stroboscope.export import _plots, _ranks_plot
-from stroboscope.export._inputs import Series
+from stroboscope.export._inputs import Recording
 from stroboscope.export.cluster_report import build_cluster_report, write_cluster_report
 from stroboscope.formats.writers import write_parquet
 
@@ -63,7 +63,7 @@ def _assert_drawn_as_text(figs: list[Figure], names: list[str]) -> None:
             assert t.get_parse_math() is False, (name, t.get_text())
 
 
-def _series(label: str, columns: list[str], scopes: list[str]) -> Series:
+def _series(label: str, columns: list[str], scopes: list[str]) -> Recording:
     mono = np.arange(ROWS, dtype=np.int64) * 10_000_000 + 5_000
     table = pa.table(
         {
@@ -83,7 +83,7 @@ def _series(label: str, columns: list[str], scopes: list[str]) -> Series:
             "end_ns": pa.array([int(mono[12 + 10 * i]) for i in range(len(scopes))]),
         }
     )
-    return Series(label, f"{label}.parquet", table, {}, spans)
+    return Recording(label, f"{label}.parquet", table, {}, spans)
 
 
 def _decodes(png: bytes) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from stroboscope import Sampler, sampling
 # of bad inputs in test_bad_inputs.py.
 
 
-def wait_rows(s: sampling.Sampler, n: int, timeout: float = 30.0) -> int:
+def wait_rows(s: sampling.CoreSampler, n: int, timeout: float = 30.0) -> int:
     """Wait until the running sampler has written ``n`` rows (its own count, not a sleep)."""
     deadline = time.monotonic() + timeout
     while (written := s.stats().rows_written) < n:
@@ -183,12 +183,12 @@ def test_ring_file_directory_follows_the_spool_rule(tmp_path: Path) -> None:
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(ValueError, match=r"^ring_file: directory .* writable by others"):
-        sampling.Sampler(0.01, sources=["memory"], ring_file=str(shared / "ring"))
+        sampling.CoreSampler(0.01, sources=["memory"], ring_file=str(shared / "ring"))
     assert list(shared.iterdir()) == []
     shared.chmod(0o1777)
-    s = sampling.Sampler(0.01, sources=["memory"], ring_file=str(shared / "ring"))
+    s = sampling.CoreSampler(0.01, sources=["memory"], ring_file=str(shared / "ring"))
     s.close()
     assert (shared / "ring").exists()
     # An existing file is never reused.
     with pytest.raises(ValueError, match="already exists"):
-        sampling.Sampler(0.01, sources=["memory"], ring_file=str(shared / "ring"))
+        sampling.CoreSampler(0.01, sources=["memory"], ring_file=str(shared / "ring"))

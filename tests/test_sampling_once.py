@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from stroboscope import _core
 from stroboscope.formats.provenance import PROVENANCE_KEY
-from stroboscope.sampling import Sampler, _plan
+from stroboscope.sampling import CoreSampler, _plan
 from stroboscope.sampling._clock_sync import clock_sync
 from stroboscope.sampling._provenance import RunFacts, dumps, from_schema, read_cmdline
 
@@ -29,7 +29,7 @@ def test_provenance_is_gathered_once_and_frames_keep_their_own_counters(
 
     monkeypatch.setattr("stroboscope.sampling._sampler.read_cmdline", counted_cmdline)
     monkeypatch.setattr("stroboscope.sampling._provenance.clock_sync", counted_clock_sync)
-    s = Sampler(0.01, sources=["memory"], capacity=8)
+    s = CoreSampler(0.01, sources=["memory"], capacity=8)
     frames, counted = [], []
     for ticks in (3, 4, 20):
         s.tick_now(ticks)
@@ -49,7 +49,7 @@ def test_provenance_is_gathered_once_and_frames_keep_their_own_counters(
 
 
 def test_a_frames_stored_provenance_is_the_text_dumps_gives() -> None:
-    s = Sampler(0.01, sources=["memory", "cpu"], capacity=64)
+    s = CoreSampler(0.01, sources=["memory", "cpu"], capacity=64)
     s.tick_now(5)
     full, empty = s.snapshot(), s.copy_since(1 << 40)
     s.close()
@@ -71,7 +71,7 @@ def test_run_facts_encode_any_json_as_dumps_does() -> None:
         "aa": 1.0,
     }
     run = RunFacts(facts)
-    s = Sampler(0.01, sources=["memory"], capacity=16)
+    s = CoreSampler(0.01, sources=["memory"], capacity=16)
     s.tick_now(3)
     table = s.snapshot().to_arrow()
     s.close()
@@ -93,7 +93,7 @@ def test_each_source_is_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(_core, "build_source", counted)  # the module _plan calls through
     monkeypatch.setattr(_core, "source_details", refused)
-    s = Sampler(0.01, sources=["memory", "cpu", "process"])
+    s = CoreSampler(0.01, sources=["memory", "cpu", "process"])
     s.tick_now(2)
     names = [src.name for src in s.stats().sources]
     s.close()

@@ -31,7 +31,7 @@ def test_the_first_scope_of_a_running_sampler_imports_nothing() -> None:
         """
         import json, sys
         from stroboscope import annotate
-        from stroboscope.sampling import Sampler
+        from stroboscope.sampling import CoreSampler as Sampler
         s = Sampler(0.01, sources=["memory"]).start()
         before = set(sys.modules)
         with annotate("first", step=1):
@@ -76,7 +76,7 @@ def test_asyncio_imported_after_the_scopes_still_gives_tasks_their_own_stacks() 
         """
         import json, sys, threading
         from stroboscope import annotate
-        from stroboscope.sampling import Sampler
+        from stroboscope.sampling import CoreSampler as Sampler
         assert "asyncio" not in sys.modules
         s = Sampler(0.01, sources=["memory"]).start()
         with annotate("thread"):

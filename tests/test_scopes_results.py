@@ -19,7 +19,7 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _wait_row_at_or_after(s: sampling.Sampler, t_ns: int, timeout: float = 60.0) -> None:
+def _wait_row_at_or_after(s: sampling.CoreSampler, t_ns: int, timeout: float = 60.0) -> None:
     """Wait until the running sampler's newest row was taken at or after ``t_ns``
     (``time.monotonic_ns()``): its own rows, not a set time."""
     deadline = time.monotonic() + timeout

@@ -19,9 +19,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from stroboscope.compat import AbstractBackendSender
 from stroboscope.senders import (
     BUILTIN_SENDERS,
+    AbstractBackendSender,
     Fanout,
     available_senders,
     flatten_event,

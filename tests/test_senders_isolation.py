@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from stroboscope.compat import AbstractBackendSender, StatsDict, SystemMonitor
-from stroboscope.senders import Fanout
+from stroboscope.compat import SystemMonitor
+from stroboscope.senders import AbstractBackendSender, Fanout, StatsDict
 from stroboscope.senders.csv_file import CSVSender
 from stroboscope.senders.jsonl_file import JSONLinesSender
 

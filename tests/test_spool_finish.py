@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from stroboscope.analysis.summary import data_span_s, summarize
+from stroboscope.analysis.column_stats import column_stats_text, data_span_s
 from stroboscope.formats import spool_read
 from stroboscope.formats.provenance import from_schema
 from stroboscope.recording import _finish, _watchdog_child, spool
@@ -103,7 +103,10 @@ def test_the_summary_is_the_whole_tables(recorded: tuple[Path, dict[str, Any]]) 
     path, _prov = recorded
     whole = _whole(path)
     units = {f.name: (f.metadata or {}).get(b"unit", b"").decode() for f in whole.schema}
-    assert _finish.summary(path, units) == (summarize(whole, units), data_span_s(whole))
+    assert _finish.spool_column_stats(path, units) == (
+        column_stats_text(whole, units),
+        data_span_s(whole),
+    )
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])

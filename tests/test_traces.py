@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from _scope_tables import ANCHOR, Call, frame, intervals
 from stroboscope.export.perfetto import counter_records
-from stroboscope.export.traces import export_chrome_trace, export_perfetto_trace, merge_into_trace
+from stroboscope.export.traces import merge_into_trace, write_chrome_trace, write_perfetto_trace
 
 DATA = Path(__file__).parent / "data" / "traces"
 MS = 1_000_000
@@ -52,7 +52,7 @@ def load(path: Path) -> dict[str, Any]:
 def test_chrome_trace_fields_times_and_values(tmp_path: Path, name: str) -> None:
     samples, iv = small()
     path = tmp_path / name
-    export_chrome_trace(path, samples, iv, pid=4242)
+    write_chrome_trace(path, samples, iv, pid=4242)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     trace = load(path)
     base = trace["baseTimeNanoseconds"]
@@ -89,14 +89,14 @@ def test_chrome_trace_fields_times_and_values(tmp_path: Path, name: str) -> None
 
 def test_chrome_trace_columns_choice_and_errors(tmp_path: Path) -> None:
     samples, iv = small()
-    export_chrome_trace(tmp_path / "t.json", samples, iv, columns=["gpu.0.power_w"])
+    write_chrome_trace(tmp_path / "t.json", samples, iv, columns=["gpu.0.power_w"])
     names = {e["name"] for e in load(tmp_path / "t.json")["traceEvents"] if e["ph"] == "C"}
     assert names == {"gpu.0.power_w"}
     with pytest.raises(ValueError, match="columns not in samples: nope"):
-        export_chrome_trace(tmp_path / "u.json", samples, iv, columns=["nope"])
+        write_chrome_trace(tmp_path / "u.json", samples, iv, columns=["nope"])
     assert not (tmp_path / "u.json").exists()
     with pytest.raises(ValueError, match="anchor is unknown"):
-        export_chrome_trace(
+        write_chrome_trace(
             tmp_path / "u.json", samples.drop_columns(["time"]), intervals(CALLS, anchor=None)
         )
 
@@ -163,7 +163,7 @@ def test_perfetto_trace_decodes_to_the_same_content(tmp_path: Path, anchor: int)
     pytest.importorskip("perfetto")
     samples, iv = small()
     path = tmp_path / "t.pftrace"
-    export_perfetto_trace(path, samples, iv, anchor_realtime_ns=anchor, pid=77)
+    write_perfetto_trace(path, samples, iv, anchor_realtime_ns=anchor, pid=77)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     packets = list(decode(path).packet)
     clock = packets[0].clock_snapshot

@@ -1,7 +1,7 @@
 """The window reducer (monitor, senders, ``record --publish``) publishes an identifier column (a
 thread id: unit ``id``, or a name ending in ``.tid`` where the table has no metadata) as its last
 valid value whatever aggregate is asked: a mean or max of thread ids names no thread. The rule is
-the column summary's (``analysis.summary.column_kind``), not a second one."""
+the column summary's (``analysis.column_stats.column_kind``), not a second one."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from stroboscope.export import write_csv, write_parquet
 from stroboscope.export.report import build_report, write_html
-from stroboscope.export.traces import export_chrome_trace
+from stroboscope.export.traces import write_chrome_trace
 
 MONO0 = 5_000_000_000
 
@@ -57,7 +57,7 @@ def _html(path: Path) -> None:
 WRITERS: dict[str, Callable[[Path], None]] = {
     "write_parquet": lambda p: write_parquet(_table(), p),
     "write_csv": lambda p: write_csv(_table(), p),
-    "export_chrome_trace": lambda p: export_chrome_trace(p, _table(), _intervals()),
+    "write_chrome_trace": lambda p: write_chrome_trace(p, _table(), _intervals()),
     "write_html": _html,
 }
 

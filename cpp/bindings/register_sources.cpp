@@ -51,6 +51,13 @@ py::dict gpu_status_dict() {
     py::dict unavailable;
     for (const NvmlUnavailable& u : dev.unavailable) unavailable[py::str(u.metric)] = u.reason;
     dd["unavailable"] = unavailable;
+    py::list held_back;
+    for (const NvmlHeldBack& h : dev.held_back) {
+      held_back.append(py::dict(py::arg("call") = h.call,
+                                py::arg("cost_us") = static_cast<double>(h.cost_ns) / 1e3,
+                                py::arg("every_ms") = static_cast<double>(h.every_ns) / 1e6));
+    }
+    dd["held_back"] = held_back;
     devices.append(dd);
   }
   d["devices"] = devices;

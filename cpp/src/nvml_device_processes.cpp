@@ -48,12 +48,16 @@ void read_processes(DeviceRead& r) noexcept {
        &d.compute_buf, 0, false},
       {kQGraphicsProcs, r.f.device_get_graphics_running_processes,
        r.f.graphics_processes_version, &d.graphics_buf, 0, false}};
+  // Both lists or neither: one whose call budget holds it back this read holds back the other.
+  for (const List& l : lists) {
+    if (d.usable(l.q) && !d.query_budget[l.q].due(r.now_ns)) return;
+  }
   bool any_usable = false, all_ok = true;
   for (List& l : lists) {
     if (!r.asks(l.q)) continue;
     any_usable = true;
     l.count = r.max_processes;
-    l.ok = r.check(l.q, l.fn(r.h, &l.count, l.buf->data()));
+    l.ok = r.call(l.q, l.fn, r.h, &l.count, l.buf->data());
     all_ok = all_ok && l.ok;
   }
   // Both lists (where asked) must have come back, or a process in the missing one is missed.
@@ -105,8 +109,8 @@ void read_process_util(DeviceRead& r) noexcept {
   DeviceState& d = r.d;
   if (!r.asks(kQProcUtil)) return;
   unsigned count = static_cast<unsigned>(d.util_buf.size());
-  const int rc =
-      r.f.device_get_process_utilization(r.h, d.util_buf.data(), &count, d.proc_util_last_seen_us);
+  const int rc = r.timed(kQProcUtil, r.f.device_get_process_utilization, r.h, d.util_buf.data(),
+                         &count, d.proc_util_last_seen_us);
   if (rc == nvml::kSuccess) {
     count = std::min<unsigned>(count, static_cast<unsigned>(d.util_buf.size()));
     unsigned long long newest = d.proc_util_last_seen_us;

@@ -19,37 +19,72 @@ using namespace nvml_detail;  // the tables and helpers this file reads with
 
 namespace {
 
-// The field batch: one call for every field still asked.
+// One field of a batch's answer into the read, or its code where the device cannot give it.
+void take_field(DeviceRead& r, Field w, const nvml::FieldValue& v, std::int64_t at_ns) noexcept {
+  DeviceState& d = r.d;
+  const int rc = v.nvml_return;
+  if (rc == nvml::kSuccess) {
+    if (value_to_u64(v.value_type, v.value, &r.field[w])) {
+      r.have_field[w] = true;
+      r.field_us[w] = v.timestamp_us > 0 ? v.timestamp_us : 0;
+      r.field_at_ns[w] = at_ns;
+    } else {
+      d.field_code[w].store(kCodeBadValueType, std::memory_order_relaxed);
+    }
+  } else if (classify(rc) == ErrorClass::kUnsupported) {
+    d.field_code[w].store(rc, std::memory_order_relaxed);
+  } else {
+    r.check(kQFieldValues, rc);  // passing: count it; fatal: the device failed
+  }
+}
+
+// The fields: one batched call for the cheap ones, each dear one in a call of its own when its
+// budget lets it run (CallBudget, kFreeCostNs). All start in the batch; once the batch itself
+// is found dear, each field is timed alone over kCostRuns reads to find which ones are.
 void read_field_batch(DeviceRead& r) noexcept {
   DeviceState& d = r.d;
   if (!d.usable(kQFieldValues)) return;
+  CallBudget& batch = d.query_budget[kQFieldValues];
+  if (!d.fields_split && batch.cost() > kFreeCostNs) {
+    d.fields_split = true;
+    batch.reset();  // its dear fields leave it: what it cost no longer says what it will
+  }
+  // Alone: a field still being timed (split, fewer than kCostRuns runs) or found dear.
+  auto alone = [&d](Field w) noexcept {
+    const CallBudget& b = d.field_budget[w];
+    return d.fields_split && (b.runs_made() < kCostRuns || b.cost() > kFreeCostNs);
+  };
   nvml::FieldValue fv[kFieldCount];
   Field which[kFieldCount];
   int n = 0;
   for (const FieldSpec& s : kFields) {
-    if (!d.field_usable(s.field)) continue;
+    if (!d.field_usable(s.field) || alone(s.field)) continue;
     fv[n] = nvml::FieldValue{};
     fv[n].field_id = s.id;
     fv[n].scope_id = s.scope;
     which[n++] = s.field;
   }
-  if (n == 0 || !r.check(kQFieldValues, r.f.device_get_field_values(r.h, n, fv))) return;
-  r.fields_at_ns = mono_ns();  // this GPU's own read time (the poll reads GPUs one by one)
-  for (int i = 0; i < n && !d.failed(); ++i) {
-    const Field w = which[i];
-    const int rc = fv[i].nvml_return;
-    if (rc == nvml::kSuccess) {
-      if (value_to_u64(fv[i].value_type, fv[i].value, &r.field[w])) {
-        r.have_field[w] = true;
-        r.field_us[w] = fv[i].timestamp_us > 0 ? fv[i].timestamp_us : 0;
-      } else {
-        d.field_code[w].store(kCodeBadValueType, std::memory_order_relaxed);
-      }
-    } else if (classify(rc) == ErrorClass::kUnsupported) {
-      d.field_code[w].store(rc, std::memory_order_relaxed);
-    } else {
-      r.check(kQFieldValues, rc);  // passing: count it; fatal: the device failed
-    }
+  if (n > 0 && batch.due(r.now_ns)) {
+    for (int i = 0; i < n; ++i) r.field_tried[which[i]] = true;
+    const int rc = r.timed(kQFieldValues, r.f.device_get_field_values, r.h, n, &fv[0]);
+    if (!r.check(kQFieldValues, rc)) return;
+    const std::int64_t at = mono_ns();  // this GPU's own read time (the poll reads GPUs in turn)
+    for (int i = 0; i < n && !d.failed(); ++i) take_field(r, which[i], fv[i], at);
+  }
+  for (const FieldSpec& s : kFields) {
+    if (d.failed() || !d.field_usable(s.field) || !alone(s.field)) continue;
+    CallBudget& b = d.field_budget[s.field];
+    if (!b.due(r.now_ns)) continue;
+    nvml::FieldValue one{};
+    one.field_id = s.id;
+    one.scope_id = s.scope;
+    r.field_tried[s.field] = true;
+    const std::int64_t begin = mono_ns();
+    const int rc = r.f.device_get_field_values(r.h, 1, &one);
+    const std::int64_t end = mono_ns();
+    b.ran(r.now_ns, end - begin);
+    if (!r.check(kQFieldValues, rc)) return;
+    take_field(r, s.field, one, end);
   }
 }
 
@@ -59,10 +94,10 @@ void read_memory(DeviceRead& r) noexcept {
   if (d.failed()) return;
   bool ok = false;
   std::uint64_t total = 0, free = 0, used = 0;
-  if (d.usable(kQMemoryV2)) {
+  if (r.asks(kQMemoryV2)) {
     nvml::MemoryV2 m{};
     m.version = nvml::kMemoryV2Version;
-    if (r.check(kQMemoryV2, r.f.device_get_memory_info_v2(r.h, &m))) {
+    if (r.call(kQMemoryV2, r.f.device_get_memory_info_v2, r.h, &m)) {
       ok = true;
       total = m.total, free = m.free, used = m.used;
     }
@@ -70,7 +105,7 @@ void read_memory(DeviceRead& r) noexcept {
   // Only once _v2 is disabled (maybe by the call just made), not after a passing error.
   if (!ok && !d.usable(kQMemoryV2) && r.asks(kQMemory)) {
     nvml::Memory m{};
-    if (r.check(kQMemory, r.f.device_get_memory_info(r.h, &m))) {
+    if (r.call(kQMemory, r.f.device_get_memory_info, r.h, &m)) {
       ok = true;
       total = m.total, free = m.free, used = m.used;
     }
@@ -87,7 +122,7 @@ void read_memory(DeviceRead& r) noexcept {
 void read_utilisation(DeviceRead& r) noexcept {
   if (!r.asks(kQUtil)) return;
   nvml::Utilization u{};
-  if (r.check(kQUtil, r.f.device_get_utilization_rates(r.h, &u))) {
+  if (r.call(kQUtil, r.f.device_get_utilization_rates, r.h, &u)) {
     r.set_f(kUtil, u.gpu);
     r.set_f(kMemUtil, u.memory);
   }
@@ -96,7 +131,7 @@ void read_utilisation(DeviceRead& r) noexcept {
 void read_temperature(DeviceRead& r) noexcept {
   if (!r.asks(kQTemp)) return;
   unsigned t = 0;
-  if (r.check(kQTemp, r.f.device_get_temperature(r.h, nvml::kTemperatureGpu, &t))) {
+  if (r.call(kQTemp, r.f.device_get_temperature, r.h, nvml::kTemperatureGpu, &t)) {
     r.set_f(kTemp, t);
   }
 }
@@ -106,15 +141,15 @@ void read_power(DeviceRead& r) noexcept {
   DeviceState& d = r.d;
   bool have_power = r.have_field[kFPowerInstant];
   std::uint64_t power_mw = r.field[kFPowerInstant];
-  if (!have_power && r.asks(kQPowerUsage)) {
+  if (!have_power && r.instead_of(kFPowerInstant) && r.asks(kQPowerUsage)) {
     unsigned p = 0;
-    if ((have_power = r.check(kQPowerUsage, r.f.device_get_power_usage(r.h, &p)))) power_mw = p;
+    if ((have_power = r.call(kQPowerUsage, r.f.device_get_power_usage, r.h, &p))) power_mw = p;
   }
   bool have_limit = r.have_field[kFPowerLimit];
   std::uint64_t limit_mw = r.field[kFPowerLimit];
-  if (!have_limit && r.asks(kQPowerLimit)) {
+  if (!have_limit && r.instead_of(kFPowerLimit) && r.asks(kQPowerLimit)) {
     unsigned p = 0;
-    if ((have_limit = r.check(kQPowerLimit, r.f.device_get_enforced_power_limit(r.h, &p)))) {
+    if ((have_limit = r.call(kQPowerLimit, r.f.device_get_enforced_power_limit, r.h, &p))) {
       limit_mw = p;
     }
   }
@@ -125,10 +160,10 @@ void read_power(DeviceRead& r) noexcept {
   }
   bool have_energy = r.have_field[kFEnergy];
   std::uint64_t energy_mj = r.field[kFEnergy];
-  std::int64_t energy_at = r.fields_at_ns;
-  if (!have_energy && r.asks(kQEnergy)) {
+  std::int64_t energy_at = r.field_at_ns[kFEnergy];
+  if (!have_energy && r.instead_of(kFEnergy) && r.asks(kQEnergy)) {
     unsigned long long e = 0;
-    if ((have_energy = r.check(kQEnergy, r.f.device_get_total_energy_consumption(r.h, &e)))) {
+    if ((have_energy = r.call(kQEnergy, r.f.device_get_total_energy_consumption, r.h, &e))) {
       energy_mj = e;
       energy_at = mono_ns();
     }
@@ -150,20 +185,20 @@ void read_clocks(DeviceRead& r) noexcept {
   for (const auto& c : kClocks) {
     if (!r.asks(c.q)) continue;
     unsigned mhz = 0;
-    if (r.check(c.q, r.f.device_get_clock_info(r.h, c.type, &mhz))) r.set_i(c.m, mhz);
+    if (r.call(c.q, r.f.device_get_clock_info, r.h, c.type, &mhz)) r.set_i(c.m, mhz);
   }
 }
 
 void read_fan(DeviceRead& r) noexcept {
   if (!r.asks(kQFan)) return;
   unsigned pct = 0;
-  if (r.check(kQFan, r.f.device_get_fan_speed(r.h, &pct))) r.set_f(kFan, pct);
+  if (r.call(kQFan, r.f.device_get_fan_speed, r.h, &pct)) r.set_f(kFan, pct);
 }
 
 void read_clock_reasons(DeviceRead& r) noexcept {
   if (!r.asks(kQClockReasons)) return;
   unsigned long long bits = 0;
-  if (r.check(kQClockReasons, r.f.device_get_clocks_event_reasons(r.h, &bits))) {
+  if (r.call(kQClockReasons, r.f.device_get_clocks_event_reasons, r.h, &bits)) {
     r.set_i(kClockReasons, bits);
   }
 }
@@ -204,9 +239,9 @@ void read_ecc(DeviceRead& r) noexcept {
   for (const auto& e : kEcc) {
     if (r.have_field[e.fi]) {
       r.set_i(e.m, r.field[e.fi]);
-    } else if (r.asks(e.q)) {
+    } else if (r.instead_of(e.fi) && r.asks(e.q)) {
       unsigned long long n = 0;
-      if (r.check(e.q, r.f.device_get_total_ecc_errors(r.h, e.type, nvml::kVolatileEcc, &n))) {
+      if (r.call(e.q, r.f.device_get_total_ecc_errors, r.h, e.type, nvml::kVolatileEcc, &n)) {
         r.set_i(e.m, n);
       }
     }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "nvml_process_tree.hpp"
+#include "stroboscope/clock.hpp"
 #include "nvml_source_state.hpp"
 
 namespace stroboscope::nvml_detail {
@@ -28,7 +29,8 @@ struct DeviceRead {
   std::uint64_t field[kFieldCount] = {};
   bool have_field[kFieldCount] = {};
   std::int64_t field_us[kFieldCount] = {};  // the driver's timestamp of each (0: none given)
-  std::int64_t fields_at_ns = 0;  // CLOCK_MONOTONIC time the field batch came back (0: no batch)
+  std::int64_t field_at_ns[kFieldCount] = {};  // CLOCK_MONOTONIC time each came back
+  bool field_tried[kFieldCount] = {};  // asked this read (a field its budget held back is not)
 
   // Returns true on success; otherwise disables the query, counts a passing error, or marks the
   // device failed, by the error's class.
@@ -50,8 +52,29 @@ struct DeviceRead {
     }
     return false;
   }
-  // Whether to make query `q` now: the device has not failed and the query is still asked.
-  [[nodiscard]] bool asks(Query q) const noexcept { return !d.failed() && d.usable(q); }
+  // Whether to make query `q` now: the device has not failed, the query is still asked, and its
+  // call budget lets it run (CallBudget).
+  [[nodiscard]] bool asks(Query q) const noexcept {
+    return !d.failed() && d.usable(q) && d.query_budget[q].due(now_ns);
+  }
+  // Whether to ask the older query in place of field `w`: the device cannot give the field, or it
+  // was asked this read and did not come back (not when its call budget held it back).
+  [[nodiscard]] bool instead_of(Field w) const noexcept {
+    return !d.field_usable(w) || field_tried[w];
+  }
+  // Makes the NVML call `fn(args...)` of query `q`, timed for its call budget; returns its code.
+  template <typename Fn, typename... Args>
+  int timed(Query q, Fn fn, Args... args) noexcept {
+    const std::int64_t begin = mono_ns();
+    const int rc = fn(args...);
+    d.query_budget[q].ran(now_ns, mono_ns() - begin);
+    return rc;
+  }
+  // timed() then check(): whether the call succeeded.
+  template <typename Fn, typename... Args>
+  bool call(Query q, Fn fn, Args... args) noexcept {
+    return check(q, timed(q, fn, args...));
+  }
   void set_f(Metric m, double v) noexcept {
     if (d.col[m] != kNoColumn) row.set_f64(d.col[m], v);
   }

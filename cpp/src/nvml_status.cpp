@@ -232,6 +232,16 @@ std::vector<NvmlDeviceStatus> NvmlSource::device_status() const {
       }
       if (all_disabled) s.unavailable.push_back(NvmlUnavailable{kMetrics[m].suffix, reason});
     }
+    // The calls the budget holds back (a cost above kFreeCostNs).
+    auto held = [&s](std::string call, const CallBudget& b) {
+      if (b.cost() <= kFreeCostNs) return;
+      s.held_back.push_back(NvmlHeldBack{std::move(call), b.cost(), b.cost() * kCallShare});
+    };
+    for (std::size_t q = 0; q < kQueryCount; ++q) held(kQueries[q].name, d.query_budget[q]);
+    for (std::size_t f = 0; f < kFieldCount; ++f) {
+      held(std::string(kQueries[kQFieldValues].name) + "(" + kFields[f].name + ")",
+           d.field_budget[f]);
+    }
     for (std::size_t j = 0; j < d.mig.size(); ++j) {
       const int c = d.mig[j]->code.load(std::memory_order_relaxed);
       if (c == 0) continue;
@@ -266,6 +276,11 @@ std::string format_nvml_status(const NvmlStatus& s) {
     }
     out += "\n";
     if (!d.error.empty()) out += "  failed: " + d.error + "\n";
+    for (const NvmlHeldBack& h : d.held_back) {
+      out += "  " + h.call + " costs " + std::to_string(h.cost_ns / 1000) + " us: made every " +
+             std::to_string(h.every_ns / 1'000'000) + " ms at most (1/" +
+             std::to_string(nvml_detail::kCallShare) + " of the poll thread)\n";
+    }
     for (const NvmlUnavailable& u : d.unavailable) {
       out += "  " + u.metric + " unavailable: " + u.reason + "\n";
     }

@@ -45,6 +45,10 @@
  *                                    reading it), a function name (e.g. nvmlDeviceGetFanSpeed;
  *                                    version suffixes share the plain name), "field:<id>" (that
  *                                    entry of nvmlDeviceGetFieldValues) or "samples:<kind>".
+ *   cost <dev> <target> <us>         each call of <target> (a function name, version suffix
+ *                                    left off, or "field:<id>": per entry of a field-values
+ *                                    call) spends <us> of CPU time, like a driver call that
+ *                                    busy-waits (on an H200 the energy field took ~2.7 ms)
  *   lost <dev> after <n>             <dev> serves each key n times; the first call that would
  *                                    serve a key an (n+1)-th time returns GPU_IS_LOST, and so
  *                                    does every call to <dev> after it (a GPU lost mid-run).
@@ -253,6 +257,8 @@ static struct {
   int nprocs_dev[MAX_DEVICES];
   int nrules;
   struct rule rules[MAX_RULES];
+  int ncosts;
+  struct rule costs[MAX_RULES]; /* "cost" directives: code holds the microseconds */
 } g;
 
 static int parse_ull(const char *s, unsigned long long *out);
@@ -384,6 +390,22 @@ static const char *parse_line(char *line) {
     }
     if (g.nrules == MAX_RULES) return "too many fail rules";
     g.rules[g.nrules++] = r;
+    return NULL;
+  }
+  if (strcmp(cmd, "cost") == 0) {
+    char *us = strtok_r(NULL, " \t\r\n", &save);
+    struct rule r = {d, R_FN, -1, 0, 0};
+    if (a2 == NULL || us == NULL || !parse_ull(us, &n) || n > 1000000) {
+      return "expected: cost <dev> <function|field:id> <us>";
+    }
+    r.code = (int)n;
+    if (strncmp(a2, "field:", 6) == 0 && parse_ull(a2 + 6, &n) && n < MAX_FIELD_ID) {
+      r.kind = R_FIELD, r.id = (int)n;
+    } else if ((r.id = find_name(a2, fn_names, F_COUNT)) < 0) {
+      return "unknown cost target (a function name without its version suffix, or field:<id>)";
+    }
+    if (g.ncosts == MAX_RULES) return "too many cost rules";
+    g.costs[g.ncosts++] = r;
     return NULL;
   }
   if (strcmp(cmd, "lost") == 0) {
@@ -597,10 +619,26 @@ static int rule_code(int dev, int kind, int id, unsigned long long count) {
   return 0;
 }
 
+/* "cost": the CPU time a call (or one field of a field-values call) spends, spinning on
+   CLOCK_THREAD_CPUTIME_ID as a driver that busy-waits would (preemption does not shorten it). */
+static void spend(int dev, int kind, int id) {
+  for (int i = 0; i < g.ncosts; ++i) {
+    const struct rule *r = &g.costs[i];
+    if (r->dev != dev || r->kind != kind || r->id != id) continue;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    const long long until = (long long)t0.tv_sec * 1000000000LL + t0.tv_nsec + r->code * 1000LL;
+    do {
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while ((long long)t.tv_sec * 1000000000LL + t.tv_nsec < until);
+  }
+}
+
 /* Every device function starts here: counts the call, then applies "lost" and function rules. */
 static int begin(struct fake_device *d, int fn) {
   if (g.init_count == 0) return UNINITIALIZED;
   if (d == NULL) return INVALID_ARGUMENT;
+  spend(d->index, R_FN, fn);
   unsigned long long c = ++d->calls[fn];
   if (d->lost) return GPU_IS_LOST;
   return rule_code(d->index, R_FN, fn, c - 1);
@@ -1042,6 +1080,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, fake_field_v
     v->timestamp = d->field_time_start != 0 ? (long long)stamp : 0;
     v->latencyUsec = d->field_time_start != 0 ? 7 : 0;
     v->nvmlReturn = NOT_SUPPORTED;
+    spend(d->index, R_FIELD, (int)v->fieldId);
     for (size_t f = 0; f < sizeof fields / sizeof fields[0]; ++f) {
       if (fields[f].id != v->fieldId) continue;
       /* NVLink throughput: the aggregate scope only (a per-link scope is not scripted). */

@@ -146,6 +146,14 @@ struct NvmlMigInstance {
   std::string uuid;    // "MIG-..."
 };
 
+// A call the gpu source makes less often than its poll because of what it costs (the call
+// budget: no call takes more than 1/20 of the polling thread's time).
+struct NvmlHeldBack {
+  std::string call;  // "nvmlDeviceGetProcessUtilization", "nvmlDeviceGetFieldValues(NVML_FI_...)"
+  std::int64_t cost_ns = 0;   // the least of its last runs
+  std::int64_t every_ns = 0;  // made at most this often
+};
+
 struct NvmlDeviceStatus {
   unsigned index = 0;  // NVML index
   std::string name;
@@ -154,6 +162,7 @@ struct NvmlDeviceStatus {
   std::vector<NvmlMigInstance> mig_instances;
   std::string error;   // why this device gives only null cells (lost, query failed); empty if fine
   std::vector<NvmlUnavailable> unavailable;  // metrics that stay null on this device, and why
+  std::vector<NvmlHeldBack> held_back;  // of a running source: calls made less often than 1 kHz
 };
 
 struct NvmlStatus {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from stroboscope.analysis.summary import printable
+from stroboscope.analysis.column_stats import printable
 
 if TYPE_CHECKING:
     import pandas
@@ -51,7 +51,7 @@ def format_summary(df: pandas.DataFrame) -> str:
     """``summary()``'s DataFrame as an aligned text table: one line per scope and labels, the
     durations, then each metric figure with its reading count in brackets (``[n]``). Figures
     the frame did not have are left out; control characters in a name or label are escaped
-    (:func:`~stroboscope.analysis.summary.printable`), so each row stays one line."""
+    (:func:`~stroboscope.analysis.column_stats.printable`), so each row stays one line."""
     header = [printable(n) for n in df.index.names]
     shown = [f for f in _FIGURES if all(c in df.columns for c in f[1])]
     header += [f[0] for f in shown]

@@ -20,8 +20,6 @@ rests on few observations (the counter's readings where it serves, else the powe
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Union
@@ -29,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 import pyarrow as pa
 
-from stroboscope._base.files import open_regular_file
 from stroboscope.analysis._series import (
     F64,
     I64,
@@ -42,6 +39,7 @@ from stroboscope.analysis._series import (
     total_series,
 )
 from stroboscope.analysis.energy import energy_gpus, gpu_windows
+from stroboscope.formats.chrome_trace import base_time_ns, complete_events, read_trace
 
 if TYPE_CHECKING:
     import pandas
@@ -55,32 +53,10 @@ def _load_events(
 ) -> tuple[int, list[str], list[str], I64, I64]:
     """The trace's base time, and for each complete event of ``categories``: its category,
     name, and realtime start and end in ns."""
-    p = os.fspath(path)
-    with open_regular_file(p, "trace") as f:  # a FIFO: refused, not awaited
-        data = f.read()
-    trace = json.loads(gzip.decompress(data) if p.endswith(".gz") else data)
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise ValueError(f"{p} is not a Chrome trace object with a 'traceEvents' list")
-    base = trace.get("baseTimeNanoseconds")
-    if not isinstance(base, int):
-        raise ValueError(
-            f"{p} has no integer 'baseTimeNanoseconds' (written by torch >= 2.4): its "
-            "timestamps cannot be placed on the realtime clock"
-        )
-    wanted = set(categories)
-    cats: list[str] = []
-    names: list[str] = []
-    ts: list[float] = []
-    dur: list[float] = []
-    for e in trace["traceEvents"]:
-        if e.get("ph") == "X" and e.get("cat") in wanted and "ts" in e:
-            cats.append(e["cat"])
-            names.append(str(e.get("name", "")))
-            ts.append(float(e["ts"]))
-            dur.append(float(e.get("dur", 0.0)))
-    begin = base + np.round(np.asarray(ts, dtype=np.float64) * 1000.0).astype(np.int64)
-    end = begin + np.round(np.asarray(dur, dtype=np.float64) * 1000.0).astype(np.int64)
-    return base, cats, names, begin, end
+    trace = read_trace(path)
+    base = base_time_ns(trace, path)
+    cats, names, begin, end = complete_events(trace, base, categories)
+    return base, cats, names, begin.to_numpy(), end.to_numpy()
 
 
 def _readings_used(s: Series, begin: I64, end: I64, group: I64, groups: int) -> I64:

@@ -14,7 +14,7 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.summary import IDENTIFIER, column_kind
+from stroboscope.analysis.column_stats import IDENTIFIER, column_kind
 
 Aggregate = Literal["last", "mean", "max"]
 AGGREGATES: tuple[str, ...] = ("last", "mean", "max")
@@ -58,7 +58,7 @@ class WindowAggregator:
         never had.
 
     Identifier columns (a thread id: unit ``id``, the rule of
-    :func:`~stroboscope.analysis.summary.column_kind`) always yield their last value as well,
+    :func:`~stroboscope.analysis.column_stats.column_kind`) always yield their last value as well,
     found from the tables' schemas: a mean or max of ids names nothing.
     """
 

@@ -16,8 +16,13 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from stroboscope.analysis.summary import printable
+from stroboscope._base.lazy import face
+from stroboscope.analysis.column_stats import printable
 from stroboscope.cli import info, record, recover, report
+
+__all__ = ["build_parser", "main"]
+
+__getattr__, __dir__ = face(__name__, __all__)
 
 
 def _version() -> str:

@@ -1,7 +1,7 @@
 """``record --dataset ROOT [--job NAME]``: what the record command adds for a dataset.
 
-The sampler (:class:`stroboscope.cluster.Sampler`: host-wide sources on local rank 0 only) writes
-this process's rows as parts of its partition under ROOT
+The sampler (:func:`stroboscope.cluster.rank_sampler`: host-wide sources on local rank 0 only)
+writes this process's rows as parts of its partition under ROOT
 (:mod:`stroboscope.recording._dataset_writer`), identified from the environment (torchrun, Slurm,
 Open MPI, Kubernetes; ``--job`` wins for the job id). With ``-o FILE`` as well, FILE is written as
 without ``--dataset``; without it, the spool (needed for the summary and crash safety of the
@@ -84,15 +84,13 @@ def per_rank_output(args: argparse.Namespace) -> None:
 
 
 def rank_sampler(args: argparse.Namespace, who: Identity, **kwargs: Any) -> Sampler:
-    """The sampler of one rank writing to ``--dataset``: :class:`stroboscope.cluster.Sampler`,
+    """The sampler of one rank writing to ``--dataset``: :func:`stroboscope.cluster.rank_sampler`,
     so local rank 0 records the host-wide sources and every GPU and the other local ranks their
     process only (``--sources`` gives the candidates), with ``kwargs`` (pid, capacity, spool,
     segment_seconds) passed on."""
-    from stroboscope.cluster import Sampler as RankSampler
+    from stroboscope.cluster import rank_sampler as make
 
-    return RankSampler(
-        args.interval, identity=who, sources=args.sources, dataset=args.dataset, **kwargs
-    )
+    return make(args.interval, identity=who, sources=args.sources, dataset=args.dataset, **kwargs)
 
 
 def private_spool(args: argparse.Namespace) -> tuple[str, str | None]:

@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from stroboscope.cli._args import checked, seconds
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.senders._base import missing_extra
 
 

@@ -17,7 +17,8 @@ from typing import TextIO
 
 import pyarrow as pa
 
-from stroboscope.sampling import Sampler, SamplerStats
+from stroboscope.sampling import CoreSampler as Sampler
+from stroboscope.sampling import SamplerStats
 
 _ERASE_LINE = "\r\x1b[K"
 

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from stroboscope._base.files import open_regular_file, regular_source, why_unreachable
-from stroboscope.analysis.summary import printable
+from stroboscope.analysis.column_stats import printable
 from stroboscope.cli import _args
 from stroboscope.formats.provenance import loads, unreadable, well_typed
 from stroboscope.sampling import available_sources, gpu_status

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from stroboscope._base.checks import check_path
 from stroboscope._base.identity import Identity
-from stroboscope.analysis.summary import fmt_seconds
+from stroboscope.analysis.column_stats import fmt_seconds
 from stroboscope.cli import _args, _dataset, _exporters
 from stroboscope.cli._command import Command
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments, check_sender_specs
@@ -308,7 +308,7 @@ def _record(
     if watchdog is not None:
         watchdog.stop()
     units = {c.name: c.unit for c in sampler.columns}
-    summary, span_s = _finish.summary(
+    summary, span_s = _finish.spool_column_stats(
         spool, units
     )  # a few columns at a time, before the spool goes
     parts = sampler.dataset_status

@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 
 from stroboscope.cluster._cells import Stats, column_stats
 from stroboscope.cluster._otel_names import Metric, Point
-from stroboscope.sampling import Frame, Sampler
+from stroboscope.sampling import CoreSampler as Sampler
+from stroboscope.sampling import Frame
 
 Summary = Stats
 

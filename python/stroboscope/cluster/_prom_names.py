@@ -72,7 +72,7 @@ _SKIP_UNITS = {"id": "an identifier (such as a thread id) is not a measure"}
 
 
 @dataclass(frozen=True)
-class Series:
+class PromSeries:
     """One column served as one Prometheus series.
 
     ``name`` is the family of the window's mean (gauges), latest total (counters, without the
@@ -162,7 +162,7 @@ def why_not_served(column: ColumnInfo) -> str | None:
     return None
 
 
-def series_for(column: ColumnInfo, prefix: str = "stroboscope_") -> Series | None:
+def series_for(column: ColumnInfo, prefix: str = "stroboscope_") -> PromSeries | None:
     """The series of one column, or None when it is not served (see :func:`why_not_served`)."""
     if why_not_served(column) is not None:
         return None
@@ -184,7 +184,7 @@ def series_for(column: ColumnInfo, prefix: str = "stroboscope_") -> Series | Non
         "gauge": "Mean over the scrape window",
     }[kind]
     help_text = f"{column.help} ({what}; column {generic}{factor}.)"
-    return Series(
+    return PromSeries(
         column=column.name,
         name=_join(stem, unit.suffix),
         max_name=_join(stem, "max", unit.suffix) if kind == "gauge" else "",
@@ -199,13 +199,13 @@ def series_for(column: ColumnInfo, prefix: str = "stroboscope_") -> Series | Non
 
 def plan_series(
     columns: Iterable[ColumnInfo], prefix: str = "stroboscope_"
-) -> tuple[list[Series], dict[str, str]]:
-    """Series for every column that maps, and ``{column: why not}`` for those that do not.
+) -> tuple[list[PromSeries], dict[str, str]]:
+    """PromSeries for every column that maps, and ``{column: why not}`` for those that do not.
 
     Two columns that would give the same family and labels (or a family name another family's
     ``max`` takes) keep the first; the second is listed with the reason.
     """
-    served: list[Series] = []
+    served: list[PromSeries] = []
     skipped: dict[str, str] = {}
     owner: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
     families: dict[str, tuple[str, frozenset[str]]] = {}  # name → (role, label names)
@@ -230,7 +230,9 @@ def plan_series(
     return served, skipped
 
 
-def _series_with_mount(column: ColumnInfo, prefix: str, helps: Mapping[str, str]) -> Series | None:
+def _series_with_mount(
+    column: ColumnInfo, prefix: str, helps: Mapping[str, str]
+) -> PromSeries | None:
     """:func:`series_for`, with a disk usage column's path as a ``mountpoint`` label (as
     node_exporter's filesystem series) and not in the family's name."""
     disk = usage_prefix(column.name)
@@ -245,7 +247,7 @@ def _series_with_mount(column: ColumnInfo, prefix: str, helps: Mapping[str, str]
 
 
 def _clash(
-    series: Series,
+    series: PromSeries,
     owner: Mapping[tuple[str, tuple[tuple[str, str], ...]], str],
     families: Mapping[str, tuple[str, frozenset[str]]],
 ) -> str | None:
@@ -259,7 +261,7 @@ def _clash(
     return None
 
 
-def family_names(series: Sequence[Series]) -> list[str]:
+def family_names(series: Sequence[PromSeries]) -> list[str]:
     """Every family name the series give, in order, each once (``_total`` added to counters)."""
     out: dict[str, None] = {}
     for s in series:

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from stroboscope.cluster._cells import column_stats, valid_cells
-from stroboscope.cluster._prom_names import Series
+from stroboscope.cluster._prom_names import PromSeries
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Summary:
     count: int
 
 
-def summarise_column(column: pa.ChunkedArray | pa.Array, series: Series) -> Summary | None:
+def summarise_column(column: pa.ChunkedArray | pa.Array, series: PromSeries) -> Summary | None:
     """Summary of the valid cells of ``column``; None when it has none."""
     if series.kind == "bitmask":
         cells = valid_cells(column)
@@ -39,7 +39,7 @@ def summarise_column(column: pa.ChunkedArray | pa.Array, series: Series) -> Summ
     return Summary(series.scaled(stats.mean), series.scaled(stats.maximum), stats.count)
 
 
-def summarise(table: pa.Table, series: Sequence[Series]) -> dict[str, Summary]:
+def summarise(table: pa.Table, series: Sequence[PromSeries]) -> dict[str, Summary]:
     """``{column: Summary}`` for every series whose column has a value in ``table``."""
     out: dict[str, Summary] = {}
     names = set(table.column_names)

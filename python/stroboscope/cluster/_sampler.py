@@ -1,4 +1,5 @@
-"""The per-rank sampler: a recording :class:`stroboscope.Sampler` whose sources follow its role."""
+"""A rank's sampler: :func:`rank_sampler` makes the one :class:`stroboscope.Sampler` with the
+sources and GPUs of this process's role on its node."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.cluster._roles import (
     PROCESS_SOURCES,
     default_sources,
-    is_node_leader,
     owned_gpus,
     rank_sources,
 )
-from stroboscope.recording.sampler import Sampler as _RecordingSampler
+from stroboscope.recording.sampler import Sampler
 
 _OPTION_KEYS = ("pid", "proc_root", "sys_root", "cgroup_root", "disk_paths")
 
@@ -59,12 +59,21 @@ def _plan(
     return names, gpu_kw
 
 
-class Sampler(_RecordingSampler):
+def rank_sampler(
+    interval: float = 0.001,
+    *,
+    identity: Identity | None = None,
+    sources: Iterable[str] | Mapping[str, float | None] | None = None,
+    gpus: Any = "auto",
+    dataset: str | os.PathLike[str] | None = None,
+    **kwargs: Any,
+) -> Sampler:
     """A :class:`stroboscope.Sampler` for one rank of a distributed job.
 
     Local rank 0 (or a process whose local rank is unknown) records the host-wide sources and
     every GPU as well as its own process; every other local rank records its process only, so a
-    host-wide column is written once per node (:func:`stroboscope.cluster.rank_sources`).
+    host-wide column is written once per node (:func:`stroboscope.cluster.rank_sources`;
+    :func:`stroboscope.cluster.is_node_leader` says which role ``sampler.identity`` has).
 
     Parameters
     ----------
@@ -72,7 +81,7 @@ class Sampler(_RecordingSampler):
         Base sampling interval in seconds (as :class:`stroboscope.Sampler`).
     identity : Identity, optional
         Who this process is (default :func:`stroboscope.cluster.identity`, from the
-        environment). Kept as :attr:`identity` and in every frame's provenance.
+        environment). Kept as the sampler's ``identity`` and in every frame's provenance.
     sources : list of str or dict of str to float, optional
         Candidates, filtered by the role (default: the sampler's default sources here).
     gpus : "auto", "owned", None, "cuda" or sequence of int or str
@@ -81,45 +90,20 @@ class Sampler(_RecordingSampler):
         (:func:`stroboscope.cluster.owned_gpus`), on any rank. Anything else is passed to
         :class:`stroboscope.Sampler` as ``gpus=`` and adds the ``gpu`` source on any rank.
     dataset : path, optional
-        Root of a partitioned dataset this rank writes its segments to (passed on).
+        Root of a partitioned dataset this rank writes its segments to (passed on; with it, a
+        single-process run is given a job of its own, ``run-STAMP``, in ``identity``).
     **kwargs
         Every other keyword of :class:`stroboscope.Sampler` (``pid``, ``spool``, ...).
+
+    Returns
+    -------
+    stroboscope.Sampler
+        Not started, as the class makes it.
     """
-
-    def __init__(
-        self,
-        interval: float = 0.001,
-        *,
-        identity: Identity | None = None,
-        sources: Iterable[str] | Mapping[str, float | None] | None = None,
-        gpus: Any = "auto",
-        dataset: str | os.PathLike[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        if identity is not None and not isinstance(identity, Identity):
-            raise TypeError(
-                f"identity must be a stroboscope.cluster.Identity or None, got {identity!r}"
-            )
-        ident = identity if identity is not None else detect_identity()
-        chosen, gpu_kw = _plan(ident, sources, gpus, kwargs)
-        self._cluster_identity = ident
-        self._leader = is_node_leader(ident)
-        super().__init__(
-            interval, sources=chosen, dataset=dataset, identity=ident, **gpu_kw, **kwargs
+    if identity is not None and not isinstance(identity, Identity):
+        raise TypeError(
+            f"identity must be a stroboscope.cluster.Identity or None, got {identity!r}"
         )
-        # With a dataset, the recording Sampler may have given a single-process run a job of
-        # its own (run-STAMP): that is the identity its parts, provenance and exporters carry.
-        recorded = super().identity
-        if recorded is not None:
-            self._cluster_identity = recorded
-
-    @property
-    def identity(self) -> Identity:
-        """Who this process is: the identity given, else the one detected at construction
-        (with the job id a single-process dataset run was given, see ``dataset=``)."""
-        return self._cluster_identity
-
-    @property
-    def node_leader(self) -> bool:
-        """True when this process records the host-wide sources of its node."""
-        return self._leader
+    ident = identity if identity is not None else detect_identity()
+    chosen, gpu_kw = _plan(ident, sources, gpus, kwargs)
+    return Sampler(interval, sources=chosen, dataset=dataset, identity=ident, **gpu_kw, **kwargs)

@@ -25,7 +25,7 @@ from stroboscope._base.checks import check_seconds, describe
 from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.cluster._otel_names import Gpu, Metric, plan_metrics
 from stroboscope.cluster._otel_window import Window
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 
 try:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation

@@ -38,12 +38,12 @@ from stroboscope.cluster._prom_http import (
     serve,
     shutdown,
 )
-from stroboscope.cluster._prom_names import ColumnInfo, Series, plan_series
+from stroboscope.cluster._prom_names import ColumnInfo, PromSeries, plan_series
 from stroboscope.cluster._prom_window import Summary, summarise
 
 if TYPE_CHECKING:
     from stroboscope._base.identity import Identity
-    from stroboscope.sampling import Sampler
+    from stroboscope.sampling import CoreSampler as Sampler
 
 logger = logging.getLogger("stroboscope.cluster")
 
@@ -69,7 +69,7 @@ def _check_sampler(sampler: object) -> Any:
     if missing:
         raise TypeError(
             "sampler must be a stroboscope Sampler (stroboscope.Sampler, "
-            f"stroboscope.sampling.Sampler), got {type(sampler).__name__} "
+            f"stroboscope.sampling.CoreSampler), got {type(sampler).__name__} "
             f"(it lacks {', '.join(missing)})"
         )
     return sampler
@@ -93,7 +93,7 @@ LabelSet = tuple[tuple[str, ...], tuple[str, ...]]  # label names, values
 
 
 def label_sets(
-    series: Iterable[Series], identity: Identity, provenance: Mapping[str, Any]
+    series: Iterable[PromSeries], identity: Identity, provenance: Mapping[str, Any]
 ) -> tuple[LabelSet, dict[str, LabelSet]]:
     """The identity's labels, and per column the labels of its series: the identity's, those
     its name gives (``cpu``, ``top``, ``mig``) and, for a GPU, dcgm-exporter's ``gpu`` (NVML
@@ -140,8 +140,9 @@ class PrometheusExporter:
         Address to bind (default ``"127.0.0.1"``: only this machine can scrape; pass
         ``"0.0.0.0"`` for a Prometheus server elsewhere).
     identity : stroboscope.cluster.Identity, optional
-        Who this process is (default: the sampler's own ``identity`` for a
-        :class:`stroboscope.cluster.Sampler`, else :func:`stroboscope.cluster.identity`); its
+        Who this process is (default: the sampler's own ``identity``, which
+        :func:`stroboscope.cluster.rank_sampler` always sets, else
+        :func:`stroboscope.cluster.identity`); its
         labels (``job``, ``hostname``, ``rank``, ``local_rank``, ``pod``, ``namespace``,
         ``container``, those known) go on every series.
     prefix : str
@@ -184,7 +185,7 @@ class PrometheusExporter:
         if identity is None:
             from stroboscope._base.identity import Identity, detect_identity
 
-            # A stroboscope.cluster.Sampler knows whose rows it records: the same labels.
+            # A sampler of cluster.rank_sampler knows whose rows it records: the same labels.
             known = getattr(sampler, "identity", None)
             identity = known if isinstance(known, Identity) else detect_identity()
         if not callable(getattr(identity, "labels", None)):
@@ -256,7 +257,7 @@ class PrometheusExporter:
 
         families: dict[str, Any] = {}
 
-        def family(name: str, s: Series, names: tuple[str, ...], counter: bool) -> Any:
+        def family(name: str, s: PromSeries, names: tuple[str, ...], counter: bool) -> Any:
             fam = families.get(name)
             if fam is None:
                 cls = CounterMetricFamily if counter else GaugeMetricFamily
@@ -328,7 +329,7 @@ class PrometheusExporter:
         return scrape_url(self.addr, self.port)
 
     @property
-    def series(self) -> list[Series]:
+    def series(self) -> list[PromSeries]:
         """The column → metric mapping served (one entry per column)."""
         return list(self._series)
 

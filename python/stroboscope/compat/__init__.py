@@ -12,19 +12,12 @@ They translate names and behaviours onto the rooms of the package and hold no ma
 
 from __future__ import annotations
 
+from stroboscope._base.lazy import face
 from stroboscope.compat._keys import CompatKeys
 from stroboscope.compat.aitune import ParentReceiver
 from stroboscope.compat.scaffold import SystemMonitor
 from stroboscope.compat.zeus import ZeusMonitor
-from stroboscope.senders._base import AbstractBackendSender, GPUHandle, SamplerDict, StatsDict
 
-__all__ = [
-    "AbstractBackendSender",
-    "CompatKeys",
-    "GPUHandle",
-    "ParentReceiver",
-    "SamplerDict",
-    "StatsDict",
-    "SystemMonitor",
-    "ZeusMonitor",
-]
+__all__ = ["CompatKeys", "ParentReceiver", "SystemMonitor", "ZeusMonitor"]
+
+__getattr__, __dir__ = face(__name__, __all__)

@@ -2,7 +2,7 @@
 
 ``begin_window(key)`` / ``end_window(key)`` return a :class:`Measurement` with ``time`` (s) and
 ``gpu_energy`` ({index: J}) as Zeus's does, from the GPU energy counter a Sampler samples
-continuously (:meth:`stroboscope.sampling.Sampler.end_energy_window`): no helper process, no
+continuously (:meth:`stroboscope.sampling.CoreSampler.end_energy_window`): no helper process, no
 NVML call at the window's edges, interpolation between counter readings for windows shorter than
 the counter's update period, and each figure's uncertainty and method beside it.
 
@@ -38,7 +38,7 @@ from stroboscope._base.checks import (
     check_timeout,
     describe,
 )
-from stroboscope.sampling import Sampler
+from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling._checks import check_capacity, check_interval
 from stroboscope.sampling._energy import EnergyWindow, SyncFn, check_sync
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from stroboscope.analysis.summary import IDENTIFIER, TIME_COLUMNS, column_kind, column_unit
+from stroboscope.analysis.column_stats import IDENTIFIER, TIME_COLUMNS, column_kind, column_unit
 
 _NOT_PLOTTED = re.compile(r"\.read_mono_ns$|\.clock_event_reasons$")
 """Columns that are not levels: a reading's time, a bitmask."""

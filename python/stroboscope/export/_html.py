@@ -6,29 +6,29 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.summary import (
+from stroboscope.analysis.column_stats import (
     COUNTER_HEADER,
     IDENTIFIER_HEADER,
     LEVEL_HEADER,
     SAMPLES_NOTE,
+    ColumnStats,
     counter_rows,
     data_span_s,
     identifier_rows,
     level_rows,
 )
 from stroboscope.export import _meta
-from stroboscope.export._inputs import Series
+from stroboscope.export._inputs import Recording
 from stroboscope.export._plots import Plot
 from stroboscope.export._scope_text import scope_text
 
-if TYPE_CHECKING:
-    from stroboscope.export.report import Report
+Describe = Callable[[Recording], list[ColumnStats]]
+"""The column figures of one series (the report's, computed once for the text and the page)."""
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1240px;color:#222}
@@ -66,14 +66,14 @@ def _iso(ns: int) -> str:
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _series_html(report: Report, s: Series) -> str:
+def _series_html(describe: Describe, s: Recording) -> str:
     mm = pc.min_max(s.table.column("time").cast(pa.int64()))
     parts = [
         f"<h2>{_esc(s.label)}</h2>",
         f"<p>{_esc(s.source)}: {s.table.num_rows} rows from {_iso(int(mm['min'].as_py()))} to "
         f"{_iso(int(mm['max'].as_py()))}, {data_span_s(s.table):.3f} s of data</p>",
     ]
-    summaries = report.describe(s)
+    summaries = describe(s)
     levels, counters = level_rows(summaries), counter_rows(summaries)
     if levels:
         parts += ["<h3>Levels and rates</h3>", table_html(LEVEL_HEADER, levels, left=3)]
@@ -114,11 +114,11 @@ def _figure_html(plot: Plot) -> str:
     )
 
 
-def render_html(report: Report, plots: list[Plot]) -> str:
-    """The whole page for ``report`` with ``plots``."""
+def render_html(series: list[Recording], describe: Describe, plots: list[Plot]) -> str:
+    """The whole page: ``plots``, then each of ``series`` with its column figures."""
     from stroboscope._base.version import __version__
 
-    title = "stroboscope report: " + ", ".join(s.label for s in report.series)
+    title = "stroboscope report: " + ", ".join(s.label for s in series)
     body = [
         f"<h1>{_esc(title)}</h1>",
         f'<p class="note">Made by stroboscope {_esc(__version__)}. Plots: min and max of every '
@@ -126,7 +126,7 @@ def render_html(report: Report, plots: list[Plot]) -> str:
         f"the first row of all inputs; shaded spans are scopes.</p>",
         "<h2>Plots</h2>",
         *(_figure_html(p) for p in plots),
-        *(_series_html(report, s) for s in report.series),
+        *(_series_html(describe, s) for s in series),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -5,7 +5,7 @@ spool (``Sampler(spool=...)``: read with its segments through
 :func:`stroboscope.formats.spool_read.recover_table`), a folder of segments
 (``*.seg-NNNNNN.parquet``, with or without their spool), or a hive-partitioned directory of
 recordings (``key=value/.../part-*.parquet``, e.g. ``job=…/host=…/rank=…``: one series per
-combination of partition values). Each gives one or more :class:`Series`; a scope-intervals
+combination of partition values). Each gives one or more :class:`Recording`; a scope-intervals
 table beside a recording (``<stem>.scopes.parquet``) or given by the caller is attached to it.
 """
 
@@ -30,7 +30,7 @@ SCOPE_COLUMNS = ("name", "begin_ns", "end_ns")
 
 
 @dataclass(frozen=True)
-class Series:
+class Recording:
     """The rows of one recording (one host/rank of a dataset), with what came with them.
 
     Attributes
@@ -59,7 +59,7 @@ class Series:
         t = self.table.column("time").cast(pa.int64())
         return int(t[0].as_py()) - int(self.table.column("mono_ns")[0].as_py())
 
-    def with_table(self, table: pa.Table) -> Series:
+    def with_table(self, table: pa.Table) -> Recording:
         """The same series holding other rows (a selection of these)."""
         return replace(self, table=table)
 
@@ -280,7 +280,7 @@ def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, byte
     return out
 
 
-def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) -> list[Series]:
+def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) -> list[Recording]:
     """The series of one input (see the module's docstring); ValueError naming what is wrong."""
     p = Path(path)
     if not p.exists():
@@ -295,7 +295,7 @@ def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) 
         if segments:
             found = [(base, _read_segments(p, base, segs)) for base, segs in segments.items()]
             return [
-                Series(
+                Recording(
                     base,
                     str(p / base),
                     check_recording(t, f"{p / base}"),
@@ -304,20 +304,20 @@ def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) 
                 for base, t in found
             ]
         return [
-            Series(label, str(p), check_recording(t, f"{p} ({label})"), _decode(md))
+            Recording(label, str(p), check_recording(t, f"{p} ({label})"), _decode(md))
             for label, t, md in _read_dataset(p)
         ]
     table = check_recording(_read_file(p, patterns), str(p))
     beside = scopes_beside(p)
     scopes = read_scopes(beside) if beside is not None else None
-    return [Series(p.stem, str(p), table, _decode(table.schema.metadata), scopes)]
+    return [Recording(p.stem, str(p), table, _decode(table.schema.metadata), scopes)]
 
 
 def read_inputs(
     paths: list[str],
     scopes: str | os.PathLike[str] | None = None,
     patterns: list[str] | None = None,
-) -> list[Series]:
+) -> list[Recording]:
     """Every series of every input, in order; ``scopes`` (a scope-intervals Parquet file) is
     attached to each, replacing one found beside it. ``patterns`` (column names or patterns)
     lets a Parquet file be read for those columns only."""

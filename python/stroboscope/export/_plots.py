@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.summary import fmt_value
+from stroboscope.analysis.column_stats import fmt_value
 from stroboscope.export._downsample import break_gaps, downsample
 from stroboscope.export._groups import Group, plot_groups
-from stroboscope.export._inputs import Series
+from stroboscope.export._inputs import Recording
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -129,14 +129,14 @@ def _unit_formatter(unit: str) -> Any:
     return FuncFormatter(lambda v, _pos: fmt_value(float(v), base))
 
 
-def _schema(series: list[Series]) -> pa.Schema:
+def _schema(series: list[Recording]) -> pa.Schema:
     try:
         return pa.unify_schemas([s.table.schema for s in series])
     except (pa.ArrowException, ValueError):
         return series[0].table.schema
 
 
-def time_origin(series: list[Series]) -> tuple[int, int]:
+def time_origin(series: list[Recording]) -> tuple[int, int]:
     """Realtime ns of the first and last row of all ``series``."""
     mins, maxs = [], []
     for s in series:
@@ -146,7 +146,7 @@ def time_origin(series: list[Series]) -> tuple[int, int]:
     return min(mins), max(maxs)
 
 
-def _draw_scopes(axes: list[Axes], series: list[Series], t0: int) -> None:
+def _draw_scopes(axes: list[Axes], series: list[Recording], t0: int) -> None:
     import matplotlib as mpl
 
     cmap = mpl.colormaps["tab10"]
@@ -207,7 +207,7 @@ def _isolated(y: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.asarray(ok & ~before & ~after)
 
 
-def _draw_group(group: Group, series: list[Series], t0: int, t1: int) -> Plot:
+def _draw_group(group: Group, series: list[Recording], t0: int, t1: int) -> Plot:
     fig, axes = _figure(len(group.panels))
     many = len(series) > 1
     for ax, (label, columns) in zip(axes, group.panels):
@@ -260,14 +260,14 @@ def _draw_group(group: Group, series: list[Series], t0: int, t1: int) -> Plot:
     return _png(fig, group.key, group.title)
 
 
-def row_spacing_ns(series: Series) -> np.ndarray[Any, Any]:
+def row_spacing_ns(series: Recording) -> np.ndarray[Any, Any]:
     """Time between consecutive rows of a series (ns)."""
     mono = series.table.column("mono_ns").to_numpy(zero_copy_only=False).astype(np.int64)
     return np.diff(mono)
 
 
 def _draw_timing(
-    series: list[Series], lateness: dict[str, tuple[list[float], list[int]]]
+    series: list[Recording], lateness: dict[str, tuple[list[float], list[int]]]
 ) -> Plot | None:
     panels = [s for s in series if s.table.num_rows > 1]
     if not panels and not lateness:
@@ -297,7 +297,7 @@ def _draw_timing(
 
 
 def render_plots(
-    series: list[Series], lateness: dict[str, tuple[list[float], list[int]]] | None = None
+    series: list[Recording], lateness: dict[str, tuple[list[float], list[int]]] | None = None
 ) -> list[Plot]:
     """Every plot of the report for ``series``: one per group of columns, then the timing
     (row spacing from the data; the sampler's lateness histogram when ``lateness`` has one,

@@ -32,7 +32,7 @@ GPU_RE = re.compile(r"^gpu\.(\d+)\.(util_pct|power_w|mem_used_bytes)$")
 
 
 @dataclass(frozen=True)
-class Metric:
+class FigureSpec:
     """One figure: ``key`` (JSON), ``title``, ``unit``, the ``column`` (``{g}`` for a GPU's
     label), how a column is reduced over rows (``over``: mean or max) and over GPUs
     (``combine``: mean or sum), and whether a rank may take its node's (``node``)."""
@@ -52,12 +52,14 @@ class Metric:
 
 
 METRICS = (
-    Metric("gpu_util_pct", "GPU util % (mean)", "%", "gpu.{g}.util_pct", "mean", "mean"),
-    Metric("gpu_power_w", "GPU power W (mean)", "W", "gpu.{g}.power_w", "mean", "sum"),
-    Metric("gpu_mem_peak_bytes", "GPU mem (peak)", "bytes", "gpu.{g}.mem_used_bytes", "max", "sum"),
-    Metric("proc_cpu_pct", "proc CPU % (mean)", "%", "proc.cpu_pct", "mean"),
-    Metric("proc_rss_peak_bytes", "proc RSS (peak)", "bytes", "proc.rss_bytes", "max"),
-    Metric("host_cpu_pct", "host CPU % (mean)", "%", "cpu.util_pct", "mean", node=True),
+    FigureSpec("gpu_util_pct", "GPU util % (mean)", "%", "gpu.{g}.util_pct", "mean", "mean"),
+    FigureSpec("gpu_power_w", "GPU power W (mean)", "W", "gpu.{g}.power_w", "mean", "sum"),
+    FigureSpec(
+        "gpu_mem_peak_bytes", "GPU mem (peak)", "bytes", "gpu.{g}.mem_used_bytes", "max", "sum"
+    ),
+    FigureSpec("proc_cpu_pct", "proc CPU % (mean)", "%", "proc.cpu_pct", "mean"),
+    FigureSpec("proc_rss_peak_bytes", "proc RSS (peak)", "bytes", "proc.rss_bytes", "max"),
+    FigureSpec("host_cpu_pct", "host CPU % (mean)", "%", "cpu.util_pct", "mean", node=True),
 )
 
 

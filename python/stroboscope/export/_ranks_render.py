@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from stroboscope.analysis.summary import fmt_seconds, fmt_value, printable, text_table
+from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, printable, text_table
 from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
 from stroboscope.export._ranks_figures import METRICS
+from stroboscope.export._ranks_plot import render_timeline
 from stroboscope.formats.provenance import iso_utc
 
 if TYPE_CHECKING:
@@ -229,8 +230,6 @@ def render_html(report: ClusterReport) -> str:
     title = f"stroboscope cluster report: {report.root}"
     parts = _sections(report, table, lambda t: f"<h2>{_esc(t)}</h2>", para)
     try:
-        from stroboscope.export._ranks_plot import render_timeline
-
         plot = render_timeline(report)
         figure = [] if plot is None else ["<h2>Steps on one clock</h2>", _figure_html(plot)]
     except ImportError as exc:

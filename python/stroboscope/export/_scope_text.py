@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.summary import fmt_seconds, text_table
+from stroboscope.analysis.column_stats import fmt_seconds, text_table
 
 SCOPE_HEADER = ("scope", "calls", "open", "total", "mean", "min", "max")
 

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.summary import TIME_COLUMNS
-from stroboscope.export._inputs import Series
+from stroboscope.analysis.column_stats import TIME_COLUMNS
+from stroboscope.export._inputs import Recording
 
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)?\s*$")
 _SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -26,7 +26,7 @@ def split_patterns(patterns: list[str]) -> list[str]:
     return list(dict.fromkeys(p.strip() for text in patterns for p in text.split(",") if p.strip()))
 
 
-def select_columns(series: list[Series], patterns: list[str] | None) -> list[Series]:
+def select_columns(series: list[Recording], patterns: list[str] | None) -> list[Recording]:
     """Keep ``time``, ``mono_ns`` and the columns matching any of ``patterns`` (names or
     shell-style patterns such as ``gpu.0.*``; comma-separated lists are split)."""
     if not patterns:
@@ -53,7 +53,7 @@ def select_columns(series: list[Series], patterns: list[str] | None) -> list[Ser
     return out
 
 
-def _span_ns(series: list[Series]) -> tuple[int, int]:
+def _span_ns(series: list[Recording]) -> tuple[int, int]:
     firsts, lasts = [], []
     for s in series:
         mm = pc.min_max(s.table.column("time").cast(pa.int64()))
@@ -103,7 +103,7 @@ def parse_time(option: str, text: str, start_ns: int) -> int:
     return ns
 
 
-def select_time(series: list[Series], start: str | None, end: str | None) -> list[Series]:
+def select_time(series: list[Recording], start: str | None, end: str | None) -> list[Recording]:
     """Keep the rows from ``start`` to ``end`` (inclusive; see :func:`parse_time`), measured
     from the first row of all inputs; a ValueError when the range is empty or outside the run."""
     if start is None and end is None:
@@ -155,7 +155,7 @@ def scope_mask(mono: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.nda
     return inside
 
 
-def select_scope(series: list[Series], name: str | None) -> list[Series]:
+def select_scope(series: list[Recording], name: str | None) -> list[Recording]:
     """Keep the rows taken while the scope ``name`` (its name or its path) was open."""
     if name is None:
         return series

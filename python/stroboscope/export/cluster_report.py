@@ -33,6 +33,7 @@ from stroboscope.export._ranks_figures import (
     lag_uncertainty,
     wanted,
 )
+from stroboscope.export._ranks_render import render_html, render_markdown, render_text
 from stroboscope.export._ranks_steps import (
     Alignment,
     StepStats,
@@ -157,21 +158,15 @@ class ClusterReport:
 
     def text(self) -> str:
         """The terminal report."""
-        from stroboscope.export._ranks_render import render_text
-
         return render_text(self)
 
     def markdown(self) -> str:
         """The report as Markdown (pipe tables)."""
-        from stroboscope.export._ranks_render import render_markdown
-
         return render_markdown(self)
 
     def html(self) -> str:
         """The report as one self-contained HTML page (with the step timeline plot when
         matplotlib is installed)."""
-        from stroboscope.export._ranks_render import render_html
-
         return render_html(self)
 
 

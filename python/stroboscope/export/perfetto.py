@@ -44,7 +44,7 @@ def _protos() -> Any:
         from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "export_perfetto_trace needs the 'perfetto' package: pip install 'stroboscope[trace]'"
+            "write_perfetto_trace needs the 'perfetto' package: pip install 'stroboscope[trace]'"
         ) from exc
     return perfetto_trace_pb2, StreamingTraceProtoBuilder
 
@@ -181,7 +181,7 @@ def _slices(pb: Any, builder: Any, data: TraceData, tracks: dict[int, int]) -> N
         builder.write_packet(p)
 
 
-def export_perfetto_trace(
+def write_perfetto_trace(
     path: PathLike,
     samples: pa.Table,
     intervals: pa.Table,
@@ -195,7 +195,7 @@ def export_perfetto_trace(
     https://ui.perfetto.dev or with ``perfetto.trace_processor``), created 0600 and replaced
     whole. Needs the ``perfetto`` package (``pip install 'stroboscope[trace]'``).
 
-    The arguments are those of :func:`stroboscope.export.traces.export_chrome_trace`. Scope
+    The arguments are those of :func:`stroboscope.export.traces.write_chrome_trace`. Scope
     calls are slices on a track per thread (and per further stack of a thread), labels as debug
     annotations; each metric column is a counter track under the process. Timestamps are
     CLOCK_REALTIME ns (``mono_ns`` + anchor).

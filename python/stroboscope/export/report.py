@@ -20,14 +20,15 @@ from pathlib import Path
 
 from stroboscope._base.checks import check_path
 from stroboscope._base.files import check_replaceable, file_kind, replace_private, why_unreachable
-from stroboscope.analysis.summary import (
-    ColumnSummary,
-    describe_columns,
+from stroboscope.analysis.column_stats import (
+    ColumnStats,
+    column_stats,
+    column_stats_text,
     printable,
-    summarize,
 )
 from stroboscope.export import _meta
-from stroboscope.export._inputs import Series, read_inputs
+from stroboscope.export._html import render_html
+from stroboscope.export._inputs import Recording, read_inputs
 from stroboscope.export._plots import Plot, render_plots, require_matplotlib
 from stroboscope.export._scope_text import scope_counts, scope_text
 from stroboscope.export._select import (
@@ -54,19 +55,19 @@ class Report:
 
     Attributes
     ----------
-    series : list of Series
+    series : list of Recording
         One per recording (or host/rank of a dataset), after the selections.
     """
 
-    series: list[Series]
+    series: list[Recording]
     _plots: list[Plot] | None = field(default=None, repr=False)
-    _described: dict[int, list[ColumnSummary]] = field(default_factory=dict, repr=False)
+    _described: dict[int, list[ColumnStats]] = field(default_factory=dict, repr=False)
 
-    def describe(self, s: Series) -> list[ColumnSummary]:
+    def describe(self, s: Recording) -> list[ColumnStats]:
         """The column figures of one series (computed once, shared by the text and the page)."""
         key = id(s.table)
         if key not in self._described:
-            self._described[key] = describe_columns(s.table)
+            self._described[key] = column_stats(s.table)
         return self._described[key]
 
     def lateness(self) -> dict[str, tuple[list[float], list[int]]]:
@@ -84,9 +85,9 @@ class Report:
             self._plots = render_plots(self.series, self.lateness())
         return self._plots
 
-    def sections(self, s: Series) -> list[tuple[str, str]]:
+    def sections(self, s: Recording) -> list[tuple[str, str]]:
         """The text sections of one series: summary, sampler, not available, scopes."""
-        out = [("summary", summarize(s.table, summaries=self.describe(s)))]
+        out = [("summary", column_stats_text(s.table, stats=self.describe(s)))]
         figures = _meta.sampler_figures(s.metadata)
         if figures:
             out.append(("sampler", "\n".join(printable(f"{k}: {v}") for k, v in figures)))
@@ -110,9 +111,7 @@ class Report:
 
     def html(self) -> str:
         """The whole page (plots embedded)."""
-        from stroboscope.export._html import render_html
-
-        return render_html(self, self.plots())
+        return render_html(self.series, self.describe, self.plots())
 
 
 def build_report(

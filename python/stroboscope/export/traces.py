@@ -14,7 +14,7 @@ read (``gpu.read_mono_ns``), the rest at their row's ``mono_ns``.
 
 Limitation: Chrome JSON has one track per ``tid``, so the calls of several asyncio tasks of one
 thread share it and may overlap without nesting there; the Perfetto protobuf trace
-(:func:`export_perfetto_trace`) gives each further stack of a thread its own track.
+(:func:`write_perfetto_trace`) gives each further stack of a thread its own track.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from typing import Any, Union
 import pyarrow as pa
 
 from stroboscope._base.checks import check_path
-from stroboscope._base.files import open_regular_file, replace_private
+from stroboscope._base.files import replace_private
 from stroboscope.export._trace_data import TraceData, collect
-from stroboscope.export.perfetto import export_perfetto_trace
+from stroboscope.export.perfetto import write_perfetto_trace
+from stroboscope.formats.chrome_trace import base_time_ns, read_trace
 
-__all__ = ["export_chrome_trace", "export_perfetto_trace", "merge_into_trace"]
+__all__ = ["merge_into_trace", "write_chrome_trace", "write_perfetto_trace"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -100,7 +101,7 @@ def _write(path: PathLike, head: dict[str, Any], events: Iterator[str]) -> None:
             f.close()
 
 
-def export_chrome_trace(
+def write_chrome_trace(
     path: PathLike,
     samples: pa.Table,
     intervals: pa.Table,
@@ -145,16 +146,6 @@ def export_chrome_trace(
     _write(path, head, _events(data, base, process_name))
 
 
-def _load(path: PathLike) -> dict[str, Any]:
-    p = os.fspath(path)
-    with open_regular_file(p, "trace") as f:  # a FIFO: refused, not awaited
-        data = f.read()
-    trace = json.loads(gzip.decompress(data) if p.endswith(".gz") else data)
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise ValueError(f"{p} is not a Chrome trace object with a 'traceEvents' list")
-    return trace
-
-
 def merge_into_trace(
     torch_trace_in: PathLike,
     out: PathLike,
@@ -179,13 +170,8 @@ def merge_into_trace(
         When the trace has no ``baseTimeNanoseconds`` (torch < 2.4: its times cannot be placed
         on the realtime clock).
     """
-    trace = _load(torch_trace_in)
-    base = trace.get("baseTimeNanoseconds")
-    if not isinstance(base, int):
-        raise ValueError(
-            f"{os.fspath(torch_trace_in)} has no integer 'baseTimeNanoseconds' (written by "
-            "torch >= 2.4): its timestamps cannot be placed on the realtime clock"
-        )
+    trace = read_trace(torch_trace_in)
+    base = base_time_ns(trace, torch_trace_in)
     if pid is None:
         pids = [e["pid"] for e in trace["traceEvents"] if isinstance(e.get("pid"), int)]
         pid = max(pids, default=0) + 1

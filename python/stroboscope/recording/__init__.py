@@ -6,34 +6,40 @@ Names are loaded on first use (PEP 562).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-_NAMES = {
-    "Sampler": "stroboscope.recording.sampler",
-    "recover": "stroboscope.recording.spool",
-    "read_spool": "stroboscope.formats.spool_read",
-    "remove_spool": "stroboscope.formats.spool_read",
-    "segment_paths": "stroboscope.formats.segments",
-    "SpoolError": "stroboscope.recording.spool",
-    "SegmentWriter": "stroboscope.recording.segments",
-    "DumpJob": "stroboscope.recording.watchdog",
-    "Watchdog": "stroboscope.recording.watchdog",
-    "Receiver": "stroboscope.recording.receiver",
-    "read_journal": "stroboscope.recording.journal",
-}
+from stroboscope._base.lazy import face
 
-__all__ = sorted(_NAMES)
+__all__ = [
+    "DumpJob",
+    "Receiver",
+    "Sampler",
+    "SegmentWriter",
+    "SpoolError",
+    "Watchdog",
+    "read_journal",
+    "recover",
+]
 
+__getattr__, __dir__ = face(
+    __name__,
+    __all__,
+    {
+        "Sampler": ".sampler",
+        "recover": ".spool",
+        "SpoolError": ".spool",
+        "SegmentWriter": ".segments",
+        "DumpJob": ".watchdog",
+        "Watchdog": ".watchdog",
+        "Receiver": ".receiver",
+        "read_journal": ".journal",
+    },
+)
 
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stroboscope.recording' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_NAMES))
+if TYPE_CHECKING:
+    from stroboscope.recording.journal import read_journal
+    from stroboscope.recording.receiver import Receiver
+    from stroboscope.recording.sampler import Sampler
+    from stroboscope.recording.segments import SegmentWriter
+    from stroboscope.recording.spool import SpoolError, recover
+    from stroboscope.recording.watchdog import DumpJob, Watchdog

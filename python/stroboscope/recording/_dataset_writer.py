@@ -47,7 +47,7 @@ from stroboscope.sampling._provenance import attach, for_table, iso_utc
 
 if TYPE_CHECKING:
     from stroboscope import _core
-    from stroboscope.sampling import Sampler
+    from stroboscope.sampling import CoreSampler as Sampler
 
 _LOG = logging.getLogger("stroboscope.recording")
 

@@ -4,8 +4,8 @@ summarised, one segment (or a few columns) in memory at a time, never the whole 
 :func:`write_output` streams the spool's parts (:func:`.spool.recover_parts`) into the output
 file with the sampler's provenance, completed from the rows as
 :func:`stroboscope.sampling._provenance.for_table` completes it for a whole table.
-:func:`summary` reads the metric columns a few at a time (each read alone from every segment)
-for :func:`stroboscope.analysis.summary.summarize`.
+:func:`spool_column_stats` reads the metric columns a few at a time (each read alone from every
+segment) for :func:`stroboscope.analysis.column_stats.column_stats_text`.
 """
 
 from __future__ import annotations
@@ -72,11 +72,13 @@ def write_output(
     return got.rows, len(schema)
 
 
-def summary(spool: str | os.PathLike[str], units: Mapping[str, str]) -> tuple[str, float]:
-    """The text of :func:`stroboscope.analysis.summary.summarize` for every row of ``spool``,
-    read :data:`SUMMARY_COLUMNS` metric columns at a time, and the seconds from its first to
-    its last row."""
-    from stroboscope.analysis.summary import data_span_s, describe_columns, summarize
+def spool_column_stats(
+    spool: str | os.PathLike[str], units: Mapping[str, str]
+) -> tuple[str, float]:
+    """The text of :func:`stroboscope.analysis.column_stats.column_stats_text` for every row of
+    ``spool``, read :data:`SUMMARY_COLUMNS` metric columns at a time, and the seconds from its
+    first to its last row."""
+    from stroboscope.analysis.column_stats import column_stats, column_stats_text, data_span_s
 
     clock = recover_parts(spool, columns=[])
     base = pa.Table.from_batches(
@@ -89,6 +91,6 @@ def summary(spool: str | os.PathLike[str], units: Mapping[str, str]) -> tuple[st
         table = pa.Table.from_batches(
             [b for part in got.parts for b in part.to_batches()], schema=got.schema
         )
-        figures += describe_columns(table, units)
+        figures += column_stats(table, units)
         del table
-    return summarize(base, units, summaries=figures), data_span_s(base)
+    return column_stats_text(base, units, stats=figures), data_span_s(base)

@@ -1,6 +1,6 @@
 """Crash safety composed on a sampler: a spool, rolling Parquet segments and a watchdog.
 
-:class:`Sampler` is :class:`stroboscope.sampling.Sampler` plus the keywords that make a
+:class:`Sampler` is :class:`stroboscope.sampling.CoreSampler` plus the keywords that make a
 recording survive the death of the process: ``spool`` keeps the ring in a file and drains it
 into Parquet segments beside it; ``crash_safe`` adds a watchdog process that dumps every
 recorded row if this process dies. This is the ``stroboscope.Sampler`` of the package face.
@@ -27,7 +27,7 @@ from stroboscope.formats.spool_read import remove_spool
 from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
 from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.watchdog import DumpJob, Watchdog
-from stroboscope.sampling import Sampler as _BaseSampler
+from stroboscope.sampling import CoreSampler
 from stroboscope.sampling._checks import check_capacity, check_interval
 
 if TYPE_CHECKING:
@@ -95,10 +95,10 @@ def check_spool(spool: str | os.PathLike[str]) -> str:
     return path
 
 
-class Sampler(_BaseSampler):
-    """A :class:`stroboscope.sampling.Sampler` whose rows can survive the death of the process.
+class Sampler(CoreSampler):
+    """A :class:`stroboscope.sampling.CoreSampler` whose rows can survive the death of the process.
 
-    Takes every argument of :class:`stroboscope.sampling.Sampler` (except ``ring_file``), and:
+    Takes every argument of :class:`stroboscope.sampling.CoreSampler` (except ``ring_file``), and:
 
     Parameters
     ----------

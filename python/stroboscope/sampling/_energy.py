@@ -177,7 +177,7 @@ def check_sync(sync: object) -> SyncFn | None:
 
 
 class EnergyWindows:
-    """The energy-window side of :class:`stroboscope.sampling.Sampler` (a mixin)."""
+    """The energy-window side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
 
     _core: _core.Sampler
     _interval: float

@@ -24,7 +24,10 @@ def gpu_status() -> dict[str, Any]:
     ``nvml_version``, ``device_count``, ``devices`` (index, name, uuid, mig_enabled,
     mig_instances, error, ``unavailable``: metric → why it stays null or has no column, with a
     ``gpm`` entry where the GPU has no GPM metrics or, while a ``gpu_gpm`` source lives, stopped
-    giving them), ``notes`` and ``text`` (a readable summary).
+    giving them), ``held_back`` (of a running source: the NVML calls it makes less often than
+    every read because each costs more than 50 µs: ``call``, ``cost_us``, ``every_ms``; no call
+    takes more than 1/20 of the polling thread's time), ``notes`` and ``text`` (a readable
+    summary).
     The library is taken from ``STROBOSCOPE_NVML_LIBRARY`` when set, else ``libnvidia-ml.so.1``.
 
     While a ``gpu`` source over every GPU is alive, the per-device part is what its reads found

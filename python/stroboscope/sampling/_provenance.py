@@ -1,6 +1,6 @@
 """Provenance: the facts a recording needs to be read correctly later, kept with its rows.
 
-A :class:`~stroboscope.sampling.Sampler` gathers what it knows of its run once (:func:`gather`,
+A :class:`~stroboscope.sampling.CoreSampler` gathers what it knows of its run once (:func:`gather`,
 when it starts or its first frame is made): the version that recorded it, host, monitored
 process and its command line, base and per-source intervals and the interface each source reads,
 GPUs, rank, the clock anchor's uncertainty and the realtime clock's own error. That

@@ -1,4 +1,4 @@
-"""The Sampler: argument checks and lifecycle around the C++ sampler thread.
+"""The core sampler: argument checks and lifecycle around the C++ sampler thread.
 
 This is the facade over ``_core``: it validates, builds the sources, starts and stops the thread
 and copies rows out. Crash safety (segments beside a spool, a watchdog) is composed on top of it
@@ -42,7 +42,7 @@ from stroboscope.sampling._stats import SamplerStats
 
 
 class SamplerOptions(TypedDict, total=False):
-    """The keyword arguments of :class:`Sampler` after ``interval`` and ``capacity`` (for code
+    """The keyword arguments of :class:`CoreSampler` after ``interval`` and ``capacity`` (for code
     that passes them on, such as :class:`stroboscope.recording.sampler.Sampler`)."""
 
     pid: int | None
@@ -61,8 +61,11 @@ class SamplerOptions(TypedDict, total=False):
     edge_rows: bool
 
 
-class Sampler(ScopeRecording, EnergyWindows):
+class CoreSampler(ScopeRecording, EnergyWindows):
     """Samples system, process and GPU metrics on a C++ thread into a ring buffer.
+
+    The sampling room's sampler, without crash safety: a user makes :class:`stroboscope.Sampler`,
+    which is this class plus a spool, dataset parts and a watchdog.
 
     Parameters
     ----------
@@ -204,7 +207,7 @@ class Sampler(ScopeRecording, EnergyWindows):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> Sampler:
+    def start(self) -> CoreSampler:
         """Start sampling (a no-op when already running). Returns ``self``."""
         with self._lock:
             if self._closed:
@@ -258,7 +261,7 @@ class Sampler(ScopeRecording, EnergyWindows):
         """Whether :meth:`close` was called."""
         return self._closed
 
-    def __enter__(self) -> Sampler:
+    def __enter__(self) -> CoreSampler:
         return self.start()
 
     def __exit__(

@@ -129,7 +129,7 @@ def recorders() -> tuple[Recorder, ...]:
 
 
 class ScopeRecording:
-    """The scope side of :class:`stroboscope.sampling.Sampler` (a mixin)."""
+    """The scope side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
 
     _core: _core.Sampler
     _edge_rows: bool
@@ -198,7 +198,7 @@ class ScopeRecording:
         torch.profiler's time base; returns the path written."""
         # Against the room table (sampling may not import export): the one signature of
         # export_chrome_trace is still to be chosen, and this method is one of its three.
-        from stroboscope.export.traces import export_chrome_trace
+        from stroboscope.export.traces import write_chrome_trace
 
-        export_chrome_trace(path, self.snapshot().to_arrow(), self.scope_intervals())
+        write_chrome_trace(path, self.snapshot().to_arrow(), self.scope_intervals())
         return os.fspath(path)

@@ -13,6 +13,7 @@ scope. With nothing recording, a scope costs an attribute read.
 
 from __future__ import annotations
 
+from stroboscope._base.lazy import face
 from stroboscope.scopes._scope import annotate, collect_hardware_metrics
 from stroboscope.scopes._session import (
     disable,
@@ -49,5 +50,7 @@ def current_scopes() -> tuple[str, ...]:
     """The names of the scopes open in this context (thread or task), outermost first."""
     return tuple(str(frame.owner.name) for frame in current_stack())  # type: ignore[attr-defined]
 
+
+__getattr__, __dir__ = face(__name__, __all__)
 
 enable_from_environment()

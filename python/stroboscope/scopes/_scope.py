@@ -15,7 +15,7 @@ from typing import Any, Callable, TypeVar, cast
 from stroboscope._base.checks import check_text
 from stroboscope.sampling import _scope_log
 from stroboscope.scopes import _stack, _switchboard
-from stroboscope.scopes._stack import _LABELS, _STACK, Frame, LabelValue
+from stroboscope.scopes._stack import _LABELS, _STACK, LabelValue, OpenScope
 
 logger = logging.getLogger("stroboscope")
 
@@ -103,7 +103,7 @@ class annotate:
                     own = self._label_ids[lid] = _stack.labels_id({**amb, **self._labels})
                 lid = own
             _begin(self._scope_id, depth, lid, sid)
-            _STACK.set((*stack, Frame(self, self._scope_id, lid, sid, depth)))
+            _STACK.set((*stack, OpenScope(self, self._scope_id, lid, sid, depth)))
             for target in st.edge_targets:
                 target()
             if st.open_hooks:
@@ -123,7 +123,7 @@ class annotate:
             self._close_misnested(stack)
         # else: opened while nothing recorded, so there is nothing to close
 
-    def _close_misnested(self, stack: tuple[Frame, ...]) -> None:
+    def _close_misnested(self, stack: tuple[OpenScope, ...]) -> None:
         """Scopes left open above this one (entered by hand, never exited) end with it."""
         last = max(i for i, f in enumerate(stack) if f.owner is self)
         for frame in reversed(stack[last:]):

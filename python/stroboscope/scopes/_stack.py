@@ -25,7 +25,7 @@ LabelValue = Union[str, int, float, bool]
 RESERVED_LABELS = frozenset(BASE_COLUMNS) | {"scope", "scope_name", "time", "mono_ns"}
 
 
-class Frame(NamedTuple):
+class OpenScope(NamedTuple):
     """One open scope on a stack."""
 
     owner: object  # the scope object that opened it (its exit pops this frame)
@@ -35,7 +35,7 @@ class Frame(NamedTuple):
     depth: int
 
 
-_STACK: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar(
+_STACK: contextvars.ContextVar[tuple[OpenScope, ...]] = contextvars.ContextVar(
     "stroboscope_scopes", default=()
 )
 # The ambient labels and their interned id (0: no labels).
@@ -87,7 +87,7 @@ def _bind_asyncio() -> tuple[Callable[[], Any], Callable[[], Any]] | None:
     return _asyncio
 
 
-def current_stack() -> tuple[Frame, ...]:
+def current_stack() -> tuple[OpenScope, ...]:
     """The open scopes of this context, outermost first (a task's inherited ones included)."""
     return _STACK.get()
 

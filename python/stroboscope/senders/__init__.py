@@ -29,6 +29,7 @@ import importlib.metadata
 import logging
 from typing import Any
 
+from stroboscope._base.lazy import face
 from stroboscope.senders._base import (
     AbstractBackendSender,
     BuiltinSender,
@@ -136,15 +137,14 @@ def load_sender(name: str, **kwargs: Any) -> AbstractBackendSender:
     return as_sender(made)
 
 
-def __getattr__(attr: str) -> Any:
-    # The sender classes, importable from here without importing every optional library at once.
-    for target in BUILTIN_SENDERS.values():
-        if target.endswith(":" + attr):
-            return _import_target(attr, target)
-    raise AttributeError(f"module 'stroboscope.senders' has no attribute {attr!r}")
-
+# The sender classes load on first use, so this face imports no optional library.
+_SENDER_CLASSES = {
+    target.partition(":")[2]: "." + target.partition(":")[0].rpartition(".")[2]
+    for target in BUILTIN_SENDERS.values()
+}
 
 __all__ = [
+    *sorted(_SENDER_CLASSES),
     "BUILTIN_SENDERS",
     "ENTRY_POINT_GROUP",
     "AbstractBackendSender",
@@ -160,3 +160,5 @@ __all__ = [
     "flatten_event",
     "load_sender",
 ]
+
+__getattr__, __dir__ = face(__name__, __all__, _SENDER_CLASSES)

@@ -1,8 +1,9 @@
 """The sender interface shared by the compatible monitor and the built-in senders.
 
 ``AbstractBackendSender`` and the type aliases keep the exact surface of the pure-Python
-WandB-style monitors, so ``from stroboscope import SystemMonitor, AbstractBackendSender`` is a
-drop-in replacement. Everything else here is for the built-in senders.
+WandB-style monitors, so ``from stroboscope.senders import AbstractBackendSender`` (with
+``from stroboscope.compat import SystemMonitor``) is a drop-in replacement. Everything else
+here is for the built-in senders.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ StatsDict = Dict[str, float]  # noqa: UP006 - identical to the originals' alias
 
 
 class AbstractBackendSender(metaclass=abc.ABCMeta):
-    """Where the system metrics of a :class:`~stroboscope.SystemMonitor` are sent.
+    """Where the system metrics of a :class:`~stroboscope.compat.SystemMonitor` are sent.
 
     Subclasses implement :meth:`publish`; they may also override :meth:`close`, which the monitor
     calls exactly once when it shuts down.

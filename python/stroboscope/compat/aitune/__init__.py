@@ -12,22 +12,22 @@ sampler sees them too); the module and backend columns are the labels ``module``
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from stroboscope._base.lazy import face
 from stroboscope.compat.aitune._receiver import ParentReceiver
 
 # The monitoring names load on first use, so the receiver alone costs no scopes or pandas.
-_NAMES = {
-    "annotate": "_annotate",
-    "annotate_with_nvtx": "_annotate",
-    "collect_hardware_metrics": "_annotate",
-    "with_backend_context": "_annotate",
-    "dump_metrics": "_monitoring",
-    "disable_hardware_metrics": "_monitoring",
-    "enable_hardware_metrics": "_monitoring",
-    "get_hardware_metrics": "_monitoring",
-    "snapshot": "_monitoring",
+_LAZY = {
+    "annotate": "._annotate",
+    "annotate_with_nvtx": "._annotate",
+    "collect_hardware_metrics": "._annotate",
+    "with_backend_context": "._annotate",
+    "dump_metrics": "._monitoring",
+    "disable_hardware_metrics": "._monitoring",
+    "enable_hardware_metrics": "._monitoring",
+    "get_hardware_metrics": "._monitoring",
+    "snapshot": "._monitoring",
 }
 
 if TYPE_CHECKING:
@@ -59,14 +59,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_NAMES))
+__getattr__, __dir__ = face(__name__, __all__, _LAZY)

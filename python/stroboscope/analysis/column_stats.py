@@ -1,5 +1,6 @@
-"""A plain-text summary of a recording, the one home of it (``record`` prints it at the end,
-``report`` prints it per input and puts it in the HTML).
+"""Column statistics of a recording and their plain-text table, the one home of them (``record``
+prints them at the end, ``report`` prints them per input and puts them in the HTML). Not the
+per-scope summary (:mod:`stroboscope.analysis.scope_summary`).
 
 Per metric column: unit, kind, samples and how often they came, then for levels and rates
 (``gauge``/``rate``) the mean, min, max and last value, and for counters (running totals since
@@ -32,7 +33,7 @@ IDENTIFIER_UNIT = "id"
 
 
 @dataclass(frozen=True)
-class ColumnSummary:
+class ColumnStats:
     """One metric column's figures over the rows summarised.
 
     Attributes
@@ -98,14 +99,12 @@ def _median_spacing_s(mono: np.ndarray) -> float | None:
     return float(np.median(np.diff(mono))) / 1e9
 
 
-def describe_columns(
-    table: pa.Table, units: Mapping[str, str] | None = None
-) -> list[ColumnSummary]:
+def column_stats(table: pa.Table, units: Mapping[str, str] | None = None) -> list[ColumnStats]:
     """The figures of every metric column of ``table`` (all but ``time`` and ``mono_ns``).
 
     ``units`` overrides the units of the field metadata (``record`` passes the sampler's).
     """
-    out: list[ColumnSummary] = []
+    out: list[ColumnStats] = []
     has_mono = "mono_ns" in table.column_names
     all_mono = table.column("mono_ns").to_numpy(zero_copy_only=False) if has_mono else None
     every_row: list[float | None] = []  # the spacing of all rows, computed once when needed
@@ -133,7 +132,7 @@ def describe_columns(
             every = None if mono is None else _median_spacing_s(mono)
         if len(values) == 0:
             out.append(
-                ColumnSummary(name, unit, kind, table.num_rows, 0, None, None, None, None, None)
+                ColumnStats(name, unit, kind, table.num_rows, 0, None, None, None, None, None)
             )
             continue
         if kind == IDENTIFIER:
@@ -150,7 +149,7 @@ def describe_columns(
         if np.isinf(mean) and np.isfinite(values).all():
             mean = float(np.sum(values / len(values)))  # the sum overflowed, the mean does not
         out.append(
-            ColumnSummary(
+            ColumnStats(
                 name,
                 unit,
                 kind,
@@ -170,11 +169,11 @@ def describe_columns(
 
 def _identifier(
     name: str, unit: str, rows: int, values: np.ndarray, every: float | None
-) -> ColumnSummary:
+) -> ColumnStats:
     """An identifier column's figures: distinct values, the most frequent and the last."""
     distinct, counts = np.unique(values, return_counts=True)
     top = int(np.argmax(counts))  # the first of the largest counts: the smallest value
-    return ColumnSummary(
+    return ColumnStats(
         name, unit, IDENTIFIER, rows, len(values), every, None, None, None, float(values[-1]),
         distinct=len(distinct), mode=float(distinct[top]), mode_samples=int(counts[top]),
     )  # fmt: skip
@@ -230,7 +229,7 @@ IDENTIFIER_HEADER = ("column", "samples", "every", "distinct", "most frequent", 
 COUNTER_HEADER = ("column", "unit", "samples", "every", "total", "rate (mean)", "first→last")
 
 
-def level_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
+def level_rows(stats: list[ColumnStats]) -> list[tuple[str, ...]]:
     """Rows of the levels-and-rates table (gauges and rates that hold a value)."""
     return [
         (
@@ -244,7 +243,7 @@ def level_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
             fmt_value(s.max, s.unit),
             fmt_value(s.last, s.unit),
         )
-        for s in summaries
+        for s in stats
         if s.kind not in ("counter", IDENTIFIER) and s.samples
     ]
 
@@ -253,7 +252,7 @@ def _id_text(value: float | None) -> str:
     return "-" if value is None else str(int(value)) if float(value).is_integer() else str(value)
 
 
-def identifier_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
+def identifier_rows(stats: list[ColumnStats]) -> list[tuple[str, ...]]:
     """Rows of the identifiers table (identifiers that hold a value): never a mean."""
     return [
         (
@@ -264,16 +263,16 @@ def identifier_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
             f"{_id_text(s.mode)} ({s.mode_samples}/{s.samples})",
             _id_text(s.last),
         )
-        for s in summaries
+        for s in stats
         if s.kind == IDENTIFIER and s.samples
     ]
 
 
-def _first(s: ColumnSummary) -> float | None:
+def _first(s: ColumnStats) -> float | None:
     return None if s.last is None or s.total is None else s.last - s.total
 
 
-def counter_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
+def counter_rows(stats: list[ColumnStats]) -> list[tuple[str, ...]]:
     """Rows of the counters table: total over the rows and mean rate (counters with a value)."""
     return [
         (
@@ -285,7 +284,7 @@ def counter_rows(summaries: list[ColumnSummary]) -> list[tuple[str, ...]]:
             fmt_rate(s.rate, s.unit),
             f"{fmt_value(_first(s), s.unit)} → {fmt_value(s.last, s.unit)}",
         )
-        for s in summaries
+        for s in stats
         if s.kind == "counter" and s.samples
     ]
 
@@ -321,22 +320,22 @@ SAMPLES_NOTE = (
 )
 
 
-def summarize(
+def column_stats_text(
     table: pa.Table,
     units: Mapping[str, str] | None = None,
     *,
-    summaries: list[ColumnSummary] | None = None,
+    stats: list[ColumnStats] | None = None,
 ) -> str:
-    """A plain-text summary of ``table``: its span from the data, one table for levels and
-    rates (mean, min, max, last), one for counters (total and mean rate), one for identifiers
-    (distinct, most frequent, last), what each sample
-    count means, and the columns that hold no value at all.
+    """The column statistics of ``table`` as plain text: its span from the data, one table for
+    levels and rates (mean, min, max, last), one for counters (total and mean rate), one for
+    identifiers (distinct, most frequent, last), what each sample count means, and the columns
+    that hold no value at all.
 
-    ``units`` overrides the units of the field metadata; ``summaries`` are the figures of
-    :func:`describe_columns` when already computed.
+    ``units`` overrides the units of the field metadata; ``stats`` are the figures of
+    :func:`column_stats` when already computed.
     """
-    if summaries is None:
-        summaries = describe_columns(table, units)
+    if stats is None:
+        stats = column_stats(table, units)
     span = data_span_s(table)
     spacing = None
     if "mono_ns" in table.column_names:
@@ -345,17 +344,17 @@ def summarize(
         f"{table.num_rows} rows over {span:.3f} s of data (first to last row), "
         f"one every {fmt_seconds(spacing)} (median)"
     ]
-    levels = level_rows(summaries)
+    levels = level_rows(stats)
     if levels:
         parts += ["", text_table(LEVEL_HEADER, levels, left=3)]
-    counters = counter_rows(summaries)
+    counters = counter_rows(stats)
     if counters:
         parts += ["", text_table(COUNTER_HEADER, counters, left=2)]
-    identifiers = identifier_rows(summaries)
+    identifiers = identifier_rows(stats)
     if identifiers:
         parts += ["", text_table(IDENTIFIER_HEADER, identifiers)]
     parts += ["", textwrap.fill(SAMPLES_NOTE, 100)]
-    empty = [s.name for s in summaries if s.samples == 0]
+    empty = [s.name for s in stats if s.samples == 0]
     if empty:
         parts.append(f"no value in any row: {', '.join(empty)}")
     return "\n".join(parts)
