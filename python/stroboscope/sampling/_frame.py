@@ -145,6 +145,26 @@ class Frame:
         init(self, "_fill_within", within or dict(fill_within_ns or {}))
         init(self, "_rows", rows)  # last: from here on the frame refuses changes
 
+    @classmethod
+    def _of_sampler(
+        cls,
+        rows: _core.Frame,
+        run: RunFacts,
+        counted: tuple[int, int, int],
+        fill_within_ns: MappingProxyType[str, int],
+    ) -> Frame:
+        """A sampler's frame, as ``Frame(rows, run=..., counted=..., fill_within_ns=...)`` makes
+        it, without the checks that arguments from elsewhere need (a frame per read)."""
+        frame = object.__new__(cls)
+        init = object.__setattr__
+        init(frame, "_lost", rows.rows_lost)
+        init(frame, "_first_row", rows.first_row)
+        init(frame, "_run", run)
+        init(frame, "_counted", counted)
+        init(frame, "_fill_within", fill_within_ns)
+        init(frame, "_rows", rows)  # last: from here on the frame refuses changes
+        return frame
+
     def __len__(self) -> int:
         if isinstance(self._rows, pa.Table):
             return int(self._rows.num_rows)

@@ -322,9 +322,8 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         return self._frame(self._core.drain())
 
     def _frame(self, rows: _core.Frame) -> Frame:
-        return Frame(
-            rows, run=self._run_facts(), counted=self._counters(), fill_within_ns=self._fill_within
-        )
+        run = self._run or self._run_facts()
+        return Frame._of_sampler(rows, run, self._counters(), self._fill_within)
 
     def _counters(self) -> tuple[int, int, int]:
         """``(ticks_taken, ticks_missed, rows_lost)`` now: what a frame's provenance counts."""
