@@ -149,6 +149,13 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         r"^annotate\(\): label phase 'a\\udc80'" + SURROGATE,
     ),
     (
+        # samples_by_scope() adds a scope_depth column: a label of that name would clash there
+        "annotate-label-reserved",
+        lambda ctx: stroboscope.annotate("step", scope_depth=1),
+        ValueError,
+        r"^annotate\(\): label 'scope_depth' is a column of the scope tables",
+    ),
+    (
         "labels-key-surrogate",
         lambda ctx: stroboscope.labels(**{"k\udc80": 1}),
         ValueError,

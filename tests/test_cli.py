@@ -184,7 +184,10 @@ def test_record_reports_failed_segment_writes_and_keeps_every_row(
 
     _failing_writes(monkeypatch, 1000)  # every segment write hits a full disk
     out = tmp_path / "m.parquet"
-    assert main(["record", "--interval", "0.01", "--duration", "0.3", "-o", str(out)]) == 0
+    # A ring of 0.64 s: its writer tries a segment every 0.16 s (a run the ring holds whole
+    # writes none: its rows go from the ring to FILE).
+    args = ["--interval", "0.01", "--capacity", "64", "--duration", "0.3", "-o", str(out)]
+    assert main(["record", *args]) == 0
     printed = capsys.readouterr().out
     assert "segment writes failed" in printed and "No space left on device" in printed
     recorded = int(re.search(r"recorded (\d+) rows", printed).group(1))  # type: ignore[union-attr]

@@ -222,3 +222,20 @@ def test_an_output_that_cannot_be_written_keeps_the_rows_and_says_how_to_recover
     out = tmp_path / "recovered.parquet"
     assert main(["recover", str(spool), "-o", str(out)]) == 0
     assert pq.read_table(out).num_rows == rows >= 1
+
+
+def test_record_help_states_the_interval_bounds_the_checks_enforce() -> None:
+    import argparse
+
+    from stroboscope.cli._args import add_record_arguments
+    from stroboscope.sampling._checks import MAX_INTERVAL_S, MIN_INTERVAL_S, check_interval
+
+    parser = argparse.ArgumentParser()
+    add_record_arguments(parser)
+    interval = next(a for a in parser._actions if "--interval" in a.option_strings)
+    assert interval.help is not None
+    low, high = interval.help.rsplit("; ", 1)[1].rstrip(")").split(" to ")
+    assert (float(low), float(high)) == (MIN_INTERVAL_S, MAX_INTERVAL_S)
+    assert check_interval("i", float(low)) == MIN_INTERVAL_S  # the bounds themselves are taken
+    with pytest.raises(ValueError, match="must be within"):
+        check_interval("i", float(high) * 2)

@@ -352,3 +352,27 @@ def test_disk_paths_are_a_mountpoint_label_not_part_of_the_name() -> None:
     assert {x.name for x in used} == {"stroboscope_disk_used_ratio"}
     assert sorted(dict(x.labels)["mountpoint"] for x in used) == ["/", "/tmp"]
     assert not [x for x in served if "tmp" in x.name]
+
+
+def test_the_sender_names_a_column_as_the_exporter_does() -> None:
+    # One naming per target: the Prometheus sender's gauge for a column key is the exporter's
+    # family, with its labels, in the same base unit (a % as a 0 to 1 ratio).
+    from stroboscope.analysis.prom_names import unit_of
+    from stroboscope.senders.prometheus import gauge_name
+
+    served, _ = plan_series(_documented_columns())
+    checked = 0
+    for s in served:
+        column = next(c for c in _documented_columns() if c.name == s.column)
+        if s.column.startswith("disk.") or unit_of(s.column) != column.unit:
+            continue  # no unit in the name (a count), or a disk's mountpoint label
+        assert gauge_name(s.column) == (s.name, s.labels, s.mul / s.div), s.column
+        checked += 1
+    assert checked > 40
+    assert gauge_name("cpu.util_pct") == ("stroboscope_cpu_util_ratio", (), 0.01)
+    assert gauge_name("cpu.3.util_pct") == (
+        "stroboscope_cpu_core_util_ratio",
+        (("cpu", "3"),),
+        0.01,
+    )
+    assert gauge_name("rank0.gpu.0.gpu") == ("stroboscope_rank0_gpu_0_gpu", (), 1.0)  # not a column

@@ -195,3 +195,20 @@ def test_a_live_window_gives_the_recorded_frame_figure_and_the_truth(
     for a, b in windows:
         joules = window_energy(bare, a, b)[0].joules
         assert joules == pytest.approx(POWER_W * (b - a) / 1e9, rel=1e-9)
+
+
+def test_a_window_inside_one_step_and_blocks_of_five_give_power_times_duration(
+    tmp_path: Path,
+) -> None:
+    # The case: a counter stepping every 4 ms read every 1 ms (rows land 0.2 ms later),
+    # a 2.1 ms window inside one step and 21 ms blocks. Every path gives power x duration, to
+    # the counter's 1 mJ at each edge (the readings fall on the steps: each knot is exact).
+    reads = [3 * MS + k * MS for k in range(120)]
+    table = stepped_frame(reads)
+    windows = [(41 * MS + 400_000, 43 * MS + 500_000), (60 * MS, 62 * MS + 100_000)]
+    windows += [
+        (30 * MS + 300_000 + k * 21 * MS, 51 * MS + 300_000 + k * 21 * MS) for k in range(3)
+    ]
+    for (a, b), *got in zip(windows, *three_paths(table, windows, tmp_path)):
+        truth = POWER_W * (b - a) / 1e9
+        assert got == pytest.approx([truth] * 3, abs=2e-3), (a, b, got)

@@ -323,6 +323,47 @@ def test_lifecycle_registry_runs_exit_hooks_newest_first() -> None:
     assert out.split("\n")[:2] == ["exit c", "exit a"]
 
 
+def test_the_scope_switchboard_forgets_its_samplers_in_a_forked_child() -> None:
+    # One registry for fork hooks: the switchboard's goes through _base.lifecycle too. A thread
+    # of the parent holds its lock at the fork; the child still attaches (a new lock).
+    out = _run(
+        """
+        import os, threading, time, types
+        from stroboscope.scopes import _switchboard as _events
+        from stroboscope.sampling._scope_log import Recorder, _running
+        from stroboscope._base import lifecycle as _lifecycle
+
+        print(_events in _lifecycle.live(types.ModuleType), flush=True)
+        _running.add(Recorder("parent's sampler", None))  # a sampler starts: the switchboard hears
+        held, done = threading.Event(), threading.Event()
+
+        def hold():
+            with _events._lock:
+                held.set()
+                done.wait()
+
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            before = (_events.state.recorders, _events.state.recording)
+            _running.add(Recorder("child's sampler", None))
+            print(before, _events.state.recorders, flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        done.set()
+        t.join()
+        print(_events.state.recorders, flush=True)
+        """
+    )
+    assert out.split("\n")[:3] == [
+        "True",
+        '((), False) ("child\'s sampler",)',
+        '("parent\'s sampler",)',
+    ]
+
+
 def _maps(pid: int) -> str:
     return Path(f"/proc/{pid}/maps").read_text()
 

@@ -159,3 +159,36 @@ def test_key_aggregates_say_which_applies() -> None:
     assert agg["proc.cpu.threads"] == "last"  # an integer count
     assert agg["network"] == "last" and agg["disk.in"] == "last"  # running totals
     assert set(agg) >= BASE_KEYS
+
+
+def test_the_monitor_and_the_exporters_reduce_a_window_alike() -> None:
+    # One reducer: the monitor's aggregator (several drains) and the exporters' window_stats
+    # (one table) give the same count, mean, max and last; NaN cells count as missing in both.
+    from stroboscope.analysis.windows import window_stats
+
+    table = pa.table(
+        {
+            "mono_ns": pa.array([0, 1, 2, 3, 4, 5], pa.int64()),
+            "g": pa.array([1.0, float("nan"), None, 4.0, 7.0, float("nan")], pa.float64()),
+            "i": pa.array([3, None, 9, 2, None, None], pa.int64()),
+        }
+    )
+    agg = WindowAggregator(["g", "i"])
+    agg.add(table.slice(0, 4))
+    agg.add(table.slice(4))
+    stats = window_stats(table, ["g", "i"])
+    assert (stats["g"].count, stats["g"].mean, stats["g"].maximum, stats["g"].last) == (
+        3,
+        4.0,
+        7.0,
+        7.0,
+    )
+    assert (stats["i"].count, stats["i"].mean, stats["i"].maximum, stats["i"].last) == (
+        3,
+        14 / 3,
+        9.0,
+        2.0,
+    )
+    assert agg.result("mean") == {"g": 4.0, "i": pytest.approx(14 / 3, rel=1e-12)}
+    assert agg.result("max") == {"g": 7.0, "i": 9}
+    assert agg.result("last") == {"g": 7.0, "i": 2}

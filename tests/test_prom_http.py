@@ -24,7 +24,7 @@ pytest.importorskip("prometheus_client")
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
-from stroboscope.cluster._prom_http import MetricsServer, fd_reserve, scrape_url, serve, shutdown
+from stroboscope._base.http_server import MetricsServer, fd_reserve, scrape_url, serve, shutdown
 from stroboscope.cluster.prometheus import PrometheusExporter
 from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.senders.prometheus import PrometheusSender
@@ -179,7 +179,7 @@ import json, os, resource, sys
 soft = int(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 from prometheus_client import CollectorRegistry, Gauge
-from stroboscope.cluster._prom_http import serve, shutdown
+from stroboscope._base.http_server import serve, shutdown
 reg = CollectorRegistry()
 Gauge("strobe_test", "a test gauge", registry=reg).set(42)
 server, thread, port = serve(reg, 0, "127.0.0.1", who="child", timeout=60.0, max_connections=16)

@@ -87,7 +87,8 @@ def test_terminal_summary_matches_the_data(run: Path, capsys: pytest.CaptureFixt
 
 
 def test_scope_summary_is_the_analysis_one(run: Path) -> None:
-    from stroboscope.analysis.scope_summary import format_summary, summary
+    from stroboscope.analysis.scope_summary import summary
+    from stroboscope.export._scope_text import format_summary
 
     report = build_report([str(run)])
     s = report.series[0]

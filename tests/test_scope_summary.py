@@ -13,7 +13,8 @@ import random
 import numpy as np
 import pytest
 from _scope_tables import Call, frame, intervals
-from stroboscope.analysis.scopes import format_summary, samples_by_scope, summary
+from stroboscope.analysis.scopes import samples_by_scope, summary
+from stroboscope.export._scope_text import format_summary
 
 MS = 1_000_000
 

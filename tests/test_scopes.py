@@ -247,3 +247,39 @@ def test_a_scope_open_when_read_has_no_end(sampler: Sampler) -> None:
         table = sampler.scope_intervals()
     assert table.column("end_ns").to_pylist() == [None]
     assert table.schema.field("end_ns").type == pa.int64()
+
+
+def test_one_nvtx_loader_serves_annotate_and_aitunes_ranges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import contextlib
+    import types
+
+    from stroboscope._base.nvtx import nvtx_module
+    from stroboscope.compat.aitune import annotate_with_nvtx
+
+    calls: list[tuple[str, str | None, str | None]] = []
+    fake = types.ModuleType("nvtx")
+    fake.push_range = lambda message, color, domain: calls.append(("push", message, domain))  # type: ignore[attr-defined]
+    fake.pop_range = lambda domain: calls.append(("pop", None, domain))  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def annotate(message: str, color: object, domain: str) -> Iterator[None]:
+        calls.append(("open", message, domain))
+        yield
+
+    fake.annotate = annotate  # type: ignore[attr-defined]
+    monkeypatch.setitem(__import__("sys").modules, "nvtx", fake)
+    nvtx_module.cache_clear()  # looked up again: the fake
+    try:
+        with scopes.annotate("mine", nvtx=True):
+            pass
+        with annotate_with_nvtx("theirs"):
+            pass
+    finally:
+        nvtx_module.cache_clear()
+    assert calls == [
+        ("push", "mine", "stroboscope"),
+        ("pop", None, "stroboscope"),
+        ("open", "theirs", "AITune"),
+    ]

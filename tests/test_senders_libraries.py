@@ -116,6 +116,58 @@ def test_prometheus_scraped_over_http() -> None:
         urllib.request.urlopen(sender.url, timeout=1)
 
 
+def test_prometheus_sender_serves_columns_as_the_exporter_names_them() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+    from stroboscope.senders.prometheus import PrometheusSender
+
+    sender = PrometheusSender(port=0)
+    try:
+        sender.publish({"cpu.util_pct": 50.0, "gpu.0.power_w": 100.0, "gpu.1.power_w": 120.0})
+        sender.publish({"gpu.0.energy_mj": 2500, "gpu.0.powerWatts": 7.0})
+        with urllib.request.urlopen(sender.url, timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        sender.close()
+    values = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+    assert values[("stroboscope_cpu_util_ratio", ())] == 0.5  # a % in base units
+    assert values[("stroboscope_gpu_power_watts", (("gpu", "0"),))] == 100.0
+    assert values[("stroboscope_gpu_power_watts", (("gpu", "1"),))] == 120.0
+    assert values[("stroboscope_gpu_energy_joules", (("gpu", "0"),))] == 2.5
+    assert values[("stroboscope_gpu_0_powerWatts", ())] == 7.0  # not a column: its own name
+
+
+def test_prometheus_sender_serves_the_first_of_two_keys_with_one_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+    from stroboscope.senders.prometheus import PrometheusSender
+
+    sender = PrometheusSender(port=0)
+    try:
+        # gpu.power_w would be the family of gpu.{i}.power_w without its gpu label; gpu/0/x and
+        # gpu.0.x the same name: the later key is not served, and a warning names both.
+        sender.publish({"gpu.0.power_w": 100.0, "gpu.power_w": 5.0, "a.b": 1.0, "a/b": 2.0})
+        with urllib.request.urlopen(sender.url, timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        sender.close()
+    values = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+    assert values[("stroboscope_gpu_power_watts", (("gpu", "0"),))] == 100.0
+    assert ("stroboscope_gpu_power_watts", ()) not in values
+    assert values[("stroboscope_a_b", ())] == 1.0
+    warned = [r.getMessage() for r in caplog.records if "both map" in r.getMessage()]
+    assert len(warned) == 2 and "'gpu.power_w' is not served" in warned[0]
+    assert "'a/b' is not served" in warned[1]
+
+
 @pytest.mark.parametrize(
     ("module", "cls", "blocked", "extra"),
     [

@@ -1,5 +1,6 @@
 """The stdlib leaves every room may use: files, lifecycle, rate-limited logging, identity,
-checks, the version, the faces' PEP 562 helper (:mod:`.lazy`). They import nothing of ours."""
+checks, the version, a small HTTP server, the faces' PEP 562 helper (:mod:`.lazy`). They import
+nothing of ours."""
 
 from __future__ import annotations
 

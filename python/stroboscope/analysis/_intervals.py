@@ -1,10 +1,12 @@
-"""The scope-intervals table as numpy arrays, and the parent of each scope call.
+"""The scope-intervals schema (its one home), the table as numpy arrays, and the parent of each
+scope call.
 
-The table (see ``stroboscope.scopes``) has one row per scope call: ``name``, ``path``,
-``thread_id``, ``stack_id``, ``depth``, ``begin_ns``, ``end_ns`` (null while open) and one string
-column per label key. Calls on one stack nest properly, so the parent of a call at depth ``d`` is
-the latest call of depth ``d - 1`` on the same stack that began no later; if that one had already
-ended (its begin was lost from the ring, say) the call has no parent.
+The table (made by ``stroboscope.scopes`` from the events log) has one row per scope call:
+:data:`INTERVAL_FIELDS` (``name``, ``path``, ``thread_id``, ``stack_id``, ``depth``,
+``begin_ns``, ``end_ns``, null while open) and one string column per label key. Calls on one
+stack nest properly, so the parent of a call at depth ``d`` is the latest call of depth
+``d - 1`` on the same stack that began no later; if that one had already ended (its begin was
+lost from the ring, say) the call has no parent.
 """
 
 from __future__ import annotations
@@ -17,7 +19,24 @@ import pyarrow as pa
 
 from stroboscope.analysis._series import I64
 
-BASE_COLUMNS = ("name", "path", "thread_id", "stack_id", "depth", "begin_ns", "end_ns")
+INTERVAL_FIELDS = [
+    pa.field("name", pa.string()),
+    pa.field("path", pa.string()),
+    pa.field("thread_id", pa.int64()),
+    pa.field("stack_id", pa.uint64()),
+    pa.field("depth", pa.int32()),
+    pa.field("begin_ns", pa.int64()),
+    pa.field("end_ns", pa.int64()),
+]
+"""The scope-intervals table's columns before its labels, with their types."""
+
+BASE_COLUMNS = tuple(f.name for f in INTERVAL_FIELDS)
+
+SCOPE_COLUMNS = ("scope", "scope_name", "thread_id", "stack_id", "scope_depth")
+"""The columns :func:`~stroboscope.analysis.scopes.samples_by_scope` adds to the samples."""
+
+RESERVED_LABELS = frozenset({*BASE_COLUMNS, *SCOPE_COLUMNS, "time", "mono_ns"})
+"""Names a label may not take: columns of the scope tables and of the samples."""
 OPEN_END = np.iinfo(np.int64).max
 
 

@@ -29,13 +29,12 @@ from stroboscope.analysis._series import (
     series,
     total_series,
 )
-from stroboscope.analysis._summary_format import format_summary
 from stroboscope.analysis.energy import gpu_windows
 
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["format_summary", "summary"]
+__all__ = ["summary"]
 
 _NS = 1e9
 

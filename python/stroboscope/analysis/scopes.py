@@ -15,13 +15,11 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.analysis._intervals import Intervals, check_intervals
+from stroboscope.analysis._intervals import SCOPE_COLUMNS, Intervals, check_intervals
 from stroboscope.analysis._series import I64, check_samples, mono, sorted_unique
-from stroboscope.analysis.scope_summary import format_summary, summary
+from stroboscope.analysis.scope_summary import summary
 
-__all__ = ["format_summary", "samples_by_scope", "summary"]
-
-SCOPE_COLUMNS = ("scope", "scope_name", "thread_id", "stack_id", "scope_depth")
+__all__ = ["samples_by_scope", "summary"]
 
 
 def samples_by_scope(

@@ -1,16 +1,24 @@
-"""Aggregate the rows of one publish window, a drained Arrow table at a time.
+"""The one window reducer: the rows of one window, an Arrow table at a time, reduced per column.
 
-Nothing here loops over samples in Python: each drained table is reduced column by column with
+The drop-in monitor and the senders (:class:`WindowAggregator`), the Prometheus exporter and the
+OpenTelemetry exporter (:func:`window_stats`) all reduce a window here, by one rule: a column's
+valid cells are those neither null nor NaN, and a window's statistics of a column are their
+count, mean, maximum and last value; a column without valid cells, or whose mean is not finite,
+has none.
+
+Nothing here loops over samples in Python: each table is reduced column by column with
 pyarrow.compute (count, sum, max, last valid value), and only those per-column partials are kept,
 so a window of any length costs the same memory.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Union
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -19,14 +27,75 @@ from stroboscope.analysis.column_stats import IDENTIFIER, column_kind
 Aggregate = Literal["last", "mean", "max"]
 AGGREGATES: tuple[str, ...] = ("last", "mean", "max")
 
+Column = Union[pa.ChunkedArray, pa.Array]
+
+
+def valid_cells(column: Column) -> Column:
+    """``column`` without its null cells and, for floats, its NaN ones."""
+    cells = column.drop_null()
+    if pa.types.is_floating(cells.type):
+        cells = cells.filter(pc.invert(pc.is_nan(cells)))
+    return cells
+
+
+@dataclass(frozen=True)
+class Stats:
+    """The valid cells of one column in one window: count, mean, max and the last one."""
+
+    count: int
+    mean: float
+    maximum: float
+    last: float
+
 
 @dataclass
 class _Partial:
+    """Count, sum, max and last valid cell of one column over the tables folded so far."""
+
     count: int = 0
     total: float = 0.0
     maximum: float = float("-inf")
     last: float | None = None
     integer: bool = False  # an int64 column: its last and max stay integers
+
+    def fold(self, column: Column) -> None:
+        """Add the valid cells of ``column`` (see :func:`valid_cells`)."""
+        cells = valid_cells(column)
+        n = len(cells)
+        if n == 0:
+            return
+        self.integer = pa.types.is_integer(cells.type)
+        values = cells.cast(pa.float64()) if cells.type != pa.float64() else cells
+        self.count += n
+        self.total += float(pc.sum(values).as_py())
+        self.maximum = max(self.maximum, float(pc.max(values).as_py()))
+        self.last = float(values[n - 1].as_py())
+
+    def stats(self) -> Stats | None:
+        """The window's :class:`Stats`; None without valid cells or with a mean not finite."""
+        if self.count == 0 or self.last is None:
+            return None
+        mean = self.total / self.count
+        if not math.isfinite(mean):
+            return None
+        return Stats(self.count, mean, self.maximum, self.last)
+
+
+def column_stats(column: Column) -> Stats | None:
+    """:class:`Stats` of ``column``'s valid cells; None when it has none (or a mean not finite)."""
+    part = _Partial()
+    part.fold(column)
+    return part.stats()
+
+
+def window_stats(table: pa.Table, names: Iterable[str]) -> dict[str, Stats]:
+    """Per column of ``names`` found in ``table`` with statistics, its :class:`Stats`."""
+    out: dict[str, Stats] = {}
+    present = set(table.column_names)
+    for name in names:
+        if name in present and (stats := column_stats(table.column(name))) is not None:
+            out[name] = stats
+    return out
 
 
 @dataclass(frozen=True)
@@ -97,15 +166,7 @@ class WindowAggregator:
             column = table.column(name)
             if column_kind(table.schema.field(name), name) == IDENTIFIER:
                 self._identifiers.add(name)
-            valid = n - column.null_count
-            if valid == 0:
-                continue
-            part.integer = pa.types.is_integer(column.type)
-            values = column.cast(pa.float64()) if column.type != pa.float64() else column
-            part.count += valid
-            part.total += float(pc.sum(values).as_py())
-            part.maximum = max(part.maximum, float(pc.max(values).as_py()))
-            part.last = float(values.drop_null()[-1].as_py())
+            part.fold(column)
 
     def result(self, how: Aggregate) -> dict[str, float | int]:
         """The window's value per column that had at least one valid cell.
@@ -119,13 +180,14 @@ class WindowAggregator:
             raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {how!r}")
         out: dict[str, float | int] = {}
         for name, part in self._parts.items():
-            if part.count == 0 or part.last is None:
+            stats = part.stats()
+            if stats is None:
                 continue
             applies = self.aggregate_of(name, how)
             if applies == "mean":
-                out[name] = part.total / part.count
+                out[name] = stats.mean
                 continue
-            value = part.last if applies == "last" else part.maximum
+            value = stats.last if applies == "last" else stats.maximum
             out[name] = int(value) if part.integer else value
         return out
 
@@ -138,3 +200,13 @@ class WindowAggregator:
     def info(self) -> WindowInfo:
         """The rows and time span of the window so far."""
         return WindowInfo(self.rows, self.first_mono_ns, self.last_mono_ns)
+
+
+def column_bits(column: Column) -> tuple[int, int] | None:
+    """The bitwise OR of ``column``'s valid cells (a bitmask over a window) and their count;
+    None when it has none."""
+    cells = valid_cells(column)
+    if len(cells) == 0:
+        return None
+    values = np.asarray(cells.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return int(np.bitwise_or.reduce(values)), len(cells)

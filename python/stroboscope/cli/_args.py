@@ -15,7 +15,13 @@ from typing import Any
 
 from stroboscope._base.checks import check_pid, check_seconds
 from stroboscope.formats.segments import is_segment_name
-from stroboscope.sampling._checks import check_capacity, check_interval, check_sources
+from stroboscope.sampling._checks import (
+    MAX_INTERVAL_S,
+    MIN_INTERVAL_S,
+    check_capacity,
+    check_interval,
+    check_sources,
+)
 
 Converter = Callable[[str, str], Any]
 """``(option, text) -> value``; raises ``ValueError``/``TypeError`` naming the option."""
@@ -189,7 +195,9 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         action=checked(interval),
         default=0.01,
         metavar="S",
-        help="sampling interval in seconds (default 0.01; 0.0001 to 3600)",
+        help=(
+            f"sampling interval in seconds (default 0.01; {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})"
+        ),
     )
     parser.add_argument(
         "--duration",

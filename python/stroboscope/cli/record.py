@@ -6,7 +6,8 @@ this process), build the sampler (and its spool) on its pid, start the watchdog 
 output if this process dies, start sampling, and only once the first row exists let the command
 run, so its first instant is recorded. If setup fails, the command never runs and what this run
 made is removed. SIGINT and SIGTERM end the recording cleanly (passed on to the command, which is
-waited for); the output is written from the spool and its segments, every row once, in order.
+waited for); the output is written by :func:`stroboscope.recording.finish`: the segments written
+while the ring needed them, then the rows the ring still holds, every row once, in order.
 """
 
 from __future__ import annotations
@@ -62,9 +63,13 @@ def _build(
     who: Identity | None,
     exporters: contextlib.ExitStack,
 ) -> tuple[Sampler, RecordPublisher | None, Watchdog | None]:
-    # The segment writer must drain before the ring wraps: a quarter of the ring, at most 10 s.
+    # The segment writer must drain before the ring wraps: every quarter of the ring, so the
+    # ring keeps three quarters in hand. A segment only when the ring needs it: a run the ring
+    # holds writes none, its rows go once to FILE (the dataset's parts: at most every 10 s).
     ring_rows = check_capacity(args.capacity, "--capacity")
-    segment_s = segment_seconds(ring_rows, args.interval, most=10.0)
+    segment_s = segment_seconds(
+        ring_rows, args.interval, most=None if args.dataset is None else 10.0
+    )
     if who is None:
         sampler = Sampler(
             args.interval,
@@ -78,6 +83,7 @@ def _build(
         sampler = _dataset.rank_sampler(
             args, who, pid=pid, capacity=args.capacity, spool=spool, segment_seconds=segment_s
         )
+    _finish.prepare(sampler)  # its last rows go from the ring to FILE, not to a segment first
     if args.pid is not None:
         sampler.provenance()  # --pid: its command line, read as soon as its files are open
     publisher = None
@@ -296,36 +302,34 @@ def _record(
         if publisher is not None:
             publisher.feed(sampler.drain().to_arrow())
             publisher.close()
-    # The segments and the ring, every row once and in order, streamed to the output one
-    # segment at a time, with what the sampler knows of the run (the spool's header does not).
-    prov = sampler.provenance(command=command_argv or None)
+    # The segments and the ring, every row once and in order, to the output one segment at a
+    # time, with what the sampler knows of the run (the spool's header does not).
+    parts = sampler.dataset_status
+    stranded = args.output is None and parts is not None and parts.rows_unwritten > 0
     try:
-        rows, n_columns = _finish.write_output(spool, args.output, prov)
+        done = _finish.finish(
+            sampler,
+            args.output,
+            command=command_argv or None,
+            keep_spool=args.keep_spool or stranded,  # rows in no part and no FILE: keep it
+            column_stats=True,
+            watchdog=watchdog,
+        )
     except OSError as exc:
         if args.output is None:
             raise
         _unwritten(exc, args.output, spool, recover_parts(spool).rows, watchdog)
-    if watchdog is not None:
-        watchdog.stop()
-    units = {c.name: c.unit for c in sampler.columns}
-    summary, span_s = _finish.spool_column_stats(
-        spool, units
-    )  # a few columns at a time, before the spool goes
-    parts = sampler.dataset_status
-    stranded = args.output is None and parts is not None and parts.rows_unwritten > 0
-    if not args.keep_spool and not stranded:  # rows in no part and no FILE: keep the spool
-        remove_spool(spool)
     if stranded and exit_code == 0:
         exit_code = 1
     _print_summary(
         args,
         fmt,
-        rows,
-        n_columns,
-        span_s,  # the span of the rows recorded, not how long this process ran
+        done.rows,
+        done.columns,
+        done.span_s or 0.0,  # the span of the rows recorded, not how long this process ran
         sampled_s,
         sampler.stats(),
-        summary,
+        done.column_stats or "",
         sampler.segments,
         sampler.dataset_status,
         sampler.identity,  # with the job id a single-process run was given

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from stroboscope.analysis.prom_names import UNITS
 from stroboscope.cluster._disk import mountpoint, usage_prefix
 from stroboscope.sampling import Column
 
@@ -166,18 +167,19 @@ _SKIP = re.compile(
     r"^(net|disk)\.\w+_bytes_per_s$|^gpu\.\d+\.(pcie|nvlink)_(tx|rx)_bytes_per_s$"
     r"|\.read_mono_ns$|\.tid$"
 )
-# Unit suffix of a column -> (UCUM unit, scale). Checked in order (``_bytes_per_s`` first).
-_UNITS: tuple[tuple[str, str, str, float], ...] = (
-    ("_bytes_per_s", "bytes/s", "By/s", 1.0),
-    ("_bytes", "bytes", "By", 1.0),
-    ("_pct", "%", "1", 0.01),
-    ("_mj", "mJ", "J", 0.001),
-    ("_w", "W", "W", 1.0),
-    ("_c", "celsius", "Cel", 1.0),
-    ("_mhz", "MHz", "MHz", 1.0),
-    ("_ns", "ns", "s", 1e-9),
-    ("_cores", "cores", "{cpu}", 1.0),
-)
+# A column unit -> (UCUM unit, scale to it). The suffix a column's name carries for its unit is
+# the one naming table's (analysis.prom_names.UNITS: ``_pct`` for %, ``_mj`` for mJ, ...).
+_UCUM: dict[str, tuple[str, float]] = {
+    "bytes/s": ("By/s", 1.0),
+    "bytes": ("By", 1.0),
+    "%": ("1", 0.01),
+    "mJ": ("J", 0.001),
+    "W": ("W", 1.0),
+    "celsius": ("Cel", 1.0),
+    "MHz": ("MHz", 1.0),
+    "ns": ("s", 1e-9),
+    "cores": ("{cpu}", 1.0),
+}
 # Generic names (after the unit suffix is stripped) that would read wrongly on their own.
 _RENAME = {
     "gpu.mem_util": "gpu.memory_controller.utilization",  # not hw.gpu.memory.utilization
@@ -328,10 +330,9 @@ def _plan_generic(
         base = f"gpu.mig.{mig.group(2)}"
         attrs = {**attrs, "stroboscope.gpu.mig.instance": int(mig.group(1))}
     unit, scale = {"count": "{count}", "1": "1"}.get(col.unit, col.unit), 1.0
-    for suffix, ours, ucum, factor in _UNITS:
-        if base.endswith(suffix) and col.unit == ours:
-            base, unit, scale = base[: -len(suffix)], ucum, factor
-            break
+    suffix = UNITS[col.unit].strip if col.unit in _UCUM else ""
+    if suffix and base.endswith(suffix):
+        base, (unit, scale) = base[: -len(suffix)], _UCUM[col.unit]
     if col.kind == "counter":
         inst: Instrument = "counter"
         stat: Stat = "total"

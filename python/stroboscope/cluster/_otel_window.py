@@ -3,8 +3,9 @@
 At each collection the OpenTelemetry SDK calls every observable instrument's callback once, in
 turn. The first callback of a collection (:meth:`Window.points_for` notices it: an instrument
 that was already served in the current window asks again) copies the new rows with
-``sampler.copy_since(cursor)`` and reduces each column once with pyarrow.compute (count, mean,
-max, last valid value); every callback then reads its points from that summary. So one
+``sampler.copy_since(cursor)`` and reduces each column once with the one window reducer
+(:func:`stroboscope.analysis.windows.window_stats`: count, mean, max, last valid value); every
+callback then reads its points from that summary. So one
 collection is one window, whatever the number of instruments, and nothing is read per sample
 in Python.
 """
@@ -19,21 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.cluster._cells import Stats, column_stats
+from stroboscope.analysis.windows import Stats, window_stats
 from stroboscope.cluster._otel_names import Metric, Point
 from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling import Frame
-
-Summary = Stats
-
-
-def summarise(table: pa.Table, names: Iterable[str]) -> dict[str, Summary]:
-    """Per column of ``names`` found in ``table`` with at least one valid cell, its summary."""
-    out: dict[str, Summary] = {}
-    for name in names:
-        if name in table.column_names and (stats := column_stats(table.column(name))):
-            out[name] = stats
-    return out
 
 
 class Window:
@@ -64,7 +54,7 @@ class Window:
         self._lock = threading.Lock()
         self._cursor = 0
         self._served: set[str] = set()
-        self._summary: dict[str, Summary] = {}
+        self._summary: dict[str, Stats] = {}
         self._totals: dict[str, float] = {}
         self._cpu_seconds: dict[str, float] = {}
         self._cpu_last_ns: dict[str, int] = {}
@@ -88,7 +78,7 @@ class Window:
         self.rows_lost += frame.rows_lost
         self.last_first_row = frame.first_row
         self._cursor = frame.first_row + n if n else max(self._cursor, frame.first_row)
-        self._summary = summarise(table, self._wanted)
+        self._summary = window_stats(table, self._wanted)
         for name, s in self._summary.items():
             self._totals[name] = s.last
         for name in self._cpu_columns:

@@ -1,73 +1,29 @@
-"""Prometheus names for a sampler's columns, derived from each column's unit and kind.
+"""Prometheus series for a sampler's columns, derived from each column's unit and kind.
 
-One rule, not one line per column: the column's dotted name gives the metric family (scopes
-joined by ``_``) and its labels (an index after ``cpu``, ``gpu`` or ``mig`` becomes a label, so
-there is one family per measure, not one per core or GPU); its unit gives the base unit of the
-name and the factor to it (``%`` → ``_ratio`` 0 to 1, ``mJ`` → ``_joules``, ``MHz`` → ``_hertz``,
-``ns`` → ``_seconds``); its kind gives the type (a ``counter`` column is a ``_total`` counter,
-every other kind a gauge summarised over the scrape window). ``cpu.3.util_pct`` (%, rate) →
-``stroboscope_cpu_core_util_ratio{cpu="3"}``; ``gpu.0.energy_mj`` (mJ, counter) →
-``stroboscope_gpu_energy_joules_total{gpu="0", UUID=…}``.
+One rule, not one line per column: the name and labels are
+:func:`stroboscope.analysis.prom_names.prom_name`'s (the one naming the Prometheus sender uses
+too: the column's dotted name gives the family and its labels, its unit the base unit and the
+factor to it, ``%`` → ``_ratio`` 0 to 1, ``mJ`` → ``_joules``); its kind gives the type (a
+``counter`` column is a ``_total`` counter, every other kind a gauge summarised over the scrape
+window). ``cpu.3.util_pct`` (%, rate) → ``stroboscope_cpu_core_util_ratio{cpu="3"}``;
+``gpu.0.energy_mj`` (mJ, counter) → ``stroboscope_gpu_energy_joules_total{gpu="0", UUID=…}``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from stroboscope.analysis.prom_names import UNITS, Unit, prom_name, split_name
 from stroboscope.cluster._disk import helps_of, mountpoint, usage_prefix
+
+__all__ = ["UNITS", "ColumnInfo", "PromSeries", "Unit", "plan_series", "series_for", "split_name"]
 
 Kind = Literal["gauge", "counter", "bitmask"]
 
 
-@dataclass(frozen=True)
-class Unit:
-    """How a column unit maps to Prometheus: the column-name suffix it replaces, the base-unit
-    suffix of the metric name ('' for a plain number) and the factor ``mul / div``."""
-
-    strip: str
-    suffix: str
-    mul: float = 1.0
-    div: float = 1.0
-
-
-UNITS: dict[str, Unit] = {
-    "%": Unit("_pct", "ratio", div=100.0),
-    "bytes": Unit("_bytes", "bytes"),
-    "KiB": Unit("_kib", "bytes", mul=1024.0),
-    "MiB": Unit("_mib", "bytes", mul=1024.0**2),
-    "bytes/s": Unit("_bytes_per_s", "bytes_per_second"),
-    "W": Unit("_w", "watts"),
-    "mW": Unit("_mw", "watts", div=1e3),
-    "J": Unit("_j", "joules"),
-    "mJ": Unit("_mj", "joules", div=1e3),
-    "celsius": Unit("_c", "celsius"),
-    "Hz": Unit("_hz", "hertz"),
-    "MHz": Unit("_mhz", "hertz", mul=1e6),
-    "s": Unit("_s", "seconds"),
-    "ms": Unit("_ms", "seconds", div=1e3),
-    "us": Unit("_us", "seconds", div=1e6),
-    "ns": Unit("_ns", "seconds", div=1e9),
-    "cores": Unit("_cores", "cores"),
-    "count": Unit("", ""),
-    "1": Unit("", ""),
-    "bitmask": Unit("", ""),
-}
-"""Column unit → Prometheus base unit. A column whose unit is not here is not served (listed in
-:attr:`PrometheusExporter.skipped`, with the reason)."""
-
-# An index after one of these scopes becomes a label; the family takes the infix (so that the
-# per-core ``cpu.{i}.util_pct`` and the all-core ``cpu.util_pct`` are two families).
-INDEX_LABELS: dict[str, tuple[str, str]] = {
-    "cpu": ("cpu", "core"),  # node_exporter's label for a core
-    "gpu": ("gpu", ""),  # dcgm-exporter's label for the GPU index
-    "mig": ("mig", ""),  # the MIG device's index on its GPU (not DCGM's GPU_I_ID)
-}
-_RANKED = re.compile(r"^([a-z_]+?)(\d+)$")  # threads.top0 → family "top", label top="0"
-_NOT_ALLOWED = re.compile(r"[^a-zA-Z0-9_]")
 _SKIP_UNITS = {"id": "an identifier (such as a thread id) is not a measure"}
 
 
@@ -106,49 +62,6 @@ class ColumnInfo:
     help: str
 
 
-def _clean(part: str) -> str:
-    return _NOT_ALLOWED.sub("_", part)
-
-
-def split_name(column: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """The family parts and the index labels of a dotted column name.
-
-    ``cpu.3.util_pct`` → ``(["cpu", "core", "util_pct"], [("cpu", "3")])``;
-    ``threads.top1.cpu_pct`` → ``(["threads", "top", "cpu_pct"], [("top", "1")])``.
-    """
-    parts: list[str] = []
-    labels: list[tuple[str, str]] = []
-    tokens = column.split(".")
-    for i, token in enumerate(tokens):
-        if token.isdigit() and i > 0:
-            scope = tokens[i - 1]
-            label, infix = INDEX_LABELS.get(scope, (_clean(scope), ""))
-            labels.append((label, token))
-            if infix:
-                parts.append(infix)
-            continue
-        ranked = _RANKED.match(token)
-        if ranked is not None and i < len(tokens) - 1:
-            parts.append(ranked.group(1))
-            labels.append((ranked.group(1), ranked.group(2)))
-            continue
-        parts.append(_clean(token))
-    return parts, labels
-
-
-def _stem(parts: list[str], unit: Unit) -> str:
-    last = parts[-1]
-    if unit.strip and last.endswith(unit.strip) and len(last) > len(unit.strip):
-        last = last[: -len(unit.strip)]
-    elif unit.strip and last == unit.strip.lstrip("_"):
-        return "_".join(parts[:-1])
-    return "_".join([*parts[:-1], last])
-
-
-def _join(*pieces: str) -> str:
-    return "_".join(p for p in pieces if p)
-
-
 def why_not_served(column: ColumnInfo) -> str | None:
     """Why a column is not served, or None when it is."""
     if column.name in ("time", "mono_ns") or column.name.endswith("mono_ns"):
@@ -167,8 +80,7 @@ def series_for(column: ColumnInfo, prefix: str = "stroboscope_") -> PromSeries |
     if why_not_served(column) is not None:
         return None
     unit = UNITS[column.unit]
-    parts, labels = split_name(column.name)
-    stem = _clean(prefix) + _stem(parts, unit)
+    named = prom_name(column.name, column.unit, prefix)
     kind: Kind = (
         "counter"
         if column.kind == "counter"
@@ -186,13 +98,13 @@ def series_for(column: ColumnInfo, prefix: str = "stroboscope_") -> PromSeries |
     help_text = f"{column.help} ({what}; column {generic}{factor}.)"
     return PromSeries(
         column=column.name,
-        name=_join(stem, unit.suffix),
-        max_name=_join(stem, "max", unit.suffix) if kind == "gauge" else "",
+        name=named.name,
+        max_name=named.max_name if kind == "gauge" else "",
         kind=kind,
         unit=unit.suffix,
         mul=unit.mul,
         div=unit.div,
-        labels=tuple(labels),
+        labels=named.labels,
         help=help_text,
     )
 

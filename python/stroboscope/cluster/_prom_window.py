@@ -1,22 +1,22 @@
-"""Summaries of one window of rows: a gauge's mean and maximum, a counter's latest total, a
-bitmask's OR. Every value is in the metric's base unit."""
+"""Prometheus's values of one window: a gauge's mean and maximum, a counter's latest total, a
+bitmask's OR, each in the metric's base unit. The window itself is reduced by
+:mod:`stroboscope.analysis.windows`, the one reducer."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 
-from stroboscope.cluster._cells import column_stats, valid_cells
+from stroboscope.analysis.windows import column_bits, column_stats
 from stroboscope.cluster._prom_names import PromSeries
 
 
 @dataclass(frozen=True)
 class Summary:
     """One column over one window: ``value`` (mean, latest total or OR) and ``max`` (gauges;
-    None otherwise), in base units; ``count`` is the number of non-null cells it used."""
+    None otherwise), in base units; ``count`` is the number of valid cells it used."""
 
     value: float
     max: float | None
@@ -26,11 +26,8 @@ class Summary:
 def summarise_column(column: pa.ChunkedArray | pa.Array, series: PromSeries) -> Summary | None:
     """Summary of the valid cells of ``column``; None when it has none."""
     if series.kind == "bitmask":
-        cells = valid_cells(column)
-        if len(cells) == 0:
-            return None
-        values = np.asarray(cells.to_numpy(zero_copy_only=False), dtype=np.int64)
-        return Summary(float(np.bitwise_or.reduce(values)), None, len(cells))
+        bits = column_bits(column)
+        return None if bits is None else Summary(float(bits[0]), None, bits[1])
     stats = column_stats(column)
     if stats is None:
         return None

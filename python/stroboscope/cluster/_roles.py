@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stroboscope import _core
 from stroboscope._base.identity import Identity
 from stroboscope.sampling._gpu_owner import owned_gpus
+from stroboscope.sampling._plan import default_source_names, source_names, source_options
 
 __all__ = [
     "HOST_SOURCES",
@@ -34,7 +34,7 @@ __all__ = [
 PROCESS_SOURCES: tuple[str, ...] = ("process", "process_io", "threads", "proc_tree")
 """Sources that read the monitored process (``proc.*``, its I/O, threads and descendants)."""
 
-HOST_SOURCES: tuple[str, ...] = tuple(n for n in _core.source_names() if n not in PROCESS_SOURCES)
+HOST_SOURCES: tuple[str, ...] = tuple(n for n in source_names() if n not in PROCESS_SOURCES)
 """Every other source of the registry: the machine's (cpu, cpu_cores, memory, network, disk,
 diskio, load, pressure), the cgroup's and the GPUs' (``gpu``, ``gpu_gpm``)."""
 
@@ -62,8 +62,6 @@ def default_sources(**options: Any) -> list[str]:
     """The sampler's default source names here (the core's seed set: cpu, memory, network,
     disk, diskio, process, cgroup where limits exist, gpu where NVML sees one). ``options``:
     ``pid``, ``proc_root``, ``sys_root``, ``cgroup_root``, ``disk_paths`` as a Sampler takes."""
-    from stroboscope.sampling._plan import source_options
-
     opts = source_options(
         options.get("pid"),
         options.get("proc_root", "/proc"),
@@ -71,7 +69,7 @@ def default_sources(**options: Any) -> list[str]:
         options.get("cgroup_root", "/sys/fs/cgroup"),
         options.get("disk_paths", ("/",)),
     )
-    return list(_core.default_source_names(opts))
+    return list(default_source_names(opts))
 
 
 def rank_sources(

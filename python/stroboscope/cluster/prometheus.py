@@ -25,8 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from stroboscope._base import lifecycle as _lifecycle
-from stroboscope._base.ratelimit import RateLimitedLog
-from stroboscope.cluster._prom_http import (
+from stroboscope._base.http_server import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_PORT,
     DEFAULT_TIMEOUT_S,
@@ -38,6 +37,7 @@ from stroboscope.cluster._prom_http import (
     serve,
     shutdown,
 )
+from stroboscope._base.ratelimit import RateLimitedLog
 from stroboscope.cluster._prom_names import ColumnInfo, PromSeries, plan_series
 from stroboscope.cluster._prom_window import Summary, summarise
 

@@ -16,11 +16,9 @@ import os
 from typing import Any
 
 from stroboscope.analysis.windows import Aggregate
-from stroboscope.formats.spool_read import remove_spool
-from stroboscope.formats.writers import output_format, write_table
+from stroboscope.formats.writers import output_format
+from stroboscope.recording._finish import finish, prepare
 from stroboscope.recording._training import TrainingRecording
-from stroboscope.recording.spool import recover
-from stroboscope.sampling._provenance import attach, for_table
 from stroboscope.scopes import annotate
 
 
@@ -71,14 +69,13 @@ class TrainingRecorder(TrainingRecording):
         """Close the open scopes, stop the sampler and write the recording (every row, from
         the spool and its segments, with its provenance); return the path written. A second
         call does nothing."""
+        if self.sampler is not None:
+            prepare(self.sampler)  # its last rows go from the ring to the file, not a segment
         sampler = self.close()
         if sampler is None:
             return self.written
         if self.path is None or self._spool is None:
             return None
-        table = recover(self._spool).to_arrow()
-        table = attach(table, for_table(sampler.provenance(), table))
-        write_table(table, self.path)
-        remove_spool(self._spool)
+        finish(sampler, self.path)
         self.written = self.path
         return self.path

@@ -4,7 +4,6 @@ and no external resource, so it opens offline in any browser."""
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import html
 from collections.abc import Callable, Sequence
 
@@ -26,6 +25,7 @@ from stroboscope.export import _meta
 from stroboscope.export._inputs import Recording
 from stroboscope.export._plots import Plot
 from stroboscope.export._scope_text import scope_text
+from stroboscope.export._select import iso_ms
 
 Describe = Callable[[Recording], list[ColumnStats]]
 """The column figures of one series (the report's, computed once for the text and the page)."""
@@ -61,17 +61,12 @@ def table_html(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], left: i
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _iso(ns: int) -> str:
-    t = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc)
-    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _series_html(describe: Describe, s: Recording) -> str:
     mm = pc.min_max(s.table.column("time").cast(pa.int64()))
     parts = [
         f"<h2>{_esc(s.label)}</h2>",
-        f"<p>{_esc(s.source)}: {s.table.num_rows} rows from {_iso(int(mm['min'].as_py()))} to "
-        f"{_iso(int(mm['max'].as_py()))}, {data_span_s(s.table):.3f} s of data</p>",
+        f"<p>{_esc(s.source)}: {s.table.num_rows} rows from {iso_ms(int(mm['min'].as_py()))} to "
+        f"{iso_ms(int(mm['max'].as_py()))}, {data_span_s(s.table):.3f} s of data</p>",
     ]
     summaries = describe(s)
     levels, counters = level_rows(summaries), counter_rows(summaries)

@@ -1,13 +1,24 @@
-"""The per-scope table of a report, as text: the full summary where pandas is installed, else
-calls and durations (shared by the terminal text and the HTML page)."""
+"""The per-scope tables as text, in one home: :func:`format_summary` (the full summary of
+:func:`~stroboscope.analysis.scope_summary.summary`) and, without pandas, the calls and
+durations of :func:`scope_counts`; both write durations and bytes with the package's one set of
+human units (:func:`~stroboscope.analysis.column_stats.fmt_seconds`, ``fmt_value``). Shared by the
+terminal text and the HTML page."""
 
 from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.column_stats import fmt_seconds, text_table
+from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, printable, text_table
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["SCOPE_HEADER", "format_summary", "scope_counts", "scope_text"]
 
 SCOPE_HEADER = ("scope", "calls", "open", "total", "mean", "min", "max")
 
@@ -19,7 +30,7 @@ def scope_text(samples: pa.Table, intervals: pa.Table) -> str:
     try:
         import pandas  # noqa: F401
 
-        from stroboscope.analysis.scope_summary import format_summary, summary
+        from stroboscope.analysis.scope_summary import summary
     except ImportError:
         return text_table(SCOPE_HEADER, scope_counts(intervals))
     return format_summary(summary(samples, intervals))
@@ -41,3 +52,72 @@ def scope_counts(intervals: pa.Table) -> list[tuple[str, ...]]:
         durations = [fmt_seconds(None if v is None else float(v)) for v in stats]
         rows.append((str(name), str(int(mask.sum())), str(int((mask & ~closed).sum())), *durations))
     return rows
+
+
+# (header, value columns shown "a / b", count column, kind of value)
+_FIGURES: tuple[tuple[str, tuple[str, ...], str | None, str], ...] = (
+    ("calls", ("calls",), None, "int"),
+    ("total", ("total_s",), None, "s"),
+    ("mean", ("mean_s",), None, "s"),
+    ("p50", ("p50_s",), None, "s"),
+    ("p99", ("p99_s",), None, "s"),
+    ("max", ("max_s",), None, "s"),
+    ("excl", ("exclusive_s",), None, "s"),
+    ("cpu % mean/max", ("cpu_pct_mean", "cpu_pct_max"), "cpu_pct_n", "num"),
+    ("rss max/growth", ("rss_bytes_max", "rss_bytes_growth"), "rss_bytes_n", "bytes"),
+    ("gpu % mean/max", ("gpu_util_pct_mean", "gpu_util_pct_max"), "gpu_util_pct_n", "num"),
+    ("gpu mem max", ("gpu_mem_bytes_max",), "gpu_mem_bytes_n", "bytes"),
+    ("power W mean/max", ("power_w_mean", "power_w_max"), "power_w_n", "num"),
+    ("energy J", ("energy_j",), "energy_j_n", "num"),
+)
+
+
+def _value(v: Any, kind: str) -> str:
+    """One figure of the table: seconds and bytes in the package's human units
+    (:func:`~stroboscope.analysis.column_stats.fmt_seconds`, ``fmt_value``), counts as integers,
+    other numbers in 4 significant digits."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    x = float(v)
+    if kind == "int":
+        return str(int(x))
+    if kind == "s":
+        return fmt_seconds(x)
+    if kind == "bytes":
+        return fmt_value(x, "bytes")
+    return f"{x:.4g}"
+
+
+def format_summary(df: pandas.DataFrame) -> str:
+    """``summary()``'s DataFrame as an aligned text table: one line per scope and labels, the
+    durations, then each metric figure with its reading count in brackets (``[n]``). Figures
+    the frame did not have are left out; control characters in a name or label are escaped
+    (:func:`~stroboscope.analysis.column_stats.printable`), so each row stays one line."""
+    header = [printable(n) for n in df.index.names]
+    shown = [f for f in _FIGURES if all(c in df.columns for c in f[1])]
+    header += [f[0] for f in shown]
+    rows: list[list[str]] = []
+    for key, row in zip(df.index, df.itertuples(index=False)):
+        values = dict(zip(df.columns, row))
+        keys = key if isinstance(key, tuple) else (key,)
+        cells = [
+            "-" if k is None or (isinstance(k, float) and math.isnan(k)) else printable(k)
+            for k in keys
+        ]
+        for _, columns, count, kind in shown:
+            text = " / ".join(_value(values[c], kind) for c in columns)
+            if count is not None and count in values:
+                text += f" [{int(values[count])}]"
+            cells.append(text)
+        rows.append(cells)
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    labels = len(df.index.names)
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append(
+            "  ".join(
+                v.ljust(w) if i < labels else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))
+            )
+        )
+    return "\n".join(lines)

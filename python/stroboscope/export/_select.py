@@ -62,7 +62,9 @@ def _span_ns(series: list[Recording]) -> tuple[int, int]:
     return min(firsts), max(lasts)
 
 
-def _iso(ns: int) -> str:
+def iso_ms(ns: int) -> str:
+    """``ns`` since the epoch as ISO 8601 UTC to the millisecond, for messages and pages
+    (``2026-12-03T10:00:00.250Z``)."""
     t = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc)
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -112,14 +114,14 @@ def select_time(series: list[Recording], start: str | None, end: str | None) -> 
     lo = parse_time("--from", start, first) if start is not None else first
     hi = parse_time("--to", end, first) if end is not None else last
     run = (
-        f"the run spans {_iso(first)} to {_iso(last)}, 0 to {(last - first) / 1e9:.3f} s "
+        f"the run spans {iso_ms(first)} to {iso_ms(last)}, 0 to {(last - first) / 1e9:.3f} s "
         f"after its first row"
     )
     if start is not None and end is not None and lo > hi:
         raise ValueError(f"--from ({start}) is after --to ({end}): {run}")
     if lo > last or hi < first:
         raise ValueError(
-            f"the time range {_iso(lo)} to {_iso(hi)} (--from {start}, --to {end}) is outside "
+            f"the time range {iso_ms(lo)} to {iso_ms(hi)} (--from {start}, --to {end}) is outside "
             f"the run: {run}"
         )
     out = []
@@ -131,7 +133,7 @@ def select_time(series: list[Recording], start: str | None, end: str | None) -> 
             out.append(s.with_table(table))
     if not out:
         raise ValueError(
-            f"no row lies between {_iso(lo)} and {_iso(hi)} (--from {start}, --to {end}): {run}"
+            f"no row lies between {iso_ms(lo)} and {iso_ms(hi)} (--from {start}, --to {end}): {run}"
         )
     return out
 

@@ -17,6 +17,7 @@ __all__ = [
     "SegmentWriter",
     "SpoolError",
     "Watchdog",
+    "finish",
     "read_journal",
     "recover",
 ]
@@ -26,6 +27,7 @@ __getattr__, __dir__ = face(
     __all__,
     {
         "Sampler": ".sampler",
+        "finish": "._finish",
         "recover": ".spool",
         "SpoolError": ".spool",
         "SegmentWriter": ".segments",
@@ -37,6 +39,7 @@ __getattr__, __dir__ = face(
 )
 
 if TYPE_CHECKING:
+    from stroboscope.recording._finish import finish
     from stroboscope.recording.journal import read_journal
     from stroboscope.recording.receiver import Receiver
     from stroboscope.recording.sampler import Sampler

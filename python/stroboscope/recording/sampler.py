@@ -18,13 +18,14 @@ import tempfile
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from stroboscope._base.checks import check_bool, check_file_dir, check_path
+from stroboscope._base.checks import check_bool, check_choice, check_file_dir, check_path
 from stroboscope._base.files import identity as file_identity
 from stroboscope._base.files import unlink_if_same
 from stroboscope.formats.segments import segment_paths, segment_rows
 from stroboscope.formats.spool_header import FIELDS
 from stroboscope.formats.spool_read import remove_spool
 from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
+from stroboscope.recording._finish import DUMP_FORMATS as DUMP_FORMATS  # the one list, re-exported
 from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import CoreSampler
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from stroboscope._base.identity import Identity
     from stroboscope.sampling import SamplerOptions
 
-DUMP_FORMATS = ("csv", "parquet")
 _PID_OFFSET = FIELDS["pid"][0]
 
 
@@ -155,8 +155,7 @@ class Sampler(CoreSampler):
         if "ring_file" in kwargs:
             raise TypeError("give spool= (the crash-safe ring file), not ring_file=")
         check_bool("crash_safe", crash_safe)  # "no" would turn crash safety on
-        if dump_format not in DUMP_FORMATS:
-            raise ValueError(f"dump_format must be 'csv' or 'parquet', got {dump_format!r}")
+        check_choice("dump_format", dump_format, DUMP_FORMATS)
         if dump_path is not None:
             dump_path = check_path("dump_path", dump_path)  # bytes, "" or a NUL: refused
         seg_s = 0.0

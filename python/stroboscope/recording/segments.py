@@ -17,6 +17,12 @@ names they use, to the sidecar ``PATH.events`` (:mod:`stroboscope.formats.events
 chunks, so a crash leaves every complete one readable). A SIGKILL loses at most the events
 recorded since the last wake-up, and events the log overwrote before a wake-up took them
 (counted).
+
+A clean end (:func:`stroboscope.recording.finish`) writes no last segment: the writer is told
+so (:meth:`SegmentWriter.keep_rest`), the rows since the last segment stay in the ring (and the
+spool, which a crash still recovers), and the finish takes them from the ring
+(:meth:`SegmentWriter.take_rest`) straight into the output, so each row is written once. The
+segments written before (:attr:`SegmentWriter.written`) are the rows the ring could not hold.
 """
 
 from __future__ import annotations
@@ -88,6 +94,15 @@ class SegmentStatus:
     events_errors: int = 0
 
 
+@dataclass(frozen=True)
+class Written:
+    """One segment this writer wrote: its file, the index of its first row, its rows."""
+
+    path: str
+    first_row: int
+    rows: int
+
+
 def _write_segment(table: pa.Table, path: str) -> None:
     """Write one segment file whole: a 0600 temporary beside ``path``, renamed over it."""
     write_parquet(table, path)
@@ -128,6 +143,8 @@ class SegmentWriter:
         self._lock = threading.Lock()
         self._events: EventsSink | None = None  # made by start(): events from then on
         self.events_errors = 0
+        self._keep_rest = False  # set by keep_rest(): stop() writes no last segment
+        self._written: list[Written] = []
 
     def status(self) -> SegmentStatus:
         """The counters as one consistent snapshot."""
@@ -161,7 +178,7 @@ class SegmentWriter:
         """
         self._join_thread()
         self.append_events()
-        if self._last_flush():
+        if self._keep_rest or self._last_flush():
             return
         _LOG.warning(
             "%d rows of %s are in no segment (%s); they stay in the spool: "
@@ -171,6 +188,28 @@ class SegmentWriter:
             self.last_error,
             self._spool,
         )
+
+    def keep_rest(self) -> None:
+        """From now on :meth:`stop` writes no last segment: the rows since the last one stay in
+        the ring (and the spool) for :meth:`take_rest` (a clean end writes them to its output,
+        once). The writer thread still writes a segment whenever the ring needs it."""
+        self._keep_rest = True
+
+    @property
+    def written(self) -> list[Written]:
+        """The segments this writer wrote, in order (their rows are no longer all in the ring)."""
+        with self._lock:
+            return list(self._written)
+
+    def take_rest(self) -> Frame:
+        """The rows in no segment yet, copied from the ring (the cursor moves past them; rows
+        the ring overwrote before they were taken are counted in :attr:`rows_lost`). For the
+        end of a stopped recording (:meth:`keep_rest`)."""
+        with self._lock:
+            frame = Frame(self._core.copy_since(self._cursor))
+            self.rows_lost += frame.rows_lost
+            self._cursor = frame.first_row + len(frame)
+            return frame
 
     def _join_thread(self) -> None:
         self._stop.set()
@@ -283,5 +322,6 @@ class SegmentWriter:
                 raise
             self._seq = seq
             self._cursor = frame.first_row + len(frame)
+            self._written.append(Written(final, frame.first_row, len(frame)))
             self.segments_written += 1
             self.rows_unwritten = 0

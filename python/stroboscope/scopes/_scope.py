@@ -13,6 +13,7 @@ import logging
 from typing import Any, Callable, TypeVar, cast
 
 from stroboscope._base.checks import check_text
+from stroboscope._base.nvtx import nvtx_module as _nvtx_module
 from stroboscope.sampling import _scope_log
 from stroboscope.scopes import _stack, _switchboard
 from stroboscope.scopes._stack import _LABELS, _STACK, LabelValue, OpenScope
@@ -24,20 +25,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 _state = _switchboard.state
 _begin = _scope_log.begin  # the core's functions themselves: one C call per edge
 _end = _scope_log.end
-
-_nvtx: Any = None  # the nvtx module once imported; False when it cannot be
-
-
-def _nvtx_module() -> Any:
-    global _nvtx
-    if _nvtx is None:
-        try:
-            import nvtx  # type: ignore[import-not-found,unused-ignore]
-
-            _nvtx = nvtx
-        except ImportError:
-            _nvtx = False
-    return _nvtx
 
 
 class annotate:

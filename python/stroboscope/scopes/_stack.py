@@ -16,13 +16,10 @@ import threading
 from typing import Any, Callable, NamedTuple, Union
 
 from stroboscope._base.checks import check_text
-from stroboscope.analysis._intervals import BASE_COLUMNS
+from stroboscope.analysis._intervals import RESERVED_LABELS
 from stroboscope.sampling import _scope_log
 
 LabelValue = Union[str, int, float, bool]
-
-# Columns of the scope-intervals table and of samples_by_scope(): a label may not take their names.
-RESERVED_LABELS = frozenset(BASE_COLUMNS) | {"scope", "scope_name", "time", "mono_ns"}
 
 
 class OpenScope(NamedTuple):

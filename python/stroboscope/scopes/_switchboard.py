@@ -15,6 +15,7 @@ either the old tuple or the new one, both complete.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Callable
 
@@ -75,19 +76,16 @@ def add_open_hook(hook: Callable[[str], None]) -> Callable[[], None]:
     return remove
 
 
-class _AfterFork:
+def _after_fork_in_child() -> None:
     """In a forked child no sampler thread runs: nothing records until one starts there (the
     default session starts its own again on the next scope). The lock may have been held by a
     thread that does not exist in the child: a new one replaces it."""
-
-    def _after_fork_in_child(self) -> None:
-        global _lock
-        _lock = threading.Lock()
-        state.recorders = ()
-        state.edge_targets = ()
-        state.refresh()
+    global _lock
+    _lock = threading.Lock()
+    state.recorders = ()
+    state.edge_targets = ()
+    state.refresh()
 
 
-_after_fork = _AfterFork()
-_lifecycle.register(_after_fork)
+_lifecycle.register(sys.modules[__name__])  # the one registry calls _after_fork_in_child
 watch(_running)  # now, and whenever a sampler starts or stops

@@ -25,7 +25,9 @@ def part_path(path: str | os.PathLike[str], index: int) -> Path:
     return p.with_name(f"{p.stem}.{index}{p.suffix}")
 
 
-def iso_utc(timestamp: float) -> str:
-    """UTC seconds since the epoch → ISO-8601 with microseconds and a ``Z``."""
+def seconds_iso_utc(timestamp: float) -> str:
+    """UTC seconds since the epoch (a float, as :func:`time.time`) → ISO-8601 with microseconds
+    and a ``Z`` (``2026-12-03T10:00:00.250000Z``). Not the provenance's ``iso_utc``, which
+    takes integer ns and writes all nine digits."""
     dt = datetime.fromtimestamp(timestamp, tz=timezone.utc)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

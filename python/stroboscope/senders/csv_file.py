@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from stroboscope._base.checks import check_bool, check_file_path, check_str, describe
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
-from stroboscope.senders._files import iso_utc, open_private_text, part_path
+from stroboscope.senders._files import open_private_text, part_path, seconds_iso_utc
 
 logger = logging.getLogger("stroboscope.senders")
 
@@ -79,7 +79,7 @@ class CSVSender(BuiltinSender):
             elif self._fixed is None and any(k not in self._columns for k in flat):
                 known = set(self._columns)
                 self._open_part(self._columns + [k for k in flat if k not in known])
-            row: list[object] = [iso_utc(self._timestamp(kwargs))]
+            row: list[object] = [seconds_iso_utc(self._timestamp(kwargs))]
             row.extend(_cell(flat.get(c)) for c in self._columns)
             self._writer.writerow(row)
             if self._flush and self._file is not None:

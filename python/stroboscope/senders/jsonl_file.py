@@ -12,7 +12,7 @@ from typing import Any
 
 from stroboscope._base.checks import check_bool, check_file_path
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
-from stroboscope.senders._files import iso_utc, open_private_text
+from stroboscope.senders._files import open_private_text, seconds_iso_utc
 
 
 class JSONLinesSender(BuiltinSender):
@@ -44,7 +44,7 @@ class JSONLinesSender(BuiltinSender):
     def publish(self, event: StatsDict, **kwargs: Any) -> None:
         """Append ``event`` as one JSON line (``timestamp=`` in seconds sets ``time``)."""
         body: Mapping[str, Any] = flatten_event(event) if self._flatten else event
-        record = {"time": iso_utc(self._timestamp(kwargs)), **_jsonable(body)}
+        record = {"time": seconds_iso_utc(self._timestamp(kwargs)), **_jsonable(body)}
         line = json.dumps(record, allow_nan=False, separators=(",", ":"))
         with self._lock:
             if self._file.closed:

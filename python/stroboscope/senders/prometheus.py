@@ -1,4 +1,11 @@
-"""Prometheus sender: the latest value of each metric as a gauge, served over HTTP."""
+"""Prometheus sender: the latest value of each metric as a gauge, served over HTTP.
+
+A key that is a column (its name ends in a unit, ``gpu.0.power_w``) is named and scaled as the
+cluster exporter names and scales that column (:func:`stroboscope.analysis.prom_names.prom_name`:
+``stroboscope_gpu_power_watts{gpu="0"}``, a ``%`` as a 0 to 1 ``_ratio``); any other key
+(``rank0.cpu``, ``gpu.0.powerWatts``) keeps its own name, with characters Prometheus does not
+allow replaced (:func:`metric_name`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ import re
 import threading
 from typing import Any
 
-from stroboscope.cluster._prom_http import (
+from stroboscope._base.http_server import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_PORT,
     DEFAULT_TIMEOUT_S,
@@ -19,12 +26,13 @@ from stroboscope.cluster._prom_http import (
     serve,
     shutdown,
 )
+from stroboscope.analysis.prom_names import prom_name, unit_of
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
 
 logger = logging.getLogger("stroboscope.senders")
 
 _NOT_ALLOWED = re.compile(r"[^a-zA-Z0-9_:]")
-__all__ = ["DEFAULT_PORT", "PrometheusSender", "metric_name"]
+__all__ = ["DEFAULT_PORT", "PrometheusSender", "gauge_name", "metric_name"]
 
 
 def metric_name(key: str, prefix: str = "stroboscope_") -> str:
@@ -32,6 +40,20 @@ def metric_name(key: str, prefix: str = "stroboscope_") -> str:
     ``stroboscope_rank0_gpu_0_powerWatts`` (characters outside ``[a-zA-Z0-9_:]`` become ``_``)."""
     name = _NOT_ALLOWED.sub("_", prefix + key)
     return name if not name[:1].isdigit() else "_" + name
+
+
+def gauge_name(
+    key: str, prefix: str = "stroboscope_"
+) -> tuple[str, tuple[tuple[str, str], ...], float]:
+    """The gauge family, labels and factor of an event key: a column (its name ends in a unit)
+    as the cluster exporter names it (``cpu.3.util_pct`` →
+    ``("stroboscope_cpu_core_util_ratio", (("cpu", "3"),), 0.01)``), any other key by
+    :func:`metric_name`, without labels, unscaled."""
+    unit = unit_of(key)
+    if unit is None:
+        return metric_name(key, prefix), (), 1.0
+    named = prom_name(key, unit, prefix)
+    return named.name, named.labels, named.factor
 
 
 class PrometheusSender(BuiltinSender):
@@ -55,7 +77,8 @@ class PrometheusSender(BuiltinSender):
         of the process needs (see ``docs/prometheus.md``).
 
     Each sender has its own registry, so its endpoint shows only its gauges. A key's gauge is
-    created the first time the key is published; the help text names the original key.
+    created the first time the key is published (named by :func:`gauge_name`: a column as the
+    cluster exporter names it, in base units); the help text names the key.
     """
 
     def __init__(
@@ -79,8 +102,10 @@ class PrometheusSender(BuiltinSender):
         self._gauge_cls = Gauge
         self.registry = CollectorRegistry(auto_describe=True)
         self.prefix = prefix
-        self._gauges: dict[str, Any] = {}  # key → its gauge, or None when its name is taken
-        self._names: dict[str, str] = {}  # metric name → the key that owns it
+        # key → (its gauge or labelled child, factor), or None when its name is taken
+        self._gauges: dict[str, tuple[Any, float] | None] = {}
+        self._families: dict[str, tuple[Any, tuple[str, ...]]] = {}  # name → gauge, label names
+        self._names: dict[tuple[str, tuple[str, ...]], str] = {}  # (name, labels) → owning key
         self._lock = threading.Lock()
         self._closed = False
         # A port in use: OSError naming the port (shared with the cluster exporter).
@@ -111,11 +136,16 @@ class PrometheusSender(BuiltinSender):
                 else:
                     gauge = self._gauges[key] = self._new_gauge(key)
                 if gauge is not None:  # None: a key whose name another key already holds
-                    gauge.set(value)
+                    gauge[0].set(value * gauge[1])
 
-    def _new_gauge(self, key: str) -> Any:
-        name = metric_name(key, self.prefix)
-        owner = self._names.get(name)
+    def _new_gauge(self, key: str) -> tuple[Any, float] | None:
+        name, labels, factor = gauge_name(key, self.prefix)
+        label_names = tuple(label for label, _ in labels)
+        values = tuple(value for _, value in labels)
+        owner = self._names.get((name, values))
+        family = self._families.get(name)
+        if owner is None and family is not None and family[1] != label_names:
+            owner = self._names[next(k for k in self._names if k[0] == name)]
         if owner is not None:
             logger.warning(
                 "stroboscope: keys %r and %r both map to Prometheus metric %s; %r is not served",
@@ -125,9 +155,14 @@ class PrometheusSender(BuiltinSender):
                 key,
             )
             return None
-        gauge = self._gauge_cls(name, f"stroboscope metric {key}", registry=self.registry)
-        self._names[name] = key
-        return gauge
+        if family is None:
+            help_text = f"stroboscope metric {key}"
+            if label_names:
+                help_text = f"stroboscope metric {_generic(key)}"
+            gauge = self._gauge_cls(name, help_text, label_names, registry=self.registry)
+            family = self._families[name] = (gauge, label_names)
+        self._names[(name, values)] = key
+        return (family[0].labels(*values) if label_names else family[0]), factor
 
     def close(self) -> None:
         """Stop serving and release the port (idempotent)."""
@@ -139,3 +174,8 @@ class PrometheusSender(BuiltinSender):
 
     def __repr__(self) -> str:
         return f"PrometheusSender({self.url!r})"
+
+
+def _generic(key: str) -> str:
+    """``gpu.0.power_w`` → ``gpu.{i}.power_w``: the key a labelled family's help names."""
+    return ".".join("{i}" if token.isdigit() else token for token in key.split("."))

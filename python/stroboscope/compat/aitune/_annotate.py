@@ -15,22 +15,17 @@ import contextlib
 import functools
 import inspect
 import time
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Any, Callable, TypeVar, cast
 
 from stroboscope import scopes
+from stroboscope._base.nvtx import nvtx_module as _nvtx
 from stroboscope.compat.aitune import _monitoring
-from stroboscope.scopes._scope import _nvtx_module
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=type)
 
 NVTX_ANNOTATION_DOMAIN = "AITune"
-
-
-def _nvtx() -> ModuleType | None:
-    """The ``nvtx`` package when it can be imported (the scopes' own loader, looked up once)."""
-    return cast("ModuleType | None", _nvtx_module() or None)
 
 
 def _check_name(name: object, what: str) -> str | None:
