@@ -35,6 +35,7 @@ __all__ = [
     "begin",
     "end",
     "intern",
+    "read",
     "recorders",
     "strings",
     "watch",
@@ -53,6 +54,8 @@ written = _core.events_written
 """``written() -> int``: how many edges the log has taken so far."""
 strings = _core.events_strings
 """``strings(first=0) -> list[str]``: the interned texts, by id."""
+read = _core.events_read
+"""``read(first, last=None)``: the log's edges from ``first`` on (an ``EventBatch``)."""
 
 
 class Recorder(NamedTuple):
@@ -196,9 +199,7 @@ class ScopeRecording:
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
         """Scopes and metrics as a Chrome Trace Event file (Perfetto, chrome://tracing), on
         torch.profiler's time base; returns the path written."""
-        # Against the room table (sampling may not import export): the one signature of
-        # export_chrome_trace is still to be chosen, and this method is one of its three.
-        from stroboscope.export.traces import write_chrome_trace
+        from stroboscope.analysis.trace_data import write_chrome_trace
 
         write_chrome_trace(path, self.snapshot().to_arrow(), self.scope_intervals())
         return os.fspath(path)
