@@ -104,3 +104,21 @@ def test_asyncio_imported_after_the_scopes_still_gives_tasks_their_own_stacks() 
     assert stacks["thread"] == [got["thread"]]
     tasks = stacks["task"]
     assert len(tasks) == 2 and len(set(tasks)) == 2 and got["thread"] not in tasks
+
+
+def test_the_face_loads_the_scopes_with_the_sampler() -> None:
+    """Through the face, as a user writes it: ``stroboscope.annotate`` looked up for the first
+    time inside the region still imports nothing, as the Sampler brought the scopes."""
+    got = _run(
+        """
+        import json, sys, stroboscope
+        s = stroboscope.Sampler(interval=0.01, sources=["memory"]).start()
+        before = set(sys.modules)
+        with stroboscope.annotate("first"):
+            pass
+        new = sorted(set(sys.modules) - before)
+        s.close()
+        print(json.dumps({"new": new, "asyncio": "asyncio" in sys.modules}))
+        """
+    )
+    assert got == {"new": [], "asyncio": False}
