@@ -329,11 +329,12 @@ def test_the_scope_switchboard_forgets_its_samplers_in_a_forked_child() -> None:
     out = _run(
         """
         import os, threading, time, types
-        from stroboscope import _events
+        from stroboscope.scopes import _switchboard as _events
+        from stroboscope.sampling._scope_log import Recorder, _running
         from stroboscope._base import lifecycle as _lifecycle
 
         print(_events in _lifecycle.live(types.ModuleType), flush=True)
-        _events.attach("parent's sampler", None)
+        _running.add(Recorder("parent's sampler", None))  # a sampler starts: the switchboard hears
         held, done = threading.Event(), threading.Event()
 
         def hold():
@@ -347,7 +348,7 @@ def test_the_scope_switchboard_forgets_its_samplers_in_a_forked_child() -> None:
         pid = os.fork()
         if pid == 0:
             before = (_events.state.recorders, _events.state.recording)
-            _events.attach("child's sampler", None)
+            _running.add(Recorder("child's sampler", None))
             print(before, _events.state.recorders, flush=True)
             os._exit(0)
         os.waitpid(pid, 0)

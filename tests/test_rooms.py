@@ -112,29 +112,9 @@ def violations() -> list[str]:
     return found
 
 
-# Imports against the table still being moved, each "file: room imports module" (no line number,
-# so an edit elsewhere in the file does not break the list). The list may only shrink: a new
-# import against the table fails, and so does an entry that no longer happens (remove it).
-NOT_YET: set[str] = {
-    "_events.py: outside every room",
-    "recording/_events_write.py: recording imports stroboscope._core",
-    "sampling/_scoped.py: sampling imports stroboscope._events",
-    "sampling/_scoped.py: sampling imports stroboscope.export.traces",
-    "sampling/_scoped.py: sampling imports stroboscope.scopes._intervals",
-    "scopes/__init__.py: scopes imports stroboscope._events",
-    "scopes/_scope.py: scopes imports stroboscope._core",
-    "scopes/_scope.py: scopes imports stroboscope._events",
-    "scopes/_session.py: scopes imports stroboscope._events",
-    "scopes/_stack.py: scopes imports stroboscope._core",
-}
-
-
 def test_every_import_follows_the_room_table() -> None:
-    found = {line.split(":")[0] + ":" + line.split(":", 2)[-1] for line in violations()}
-    new = sorted(found - NOT_YET)
-    assert not new, f"{len(new)} import(s) against the room table:\n" + "\n".join(new)
-    gone = sorted(NOT_YET - found)
-    assert not gone, "no longer against the table, remove from NOT_YET:\n" + "\n".join(gone)
+    found = violations()
+    assert not found, f"{len(found)} import(s) against the room table:\n" + "\n".join(found)
 
 
 def test_the_checker_sees_an_import_against_the_flow(tmp_path: Path) -> None:

@@ -3,9 +3,18 @@
 
 #include <pybind11/pybind11.h>
 
+#include <memory>
+
 #include "stroboscope/column.hpp"
+#include "stroboscope/source.hpp"
 
 namespace stroboscope::bindings {
+// A source built once (_core.build_source): asked about itself, then handed to one Sampler,
+// which takes it (source is null from then on).
+struct BuiltSource {
+  std::unique_ptr<Source> source;
+};
+
 // {"name", "unit", "dtype", "kind", "help"} of one column, as Python sees a schema entry.
 pybind11::dict column_dict(const ColumnSpec& c);
 

@@ -76,6 +76,22 @@ void register_frame(py::module_& m) {
                              })
       .def_property_readonly("first_row", &Frame::first_row)
       .def_property_readonly("rows_lost", &Frame::rows_lost)
+      // (first time, last time, first mono_ns) in ns, each None where that cell is null; None
+      // for a frame without rows: what a frame's provenance reads of its rows, without
+      // importing them.
+      .def_property_readonly("edges",
+                             [](const Frame& f) -> py::object {
+                               const auto& cols = f.columns();
+                               const std::int64_t n = f.length();
+                               if (n == 0 || cols.size() < 2) return py::none();
+                               auto cell = [](const FrameColumn& c, std::int64_t i) {
+                                 return c.valid(i) ? py::object(py::int_(static_cast<std::int64_t>(
+                                                         c.cell(i))))
+                                                   : py::object(py::none());
+                               };
+                               return py::make_tuple(cell(cols[0], 0), cell(cols[0], n - 1),
+                                                     cell(cols[1], 0));
+                             })
       .def("export_schema", &schema_capsule)
       .def("export_array", &array_capsule)
       .def("export_stream", &stream_capsule);

@@ -37,6 +37,37 @@ std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler(
       new Sampler(std::move(slots), interval_ns, capacity, spool_path, precise));
 }
 
+// The same from sources built already (_core.build_source): the Sampler takes them, so each
+// source is built once. A source taken before, or listed twice, is refused before any is taken.
+std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler_built(
+    const std::vector<std::pair<std::shared_ptr<BuiltSource>, std::uint32_t>>& specs,
+    std::int64_t interval_ns, std::uint64_t capacity, const std::string& spool_path,
+    bool precise) {
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const auto& built = specs[i].first;
+    if (!built || !built->source) {
+      throw py::value_error("sources[" + std::to_string(i) + "] was taken by another Sampler");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (specs[j].first == built) {
+        throw py::value_error("sources[" + std::to_string(i) + "] is listed twice");
+      }
+    }
+  }
+  std::vector<std::pair<std::unique_ptr<Source>, std::uint32_t>> taken;
+  taken.reserve(specs.size());
+  for (const auto& [built, every] : specs) taken.emplace_back(std::move(built->source), every);
+  // releasing gil here is safe, we don't manipulate refcounts
+  py::gil_scoped_release release;
+  std::vector<SourceSlot> slots;
+  slots.reserve(taken.size());
+  for (auto& [source, every] : taken) {
+    slots.push_back(make_source_slot(std::move(source), every, interval_ns));
+  }
+  return std::unique_ptr<Sampler, ReleaseGilDeleter>(
+      new Sampler(std::move(slots), interval_ns, capacity, spool_path, precise));
+}
+
 
 py::dict stats_dict(const SamplerStats& s) {
   py::dict d;
@@ -101,6 +132,8 @@ void register_sampler(py::module_& m) {
   // releasing gil here is safe, we don't manipulate refcounts
   using release_gil = py::call_guard<py::gil_scoped_release>;
   py::class_<Sampler, std::unique_ptr<Sampler, ReleaseGilDeleter>>(m, "Sampler")
+      .def(py::init(&make_sampler_built), py::arg("sources"), py::arg("interval_ns"),
+           py::arg("capacity"), py::arg("spool_path") = "", py::arg("precise") = false)
       .def(py::init(&make_sampler), py::arg("sources"), py::arg("interval_ns"),
            py::arg("capacity"), py::arg("options"), py::arg("spool_path") = "",
            py::arg("precise") = false)
@@ -119,6 +152,12 @@ void register_sampler(py::module_& m) {
              py::list out;
              for (const ColumnSpec& c : s.ring_columns()) out.append(column_dict(c));
              return out;
+           })
+      // (ticks_taken, ticks_missed, rows_lost) as stats() has them: what a frame's provenance
+      // needs, three atomic loads instead of stats() and its dict.
+      .def("counters",
+           [](const Sampler& s) {
+             return py::make_tuple(s.ticks_taken(), s.ticks_missed(), s.rows_lost());
            })
       .def("stats", [](const Sampler& s) {
         SamplerStats st;

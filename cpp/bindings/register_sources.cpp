@@ -65,6 +65,36 @@ py::dict gpu_status_dict() {
   return d;
 }
 
+// What a built source says of itself: its columns, the windows of the columns written once per
+// window, the interface it chose, its natural resolution and why.
+py::dict details_dict(const Source& source, const std::string& name) {
+  SourceInfo info{name, {}, false, true, {}, {}, 0, {}};
+  {
+    // releasing gil here is safe, we don't manipulate refcounts
+    py::gil_scoped_release release;
+    describe_built(source, &info);
+  }
+  py::list columns;
+  for (const ColumnSpec& c : source.columns()) columns.append(column_dict(c));
+  py::dict d;
+  d["columns"] = columns;
+  py::dict windows;  // columns written once per window of at least this many ns
+  for (const ColumnSpec& c : source.columns()) {
+    if (c.window_ns > 0) windows[py::str(c.name)] = c.window_ns;
+  }
+  d["windows_ns"] = windows;
+  d["interface"] = info.interface;
+  d["resolution_ns"] = info.resolution_ns;
+  d["resolution_reason"] = info.resolution_reason;
+  return d;
+}
+
+std::unique_ptr<Source> build(const std::string& name, const SourceOptions& opts) {
+  // releasing gil here is safe, we don't manipulate refcounts
+  py::gil_scoped_release release;
+  return make_source(name, opts);
+}
+
 }  // namespace
 
 void register_sources(py::module_& m) {
@@ -122,27 +152,24 @@ void register_sources(py::module_& m) {
   // One source built here: its columns and what it says about itself (the interface it chose,
   // its natural resolution and why), for the Sampler's defaults and stats().
   m.def("source_details", [](const std::string& name, const SourceOptions& opts) {
-    std::unique_ptr<Source> source;
-    SourceInfo info{name, {}, false, true, {}, {}, 0, {}};
-    {
-      // releasing gil here is safe, we don't manipulate refcounts
-      py::gil_scoped_release release;
-      source = make_source(name, opts);
-      describe_built(*source, &info);
-    }
-    py::list columns;
-    for (const ColumnSpec& c : source->columns()) columns.append(column_dict(c));
-    py::dict d;
-    d["columns"] = columns;
-    py::dict windows;  // columns written once per window of at least this many ns
-    for (const ColumnSpec& c : source->columns()) {
-      if (c.window_ns > 0) windows[py::str(c.name)] = c.window_ns;
-    }
-    d["windows_ns"] = windows;
-    d["interface"] = info.interface;
-    d["resolution_ns"] = info.resolution_ns;
-    d["resolution_reason"] = info.resolution_reason;
-    return d;
+    const std::unique_ptr<Source> source = build(name, opts);
+    return details_dict(*source, name);
+  });
+  // A source built once: asked about itself (details), then handed to the Sampler that reads
+  // it, which takes it: each source is built (files opened, NVML initialised) once.
+  py::class_<BuiltSource, std::shared_ptr<BuiltSource>>(m, "BuiltSource")
+      .def_property_readonly("name",
+                             [](const BuiltSource& b) -> py::object {
+                               if (!b.source) return py::none();
+                               return py::str(b.source->name());
+                             })
+      .def_property_readonly("taken", [](const BuiltSource& b) { return !b.source; })
+      .def("details", [](const BuiltSource& b) {
+        if (!b.source) throw py::value_error("this source was taken by a Sampler");
+        return details_dict(*b.source, b.source->name());
+      });
+  m.def("build_source", [](const std::string& name, const SourceOptions& opts) {
+    return std::make_shared<BuiltSource>(BuiltSource{build(name, opts)});
   });
   m.def("gpu_status", &gpu_status_dict);
   m.def("nvml_index_of_uuid", [](const std::string& uuid) -> py::object {

@@ -1,5 +1,5 @@
 # Type stubs for the private C++ extension (hand-written; keep in step with cpp/bindings/).
-from typing import Any
+from typing import Any, overload
 
 MIN_INTERVAL_NS: int
 MAX_INTERVAL_NS: int
@@ -17,6 +17,9 @@ class Frame:
     def export_schema(self) -> object: ...
     def export_array(self) -> object: ...
     def export_stream(self) -> object: ...
+    # (first time, last time, first mono_ns) in ns (None where null); None without rows.
+    @property
+    def edges(self) -> tuple[int | None, int | None, int | None] | None: ...
 
 class SourceOptions:
     proc_root: str | bytes  # set as bytes (os.fsencode); read back as str
@@ -31,7 +34,28 @@ class SourceOptions:
     net_include_loopback: bool
     def __init__(self) -> None: ...
 
+class BuiltSource:
+    """A source built once (build_source): asked about itself, then taken by one Sampler."""
+
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def taken(self) -> bool: ...
+    def details(self) -> dict[str, Any]: ...
+
+def build_source(name: str, options: SourceOptions) -> BuiltSource: ...
+
 class Sampler:
+    @overload
+    def __init__(
+        self,
+        sources: list[tuple[BuiltSource, int]],
+        interval_ns: int,
+        capacity: int,
+        spool_path: str | bytes = "",
+        precise: bool = False,
+    ) -> None: ...
+    @overload
     def __init__(
         self,
         sources: list[tuple[str, int]],
@@ -56,6 +80,8 @@ class Sampler:
     # stroboscope.sampling.SourceStats (name, every, reads, failures, read_ns_total, reason,
     # errno, process_exited, not_followed, poll_lead_ns).
     def stats(self) -> dict[str, Any]: ...
+    # (ticks_taken, ticks_missed, rows_lost) of stats(), without its dict.
+    def counters(self) -> tuple[int, int, int]: ...
 
 def source_names() -> list[str]: ...
 def describe_sources(options: SourceOptions) -> list[dict[str, Any]]: ...

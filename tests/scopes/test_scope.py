@@ -12,8 +12,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import stroboscope.scopes as scopes
-from stroboscope import _core, _events
+from stroboscope import _core
 from stroboscope.recording.sampler import Sampler
+from stroboscope.scopes import _switchboard as _events
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 import stroboscope.scopes as scopes
-from stroboscope import _events
 from stroboscope.recording.sampler import Sampler
+from stroboscope.scopes import _switchboard as _events
 
 
 @pytest.fixture

@@ -121,6 +121,16 @@ class Sampler {
   [[nodiscard]] std::shared_ptr<Frame> copy_since(std::uint64_t from);
 
   [[nodiscard]] SamplerStats stats() const;
+  // Three of stats()'s counters, without the rest of it (a frame's provenance records them).
+  [[nodiscard]] std::uint64_t ticks_taken() const noexcept {
+    return ticks_taken_.load(std::memory_order_relaxed);  // a count: no order with other data
+  }
+  [[nodiscard]] std::uint64_t ticks_missed() const noexcept {
+    return ticks_missed_.load(std::memory_order_relaxed);  // a count: no order with other data
+  }
+  [[nodiscard]] std::uint64_t rows_lost() const noexcept {
+    return rows_lost_.load(std::memory_order_relaxed);  // a count: no order with other data
+  }
 
   // Runs `n` ticks back to back on the calling thread (no sleeping) and returns the nanoseconds
   // they took: the cost of sampling, without scheduling. Only while stopped (benchmarks).

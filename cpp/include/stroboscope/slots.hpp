@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,5 +18,9 @@ namespace stroboscope {
 [[nodiscard]] std::vector<SourceSlot> build_source_slots(
     const std::vector<std::pair<std::string, std::uint32_t>>& specs, std::int64_t interval_ns,
     const SourceOptions& opts);
+
+// The slot of one source built already (the rule above: a slow source is polled).
+[[nodiscard]] SourceSlot make_source_slot(std::unique_ptr<Source> source, std::uint32_t every,
+                                          std::int64_t interval_ns);
 
 }  // namespace stroboscope

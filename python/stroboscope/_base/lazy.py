@@ -20,7 +20,10 @@ from typing import Any
 
 
 def face(
-    package: str, public: Iterable[str], lazy: Mapping[str, str] | None = None
+    package: str,
+    public: Iterable[str],
+    lazy: Mapping[str, str] | None = None,
+    preload: Mapping[str, Iterable[str]] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of the face of ``package``.
 
@@ -34,6 +37,10 @@ def face(
         Public name -> the module, relative to ``package``, that defines it; imported on the
         first access of the name, which is then kept in the face (later lookups skip
         ``__getattr__``).
+    preload : mapping of str to iterable of str, optional
+        Lazy name -> further modules (relative too) imported when it loads: what its first use
+        will need, paid where the user expects a cost (a Sampler's scopes load with the
+        Sampler, so a process's first scope costs what any other does).
 
     Returns
     -------
@@ -47,10 +54,12 @@ def face(
     """
     names = sorted(set(public))
     targets = dict(lazy or {})
-    hidden = sorted(set(targets) - set(names))
+    also = {name: tuple(mods) for name, mods in (preload or {}).items()}
+    hidden = sorted((set(targets) | set(also)) - set(names))
     if hidden:
         raise ValueError(f"{package}: lazy names {hidden} are not in __all__")
-    absolute = sorted(t for t in targets.values() if not t.startswith("."))
+    every = [*targets.values(), *(m for mods in also.values() for m in mods)]
+    absolute = sorted(t for t in every if not t.startswith("."))
     if absolute:
         raise ValueError(
             f"{package}: lazy targets must be relative to the package (.module), got {absolute}"
@@ -61,6 +70,8 @@ def face(
         if target is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(target, package), name)
+        for module in also.get(name, ()):
+            importlib.import_module(module, package)
         setattr(sys.modules[package], name, value)
         return value
 

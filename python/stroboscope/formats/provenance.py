@@ -8,6 +8,7 @@ and segments tell of the run, made without the extension (the watchdog child wri
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
@@ -27,8 +28,12 @@ FORMAT = 1
 def iso_utc(ns: int) -> str:
     """``ns`` since the epoch as ISO 8601 UTC, to the ns (``2026-12-03T10:00:00.000000001Z``)."""
     seconds, frac = divmod(int(ns), 1_000_000_000)
-    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{frac:09d}Z"
+    return f"{_utc_second(seconds)}.{frac:09d}Z"
+
+
+@functools.lru_cache(maxsize=16)  # every frame's provenance has two; mostly the same seconds
+def _utc_second(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def dumps(prov: Mapping[str, Any], *, indent: int | None = None) -> str:

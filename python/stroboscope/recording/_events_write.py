@@ -104,13 +104,14 @@ class EventsSink:
     """
 
     def __init__(self, path: str) -> None:
-        from stroboscope import _core  # not at import: the watchdog child reads without it
+        # Not at import: the watchdog child reads without the extension.
+        from stroboscope.sampling import _scope_log as log
 
-        self._core = _core
+        self._log = log
         self.path = path
         self._offset = 0  # 0 until the magic is written; then where the next chunk goes
         self._made: tuple[int, int] | None = None  # (device, inode) of the file once made
-        self._next = _core.events_written()
+        self._next = log.written()
         self._strings = 0
         self.events_written = 0
         self.events_lost = 0
@@ -119,9 +120,9 @@ class EventsSink:
         """Write what was recorded since the last append; raises what the write raised (the
         same events, and the magic while it is not written, are tried again by the next
         append, while the log still holds them: a full disk that frees space loses nothing)."""
-        batch = self._core.events_read(self._next)
+        batch = self._log.read(self._next)
         # Read after the events: every id they hold was interned before they were pushed.
-        strings = self._core.events_strings(self._strings)
+        strings = self._log.strings(self._strings)
         data = MAGIC if self._offset == 0 else b""
         if strings:
             data += strings_chunk(self._strings, strings)

@@ -8,7 +8,7 @@ seconds, until a GPU reading taken at or after the end has reached the ring and 
 energy counter has stepped after the end (asking for edge rows so readings land at once), then
 computes each GPU's energy with :func:`stroboscope.analysis.energy.window_energy` over the rows
 since the reading before the counter's last step before the begin (imported on first use, as
-:mod:`._scoped` does). So both edges lie between knots of the counter exactly as they will in
+:mod:`._scope_log` does). So both edges lie between knots of the counter exactly as they will in
 any later frame, and the window's figure is the one ``window_energy``, ``summary()`` and
 ``attribute_trace`` give for the same instants afterwards. A window that outlives the ring keeps
 its begin: the rows around it, kept by any later window call while the ring still held them, or

@@ -9,7 +9,8 @@ Arrow PyCapsule interface and ``rows_lost``. A frame never changes once made.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
@@ -17,6 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stroboscope import _core
+from stroboscope.formats.provenance import PROVENANCE_KEY
+from stroboscope.sampling._provenance import RunFacts, attach, for_table, from_schema
 
 if TYPE_CHECKING:
     import pandas
@@ -85,16 +88,26 @@ class Frame:
     first_row : int
         For a table: index of its first row in the sampler's lifetime row count.
     provenance : dict, optional
-        What the sampler knows of its run (:mod:`stroboscope.sampling._provenance`); the frame
-        adds its rows' first and last time and count, and its Arrow schema carries the result
-        in its metadata (``stroboscope.provenance``, JSON).
+        For a table: what is known of its run (:mod:`stroboscope.sampling._provenance`); the
+        frame adds its rows' first and last time and count, and its Arrow schema carries the
+        result in its metadata (``stroboscope.provenance``, JSON).
+    run : RunFacts, optional
+        For a core frame: its sampler's provenance, gathered once and shared by its frames;
+        ``counted`` are the sampler's counters when the frame was made
+        (:func:`stroboscope.sampling._provenance.counters`). The frame adds its rows' facts.
     fill_within_ns : mapping of str to int, optional
         Per column, how long after its last value a null is "not due" (``fill="forward"``
         fills it) rather than a failed read (left null). A :class:`Sampler` gives each source's
         read period; without it every null is filled.
     """
 
-    __slots__ = ("_fill_within", "_first_row", "_lost", "_provenance", "_rows")
+    __slots__ = ("_counted", "_fill_within", "_first_row", "_lost", "_rows", "_run")
+    _counted: tuple[int, ...]
+    _fill_within: Mapping[str, int]
+    _first_row: int
+    _lost: int
+    _rows: _Rows
+    _run: RunFacts | None
 
     def __init__(
         self,
@@ -104,23 +117,53 @@ class Frame:
         first_row: int = 0,
         provenance: dict[str, Any] | None = None,
         fill_within_ns: Mapping[str, int] | None = None,
+        run: RunFacts | None = None,
+        counted: Sequence[int] = (0, 0, 0),
     ) -> None:
         if not isinstance(rows, (_core.Frame, pa.Table)):
             raise TypeError(f"rows must be a core frame or a pyarrow.Table, got {type(rows)!r}")
+        init = object.__setattr__
         if isinstance(rows, _core.Frame):
-            self._lost = int(rows.rows_lost)
-            self._first_row = int(rows.first_row)
-        else:
-            self._lost = int(rows_lost)
-            self._first_row = int(first_row)
+            init(self, "_lost", int(rows.rows_lost))
+            init(self, "_first_row", int(rows.first_row))
             if provenance is not None:
-                from stroboscope.sampling._provenance import attach, for_table
-
+                raise TypeError("a core frame carries its sampler's provenance as run=, not a dict")
+        else:
+            init(self, "_lost", int(rows_lost))
+            init(self, "_first_row", int(first_row))
+            if run is not None:
+                provenance = run.provenance(counted)
+            if provenance is not None:
                 rows = attach(rows, for_table(provenance, rows, rows_lost=self._lost))
-                provenance = None  # kept in the table's schema
-        self._provenance = provenance
-        self._fill_within = dict(fill_within_ns or {})
-        self._rows = rows  # last: from here on the frame refuses changes
+            run = None  # kept in the table's schema
+        # Set past __setattr__ (which refuses every change once _rows is set): a frame per
+        # snapshot is on the path of every read, and this costs less.
+        init(self, "_run", run)
+        init(self, "_counted", tuple(counted))
+        # A read-only mapping (the sampler's, shared by its frames) is kept; others are copied.
+        within = fill_within_ns if isinstance(fill_within_ns, MappingProxyType) else None
+        init(self, "_fill_within", within or dict(fill_within_ns or {}))
+        init(self, "_rows", rows)  # last: from here on the frame refuses changes
+
+    @classmethod
+    def _of_sampler(
+        cls,
+        rows: _core.Frame,
+        run: RunFacts,
+        counted: tuple[int, int, int],
+        fill_within_ns: MappingProxyType[str, int],
+    ) -> Frame:
+        """A sampler's frame, as ``Frame(rows, run=..., counted=..., fill_within_ns=...)`` makes
+        it, without the checks that arguments from elsewhere need (a frame per read)."""
+        frame = object.__new__(cls)
+        init = object.__setattr__
+        init(frame, "_lost", rows.rows_lost)
+        init(frame, "_first_row", rows.first_row)
+        init(frame, "_run", run)
+        init(frame, "_counted", counted)
+        init(frame, "_fill_within", fill_within_ns)
+        init(frame, "_rows", rows)  # last: from here on the frame refuses changes
+        return frame
 
     def __len__(self) -> int:
         if isinstance(self._rows, pa.Table):
@@ -152,10 +195,13 @@ class Frame:
 
     @property
     def schema(self) -> pa.Schema:
-        """The Arrow schema (``unit`` and ``kind`` in each field's metadata)."""
+        """The Arrow schema (``unit`` and ``kind`` in each field's metadata; the provenance, when
+        the frame carries one, in the schema's)."""
         if isinstance(self._rows, pa.Table):
             return self._rows.schema
-        return pa.RecordBatchReader.from_stream(self).schema
+        if self._run is None:
+            return pa.schema(_Array(self._rows))
+        return self.to_arrow().schema
 
     @property
     def rows_lost(self) -> int:
@@ -173,18 +219,17 @@ class Frame:
         clock anchor, first and last time, rows lost: see
         :func:`stroboscope.sampling._provenance.provenance`), or None when the frame carries
         none. The same dict as the schema metadata ``stroboscope.provenance``."""
-        from stroboscope.sampling._provenance import for_table, from_schema
-
         if isinstance(self._rows, pa.Table):
             return from_schema(self._rows.schema)
-        if self._provenance is None:
+        if self._run is None:
             return None
-        return for_table(self._provenance, self._core_table(), rows_lost=self._lost)
+        return self._run.for_rows(self._counted, self._core_table(), self._lost)
 
     def _core_table(self) -> pa.Table:
         """The core frame's buffers as a table (no copy), without provenance."""
         assert isinstance(self._rows, _core.Frame)
-        return pa.RecordBatchReader.from_stream(_Stream(self._rows.export_stream())).read_all()
+        # One import of the core's capsules (pa.record_batch does not look for pandas first).
+        return pa.Table.from_batches([pa.record_batch(_Array(self._rows))])
 
     # -- Arrow PyCapsule interface ---------------------------------------------------------
 
@@ -213,12 +258,8 @@ class Frame:
         """Export the rows as an ``arrow_array_stream`` PyCapsule."""
         if isinstance(self._rows, pa.Table):
             return self._rows.__arrow_c_stream__(requested_schema)
-        if self._provenance is not None:  # the same buffers, the provenance in the metadata
-            from stroboscope.sampling._provenance import attach, for_table
-
-            table = self._core_table()
-            table = attach(table, for_table(self._provenance, table, rows_lost=self._lost))
-            return table.__arrow_c_stream__(requested_schema)
+        if self._run is not None:  # the same buffers, the provenance in the metadata
+            return self.to_arrow().__arrow_c_stream__(requested_schema)
         return self._rows.export_stream()
 
     # -- conversions -------------------------------------------------------------------------
@@ -244,8 +285,12 @@ class Frame:
         if isinstance(self._rows, pa.Table):
             table = self._rows
         else:
-            # Not pa.table(self): it checks for a pandas DataFrame first, importing pandas.
-            table = pa.RecordBatchReader.from_stream(self).read_all()
+            table = self._core_table()
+            if self._run is not None:  # the run's facts were encoded once: the frame adds its own
+                edges = self._rows.edges or (None, None, None)
+                text = self._run.encoded(self._counted, table, self._lost, edges)
+                # The core's schema has metadata only on its fields: nothing to keep here.
+                table = table.replace_schema_metadata({_KEY: text.encode()})
         return table if fill is None else forward_filled(table, self._fill_within)
 
     def to_pandas(self, *, fill: Fill = None) -> pandas.DataFrame:
@@ -297,13 +342,19 @@ class Frame:
         write_csv(self.to_arrow(), path)
 
 
-class _Stream:
-    """An Arrow C stream capsule made by the core, handed to pyarrow through the protocol."""
+_KEY = PROVENANCE_KEY.encode()
 
-    __slots__ = ("_capsule",)
 
-    def __init__(self, capsule: object) -> None:
-        self._capsule = capsule
+class _Array:
+    """A core frame's rows as the Arrow PyCapsule array protocol (for pyarrow's importers)."""
 
-    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
-        return self._capsule
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: _core.Frame) -> None:
+        self._rows = rows
+
+    def __arrow_c_schema__(self) -> object:
+        return self._rows.export_schema()
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
+        return self._rows.export_schema(), self._rows.export_array()

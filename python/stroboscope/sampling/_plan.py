@@ -25,6 +25,9 @@ class SourcePlan:
     ----------
     specs : list of (str, int)
         ``(source name, read every n ticks)`` in the order asked.
+    built : list of (_core.BuiltSource, int)
+        The same with each source as built here, for ``_core.Sampler``, which takes them (a
+        source is built once: files opened, NVML initialised).
     details : dict
         Per source, what it said of itself when built here: ``columns``, ``interface``,
         ``resolution_ns``, ``resolution_reason``.
@@ -36,6 +39,7 @@ class SourcePlan:
     """
 
     specs: list[tuple[str, int]]
+    built: list[tuple[_core.BuiltSource, int]]
     details: dict[str, dict[str, Any]]
     fill_within_ns: dict[str, int]
 
@@ -56,7 +60,8 @@ def plan_sources(
 ) -> SourcePlan:
     """Build each asked source once (its columns and self-description) and set its rate:
     the one asked, or its natural resolution where ``every`` is None."""
-    details = {name: dict(_core.source_details(name, options)) for name, _ in asked}
+    sources = {name: _core.build_source(name, options) for name, _ in asked}
+    details = {name: dict(source.details()) for name, source in sources.items()}
     specs = [
         (
             name,
@@ -74,7 +79,8 @@ def plan_sources(
         for name, every in specs
         for c in details[name]["columns"]
     }
-    return SourcePlan(specs, details, fill)
+    built = [(sources[name], every) for name, every in specs]
+    return SourcePlan(specs, built, details, fill)
 
 
 def value_holds_ns(period_ns: int, window_ns: int) -> int:

@@ -1,26 +1,28 @@
 """Provenance: the facts a recording needs to be read correctly later, kept with its rows.
 
-:func:`provenance` gathers what a :class:`~stroboscope.sampling.CoreSampler` knows of its run (the
-version that recorded it, host, monitored process and its command line, base and per-source
-intervals and the interface each source reads, GPUs, rank, the clock anchor and its uncertainty,
-rows lost); :func:`for_table` adds what the rows themselves say (first and last time, row count,
-the anchor). The result is a plain JSON-able dict, stored in Arrow/Parquet schema metadata under
-:data:`PROVENANCE_KEY` and, for CSV, in a ``FILE.meta.json`` sidecar
-(:mod:`stroboscope.formats.writers`). A recording recovered from a spool knows less: its dict
-lists what is missing under ``"missing"``.
+A :class:`~stroboscope.sampling.CoreSampler` gathers what it knows of its run once (:func:`gather`,
+when it starts or its first frame is made): the version that recorded it, host, monitored
+process and its command line, base and per-source intervals and the interface each source reads,
+GPUs, rank, the clock anchor's uncertainty and the realtime clock's own error. That
+:class:`RunFacts` object is shared by every frame of the sampler; a frame adds only what is its
+own: the sampler's counters when it was made (ticks taken and missed, rows lost) and what its
+rows say (first and last time, row count, the anchor; :func:`for_table`). The result is a plain
+JSON-able dict, stored in Arrow/Parquet schema metadata under :data:`PROVENANCE_KEY` and, for
+CSV, in a ``FILE.meta.json`` sidecar (:mod:`stroboscope.formats.writers`). A recording recovered
+from a spool knows less: its dict lists what is missing under ``"missing"``.
 
-Facts that cannot change during a run (host, GPUs, rank) are gathered once per sampler; the
-command line is read again each time (a process may ``exec``) and the last successful read kept,
-so it survives the process's exit.
+The command line is read when the facts are gathered and again by each explicit
+``Sampler.provenance()`` call (a process may ``exec``); the last successful read is kept, so it
+survives the process's exit.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import weakref
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from json.encoder import encode_basestring as _encode_text
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 
@@ -38,26 +40,24 @@ from stroboscope.formats.provenance import (
 from stroboscope.formats.provenance import time_cell_ns as _ns
 from stroboscope.sampling._clock_sync import clock_sync
 from stroboscope.sampling._provenance_identity import identity_facts
+from stroboscope.sampling._stats import SourceStats
 
-if TYPE_CHECKING:
-    from stroboscope.sampling._sampler import CoreSampler as Sampler
-
-__all__ = [  # the stored form is _provenance_json's; its names stay importable from here
+__all__ = [  # the stored form is formats.provenance's; its names stay importable from here
     "FORMAT",
     "PROVENANCE_KEY",
     "RECOVERED_MISSING",
+    "RunFacts",
     "attach",
+    "counters",
     "dumps",
     "for_table",
     "from_schema",
+    "gather",
     "iso_utc",
     "provenance",
     "read_cmdline",
     "recovered",
 ]
-
-_static: weakref.WeakKeyDictionary[Sampler, dict[str, Any]] = weakref.WeakKeyDictionary()
-_cmdlines: weakref.WeakKeyDictionary[Sampler, list[str]] = weakref.WeakKeyDictionary()
 
 
 def _version() -> str:
@@ -79,7 +79,9 @@ def read_cmdline(pid: int, proc_root: str = "/proc") -> list[str] | None:
     return [p.decode("utf-8", "backslashreplace") for p in parts] or None
 
 
-def _gpus(sampler: Sampler, source_names: list[str]) -> dict[str, Any] | None:
+def _gpus(
+    source_names: Iterable[str], column_names: Iterable[str], gpu_labels: Mapping[int, int]
+) -> dict[str, Any] | None:
     """The GPUs the ``gpu`` source reads (None without that source): NVML's driver version and
     each device's name and UUID, with the label of its columns (``gpu.LABEL.*``)."""
     if "gpu" not in source_names:
@@ -88,13 +90,13 @@ def _gpus(sampler: Sampler, source_names: list[str]) -> dict[str, Any] | None:
 
     status = gpu_status()
     labels_in_columns = {
-        int(c.name.split(".")[1])
-        for c in sampler.columns
-        if c.name.startswith("gpu.") and c.name.split(".")[1].isdigit()
+        int(name.split(".")[1])
+        for name in column_names
+        if name.startswith("gpu.") and name.split(".")[1].isdigit()
     }
     # NVML index -> column label: the driver-sample recorder knows it (``gpus="cuda"`` labels by
     # CUDA ordinal); otherwise a column's label is the NVML index.
-    by_index: dict[int, int] = dict(getattr(sampler, "_gpu_labels", {}) or {})
+    by_index: dict[int, int] = dict(gpu_labels)
     if not by_index:
         by_index = {i: i for i in labels_in_columns}
     devices = [
@@ -115,35 +117,188 @@ def _gpus(sampler: Sampler, source_names: list[str]) -> dict[str, Any] | None:
     }
 
 
-def _static_facts(sampler: Sampler) -> dict[str, Any]:
-    """What cannot change while a sampler lives: gathered once, then kept."""
-    facts = _static.get(sampler)
-    if facts is None:
-        stats = sampler.stats()
-        names = [s.name for s in stats.sources]
-        facts = {
-            "host": socket.gethostname(),
-            "pid": sampler.pid,
-            "interval_s": sampler.interval,
-            "sources": [
-                {
-                    "name": s.name,
-                    "every": s.every,
-                    "interval_s": s.every * sampler.interval,
-                    # The kernel interface it reads, where this build's sources say (else None).
-                    "interface": getattr(s, "interface", None) or None,
-                }
-                for s in stats.sources
-            ],
-            "gpus": _gpus(sampler, names),
-            **identity_facts(sampler.pid, getattr(sampler, "identity", None)),
-        }
-        _static[sampler] = facts
-    return facts
+# The keys a frame (or an explicit provenance() call) fills in; every other key is the run's.
+_COUNTER_KEYS = ("ticks_taken", "ticks_missed", "rows_lost")
+_ROW_KEYS = ("rows", "start_ns", "end_ns", "start_time", "end_time", "table_rows_lost")
 
 
-def provenance(sampler: Sampler, *, command: list[str] | None = None) -> dict[str, Any]:
-    """Everything ``sampler`` knows of its run, as a JSON-able dict (see the module docstring).
+class RunFacts:
+    """What a sampler knows of its run, gathered once (:func:`gather`) and shared by its frames.
+
+    Never changed once made: a sampler that learns a newer command line makes a new one, and the
+    frames made before keep theirs. :meth:`provenance` and :meth:`for_rows` give the dict of
+    :func:`provenance` and :func:`for_table`; :meth:`encoded` gives the JSON text of the latter
+    (the schema metadata a frame's table carries) from the run's facts encoded once.
+    """
+
+    __slots__ = ("_clock", "_facts", "_frame")
+
+    def __init__(self, facts: Mapping[str, Any]) -> None:
+        self._facts = dict(facts)
+        own = set(_COUNTER_KEYS) | set(_ROW_KEYS) | {"clock"}
+        self._frame = _Template(self._facts, own)  # a frame's provenance, but for its own keys
+        self._clock = _Template(self._facts["clock"], {"anchor_ns"})
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """A copy of the run's facts (without a frame's counters and rows)."""
+        return dict(self._facts)
+
+    def with_command(self, command: list[str]) -> RunFacts:
+        """These facts with ``command`` as the command line."""
+        facts = dict(self._facts)
+        facts["cmdline"] = command
+        facts["missing"] = []
+        return RunFacts(facts)
+
+    def provenance(self, counted: Sequence[int]) -> dict[str, Any]:
+        """The run's facts and the counters (:func:`counters`) as :func:`provenance` gives them."""
+        out = dict(self._facts)
+        out["clock"] = dict(out["clock"])
+        out.update(zip(_COUNTER_KEYS, counted))
+        return out
+
+    def for_rows(
+        self, counted: Sequence[int], table: pa.Table, rows_lost: int | None = None
+    ) -> dict[str, Any]:
+        """``for_table(self.provenance(counted), table, rows_lost=rows_lost)``."""
+        return for_table(self.provenance(counted), table, rows_lost=rows_lost)
+
+    def encoded(
+        self,
+        counted: Sequence[int],
+        table: pa.Table,
+        rows_lost: int,
+        edges: tuple[int | None, int | None, int | None] | None = None,
+    ) -> str:
+        """``dumps(self.for_rows(counted, table, rows_lost))``, encoding only what the frame
+        adds (the run's facts were encoded once). ``edges``: the table's first and last
+        ``time`` and first ``mono_ns`` when the caller has them (a core frame's ``edges``),
+        else they are read from the table."""
+        own = _row_facts(table) if edges is None else _edge_facts(table.num_rows, *edges)
+        own.update(zip(_COUNTER_KEYS, counted))
+        own["table_rows_lost"] = rows_lost
+        own["clock"] = _Encoded(self._clock.fill(own))  # the run's clock, the frame's anchor
+        return self._frame.fill(own)
+
+
+def _dumps_value(value: object) -> str:
+    """Any JSON value as :func:`dumps` writes it (typed there for the dict it is made for)."""
+    return dumps(cast(Mapping[str, Any], value))
+
+
+class _Encoded(str):
+    """JSON text already encoded (placed by :class:`_Template` as it is)."""
+
+    __slots__ = ()
+
+
+class _Template:
+    """The JSON text ``dumps`` gives a dict (keys sorted, ", " and ": " between them), with the
+    values of the ``own`` keys left open and the others encoded once: :meth:`fill` puts in the
+    values of the open keys (ints, None, text, or :class:`_Encoded`), in one join."""
+
+    __slots__ = ("_chunks", "_keys")
+
+    def __init__(self, values: Mapping[str, Any], own: set[str]) -> None:
+        chunks: list[str] = []
+        keys: list[str] = []
+        text = "{"
+        for i, key in enumerate(sorted(set(values) | own)):
+            text += ("" if i == 0 else ", ") + _dumps_value(key) + ": "
+            if key in own:
+                chunks.append(text)
+                keys.append(key)
+                text = ""
+            else:
+                text += _dumps_value(values[key])
+        self._chunks = [*chunks, text + "}"]
+        self._keys = keys
+
+    def fill(self, values: Mapping[str, Any]) -> str:
+        """The text, with ``values[key]`` for each open key."""
+        parts: list[str] = []
+        for chunk, key in zip(self._chunks, self._keys):
+            parts.append(chunk)
+            value = values[key]
+            if value is None:
+                parts.append("null")
+            elif type(value) is int:
+                parts.append(str(value))
+            elif type(value) is str:
+                parts.append(_encode_text(value))  # what dumps does with ensure_ascii=False
+            elif isinstance(value, _Encoded):
+                parts.append(value)
+            else:
+                parts.append(_dumps_value(value))
+        parts.append(self._chunks[-1])
+        return "".join(parts)
+
+
+def counters(core: Sequence[int], extra: Mapping[str, Any]) -> tuple[int, int, int]:
+    """``(ticks_taken, ticks_missed, rows_lost)``: the core's (``_core.Sampler.counters()``), with
+    a spooled sampler's ``segment_rows_lost`` from what it adds to its stats (``extra``), where
+    it has one, as its rows lost."""
+    taken, missed, lost = core
+    segment_lost = extra.get("segment_rows_lost")
+    return int(taken), int(missed), int(lost if segment_lost is None else segment_lost)
+
+
+def gather(
+    *,
+    pid: int,
+    interval_s: float,
+    sources: Sequence[SourceStats],
+    interfaces: Mapping[str, str | None],
+    column_names: Sequence[str],
+    gpu_labels: Mapping[int, int],
+    identity: object,
+    anchor_uncertainty_ns: int,
+    command: list[str] | None,
+) -> RunFacts:
+    """Everything a sampler knows of its run that is not a frame's own (see :func:`provenance`).
+
+    ``sources``: each source's name and read period in ticks; ``interfaces``: the kernel
+    interface each reads (None where this build's source does not say); ``gpu_labels``: NVML
+    index -> column label; ``identity``: the one the sampler was given (else the monitored
+    process's environment decides); ``command``: its command line (None: unknown).
+    """
+    facts: dict[str, Any] = {
+        "format": FORMAT,
+        "stroboscope_version": _version(),
+        "recorded_by": "sampler",
+        "host": socket.gethostname(),
+        "pid": pid,
+        "interval_s": interval_s,
+        "sources": [
+            {
+                "name": s.name,
+                "every": s.every,
+                "interval_s": s.every * interval_s,
+                "interface": interfaces.get(s.name) or None,
+            }
+            for s in sources
+        ],
+        "gpus": _gpus([s.name for s in sources], column_names, gpu_labels),
+        **identity_facts(pid, identity),
+        "cmdline": command,
+        "clock": {
+            "clock": "CLOCK_MONOTONIC",
+            "anchor_ns": None,
+            "anchor_uncertainty_ns": int(anchor_uncertainty_ns),
+        },
+        "clock_sync": clock_sync(),  # the realtime clock's own error, for comparing hosts
+    }
+    facts["missing"] = [k for k in ("cmdline",) if facts[k] is None]
+    return RunFacts(facts)
+
+
+class _HasProvenance(Protocol):
+    def provenance(self, *, command: list[str] | None = None) -> dict[str, Any]: ...
+
+
+def provenance(sampler: _HasProvenance, *, command: list[str] | None = None) -> dict[str, Any]:
+    """Everything ``sampler`` knows of its run, as a JSON-able dict (``sampler.provenance()``).
 
     Parameters
     ----------
@@ -161,40 +316,36 @@ def provenance(sampler: Sampler, *, command: list[str] | None = None) -> dict[st
         ``cmdline``, ``interval_s``, ``sources`` (name, every, interval_s, interface), ``gpus``,
         ``identity`` (:meth:`~stroboscope._base.identity.Identity.to_dict`; ``identity_error`` when
         the rank variables conflict), ``rank``/``world_size``/``local_rank``, ``clock``
-        (``anchor_uncertainty_ns``), ``ticks_missed``, ``rows_lost`` (overwritten before a drain
-        or a segment took them), ``missing`` (names of facts not known). :func:`for_table` adds
-        the rows' own facts.
+        (``anchor_uncertainty_ns``), ``clock_sync``, ``ticks_taken``, ``ticks_missed``,
+        ``rows_lost`` (overwritten before a drain or a segment took them), ``missing`` (names of
+        facts not known). :func:`for_table` adds the rows' own facts.
     """
-    # The core's own counters (a dict, not the typed stats: this runs for every frame), and
-    # what the sampler adds to them (a spool's segment rows lost).
-    stats = {**sampler._core.stats(), **sampler._extra_stats()}
-    cmdline = command
-    if cmdline is None:
-        cmdline = read_cmdline(sampler.pid)
-        if cmdline is not None:
-            _cmdlines[sampler] = cmdline
-        else:
-            cmdline = _cmdlines.get(sampler)
-    lost = (
-        stats["rows_lost"] if stats.get("segment_rows_lost") is None else stats["segment_rows_lost"]
-    )
-    out: dict[str, Any] = {
-        "format": FORMAT,
-        "stroboscope_version": _version(),
-        "recorded_by": "sampler",
-        **_static_facts(sampler),
-        "cmdline": cmdline,
-        "clock": {
-            "clock": "CLOCK_MONOTONIC",
-            "anchor_ns": None,
-            "anchor_uncertainty_ns": int(stats["clock_anchor_uncertainty_ns"]),
-        },
-        "clock_sync": clock_sync(),  # the realtime clock's own error, for comparing hosts
-        "ticks_taken": int(stats["ticks_taken"]),
-        "ticks_missed": int(stats["ticks_missed"]),
-        "rows_lost": lost,
-    }
-    out["missing"] = [k for k in ("cmdline",) if out[k] is None]
+    return sampler.provenance(command=command)
+
+
+def _row_facts(table: pa.Table) -> dict[str, Any]:
+    """What ``table``'s rows say (see :func:`_edge_facts`)."""
+    schema = table.schema  # field lookups by index: ``column_names`` builds every name
+    time_at, mono_at = schema.get_field_index("time"), schema.get_field_index("mono_ns")
+    start = end = mono = None
+    if table.num_rows and time_at >= 0:
+        times = table.column(time_at)
+        start, end = _ns(_edge(times, last=False)), _ns(_edge(times, last=True))
+        if mono_at >= 0:
+            mono = _edge(table.column(mono_at), last=False).as_py()
+    return _edge_facts(table.num_rows, start, end, mono)
+
+
+def _edge_facts(rows: int, start: int | None, end: int | None, mono: int | None) -> dict[str, Any]:
+    """What rows say of themselves, from their first and last ``time`` and first ``mono_ns``
+    (ns; None where unknown): ``rows``, ``start_ns``/``end_ns`` and their ISO text (all None
+    unless both are known) and ``anchor_ns`` (``time - mono_ns`` of the first row, or None)."""
+    out: dict[str, Any] = {"rows": rows}
+    out["anchor_ns"] = None if start is None or mono is None else start - mono
+    if start is not None and end is not None:
+        out.update(start_ns=start, end_ns=end, start_time=iso_utc(start), end_time=iso_utc(end))
+    else:
+        out.update(start_ns=None, end_ns=None, start_time=None, end_time=None)
     return out
 
 
@@ -206,18 +357,14 @@ def for_table(
     (``time - mono_ns``, exact: the column is made from it). ``rows_lost`` (the rows this
     table misses, such as a frame's) is kept as ``table_rows_lost`` when given."""
     out = dict(prov)
-    out["rows"] = table.num_rows
-    names = table.column_names
-    start = end = None
-    if table.num_rows and "time" in names:
-        times = table.column("time")
-        start, end = _ns(_edge(times, last=False)), _ns(_edge(times, last=True))
-        if "mono_ns" in names and start is not None:
-            clock = dict(out.get("clock") or {})
-            clock["anchor_ns"] = start - _edge(table.column("mono_ns"), last=False).as_py()
-            out["clock"] = clock
-    if start is not None and end is not None:
-        out.update(start_ns=start, end_ns=end, start_time=iso_utc(start), end_time=iso_utc(end))
+    facts = _row_facts(table)
+    out["rows"] = facts["rows"]
+    if facts["anchor_ns"] is not None:
+        clock = dict(out.get("clock") or {})
+        clock["anchor_ns"] = facts["anchor_ns"]
+        out["clock"] = clock
+    if facts["start_ns"] is not None:
+        out.update({k: facts[k] for k in ("start_ns", "end_ns", "start_time", "end_time")})
     elif "start_ns" not in out:
         out.update(start_ns=None, end_ns=None, start_time=None, end_time=None)
     if rows_lost is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, TypedDict
 
 import pyarrow as pa
@@ -35,8 +35,9 @@ from stroboscope.sampling._plan import (
     refuse_gpus_without_gpu_source,
     source_options,
 )
+from stroboscope.sampling._provenance import RunFacts, counters, gather, read_cmdline
 from stroboscope.sampling._schema import TIME_COLUMN, Column
-from stroboscope.sampling._scoped import ScopeRecording
+from stroboscope.sampling._scope_log import ScopeRecording
 from stroboscope.sampling._stats import SamplerStats
 
 
@@ -168,15 +169,15 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         try:
             # Each source built once here: its columns, interface and natural resolution.
             plan = plan_sources(asked, options, round(self._interval * 1e9))
-            self._details, self._fill_within = plan.details, plan.fill_within_ns
+            self._details = plan.details
+            self._fill_within = MappingProxyType(plan.fill_within_ns)  # shared by its frames
             specs = plan.specs
             columns = [(name, len(plan.details[name]["columns"])) for name, _ in specs]
             check_ring_bytes(cap, columns)
             self._core = _core.Sampler(
-                specs,
+                plan.built,  # taken: the sources built for the plan are the ones read
                 round(self._interval * 1e9),
                 cap,
-                options,
                 os.fsencode(ring_path),
                 want_precise,
             )
@@ -185,6 +186,7 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         except RuntimeError as exc:
             raise RuntimeError(f"cannot build sampler: {exc}") from None
         self._ring_file = ring_path or None
+        self._run: RunFacts | None = None  # the provenance, gathered once (_run_facts)
         self._gpu_recorder: _core.GpuSampleRecorder | None = None
         # NVML index -> the label of its columns (gpu.LABEL.*), for provenance and exporters.
         self._gpu_labels: dict[int, int] = {
@@ -215,6 +217,7 @@ class CoreSampler(ScopeRecording, EnergyWindows):
                     "this Sampler's ring lives in the file of the process that made it; "
                     "a forked child must create its own Sampler"
                 )
+            self._run_facts()  # the provenance is gathered before the first row, not per frame
             self._start_locked()
         return self
 
@@ -319,7 +322,12 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         return self._frame(self._core.drain())
 
     def _frame(self, rows: _core.Frame) -> Frame:
-        return Frame(rows, provenance=self.provenance(), fill_within_ns=self._fill_within)
+        run = self._run or self._run_facts()
+        return Frame._of_sampler(rows, run, self._counters(), self._fill_within)
+
+    def _counters(self) -> tuple[int, int, int]:
+        """``(ticks_taken, ticks_missed, rows_lost)`` now: what a frame's provenance counts."""
+        return counters(self._core.counters(), self._extra_stats())
 
     def copy_since(self, first_row: int) -> Frame:
         """The rows with index ``>= first_row`` still in the ring, for a consumer that keeps its
@@ -328,10 +336,40 @@ class CoreSampler(ScopeRecording, EnergyWindows):
 
     def provenance(self, *, command: list[str] | None = None) -> dict[str, Any]:
         """What this sampler knows of its run, as a JSON-able dict that frames and outputs
-        carry (see :func:`stroboscope.sampling._provenance.provenance`)."""
-        from stroboscope.sampling._provenance import provenance
+        carry (see :func:`stroboscope.sampling._provenance.provenance`).
 
-        return provenance(self, command=command)
+        The run's facts are gathered once (at :meth:`start`, or by the first frame); each call
+        here reads the monitored process's command line again (it may ``exec``) and keeps the
+        last successful read, unless ``command`` (the command line as the caller knows it) is
+        given. Frames made before keep the facts they were made with.
+        """
+        fresh = self._run is None
+        run = self._run_facts()
+        if command is not None:
+            run = run.with_command(list(command))
+        elif not fresh:
+            cmdline = read_cmdline(self._pid)
+            if cmdline is not None and cmdline != run.facts["cmdline"]:
+                run = self._run = run.with_command(cmdline)
+        return run.provenance(self._counters())
+
+    def _run_facts(self) -> RunFacts:
+        """The run's provenance, gathered on first use and then kept."""
+        run = self._run
+        if run is None:
+            stats = self.stats()
+            run = self._run = gather(
+                pid=self._pid,
+                interval_s=self._interval,
+                sources=stats.sources,
+                interfaces={s.name: getattr(s, "interface", None) for s in stats.sources},
+                column_names=[c.name for c in self._columns],
+                gpu_labels=self._gpu_labels,
+                identity=getattr(self, "identity", None),
+                anchor_uncertainty_ns=stats.clock_anchor_uncertainty_ns,
+                command=read_cmdline(self._pid),
+            )
+        return run
 
     def gpu_samples(self, *, drain: bool = False) -> Frame:
         """Every GPU sample the driver buffered, at the driver's own resolution, in long form.

@@ -14,7 +14,6 @@ scope. With nothing recording, a scope costs an attribute read.
 from __future__ import annotations
 
 from stroboscope._base.lazy import face
-from stroboscope._events import add_open_hook
 from stroboscope.scopes._scope import annotate, collect_hardware_metrics
 from stroboscope.scopes._session import (
     disable,
@@ -27,6 +26,7 @@ from stroboscope.scopes._session import (
     summary,
 )
 from stroboscope.scopes._stack import current_labels, current_stack, labels
+from stroboscope.scopes._switchboard import add_open_hook
 
 __all__ = [
     "add_open_hook",

@@ -9,23 +9,22 @@ into the extension that stamps CLOCK_MONOTONIC and the thread id in C++, and a n
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 from typing import Any, Callable, TypeVar, cast
 
-from stroboscope import _core, _events
 from stroboscope._base.checks import check_text
 from stroboscope._base.nvtx import nvtx_module as _nvtx_module
-from stroboscope.scopes import _stack
+from stroboscope.sampling import _scope_log
+from stroboscope.scopes import _stack, _switchboard
 from stroboscope.scopes._stack import _LABELS, _STACK, LabelValue, OpenScope
 
 logger = logging.getLogger("stroboscope")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_state = _events.state
-_begin = _core.events_begin
-_end = _core.events_end
+_state = _switchboard.state
+_begin = _scope_log.begin  # the core's functions themselves: one C call per edge
+_end = _scope_log.end
 
 
 class annotate:
@@ -158,6 +157,8 @@ class annotate:
     def __call__(self, fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"{type(self).__name__}() decorates a callable, not {fn!r}")
+        import inspect  # here, at decoration: importing it costs ms, and a scope never needs it
+
         scope = self._named(fn)
         if inspect.isasyncgenfunction(fn):
             return cast(F, functools.wraps(fn)(scope._wrap_async_gen(fn)))

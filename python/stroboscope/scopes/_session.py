@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from stroboscope import _events
+from stroboscope.scopes import _switchboard
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,25 +55,26 @@ def enable(interval: float = DEFAULT_INTERVAL, **options: Any) -> None:
     with _lock:
         if _sampler is None or _sampler.closed or fresh:
             replacement = Sampler(interval, **options)  # a bad argument fails here
+            replacement.provenance()  # its run's facts gathered now, not inside the first scope
             if _sampler is not None:
                 _sampler.close()
             _sampler = replacement
-        _events.state.starter = None if _sampler.running else _start
-        _events.set_enabled(True)
+        _switchboard.state.starter = None if _sampler.running else _start
+        _switchboard.set_enabled(True)
 
 
 def disable() -> None:
     """Stop recording scopes by default; the session's rows stay readable (``summary()``)."""
     with _lock:
-        _events.state.starter = None
-        _events.set_enabled(False)
+        _switchboard.state.starter = None
+        _switchboard.set_enabled(False)
         if _sampler is not None:
             _sampler.stop()
 
 
 def is_enabled() -> bool:
     """Whether the default session records scopes."""
-    return _events.state.enabled
+    return _switchboard.state.enabled
 
 
 def session() -> Sampler | None:
@@ -84,10 +85,10 @@ def session() -> Sampler | None:
 def _start() -> None:
     """Called by the first scope opened after enable(): starts the session's sampler."""
     with _lock:
-        if _events.state.starter is None:  # another thread's scope got here first
+        if _switchboard.state.starter is None:  # another thread's scope got here first
             return
-        _events.state.starter = None
-        if _sampler is not None and _events.state.enabled:
+        _switchboard.state.starter = None
+        if _sampler is not None and _switchboard.state.enabled:
             _sampler.start()
 
 

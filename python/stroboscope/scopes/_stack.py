@@ -9,15 +9,15 @@ beside its creator, so its own scopes form a stack of their own: each frame reco
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import json
+import sys
 import threading
-from typing import Any, NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
-from stroboscope import _core
 from stroboscope._base.checks import check_text
 from stroboscope.analysis._intervals import RESERVED_LABELS
+from stroboscope.sampling import _scope_log
 
 LabelValue = Union[str, int, float, bool]
 
@@ -40,9 +40,11 @@ _LABELS: contextvars.ContextVar[tuple[dict[str, str], int]] = contextvars.Contex
     "stroboscope_labels", default=({}, 0)
 )
 
-_get_running_loop = asyncio._get_running_loop  # C function: None outside a running loop
-_current_task = asyncio.current_task
 _get_ident = threading.get_ident
+_modules = sys.modules
+# asyncio's (_get_running_loop, current_task) once asyncio is imported. Not imported here: that
+# would cost tens of ms, and a process that never imported asyncio runs no event loop.
+_asyncio: tuple[Callable[[], Any], Callable[[], Any]] | None = None
 
 _interned: dict[str, int] = {}
 _intern_lock = threading.Lock()
@@ -56,17 +58,30 @@ def intern(text: str) -> int:
     with _intern_lock:
         found = _interned.get(text)
         if found is None:
-            found = _interned[text] = int(_core.events_intern(text))
+            found = _interned[text] = int(_scope_log.intern(text))
     return found
 
 
 def stack_id() -> int:
     """The stack a scope opened here belongs to: the running asyncio task, else the thread."""
-    if _get_running_loop() is not None:
-        task = _current_task()
+    aio = _asyncio or _bind_asyncio()
+    if aio is not None and aio[0]() is not None:
+        task = aio[1]()
         if task is not None:
             return id(task)
     return _get_ident()
+
+
+def _bind_asyncio() -> tuple[Callable[[], Any], Callable[[], Any]] | None:
+    """asyncio's two functions once the process has imported it (None before: no loop runs)."""
+    global _asyncio
+    module = _modules.get("asyncio")
+    get_loop = getattr(module, "_get_running_loop", None)  # C function: None outside a loop
+    current = getattr(module, "current_task", None)
+    if get_loop is None or current is None:  # not imported, or not finished importing
+        return None
+    _asyncio = (get_loop, current)
+    return _asyncio
 
 
 def current_stack() -> tuple[OpenScope, ...]:

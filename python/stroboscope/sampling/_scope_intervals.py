@@ -1,5 +1,6 @@
 """From scope edges to scope calls: the events log's begin/end records paired into one row per call
-(the scope-intervals table that analysis and export read).
+(the scope-intervals table that analysis and export read; its columns are
+:data:`stroboscope.analysis._intervals.INTERVAL_FIELDS`, then one string column per label key).
 
 Pairing needs no per-event Python loop. On one stack scopes nest, so at a given depth its begins
 and ends alternate in time: sorted by (stack, depth, log order), a begin matches the end right
@@ -31,8 +32,6 @@ def pair_events(events: pa.Table, strings: list[str]) -> pa.Table:
     ``strings`` maps the interned ids of scope names and label sets to their text.
     """
     n = events.num_rows
-    if n == 0:
-        return pa.schema(INTERVAL_FIELDS).empty_table()
     kind = _column(events, "kind", np.uint8)
     stack = _column(events, "stack_id", np.uint64)
     depth = _column(events, "depth", np.int64)
@@ -61,14 +60,18 @@ def pair_events(events: pa.Table, strings: list[str]) -> pa.Table:
 
     name_of = _names(scope_id[begins], strings)
     paths = _paths(name_of, stack[begins], depth[begins], begin_ns, end_ns, ends >= 0)
-    columns: dict[str, Any] = {
-        "name": pa.array(name_of, pa.string()),
-        "path": pa.array(paths, pa.string()),
-        "thread_id": pa.array(thread[begins], pa.int64()),
-        "stack_id": pa.array(stack[begins], pa.uint64()),
-        "depth": pa.array(depth[begins], pa.int32()),
-        "begin_ns": pa.array(begin_ns, pa.int64()),
-        "end_ns": pa.array(end_ns, pa.int64(), mask=ends < 0),
+    values: dict[str, Any] = {
+        "name": name_of,
+        "path": paths,
+        "thread_id": thread[begins],
+        "stack_id": stack[begins],
+        "depth": depth[begins],
+        "begin_ns": begin_ns,
+        "end_ns": end_ns,
+    }
+    masks = {"end_ns": ends < 0}  # a scope still open
+    columns: dict[str, Any] = {  # the one schema's names, order and types
+        f.name: pa.array(values[f.name], f.type, mask=masks.get(f.name)) for f in INTERVAL_FIELDS
     }
     columns.update(_label_columns(labels_id[begins], strings))
     return pa.table(columns)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from stroboscope._base.checks import check_path
 from stroboscope.analysis._intervals import check_intervals
 from stroboscope.analysis._series import (
     GPU_READ,
@@ -23,6 +24,7 @@ from stroboscope.analysis._series import (
     mono,
     series,
 )
+from stroboscope.formats.chrome_trace import default_base, trace_events, write_trace
 
 _NOT_METRICS = ("time", "mono_ns", GPU_READ)
 
@@ -111,3 +113,48 @@ def collect(
         finite = np.isfinite(s.v)
         counters.append(Series(c, s.t[finite] + anchor, s.v[finite]))
     return TraceData(os.getpid() if pid is None else int(pid), anchor, slices, counters)
+
+
+def write_chrome_trace(
+    path: str | os.PathLike[str],
+    samples: pa.Table,
+    intervals: pa.Table,
+    *,
+    columns: Sequence[str] | None = None,
+    anchor_realtime_ns: int | None = None,
+    pid: int | None = None,
+    process_name: str = "stroboscope",
+) -> None:
+    """Write scopes and metrics as a Chrome Trace Event JSON file (``.json``, or gzip for
+    ``.json.gz``), created 0600 and replaced whole.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The output file.
+    samples : pyarrow.Table
+        A sample frame (``Frame.to_arrow()``).
+    intervals : pyarrow.Table
+        Scope calls in the scope-intervals schema.
+    columns : sequence of str, optional
+        Metric columns to draw as counter tracks (default: every numeric metric column).
+    anchor_realtime_ns : int, optional
+        Realtime ns minus monotonic ns. Default: the intervals' metadata, else the frame's
+        ``time - mono_ns``.
+    pid : int, optional
+        The ``pid`` of every event (default: this process's id).
+    process_name : str
+        The name shown for that process.
+    """
+    path = check_path("path", path)  # before any work
+    data = collect(
+        samples, intervals, columns=columns, anchor_realtime_ns=anchor_realtime_ns, pid=pid
+    )
+    base = default_base(data)
+    head = {
+        "schemaVersion": 1,
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": base,
+        "otherData": {"producer": "stroboscope", "clock": "CLOCK_REALTIME"},
+    }
+    write_trace(path, head, trace_events(data, base, process_name))

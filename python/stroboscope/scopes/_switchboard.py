@@ -1,13 +1,13 @@
-"""Which samplers record scope events now: the one piece of state that the sampling room (below)
-and the scopes room (above) share.
+"""The scope switchboard: whether scopes write edges into the events log now, and whom an edge
+wakes. The one piece of state every scope reads.
 
-Scope edges go into one process-wide events log in C++ (``_core.events_*``). Writing them costs a
-call into the extension, so a scope writes only while somebody records: a running Sampler (each
-records the events of its own run, between the log's write counter at its start and at its stop)
-or the default session of :mod:`stroboscope.scopes`. :data:`state` says so in one attribute read,
-which is what a disabled scope costs. A Sampler made with ``edge_rows=True`` also asks for an
-immediate row when a scope opens (``request_tick``), so a region shorter than the interval still
-has a row at its edge.
+Scope edges go into one process-wide events log in C++. Writing them costs a call into the
+extension, so a scope writes only while somebody records: a running Sampler (the sampling room
+tells this module which run, :func:`stroboscope.sampling._scope_log.watch`) or the default
+session of :mod:`stroboscope.scopes`. :data:`state` says so in one attribute read, which is what
+a disabled scope costs. A Sampler made with ``edge_rows=True`` also asks for an immediate row
+when a scope opens (``request_tick``), so a region shorter than the interval still has a row at
+its edge.
 
 The tuples are replaced, never mutated, under :data:`_lock`: a scope on another thread reads
 either the old tuple or the new one, both complete.
@@ -20,8 +20,9 @@ import threading
 from typing import Callable
 
 from stroboscope._base import lifecycle as _lifecycle
+from stroboscope.sampling._scope_log import Recorder, watch
 
-__all__ = ["attach", "detach", "state"]
+__all__ = ["add_open_hook", "set_enabled", "state"]
 
 
 class _State:
@@ -45,23 +46,11 @@ state = _State()
 _lock = threading.Lock()
 
 
-def attach(recorder: object, edge_target: Callable[[], None] | None) -> None:
-    """A sampler started: scopes now write events (and wake ``edge_target`` when given)."""
+def _running(recorders: tuple[Recorder, ...]) -> None:
+    """The sampling room's news: ``recorders`` run now (scopes write events while any does)."""
     with _lock:
-        if recorder in state.recorders:
-            return
-        state.recorders = (*state.recorders, recorder)
-        if edge_target is not None:
-            state.edge_targets = (*state.edge_targets, edge_target)
-        state.refresh()
-
-
-def detach(recorder: object, edge_target: Callable[[], None] | None) -> None:
-    """A sampler stopped (harmless when it was not attached)."""
-    with _lock:
-        state.recorders = tuple(r for r in state.recorders if r is not recorder)
-        if edge_target is not None:
-            state.edge_targets = tuple(t for t in state.edge_targets if t != edge_target)
+        state.recorders = tuple(r.sampler for r in recorders)
+        state.edge_targets = tuple(r.edge_target for r in recorders if r.edge_target is not None)
         state.refresh()
 
 
@@ -99,3 +88,4 @@ def _after_fork_in_child() -> None:
 
 
 _lifecycle.register(sys.modules[__name__])  # the one registry calls _after_fork_in_child
+watch(_running)  # now, and whenever a sampler starts or stops

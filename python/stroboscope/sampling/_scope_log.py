@@ -1,0 +1,205 @@
+"""The scope events log as the sampling room gives it: the core's calls, which samplers run now,
+and what a Sampler knows of the scopes its process opened while it ran.
+
+Scope edges go into one process-wide events log in C++ (``_core.events_*``). A running Sampler
+covers the events of its own runs: it notes the log's write counter when it starts and when it
+stops, and its scope tables cover the events between. The scopes room (``annotate``, the default
+session) writes the edges; it learns which samplers run from :func:`watch` (this room may not
+import it), and writes through :data:`begin` / :data:`end` / :func:`intern`, the core's own
+functions. The figures per scope (:meth:`ScopeRecording.summary`) and the as-of join of samples
+to scopes are :mod:`stroboscope.analysis`'s, the trace :mod:`stroboscope.export`'s; these
+methods hand them this sampler's two tables (imported on first call, so a Sampler costs nothing
+of theirs until asked).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple
+
+import pyarrow as pa
+
+from stroboscope import _core
+from stroboscope._base import lifecycle as _lifecycle
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from stroboscope.sampling._frame import Frame
+
+__all__ = [
+    "Recorder",
+    "ScopeRecording",
+    "begin",
+    "end",
+    "intern",
+    "read",
+    "recorders",
+    "strings",
+    "watch",
+    "written",
+]
+
+# The core's calls, as they are (no Python wrapper: a scope's edge pays one C call).
+begin = _core.events_begin
+"""``begin(scope_id, depth, labels_id, stack_id)``: write a scope's begin (CLOCK_MONOTONIC and
+the thread id are stamped in C++)."""
+end = _core.events_end
+"""``end(scope_id, depth, labels_id, stack_id)``: write a scope's end."""
+intern = _core.events_intern
+"""``intern(text) -> int``: the log's id of a scope name or label set."""
+written = _core.events_written
+"""``written() -> int``: how many edges the log has taken so far."""
+strings = _core.events_strings
+"""``strings(first=0) -> list[str]``: the interned texts, by id."""
+read = _core.events_read
+"""``read(first, last=None)``: the log's edges from ``first`` on (an ``EventBatch``)."""
+
+
+class Recorder(NamedTuple):
+    """A running sampler, as the scopes room sees it."""
+
+    sampler: object
+    edge_target: Callable[[], None] | None  # asks it for a row at once (edge_rows=True)
+
+
+Watcher = Callable[[tuple[Recorder, ...]], None]
+
+
+class _Running:
+    """The samplers running now, in start order, and who is told when that changes.
+
+    A watcher is called with the whole tuple, under the lock (so two changes reach it in
+    order); it must not start or stop a sampler. In a forked child no sampler thread runs: the
+    registry forgets them there (the lifecycle registry's hook), telling nobody (the watchers'
+    own state is reset by their own hooks).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.recorders: tuple[Recorder, ...] = ()
+        self.watchers: tuple[Watcher, ...] = ()
+
+    def _tell(self) -> None:
+        for watcher in self.watchers:
+            watcher(self.recorders)
+
+    def add(self, recorder: Recorder) -> None:
+        with self.lock:
+            if any(r.sampler is recorder.sampler for r in self.recorders):
+                return
+            self.recorders = (*self.recorders, recorder)
+            self._tell()
+
+    def remove(self, sampler: object) -> None:
+        with self.lock:
+            kept = tuple(r for r in self.recorders if r.sampler is not sampler)
+            if len(kept) != len(self.recorders):
+                self.recorders = kept
+                self._tell()
+
+    def _after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()  # another thread of the parent may have held it
+        self.recorders = ()
+
+
+_running = _Running()
+_lifecycle.register(_running)
+
+
+def watch(watcher: Watcher) -> Callable[[], None]:
+    """Call ``watcher(recorders)`` now and whenever a sampler starts or stops; returns a
+    remover. ``recorders``: the running samplers, in start order (:class:`Recorder`)."""
+    with _running.lock:
+        _running.watchers = (*_running.watchers, watcher)
+        watcher(_running.recorders)
+
+    def remove() -> None:
+        with _running.lock:
+            watchers = list(_running.watchers)
+            if watcher in watchers:
+                watchers.remove(watcher)
+            _running.watchers = tuple(watchers)
+
+    return remove
+
+
+def recorders() -> tuple[Recorder, ...]:
+    """The samplers running now, in start order."""
+    return _running.recorders
+
+
+class ScopeRecording:
+    """The scope side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
+
+    _core: _core.Sampler
+    _edge_rows: bool
+    _event_windows: list[list[int]]  # [first, last) of the events log per run; last -1: running
+
+    def snapshot(self) -> Frame:
+        raise NotImplementedError  # the Sampler's
+
+    def _attach_scopes(self) -> None:
+        """Called right after the thread starts: scopes opened from now on are this run's."""
+        if self._event_windows and self._event_windows[-1][1] < 0:
+            return  # start() of a running sampler
+        self._event_windows.append([int(written()), -1])
+        _running.add(Recorder(self, self._core.request_tick if self._edge_rows else None))
+
+    def _detach_scopes(self) -> None:
+        """Called when the thread stops."""
+        _running.remove(self)
+        if self._event_windows and self._event_windows[-1][1] < 0:
+            self._event_windows[-1][1] = int(written())
+
+    def scope_events(self) -> pa.Table:
+        """The raw scope edges of this sampler's runs still in the events log.
+
+        Columns ``mono_ns``, ``kind`` (1 begin, 2 end), ``thread_id``, ``scope_id``, ``depth``,
+        ``labels_id``, ``stack_id``; schema metadata ``events_lost`` counts edges the log
+        overwrote before this read (its capacity is ``_core.events_stats()["capacity"]``).
+        """
+        tables, lost = [], 0
+        now = int(written())
+        for first, last in self._event_windows:
+            batch = _core.events_read(first, now if last < 0 else last)
+            lost += int(batch.lost)
+            tables.append(pa.table(batch))
+        if not tables:
+            tables.append(pa.table(_core.events_read(now, now)))
+        table = pa.concat_tables(tables)
+        return table.replace_schema_metadata({b"events_lost": str(lost).encode()})
+
+    def scope_intervals(self) -> pa.Table:
+        """One row per scope call of this sampler's runs (name, path, thread, times, labels);
+        ``end_ns`` is null for a scope still open."""
+        from stroboscope.sampling._scope_intervals import pair_events
+
+        events = self.scope_events()
+        table = pair_events(events, list(strings()))
+        return table.replace_schema_metadata(events.schema.metadata)
+
+    def summary(self, *, by: str | Sequence[str] | None = None) -> pd.DataFrame:
+        """Per scope path and labels (or per ``by``: ``"name"``, ``"path"`` and/or label keys,
+        see :func:`stroboscope.analysis.scope_summary.summary`): calls, durations (exact, from
+        the edges), inclusive and exclusive time, and the metrics sampled while it ran (CPU,
+        RSS, GPU, power, energy), each with the number of samples behind it."""
+        from stroboscope.analysis.scopes import summary
+
+        return summary(self.snapshot().to_arrow(), self.scope_intervals(), by=by)
+
+    def samples_by_scope(self) -> pa.Table:
+        """This sampler's rows with the scope open at each (an as-of join on ``mono_ns``)."""
+        from stroboscope.analysis.scopes import samples_by_scope
+
+        return samples_by_scope(self.snapshot().to_arrow(), self.scope_intervals())
+
+    def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
+        """Scopes and metrics as a Chrome Trace Event file (Perfetto, chrome://tracing), on
+        torch.profiler's time base; returns the path written."""
+        from stroboscope.analysis.trace_data import write_chrome_trace
+
+        write_chrome_trace(path, self.snapshot().to_arrow(), self.scope_intervals())
+        return os.fspath(path)
