@@ -18,9 +18,9 @@ import stroboscope.scopes as scopes
 from _fake_nvml import ScriptFn
 from _fake_proc import FakeProc
 from _paths import DATA, TESTS
-from stroboscope import _events as switchboard  # the scope events' switchboard: its one import
 from stroboscope._base import lifecycle
 from stroboscope.scopes import _stack
+from stroboscope.scopes import _switchboard as switchboard  # the scope events' switchboard
 
 pytest_plugins = ["pytester"]  # tests/test_leaks.py runs the leak check on tiny test files
 
