@@ -420,6 +420,27 @@ def test_recovering_and_dumping_a_spool_loads_no_extension(tmp_path: Path) -> No
     assert dumped.column("mono_ns").to_pylist() == expected.column("mono_ns").to_pylist()
 
 
+def test_the_public_recover_loads_no_extension(tmp_path: Path) -> None:
+    """``stroboscope.recover()`` as a user calls it after a crash: a fresh process reads the
+    spool into a Frame, converts and writes it, and never loads ``_core``."""
+    spool = tmp_path / "run.spool"
+    s = stroboscope.Sampler(0.01, sources=["memory"], spool=spool, capacity=4096)
+    try:
+        s.tick_now(150)
+        out = _run(
+            f"""
+            import sys, stroboscope
+            frame = stroboscope.recover({str(spool)!r})
+            frame.write_parquet({str(tmp_path / "r.parquet")!r})
+            print(frame.to_arrow().num_rows, "stroboscope._core" in sys.modules)
+            """
+        )
+    finally:
+        s.close()
+    assert out.split() == ["150", "False"]
+    assert pq.read_table(tmp_path / "r.parquet").num_rows == 150
+
+
 def test_to_arrow_does_not_import_pandas() -> None:
     """pa.table() looks for a pandas DataFrame first and so imports pandas (~45 MB RSS): the
     frame's conversions must not."""

@@ -17,15 +17,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope import _core
 from stroboscope.formats.provenance import PROVENANCE_KEY
 from stroboscope.sampling._provenance import RunFacts, attach, for_table, from_schema
 
 if TYPE_CHECKING:
     import pandas
 
-_Rows = Union[_core.Frame, pa.Table]
+    from stroboscope import _core
+
+    _Rows = Union[_core.Frame, pa.Table]
 Fill = Literal["forward"] | None
+
+
+def _core_frame() -> type:
+    """The core's frame type, imported only for a frame of the core's buffers: a frame of a
+    table (rows recovered from a spool) loads no extension."""
+    from stroboscope import _core
+
+    return _core.Frame
 
 
 def forward_filled(table: pa.Table, within_ns: Mapping[str, int] | None = None) -> pa.Table:
@@ -120,10 +129,10 @@ class Frame:
         run: RunFacts | None = None,
         counted: Sequence[int] = (0, 0, 0),
     ) -> None:
-        if not isinstance(rows, (_core.Frame, pa.Table)):
+        if not isinstance(rows, pa.Table) and not isinstance(rows, _core_frame()):
             raise TypeError(f"rows must be a core frame or a pyarrow.Table, got {type(rows)!r}")
         init = object.__setattr__
-        if isinstance(rows, _core.Frame):
+        if not isinstance(rows, pa.Table):
             init(self, "_lost", int(rows.rows_lost))
             init(self, "_first_row", int(rows.first_row))
             if provenance is not None:
@@ -227,7 +236,7 @@ class Frame:
 
     def _core_table(self) -> pa.Table:
         """The core frame's buffers as a table (no copy), without provenance."""
-        assert isinstance(self._rows, _core.Frame)
+        assert not isinstance(self._rows, pa.Table)
         # One import of the core's capsules (pa.record_batch does not look for pandas first).
         return pa.Table.from_batches([pa.record_batch(_Array(self._rows))])
 

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from stroboscope._base.identity import Identity
-from stroboscope.sampling._gpu import gpu_status
 
 
 def _visible(text: str) -> list[str]:
@@ -74,6 +73,9 @@ def owned_gpus(identity: Identity, *, environ: Mapping[str, str] | None = None) 
     if not isinstance(identity, Identity):
         raise TypeError(f"identity must be a stroboscope.cluster.Identity, got {identity!r}")
     env: Mapping[str, str] = os.environ if environ is None else environ
+    # Here, not at import: reading a recovered frame's provenance loads no extension.
+    from stroboscope.sampling._gpu import gpu_status
+
     status = gpu_status()
     if not status.get("loaded"):
         return []
