@@ -50,8 +50,8 @@ def test_status_text_by_hand() -> None:
         "gpu.0.temp_c": 50.0,  # no figure the line shows: gpu0 is left out
     }
     assert status_text(12.34, stats, latest) == (
-        "rec 12.3 s | 1,234 rows | missed 0 | proc cpu 95.0 % rss 120.0 MiB"
-        " | gpu1 42 % proc mem 1.5 GiB"
+        "rec 12.3 s | 1,234 rows | missed 0 | proc cpu 95.0 % rss 120.00 Mi"
+        " | gpu1 42 % proc mem 1.50 Gi"
     )
     assert status_text(0.0, stats, {}) == "rec 0.0 s | 1,234 rows | missed 0"
 
@@ -178,4 +178,4 @@ def test_the_status_line_shows_the_gpu_of_the_monitored_process(
     )
     assert code == 0, tty
     draws = [d for d in tty.split(ERASE) if STATUS.match(d)]
-    assert draws and "gpu0 42 % proc mem 2.0 GiB" in draws[-1], draws
+    assert draws and "gpu0 42 % proc mem 2.00 Gi" in draws[-1], draws

@@ -17,6 +17,7 @@ from typing import TextIO
 
 import pyarrow as pa
 
+from stroboscope.analysis.column_stats import fmt_value
 from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling import SamplerStats
 
@@ -31,14 +32,6 @@ def wanted(stream: TextIO, quiet: bool) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # no isatty, or closed
         return False
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def latest_values(table: pa.Table) -> dict[str, float]:
@@ -71,7 +64,7 @@ def status_text(elapsed_s: float, stats: SamplerStats, latest: Mapping[str, floa
     if "proc.cpu_pct" in latest:
         proc.append(f"cpu {latest['proc.cpu_pct']:.1f} %")
     if "proc.rss_bytes" in latest:
-        proc.append(f"rss {_bytes(latest['proc.rss_bytes'])}")
+        proc.append(f"rss {fmt_value(latest['proc.rss_bytes'], 'bytes')}")
     if proc:
         parts.append("proc " + " ".join(proc))
     gpus = sorted(
@@ -82,7 +75,7 @@ def status_text(elapsed_s: float, stats: SamplerStats, latest: Mapping[str, floa
         if f"gpu.{i}.util_pct" in latest:
             gpu.append(f"{latest[f'gpu.{i}.util_pct']:.0f} %")
         if f"gpu.{i}.proc_mem_bytes" in latest:
-            gpu.append(f"proc mem {_bytes(latest[f'gpu.{i}.proc_mem_bytes'])}")
+            gpu.append(f"proc mem {fmt_value(latest[f'gpu.{i}.proc_mem_bytes'], 'bytes')}")
         if len(gpu) > 1:
             parts.append(" ".join(gpu))
     return " | ".join(parts)
