@@ -340,7 +340,7 @@ class SystemMonitor:
     def __repr__(self) -> str:
         state = "shut down" if self._closed else ("running" if self._core.running else "stopped")
         return (
-            f"<stroboscope.SystemMonitor pid={self._pid} every {self._rate:g} s, "
+            f"<stroboscope.compat.SystemMonitor pid={self._pid} every {self._rate:g} s, "
             f"{self.gpu_count} GPU(s), {state}>"
         )
 

@@ -217,7 +217,7 @@ class Watchdog:
 
     def __repr__(self) -> str:
         state = "running" if self.running else "not running"
-        return f"<stroboscope.Watchdog pid={self.pid} jobs={len(self._jobs)} {state}>"
+        return f"<stroboscope.recording.Watchdog pid={self.pid} jobs={len(self._jobs)} {state}>"
 
     def __enter__(self) -> Watchdog:
         return self.start()

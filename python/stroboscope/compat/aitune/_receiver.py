@@ -24,7 +24,7 @@ class ParentReceiver(Receiver):
 
     def __repr__(self) -> str:
         state = "running" if self.running else "not running"
-        return f"<stroboscope.ParentReceiver rows={self.rows_received} {state}>"
+        return f"<stroboscope.compat.aitune.ParentReceiver rows={self.rows_received} {state}>"
 
 
 __all__ = ["ParentReceiver"]
