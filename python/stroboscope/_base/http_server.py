@@ -103,19 +103,47 @@ def fd_reserve(soft_limit: int) -> int:
     return max(MIN_FD_RESERVE, soft_limit // 8)
 
 
-def _fds_left() -> int | None:
-    """Descriptors this process may still open before its soft ``RLIMIT_NOFILE`` (0 when not
-    even the listing of its descriptors could be opened); None where that is not known."""
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
-        return None
-    try:
-        in_use = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own descriptor
-    except FileNotFoundError:  # no procfs: not known
-        return None
-    except OSError:  # EMFILE, ENFILE: none left
-        return 0
-    return int(soft) - in_use - fd_reserve(int(soft))
+class _FdCount:
+    """How many descriptors the process may still open, counted without taking one of the
+    recorder's: the listing of ``/proc/self/fd`` needs a descriptor, so the server holds one
+    (of ``/dev/null``) from its start and gives it up for the time of each listing. Only the
+    accepting thread counts."""
+
+    def __init__(self) -> None:
+        self._spare: int | None = None
+        self._keep_spare()
+
+    def _keep_spare(self) -> None:
+        if self._spare is None:
+            try:
+                self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:  # none left now: the next count takes one, as before
+                self._spare = None
+
+    def left(self) -> int | None:
+        """Descriptors this process may still open before its soft ``RLIMIT_NOFILE``, less the
+        reserve (0 when not even the listing could be opened); None where that is not known."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            return None
+        if self._spare is not None:
+            os.close(self._spare)  # the listing takes its place
+            self._spare = None
+        try:
+            in_use = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own descriptor
+        except FileNotFoundError:  # no procfs: not known
+            return None
+        except OSError:  # EMFILE, ENFILE: none left
+            return 0
+        finally:
+            self._keep_spare()
+        held = 0 if self._spare is None else 1  # the spare, taken again after the listing
+        return int(soft) - in_use - held - fd_reserve(int(soft))
+
+    def close(self) -> None:
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
 
 
 @dataclass(frozen=True)
@@ -166,11 +194,13 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         self._evicted: set[socket.socket] = set()
         self._wake = threading.Event()  # set by shutdown(): ends a pause of accepting at once
         self._pause = 0.0
+        self._fds: _FdCount | None = None
         self._log = RateLimitedLog(logger)  # faults of the server's own, not of its clients
         self._counts = dict.fromkeys(
             ("accepted", "evicted", "refused", "timed_out", "accept_paused"), 0
         )
         super().__init__(address, _Handler)
+        self._fds = _FdCount()  # after the bind: a failed one closes the server, and keeps none
 
     def stats(self) -> ServerStats:
         """Counts since the server started; ``open``: connections open now."""
@@ -180,7 +210,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
     # -- accepting ---------------------------------------------------------------------------
 
     def get_request(self) -> tuple[socket.socket, Any]:
-        left = _fds_left()
+        left = self._fds.left() if self._fds is not None else None
         if left is not None and left < 1:
             self._pause_accepting()
             raise OSError(errno.EMFILE, "descriptors kept for the recorder")
@@ -276,6 +306,8 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
     def server_close(self) -> None:
         super().server_close()
+        if self._fds is not None:
+            self._fds.close()
         with self._lock:
             still = list(self._open)
         for conn in still:  # their threads see the end at once and close their descriptor
