@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from stroboscope import senders as senders_module
+import stroboscope.senders as senders_module
 from stroboscope._base.checks import check_seconds
 from stroboscope._base.files import identity, unlink_if_same
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowInfo

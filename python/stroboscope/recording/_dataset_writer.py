@@ -46,7 +46,7 @@ from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._provenance import attach, for_table, iso_utc
 
 if TYPE_CHECKING:
-    from stroboscope import _core
+    import stroboscope._core as _core
     from stroboscope.sampling import CoreSampler as Sampler
 
 _LOG = logging.getLogger("stroboscope.recording")

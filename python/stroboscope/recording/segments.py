@@ -44,7 +44,7 @@ from stroboscope.recording._events_write import EventsSink
 from stroboscope.sampling._frame import Frame
 
 if TYPE_CHECKING:
-    from stroboscope import _core
+    import stroboscope._core as _core
 
 _LOG = logging.getLogger("stroboscope.recording")
 

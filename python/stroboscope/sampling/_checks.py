@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
-from stroboscope import _core
+import stroboscope._core as _core
 from stroboscope._base.checks import as_seconds, describe
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9

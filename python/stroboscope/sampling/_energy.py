@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from stroboscope import _core
+import stroboscope._core as _core
 from stroboscope._base.checks import check_timeout, describe
 from stroboscope.analysis._series import cells, int64_cells, read_times
 from stroboscope.sampling._frame import Frame

@@ -23,7 +23,7 @@ from stroboscope.sampling._provenance import RunFacts, attach, for_table, from_s
 if TYPE_CHECKING:
     import pandas
 
-    from stroboscope import _core
+    import stroboscope._core as _core
 
     _Rows = Union[_core.Frame, pa.Table]
 Fill = Literal["forward"] | None
@@ -32,7 +32,7 @@ Fill = Literal["forward"] | None
 def _core_frame() -> type:
     """The core's frame type, imported only for a frame of the core's buffers: a frame of a
     table (rows recovered from a spool) loads no extension."""
-    from stroboscope import _core
+    import stroboscope._core as _core
 
     return _core.Frame
 

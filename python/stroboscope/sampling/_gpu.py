@@ -8,7 +8,7 @@ from typing import Any, Union
 
 import pyarrow as pa
 
-from stroboscope import _core
+import stroboscope._core as _core
 from stroboscope._base.checks import describe
 
 GpusArg = Union[str, Sequence[Union[int, str]], None]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stroboscope import _core
+import stroboscope._core as _core
 
 
 def net_dev_totals(include_loopback: bool, proc_root: str = "/proc") -> tuple[int, int]:

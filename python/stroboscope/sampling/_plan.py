@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from stroboscope import _core
+import stroboscope._core as _core
 from stroboscope._base.checks import PathsArg, check_dir_paths, check_pid, native_path
 from stroboscope._core import default_source_names as default_source_names  # for cluster/
 from stroboscope._core import source_names as source_names  # (re-exported: the facade's)

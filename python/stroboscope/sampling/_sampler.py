@@ -14,7 +14,7 @@ from typing import Any, TypedDict
 
 import pyarrow as pa
 
-from stroboscope import _core
+import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
 from stroboscope._base.checks import PathsArg, check_bool, check_int, check_new_file
 from stroboscope.sampling._checks import (

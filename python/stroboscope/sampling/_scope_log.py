@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import pyarrow as pa
 
-from stroboscope import _core
+import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
 
 if TYPE_CHECKING:

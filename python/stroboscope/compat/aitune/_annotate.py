@@ -18,7 +18,7 @@ import time
 from types import TracebackType
 from typing import Any, Callable, TypeVar, cast
 
-from stroboscope import scopes
+import stroboscope.scopes as scopes
 from stroboscope._base.nvtx import nvtx_module as _nvtx
 from stroboscope.compat.aitune import _monitoring
 
