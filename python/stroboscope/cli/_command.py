@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 
 log = logging.getLogger("stroboscope.cli")
 
@@ -73,6 +74,8 @@ class Command:
     ----------
     argv : list of str
         The command and its arguments; ``argv[0]`` is looked up on ``PATH``.
+    env : mapping of str to str, optional
+        The command's environment (default: this process's).
 
     Raises
     ------
@@ -80,8 +83,9 @@ class Command:
         ``argv[0]`` is not a command that can be run.
     """
 
-    def __init__(self, argv: list[str]) -> None:
-        if shutil.which(argv[0]) is None:
+    def __init__(self, argv: list[str], env: Mapping[str, str] | None = None) -> None:
+        path = None if env is None else env.get("PATH")
+        if shutil.which(argv[0], path=path) is None:
             raise ValueError(f"record: cannot run {argv[0]!r}: no such command")
         gate_r, self._gate_w = os.pipe()
         try:
@@ -97,6 +101,7 @@ class Command:
                     *argv,
                 ],
                 pass_fds=(gate_r,),  # the gate's read end only; the write end stays ours
+                env=env,  # the gate's -I ignores it; the command it execs gets it
             )
         except BaseException:
             os.close(self._gate_w)

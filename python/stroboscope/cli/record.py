@@ -8,6 +8,13 @@ run, so its first instant is recorded. If setup fails, the command never runs an
 made is removed. SIGINT and SIGTERM end the recording cleanly (passed on to the command, which is
 waited for); the output is written by :func:`stroboscope.recording.finish`: the segments written
 while the ring needed them, then the rows the ring still holds, every row once, in order.
+
+The command runs with ``STROBOSCOPE_EVENTS_DIR`` naming a private directory of this run (and
+``NVTX_INJECTION64_PATH`` the NVTX injection library, unless ``--no-nvtx``): the command and
+every process it starts write their scope edges there, and the finish writes them as the scope
+intervals beside FILE (``<stem>.scopes.parquet``) and in the dataset, then removes the directory.
+A ``--pid`` process started with an events directory in its environment has it read likewise
+(and left in place).
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ import argparse
 import contextlib
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from typing import Any, NoReturn
 
@@ -35,6 +44,7 @@ from stroboscope.recording import _finish
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.segments import SegmentStatus
 from stroboscope.recording.watchdog import DumpJob, Watchdog
+from stroboscope.scopes._outside import command_environment, nvtx_taken_by
 from stroboscope.sampling import SamplerStats
 from stroboscope.sampling._checks import check_capacity
 
@@ -178,6 +188,7 @@ def _print_summary(
     segments: SegmentStatus | None = None,
     dataset: SegmentStatus | None = None,
     who: Identity | None = None,
+    scopes: str | None = None,
 ) -> None:
     where = f"{args.output} ({fmt})" if args.output is not None else f"{args.dataset} (dataset)"
     print(
@@ -204,6 +215,8 @@ def _print_summary(
     for src in stats.sources:
         if src.reason:
             print(f"source {src.name}: {src.reason} ({src.failures} failed reads)")
+    if scopes is not None:
+        print(scopes)
     print()
     print(summary)
 
@@ -248,7 +261,62 @@ def _record(
     stop: Signals,
     who: Identity | None,
 ) -> int:
-    command = Command(command_argv) if command_argv else None
+    events = _Events(args, bool(command_argv))
+    try:
+        return _record_with(args, command_argv, fmt, spool, stop, who, events)
+    finally:
+        events.remove()  # read by the finish; here when it did not come to that
+
+
+class _Events:
+    """Where the scope edges of the recorded processes go: a private directory (0700) made for
+    a command, named in its environment (with the NVTX injection library unless ``--no-nvtx``),
+    removed at the end; or, with ``--pid``, the events directory that process was started with
+    (read, not removed); or none."""
+
+    def __init__(self, args: argparse.Namespace, command: bool) -> None:
+        self.env: dict[str, str] | None = None
+        self.dir: str | None = None
+        self.owned = command
+        if command:
+            self.dir = tempfile.mkdtemp(prefix="stroboscope-events-")
+            self.env = command_environment(self.dir, nvtx=not args.no_nvtx)
+        elif args.pid is not None:
+            self.dir = events_dir_of(args.pid)
+
+    def remove(self) -> None:
+        if self.owned and self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def events_dir_of(pid: int) -> str | None:
+    """The events directory the process ``pid`` was started with (``STROBOSCOPE_EVENTS_DIR`` in
+    its environment, when this user may read it and it names a directory), else None."""
+    from stroboscope.formats.shared_events import EVENTS_DIR_ENV
+
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return None
+    key = EVENTS_DIR_ENV.encode() + b"="
+    for entry in environ.split(b"\0"):
+        if entry.startswith(key):
+            path = os.fsdecode(entry[len(key) :])
+            return path if os.path.isdir(path) else None
+    return None
+
+
+def _record_with(
+    args: argparse.Namespace,
+    command_argv: list[str],
+    fmt: str | None,
+    spool: str,
+    stop: Signals,
+    who: Identity | None,
+    events: _Events,
+) -> int:
+    command = Command(command_argv, env=events.env) if command_argv else None
     exporters = contextlib.ExitStack()
     try:
         sampler, publisher, watchdog = _build(
@@ -259,7 +327,7 @@ def _record(
             command.kill()
         raise
     if not args.quiet:  # every option and path is checked, the sampler built: now say what runs
-        _startup_lines(args, sampler, command)
+        _startup_lines(args, sampler, command, events)
     started = time.monotonic()
     sampled_s: float | None = None  # seconds sampled, once sampling stopped before the end
     exit_code = 0
@@ -314,6 +382,8 @@ def _record(
             keep_spool=args.keep_spool or stranded,  # rows in no part and no FILE: keep it
             column_stats=True,
             watchdog=watchdog,
+            events_dir=events.dir,
+            remove_events=events.owned,
         )
     except OSError as exc:
         if args.output is None:
@@ -333,8 +403,24 @@ def _record(
         sampler.segments,
         sampler.dataset_status,
         sampler.identity,  # with the job id a single-process run was given
+        None if events.dir is None else _scopes_line(args, done),
     )
     return exit_code
+
+
+def _scopes_line(args: argparse.Namespace, done: _finish.Finished) -> str:
+    """The summary's line on the scopes the recorded processes called."""
+    if done.scope_calls == 0:
+        return (
+            "scopes: none called (stroboscope.annotate, or NVTX ranges, in the command and the "
+            "processes it starts are recorded)"
+        )
+    where = [p for p in (done.scopes,) if p is not None]
+    if args.dataset is not None:
+        where.append(f"the scopes of dataset {args.dataset}")
+    return f"scopes: {done.scope_calls} calls recorded" + (
+        f" to {' and '.join(where)}" if where else ""
+    )
 
 
 def _unwritten(
@@ -351,8 +437,17 @@ def _unwritten(
     ) from None
 
 
-def _startup_lines(args: argparse.Namespace, sampler: Sampler, command: Command | None) -> None:
+def _startup_lines(
+    args: argparse.Namespace, sampler: Sampler, command: Command | None, events: _Events
+) -> None:
     """What the recording is about to do, when it is not obvious from the command line."""
+    if events.env is not None and not args.no_nvtx:
+        other = nvtx_taken_by(events.env)
+        if other is not None:
+            say(
+                f"NVTX_INJECTION64_PATH is set to {other!r} (another tool's): the command's NVTX "
+                f"ranges go to it, not to this recording"
+            )
     if command is None and args.pid is None:
         if args.duration is None:
             say("recording until Ctrl-C (use --duration S to stop by itself)")

@@ -14,6 +14,7 @@ scope. With nothing recording, a scope costs an attribute read.
 from __future__ import annotations
 
 from stroboscope._base.lazy import face
+from stroboscope.scopes._outside import nvtx_injection_path
 from stroboscope.scopes._scope import annotate, collect_hardware_metrics
 from stroboscope.scopes._session import (
     disable,
@@ -40,6 +41,7 @@ __all__ = [
     "export_chrome_trace",
     "is_enabled",
     "labels",
+    "nvtx_injection_path",
     "samples_by_scope",
     "session",
     "summary",
