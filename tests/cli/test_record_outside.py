@@ -22,14 +22,14 @@ from stroboscope.recording import _finish
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 CLI = [sys.executable, "-m", "stroboscope"]
+TRAIN_PY = [sys.executable, "train.py"]
+RECORD_RANK = ["-m", "stroboscope", "record", "-q", "--dataset", "runs", "--job", "exp1"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 
 def _shared_events_missing() -> str | None:
     """Why the recorder cannot read shared events in this build (None: it can)."""
     try:
-        _finish.read_shared_intervals
-        from stroboscope.formats.shared_events import EVENTS_DIR_ENV  # noqa: F401
-
         _finish.read_shared_intervals(os.path.dirname(__file__))  # a directory with no events
     except ImportError as exc:
         return f"this build has no shared events reader ({exc})"
@@ -50,7 +50,9 @@ def busy(ms):
         pass
 """
 
-TRAIN = BUSY + """
+TRAIN = (
+    BUSY
+    + """
 import os
 import stroboscope
 
@@ -66,13 +68,13 @@ for step in range(5):
             busy(5)
 os.waitpid(worker, 0)
 """
+)
 
 
 def test_record_a_command_gets_its_scopes_and_its_workers(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(TRAIN)
     run = subprocess.run(
-        [*CLI, "record", "-q", "--interval", "0.005", "-o", "run.parquet", "--"]
-        + [sys.executable, "train.py"],
+        [*CLI, "record", "-q", "--interval", "0.005", "-o", "run.parquet", "--", *TRAIN_PY],
         cwd=tmp_path,
         env=ENV,
         capture_output=True,
@@ -111,7 +113,9 @@ def test_record_a_command_gets_its_scopes_and_its_workers(tmp_path: Path) -> Non
         assert name in table
 
 
-TRAIN_DIST = BUSY + """
+TRAIN_DIST = (
+    BUSY
+    + """
 import torch
 import torch.distributed as dist
 import stroboscope
@@ -125,6 +129,7 @@ for step in range(6):
         dist.all_reduce(t)
 dist.destroy_process_group()
 """
+)
 
 
 def test_torchrun_of_two_ranks_gives_the_report_step_times_per_rank(tmp_path: Path) -> None:
@@ -132,9 +137,7 @@ def test_torchrun_of_two_ranks_gives_the_report_step_times_per_rank(tmp_path: Pa
         pytest.skip("torch is not installed (.ci/run installs the CPU build)")
     (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN_DIST))
     run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-        + ["-m", "stroboscope", "record", "-q", "--interval", "0.01", "--dataset", "runs"]
-        + ["--job", "exp1", "--", sys.executable, "train.py"],
+        [*TORCHRUN, *RECORD_RANK, "--", *TRAIN_PY],
         cwd=tmp_path,
         env={**ENV, "OMP_NUM_THREADS": "1"},
         capture_output=True,

@@ -114,18 +114,13 @@ def test_another_tools_injection_library_is_kept_and_named(
 
 
 def test_a_command_that_calls_no_scope_leaves_no_scopes_file(
-    tmp_path: Path, reader: None, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stale = tmp_path / "r.scopes.parquet"
     stale.write_bytes(b"from an earlier recording of r.parquet")
     (tmp_path / "r.parquet").write_bytes(b"")
-    monkey_empty = intervals([], anchor=None)
-    _finish_reader = _finish.read_shared_intervals
-    try:
-        _finish.read_shared_intervals = lambda d: monkey_empty  # type: ignore[assignment]
-        assert main(["record", "--force", "-o", str(tmp_path / "r.parquet"), "--", "true"]) == 0
-    finally:
-        _finish.read_shared_intervals = _finish_reader  # type: ignore[assignment]
+    monkeypatch.setattr(_finish, "read_shared_intervals", lambda d: intervals([], anchor=None))
+    assert main(["record", "--force", "-o", str(tmp_path / "r.parquet"), "--", "true"]) == 0
     assert not stale.exists()  # it described the recording --force replaced
     assert "scopes: none called" in capsys.readouterr().out
 

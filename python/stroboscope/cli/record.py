@@ -44,9 +44,9 @@ from stroboscope.recording import _finish
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.segments import SegmentStatus
 from stroboscope.recording.watchdog import DumpJob, Watchdog
-from stroboscope.scopes._outside import command_environment, nvtx_taken_by
 from stroboscope.sampling import SamplerStats
 from stroboscope.sampling._checks import check_capacity
+from stroboscope.scopes._outside import command_environment, nvtx_taken_by
 
 FIRST_ROW_WAIT_S = 10.0
 """The longest the command is held back for the sampler's first row (seconds)."""

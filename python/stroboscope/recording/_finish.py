@@ -187,14 +187,16 @@ def finish(
     if events_dir is not None and remove_events:
         shutil.rmtree(events_dir, ignore_errors=True)
     path = None if output is None else os.fspath(output)
-    stats = (None, None) if figures is None else figures
-    return Finished(path, rows, columns, *stats, scopes, intervals.num_rows)
+    text, span = (None, None) if figures is None else figures
+    return Finished(path, rows, columns, text, span, scopes, intervals.num_rows)
 
 
 def read_shared_intervals(events_dir: str | os.PathLike[str]) -> pa.Table:
     """The scope intervals every process wrote into ``events_dir`` (the shared events'
     reader), with a ``pid`` column."""
-    from stroboscope.recording.shared_events import shared_intervals
+    from stroboscope.analysis.scope_edges import (  # type: ignore[import-not-found,unused-ignore]
+        shared_intervals,
+    )
 
     return shared_intervals(events_dir)
 
