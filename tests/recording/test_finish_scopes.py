@@ -86,6 +86,16 @@ def test_a_datasets_rank_gets_the_shared_scopes_and_keeps_them(
     assert calls.column("pid").to_pylist() == [11, 11]
 
 
+def test_the_readers_counts_go_into_the_provenance(tmp_path: Path) -> None:
+    shared = _shared(("s", 1, 2, 5)).replace_schema_metadata(
+        {b"events_lost": b"3", b"events_files": b"2", b"other": b"x"}
+    )
+    path = _finish.write_scopes_beside(shared, tmp_path / "e.parquet", {"pid": 1})
+    assert path == str(tmp_path / "e.scopes.parquet")
+    prov = from_schema(pq.read_schema(path)) or {}
+    assert prov == {"pid": 1, "rows": 1, "events": {"lost": 3, "files": 2}}
+
+
 def test_events_of_a_directory_not_ours_are_read_and_the_directory_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

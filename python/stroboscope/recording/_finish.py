@@ -233,11 +233,24 @@ def with_shared(own: pa.Table, shared: pa.Table | None) -> pa.Table:
     return both.sort_by([("begin_ns", "ascending")])
 
 
+def _events_counts(intervals: pa.Table) -> dict[str, Any]:
+    """What the shared events' reader counted (``events_lost``, ``events_damaged``, ... in the
+    table's metadata), for the provenance: ``{"lost": 0, ...}`` (empty when it says nothing)."""
+    out: dict[str, Any] = {}
+    for key, value in (intervals.schema.metadata or {}).items():
+        name = key.decode(errors="replace")
+        if name.startswith("events_"):
+            text = value.decode(errors="replace")
+            out[name[len("events_") :]] = int(text) if text.isdigit() else text
+    return out
+
+
 def write_scopes_beside(
     intervals: pa.Table, output: str | os.PathLike[str], prov: Mapping[str, Any]
 ) -> str | None:
     """Write ``intervals`` as ``<stem>.scopes.parquet`` beside the recording ``output`` with
-    ``prov`` (the recording's provenance, ``rows`` the calls); return its path. Without a call,
+    ``prov`` (the recording's provenance, ``rows`` the calls, ``events`` what the shared events'
+    reader counted: edges lost, files damaged); return its path. Without a call,
     a file left at that name (by an earlier recording of ``output``, replaced now) is removed
     and None returned. A failed write is logged, never raised: the rows are written."""
     path = scopes_path(output)
@@ -246,8 +259,12 @@ def write_scopes_beside(
             if os.path.isfile(path) and not os.path.islink(path):
                 os.unlink(path)
         return None
+    full = {**prov, "rows": intervals.num_rows}
+    events = _events_counts(intervals)
+    if events:
+        full["events"] = events
     try:
-        write_parquet(attach(intervals, {**prov, "rows": intervals.num_rows}), path)
+        write_parquet(attach(intervals, full), path)
     except (OSError, ValueError, pa.ArrowException) as exc:
         _LOG.warning("the scope intervals were not written to %s (%s)", path, exc)
         return None
