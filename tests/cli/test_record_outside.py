@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -167,3 +168,53 @@ def test_torchrun_of_two_ranks_gives_the_report_step_times_per_rank(tmp_path: Pa
     assert "stragglers:" in text.stdout
     scopes = text.stdout.split("\nscopes:\n")[1]
     assert "train_step" in scopes.splitlines()[2]  # the scope table's first row: both ranks
+
+
+KILLED = """
+import os, sys, time
+import stroboscope
+
+for step in range(3):
+    with stroboscope.annotate("step", step=step):
+        time.sleep(0.01)
+open("started", "w").write(os.environ["STROBOSCOPE_EVENTS_DIR"])
+with stroboscope.annotate("held"):  # still open when the recorder is killed
+    time.sleep(120)
+"""
+
+
+def _wait_for(path: Path, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+def test_a_killed_recorder_still_leaves_the_commands_scopes_beside_the_dump(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of the recorder: its command dies with it, the watchdog writes FILE from the
+    spool and then the scope intervals beside it, every edge written before the kill."""
+    (tmp_path / "train.py").write_text(KILLED)
+    recorder = subprocess.Popen(
+        [*CLI, "record", "-q", "-o", "run.parquet", "--", *TRAIN_PY],
+        cwd=tmp_path,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_for(tmp_path / "started")
+    finally:
+        recorder.kill()
+        recorder.wait()
+    _wait_for(tmp_path / "run.scopes.parquet")
+    _wait_for(tmp_path / "run.parquet")
+    scopes = pq.read_table(tmp_path / "run.scopes.parquet")
+    assert scopes.column("name").to_pylist() == ["step", "step", "step", "held"]
+    assert scopes.column("end_ns").null_count == 1  # "held" was open when it died
+    events_dir = Path((tmp_path / "started").read_text())
+    deadline = time.monotonic() + 30
+    while events_dir.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not events_dir.exists()

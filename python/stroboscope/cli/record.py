@@ -72,6 +72,7 @@ def _build(
     fmt: str | None,
     who: Identity | None,
     exporters: contextlib.ExitStack,
+    events_dir: str | None = None,
 ) -> tuple[Sampler, RecordPublisher | None, Watchdog | None]:
     # The segment writer must drain before the ring wraps: every quarter of the ring, so the
     # ring keeps three quarters in hand. A segment only when the ring needs it: a run the ring
@@ -107,7 +108,12 @@ def _build(
         watchdog = None
         if args.output is not None and fmt is not None:  # --dataset alone: parts, no FILE
             job = DumpJob(
-                "spool", spool, dump=args.output, format=fmt, remove_source=not args.keep_spool
+                "spool",
+                spool,
+                dump=args.output,
+                format=fmt,
+                remove_source=not args.keep_spool,
+                events_dir=events_dir,  # the command's scopes, beside FILE
             )
             watchdog = Watchdog([job])
             try:
@@ -320,7 +326,13 @@ def _record_with(
     exporters = contextlib.ExitStack()
     try:
         sampler, publisher, watchdog = _build(
-            args, command.pid if command else args.pid, spool, fmt, who, exporters
+            args,
+            command.pid if command else args.pid,
+            spool,
+            fmt,
+            who,
+            exporters,
+            events.dir if events.owned else None,
         )
     except BaseException:
         if command is not None:  # setup failed: the command never runs
