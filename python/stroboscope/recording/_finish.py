@@ -206,6 +206,9 @@ def _read_events(events_dir: str | os.PathLike[str]) -> pa.Table | None:
     when they cannot be read: the rows are written all the same."""
     try:
         return read_shared_intervals(events_dir)
+    except ImportError:  # a build without the shared events' reader
+        _LOG.debug("no shared events reader: %s not read", os.fspath(events_dir))
+        return None
     except Exception as exc:  # a damaged events file must never cost the rows
         _LOG.warning(
             "the scope events in %s could not be read (%s: %s): the recording has no scopes "
