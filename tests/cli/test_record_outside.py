@@ -201,7 +201,7 @@ def test_a_killed_recorder_still_leaves_the_commands_scopes_beside_the_dump(
         cwd=tmp_path,
         env=ENV,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     try:
         _wait_for(tmp_path / "started")
