@@ -194,9 +194,7 @@ def finish(
 def read_shared_intervals(events_dir: str | os.PathLike[str]) -> pa.Table:
     """The scope intervals every process wrote into ``events_dir`` (the shared events'
     reader), with a ``pid`` column."""
-    from stroboscope.analysis.scope_edges import (  # type: ignore[import-not-found,unused-ignore]
-        shared_intervals,
-    )
+    from stroboscope.analysis.scope_edges import shared_intervals
 
     return shared_intervals(events_dir)
 
