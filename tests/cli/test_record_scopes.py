@@ -21,7 +21,7 @@ from stroboscope.export.cluster_report import build_cluster_report
 from stroboscope.formats.provenance import from_schema
 from stroboscope.formats.shared_events import EVENTS_DIR_ENV, NVTX_INJECTION_ENV
 from stroboscope.recording import _finish
-from stroboscope.scopes import _outside
+from stroboscope.scopes import _outside, nvtx_capture
 
 # The command: says what its environment held (and the events directory's mode), and leaves
 # the calls the scripted reader is to give (name, begin offset, end offset, pid) in it.
@@ -90,7 +90,7 @@ def test_no_nvtx_leaves_the_injection_library_out(
 ) -> None:
     library = tmp_path / "libnvtx-stand-in.so"
     library.write_bytes(b"")
-    monkeypatch.setattr(_outside, "nvtx_injection_path", lambda: str(library))
+    monkeypatch.setattr(nvtx_capture, "nvtx_injection_path", lambda: str(library))
     monkeypatch.delenv(NVTX_INJECTION_ENV, raising=False)
     _, seen = _run(tmp_path, "-o", str(tmp_path / "a.parquet"))
     assert seen["nvtx"] == str(library)
@@ -105,7 +105,7 @@ def test_another_tools_injection_library_is_kept_and_named(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(_outside, "nvtx_injection_path", lambda: str(tmp_path / "ours.so"))
+    monkeypatch.setattr(nvtx_capture, "nvtx_injection_path", lambda: str(tmp_path / "ours.so"))
     monkeypatch.setenv(NVTX_INJECTION_ENV, "/opt/other/libToolInjection64.so")
     code = main(["record", "-o", str(tmp_path / "c.parquet"), "--", "true"])
     assert code == 0

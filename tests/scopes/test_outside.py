@@ -6,23 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import stroboscope.scopes
 from stroboscope.formats.shared_events import EVENTS_DIR_ENV, NVTX_INJECTION_ENV
-from stroboscope.scopes import _outside
-
-
-def test_the_library_is_looked_for_beside_the_extension() -> None:
-    package = Path(stroboscope.scopes.__file__).parent.parent
-    found = stroboscope.scopes.nvtx_injection_path()
-    expected = package / _outside.NVTX_LIBRARY
-    assert found == (str(expected) if expected.is_file() else None)
+from stroboscope.scopes import _outside, nvtx_capture
 
 
 def test_the_environment_names_the_directory_and_the_library(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     library = str(tmp_path / "lib.so")
-    monkeypatch.setattr(_outside, "nvtx_injection_path", lambda: library)
+    monkeypatch.setattr(nvtx_capture, "nvtx_injection_path", lambda: library)
     env = _outside.command_environment(tmp_path, base={"PATH": "/bin"})
     assert env == {"PATH": "/bin", EVENTS_DIR_ENV: str(tmp_path), NVTX_INJECTION_ENV: library}
     assert NVTX_INJECTION_ENV not in _outside.command_environment(tmp_path, nvtx=False, base={})
@@ -32,14 +24,14 @@ def test_the_environment_names_the_directory_and_the_library(
 def test_without_the_library_nvtx_is_left_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_outside, "nvtx_injection_path", lambda: None)
+    monkeypatch.setattr(nvtx_capture, "nvtx_injection_path", lambda: None)
     assert _outside.command_environment(tmp_path, base={}) == {EVENTS_DIR_ENV: str(tmp_path)}
 
 
 def test_another_tools_library_is_kept_and_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_outside, "nvtx_injection_path", lambda: str(tmp_path / "ours.so"))
+    monkeypatch.setattr(nvtx_capture, "nvtx_injection_path", lambda: str(tmp_path / "ours.so"))
     theirs = {NVTX_INJECTION_ENV: "/opt/nsight/libToolsInjection64.so"}
     env = _outside.command_environment(tmp_path, base=theirs)
     assert env[NVTX_INJECTION_ENV] == theirs[NVTX_INJECTION_ENV]

@@ -14,7 +14,6 @@ scope. With nothing recording, a scope costs an attribute read.
 from __future__ import annotations
 
 from stroboscope._base.lazy import face
-from stroboscope.scopes._outside import nvtx_injection_path
 from stroboscope.scopes._scope import annotate, collect_hardware_metrics
 from stroboscope.scopes._session import (
     disable,
@@ -28,6 +27,7 @@ from stroboscope.scopes._session import (
 )
 from stroboscope.scopes._stack import current_labels, current_stack, labels
 from stroboscope.scopes._switchboard import add_open_hook
+from stroboscope.scopes.nvtx_capture import nvtx_injection_path
 
 __all__ = [
     "add_open_hook",

@@ -4,7 +4,8 @@ the command's scopes (and those of every process it starts) reach it.
 :func:`command_environment` is that environment: ``STROBOSCOPE_EVENTS_DIR`` names the recorder's
 private events directory (each process writes its scope edges into files of its own there,
 :mod:`stroboscope.formats.shared_events`), and ``NVTX_INJECTION64_PATH`` names the NVTX
-injection library built with the core (:func:`nvtx_injection_path`), so the command's NVTX
+injection library built with the core
+(:func:`stroboscope.scopes.nvtx_capture.nvtx_injection_path`), so the command's NVTX
 ranges become scopes in the same directory, unless the recorder was asked not to (``--no-nvtx``).
 """
 
@@ -13,19 +14,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-__all__ = ["NVTX_LIBRARY", "command_environment", "nvtx_injection_path", "nvtx_taken_by"]
+from stroboscope.scopes import nvtx_capture
 
-NVTX_LIBRARY = "libstroboscope_nvtx.so"
-"""The file name of the NVTX injection library, installed in the package's directory beside the
-``_core`` extension."""
-
-
-def nvtx_injection_path() -> str | None:
-    """The absolute path of the NVTX injection library installed with this package, or None when
-    it is not there (a build without it): then NVTX ranges are not captured."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(package, NVTX_LIBRARY)
-    return path if os.path.isfile(path) else None
+__all__ = ["command_environment", "nvtx_taken_by"]
 
 
 def command_environment(
@@ -44,7 +35,7 @@ def command_environment(
 
     env = dict(os.environ if base is None else base)
     env[EVENTS_DIR_ENV] = os.fspath(events_dir)
-    library = nvtx_injection_path() if nvtx else None
+    library = nvtx_capture.nvtx_injection_path() if nvtx else None
     if library is not None and not env.get(NVTX_INJECTION_ENV):
         env[NVTX_INJECTION_ENV] = library
     return env
@@ -56,7 +47,7 @@ def nvtx_taken_by(env: Mapping[str, str]) -> str | None:
     from stroboscope.formats.shared_events import NVTX_INJECTION_ENV
 
     value = env.get(NVTX_INJECTION_ENV)
-    ours = nvtx_injection_path()
+    ours = nvtx_capture.nvtx_injection_path()
     if not value or (ours is not None and os.path.realpath(value) == os.path.realpath(ours)):
         return None
     return value
