@@ -411,18 +411,20 @@ def _draw_group(
                 if len(y) == 0:
                     continue
                 rate = column_kind(s.table.schema.field(col)) == "rate"
-                xs, ys, alone = step_path(x, y, rate, WIDTH_PX, first, last)
+                # ns from the origin before any float: realtime ns in float64 lose 256 ns
+                x = x.astype(np.int64) - t0
+                xs, ys, alone = step_path(x, y, rate, WIDTH_PX, first - t0, last - t0)
                 name = f"{col} [{s.label}]" if many else col
-                (line,) = ax.plot((xs - t0) / 1e9, ys, linewidth=0.9, label=name)
+                (line,) = ax.plot(xs / 1e9, ys, linewidth=0.9, label=name)
                 lo, hi = min(lo, float(y.min())), max(hi, float(y.max()))
                 if alone.any():  # a reading between two gaps: a dot, not an invisible line
                     ax.plot(
-                        (xs[alone] - t0) / 1e9, ys[alone], ".", markersize=3,
+                        xs[alone] / 1e9, ys[alone], ".", markersize=3,
                         color=line.get_color(),
                     )  # fmt: skip
                 if len(y) <= WIDTH_PX // 8:  # few readings: each one marked where it was read
                     ax.plot(
-                        (x - t0) / 1e9, y, "|" if rate else ".", markersize=4,
+                        x / 1e9, y, "|" if rate else ".", markersize=4,
                         color=line.get_color(), alpha=0.8,
                     )  # fmt: skip
         ax.set_ylabel(label, fontsize=8)
