@@ -81,3 +81,43 @@ def test_gaps_break_the_line() -> None:
     assert np.isnan(xs[3]) and np.isnan(ys[3])
     assert xs[~np.isnan(xs)].tolist() == x.tolist() and ys[~np.isnan(ys)].tolist() == y.tolist()
     assert not np.isnan(break_gaps(x[:3], y[:3], spacing=10.0)[1]).any()
+
+
+def test_reading_spans_hold_levels_and_cover_rate_windows() -> None:
+    from stroboscope.export._downsample import reading_spans
+
+    t = np.array([0, 10, 20, 30, 100, 110], dtype=np.int64)  # spacing 10; readings 40-90 missing
+    start, end, joined = reading_spans(t, rate=False, lo=0, hi=125)
+    assert start.tolist() == [0, 10, 20, 30, 100, 110]
+    assert end.tolist() == [10, 20, 30, 40, 110, 120]  # 30 holds one period, then a gap
+    assert joined.tolist() == [True, True, True, False, True, False]
+    start, end, _ = reading_spans(t, rate=True, lo=0, hi=125)
+    assert start.tolist() == [0, 0, 10, 20, 90, 100]  # the window before each reading
+    assert end.tolist() == t.tolist()
+    at = np.array([3, 4])
+    assert [a.tolist() for a in reading_spans(t, False, 0, 125, at=at)] == [
+        [30, 100],
+        [40, 110],
+        [False, True],
+    ]
+
+
+def test_step_path_keeps_a_gap_and_every_peak_when_it_downsamples() -> None:
+    from stroboscope.export._downsample import step_path
+
+    n = 100_000
+    t = np.arange(n, dtype=np.int64) * 1_000_000  # 1 kHz
+    y = np.sin(np.arange(n) / 500.0)
+    y[70_000] = 9.0  # one spike
+    keep = np.ones(n, bool)
+    keep[40_000:45_000] = False  # 5 s without readings
+    x, v, alone = step_path(t[keep], y[keep], False, width=500, lo=0, hi=int(t[-1]))
+    assert len(x) < 4 * 500 * 2 + 10  # reduced to a few points per pixel column
+    assert np.nanmax(v) == 9.0 and np.nanmin(v) == y[keep].min()
+    breaks = np.flatnonzero(np.isnan(x))
+    assert len(breaks) == 1
+    k = breaks[0]
+    assert x[k - 1] == pytest.approx(t[39_999] + 1_000_000)  # held one period, then the gap
+    assert x[k + 1] == t[45_000]
+    ok = ~np.isnan(x)
+    assert (np.diff(x[ok][:k]) >= 0).all() and not alone.any()

@@ -231,9 +231,9 @@ def _bars(ax: Any) -> list[tuple[float, float, tuple[float, ...]]]:
     for coll in ax.collections:
         if not isinstance(coll, PolyCollection):
             continue
-        colors = coll.get_facecolor()
+        colors = np.asarray(coll.get_facecolor(), float)
         for i, path in enumerate(coll.get_paths()):
-            xs = path.vertices[:, 0]
+            xs = np.asarray(path.vertices, float)[:, 0]
             color = tuple(np.round(colors[i % len(colors)][:3], 3))
             out.append((float(xs.min()), float(xs.max() - xs.min()), color))
     return sorted(out)

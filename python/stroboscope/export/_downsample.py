@@ -110,7 +110,11 @@ missed read is at least twice the spacing; a window's read one tick late is well
 
 
 def reading_spans(
-    t: Array, rate: bool, lo: int | None = None, hi: int | None = None
+    t: Array,
+    rate: bool,
+    lo: int | None = None,
+    hi: int | None = None,
+    at: Array | None = None,
 ) -> tuple[Array, Array, Array]:
     """The time each reading's value stands for on a plot, so that a value is drawn as it was
     sampled, never interpolated.
@@ -131,6 +135,8 @@ def reading_spans(
         Whether the values are means over windows (kind ``rate``) rather than levels.
     lo, hi : int, optional
         The span the run covers (its first and last row): no span reaches outside it.
+    at : array of int64, optional
+        The readings (indices into ``t``) to give the spans of (default: all).
 
     Returns
     -------
@@ -142,27 +148,26 @@ def reading_spans(
     """
     t = np.asarray(t, dtype=np.int64)
     n = len(t)
-    if n == 0:
+    idx = np.arange(n, dtype=np.int64) if at is None else np.asarray(at, dtype=np.int64)
+    if n == 0 or len(idx) == 0:
         empty = np.zeros(0, np.int64)
         return empty, empty, np.zeros(0, bool)
-    d = np.diff(t)
-    period = int(np.median(d)) if n > 1 else 0
-    near = d <= GAP_FACTOR * period
+    period = int(np.median(np.diff(t))) if n > 1 else 0
+    here = t[idx]
+    before = t[np.maximum(idx - 1, 0)]
+    after = t[np.minimum(idx + 1, n - 1)]
+    joined = (idx < n - 1) & (after - here <= GAP_FACTOR * period)
     if rate:
-        start = np.empty(n, np.int64)
-        start[0] = t[0] - period
-        start[1:] = np.where(near, t[:-1], t[1:] - period)
-        end = t.copy()
+        near = (idx > 0) & (here - before <= GAP_FACTOR * period)
+        start = np.where(near, before, here - period)
+        end = here.copy()
     else:
-        start = t.copy()
-        end = np.empty(n, np.int64)
-        end[:-1] = np.where(near, t[1:], t[:-1] + period)
-        end[-1] = t[-1] + period
+        start = here.copy()
+        end = np.where(joined, after, here + period)
     if lo is not None:
         start = np.maximum(start, lo)
     if hi is not None:
-        end = np.minimum(end, np.maximum(hi, t))
-    joined = np.r_[near, False]
+        end = np.minimum(end, np.maximum(hi, here))
     return start, end, joined
 
 
@@ -208,9 +213,9 @@ def step_path(
         t, y = t[ok], y[ok]
     if len(t) == 0:
         return np.zeros(0), np.zeros(0), np.zeros(0, bool)
-    start, end, joined = reading_spans(t, rate, lo, hi)
     keep = minmax_indices(t, y, width, lo, hi)
-    s, e, v, j = start[keep], end[keep].copy(), y[keep], joined[keep].copy()
+    s, e, j = reading_spans(t, rate, lo, hi, at=keep)
+    v = y[keep]
     # kept readings that are not neighbours lie in one pixel column: hold to the next kept
     inside = np.diff(keep) > 1
     e[:-1] = np.where(inside, np.maximum(e[:-1], s[1:]), e[:-1])

@@ -201,7 +201,7 @@ def value_formatter(unit: str) -> Any:
     """A matplotlib tick formatter writing :func:`tick_texts` (the one rule of every panel)."""
     from matplotlib.ticker import Formatter
 
-    class ValueFormatter(Formatter):  # type: ignore[misc]
+    class ValueFormatter(Formatter):
         def __call__(self, x: float, pos: int | None = None) -> str:
             return tick_texts([x], unit)[0]
 
