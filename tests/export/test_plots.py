@@ -302,7 +302,7 @@ def test_align_scope_puts_each_runs_first_call_at_0(figures: dict[str, Any]) -> 
     a = series("a", col, rows, [("step", 1, 0, MONO0 + 10 * STEP_NS, MONO0 + 20 * STEP_NS)])
     b_calls = [
         ("step", 1, 0, MONO0 + 25 * STEP_NS, MONO0 + 30 * STEP_NS),
-        ("step", 1, 0, MONO0 + 30 * STEP_NS, MONO0 + 40 * STEP_NS),
+        ("step", 1, 0, MONO0 + 32 * STEP_NS, MONO0 + 40 * STEP_NS),
     ]
     b = series("b", col, rows, b_calls, start_ns=3600 * 10**9)
     Report([a, b], "scope:step").plots()
@@ -313,6 +313,20 @@ def test_align_scope_puts_each_runs_first_call_at_0(figures: dict[str, Any]) -> 
     assert xb[list(yb).index(25.0)] == pytest.approx(0.0)
     fig, _ = figures["scopes"]
     starts = sorted({round(b, 9) for b, _, _ in _bars(fig.axes[0])})
-    assert starts == [0.0, pytest.approx(_t(5))]  # both first steps at 0, b's second at 50 ms
+    assert starts == [0.0, pytest.approx(_t(7))]  # both first steps at 0, b's second at 70 ms
     with pytest.raises(ValueError, match=r"--align 'scope:nope': a \(a.parquet\) has no call"):
         Report([a, b], "scope:nope").plots()
+
+
+def test_calls_closer_than_a_pixel_are_drawn_as_one_bar(figures: dict[str, Any]) -> None:
+    # 2,000 steps of 9 ms, 1 ms apart, over 20 s (~0.05 px apart): one bar, not 2,000; a
+    # call of another name between them splits it
+    rows = 2000
+    calls: list[Any] = [
+        ("step", 1, 0, MONO0 + k * STEP_NS, MONO0 + k * STEP_NS + 9_000_000) for k in range(rows)
+    ]
+    calls[1000] = ("save", 1, 0, MONO0 + 1000 * STEP_NS, MONO0 + 1000 * STEP_NS + 9_000_000)
+    Report([series("run", {"load.running": ("count", "gauge", [1.0] * rows)}, rows, calls)]).plots()
+    bars = _bars(figures["scopes"][0].axes[0])
+    assert len(bars) == 3
+    assert bars[0][0] == 0.0 and bars[-1][0] + bars[-1][1] == pytest.approx(_t(rows - 1) + 0.009)
