@@ -24,7 +24,14 @@ import pyarrow.compute as pc
 
 from stroboscope.analysis.column_stats import column_kind
 from stroboscope.export._downsample import step_path
-from stroboscope.export._groups import Group, plot_groups, scope_colors, scope_names
+from stroboscope.export._groups import (
+    Group,
+    lane_rows,
+    plot_groups,
+    scope_calls,
+    scope_colors,
+    scope_names,
+)
 from stroboscope.export._inputs import Recording
 from stroboscope.export._select import align_text, time_origins
 
@@ -265,36 +272,10 @@ def time_span_s(series: list[Recording], origins: list[int]) -> tuple[float, flo
 
 LANE_ROW_IN = 0.24
 """Height of one row of the scope lane (inches)."""
-MAX_LANE_ROWS = 32
-"""Rows of the scope lane at most (threads x nesting levels); the deepest and latest go."""
 CHAR_PX = 6.0
 """Width of one character of a scope name in the lane (7 pt at 100 dpi, with room)."""
 MAX_LEGEND = 20
 """Scope names in the lane's colour legend at most (the first called); the rest are counted."""
-
-
-def lane_rows(series: list[Recording]) -> list[tuple[int, int, int, str]]:
-    """The rows of the scope lane: ``(series index, thread id, depth, label)``, one per thread
-    (of each run) and nesting level that has a scope call, like a trace viewer's tracks."""
-    rows = []
-    for i, s in enumerate(series):
-        if s.scopes is None or not s.scopes.num_rows:
-            continue
-        tids = _int_column(s.scopes, "thread_id")
-        depths = _int_column(s.scopes, "depth")
-        pairs = sorted(set(zip(tids.tolist(), depths.tolist())))
-        threads = len({t for t, _ in pairs})
-        for tid, depth in pairs:
-            label = f"{s.label[:12]} " if len(series) > 1 else ""
-            label += f"tid {tid} d{depth}" if threads > 1 else f"depth {depth}"
-            rows.append((i, tid, depth, label))
-    return rows[:MAX_LANE_ROWS]
-
-
-def _int_column(table: pa.Table, name: str) -> np.ndarray[Any, Any]:
-    if name not in table.column_names:
-        return np.zeros(table.num_rows, np.int64)
-    return np.asarray(pc.fill_null(table.column(name), 0).to_numpy(zero_copy_only=False), np.int64)
 
 
 def _lane_bars(
@@ -339,15 +320,7 @@ def _draw_lane(
     for i, (s, t0) in enumerate(zip(series, origins)):
         if s.scopes is None or not s.scopes.num_rows:
             continue
-        last = int(pc.max(s.table.column("mono_ns")).as_py())
-        begin = _int_column(s.scopes, "begin_ns")
-        end = np.asarray(
-            pc.fill_null(s.scopes.column("end_ns"), last).to_numpy(zero_copy_only=False), np.int64
-        )
-        x0 = (begin + s.anchor_ns - t0) / 1e9
-        x1 = (np.maximum(end, begin) + s.anchor_ns - t0) / 1e9
-        names = [str(n) for n in s.scopes.column("name").to_pylist()]
-        tids, depths = _int_column(s.scopes, "thread_id"), _int_column(s.scopes, "depth")
+        x0, x1, names, tids, depths = scope_calls(s, t0)
         codes = np.array([order[n] for n in names], np.int64)
         for y, (row_series, tid, depth, _label) in enumerate(rows):
             if row_series != i:
