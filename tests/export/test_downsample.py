@@ -121,3 +121,17 @@ def test_step_path_keeps_a_gap_and_every_peak_when_it_downsamples() -> None:
     assert x[k + 1] == t[45_000]
     ok = ~np.isnan(x)
     assert (np.diff(x[ok][:k]) >= 0).all() and not alone.any()
+
+
+def test_step_path_draws_no_break_narrower_than_a_pixel() -> None:
+    from stroboscope.export._downsample import step_path
+
+    t = np.arange(10_000, dtype=np.int64) * 1_000_000
+    t[5000:] += 2_000_000  # a missed tick at 1 kHz: 3 ms without a reading, ~0.1 px wide
+    x, _, _ = step_path(t, np.ones(len(t)), False, width=300, lo=0, hi=int(t[-1]))
+    assert not np.isnan(x).any()
+    x, _, _ = step_path(t, np.ones(len(t)), False, width=30_000, lo=0, hi=int(t[-1]))
+    assert np.isnan(x).sum() == 1  # 30,000 columns: a pixel is 0.33 ms, the 2 ms gap shows
+    t[5000:] += 200_000_000  # 200 ms: 6 px
+    x, _, _ = step_path(t, np.ones(len(t)), False, width=300, lo=0, hi=int(t[-1]))
+    assert np.isnan(x).sum() == 1

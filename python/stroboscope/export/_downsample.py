@@ -185,7 +185,7 @@ def step_path(
 
     Readings are first reduced per pixel column (:func:`minmax_indices` over ``[lo, hi]``,
     ``width`` columns): the ones kept in one column hold until the next kept one, so the
-    column shows its extent and no gap narrower than a pixel is drawn.
+    column shows its extent; a break narrower than a pixel is not drawn.
 
     Parameters
     ----------
@@ -221,9 +221,12 @@ def step_path(
     e[:-1] = np.where(inside, np.maximum(e[:-1], s[1:]), e[:-1])
     j[:-1] |= inside
     n = len(keep)
-    cut = ~j[:-1] & (e[:-1] < s[1:])  # missing data after reading i: a break
     span = max((hi if hi is not None else int(t[-1])) - (lo if lo is not None else int(t[0])), 1)
-    thin = (e - s) < span / max(width, 1)
+    pixel = span / max(width, 1)
+    # missing data after reading i: a break, where it is at least a pixel wide (a narrower one
+    # cannot be seen; between pixel columns it would only drop their joining stroke)
+    cut = ~j[:-1] & (s[1:] - e[:-1] >= pixel)
+    thin = (e - s) < pixel
     gap_before = np.r_[True, cut]
     gap_after = np.r_[cut, True]
     alone = thin & gap_before & gap_after
