@@ -135,3 +135,21 @@ def test_step_path_draws_no_break_narrower_than_a_pixel() -> None:
     t[5000:] += 200_000_000  # 200 ms: 6 px
     x, _, _ = step_path(t, np.ones(len(t)), False, width=300, lo=0, hi=int(t[-1]))
     assert np.isnan(x).sum() == 1
+
+
+def test_ticks_the_sampler_missed_are_no_gap_but_a_failed_read_is() -> None:
+    from stroboscope.export._downsample import reading_spans
+
+    # a column read on every row, 10 ms apart; the sampler missed two ticks before row 3
+    # (30 ms without a row), and the read of row 6 failed (null: the row is there)
+    rows = np.array([0, 1, 2, 3, 4, 5, 7, 8])
+    t = np.array([0, 10, 20, 50, 60, 70, 90, 100], dtype=np.int64)
+    _, end, joined = reading_spans(t, False, 0, 100, rows=rows)
+    assert joined.tolist() == [True, True, True, True, True, False, True, False]
+    assert end[2] == 50 and end[5] == 80  # held over the missed ticks; not over the failure
+    _, _, by_time = reading_spans(t, False, 0, 100)  # rows unknown: by time alone
+    assert by_time.tolist() == [True, True, False, True, True, False, True, False]
+    # the sampler stopped for 5 spacings or more: a gap, however few rows it skipped
+    t2 = np.array([0, 10, 20, 80, 90], dtype=np.int64)
+    _, _, stalled = reading_spans(t2, False, 0, 90, rows=np.arange(5))
+    assert stalled.tolist() == [True, True, False, True, False]

@@ -104,9 +104,14 @@ def downsample(
 
 
 GAP_FACTOR = 1.5
-"""Readings further apart than this many times a column's usual spacing (the median time
-between its readings) have missing data between them: a read that failed or never came. A
-missed read is at least twice the spacing; a window's read one tick late is well within."""
+"""Readings further apart than this many times a column's usual spacing (the median between
+its readings, in rows of the table, or in time when the rows are not known) have missing data
+between them: a read that failed or a source that stopped. A missed read is at least twice
+the spacing; a window's read one tick late is well within."""
+STALL_FACTOR = 5.0
+"""Readings that follow in their usual number of rows but further apart in time than this many
+times their usual spacing have missing data between them too: the sampler itself stopped (a
+few ticks it missed on a loaded machine are not a gap of the column)."""
 
 
 def reading_spans(
@@ -115,6 +120,7 @@ def reading_spans(
     lo: int | None = None,
     hi: int | None = None,
     at: Array | None = None,
+    rows: Array | None = None,
 ) -> tuple[Array, Array, Array]:
     """The time each reading's value stands for on a plot, so that a value is drawn as it was
     sampled, never interpolated.
@@ -137,6 +143,9 @@ def reading_spans(
         The span the run covers (its first and last row): no span reaches outside it.
     at : array of int64, optional
         The readings (indices into ``t``) to give the spans of (default: all).
+    rows : array of int64, optional
+        The row of the table each reading is in: with them, readings in their usual number of
+        rows are joined unless :data:`STALL_FACTOR` times their usual time apart.
 
     Returns
     -------
@@ -154,11 +163,24 @@ def reading_spans(
         return empty, empty, np.zeros(0, bool)
     period = int(np.median(np.diff(t))) if n > 1 else 0
     here = t[idx]
-    before = t[np.maximum(idx - 1, 0)]
-    after = t[np.minimum(idx + 1, n - 1)]
-    joined = (idx < n - 1) & (after - here <= GAP_FACTOR * period)
+    prev, nxt = np.maximum(idx - 1, 0), np.minimum(idx + 1, n - 1)
+    before, after = t[prev], t[nxt]
+    if rows is None:
+        follows = after - here <= GAP_FACTOR * period
+        came = here - before <= GAP_FACTOR * period
+    else:
+        r = np.asarray(rows, dtype=np.int64)
+        every = float(np.median(np.diff(r))) if n > 1 else 1.0
+
+        def close(dt: Array, drow: Array) -> Array:
+            in_time = dt <= GAP_FACTOR * period
+            return in_time | ((drow <= GAP_FACTOR * every) & (dt <= STALL_FACTOR * period))
+
+        follows = close(after - here, r[nxt] - r[idx])
+        came = close(here - before, r[idx] - r[prev])
+    joined = (idx < n - 1) & follows
     if rate:
-        near = (idx > 0) & (here - before <= GAP_FACTOR * period)
+        near = (idx > 0) & came
         start = np.where(near, before, here - period)
         end = here.copy()
     else:
@@ -178,6 +200,7 @@ def step_path(
     width: int,
     lo: int | None = None,
     hi: int | None = None,
+    rows: Array | None = None,
 ) -> tuple[Array, Array, Array]:
     """A column's readings as the vertices of a line that holds each value over the time it
     stands for (:func:`reading_spans`): two vertices per reading drawn, ``(start, v)`` and
@@ -197,6 +220,8 @@ def step_path(
         Pixel columns of the plot.
     lo, hi : int, optional
         The span of the plot (default: the readings').
+    rows : array of int64, optional
+        The table row of each reading (see :func:`reading_spans`).
 
     Returns
     -------
@@ -211,10 +236,11 @@ def step_path(
     ok = ~np.isnan(y)
     if not ok.all():
         t, y = t[ok], y[ok]
+        rows = None if rows is None else np.asarray(rows)[ok]
     if len(t) == 0:
         return np.zeros(0), np.zeros(0), np.zeros(0, bool)
     keep = minmax_indices(t, y, width, lo, hi)
-    s, e, j = reading_spans(t, rate, lo, hi, at=keep)
+    s, e, j = reading_spans(t, rate, lo, hi, at=keep, rows=rows)
     v = y[keep]
     # kept readings that are not neighbours lie in one pixel column: hold to the next kept
     inside = np.diff(keep) > 1

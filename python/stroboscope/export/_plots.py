@@ -198,8 +198,9 @@ def tick_texts(values: list[float], unit: str) -> list[str]:
         else:
             decimals = int(np.clip(np.ceil(-np.log10(step / scale) - 1e-9), 0, 12))
             text = f"{x:.{decimals}f}"
-        if text.startswith("-") and float(text) == 0:
-            text = text[1:]
+        if float(text) == 0:  # no "-0", and no unit on nothing
+            out.append(text.lstrip("-"))
+            continue
         out.append(text + suffix)
     return out
 
@@ -387,6 +388,7 @@ def _draw_group(
                 # unsafe: a uint64 beyond 2**53 is drawn rounded, not refused
                 y = c.filter(valid).cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
                 x = x_all.filter(valid).to_numpy(zero_copy_only=False)
+                rows = np.flatnonzero(valid.to_numpy(zero_copy_only=False))
                 far = np.abs(y) > DRAWABLE  # matplotlib cannot lay out axes out there
                 if far.any():
                     ax.text(
@@ -399,15 +401,15 @@ def _draw_group(
                         fontsize=7,
                         color="red",
                     )
-                    x, y = x[~far], y[~far]
+                    x, y, rows = x[~far], y[~far], rows[~far]
                 ok = ~np.isnan(y)
-                x, y = x[ok], y[ok]
+                x, y, rows = x[ok], y[ok], rows[ok]
                 if len(y) == 0:
                     continue
                 rate = column_kind(s.table.schema.field(col)) == "rate"
                 # ns from the origin before any float: realtime ns in float64 lose 256 ns
                 x = x.astype(np.int64) - t0
-                xs, ys, alone = step_path(x, y, rate, WIDTH_PX, first - t0, last - t0)
+                xs, ys, alone = step_path(x, y, rate, WIDTH_PX, first - t0, last - t0, rows)
                 name = f"{col} [{s.label}]" if many else col
                 (line,) = ax.plot(xs / 1e9, ys, linewidth=0.9, label=name)
                 lo, hi = min(lo, float(y.min())), max(hi, float(y.max()))
