@@ -150,7 +150,7 @@ def test_setup_that_fails_removes_the_events_directory(
         made.append(os.fspath(events_dir))
         return real(events_dir, **kw)
 
-    monkeypatch.setattr("stroboscope.cli.record.command_environment", spy)
+    monkeypatch.setattr("stroboscope.cli._command.command_environment", spy)
     code = main(["record", "--sender", "bogus", "-o", str(tmp_path / "s.parquet"), "--", "true"])
     assert code == 2
     assert made and not os.path.exists(made[0])

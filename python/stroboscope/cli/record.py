@@ -23,9 +23,7 @@ import argparse
 import contextlib
 import os
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from typing import Any, NoReturn
 
@@ -33,7 +31,7 @@ from stroboscope._base.checks import check_path
 from stroboscope._base.identity import Identity
 from stroboscope.analysis.column_stats import fmt_seconds
 from stroboscope.cli import _args, _dataset, _exporters
-from stroboscope.cli._command import Command
+from stroboscope.cli._command import Command, Events
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments, check_sender_specs
 from stroboscope.cli._signals import WAIT_PERIOD_S, Signals, end_command, pause, say
 from stroboscope.cli._status import StatusLine, wanted
@@ -46,7 +44,7 @@ from stroboscope.recording.segments import SegmentStatus
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import SamplerStats
 from stroboscope.sampling._checks import check_capacity
-from stroboscope.scopes._outside import command_environment, nvtx_taken_by
+from stroboscope.scopes._outside import nvtx_taken_by
 
 FIRST_ROW_WAIT_S = 10.0
 """The longest the command is held back for the sampler's first row (seconds)."""
@@ -267,50 +265,11 @@ def _record(
     stop: Signals,
     who: Identity | None,
 ) -> int:
-    events = _Events(args, bool(command_argv))
+    events = Events(args, bool(command_argv))
     try:
         return _record_with(args, command_argv, fmt, spool, stop, who, events)
     finally:
         events.remove()  # read by the finish; here when it did not come to that
-
-
-class _Events:
-    """Where the scope edges of the recorded processes go: a private directory (0700) made for
-    a command, named in its environment (with the NVTX injection library unless ``--no-nvtx``),
-    removed at the end; or, with ``--pid``, the events directory that process was started with
-    (read, not removed); or none."""
-
-    def __init__(self, args: argparse.Namespace, command: bool) -> None:
-        self.env: dict[str, str] | None = None
-        self.dir: str | None = None
-        self.owned = command
-        if command:
-            self.dir = tempfile.mkdtemp(prefix="stroboscope-events-")
-            self.env = command_environment(self.dir, nvtx=not args.no_nvtx)
-        elif args.pid is not None:
-            self.dir = events_dir_of(args.pid)
-
-    def remove(self) -> None:
-        if self.owned and self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def events_dir_of(pid: int) -> str | None:
-    """The events directory the process ``pid`` was started with (``STROBOSCOPE_EVENTS_DIR`` in
-    its environment, when this user may read it and it names a directory), else None."""
-    from stroboscope.formats.shared_events import EVENTS_DIR_ENV
-
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            environ = f.read()
-    except OSError:
-        return None
-    key = EVENTS_DIR_ENV.encode() + b"="
-    for entry in environ.split(b"\0"):
-        if entry.startswith(key):
-            path = os.fsdecode(entry[len(key) :])
-            return path if os.path.isdir(path) else None
-    return None
 
 
 def _record_with(
@@ -320,7 +279,7 @@ def _record_with(
     spool: str,
     stop: Signals,
     who: Identity | None,
-    events: _Events,
+    events: Events,
 ) -> int:
     command = Command(command_argv, env=events.env) if command_argv else None
     exporters = contextlib.ExitStack()
@@ -450,7 +409,7 @@ def _unwritten(
 
 
 def _startup_lines(
-    args: argparse.Namespace, sampler: Sampler, command: Command | None, events: _Events
+    args: argparse.Namespace, sampler: Sampler, command: Command | None, events: Events
 ) -> None:
     """What the recording is about to do, when it is not obvious from the command line."""
     if events.env is not None and not args.no_nvtx:
