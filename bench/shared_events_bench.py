@@ -139,8 +139,10 @@ def main() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
     med = {m: statistics.median(v) for m, v in results.items()}
-    print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; n={args.n} x {args.repeats}, "
-          f"{args.rounds} rounds (median of the rounds' medians)")
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} CPUs; n={args.n} x {args.repeats}, "
+        f"{args.rounds} rounds (median of the rounds' medians)"
+    )
     print("| scope enter + exit | ns | x in-process | rounds |")
     print("| --- | --- | --- | --- |")
     for m in modes:

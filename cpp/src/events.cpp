@@ -149,6 +149,7 @@ bool EventLog::ensure_ring() noexcept {
         p = file_->slots();
         states_ = file_->states();
         file_dropped_ = file_->word(sev::kOffDropped);
+        bell_ = file_->bell;
       }
     }
     if (file_ == nullptr && !fallback_) return false;
@@ -244,6 +245,8 @@ void EventLog::push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
   // release: the record's words happen-before this; a reader that loads "published j" (acquire)
   // sees all four.
   state.store(published(j), std::memory_order_release);
+  // An outside recorder that asked for edge rows: a scope opening asks for one.
+  if (bell_ != nullptr && kind == EventKind::kBegin) [[unlikely]] ring_doorbell(bell_);
 }
 
 void EventLog::count_drop(std::uint64_t j) noexcept {
@@ -413,6 +416,7 @@ void EventLog::after_fork_child() noexcept {
     close_event_file(file_);
     file_ = nullptr;
     file_dropped_ = nullptr;
+    bell_ = nullptr;
     states_ = nullptr;
     slots_.store(nullptr, std::memory_order_relaxed);  // no other thread to order against
     reserved_.store(~std::uint64_t{0}, std::memory_order_relaxed);

@@ -84,8 +84,10 @@ def test_a_killed_command_and_its_workers_lose_no_edge(tmp_path: Path) -> None:
     assert proc.stdout is not None
     lines = []
     for line in proc.stdout:
-        lines.append(line.split())
-        if lines[-1][0] == "ready":
+        print(repr(line))
+        if line.split():
+            lines.append(line.split())
+        if lines and lines[-1][0] == "ready":
             break
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)

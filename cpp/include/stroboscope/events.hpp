@@ -198,6 +198,8 @@ class EventLog {
   EventFile* file_ = nullptr;
   // The file's dropped counter (a pointer into the mapping), nullptr when not shared.
   std::uint64_t* file_dropped_ = nullptr;
+  // The directory's doorbell (shared_events.hpp), nullptr when none: a begin rings it.
+  char* bell_ = nullptr;
   // A shared log's file is reserved on disk (fallocate) a chunk of slots at a time, so that a
   // full filesystem drops events instead of killing the process with SIGBUS, and a process that
   // writes a few events reserves a little. Bit c set: chunk c (slots [c << chunk_shift_,
