@@ -43,16 +43,20 @@ if __name__ == "__main__":
                     with stroboscope.annotate("leaf"):
                         pass
 
+    native = []
+
     def work(i):
         with stroboscope.annotate("thread", i=i):
             time.sleep(0.001)
-        say("tid", i, threading.get_native_id())
+        native.append(threading.get_native_id())
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    for i, tid in enumerate(native):  # printed from one thread: lines never interleave
+        say("tid", i, tid)
     child = os.fork()
     if child == 0:
         scoped("forked")
