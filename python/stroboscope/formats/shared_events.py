@@ -141,7 +141,7 @@ def _header(raw: bytes) -> dict[str, Any]:
     return {name: struct.unpack_from(fmt, raw, off)[0] for name, (off, fmt) in _FIELDS.items()}
 
 
-def _check_header(h: dict[str, Any], size: int) -> str:
+def _check_header(h: dict[str, Any]) -> str:
     """Why the header cannot be used, "" when it can."""
     cap = h["capacity"]
     if h["version"] != VERSION:
@@ -253,7 +253,7 @@ def read_events_file(path: str | os.PathLike[str]) -> tuple[pa.Table, FileCounts
         counts.producer = raw[_PRODUCER].split(b"\0", 1)[0].decode("ascii", errors="replace")
         counts.dropped = int(h["dropped"])
         counts.strings_missing = int(h["strings_missing"])
-        why = _check_header(h, st.st_size)
+        why = _check_header(h)
         if why:
             counts.damaged = why
             return empty, counts
