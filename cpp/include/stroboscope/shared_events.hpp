@@ -67,8 +67,11 @@
 
 namespace stroboscope {
 
-// The environment variable naming the directory (its one spelling in C++).
+// The environment variable naming the directory (its one spelling in C++), and the one that sizes
+// the rings of the shared logs of a process (records, a power of two; default: the log's own,
+// 2**20 unless configured).
 inline constexpr const char* kEventsDirEnv = "STROBOSCOPE_EVENTS_DIR";
+inline constexpr const char* kEventsCapacityEnv = "STROBOSCOPE_EVENTS_CAPACITY";
 
 namespace sev {
 inline constexpr char kMagic[8] = {'S', 'T', 'R', 'B', 'S', 'E', 'V', '1'};

@@ -50,6 +50,7 @@ import pyarrow as pa
 from stroboscope._base.files import file_kind
 
 __all__ = [
+    "EVENTS_CAPACITY_ENV",
     "EVENTS_DIR_ENV",
     "EVENTS_SCHEMA",
     "FILE_SUFFIX",
@@ -61,6 +62,10 @@ __all__ = [
 
 EVENTS_DIR_ENV = "STROBOSCOPE_EVENTS_DIR"
 """The environment variable that names the directory of a recorded command's events."""
+EVENTS_CAPACITY_ENV = "STROBOSCOPE_EVENTS_CAPACITY"
+"""Optional: the ring size (records, a power of two in [2, 2**32]) of each events file; a ring
+that laps overwrites its oldest records (counted ``overwritten``). Default 2**20 (a 40 MiB file,
+its blocks reserved as it fills)."""
 NVTX_INJECTION_ENV = "NVTX_INJECTION64_PATH"
 """The environment variable through which NVTX loads an injection library."""
 FILE_SUFFIX = ".sev"
