@@ -5,7 +5,9 @@ with the in-process scope (a Sampler running in the process) and a ``perf_counte
 Each figure is measured in a fresh interpreter (the events log of a process is shared or not
 from its first edge on): ``floor``, ``in-process`` (no variable, a Sampler running),
 ``shared`` (``STROBOSCOPE_EVENTS_DIR`` set to a new directory under the temporary directory, no
-Sampler) and, where the machine has one, ``shared, tmpfs`` (the directory on ``/dev/shm``).
+Sampler), ``shared + edge rows`` (the same, with this process's Sampler asking for a row at
+each begin through the directory's doorbell, ``ring_rows``) and, where the machine has one,
+``shared, tmpfs`` (the directory on ``/dev/shm``).
 
 Usage::
 
@@ -69,6 +71,16 @@ def _child(mode: str, n: int, repeats: int) -> dict[str, float]:
 
 
 def _run_child(mode: str, n: int, repeats: int, events_dir: str | None) -> float:
+    if mode == "shared + edge rows":
+        from stroboscope import Sampler
+        from stroboscope.sampling._scope_log import ring_rows
+
+        with Sampler(0.001, sources=["memory"], capacity=1 << 12) as s:
+            bell = ring_rows(events_dir or "", s)
+            try:
+                return _run_child("shared", n, repeats, events_dir)
+            finally:
+                bell.close()
     env = dict(os.environ)
     env.pop("STROBOSCOPE_EVENTS_DIR", None)
     if events_dir is not None:
@@ -119,8 +131,10 @@ def main() -> None:
         print(json.dumps(_child(args.child, args.n, args.repeats)))
         return
 
-    dirs = {"shared": None, "shared, tmpfs": TMPFS if os.path.isdir(TMPFS) else None}
-    modes = ["floor", "in-process", "shared"] + (["shared, tmpfs"] if dirs["shared, tmpfs"] else [])
+    tmpfs = TMPFS if os.path.isdir(TMPFS) else None
+    dirs = {"shared": None, "shared + edge rows": None, "shared, tmpfs": tmpfs}
+    modes = ["floor", "in-process", "shared", "shared + edge rows"]
+    modes += ["shared, tmpfs"] if tmpfs else []
     results: dict[str, list[float]] = {m: [] for m in modes}
     made = []
     try:
