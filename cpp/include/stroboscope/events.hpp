@@ -9,7 +9,8 @@
 // never write one slot at once, even when one of them was preempted for a whole lap of the ring:
 // the later one finds the slot busy and drops its event (counted in stats().dropped) instead of
 // tearing a record. A producer never waits, allocates, locks or throws (except the first push of
-// a log, which maps its ring once under a mutex).
+// a log, which maps its ring once under a mutex, and, in a shared log, a push whose 64th of the
+// file was not reserved ahead of it: it reserves the blocks under a mutex, see reserved_).
 //
 // A claimed index that is not published yet stops a read there (the next read starts at it):
 // its producer is between its fetch_add and its last store, or was preempted there. It is
