@@ -153,6 +153,9 @@ void EventsDoorbell::stop() noexcept {
   (void)::syscall(SYS_futex, bell_ + sev::kOffBellRings, FUTEX_WAKE, 0x7fffffff, nullptr,
                   nullptr, 0);
   if (thread_.joinable()) thread_.join();
+  // Nobody waits any more: the command's begins stop ringing (relaxed: a begin that still sees
+  // the old flag only makes a wake nobody hears).
+  bell_word(bell_, sev::kOffBellWaiting).store(0, std::memory_order_relaxed);
 }
 
 void EventsDoorbell::run() noexcept {

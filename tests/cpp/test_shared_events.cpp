@@ -290,6 +290,8 @@ void test_doorbell() {
     CHECK_EQ(rung.load(), after_begin);  // an end asks for nothing
     bell.stop();
     CHECK_EQ(bell.wakes(), static_cast<std::uint64_t>(rung.load()));
+    // Stopped: the flag is down, so the command's begins make no more system calls.
+    CHECK_EQ(get<std::uint32_t>(slurp(bell.path()), sev::kOffBellWaiting), 0u);
   }
   remove_dir(dir);
 }
