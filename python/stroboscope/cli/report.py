@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     if len(args.inputs) == 1 and is_dataset(args.inputs[0]):
         return run_cluster(args)
-    check_outputs(args.output, args.png)  # before any work: a bad -o is not said after the text
+    check_outputs(args.output, args.png, args.static)  # before any work: a bad -o is not said after the text
     report = build_report(
         args.inputs,
         columns=args.columns,
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     print(report.text(), end="")
     try:
         if args.output is not None:
-            write_html(report, args.output)
+            write_html(report, args.output, static=args.static)
             print(f"wrote {args.output}")
         if args.png is not None:
             paths = write_pngs(report, args.png)
@@ -78,10 +78,16 @@ def add_parser(sub: Any) -> None:
         help="summarise recordings; write an HTML report (-o) or PNG plots (--png)",
         description="Summarise recordings (Parquet files, spools, segment folders or "
         "partitioned dataset directories) in the terminal; with -o, one self-contained HTML "
-        "page with plots; with --png, the plots as PNG files.",
+        "page whose plots zoom from the whole run to single rows (offline; --static: PNG "
+        "plots and no script); with --png, the plots as PNG files.",
     )
     p.add_argument("inputs", nargs="+", metavar="RUN", help="recordings to report on")
     p.add_argument("-o", "--output", default=None, metavar="HTML", help="write the HTML report")
+    p.add_argument(
+        "--static",
+        action="store_true",
+        help="-o: the page with PNG plots and no script, instead of the zooming page",
+    )
     p.add_argument("--png", default=None, metavar="DIR", help="write each plot as DIR/NAME.png")
     p.add_argument(
         "--columns",

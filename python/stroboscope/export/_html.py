@@ -1,5 +1,6 @@
-"""The report as one HTML page: inline CSS, plots as embedded PNG (``data:`` URLs), no script
-and no external resource, so it opens offline in any browser."""
+"""The report as one HTML page: inline CSS, no external resource, so it opens offline in any
+browser; its plots either the zooming view (scripts inline) or embedded PNG (``data:`` URLs)
+with no script."""
 
 from __future__ import annotations
 
@@ -109,8 +110,12 @@ def _figure_html(plot: Plot) -> str:
     )
 
 
-def render_html(series: list[Recording], describe: Describe, plots: list[Plot]) -> str:
-    """The whole page: ``plots``, then each of ``series`` with its column figures."""
+def render_html(
+    series: list[Recording], describe: Describe, plots: list[Plot], view: str | None = None
+) -> str:
+    """The whole page: the zooming ``view`` (HTML with its scripts, see
+    :func:`stroboscope.export._page.page_view`) when given, ``plots``, then each of ``series``
+    with its column figures."""
     from stroboscope._base.version import __version__
 
     title = "stroboscope report: " + ", ".join(s.label for s in series)
@@ -118,8 +123,11 @@ def render_html(series: list[Recording], describe: Describe, plots: list[Plot]) 
         f"<h1>{_esc(title)}</h1>",
         f'<p class="note">Made by stroboscope {_esc(__version__)}. Plots: min and max of every '
         f"pixel column are kept, so no peak is hidden by downsampling; time is seconds after "
-        f"the first row of all inputs; shaded spans are scopes.</p>",
+        f"the first row of all inputs; shaded spans are scopes.</p>"
+        if view is None
+        else f'<p class="note">Made by stroboscope {_esc(__version__)}.</p>',
         "<h2>Plots</h2>",
+        *([] if view is None else [view]),
         *(_figure_html(p) for p in plots),
         *(_series_html(describe, s) for s in series),
     ]

@@ -1,0 +1,144 @@
+"""The data of the zooming page, encoded compactly for the browser to decode (one home of the
+format; ``page.js`` is its reader).
+
+What the page holds is every reading, as it was taken, so the reader can zoom to single rows:
+
+- **Time**: per recording, each row's time in µs after the report's origin, stored as the first
+  value, a step (the median spacing) and each row's difference from ``previous + step`` (zero
+  on a regular grid, so it compresses to nearly nothing; the jitter of a live recording costs
+  about a byte a row).
+- **Readings**: a column's non-null cells only (rows between a source's readings are null:
+  the value holds until the next reading, so it is stored once per reading): the row of each
+  (as the step from the previous reading's row) and its value: integers as the difference from
+  the previous reading (exact), floats as float32 where that is exact enough (float32's step at
+  the column's largest magnitude is at most 1/1000 of the column's range: a plot cannot tell
+  them apart), float64 otherwise.
+- **Hold**: how long a reading holds when no next reading follows in time (a failed read, or
+  the last reading): :func:`hold_ns`.
+- **Scopes**: begin and end (µs after the origin), lane, and name of each interval.
+
+Every array is byte-shuffled (all first bytes, then all second bytes, ...) and the whole is one
+zlib stream, which the page decompresses with the browser's ``DecompressionStream``; the
+manifest (JSON) says where each array lies. The coarse zoom levels (min/max per bucket of rows,
+so no spike is hidden) are built in the page from the readings, not stored.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Array = np.ndarray[Any, Any]
+
+FORMAT = 1
+"""Version of the manifest and blob layout that ``page.js`` reads."""
+
+HOLD_FACTOR = 1.5
+"""A reading holds until the next one, or for this many of its column's read periods when
+the next comes later (a read failed or the source stopped): then the line has a gap."""
+
+FLOAT32_RESOLUTION = 1e-3
+"""float32 is used for a float column when its step at the column's largest magnitude is at
+most this share of the column's range (max - min)."""
+
+
+def hold_ns(reading_ns: Array) -> int:
+    """How long a reading of a column holds at most: ``HOLD_FACTOR`` times the median time
+    between its readings (one reading: 0, a point)."""
+    if len(reading_ns) < 2:
+        return 0
+    return int(HOLD_FACTOR * float(np.median(np.diff(reading_ns))))
+
+
+@dataclass
+class Blob:
+    """Arrays appended one after the other, each byte-shuffled; :meth:`packed` compresses."""
+
+    parts: list[bytes] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, a: Array) -> dict[str, Any]:
+        """Append ``a`` (1-D, of a fixed-width dtype); where it lies, for the manifest."""
+        a = np.ascontiguousarray(a)
+        width = a.dtype.itemsize
+        raw = a.view(np.uint8).reshape(-1, width).T.tobytes() if width > 1 else a.tobytes()
+        entry = {"at": self.size, "n": int(len(a)), "dtype": _JS_TYPES[a.dtype.str[1:]]}
+        self.parts.append(raw)
+        self.size += len(raw)
+        return entry
+
+    def packed(self, level: int = 1) -> bytes:
+        """All parts as one zlib stream (``DecompressionStream('deflate')`` reads it)."""
+        c = zlib.compressobj(level)
+        out = [c.compress(p) for p in self.parts]
+        out.append(c.flush())
+        return b"".join(out)
+
+
+_JS_TYPES = {"i4": "i32", "i8": "i64", "f4": "f32", "f8": "f64", "u1": "u8", "i2": "i16"}
+
+
+def _as_int32_steps(v: Array) -> Array | None:
+    """``v`` (integers) as its first value then the difference from the previous, when every
+    such difference fits int32; else None."""
+    d = np.diff(v, prepend=np.int64(0))
+    if len(d) and (d.min() < -(2**31) or d.max() >= 2**31):
+        return None
+    return d.astype(np.int32)
+
+
+def encode_values(blob: Blob, values: pa.Array) -> dict[str, Any]:
+    """The readings' values of one column (no nulls): how ``page.js`` rebuilds them."""
+    t = values.type
+    if pa.types.is_integer(t):
+        v = values.cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
+        if np.abs(v).max(initial=0) < 2**53:  # exact as the page's float64
+            steps = _as_int32_steps(v)
+            if steps is not None:
+                return {"enc": "int-steps", **blob.add(steps)}
+        return {"enc": "plain", **blob.add(v.astype(np.float64))}
+    v = values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+    finite = v[np.isfinite(v)]
+    if len(finite):
+        big, lo, hi = float(np.abs(finite).max()), float(finite.min()), float(finite.max())
+        fits = big < 3e38 and (big == 0 or np.abs(finite[finite != 0]).min() > 1e-37)
+        # float32's spacing near the largest magnitude (2**-23 relative) against the range
+        if fits and hi > lo and big * 2.0**-23 <= FLOAT32_RESOLUTION * (hi - lo):
+            return {"enc": "plain", **blob.add(v.astype(np.float32))}
+        if fits and np.array_equal(v.astype(np.float32).astype(np.float64), v, equal_nan=True):
+            return {"enc": "plain", **blob.add(v.astype(np.float32))}
+    return {"enc": "plain", **blob.add(v)}
+
+
+def encode_time(blob: Blob, mono_ns: Array, origin_ns: int) -> dict[str, Any]:
+    """Each row's time in µs after ``origin_ns`` (monotonic ns): first, step, differences."""
+    us = np.rint((mono_ns.astype(np.int64) - origin_ns) / 1000.0).astype(np.int64)
+    d = np.diff(us)
+    step = int(np.median(d)) if len(d) else 0
+    rest = d - step
+    if len(rest) and (rest.min() < -(2**31) or rest.max() >= 2**31):
+        raise ValueError("rows more than 35 minutes apart cannot be stored by the page")
+    return {"first_us": int(us[0]), "step_us": step, "rest": blob.add(rest.astype(np.int32))}
+
+
+def encode_column(blob: Blob, column: pa.ChunkedArray, mono_ns: Array) -> dict[str, Any] | None:
+    """One column's readings: rows (as steps), values, and how long one holds (µs)."""
+    if pa.types.is_floating(column.type):
+        column = pc.if_else(pc.is_nan(column), None, column)  # NaN is no reading
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(valid)
+    if not len(rows):
+        return None
+    values = column.drop_null()
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return {
+        "rows": blob.add(np.diff(rows, prepend=0).astype(np.int32)),
+        "values": encode_values(blob, values),
+        "hold_us": hold_ns(mono_ns[rows]) / 1000.0,
+    }
