@@ -101,3 +101,130 @@ def downsample(
         x, y = x[ok], y[ok]
     idx = minmax_indices(x, y, width, lo, hi)
     return x[idx], y[idx]
+
+
+GAP_FACTOR = 1.5
+"""Readings further apart than this many times a column's usual spacing (the median time
+between its readings) have missing data between them: a read that failed or never came. A
+missed read is at least twice the spacing; a window's read one tick late is well within."""
+
+
+def reading_spans(
+    t: Array, rate: bool, lo: int | None = None, hi: int | None = None
+) -> tuple[Array, Array, Array]:
+    """The time each reading's value stands for on a plot, so that a value is drawn as it was
+    sampled, never interpolated.
+
+    A level (gauge, counter) holds from its reading until the next one. A rate or share is
+    the mean over a window ending at its reading: it stands for the time since the reading
+    before. Where two readings are further apart than :data:`GAP_FACTOR` times the column's
+    usual spacing ``p`` (its median), data is missing between them: the level holds for ``p``
+    only, the rate after the gap stands for ``p`` only, and nothing is drawn in between. The
+    last level holds ``p`` too (a source read every second holds to the end of its second,
+    not to its last reading), and the first rate stands for the ``p`` before it.
+
+    Parameters
+    ----------
+    t : array of int64
+        Times of the readings (ns), ascending: the rows where the column has a value.
+    rate : bool
+        Whether the values are means over windows (kind ``rate``) rather than levels.
+    lo, hi : int, optional
+        The span the run covers (its first and last row): no span reaches outside it.
+
+    Returns
+    -------
+    start, end : array of int64
+        Per reading, the time its value stands for: ``[start, end]``.
+    joined : array of bool
+        Per reading, whether the next one follows without missing data (``end`` is the next
+        ``start``); False for the last.
+    """
+    t = np.asarray(t, dtype=np.int64)
+    n = len(t)
+    if n == 0:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, np.zeros(0, bool)
+    d = np.diff(t)
+    period = int(np.median(d)) if n > 1 else 0
+    near = d <= GAP_FACTOR * period
+    if rate:
+        start = np.empty(n, np.int64)
+        start[0] = t[0] - period
+        start[1:] = np.where(near, t[:-1], t[1:] - period)
+        end = t.copy()
+    else:
+        start = t.copy()
+        end = np.empty(n, np.int64)
+        end[:-1] = np.where(near, t[1:], t[:-1] + period)
+        end[-1] = t[-1] + period
+    if lo is not None:
+        start = np.maximum(start, lo)
+    if hi is not None:
+        end = np.minimum(end, np.maximum(hi, t))
+    joined = np.r_[near, False]
+    return start, end, joined
+
+
+def step_path(
+    t: Array,
+    y: Array,
+    rate: bool,
+    width: int,
+    lo: int | None = None,
+    hi: int | None = None,
+) -> tuple[Array, Array, Array]:
+    """A column's readings as the vertices of a line that holds each value over the time it
+    stands for (:func:`reading_spans`): two vertices per reading drawn, ``(start, v)`` and
+    ``(end, v)``, with a NaN vertex (a break in the line) wherever data is missing.
+
+    Readings are first reduced per pixel column (:func:`minmax_indices` over ``[lo, hi]``,
+    ``width`` columns): the ones kept in one column hold until the next kept one, so the
+    column shows its extent and no gap narrower than a pixel is drawn.
+
+    Parameters
+    ----------
+    t, y : arrays
+        Reading times (int64 ns, ascending) and values (float; NaN dropped first).
+    rate : bool
+        Means over windows (see :func:`reading_spans`).
+    width : int
+        Pixel columns of the plot.
+    lo, hi : int, optional
+        The span of the plot (default: the readings').
+
+    Returns
+    -------
+    x, v : arrays of float64
+        The vertices (times in ns as float; NaN at each break).
+    alone : array of bool
+        Per vertex, whether its reading is drawn shorter than a pixel with missing data on
+        both sides: a line there is invisible, a caller marks it with a dot.
+    """
+    t = np.asarray(t, dtype=np.int64)
+    y = np.asarray(y, dtype=np.float64)
+    ok = ~np.isnan(y)
+    if not ok.all():
+        t, y = t[ok], y[ok]
+    if len(t) == 0:
+        return np.zeros(0), np.zeros(0), np.zeros(0, bool)
+    start, end, joined = reading_spans(t, rate, lo, hi)
+    keep = minmax_indices(t, y, width, lo, hi)
+    s, e, v, j = start[keep], end[keep].copy(), y[keep], joined[keep].copy()
+    # kept readings that are not neighbours lie in one pixel column: hold to the next kept
+    inside = np.diff(keep) > 1
+    e[:-1] = np.where(inside, np.maximum(e[:-1], s[1:]), e[:-1])
+    j[:-1] |= inside
+    n = len(keep)
+    cut = ~j[:-1] & (e[:-1] < s[1:])  # missing data after reading i: a break
+    span = max((hi if hi is not None else int(t[-1])) - (lo if lo is not None else int(t[0])), 1)
+    thin = (e - s) < span / max(width, 1)
+    gap_before = np.r_[True, cut]
+    gap_after = np.r_[cut, True]
+    alone = thin & gap_before & gap_after
+    x = np.empty(2 * n, np.float64)
+    x[0::2], x[1::2] = s, e
+    val = np.repeat(v, 2)
+    lone = np.repeat(alone, 2)
+    at = 2 * np.flatnonzero(cut) + 2  # after the end vertex of each reading before a gap
+    return np.insert(x, at, np.nan), np.insert(val, at, np.nan), np.insert(lone, at, False)

@@ -1,9 +1,13 @@
-"""Which plot each column goes to: CPU, CPU per core, memory, one per GPU, network, disk,
-pressure, load, process, other. Within a plot, one panel per unit."""
+"""What the report's pages draw where, in one home for the static page and the zooming one:
+which plot each column goes to (CPU, CPU per core, memory, one per GPU, network, disk,
+pressure, load, process, other), its panels (one per unit and scale: host memory apart from
+the process's, a share of one core apart from a share of all cores), and the colour of each
+scope name."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -15,14 +19,20 @@ _NOT_PLOTTED = re.compile(r"\.read_mono_ns$|\.clock_event_reasons$")
 
 _RULES: list[tuple[str, str, re.Pattern[str]]] = [
     ("cpu-cores", "CPU per core", re.compile(r"^cpu\.\d+\.")),
-    ("cpu", "CPU", re.compile(r"^cpu\.|^proc(\.tree)?\.cpu_pct$|^cgroup\.cpu_")),
+    (
+        "cpu",
+        "CPU",
+        re.compile(
+            r"^cpu\.|^proc(\.tree)?\.cpu_pct$|^threads\.(top\d+\.)?(cpu|wait)_pct$|^cgroup\.cpu_"
+        ),
+    ),
     ("memory", "Memory", re.compile(r"^mem\.|^proc(\.tree)?\.(rss_bytes|mem_pct)$|^cgroup\.mem_")),
     ("gpu", "GPU", re.compile(r"^gpu\.")),
     ("network", "Network", re.compile(r"^net\.")),
     ("disk", "Disk", re.compile(r"^disk\.|^proc\.(read|write)_bytes$")),
     ("pressure", "Pressure (PSI)", re.compile(r"^psi\.")),
     ("load", "Load", re.compile(r"^load\.")),
-    ("process", "Process", re.compile(r"^proc\.")),
+    ("process", "Process", re.compile(r"^proc\.|^threads\.")),
 ]
 _GPU_RE = re.compile(r"^gpu\.([^.]+)\.")
 
@@ -36,10 +46,39 @@ class Group:
     panels: tuple[tuple[str, tuple[str, ...]], ...]
 
 
-def _panel_label(unit: str, kind: str) -> str:
-    if kind == "counter":
-        return f"{unit or 'count'} (total since start)"
-    return unit or "value"
+_SCALES: list[tuple[str, re.Pattern[str]]] = [
+    ("of one core", re.compile(r"^proc(\.tree)?\.cpu_pct$|^threads\.(top\d+\.)?(cpu|wait)_pct$")),
+    ("of all cores", re.compile(r"^cpu\.[a-z]+_pct$")),
+    ("process", re.compile(r"^proc(\.tree)?\.|^threads\.|^gpu\.[^.]+\.proc_")),
+    ("cgroup", re.compile(r"^cgroup\.")),
+    ("host", re.compile(r"^mem\.")),
+]
+"""The scale of a column where columns of one unit measure different wholes: a process's
+CPU share counts 100 per busy core (0 to 100 x cores), the machine's 100 for all cores; a
+process's memory is MiB beside GiB of the host's. Columns of different scales never share a
+panel (the first pattern that matches names the scale; none: the unit alone)."""
+
+
+def column_scale(name: str) -> str:
+    """The scale of ``name`` (``of one core``, ``of all cores``, ``process``, ``cgroup``,
+    ``host``), or ``""`` for the columns whose unit alone says it."""
+    for scale, pattern in _SCALES:
+        if pattern.search(name):
+            return scale
+    return ""
+
+
+def panel_label(name: str, unit: str, kind: str) -> str:
+    """The panel a column is drawn in, as its y-axis label: unit, scale and, for a counter,
+    that it is a running total (``% of one core``, ``bytes · process``, ``mJ (total since
+    start)``); columns with the same label share a panel."""
+    scale = column_scale(name)
+    text = unit or ("count" if kind == "counter" else "value")
+    if scale.startswith("of "):
+        text = f"{text} {scale}"
+    elif scale:
+        text = f"{text} · {scale}"
+    return f"{text} (total since start)" if kind == "counter" else text
 
 
 def plot_groups(schema: pa.Schema) -> list[Group]:
@@ -71,7 +110,8 @@ def plot_groups(schema: pa.Schema) -> list[Group]:
             key, title = f"gpu-{device}", f"GPU {device}"
         slot = (order, key)
         titles[slot] = title
-        found.setdefault(slot, {}).setdefault(_panel_label(column_unit(f), kind), []).append(name)
+        panel = panel_label(name, column_unit(f), kind)
+        found.setdefault(slot, {}).setdefault(panel, []).append(name)
     return [
         Group(key, titles[(order, key)], tuple((u, tuple(c)) for u, c in panels.items()))
         for (order, key), panels in sorted(
@@ -83,3 +123,34 @@ def plot_groups(schema: pa.Schema) -> list[Group]:
 def _natural(text: str) -> tuple[object, ...]:
     """``gpu-10`` after ``gpu-9``."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+SCOPE_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+    "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+)  # fmt: skip
+"""The colours of scope names (matplotlib's tab10, then tab20's light tones), as ``#rrggbb``."""
+
+
+def scope_colors(names: Iterable[str]) -> dict[str, str]:
+    """The colour of each scope name (``#rrggbb``), the one rule of every page: the names in
+    the order given (:func:`scope_names` orders them by their first call), each the next
+    colour of :data:`SCOPE_PALETTE`; past its 20 colours they repeat."""
+    out: dict[str, str] = {}
+    for name in names:
+        if name not in out:
+            out[name] = SCOPE_PALETTE[len(out) % len(SCOPE_PALETTE)]
+    return out
+
+
+def scope_names(intervals: Iterable[pa.Table | None]) -> list[str]:
+    """Every scope name of ``intervals`` (one table per run, None where a run has none), each
+    once, in the order of its first call (by ``begin_ns``) in the first run that has it."""
+    seen: dict[str, None] = {}
+    for table in intervals:
+        if table is None or not table.num_rows:
+            continue
+        order = table.sort_by([("begin_ns", "ascending")]).column("name").to_pylist()
+        seen.update(dict.fromkeys(str(n) for n in order))
+    return list(seen)

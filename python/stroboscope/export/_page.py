@@ -21,15 +21,25 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from stroboscope.export._colors import PALETTE, scope_colors
-from stroboscope.export._groups import plot_groups
+from stroboscope.analysis.column_stats import column_kind
+from stroboscope.export._downsample import GAP_FACTOR
+from stroboscope.export._groups import SCOPE_PALETTE, plot_groups, scope_colors, scope_names
 from stroboscope.export._inputs import Recording
-from stroboscope.export._page_data import FORMAT, Blob, encode_column, encode_time
-from stroboscope.export._plots import MissingExtraError, _schema, time_origin
+from stroboscope.export._page_data import FORMAT, Array, Blob, encode_column, encode_time
+from stroboscope.export._plots import (
+    MissingExtraError,
+    _int_column,
+    _schema,
+    lane_rows,
+    time_span_s,
+)
+from stroboscope.export._select import align_text, time_origins
 
+PALETTE = SCOPE_PALETTE[:10]
+"""The colours of the lines of a panel: tab10, matplotlib's own cycle (the PNG plots')."""
 WIDTH_PX = 1200
 """Width of every figure; the plot area is this less ``BORDER_LEFT`` and ``BORDER_RIGHT``."""
-BORDER_LEFT = 90
+BORDER_LEFT = 100
 BORDER_RIGHT = 20
 PANEL_HEIGHT_PX = 190
 LANE_ROW_PX = 22
@@ -74,87 +84,67 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def _scopes(blob: Blob, series: list[Recording], t0: int) -> dict[str, Any] | None:
-    """Every scope interval of ``series``: begin and end (µs after ``t0``), lane, name, path."""
-    lanes: dict[tuple[int, int, int], int] = {}
-    parts: list[tuple[Any, ...]] = []
-    many = len(series) > 1
+def _scopes(blob: Blob, series: list[Recording], origins: list[int]) -> dict[str, Any] | None:
+    """The scope intervals of ``series`` on the lane's rows (:func:`lane_rows`): begin and end
+    (µs after each series' origin), row, name and path; colours by
+    :func:`~stroboscope.export._groups.scope_colors`."""
+    rows = lane_rows(series)
+    if not rows:
+        return None
+    lane_of = {(si, tid, depth): i for i, (si, tid, depth, _) in enumerate(rows)}
+    colors = scope_colors(scope_names(s.scopes for s in series))
+    name_ids = {n: i for i, n in enumerate(colors)}
+    path_ids: dict[str, int] = {}
+    parts: list[tuple[Array, Array, Array, Array, Array]] = []
     for si, s in enumerate(series):
         sc = s.scopes
         if sc is None or not sc.num_rows:
             continue
         last = int(pc.max(s.table.column("mono_ns")).as_py())
-        begin = sc.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64)
+        shift = s.anchor_ns - origins[si]
+        begin = sc.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64) + shift
         end = pc.fill_null(sc.column("end_ns"), last).to_numpy(zero_copy_only=False)
-        shift = s.anchor_ns - t0
-        depth = (
-            sc.column("depth").to_numpy(zero_copy_only=False).astype(np.int64)
-            if "depth" in sc.column_names
-            else np.zeros(sc.num_rows, np.int64)
+        end = end.astype(np.int64) + shift
+        tid, depth = _int_column(sc, "thread_id"), _int_column(sc, "depth")
+        lane = np.array(
+            [lane_of.get((si, int(t), int(d)), -1) for t, d in zip(tid, depth)], np.int32
         )
-        thread = (
-            pc.fill_null(sc.column("thread_id"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-            if "thread_id" in sc.column_names
-            else np.zeros(sc.num_rows, np.int64)
-        )
-        names = [str(n) for n in sc.column("name").to_pylist()]
-        paths = (
-            [str(p) for p in sc.column("path").to_pylist()]
-            if "path" in sc.column_names
-            else names
-        )
-        keys = [(si, int(t), int(d)) for t, d in zip(thread, depth)]
-        for k in keys:
-            lanes.setdefault(k, 0)
-        parts.append((begin + shift, end.astype(np.int64) + shift, keys, names, paths))
-    if not parts:
-        return None
-    order = sorted(lanes)
-    threads = {(k[0], k[1]) for k in order}
-    labels = []
-    for i, k in enumerate(order):
-        lanes[k] = i
-        label = f"depth {k[2]}"
-        if len(threads) > 1:
-            label = f"thread {k[1]} · " + label
-        if many:
-            label = f"{series[k[0]].label} · " + label
-        labels.append(label)
-    begin = np.concatenate([p[0] for p in parts])
-    end = np.concatenate([p[1] for p in parts])
-    keys = [k for p in parts for k in p[2]]
-    all_names = [n for p in parts for n in p[3]]
-    all_paths = [n for p in parts for n in p[4]]
-    colors = scope_colors(all_names)
-    name_ids = {n: i for i, n in enumerate(colors)}
-    path_ids: dict[str, int] = {}
-    for p in all_paths:
-        path_ids.setdefault(p, len(path_ids))
-    idx = np.argsort(begin, kind="stable")
+        names = np.array([name_ids[str(n)] for n in sc.column("name").to_pylist()], np.int32)
+        texts = sc.column("path" if "path" in sc.column_names else "name").to_pylist()
+        paths = np.array([path_ids.setdefault(str(p), len(path_ids)) for p in texts], np.int32)
+        keep = lane >= 0  # past the lane's rows at most: not drawn
+        parts.append((begin[keep], end[keep], lane[keep], names[keep], paths[keep]))
+    cols = [np.concatenate([p[k] for p in parts]) for k in range(5)]
+    order = np.argsort(cols[0], kind="stable")
+    begin, end, lane, names, paths = (c[order] for c in cols)
     return {
-        "begin_us": blob.add(np.rint(begin[idx] / 1000.0)),
-        "end_us": blob.add(np.rint(end[idx] / 1000.0)),
-        "lane": blob.add(np.array([lanes[keys[i]] for i in idx], np.int32)),
-        "name": blob.add(np.array([name_ids[all_names[i]] for i in idx], np.int32)),
-        "path": blob.add(np.array([path_ids[all_paths[i]] for i in idx], np.int32)),
+        "begin_us": blob.add(np.rint(begin / 1000.0)),
+        "end_us": blob.add(np.rint(end / 1000.0)),
+        "lane": blob.add(lane),
+        "name": blob.add(names),
+        "path": blob.add(paths),
         "names": list(colors),
         "colors": list(colors.values()),
         "paths": list(path_ids),
-        "lanes": labels,
+        "lanes": [r[3] for r in rows],
     }
 
 
-def page_data(series: list[Recording]) -> tuple[dict[str, Any], bytes, list[Any]]:
-    """The manifest, the compressed readings and the panels (group title, unit label, and the
-    ``(line id, series index, column)`` of each line) of ``series``."""
-    t0, t1 = time_origin(series)
+def page_data(
+    series: list[Recording], align: str | None = None
+) -> tuple[dict[str, Any], bytes, list[Any]]:
+    """The manifest, the compressed readings and the panels (group, unit label, and the
+    ``(line id, series index, column)`` of each line) of ``series``, on the time axis of
+    ``align`` (:func:`~stroboscope.export._select.time_origins`)."""
+    origins = time_origins(series, align)
+    x0, x1 = time_span_s(series, origins)
     blob = Blob()
     out_series = []
     monos = []
-    for s in series:
+    for s, t0 in zip(series, origins):
         mono = s.table.column("mono_ns").to_numpy(zero_copy_only=False).astype(np.int64)
         monos.append(mono)
-        origin = t0 - s.anchor_ns  # this series' monotonic ns at the report's origin
+        origin = t0 - s.anchor_ns  # this series' monotonic ns at its time 0
         out_series.append(
             {"label": s.label, "rows": s.table.num_rows, "time": encode_time(blob, mono, origin)}
         )
@@ -167,7 +157,8 @@ def page_data(series: list[Recording]) -> tuple[dict[str, Any], bytes, list[Any]
                 for col in columns:
                     if col not in s.table.column_names:
                         continue
-                    enc = encode_column(blob, s.table.column(col), monos[si])
+                    rate = column_kind(s.table.schema.field(col)) == "rate"
+                    enc = encode_column(blob, s.table.column(col), monos[si], rate)
                     if enc is None:
                         continue
                     k = len(lines)
@@ -175,10 +166,12 @@ def page_data(series: list[Recording]) -> tuple[dict[str, Any], bytes, list[Any]
                     members.append((k, si, col))
             if members:
                 panels.append((group, label, members))
-    scopes = _scopes(blob, series, t0)
+    scopes = _scopes(blob, series, origins)
     manifest = {
         "format": FORMAT,
-        "span_s": max((t1 - t0) / 1e9, 1e-6),
+        "x0": x0,
+        "x1": x1,
+        "gap_factor": GAP_FACTOR,
         "width": WIDTH_PX - BORDER_LEFT - BORDER_RIGHT,
         "series": out_series,
         "lines": lines,
@@ -200,7 +193,9 @@ def _legend(members: list[Any], series: list[Recording]) -> str:
     return '<div class="legend">' + "".join(items) + "</div>"
 
 
-def _figures(manifest: dict[str, Any], panels: list[Any], series: list[Recording]) -> list[Any]:
+def _figures(
+    manifest: dict[str, Any], panels: list[Any], series: list[Recording], xlabel: str
+) -> list[Any]:
     """``(figure, legend HTML, line ids, has the lane)`` per figure: the scope lane, then one
     per panel. Each figure is a root of its own with its own time range, which ``page.js``
     keeps equal to the others' (a figure out of view is brought up to date when it scrolls
@@ -208,12 +203,12 @@ def _figures(manifest: dict[str, Any], panels: list[Any], series: list[Recording
     from bokeh.models import ColumnDataSource, CustomJS, CustomJSTickFormatter, HoverTool, Range1d
     from bokeh.plotting import figure
 
-    span = manifest["span_s"]
+    x0, x1 = manifest["x0"], manifest["x1"]
     rows = max(s.table.num_rows for s in series)
-    step = span / max(rows - 1, 1)
+    step = (x1 - x0) / max(rows - 1, 1)
 
     def make(i: int, **kw: Any) -> Any:
-        x = Range1d(0, span, bounds=(0, span), min_interval=max(step * 8, 1e-6), name=f"time-{i}")
+        x = Range1d(x0, x1, bounds=(x0, x1), min_interval=max(step * 8, 1e-6), name=f"time-{i}")
         moved = CustomJS(code=f"if (window.strobo && window.strobo.moved) window.strobo.moved({i})")
         x.js_on_change("start", moved)
         x.js_on_change("end", moved)
@@ -291,20 +286,20 @@ def _figures(manifest: dict[str, Any], panels: list[Any], series: list[Recording
         title = f"<b>{html.escape(group.title)}</b>: {html.escape(label)} "
         out.append((p, _legend(members, series).replace('">', '">' + title, 1), [m[0] for m in members], False))
     for p, *_ in out:
-        p.xaxis.axis_label = "seconds after the first row"
+        p.xaxis.axis_label = xlabel
         p.xaxis.axis_label_text_font_size = "8pt"
     return out
 
 
-def page_view(series: list[Recording]) -> str:
+def page_view(series: list[Recording], align: str | None = None) -> str:
     """The zooming view of ``series`` as HTML (scripts inline): Bokeh, the figures, the
     manifest and readings, and ``page.js``."""
     require_bokeh()
     from bokeh.embed import components
     from bokeh.resources import Resources
 
-    manifest, packed, panels = page_data(series)
-    figures = _figures(manifest, panels, series)
+    manifest, packed, panels = page_data(series, align)
+    figures = _figures(manifest, panels, series, align_text(align))
     if not figures:
         return '<p class="note">No column to plot.</p>'
     manifest["figures"] = [{"lines": ids, "lane": lane} for _, _, ids, lane in figures]
@@ -313,7 +308,7 @@ def page_view(series: list[Recording]) -> str:
     page_js = resources.files("stroboscope.export").joinpath("page.js").read_text()
     note = (
         "Zoom with the mouse wheel (or the buttons), pan by dragging; every "
-        "plot follows one time axis, in seconds after the first row. Each value is drawn as "
+        "plot follows one time axis. Each value is drawn as "
         "read: a step held until the next reading, a gap where no reading followed; zoomed "
         "out, each pixel column shows the min and max of its rows, so no spike is hidden; "
         "zoomed in, every reading. The scope lane has a row per thread and nesting level."

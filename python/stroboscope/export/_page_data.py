@@ -13,8 +13,10 @@ What the page holds is every reading, as it was taken, so the reader can zoom to
   the previous reading (exact), floats as float32 where that is exact enough (float32's step at
   the column's largest magnitude is at most 1/1000 of the column's range: a plot cannot tell
   them apart), float64 otherwise.
-- **Hold**: how long a reading holds when no next reading follows in time (a failed read, or
-  the last reading): :func:`hold_ns`.
+- **Spans**: what time each reading stands for is the static plots' rule
+  (:func:`~stroboscope.export._downsample.reading_spans`: a level holds until the next reading,
+  a rate stands for its window, a break where readings are missing); the page gets what that
+  rule needs (the column's usual spacing, whether it is a rate, the gap factor) and applies it.
 - **Scopes**: begin and end (µs after the origin), lane, and name of each interval.
 
 Every array is byte-shuffled (all first bytes, then all second bytes, ...) and the whole is one
@@ -38,21 +40,9 @@ Array = np.ndarray[Any, Any]
 FORMAT = 1
 """Version of the manifest and blob layout that ``page.js`` reads."""
 
-HOLD_FACTOR = 1.5
-"""A reading holds until the next one, or for this many of its column's read periods when
-the next comes later (a read failed or the source stopped): then the line has a gap."""
-
 FLOAT32_RESOLUTION = 1e-3
 """float32 is used for a float column when its step at the column's largest magnitude is at
 most this share of the column's range (max - min)."""
-
-
-def hold_ns(reading_ns: Array) -> int:
-    """How long a reading of a column holds at most: ``HOLD_FACTOR`` times the median time
-    between its readings (one reading: 0, a point)."""
-    if len(reading_ns) < 2:
-        return 0
-    return int(HOLD_FACTOR * float(np.median(np.diff(reading_ns))))
 
 
 @dataclass
@@ -126,8 +116,12 @@ def encode_time(blob: Blob, mono_ns: Array, origin_ns: int) -> dict[str, Any]:
     return {"first_us": int(us[0]), "step_us": step, "rest": blob.add(rest.astype(np.int32))}
 
 
-def encode_column(blob: Blob, column: pa.ChunkedArray, mono_ns: Array) -> dict[str, Any] | None:
-    """One column's readings: rows (as steps), values, and how long one holds (µs)."""
+def encode_column(
+    blob: Blob, column: pa.ChunkedArray, mono_ns: Array, rate: bool
+) -> dict[str, Any] | None:
+    """One column's readings: rows (as steps), values, and what
+    :func:`~stroboscope.export._downsample.reading_spans` needs: the usual spacing (µs, the
+    median time between readings) and whether the values are means over windows."""
     if pa.types.is_floating(column.type):
         column = pc.if_else(pc.is_nan(column), None, column)  # NaN is no reading
     valid = column.is_valid().to_numpy(zero_copy_only=False)
@@ -140,5 +134,6 @@ def encode_column(blob: Blob, column: pa.ChunkedArray, mono_ns: Array) -> dict[s
     return {
         "rows": blob.add(np.diff(rows, prepend=0).astype(np.int32)),
         "values": encode_values(blob, values),
-        "hold_us": hold_ns(mono_ns[rows]) / 1000.0,
+        "period_us": float(np.median(np.diff(mono_ns[rows]))) / 1000.0 if len(rows) > 1 else 0.0,
+        "rate": rate,
     }

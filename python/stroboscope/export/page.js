@@ -83,21 +83,45 @@
     return lo;
   }
 
-  function levels(line, t) {
-    // row range [r, end) each reading holds: until the next reading, or for hold_us
-    const { rows, v, tu, holdUs } = line;
+  // The time each reading stands for: the rule of the static plots
+  // (stroboscope/export/_downsample.py, reading_spans), with the column's usual spacing p and
+  // the gap factor from the manifest. A level holds from its reading to the next one (p when
+  // the next is missing, and after the last); a rate stands for its window, since the reading
+  // before (p after a gap, and for the first); never outside the run's rows [lo, hi].
+  function spans(line, s, G) {
+    const tu = line.tu, p = line.period, n = tu.length, rate = line.rate;
+    const lo = s.tu[0], hi = s.tu[s.tu.length - 1];
+    const near = (i) => i + 1 < n && tu[i + 1] - tu[i] <= G * p;
+    const start = rate
+      ? (i) => Math.max(i === 0 ? tu[0] - p : near(i - 1) ? tu[i - 1] : tu[i] - p, lo)
+      : (i) => Math.max(tu[i], lo);
+    const end = rate
+      ? (i) => tu[i]
+      : (i) => Math.min(near(i) ? tu[i + 1] : tu[i] + p, Math.max(hi, tu[i]));
+    return { near, start, end };
+  }
+
+  function levels(line, s, G) {
+    // min and max of the held values over buckets of B0 rows, then FAN buckets at a time
+    const { rows, v } = line;
+    const t = s.tu;
     const nRows = t.length;
     const nb = Math.ceil(nRows / B0);
     let mn = new Float64Array(nb).fill(Infinity);
     let mx = new Float64Array(nb).fill(-Infinity);
     const n = rows.length;
+    const sp = line.spans;
     for (let i = 0; i < n; i++) {
-      const r = rows[i];
-      let end;
-      if (i + 1 < n && tu[i + 1] - tu[i] <= holdUs) end = rows[i + 1];
-      else end = Math.max(r + 1, lowerBound(t, tu[i] + holdUs, r, i + 1 < n ? rows[i + 1] : nRows));
+      let r0, r1; // rows [r0, r1) the reading stands for
+      if (!line.rate) {
+        r0 = rows[i];
+        r1 = sp.near(i) ? rows[i + 1] : Math.max(r0 + 1, lowerBound(t, sp.end(i), r0, i + 1 < n ? rows[i + 1] : nRows));
+      } else {
+        r1 = rows[i] + 1;
+        r0 = i > 0 && sp.near(i - 1) ? rows[i - 1] + 1 : lowerBound(t, sp.start(i), i > 0 ? rows[i - 1] + 1 : 0, r1);
+      }
       const x = v[i];
-      for (let b = Math.floor(r / B0), last = Math.floor((end - 1) / B0); b <= last; b++) {
+      for (let b = Math.floor(r0 / B0), last = Math.floor((r1 - 1) / B0); b <= last; b++) {
         if (x < mn[b]) mn[b] = x;
         if (x > mx[b]) mx[b] = x;
       }
@@ -136,8 +160,9 @@
       const s = series[l.series];
       const tu = new Float64Array(rows.length);
       for (let i = 0; i < rows.length; i++) tu[i] = s.tu[rows[i]];
-      const line = { id: l.id, series: l.series, rows, tu, v: values(buf, l.values), holdUs: l.hold_us };
-      line.levels = levels(line, s.tu);
+      const line = { id: l.id, series: l.series, rows, tu, v: values(buf, l.values), period: l.period_us, rate: l.rate };
+      line.spans = spans(line, s, m.gap_factor);
+      line.levels = levels(line, s, m.gap_factor);
       return line;
     });
     const sc = m.scopes;
@@ -152,7 +177,7 @@
   // points of one line over the visible [a, b] s, at about W pixels
   function linePoints(line, s, a, b, W) {
     const xs = [], ys = [];
-    const t = s.t, tu = line.tu, v = line.v, hold = line.holdUs;
+    const t = s.t, tu = line.tu, v = line.v;
     const ra = Math.max(lowerBound(t, a) - 1, 0);
     const rb = Math.min(upperBound(t, b) + 1, t.length);
     const perPx = (rb - ra) / W;
@@ -172,18 +197,16 @@
       return { xs, ys, dots: null };
     }
     const ua = a * 1e6, ub = b * 1e6;
-    const ia = Math.max(upperBound(tu, ua) - 1, 0);
-    const ib = Math.min(lowerBound(tu, ub) + 1, tu.length);
     const n = tu.length;
+    const sp = line.spans;
+    const ia = Math.max(upperBound(tu, ua) - 2, 0);
+    const ib = Math.min(lowerBound(tu, ub) + 2, n);
     if (ib - ia <= 2 * W) {
       for (let i = ia; i < ib; i++) {
-        const x0 = tu[i] / 1e6;
-        const joined = i + 1 < n && tu[i + 1] - tu[i] <= hold;
-        const x1 = (joined ? tu[i + 1] : tu[i] + hold) / 1e6;
-        xs.push(x0, x1); ys.push(v[i], v[i]);
-        if (!joined) { xs.push(x1); ys.push(NaN); }
+        xs.push(sp.start(i) / 1e6, sp.end(i) / 1e6); ys.push(v[i], v[i]);
+        if (!sp.near(i)) { xs.push(sp.end(i) / 1e6); ys.push(NaN); }
       }
-      const dots = ib - ia <= W / 6 ? { xs: Array.from(tu.subarray(ia, ib), (x) => x / 1e6), ys: Array.from(v.subarray(ia, ib)) } : null;
+      const dots = ib - ia <= W / 8 ? { xs: Array.from(tu.subarray(ia, ib), (x) => x / 1e6), ys: Array.from(v.subarray(ia, ib)) } : null;
       return { xs, ys, dots };
     }
     // more readings than pixels: min and max of the readings in each pixel column
@@ -191,9 +214,9 @@
     let cur = null, lo = 0, hi = 0;
     const flush = () => { if (cur !== null) { xs.push(cur, cur); ys.push(lo, hi); } cur = null; };
     for (let i = ia; i < ib; i++) {
-      if (i > ia && tu[i] - tu[i - 1] > hold) {
+      if (i > ia && !sp.near(i - 1)) {
         flush();
-        xs.push((tu[i - 1] + hold) / 1e6, (tu[i - 1] + hold) / 1e6); ys.push(v[i - 1], NaN);
+        xs.push(sp.end(i - 1) / 1e6, sp.end(i - 1) / 1e6); ys.push(v[i - 1], NaN);
       }
       const x = a + Math.floor((tu[i] / 1e6 - a) / px) * px;
       if (x !== cur) { flush(); cur = x; lo = hi = v[i]; }
@@ -261,7 +284,7 @@
       at: null,
     }));
     const label = document.querySelector('.strobo-range');
-    const view = { a: 0, b: m.span_s };
+    const view = { a: m.x0, b: m.x1 };
     let shown = null;
     function fill(f) {
       const a = view.a, b = view.b;
@@ -302,9 +325,8 @@
       requestAnimationFrame(() => { pending = false; redraw(); });
     }
     function set(a, b) {
-      const span = m.span_s;
-      const w = Math.min(Math.max(b - a, 1e-6), span);
-      a = Math.min(Math.max(a, 0), span - w);
+      const w = Math.min(Math.max(b - a, 1e-6), m.x1 - m.x0);
+      a = Math.min(Math.max(a, m.x0), m.x1 - w);
       view.a = a; view.b = a + w;
     }
     S.moved = (i) => {
@@ -322,7 +344,7 @@
     for (const btn of document.querySelectorAll('.strobo-bar button'))
       btn.addEventListener('click', () => {
         const c = (view.a + view.b) / 2, w = view.b - view.a, k = btn.dataset.zoom;
-        if (k === 'all') set(0, m.span_s);
+        if (k === 'all') set(m.x0, m.x1);
         else if (k === 'in') set(c - w / 8, c + w / 8);
         else set(c - w * 2, c + w * 2);
         schedule();
