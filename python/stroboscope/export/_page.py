@@ -215,7 +215,7 @@ def _figures(
         return figure(
             width=WIDTH_PX,
             x_range=x,
-            tools="xpan,xwheel_zoom,xbox_zoom,reset",
+            tools="xpan,xwheel_zoom",
             active_scroll="xwheel_zoom",
             active_drag="xpan",
             toolbar_location=None,
@@ -295,6 +295,7 @@ def page_view(series: list[Recording], align: str | None = None) -> str:
     """The zooming view of ``series`` as HTML (scripts inline): Bokeh, the figures, the
     manifest and readings, and ``page.js``."""
     require_bokeh()
+    from bokeh.document import Document
     from bokeh.embed import components
     from bokeh.resources import Resources
 
@@ -303,6 +304,10 @@ def page_view(series: list[Recording], align: str | None = None) -> str:
     if not figures:
         return '<p class="note">No column to plot.</p>'
     manifest["figures"] = [{"lines": ids, "lane": lane} for _, _, ids, lane in figures]
+    doc = Document()
+    with doc.models.freeze():  # the models are collected once, not once per root
+        for f in figures:
+            doc.add_root(f[0])
     script, divs = components([f[0] for f in figures])
     bokeh_js = "\n".join(Resources(mode="inline", components=["bokeh"]).js_raw)
     page_js = resources.files("stroboscope.export").joinpath("page.js").read_text()

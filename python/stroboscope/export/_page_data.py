@@ -47,30 +47,56 @@ most this share of the column's range (max - min)."""
 
 @dataclass
 class Blob:
-    """Arrays appended one after the other, each byte-shuffled; :meth:`packed` compresses."""
+    """Arrays appended one after the other, each byte-shuffled, compressed as they come (one
+    zlib stream: ``DecompressionStream('deflate')`` reads it); :meth:`packed` ends it."""
 
-    parts: list[bytes] = field(default_factory=list)
+    level: int = 1
     size: int = 0
+    parts: list[bytes] = field(default_factory=list)
+    _z: Any = None
 
     def add(self, a: Array) -> dict[str, Any]:
-        """Append ``a`` (1-D, of a fixed-width dtype); where it lies, for the manifest."""
-        a = np.ascontiguousarray(a)
+        """Append ``a`` (1-D; integers in the narrowest of int8, int16 and int32 that holds
+        them); where it lies, for the manifest."""
+        a = np.ascontiguousarray(_narrow(np.asarray(a)))
         width = a.dtype.itemsize
         raw = a.view(np.uint8).reshape(-1, width).T.tobytes() if width > 1 else a.tobytes()
         entry = {"at": self.size, "n": int(len(a)), "dtype": _JS_TYPES[a.dtype.str[1:]]}
-        self.parts.append(raw)
+        if self._z is None:
+            self._z = zlib.compressobj(self.level)
+        self.parts.append(self._z.compress(raw))
         self.size += len(raw)
         return entry
 
-    def packed(self, level: int = 1) -> bytes:
-        """All parts as one zlib stream (``DecompressionStream('deflate')`` reads it)."""
-        c = zlib.compressobj(level)
-        out = [c.compress(p) for p in self.parts]
-        out.append(c.flush())
-        return b"".join(out)
+    def packed(self) -> bytes:
+        """The whole stream."""
+        if self._z is None:
+            self._z = zlib.compressobj(self.level)
+        return b"".join([*self.parts, self._z.flush()])
 
 
-_JS_TYPES = {"i4": "i32", "i8": "i64", "f4": "f32", "f8": "f64", "u1": "u8", "i2": "i16"}
+_JS_TYPES = {"i1": "i8", "i2": "i16", "i4": "i32", "f4": "f32", "f8": "f64", "u1": "u8"}
+
+
+def _narrow(a: Array) -> Array:
+    """Integers in the narrowest signed type of 8, 16 or 32 bits that holds them all."""
+    if a.dtype.kind not in "iu":
+        return a
+    lo, hi = (int(a.min()), int(a.max())) if len(a) else (0, 0)
+    for t in (np.int8, np.int16, np.int32):
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(t, copy=False)
+    raise ValueError(f"integers from {lo} to {hi} do not fit the page's int32")
+
+
+def rows_entry(blob: Blob, rows: Array) -> dict[str, Any]:
+    """The rows of a column's readings: ``first`` and ``every`` when they are evenly spaced
+    (a source read every n-th tick, no read failed), else the steps from one to the next."""
+    steps = np.diff(rows, prepend=0)
+    if len(rows) >= 2 and bool(np.all(steps[2:] == steps[1])):
+        return {"first": int(rows[0]), "every": int(steps[1]), "n": int(len(rows))}
+    return blob.add(steps.astype(np.int64))
 
 
 def _as_int32_steps(v: Array) -> Array | None:
@@ -79,14 +105,15 @@ def _as_int32_steps(v: Array) -> Array | None:
     d = np.diff(v, prepend=np.int64(0))
     if len(d) and (d.min() < -(2**31) or d.max() >= 2**31):
         return None
-    return d.astype(np.int32)
+    return d
 
 
 def encode_values(blob: Blob, values: pa.Array) -> dict[str, Any]:
     """The readings' values of one column (no nulls): how ``page.js`` rebuilds them."""
     t = values.type
-    if pa.types.is_integer(t):
-        v = values.cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
+    big = pa.types.is_unsigned_integer(t) and (pc.max(values).as_py() or 0) >= 2**63
+    if pa.types.is_integer(t) and not big:
+        v = values.cast(pa.int64()).to_numpy(zero_copy_only=False)
         if np.abs(v).max(initial=0) < 2**53:  # exact as the page's float64
             steps = _as_int32_steps(v)
             if steps is not None:
@@ -113,7 +140,7 @@ def encode_time(blob: Blob, mono_ns: Array, origin_ns: int) -> dict[str, Any]:
     rest = d - step
     if len(rest) and (rest.min() < -(2**31) or rest.max() >= 2**31):
         raise ValueError("rows more than 35 minutes apart cannot be stored by the page")
-    return {"first_us": int(us[0]), "step_us": step, "rest": blob.add(rest.astype(np.int32))}
+    return {"first_us": int(us[0]), "step_us": step, "rest": blob.add(rest)}
 
 
 def encode_column(
@@ -132,7 +159,7 @@ def encode_column(
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     return {
-        "rows": blob.add(np.diff(rows, prepend=0).astype(np.int32)),
+        "rows": rows_entry(blob, rows),
         "values": encode_values(blob, values),
         "period_us": float(np.median(np.diff(mono_ns[rows]))) / 1000.0 if len(rows) > 1 else 0.0,
         "rate": rate,

@@ -8,9 +8,9 @@
 (function () {
   'use strict';
   const S = (window.strobo = { ready: null, redraws: 0, lastRedrawMs: null, error: null, moved: null });
-  const SIZES = { u8: 1, i16: 2, i32: 4, i64: 8, f32: 4, f64: 8 };
+  const SIZES = { u8: 1, i8: 1, i16: 2, i32: 4, f32: 4, f64: 8 };
   const TYPES = {
-    u8: Uint8Array, i16: Int16Array, i32: Int32Array, i64: BigInt64Array,
+    u8: Uint8Array, i8: Int8Array, i16: Int16Array, i32: Int32Array,
     f32: Float32Array, f64: Float64Array,
   };
   const B0 = 64; // rows per bucket of the finest min/max level
@@ -153,10 +153,16 @@
       for (let i = 0; i < s.tu.length; i++) s.t[i] = s.tu[i] / 1e6;
     }
     const lines = m.lines.map((l) => {
-      const rowsSteps = array(buf, l.rows);
-      const rows = new Int32Array(rowsSteps.length);
-      let r = 0;
-      for (let i = 0; i < rows.length; i++) rows[i] = r += rowsSteps[i];
+      let rows;
+      if (l.rows.every !== undefined) {
+        rows = new Int32Array(l.rows.n);
+        for (let i = 0; i < rows.length; i++) rows[i] = l.rows.first + i * l.rows.every;
+      } else {
+        const steps = array(buf, l.rows);
+        rows = new Int32Array(steps.length);
+        let r = 0;
+        for (let i = 0; i < rows.length; i++) rows[i] = r += steps[i];
+      }
       const s = series[l.series];
       const tu = new Float64Array(rows.length);
       for (let i = 0; i < rows.length; i++) tu[i] = s.tu[rows[i]];
