@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,9 @@ def _walk(rng: np.random.Generator, n: int, lo: float, hi: float, step: float) -
     return np.asarray(x)
 
 
-def columns(rng: np.random.Generator, n_rows: int, rate: int) -> list[tuple[str, str, str, Any, int, Any]]:
+def columns(
+    rng: np.random.Generator, n_rows: int, rate: int
+) -> list[tuple[str, str, str, Any, int, Any]]:
     """The 25 metric columns: (name, unit, kind, arrow type, period in rows, values)."""
 
     def every(ms: int) -> int:
@@ -60,7 +61,14 @@ def columns(rng: np.random.Generator, n_rows: int, rate: int) -> list[tuple[str,
         ("proc.cpu_pct", "%", "rate", pa.float64(), p, q(busy * 1.6, 10.0)),
         ("threads.top0.tid", "id", "gauge", pa.int64(), p, 4000 + rng.integers(0, 4, m)),
         ("threads.top0.cpu_pct", "%", "rate", pa.float64(), p, q(busy, 10.0)),
-        ("gpu.0.util_pct", "%", "gauge", pa.float64(), p, np.repeat(q(_walk(rng, m // 17 + 1, 0, 100, 8), 1), 17)[:m]),
+        (
+            "gpu.0.util_pct",
+            "%",
+            "gauge",
+            pa.float64(),
+            p,
+            np.repeat(q(_walk(rng, m // 17 + 1, 0, 100, 8), 1), 17)[:m],
+        ),
     ]
     p = every(1000)
     m = -(-n_rows // p)
@@ -70,16 +78,58 @@ def columns(rng: np.random.Generator, n_rows: int, rate: int) -> list[tuple[str,
         ("mem.available_bytes", "bytes", "gauge", pa.int64(), p, 64 * 2**30 - used),
         ("mem.swap_used_bytes", "bytes", "gauge", pa.int64(), p, np.full(m, 0, np.int64)),
         ("mem.util_pct", "%", "gauge", pa.float64(), p, used / (64 * 2**30) * 100),
-        ("disk.used_pct", "%", "gauge", pa.float64(), p, 26.52012 + np.cumsum(rng.random(m) < 0.01) * 1e-6),
-        ("disk.free_bytes", "bytes", "gauge", pa.int64(), p, 300 * 2**30 - np.cumsum(rng.random(m) < 0.01) * 4096),
+        (
+            "disk.used_pct",
+            "%",
+            "gauge",
+            pa.float64(),
+            p,
+            26.52012 + np.cumsum(rng.random(m) < 0.01) * 1e-6,
+        ),
+        (
+            "disk.free_bytes",
+            "bytes",
+            "gauge",
+            pa.int64(),
+            p,
+            300 * 2**30 - np.cumsum(rng.random(m) < 0.01) * 4096,
+        ),
     ]
     p = every(100)
     m = -(-n_rows // p)
     out += [
-        ("net.sent_bytes_per_s", "bytes/s", "rate", pa.float64(), p, np.round(_walk(rng, m, 0, 2e8, 5e6))),
-        ("net.recv_bytes_per_s", "bytes/s", "rate", pa.float64(), p, np.round(_walk(rng, m, 0, 2e8, 5e6))),
-        ("psi.cpu.some_pct", "%", "rate", pa.float64(), p, np.clip(_walk(rng, m, 0, 30, 2), 0, 100)),
-        ("psi.memory.some_pct", "%", "rate", pa.float64(), p, np.clip(_walk(rng, m, 0, 3, 0.2), 0, 100)),
+        (
+            "net.sent_bytes_per_s",
+            "bytes/s",
+            "rate",
+            pa.float64(),
+            p,
+            np.round(_walk(rng, m, 0, 2e8, 5e6)),
+        ),
+        (
+            "net.recv_bytes_per_s",
+            "bytes/s",
+            "rate",
+            pa.float64(),
+            p,
+            np.round(_walk(rng, m, 0, 2e8, 5e6)),
+        ),
+        (
+            "psi.cpu.some_pct",
+            "%",
+            "rate",
+            pa.float64(),
+            p,
+            np.clip(_walk(rng, m, 0, 30, 2), 0, 100),
+        ),
+        (
+            "psi.memory.some_pct",
+            "%",
+            "rate",
+            pa.float64(),
+            p,
+            np.clip(_walk(rng, m, 0, 3, 0.2), 0, 100),
+        ),
         ("psi.io.some_pct", "%", "rate", pa.float64(), p, np.clip(_walk(rng, m, 0, 10, 1), 0, 100)),
     ]
     p = 1
@@ -87,10 +137,33 @@ def columns(rng: np.random.Generator, n_rows: int, rate: int) -> list[tuple[str,
     out += [
         ("net.sent_bytes", "bytes", "counter", pa.int64(), p, sent),
         ("net.recv_bytes", "bytes", "counter", pa.int64(), p, sent // 2),
-        ("proc.rss_bytes", "bytes", "gauge", pa.int64(), p, (2**30 + np.cumsum(rng.random(n_rows) < 0.001) * 2**21).astype(np.int64)),
-        ("proc.threads", "count", "gauge", pa.int64(), p, 40 + np.cumsum(rng.choice([-1, 0, 1], n_rows, p=[0.0005, 0.999, 0.0005]))),
+        (
+            "proc.rss_bytes",
+            "bytes",
+            "gauge",
+            pa.int64(),
+            p,
+            (2**30 + np.cumsum(rng.random(n_rows) < 0.001) * 2**21).astype(np.int64),
+        ),
+        (
+            "proc.threads",
+            "count",
+            "gauge",
+            pa.int64(),
+            p,
+            40 + np.cumsum(rng.choice([-1, 0, 1], n_rows, p=[0.0005, 0.999, 0.0005])),
+        ),
         ("load.running", "count", "gauge", pa.int64(), p, rng.integers(1, 6, n_rows)),
-        ("load.1m", "1", "gauge", pa.float64(), p, np.repeat(np.round(_walk(rng, n_rows // (5 * rate) + 1, 0, 8, 0.3), 2), 5 * rate)[:n_rows]),
+        (
+            "load.1m",
+            "1",
+            "gauge",
+            pa.float64(),
+            p,
+            np.repeat(np.round(_walk(rng, n_rows // (5 * rate) + 1, 0, 8, 0.3), 2), 5 * rate)[
+                :n_rows
+            ],
+        ),
     ]
     return out
 
@@ -100,7 +173,9 @@ def make_run(directory: Path, seconds: float, rate: int, seed: int = 1) -> Path:
     rng = np.random.default_rng(seed)
     n = int(seconds * rate)
     period = 10**9 // rate
-    mono = (10**12 + np.arange(n, dtype=np.int64) * period + rng.integers(0, 60_000, n)).astype(np.int64)
+    mono = (10**12 + np.arange(n, dtype=np.int64) * period + rng.integers(0, 60_000, n)).astype(
+        np.int64
+    )
     anchor = 1_764_800_000 * 10**9
     fields = [pa.field("time", pa.timestamp("ns", "UTC")), pa.field("mono_ns", pa.int64())]
     arrays: list[pa.Array] = [pa.array(mono + anchor, pa.timestamp("ns", "UTC")), pa.array(mono)]
@@ -128,7 +203,9 @@ def scope_table(mono: np.ndarray, seconds: float) -> pa.Table:
     start, end = int(mono[0]), int(mono[-1])
     ms = 1_000_000
     steps = np.arange(start + 1000 * ms, end - 1000 * ms, 300 * ms)
-    rows: dict[str, list[Any]] = {k: [] for k in ("name", "path", "thread_id", "depth", "begin_ns", "end_ns")}
+    rows: dict[str, list[Any]] = {
+        k: [] for k in ("name", "path", "thread_id", "depth", "begin_ns", "end_ns")
+    }
 
     def add(name: str, path: str, tid: int, depth: int, b: np.ndarray, e: np.ndarray) -> None:
         rows["name"] += [name] * len(b)
@@ -168,38 +245,48 @@ def cpu_model() -> str:
 
 
 def build(run: Path, out: Path, static: bool) -> dict[str, float]:
-    """Run ``stroboscope report`` in a child; its wall time, peak RSS and the page's size."""
+    """Run ``stroboscope report`` in a child: its wall and CPU time, peak RSS, the page's size."""
     cmd = [sys.executable, "-m", "stroboscope", "report", str(run), "-o", str(out)]
     if static:
         cmd.append("--static")
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    return {"seconds": wall, "peak_bytes": peak, "page_bytes": out.stat().st_size}
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"{' '.join(cmd)} exited {child.returncode}")
+    return {
+        "seconds": wall,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "peak_bytes": usage.ru_maxrss * 1024,
+        "page_bytes": out.stat().st_size,
+    }
 
 
-def redraw(page: Path) -> dict[str, float]:
-    """Open the page in headless Chromium; the load time and the redraw of zooms to 1 s."""
+def redraw(page: Path, height: int) -> dict[str, float]:
+    """Open the page in headless Chromium (1280 x ``height``): the time to load and decode,
+    and the redraw of 9 zooms to 1 s (from the call to the second frame after it)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from _chromium import Browser
 
-    with Browser(1280, 2400) as b:
+    with Browser(1280, height) as b:
         t = time.perf_counter()
         b.open(page.as_uri(), timeout=300)
         b.eval("window.strobo.ready", timeout=300)
         load = time.perf_counter() - t
-        span = float(b.eval("window.strobo.shown().b"))
-        times = [
-            float(b.eval(f"window.strobo.zoom({a}, {a + 1.0})"))
-            for a in np.linspace(span * 0.1, span * 0.9, 9)
-        ]
-        whole = float(b.eval(f"window.strobo.zoom(0, {span})"))
-        errors = [c for c in b.console if not c.startswith("log:")]
+        lo, hi = float(b.eval("window.strobo.shown().a")), float(b.eval("window.strobo.shown().b"))
+        times = []
+        for a in np.linspace(lo + (hi - lo) * 0.1, lo + (hi - lo) * 0.9, 9):
+            times.append(float(b.eval(f"window.strobo.zoom({a}, {a + 1.0})")))
+        figures = int(b.eval("window.strobo.shown().figures"))
+        whole = float(b.eval(f"window.strobo.zoom({lo}, {hi})"))
+        errors = [c for c in b.console if not c.startswith(("log:", "info:"))]
     return {
         "load_s": load,
         "zoom_1s_ms_median": float(np.median(times)),
         "zoom_1s_ms_max": max(times),
+        "figures": figures,
         "zoom_whole_ms": whole,
         "console_errors": len(errors),
     }
@@ -218,18 +305,27 @@ def main() -> int:
         run = d / "run.parquet"
         if not run.exists():
             make_run(d, args.seconds, args.rate)
-        print(f"cpu: {cpu_model()}, {os.cpu_count()} CPUs; run: {pq.read_metadata(run).num_rows:,} rows x {pq.read_metadata(run).num_columns} columns")
-        got = build(run, d / "report.html", static=False)
-        print(f"zooming page: {got['seconds']:.1f} s, peak {got['peak_bytes'] / 2**20:.0f} MiB, page {got['page_bytes'] / 1e6:.1f} MB")
+        meta = pq.read_metadata(run)
+        print(f"cpu: {cpu_model()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+        print(f"run: {meta.num_rows:,} rows x {meta.num_columns} columns")
+        pages = [("zooming page", "report.html", False)]
         if args.static:
-            st = build(run, d / "static.html", static=True)
-            print(f"static page: {st['seconds']:.1f} s, peak {st['peak_bytes'] / 2**20:.0f} MiB (max of both children), page {st['page_bytes'] / 1e6:.1f} MB")
-        r = redraw(d / "report.html")
-        print(
-            f"chromium: loaded and decoded in {r['load_s']:.1f} s; zoom to 1 s redraws in "
-            f"{r['zoom_1s_ms_median']:.0f} ms (median of 9, max {r['zoom_1s_ms_max']:.0f}); "
-            f"back to the whole run {r['zoom_whole_ms']:.0f} ms; console errors {r['console_errors']}"
-        )
+            pages.append(("static page", "static.html", True))
+        for what, name, static in pages:
+            got = build(run, d / name, static)
+            print(
+                f"{what}: {got['seconds']:.1f} s ({got['cpu_seconds']:.1f} s CPU), "
+                f"peak {got['peak_bytes'] / 2**20:.0f} MiB, page {got['page_bytes'] / 1e6:.1f} MB"
+            )
+        for height in (900, 2400):
+            r = redraw(d / "report.html", height)
+            print(
+                f"chromium 1280x{height}: loaded and decoded in {r['load_s']:.1f} s; a zoom to "
+                f"1 s redraws in {r['zoom_1s_ms_median']:.0f} ms (median of 9, max "
+                f"{r['zoom_1s_ms_max']:.0f}; {r['figures']} figures in view); back to the whole "
+                f"run {r['zoom_whole_ms']:.0f} ms; console errors {r['console_errors']}"
+            )
+        print(f"load at the end {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -6,6 +6,7 @@ page printed or threw. No library beyond the standard one; skips (or fails, wher
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -93,10 +94,8 @@ class Browser:
 
     def close(self) -> None:
         """End the browser and remove its profile."""
-        try:
+        with contextlib.suppress(OSError):
             os.close(self._to_w)
-        except OSError:
-            pass
         try:
             self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -61,7 +61,7 @@ def _box(b: Browser, i: int) -> tuple[int, int, int, int]:
         f"(() => {{const r = document.querySelector('.strobo-fig[data-fig=\"{i}\"]')"
         ".getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom];})()"
     )
-    return tuple(int(round(v)) for v in r)  # type: ignore[return-value]
+    return tuple(round(v) for v in r)
 
 
 def _pixels(shot: bytes, box: tuple[int, int, int, int]) -> np.ndarray[Any, Any]:
@@ -121,7 +121,10 @@ def test_page_decodes_the_readings_of_the_table(run: Path, page: Path) -> None:
     with Browser(800, 600) as b:
         b.open(page.as_uri())
         b.eval("window.strobo.ready")
-        got = {ln["column"]: b.eval(f"window.strobo.readings({ln['id']}, {a}, {z})") for ln in m["lines"]}
+        got = {
+            ln["column"]: b.eval(f"window.strobo.readings({ln['id']}, {a}, {z})")
+            for ln in m["lines"]
+        }
     assert len(got) >= 5
     for name, readings in got.items():
         col = table.column(name)

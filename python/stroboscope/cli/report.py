@@ -23,7 +23,9 @@ def run(args: argparse.Namespace) -> int:
 
     if len(args.inputs) == 1 and is_dataset(args.inputs[0]):
         return run_cluster(args)
-    check_outputs(args.output, args.png, args.static)  # before any work: a bad -o is not said after the text
+    check_outputs(
+        args.output, args.png, args.static
+    )  # before any work: a bad -o is not said after the text
     report = build_report(
         args.inputs,
         columns=args.columns,

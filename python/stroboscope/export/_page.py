@@ -45,12 +45,13 @@ PANEL_HEIGHT_PX = 190
 LANE_ROW_PX = 22
 
 _CSS = (
-    ".strobo-fig{margin:0 0 4px 0}.legend{font-size:11px;margin:6px 0 0 %dpx}"
+    ".strobo-fig{margin:0 0 4px 0}"
+    f".legend{{font-size:11px;margin:6px 0 0 {BORDER_LEFT}px}}"
     ".legend .key{margin-right:12px;white-space:nowrap}"
     ".legend i{display:inline-block;width:14px;height:3px;margin:0 4px 3px 0;vertical-align:middle}"
     ".strobo-bar{position:sticky;top:0;background:#fff;z-index:5;padding:4px 0;font-size:12px}"
     ".strobo-range{margin-left:1em;color:#555}"
-) % BORDER_LEFT
+)
 
 _BYTES_TICKS = """
 const u = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
@@ -208,7 +209,9 @@ def _figures(
     step = (x1 - x0) / max(rows - 1, 1)
 
     def make(i: int, **kw: Any) -> Any:
-        x = Range1d(x0, x1, bounds=(x0, x1), min_interval=max(step * 8, 1e-6), name=f"time-{i}")
+        x = Range1d(
+            start=x0, end=x1, bounds=(x0, x1), min_interval=max(step * 8, 1e-6), name=f"time-{i}"
+        )
         moved = CustomJS(code=f"if (window.strobo && window.strobo.moved) window.strobo.moved({i})")
         x.js_on_change("start", moved)
         x.js_on_change("end", moved)
@@ -229,12 +232,12 @@ def _figures(
     sc = manifest["scopes"]
     if sc is not None:
         n = len(sc["lanes"])
-        lane = make(0, height=30 + LANE_ROW_PX * n, y_range=Range1d(n, 0))
-        quads = ColumnDataSource(
-            {k: [] for k in ("left", "right", "bottom", "top", "color", "name", "path", "dur")}
-            | {"lane": []},
-            name="lane",
-        )
+        lane = make(0, height=30 + LANE_ROW_PX * n, y_range=Range1d(start=n, end=0))
+        empty: dict[str, Any] = {
+            k: []
+            for k in ("left", "right", "bottom", "top", "color", "name", "path", "dur", "lane")
+        }
+        quads = ColumnDataSource(data=empty, name="lane")
         r = lane.quad(
             left="left",
             right="right",
@@ -284,7 +287,14 @@ def _figures(
         p.yaxis.axis_label = label
         p.yaxis.axis_label_text_font_size = "8pt"
         title = f"<b>{html.escape(group.title)}</b>: {html.escape(label)} "
-        out.append((p, _legend(members, series).replace('">', '">' + title, 1), [m[0] for m in members], False))
+        out.append(
+            (
+                p,
+                _legend(members, series).replace('">', '">' + title, 1),
+                [m[0] for m in members],
+                False,
+            )
+        )
     for p, *_ in out:
         p.xaxis.axis_label = xlabel
         p.xaxis.axis_label_text_font_size = "8pt"

@@ -61,7 +61,7 @@ class Blob:
         a = np.ascontiguousarray(_narrow(np.asarray(a)))
         width = a.dtype.itemsize
         raw = a.view(np.uint8).reshape(-1, width).T.tobytes() if width > 1 else a.tobytes()
-        entry = {"at": self.size, "n": int(len(a)), "dtype": _JS_TYPES[a.dtype.str[1:]]}
+        entry = {"at": self.size, "n": len(a), "dtype": _JS_TYPES[a.dtype.str[1:]]}
         if self._z is None:
             self._z = zlib.compressobj(self.level)
         self.parts.append(self._z.compress(raw))
@@ -95,7 +95,7 @@ def rows_entry(blob: Blob, rows: Array) -> dict[str, Any]:
     (a source read every n-th tick, no read failed), else the steps from one to the next."""
     steps = np.diff(rows, prepend=0)
     if len(rows) >= 2 and bool(np.all(steps[2:] == steps[1])):
-        return {"first": int(rows[0]), "every": int(steps[1]), "n": int(len(rows))}
+        return {"first": int(rows[0]), "every": int(steps[1]), "n": len(rows)}
     return blob.add(steps.astype(np.int64))
 
 
