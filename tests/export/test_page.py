@@ -137,3 +137,28 @@ def test_page_decodes_the_readings_of_the_table(run: Path, page: Path) -> None:
         else:
             assert readings["v"] == want.tolist(), name
     assert got["cpu.util_pct"]["v"] == [25.0] * len(got["cpu.util_pct"]["v"])
+
+
+HOSTILE = "</script><script>window.pwned=1</script><!--"
+
+
+def test_hostile_names_and_two_aligned_runs_open_as_text(tmp_path: Path) -> None:
+    from _report_series import STEP_NS, series
+    from stroboscope.export.report import Report
+
+    rows = 300
+    columns = {"cpu.util_pct": ("%", "rate", [float(i % 7) for i in range(rows)])}
+    calls = [(HOSTILE, 1, 0, 1_000_000_000 + 10 * STEP_NS, 1_000_000_000 + 90 * STEP_NS)]
+    runs = [series(n, columns, rows, calls, start_ns=k * 480 * 10**9) for k, n in enumerate("ab")]
+    out = tmp_path / "r.html"
+    out.write_text(Report(runs, "start").html())
+    with Browser(1280, 900) as b:
+        b.open(out.as_uri())
+        assert b.eval("window.strobo.ready") is True
+        assert b.eval("window.pwned === undefined") is True  # the name stayed text
+        shown = b.eval("window.strobo.shown()")
+        lane = b.eval("Bokeh.documents[0].get_model_by_name('lane').data.name")
+        errors = [c for c in b.console if not c.startswith(("log:", "info:", "debug:"))]
+    assert errors == []
+    assert lane == [HOSTILE, HOSTILE]  # both runs' calls, overlaid from each run's start
+    assert shown["a"] == 0 and shown["b"] == pytest.approx((rows - 1) * STEP_NS / 1e9)

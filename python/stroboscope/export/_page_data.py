@@ -9,8 +9,8 @@ What the page holds is every reading, as it was taken, so the reader can zoom to
   about a byte a row).
 - **Readings**: a column's non-null cells only (rows between a source's readings are null:
   the value holds until the next reading, so it is stored once per reading): the row of each
-  (as the step from the previous reading's row) and its value: integers as the difference from
-  the previous reading (exact), floats as float32 where that is exact enough (float32's step at
+  (as the step from the previous reading's row) and its value: integers as the first and the
+  difference of each from the one before (exact), floats as float32 where that is exact enough (float32's step at
   the column's largest magnitude is at most 1/1000 of the column's range: a plot cannot tell
   them apart), float64 otherwise.
 - **Spans**: what time each reading stands for is the static plots' rule
@@ -100,9 +100,9 @@ def rows_entry(blob: Blob, rows: Array) -> dict[str, Any]:
 
 
 def _as_int32_steps(v: Array) -> Array | None:
-    """``v`` (integers) as its first value then the difference from the previous, when every
-    such difference fits int32; else None."""
-    d = np.diff(v, prepend=np.int64(0))
+    """``v`` (integers) as the difference of each from the one before (the first from
+    itself: 0), when every such difference fits int32; else None."""
+    d = np.diff(v, prepend=v[:1])
     if len(d) and (d.min() < -(2**31) or d.max() >= 2**31):
         return None
     return d
@@ -117,7 +117,8 @@ def encode_values(blob: Blob, values: pa.Array) -> dict[str, Any]:
         if np.abs(v).max(initial=0) < 2**53:  # exact as the page's float64
             steps = _as_int32_steps(v)
             if steps is not None:
-                return {"enc": "int-steps", **blob.add(steps)}
+                first = int(v[0]) if len(v) else 0
+                return {"enc": "int-steps", "first": first, **blob.add(steps)}
         return {"enc": "plain", **blob.add(v.astype(np.float64))}
     v = values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
     finite = v[np.isfinite(v)]

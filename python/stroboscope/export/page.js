@@ -59,7 +59,7 @@
     const a = array(buf, e);
     const out = new Float64Array(a.length);
     if (e.enc === 'int-steps') {
-      let x = 0;
+      let x = e.first;
       for (let i = 0; i < a.length; i++) out[i] = x += a[i];
     } else out.set(a);
     return out;
