@@ -163,7 +163,7 @@ def test_a_constant_is_one_tick_with_its_value(figures: dict[str, Any]) -> None:
 def test_tick_labels_say_their_value() -> None:
     assert _plots.tick_texts([-0.0, 0.0], "count") == ["0", "0"]
     assert _plots.tick_texts([26.5195, 26.52, 26.5205], "%") == ["26.5195", "26.5200", "26.5205"]
-    assert _plots.tick_texts([0, 2**30, 2 * 2**30], "bytes · host") == ["0 Gi", "1 Gi", "2 Gi"]
+    assert _plots.tick_texts([0, 2**30, 2 * 2**30], "bytes · host") == ["0", "1 Gi", "2 Gi"]
     assert _plots.tick_texts([3e9, 4e9], "count") == ["3e+09", "4e+09"]
     assert _plots.tick_texts([42.0], "%") == ["42"]
 
@@ -231,9 +231,9 @@ def _bars(ax: Any) -> list[tuple[float, float, tuple[float, ...]]]:
     for coll in ax.collections:
         if not isinstance(coll, PolyCollection):
             continue
-        colors = coll.get_facecolor()
+        colors = np.asarray(coll.get_facecolor(), float)
         for i, path in enumerate(coll.get_paths()):
-            xs = path.vertices[:, 0]
+            xs = np.asarray(path.vertices, float)[:, 0]
             color = tuple(np.round(colors[i % len(colors)][:3], 3))
             out.append((float(xs.min()), float(xs.max() - xs.min()), color))
     return sorted(out)
@@ -302,7 +302,7 @@ def test_align_scope_puts_each_runs_first_call_at_0(figures: dict[str, Any]) -> 
     a = series("a", col, rows, [("step", 1, 0, MONO0 + 10 * STEP_NS, MONO0 + 20 * STEP_NS)])
     b_calls = [
         ("step", 1, 0, MONO0 + 25 * STEP_NS, MONO0 + 30 * STEP_NS),
-        ("step", 1, 0, MONO0 + 30 * STEP_NS, MONO0 + 40 * STEP_NS),
+        ("step", 1, 0, MONO0 + 32 * STEP_NS, MONO0 + 40 * STEP_NS),
     ]
     b = series("b", col, rows, b_calls, start_ns=3600 * 10**9)
     Report([a, b], "scope:step").plots()
@@ -313,6 +313,20 @@ def test_align_scope_puts_each_runs_first_call_at_0(figures: dict[str, Any]) -> 
     assert xb[list(yb).index(25.0)] == pytest.approx(0.0)
     fig, _ = figures["scopes"]
     starts = sorted({round(b, 9) for b, _, _ in _bars(fig.axes[0])})
-    assert starts == [0.0, pytest.approx(_t(5))]  # both first steps at 0, b's second at 50 ms
+    assert starts == [0.0, pytest.approx(_t(7))]  # both first steps at 0, b's second at 70 ms
     with pytest.raises(ValueError, match=r"--align 'scope:nope': a \(a.parquet\) has no call"):
         Report([a, b], "scope:nope").plots()
+
+
+def test_calls_closer_than_a_pixel_are_drawn_as_one_bar(figures: dict[str, Any]) -> None:
+    # 2,000 steps of 9 ms, 1 ms apart, over 20 s (~0.05 px apart): one bar, not 2,000; a
+    # call of another name between them splits it
+    rows = 2000
+    calls: list[Any] = [
+        ("step", 1, 0, MONO0 + k * STEP_NS, MONO0 + k * STEP_NS + 9_000_000) for k in range(rows)
+    ]
+    calls[1000] = ("save", 1, 0, MONO0 + 1000 * STEP_NS, MONO0 + 1000 * STEP_NS + 9_000_000)
+    Report([series("run", {"load.running": ("count", "gauge", [1.0] * rows)}, rows, calls)]).plots()
+    bars = _bars(figures["scopes"][0].axes[0])
+    assert len(bars) == 3
+    assert bars[0][0] == 0.0 and bars[-1][0] + bars[-1][1] == pytest.approx(_t(rows - 1) + 0.009)

@@ -1,18 +1,22 @@
 """What the report's pages draw where, in one home for the static page and the zooming one:
 which plot each column goes to (CPU, CPU per core, memory, one per GPU, network, disk,
 pressure, load, process, other), its panels (one per unit and scale: host memory apart from
-the process's, a share of one core apart from a share of all cores), and the colour of each
-scope name."""
+the process's, a share of one core apart from a share of all cores), the colour of each scope
+name, and the scope lane's rows and calls on a time axis."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from stroboscope.analysis.column_stats import IDENTIFIER, TIME_COLUMNS, column_kind, column_unit
+from stroboscope.export._inputs import Recording
 
 _NOT_PLOTTED = re.compile(r"\.read_mono_ns$|\.clock_event_reasons$")
 """Columns that are not levels: a reading's time, a bitmask."""
@@ -154,3 +158,57 @@ def scope_names(intervals: Iterable[pa.Table | None]) -> list[str]:
         order = table.sort_by([("begin_ns", "ascending")]).column("name").to_pylist()
         seen.update(dict.fromkeys(str(n) for n in order))
     return list(seen)
+
+
+MAX_LANE_ROWS = 32
+"""Rows of the scope lane at most (threads x nesting levels); the ones after are left out."""
+
+
+def lane_rows(series: Sequence[Recording]) -> list[tuple[int, int, int, str]]:
+    """The rows of the scope lane: ``(series index, thread id, depth, label)``, one per thread
+    (of each run) and nesting level that has a scope call, like a trace viewer's tracks; at
+    most :data:`MAX_LANE_ROWS`."""
+    rows = []
+    for i, s in enumerate(series):
+        if s.scopes is None or not s.scopes.num_rows:
+            continue
+        tids = _int_column(s.scopes, "thread_id")
+        depths = _int_column(s.scopes, "depth")
+        pairs = sorted(set(zip(tids.tolist(), depths.tolist())))
+        threads = len({t for t, _ in pairs})
+        for tid, depth in pairs:
+            label = f"{s.label[:12]} " if len(series) > 1 else ""
+            label += f"tid {tid} d{depth}" if threads > 1 else f"depth {depth}"
+            rows.append((i, tid, depth, label))
+    return rows[:MAX_LANE_ROWS]
+
+
+def scope_calls(
+    s: Recording, origin_ns: int
+) -> tuple[
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+    list[str],
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+]:
+    """The scope calls of ``s`` on a plot's time axis: begin and end in seconds after
+    ``origin_ns`` (realtime; monotonic times plus the series' anchor; a call still open ends
+    at the last row), names, thread ids and depths, in the table's order."""
+    assert s.scopes is not None
+    last = int(pc.max(s.table.column("mono_ns")).as_py())
+    begin = _int_column(s.scopes, "begin_ns")
+    end = np.asarray(
+        pc.fill_null(s.scopes.column("end_ns"), last).to_numpy(zero_copy_only=False), np.int64
+    )
+    shift = s.anchor_ns - origin_ns  # ints first: realtime ns in float64 lose 256 ns
+    x0 = (begin + shift) / 1e9
+    x1 = (np.maximum(end, begin) + shift) / 1e9
+    names = [str(n) for n in s.scopes.column("name").to_pylist()]
+    return x0, x1, names, _int_column(s.scopes, "thread_id"), _int_column(s.scopes, "depth")
+
+
+def _int_column(table: pa.Table, name: str) -> np.ndarray[Any, Any]:
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, np.int64)
+    return np.asarray(pc.fill_null(table.column(name), 0).to_numpy(zero_copy_only=False), np.int64)

@@ -22,17 +22,18 @@ import numpy as np
 import pyarrow.compute as pc
 
 from stroboscope.analysis.column_stats import column_kind
-from stroboscope.export._downsample import GAP_FACTOR
-from stroboscope.export._groups import SCOPE_PALETTE, plot_groups, scope_colors, scope_names
+from stroboscope.export._downsample import GAP_FACTOR, STALL_FACTOR
+from stroboscope.export._groups import (
+    SCOPE_PALETTE,
+    _int_column,
+    lane_rows,
+    plot_groups,
+    scope_colors,
+    scope_names,
+)
 from stroboscope.export._inputs import Recording
 from stroboscope.export._page_data import FORMAT, Array, Blob, encode_column, encode_time
-from stroboscope.export._plots import (
-    MissingExtraError,
-    _int_column,
-    _schema,
-    lane_rows,
-    time_span_s,
-)
+from stroboscope.export._plots import MissingExtraError, _schema, time_span_s
 from stroboscope.export._select import align_text, time_origins
 
 PALETTE = SCOPE_PALETTE[:10]
@@ -173,6 +174,7 @@ def page_data(
         "x0": x0,
         "x1": x1,
         "gap_factor": GAP_FACTOR,
+        "stall_factor": STALL_FACTOR,
         "width": WIDTH_PX - BORDER_LEFT - BORDER_RIGHT,
         "series": out_series,
         "lines": lines,

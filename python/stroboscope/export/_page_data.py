@@ -9,10 +9,11 @@ What the page holds is every reading, as it was taken, so the reader can zoom to
   about a byte a row).
 - **Readings**: a column's non-null cells only (rows between a source's readings are null:
   the value holds until the next reading, so it is stored once per reading): the row of each
-  (as the step from the previous reading's row) and its value: integers as the first and the
-  difference of each from the one before (exact), floats as float32 where that is exact enough (float32's step at
-  the column's largest magnitude is at most 1/1000 of the column's range: a plot cannot tell
-  them apart), float64 otherwise.
+  (``first`` and ``every`` when evenly spaced, else the step from the previous reading's row)
+  and its value: integers as the first and the difference of each from the one before
+  (exact), floats as float32 where that is exact enough (float32's step at the column's
+  largest magnitude is at most 1/1000 of the column's range: a plot cannot tell them apart),
+  float64 otherwise.
 - **Spans**: what time each reading stands for is the static plots' rule
   (:func:`~stroboscope.export._downsample.reading_spans`: a level holds until the next reading,
   a rate stands for its window, a break where readings are missing); the page gets what that
@@ -149,7 +150,8 @@ def encode_column(
 ) -> dict[str, Any] | None:
     """One column's readings: rows (as steps), values, and what
     :func:`~stroboscope.export._downsample.reading_spans` needs: the usual spacing (µs, the
-    median time between readings) and whether the values are means over windows."""
+    median time between readings), the usual number of rows between them, and whether the
+    values are means over windows."""
     if pa.types.is_floating(column.type):
         column = pc.if_else(pc.is_nan(column), None, column)  # NaN is no reading
     valid = column.is_valid().to_numpy(zero_copy_only=False)
@@ -163,5 +165,6 @@ def encode_column(
         "rows": rows_entry(blob, rows),
         "values": encode_values(blob, values),
         "period_us": float(np.median(np.diff(mono_ns[rows]))) / 1000.0 if len(rows) > 1 else 0.0,
+        "every_rows": float(np.median(np.diff(rows))) if len(rows) > 1 else 1.0,
         "rate": rate,
     }

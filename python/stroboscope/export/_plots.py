@@ -24,7 +24,14 @@ import pyarrow.compute as pc
 
 from stroboscope.analysis.column_stats import column_kind
 from stroboscope.export._downsample import step_path
-from stroboscope.export._groups import Group, plot_groups, scope_colors, scope_names
+from stroboscope.export._groups import (
+    Group,
+    lane_rows,
+    plot_groups,
+    scope_calls,
+    scope_colors,
+    scope_names,
+)
 from stroboscope.export._inputs import Recording
 from stroboscope.export._select import align_text, time_origins
 
@@ -191,8 +198,9 @@ def tick_texts(values: list[float], unit: str) -> list[str]:
         else:
             decimals = int(np.clip(np.ceil(-np.log10(step / scale) - 1e-9), 0, 12))
             text = f"{x:.{decimals}f}"
-        if text.startswith("-") and float(text) == 0:
-            text = text[1:]
+        if float(text) == 0:  # no "-0", and no unit on nothing
+            out.append(text.lstrip("-"))
+            continue
         out.append(text + suffix)
     return out
 
@@ -201,7 +209,7 @@ def value_formatter(unit: str) -> Any:
     """A matplotlib tick formatter writing :func:`tick_texts` (the one rule of every panel)."""
     from matplotlib.ticker import Formatter
 
-    class ValueFormatter(Formatter):  # type: ignore[misc]
+    class ValueFormatter(Formatter):
         def __call__(self, x: float, pos: int | None = None) -> str:
             return tick_texts([x], unit)[0]
 
@@ -265,36 +273,31 @@ def time_span_s(series: list[Recording], origins: list[int]) -> tuple[float, flo
 
 LANE_ROW_IN = 0.24
 """Height of one row of the scope lane (inches)."""
-MAX_LANE_ROWS = 32
-"""Rows of the scope lane at most (threads x nesting levels); the deepest and latest go."""
 CHAR_PX = 6.0
 """Width of one character of a scope name in the lane (7 pt at 100 dpi, with room)."""
 MAX_LEGEND = 20
 """Scope names in the lane's colour legend at most (the first called); the rest are counted."""
 
 
-def lane_rows(series: list[Recording]) -> list[tuple[int, int, int, str]]:
-    """The rows of the scope lane: ``(series index, thread id, depth, label)``, one per thread
-    (of each run) and nesting level that has a scope call, like a trace viewer's tracks."""
-    rows = []
-    for i, s in enumerate(series):
-        if s.scopes is None or not s.scopes.num_rows:
-            continue
-        tids = _int_column(s.scopes, "thread_id")
-        depths = _int_column(s.scopes, "depth")
-        pairs = sorted(set(zip(tids.tolist(), depths.tolist())))
-        threads = len({t for t, _ in pairs})
-        for tid, depth in pairs:
-            label = f"{s.label[:12]} " if len(series) > 1 else ""
-            label += f"tid {tid} d{depth}" if threads > 1 else f"depth {depth}"
-            rows.append((i, tid, depth, label))
-    return rows[:MAX_LANE_ROWS]
-
-
-def _int_column(table: pa.Table, name: str) -> np.ndarray[Any, Any]:
-    if name not in table.column_names:
-        return np.zeros(table.num_rows, np.int64)
-    return np.asarray(pc.fill_null(table.column(name), 0).to_numpy(zero_copy_only=False), np.int64)
+def _lane_bars(
+    x0: np.ndarray[Any, Any], x1: np.ndarray[Any, Any], codes: np.ndarray[Any, Any], pixel: float
+) -> list[tuple[int, list[tuple[float, float]]]]:
+    """The bars of one lane row, by colour code: calls in time order, neighbours of one name
+    less than a ``pixel`` apart drawn as one bar (the picture is the same; 100,000 calls are
+    not 100,000 rectangles)."""
+    if len(x0) == 0:
+        return []
+    o = np.argsort(x0, kind="stable")
+    b, e, c = x0[o], x1[o], codes[o]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, (c[1:] != c[:-1]) | (b[1:] - reach[:-1] >= pixel)]
+    starts = np.flatnonzero(new)
+    gb, ge, gc = b[starts], np.maximum.reduceat(e, starts), c[starts]
+    out = []
+    for code in dict.fromkeys(gc.tolist()):
+        m = gc == code
+        out.append((int(code), list(zip(gb[m].tolist(), (ge[m] - gb[m]).tolist()))))
+    return out
 
 
 def _draw_lane(
@@ -307,6 +310,8 @@ def _draw_lane(
     if not rows:
         return None
     colors = scope_colors(scope_names(s.scopes for s in series))
+    order = {name: k for k, name in enumerate(colors)}
+    palette = list(colors.values())
     entries = min(len(colors), MAX_LEGEND) + (len(colors) > MAX_LEGEND)
     ncol = min(entries, 6)
     fig = _time_figure([LANE_ROW_IN * len(rows) + 0.3], legend_rows=-(-entries // ncol))
@@ -316,32 +321,22 @@ def _draw_lane(
     for i, (s, t0) in enumerate(zip(series, origins)):
         if s.scopes is None or not s.scopes.num_rows:
             continue
-        last = int(pc.max(s.table.column("mono_ns")).as_py())
-        begin = _int_column(s.scopes, "begin_ns")
-        end = np.asarray(
-            pc.fill_null(s.scopes.column("end_ns"), last).to_numpy(zero_copy_only=False), np.int64
-        )
-        x0 = (begin + s.anchor_ns - t0) / 1e9
-        x1 = (np.maximum(end, begin) + s.anchor_ns - t0) / 1e9
-        names = [str(n) for n in s.scopes.column("name").to_pylist()]
-        tids, depths = _int_column(s.scopes, "thread_id"), _int_column(s.scopes, "depth")
+        x0, x1, names, tids, depths = scope_calls(s, t0)
+        codes = np.array([order[n] for n in names], np.int64)
         for y, (row_series, tid, depth, _label) in enumerate(rows):
             if row_series != i:
                 continue
-            mask = (tids == tid) & (depths == depth)
-            idx = np.flatnonzero(mask)
-            by_color: dict[str, list[tuple[float, float]]] = {}
-            for k in idx.tolist():
-                by_color.setdefault(colors[names[k]], []).append((x0[k], x1[k] - x0[k]))
-            for color, spans in by_color.items():
-                ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=color, edgecolors="none")
-            for k in idx.tolist():
-                a, b = max(x0[k], xlim[0]), min(x1[k], xlim[1])
-                if (b - a) * px_per_s >= CHAR_PX * len(names[k]) + 4:
-                    ax.text(
-                        (a + b) / 2, y, names[k], ha="center", va="center", fontsize=7,
-                        color="black", clip_on=True,
-                    )  # fmt: skip
+            idx = np.flatnonzero((tids == tid) & (depths == depth))
+            for code, spans in _lane_bars(x0[idx], x1[idx], codes[idx], 1 / px_per_s):
+                ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=palette[code], edgecolors="none")
+            a, b = np.maximum(x0[idx], xlim[0]), np.minimum(x1[idx], xlim[1])
+            width = np.array([CHAR_PX * len(names[k]) + 4 for k in idx.tolist()])
+            for k in idx[(b - a) * px_per_s >= width].tolist():
+                mid = (max(x0[k], xlim[0]) + min(x1[k], xlim[1])) / 2
+                ax.text(
+                    mid, y, names[k], ha="center", va="center", fontsize=7, color="black",
+                    clip_on=True,
+                )  # fmt: skip
     ax.set_yticks(range(len(rows)), [r[3] for r in rows], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(*xlim)
@@ -393,6 +388,7 @@ def _draw_group(
                 # unsafe: a uint64 beyond 2**53 is drawn rounded, not refused
                 y = c.filter(valid).cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
                 x = x_all.filter(valid).to_numpy(zero_copy_only=False)
+                rows = np.flatnonzero(valid.to_numpy(zero_copy_only=False))
                 far = np.abs(y) > DRAWABLE  # matplotlib cannot lay out axes out there
                 if far.any():
                     ax.text(
@@ -405,15 +401,15 @@ def _draw_group(
                         fontsize=7,
                         color="red",
                     )
-                    x, y = x[~far], y[~far]
+                    x, y, rows = x[~far], y[~far], rows[~far]
                 ok = ~np.isnan(y)
-                x, y = x[ok], y[ok]
+                x, y, rows = x[ok], y[ok], rows[ok]
                 if len(y) == 0:
                     continue
                 rate = column_kind(s.table.schema.field(col)) == "rate"
                 # ns from the origin before any float: realtime ns in float64 lose 256 ns
                 x = x.astype(np.int64) - t0
-                xs, ys, alone = step_path(x, y, rate, WIDTH_PX, first - t0, last - t0)
+                xs, ys, alone = step_path(x, y, rate, WIDTH_PX, first - t0, last - t0, rows)
                 name = f"{col} [{s.label}]" if many else col
                 (line,) = ax.plot(xs / 1e9, ys, linewidth=0.9, label=name)
                 lo, hi = min(lo, float(y.min())), max(hi, float(y.max()))

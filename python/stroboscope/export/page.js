@@ -84,14 +84,21 @@
   }
 
   // The time each reading stands for: the rule of the static plots
-  // (stroboscope/export/_downsample.py, reading_spans), with the column's usual spacing p and
-  // the gap factor from the manifest. A level holds from its reading to the next one (p when
+  // (stroboscope/export/_downsample.py, reading_spans), with the column's usual spacing p (and
+  // rows apart), the gap and stall factors from the manifest. A level holds from its reading to the next one (p when
   // the next is missing, and after the last); a rate stands for its window, since the reading
   // before (p after a gap, and for the first); never outside the run's rows [lo, hi].
-  function spans(line, s, G) {
-    const tu = line.tu, p = line.period, n = tu.length, rate = line.rate;
+  function spans(line, s, G, STALL) {
+    const tu = line.tu, rows = line.rows, p = line.period, every = line.every, n = tu.length;
+    const rate = line.rate;
     const lo = s.tu[0], hi = s.tu[s.tu.length - 1];
-    const near = (i) => i + 1 < n && tu[i + 1] - tu[i] <= G * p;
+    // readings are joined when close in time, or in their usual number of rows and not a
+    // stall of the sampler apart (ticks it missed on a loaded machine are no gap)
+    const near = (i) => {
+      if (i + 1 >= n) return false;
+      const dt = tu[i + 1] - tu[i];
+      return dt <= G * p || (rows[i + 1] - rows[i] <= G * every && dt <= STALL * p);
+    };
     const start = rate
       ? (i) => Math.max(i === 0 ? tu[0] - p : near(i - 1) ? tu[i - 1] : tu[i] - p, lo)
       : (i) => Math.max(tu[i], lo);
@@ -101,7 +108,7 @@
     return { near, start, end };
   }
 
-  function levels(line, s, G) {
+  function levels(line, s) {
     // min and max of the held values over buckets of B0 rows, then FAN buckets at a time
     const { rows, v } = line;
     const t = s.tu;
@@ -166,9 +173,12 @@
       const s = series[l.series];
       const tu = new Float64Array(rows.length);
       for (let i = 0; i < rows.length; i++) tu[i] = s.tu[rows[i]];
-      const line = { id: l.id, series: l.series, rows, tu, v: values(buf, l.values), period: l.period_us, rate: l.rate };
-      line.spans = spans(line, s, m.gap_factor);
-      line.levels = levels(line, s, m.gap_factor);
+      const line = {
+        id: l.id, series: l.series, rows, tu, v: values(buf, l.values),
+        period: l.period_us, every: l.every_rows, rate: l.rate,
+      };
+      line.spans = spans(line, s, m.gap_factor, m.stall_factor);
+      line.levels = levels(line, s);
       return line;
     });
     const sc = m.scopes;
