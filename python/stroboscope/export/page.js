@@ -308,8 +308,12 @@
       for (const [l, src, dots] of f.lines) {
         const p = linePoints(l, data.series[l.series], a, b, W);
         shown.points += p.xs.length;
-        src.data = { x: p.xs, y: p.ys };
-        if (p.dots || dots.data.x.length) dots.data = p.dots ? { x: p.dots.xs, y: p.dots.ys } : { x: [], y: [] };
+        // typed arrays: Bokeh takes them as they are (a plain array is searched for models)
+        src.data = { x: Float64Array.from(p.xs), y: Float64Array.from(p.ys) };
+        if (p.dots || dots.data.x.length)
+          dots.data = p.dots
+            ? { x: Float64Array.from(p.dots.xs), y: Float64Array.from(p.dots.ys) }
+            : { x: new Float64Array(0), y: new Float64Array(0) };
       }
       if (f.lane) {
         const lp = lanePoints(data.scopes, a, b, W);
