@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
+from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, printable, text_table
 
 if TYPE_CHECKING:
     import pandas
@@ -68,7 +68,9 @@ def scope_counts(intervals: pa.Table) -> list[tuple[str, ...]]:
         done = (end - begin)[mask & closed] / 1e9
         stats = (done.sum(), done.mean(), done.min(), done.max()) if len(done) else (None,) * 4
         durations = [fmt_seconds(None if v is None else float(v)) for v in stats]
-        rows.append((str(name), str(int(mask.sum())), str(int((mask & ~closed).sum())), *durations))
+        rows.append(
+            (printable(name), str(int(mask.sum())), str(int((mask & ~closed).sum())), *durations)
+        )
     return rows
 
 
@@ -109,8 +111,10 @@ def _value(v: Any, kind: str) -> str:
 def summary_table(df: pandas.DataFrame) -> ScopeTable:
     """``summary()``'s DataFrame as a table: one row per scope and labels, the durations, then
     each metric figure with its reading count in brackets (``[n]``). Figures the frame did not
-    have are left out; a missing label is ``-``."""
-    header = [str(n) for n in df.index.names]
+    have are left out; a missing label is ``-``; control characters in a name or label are
+    escaped (:func:`~stroboscope.analysis.column_stats.printable`), in the page as in the
+    terminal."""
+    header = [printable(n) for n in df.index.names]
     shown = [f for f in _FIGURES if all(c in df.columns for c in f[1])]
     header += [f[0] for f in shown]
     rows: list[tuple[str, ...]] = []
@@ -118,7 +122,8 @@ def summary_table(df: pandas.DataFrame) -> ScopeTable:
         values = dict(zip(df.columns, row))
         keys = key if isinstance(key, tuple) else (key,)
         cells = [
-            "-" if k is None or (isinstance(k, float) and math.isnan(k)) else str(k) for k in keys
+            "-" if k is None or (isinstance(k, float) and math.isnan(k)) else printable(k)
+            for k in keys
         ]
         for _, columns, count, kind in shown:
             text = " / ".join(_value(values[c], kind) for c in columns)
