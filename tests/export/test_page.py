@@ -162,3 +162,17 @@ def test_hostile_names_and_two_aligned_runs_open_as_text(tmp_path: Path) -> None
     assert errors == []
     assert lane == [HOSTILE, HOSTILE]  # both runs' calls, overlaid from each run's start
     assert shown["a"] == 0 and shown["b"] == pytest.approx((rows - 1) * STEP_NS / 1e9)
+
+
+def test_missing_bokeh_names_the_extra_and_static_still_works(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "bokeh", None)  # import bokeh fails
+    out = tmp_path / "r.html"
+    assert main(["report", str(run), "-o", str(out)]) == 2
+    assert "pip install 'stroboscope[report]'" in capsys.readouterr().err
+    assert not out.exists()  # said before any work
+    assert main(["report", str(run), "-o", str(out), "--static"]) == 0
+    assert "<script" not in out.read_text()
