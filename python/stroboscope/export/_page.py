@@ -246,8 +246,7 @@ def _figures(
             bottom="bottom",
             top="top",
             fill_color="color",
-            line_color="white",
-            line_width=0.5,
+            line_color=None,  # a white outline would pale calls thinner than a pixel
             source=quads,
         )
         lane.add_tools(

@@ -254,15 +254,30 @@
     if (!sc) return { q, txt };
     const px = (b - a) / W;
     const lastPx = new Float64Array(sc.lanes.length).fill(-Infinity);
+    const lastEnd = new Float64Array(sc.lanes.length).fill(-Infinity);
+    const lastIdx = new Int32Array(sc.lanes.length).fill(-1);
     for (let i = 0; i < sc.begin.length; i++) {
       const x0 = sc.begin[i] / 1e6, x1 = sc.end[i] / 1e6;
       if (x1 < a || x0 > b) continue;
       const L = sc.lane[i];
       const p1 = (x1 - a) / px;
-      if (p1 - lastPx[L] < 0.5 && (x1 - x0) / px < 0.5) continue; // drawn over already
-      lastPx[L] = p1;
+      const w = (x1 - x0) / px;
       const nm = sc.names[sc.name[i]];
-      q.left.push(x0); q.right.push(Math.max(x1, x0 + px * 0.5));
+      // a call of the name just drawn, less than a pixel after it: one bar (as the PNG lane)
+      const k = lastIdx[L];
+      if (k >= 0 && q.name[k] === nm && (x0 - lastEnd[L]) / px < 1 && w < 4) {
+        q.right[k] = Math.max(q.right[k], x1);
+        q.dur[k] = 'calls less than a pixel apart: zoom in';
+        lastEnd[L] = x1;
+        lastPx[L] = p1;
+        continue;
+      }
+      if (p1 - lastPx[L] < 0.5 && w < 0.5) continue; // drawn over already
+      lastPx[L] = p1;
+      lastEnd[L] = x1;
+      lastIdx[L] = q.name.length;
+      // calls wider than 4 pixels keep a pixel's gap before the next; thinner ones none
+      q.left.push(x0); q.right.push(w > 4 ? x1 - px : Math.max(x1, x0 + px * 0.5));
       q.bottom.push(L + 0.08); q.top.push(L + 0.92);
       q.color.push(sc.colors[sc.name[i]]); q.name.push(nm);
       q.path.push(sc.paths[sc.path[i]]); q.dur.push(fmtDur(x1 - x0)); q.lane.push(sc.lanes[L]);
