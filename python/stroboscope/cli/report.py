@@ -1,6 +1,7 @@
-"""``stroboscope report RUN.parquet [RUN2 …] [-o report.html] [--png DIR] [--align start]``:
-summarise recordings in the terminal, as one HTML page and as PNG plots (several runs overlaid
-on a relative time axis with ``--align``). On a dataset root
+"""``stroboscope report RUN.parquet [RUN2 …] [-o report.html [--static]] [--png DIR]
+[--align start]``: summarise recordings in the terminal, as one HTML page that zooms from the
+whole run to single rows (``--static``: PNG plots, no script) and as PNG plots (several runs
+overlaid on a relative time axis with ``--align``). On a dataset root
 (``record --dataset``), the cross-rank report (:mod:`stroboscope.export.cluster_report`)."""
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def run_cluster(args: argparse.Namespace) -> int:
 
     unused = [
         f
-        for f in ("columns", "start", "end", "scope", "scopes", "png", "align")
+        for f in ("columns", "start", "end", "scope", "scopes", "png", "align", "static")
         if getattr(args, f)
     ]
     if unused:
