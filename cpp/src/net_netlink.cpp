@@ -106,6 +106,7 @@ class NetlinkNetworkSource final : public Source {
   explicit NetlinkNetworkSource(const SourceOptions& opts)
       : Source("network"),
         include_lo_(opts.net_include_loopback),
+        read_every_ns_(detail::byte_counter_read_every_ns(opts.rate_window_ns)),
         totals_(opts.rate_window_ns),
         reply_(kReplyBytes),
         links_(kMaxLinks),
@@ -139,10 +140,14 @@ class NetlinkNetworkSource final : public Source {
     if (fd_ >= 0) ::close(fd_);
   }
 
+  // The kernel adds to these counters on any packet or request; they are read once per rate
+  // window by default (see byte_counter_read_every_ns).
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return read_every_ns_;
+  }
   [[nodiscard]] const char* resolution_reason() const noexcept override {
-    return "interface counters are added per packet by the driver (ndo_get_stats64); some "
-           "hardware NICs refresh theirs from the device every 1-2 s, virtual ones (lo, veth, "
-           "virtio) per packet: every tick.";
+    return read_every_ns_ > 0 ? detail::kByteCounterResolutionReason
+                              : "rate_window 0: the counters can change on any tick; every tick.";
   }
   [[nodiscard]] const char* interface() const noexcept override { return "rtnetlink"; }
 
@@ -212,6 +217,7 @@ class NetlinkNetworkSource final : public Source {
   }
 
   bool include_lo_;
+  std::int64_t read_every_ns_;
   detail::CounterTotals totals_;
   int fd_ = -1;
   unsigned lo_index_ = 0;

@@ -105,6 +105,7 @@ class DiskIoSource final : public Source {
  public:
   explicit DiskIoSource(const SourceOptions& opts)
       : Source("diskio"),
+        read_every_ns_(detail::byte_counter_read_every_ns(opts.rate_window_ns)),
         totals_(opts.rate_window_ns),
         file_(detail::open_required(detail::join_path(opts.proc_root, "diskstats"),
                                     "block device counters")),
@@ -134,10 +135,14 @@ class DiskIoSource final : public Source {
   }
 
   // The counters move when a request completes (blk_account_io_done): any tick can see a change.
-  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override { return 0; }
+  // The kernel adds to these counters on any packet or request; they are read once per rate
+  // window by default (see byte_counter_read_every_ns).
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return read_every_ns_;
+  }
   [[nodiscard]] const char* resolution_reason() const noexcept override {
-    return "sector counts are added when each block request completes: they can change on any "
-           "tick.";
+    return read_every_ns_ > 0 ? detail::kByteCounterResolutionReason
+                              : "rate_window 0: the counters can change on any tick; every tick.";
   }
   [[nodiscard]] const char* interface() const noexcept override {
     return stat_files_.empty() ? "/proc/diskstats" : "/sys/block/*/stat";
@@ -253,6 +258,7 @@ class DiskIoSource final : public Source {
     return true;
   }
 
+  std::int64_t read_every_ns_;
   detail::CounterTotals totals_;
   ProcFile file_;
   int block_dir_ = -1;
