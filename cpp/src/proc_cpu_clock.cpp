@@ -238,9 +238,10 @@ bool ProcessCpuClock::list_changed() noexcept {
 }
 
 void ProcessCpuClock::read_own(CpuReading* out) noexcept {
-  // The reading thread's own clock (the sampler thread), then each registered thread's.
+  // The reading thread's own clock (the sampler thread), then each registered thread's. No
+  // sampler thread (an inline tick on a caller's thread): nothing of ours to report.
   std::uint64_t total = 0;
-  out->own_ok = clock_ns(CLOCK_THREAD_CPUTIME_ID, &total);
+  out->own_ok = reader_tid_ != 0 && clock_ns(CLOCK_THREAD_CPUTIME_ID, &total);
   if (!this_process_) {
     out->own_ns = total;
     out->own_at_ns = out->after_ns;
@@ -260,7 +261,7 @@ bool ProcessCpuClock::read(CpuReading* out) noexcept {
   out->ran = 0;
   out->busy_threads = 0.0;
   out->own_ok = false;
-  if (this_process_ && reader_tid_ == 0) {
+  if (running_ && reader_tid_ == 0) {
     reader_tid_ = this_tid();  // once per run: the sampler thread
     rescan_due_ = true;
   }

@@ -20,8 +20,9 @@
 //     one syscall, ns, lagging by at most one scheduler tick per running thread.
 //  3. Where neither is allowed: utime + stime of /proc/<pid>/stat (USER_HZ ticks, 10 ms).
 //
-// Stroboscope's own threads: the thread that reads (the sampler thread) and the threads that
-// registered themselves (register_own_thread: the poll threads of slow sources). In this process
+// Stroboscope's own threads: the thread that reads while the sampler runs (the sampler thread;
+// a tick taken inline while it is stopped runs on the caller's thread, which stays the user's)
+// and the threads that registered themselves (register_own_thread: the poll threads of slow sources). In this process
 // they are left out of the sum unless `include_own` (way 1: their clocks are not read; way 2:
 // their clocks are subtracted from the process clock), and their CPU time is reported on its own
 // (own_ns: the reading thread's CLOCK_THREAD_CPUTIME_ID plus the registered threads' clocks),
@@ -109,8 +110,11 @@ class ProcessCpuClock {
   // Re-lists the threads of this process (constructor, and a read that finds the list changed).
   bool rescan() noexcept;
 
-  // A new run: the reading thread may be another one (the sampler makes a thread per run).
-  void new_run() noexcept {
+  // A sampler's run starts (`running`: reads come from its thread, a new one per run, learned
+  // at the first read) or ends (reads come from a caller's thread, tick_now or inline ticks:
+  // that thread is the user's, and there is no own CPU to report).
+  void set_running(bool running) noexcept {
+    running_ = running;
     reader_tid_ = 0;
     rescan_due_ = true;
     own_prev_ok_ = false;
@@ -144,7 +148,8 @@ class ProcessCpuClock {
   std::uint64_t total_ns_ = 0;  // thread mode: the sum of deltas so far
   bool include_own_ = false;
   bool this_process_ = false;   // pid is the reading process: own threads are in it
-  int reader_tid_ = 0;          // the thread calling read() in this run (0: not known yet)
+  bool running_ = false;        // between the sampler's on_start and on_stop
+  int reader_tid_ = 0;          // the sampler thread of this run (0: not known yet, or stopped)
   bool rescan_due_ = true;      // a clock read failed or a run began: list again
   std::uint64_t own_gen_ = 0;   // own_threads_generation() at the latest rescan
   std::uint64_t rescans_ = 0;

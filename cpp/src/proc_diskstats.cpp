@@ -118,16 +118,20 @@ class DiskIoSource final : public Source {
     open_block_stats(block);
     add_column("disk.read_bytes", "bytes", DType::kInt64, Kind::kCounter,
                "Bytes read from whole block devices (partitions excluded) since the first "
-               "reading.");
+               "reading (by default one exact value per "
+               "rate_window + 5 %: the resolution table).");
     add_column("disk.write_bytes", "bytes", DType::kInt64, Kind::kCounter,
                "Bytes written to whole block devices (partitions excluded) since the first "
-               "reading.");
+               "reading (by default one exact value per "
+               "rate_window + 5 %: the resolution table).");
     add_column("disk.read_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes read per second from whole block devices since the previous value "
-               "(windows of at least rate_window).");
+               "(windows of at least rate_window; the default read period of rate_window + "
+               "5 % loses no value of it).");
     add_column("disk.write_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes written per second to whole block devices since the previous value "
-               "(windows of at least rate_window).");
+               "(windows of at least rate_window; the default read period of rate_window + "
+               "5 % loses no value of it).");
     set_window(2, 4, opts.rate_window_ns);  // the two *_per_s columns
   }
   ~DiskIoSource() override {

@@ -76,15 +76,19 @@ class NetworkSource final : public Source {
     if (!file_.read(&err)) throw std::runtime_error("cannot read " + file_.path());
     const std::string which = include_lo_ ? "all interfaces, lo included," : "all interfaces but lo";
     add_column("net.sent_bytes", "bytes", DType::kInt64, Kind::kCounter,
-               "Bytes sent by " + which + " since the first reading.");
+               "Bytes sent by " + which + " since the first reading (by default one exact "
+                   "value per rate_window + 5 %: the resolution table).");
     add_column("net.recv_bytes", "bytes", DType::kInt64, Kind::kCounter,
-               "Bytes received by " + which + " since the first reading.");
+               "Bytes received by " + which + " since the first reading (by default one "
+                   "exact value per rate_window + 5 %).");
     add_column("net.sent_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes sent per second by " + which +
-                   " since the previous value (windows of at least rate_window).");
+                   " since the previous value (windows of at least rate_window; the default "
+                   "read period of rate_window + 5 % loses no value of it).");
     add_column("net.recv_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes received per second by " + which +
-                   " since the previous value (windows of at least rate_window).");
+                   " since the previous value (windows of at least rate_window; the default "
+                   "read period of rate_window + 5 % loses no value of it).");
     set_window(2, 4, opts.rate_window_ns);  // the two *_per_s columns
   }
 

@@ -136,11 +136,14 @@ class ProcessSource final : public Source {
                       "(thread clocks are brought up to date at each read by the kernel's "
                       "task_sched_runtime): every tick.";
   }
-  // A new run has a new sampler thread: the own threads are found again, self.cpu_pct starts a
-  // new baseline.
+  // A run has a sampler thread of its own (found at its first read); ticks taken while stopped
+  // run on the caller's thread, the user's. self.cpu_pct starts a new baseline each run.
   void on_start() override {
-    if (clock_) clock_->new_run();
+    if (clock_) clock_->set_running(true);
     has_own_prev_ = false;
+  }
+  void on_stop() noexcept override {
+    if (clock_) clock_->set_running(false);
   }
 
   [[nodiscard]] const char* interface() const noexcept override {

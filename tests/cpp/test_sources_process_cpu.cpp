@@ -111,6 +111,7 @@ void spin_cpu(std::int64_t ns) {
 void test_thread_list_reread_only_when_it_changes() {
   detail::ProcessCpuClock c(static_cast<int>(::getpid()), "/proc/self/task", true);
   CHECK(c.mode() == detail::ProcessCpuClock::Mode::kThreadClocks);
+  c.set_running(true);  // as the sampler's on_start does
   detail::CpuReading r;
   CHECK(c.read(&r));  // the first read of a run learns the reading thread: one listing
   const std::uint64_t base = c.rescans();
@@ -142,9 +143,10 @@ void test_thread_list_reread_only_when_it_changes() {
   CHECK_EQ(c.threads(), n0);
 }
 
-// The reading thread and a registered thread are stroboscope's own: by default their CPU time is
-// not in the process's (here nothing else runs, so it does not move at all) and is in own_ns;
-// with include_own it is in both.
+// While the sampler runs, the reading thread and a registered thread are stroboscope's own: by
+// default their CPU time is not in the process's (here nothing else runs, so it does not move at
+// all) and is in own_ns; with include_own it is in both. Stopped, a reading thread (tick_now's
+// caller) is the user's: counted, and no own CPU is reported.
 void test_own_threads_left_out_unless_asked() {
   for (bool include : {false, true}) {
     detail::ProcessCpuClock c(static_cast<int>(::getpid()), "/proc/self/task", true,
@@ -160,6 +162,7 @@ void test_own_threads_left_out_unless_asked() {
       unregister_own_thread();
     });
     while (step.load() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    c.set_running(true);  // reads come from the sampler thread (this one) from here
     detail::CpuReading a, b;
     CHECK(c.read(&a));
     CHECK(a.own_ok);
@@ -176,6 +179,13 @@ void test_own_threads_left_out_unless_asked() {
     }
     step = 4;
     poll.join();
+    c.set_running(false);
+    detail::CpuReading d, e;
+    CHECK(c.read(&d));
+    spin_cpu(10'000'000);
+    CHECK(c.read(&e));
+    CHECK(!e.own_ok);
+    CHECK(e.ns - d.ns >= 10'000'000u);
   }
 }
 

@@ -110,7 +110,7 @@ inline constexpr const char kByteCounterResolutionReason[] =
     "read once per rate_window + 5 % (105 ms by default; jitter never leaves a window short): "
     "the byte rates are taken over windows of at least rate_window anyway, so no rate is lost; "
     "the byte totals are exact at each read, one per window instead of one per tick. "
-    "sources={name: interval} reads every tick; rate_window=0 too.";
+    "sources={name: None} reads them every tick; so does rate_window=0.";
 
 // A per-second rate of a since-start byte total over windows of at least `window_ns`. Kernel
 // byte counters advance in bursts (a disk request completes, a NIC interrupt fires), so a rate

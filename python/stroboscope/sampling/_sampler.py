@@ -104,9 +104,13 @@ class CoreSampler(ScopeRecording, EnergyWindows):
     net_include_loopback : bool
         Count the loopback interface in ``net.*`` too (psutil's totals do; default False).
     include_own_threads : bool
-        Count stroboscope's own threads (the sampler thread, the poll threads of slow sources)
-        in ``proc.cpu_pct`` of this process (default False: they are left out, and their CPU
-        is the ``self.cpu_pct`` column, the monitor's cost beside the workload's).
+        Count stroboscope's own threads in ``proc.cpu_pct`` of this process (default False:
+        they are left out, and their CPU is the ``self.cpu_pct`` column, the monitor's cost
+        beside the workload's). Own means the core's threads: the sampler thread while it runs
+        and the poll threads of slow sources (``gpu``). Python threads stroboscope starts
+        (exporters, the dataset writer, the scope collector) run under the user's interpreter
+        and GIL, and stay in ``proc.cpu_pct``; ticks taken with ``tick_now`` run on the
+        caller's thread, the user's. Another process (``pid=``) has none of them.
     gpu_samples : bool
         With the ``gpu`` source, also collect every sample the driver buffered (power, GPU and
         memory utilisation, SM and memory clocks) at the driver's own resolution; see
