@@ -84,7 +84,9 @@ class FloorLib:
         ]
         self.lib.floor_thread_run.restype = ctypes.c_int
 
-    def start(self, variant: str, tick_ns: int, seconds: float) -> tuple[threading.Thread, dict[str, Any]]:
+    def start(
+        self, variant: str, tick_ns: int, seconds: float
+    ) -> tuple[threading.Thread, dict[str, Any]]:
         """Start the loop on a new thread; the dict is filled when the thread ends."""
         out: dict[str, Any] = {}
 

@@ -111,9 +111,7 @@ def _send_over_loopback(n: int) -> None:
 def test_network_counts_loopback_only_when_asked(include_lo: bool) -> None:
     # Traffic over loopback: counted when asked and left out otherwise (veth: the test below).
     n = 1 << 20
-    s = Sampler(
-        0.001, sources={"network": None}, net_include_loopback=include_lo, capacity=64
-    )
+    s = Sampler(0.001, sources={"network": None}, net_include_loopback=include_lo, capacity=64)
     try:
         # /proc/net/dev read on both sides of each tick: the bytes between our two reads are
         # bracketed by [inner delta, outer delta] of the same interfaces.

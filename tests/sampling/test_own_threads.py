@@ -15,7 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-
 from stroboscope.sampling import CoreSampler
 
 
