@@ -108,7 +108,7 @@ std::int64_t PolledSource::next_poll(std::int64_t end) noexcept {
 
 void PolledSource::poll_loop() noexcept {
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  register_own_thread();  // stroboscope's own: out of proc.cpu_pct, into self.cpu_pct
+  register_own_thread();  // stroboscope's own: out of proc.cpu_pct, into proc.self_cpu_pct
   // The first reading at once (so a value is known early), then on the plan.
   std::int64_t wake = mono_ns();
   own_deadline_ = wake;

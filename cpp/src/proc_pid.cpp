@@ -105,7 +105,7 @@ class ProcessSource final : public Source {
                "CPUs. Null once the process is a zombie or inside its exit (its memory gone). "
                "In this process, stroboscope's own threads (the sampler thread and the poll "
                "threads of slow sources) are left out unless include_own_threads: their CPU "
-               "is self.cpu_pct. Another process has none of them (a recorder's CPU is its "
+               "is proc.self_cpu_pct. Another process has none of them (a recorder's CPU is its "
                "own process's).");
     add_column("proc.rss_bytes", "bytes", DType::kInt64, Kind::kGauge,
                "Resident set size of the process (null, not 0, once it is exiting).");
@@ -113,7 +113,7 @@ class ProcessSource final : public Source {
                "Resident set size of the process as a share of physical memory.");
     add_column("proc.threads", "count", DType::kInt64, Kind::kGauge,
                "Threads in the process (stroboscope's own included).");
-    add_column("self.cpu_pct", "%", DType::kFloat64, Kind::kRate,
+    add_column("proc.self_cpu_pct", "%", DType::kFloat64, Kind::kRate,
                "CPU time of stroboscope's own threads in the sampling process (the sampler "
                "thread's CPU clock, plus the poll threads' where slow sources have them) per "
                "wall time since the previous read; 100 per busy core: the monitor's own cost, "
@@ -137,7 +137,7 @@ class ProcessSource final : public Source {
                       "task_sched_runtime): every tick.";
   }
   // A run has a sampler thread of its own (found at its first read); ticks taken while stopped
-  // run on the caller's thread, the user's. self.cpu_pct starts a new baseline each run.
+  // run on the caller's thread, the user's. proc.self_cpu_pct starts a new baseline each run.
   void on_start() override {
     if (clock_) clock_->set_running(true);
     has_own_prev_ = false;
@@ -282,7 +282,8 @@ class ProcessSource final : public Source {
     window_threads_ = exact ? 0 : st.num_threads;  // the next window starts here
   }
 
-  // self.cpu_pct: the own threads' CPU time since the previous read over the wall time between.
+  // proc.self_cpu_pct: the own threads' CPU time since the previous read over the wall time
+  // between.
   void write_own(RowWriter& row, const detail::CpuReading& cpu) noexcept {
     if (!cpu.own_ok) {
       has_own_prev_ = false;

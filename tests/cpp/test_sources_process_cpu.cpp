@@ -29,7 +29,7 @@ std::int64_t g_other_cpu_ns = 0;  // any other thread: 5 µs more at each read o
 int fake_gettime(clockid_t id, timespec* ts) {
   std::int64_t v = g_now_ns;
   if (id == CLOCK_THREAD_CPUTIME_ID) {
-    v = 0;  // the reading thread's own clock, for self.cpu_pct (read after the chain below)
+    v = 0;  // the reading thread's own clock, for proc.self_cpu_pct (read after the chain below)
   } else if (id != CLOCK_MONOTONIC) {
     // A thread CPU clock is (~tid << 3) | 6 (include/linux/posix-timers.h).
     const int tid = ~(static_cast<int>(id) >> 3);

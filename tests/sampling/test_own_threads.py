@@ -1,6 +1,6 @@
 """The sampler's own CPU is never the user's: in this process ``proc.cpu_pct`` leaves out
 stroboscope's own threads (the sampler thread, the poll threads) unless ``include_own_threads``,
-and ``self.cpu_pct`` shows them; another process's ``proc.*`` never holds the recorder's CPU.
+and ``proc.self_cpu_pct`` shows them; another process's ``proc.*`` never holds the recorder's CPU.
 
 The references are independent of the sampler: the spinning thread's CPU clock read from Python
 (``time.pthread_getcpuclockid``), and the sampler thread's own CPU total (``stats()``)."""
@@ -80,11 +80,11 @@ def test_spinning_thread_reads_its_own_cpu_and_the_sampler_is_apart(include: boo
     # The monitor's own cost, on its own: the sampler thread's CPU clock, row by row. Each row
     # divides by the span between its own clock reads, which _cpu_s does not have (it weighs by
     # the ticks' times): on a loaded machine the sum strays by a fifth, so bounds, not equality.
-    _within_the_samplers(_cpu_s(table, "self.cpu_pct"), sampler_s)
+    _within_the_samplers(_cpu_s(table, "proc.self_cpu_pct"), sampler_s)
 
 
 def _within_the_samplers(self_s: float, sampler_s: float) -> None:
-    """self.cpu_pct adds up to the sampler thread's CPU time (its life holds a little more:
+    """proc.self_cpu_pct adds up to the sampler thread's CPU time (its life holds a little more:
     before the first read and after the last), not to anything of the workload's."""
     assert 0.5 * sampler_s <= self_s <= 1.2 * sampler_s + 0.005, (self_s, sampler_s)
 
@@ -109,4 +109,4 @@ def test_another_process_never_holds_the_recorders_cpu() -> None:
     child_s = _cpu_s(table, "proc.cpu_pct")
     assert sampler_s > 0.005  # 1,000 ticks cost the sampler thread milliseconds
     assert child_s < 0.2 * sampler_s, (child_s, sampler_s)
-    _within_the_samplers(_cpu_s(table, "self.cpu_pct"), sampler_s)
+    _within_the_samplers(_cpu_s(table, "proc.self_cpu_pct"), sampler_s)

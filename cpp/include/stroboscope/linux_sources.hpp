@@ -52,10 +52,11 @@ inline constexpr const char kReasonProcessExited[] = "process exited";
 [[nodiscard]] int resolve_pid(const SourceOptions& opts) noexcept;
 
 // Stroboscope's own threads in this process besides the sampler thread (which the "process"
-// source knows as the thread that reads it): a poll thread registers itself when it starts and
-// unregisters before it ends, so that proc.cpu_pct leaves it out (unless include_own_threads) and
-// self.cpu_pct counts it. At most 64 at a time; past that a thread is not registered and counts
-// as the user's. Lock-free; the calling thread is the one (un)registered.
+// source knows as the thread that reads it while the sampler runs): a poll thread registers
+// itself when it starts and unregisters before it ends, so that proc.cpu_pct leaves it out
+// (unless include_own_threads) and proc.self_cpu_pct counts it. At most 64 at a time; past that
+// a thread is not registered and counts as the user's. Lock-free; the calling thread is the one
+// (un)registered.
 void register_own_thread() noexcept;
 void unregister_own_thread() noexcept;
 

@@ -105,7 +105,7 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         Count the loopback interface in ``net.*`` too (psutil's totals do; default False).
     include_own_threads : bool
         Count stroboscope's own threads in ``proc.cpu_pct`` of this process (default False:
-        they are left out, and their CPU is the ``self.cpu_pct`` column, the monitor's cost
+        they are left out, and their CPU is the ``proc.self_cpu_pct`` column, the monitor's cost
         beside the workload's). Own means the core's threads: the sampler thread while it runs
         and the poll threads of slow sources (``gpu``). Python threads stroboscope starts
         (exporters, the dataset writer, the scope collector) run under the user's interpreter
