@@ -18,7 +18,9 @@ INSTALL = "pip install torch==2.13.0 lightning"
 
 # Lightning 2.6 on torch 2.13: its own use of a torch API torch deprecates, and its advice to
 # use DataLoader workers for a dataset of 32 rows; neither is ours to change.
-@pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning")
+@pytest.mark.filterwarnings(
+    "ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning"
+)
 @pytest.mark.filterwarnings("ignore:The '\\w+_dataloader' does not have many workers")
 def test_a_real_trainer_records_scopes_windows_and_the_run(tmp_path: Path) -> None:
     torch = python_module("torch", install=INSTALL)
