@@ -174,9 +174,8 @@ def test_cpu_rss_and_io_per_op(tmp_path: Path) -> None:
     assert gemm["rss_n"] == 5
     # write_bytes: [2,3] 100 of the first 1000, [12,18] none, [25,35] 3000 -> 5000
     assert gemm["write_bytes"] == pytest.approx(100 + 0 + 2000)
-    assert gemm["read_bytes"] == pytest.approx(
-        0 + 240 + 200
-    )  # [12,18] 80 -> 320, [25,35] 400 -> 600
+    # read_bytes: [2,3] none, [12,18] 80 -> 320, [25,35] 400 -> 600
+    assert gemm["read_bytes"] == pytest.approx(0 + 240 + 200)
     assert gemm["read_bytes_n"] == gemm["write_bytes_n"] == 5
     relu = row(df, ("kernel", "relu"))  # [5, 5.5] ms, inside one gap: thin evidence
     assert relu["cpu_pct_mean"] == pytest.approx(62.0) and relu["cpu_pct_n"] == 2
