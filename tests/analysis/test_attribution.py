@@ -8,6 +8,7 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,7 @@ def test_real_torch_trace_counts_and_times() -> None:
 
 
 def test_cpu_rss_and_io_per_op(tmp_path: Path) -> None:
-    process = {
+    process: dict[str, Sequence[float]] = {
         "proc.cpu_pct": CPU,
         "proc.rss_bytes": RSS,
         "proc.read_bytes": READ_BYTES,
