@@ -87,7 +87,8 @@ def test_every_column_on_real_cpu_ops(tmp_path: Path, nvml: Any) -> None:
     assert abs(regions.loc["idle", "rss_delta_bytes"]) < 4 * MiB
     written = regions.loc["write", "write_bytes"]
     assert 4 * MiB <= written < 5 * MiB  # the block, and at most some of the file's metadata
-    assert regions.loc["busy", "write_bytes"] == regions.loc["idle", "write_bytes"] == 0
+    # the other regions write nothing of their own (the process's other writers: a few KiB)
+    assert regions.loc["busy", "write_bytes"] < MiB and regions.loc["idle", "write_bytes"] < MiB
     assert df["read_bytes"].notna().all()
     # The GPU draws POWER_W all along: each region's energy is that power times its time, to
     # within the counter's 1 ms steps at its two edges.
