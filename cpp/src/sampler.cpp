@@ -9,8 +9,11 @@
 #include <pthread.h>
 #include <sys/prctl.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -45,17 +48,41 @@ std::uint64_t checked_capacity(std::uint64_t capacity) {
   return capacity;
 }
 
+std::int64_t ns_of(const timespec& ts) noexcept {
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+constexpr std::size_t kLogWords = 6;  // a RateChange in the rate log
+
 }  // namespace
 
+const char* rate_reason_name(RateReason r) noexcept {
+  switch (r) {
+    case RateReason::kOverBudget:
+      return "over_budget";
+    case RateReason::kBeyondResolution:
+      return "over_budget_beyond_resolution";
+    case RateReason::kRoom:
+      return "room";
+  }
+  return "unknown";
+}
+
 Sampler::Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns,
-                 std::uint64_t capacity, const std::string& spool_path, bool precise)
+                 std::uint64_t capacity, const std::string& spool_path, bool precise,
+                 double max_overhead)
     : sources_(std::move(sources)),
       columns_(ring_columns_for(sources_)),
       interval_ns_(interval_ns),
-      precise_(precise) {
+      precise_(precise),
+      max_overhead_(max_overhead) {
   if (interval_ns < kMinIntervalNs || interval_ns > kMaxIntervalNs) {
     throw std::invalid_argument("interval must be within [100 us, 1 h], got " +
                                 std::to_string(interval_ns) + " ns");
+  }
+  if (!(max_overhead >= 0.0 && max_overhead <= 1.0)) {  // also refuses NaN
+    throw std::invalid_argument("max_overhead must be within [0, 1] (0: off), got " +
+                                std::to_string(max_overhead));
   }
   (void)checked_capacity(capacity);
   std::size_t offset = 1;  // column 0 is mono_ns
@@ -66,6 +93,22 @@ Sampler::Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns,
   }
   next_due_.assign(sources_.size(), 0);
   source_ns_ = std::make_unique<std::atomic<std::uint64_t>[]>(sources_.size());
+  const std::size_t n = sources_.size();
+  interval_now_ns_ = std::make_unique<std::atomic<std::int64_t>[]>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto* polled = dynamic_cast<PolledSource*>(sources_[i].source.get());
+    polled_.push_back(polled);
+    const std::int64_t first = polled != nullptr
+                                   ? polled->interval_ns()
+                                   : interval_ns * static_cast<std::int64_t>(sources_[i].every);
+    first_interval_ns_.push_back(first);
+    interval_now_ns_[i].store(first, std::memory_order_relaxed);
+    resolution_ns_.push_back(sources_[i].source->natural_resolution_ns());
+  }
+  cp_mono_.assign(kCheckpoints, 0);
+  cp_cpu_.assign(kCheckpoints, 0);
+  cp_cost_.assign(kCheckpoints * n, 0);
+  rate_log_ = std::make_unique<std::atomic<std::int64_t>[]>(kRateLogSize * kLogWords);
   row_cells_.assign(columns_.size(), 0);
   row_valid_.assign(columns_.size(), 0);
   anchor_ = take_clock_anchor();
@@ -217,6 +260,9 @@ void Sampler::run() noexcept {
     thread_cpu_clock_valid_.store(true, std::memory_order_release);
   }
   overshoot_ns_.fill(0);
+  // The budget's checkpoints start afresh with each run (a stopped sampler costs nothing).
+  checkpoints_ = since_ = 0;
+  next_check_ns_ = 0;
   // start() wrote the schedule before creating this thread.
   std::uint64_t k = schedule_.first_tick;
   std::int64_t deadline = schedule_.origin_ns;
@@ -238,10 +284,14 @@ void Sampler::run() noexcept {
     overshoot_at_ = (overshoot_at_ + 1) % overshoot_ns_.size();
     overshoot_ns_[overshoot_at_] = 0;
     tick(k, now, false);
-    const std::int64_t end = mono_ns();
+    std::int64_t end = mono_ns();
     cost_.record(static_cast<std::uint64_t>(end - now));
     ticks_taken_.store(ticks_taken_.load(std::memory_order_relaxed) + 1,
                        std::memory_order_relaxed);
+    if (max_overhead_ > 0.0 && end >= next_check_ns_) {
+      keep_budget(end);  // after the row: not in the tick's cost, nor in its lateness
+      end = mono_ns();
+    }
     ++k;
     deadline += interval_ns_;
     if (end >= deadline) {
@@ -264,6 +314,144 @@ void Sampler::run() noexcept {
   // above before the flag).
   thread_cpu_clock_valid_.store(false, std::memory_order_release);
   running_.store(false, std::memory_order_release);
+}
+
+std::int64_t Sampler::source_interval_ns(std::size_t s) const noexcept {
+  return interval_now_ns_[s].load(std::memory_order_relaxed);  // stands alone
+}
+
+std::int64_t Sampler::source_cost_ns(std::size_t s) const noexcept {
+  if (polled_[s] != nullptr) return polled_[s]->thread_cpu_ns();
+  return static_cast<std::int64_t>(source_ns_[s].load(std::memory_order_relaxed));
+}
+
+void Sampler::set_source_interval(std::size_t s, std::int64_t interval_ns) noexcept {
+  if (polled_[s] != nullptr) {
+    polled_[s]->set_interval_ns(interval_ns);
+  } else {
+    sources_[s].every = static_cast<std::uint32_t>(interval_ns / interval_ns_);
+  }
+  interval_now_ns_[s].store(interval_ns, std::memory_order_relaxed);
+}
+
+void Sampler::record_change(std::int64_t now, std::size_t s, std::int64_t old_ns,
+                            std::int64_t new_ns, RateReason why,
+                            std::int64_t share_ppm) noexcept {
+  const std::uint64_t at = rate_changes_.load(std::memory_order_relaxed);
+  const std::uint64_t seq = rate_seq_.load(std::memory_order_relaxed);
+  // Odd while writing; the release fence orders it before the entry's words (a reader that
+  // sees a word written here then sees seq_ odd or changed on its re-check).
+  rate_seq_.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  std::atomic<std::int64_t>* e = &rate_log_[(at % kRateLogSize) * kLogWords];
+  e[0].store(now, std::memory_order_relaxed);
+  e[1].store(static_cast<std::int64_t>(s), std::memory_order_relaxed);
+  e[2].store(old_ns, std::memory_order_relaxed);
+  e[3].store(new_ns, std::memory_order_relaxed);
+  e[4].store(static_cast<std::int64_t>(why), std::memory_order_relaxed);
+  e[5].store(share_ppm, std::memory_order_relaxed);
+  // release: a reader that acquires the new count or the even seq sees the whole entry.
+  rate_changes_.store(at + 1, std::memory_order_release);
+  rate_seq_.store(seq + 2, std::memory_order_release);
+}
+
+void Sampler::keep_budget(std::int64_t now) noexcept {
+  next_check_ns_ = now + kBudgetCheckNs;
+  const std::size_t n = sources_.size();
+  timespec ts{};
+  std::int64_t cpu = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 ? ns_of(ts) : 0;
+  for (std::size_t s = 0; s < n; ++s) {
+    if (polled_[s] != nullptr) cpu += polled_[s]->thread_cpu_ns();
+  }
+  const std::size_t row = checkpoints_ % kCheckpoints;
+  cp_mono_[row] = now;
+  cp_cpu_[row] = cpu;
+  for (std::size_t s = 0; s < n; ++s) cp_cost_[row * n + s] = source_cost_ns(s);
+  const std::uint64_t latest = checkpoints_++;
+  // The first usable checkpoint: the latest change's, and not older than the ring keeps.
+  const std::uint64_t oldest = std::max<std::uint64_t>(
+      since_, latest + 1 > kCheckpoints ? latest + 1 - kCheckpoints : 0);
+  if (latest == oldest) return;
+  // The window: back to kLowerWindowNs (lowering) or the oldest usable (raising).
+  const auto back_to = [&](std::int64_t span) {
+    std::uint64_t i = latest;
+    while (i > oldest && now - cp_mono_[(i - 1) % kCheckpoints] <= span) --i;
+    return i;
+  };
+  const auto share_between = [&](std::uint64_t a, std::int64_t* cost_share_ppm) {
+    const std::size_t ra = a % kCheckpoints;
+    const auto dt = static_cast<double>(now - cp_mono_[ra]);
+    for (std::size_t s = 0; s < n; ++s) {
+      cost_share_ppm[s] = std::llround(
+          static_cast<double>(cp_cost_[row * n + s] - cp_cost_[ra * n + s]) / dt * 1e6);
+    }
+    return std::llround(static_cast<double>(cpu - cp_cpu_[ra]) / dt * 1e6);
+  };
+  const auto budget_ppm = std::llround(max_overhead_ * 1e6);
+  // Per-source shares on the stack: the sampler thread must not allocate. A sampler has a
+  // handful of sources; past kMaxBudgeted the rest are not budgeted (never the case in the
+  // registry today).
+  constexpr std::size_t kMaxBudgeted = 64;
+  std::int64_t shares[kMaxBudgeted];
+  const std::size_t m = std::min(n, kMaxBudgeted);
+  const std::uint64_t lower_from = back_to(kLowerWindowNs);
+  if (lower_from < latest && now - cp_mono_[oldest % kCheckpoints] >= kLowerAfterNs) {
+    std::int64_t share = share_between(lower_from, shares);
+    overhead_ppm_.store(share, std::memory_order_relaxed);  // a statistic only
+    if (share > budget_ppm) {
+      const std::int64_t decided = share;
+      bool changed = false;
+      while (share > std::llround(static_cast<double>(budget_ppm) * kLowerTarget)) {
+        // The costliest source read faster than its resolution (slowing it loses nothing);
+        // only when none is left, the costliest of the others (below the cap).
+        std::size_t pick = m;
+        for (int pass = 0; pass < 2 && pick == m; ++pass) {
+          for (std::size_t s = 0; s < m; ++s) {
+            const std::int64_t next = source_interval_ns(s) * 2;
+            const std::int64_t cap = pass == 0 ? resolution_ns_[s]
+                                               : std::max({kBudgetMaxIntervalNs,
+                                                           resolution_ns_[s],
+                                                           first_interval_ns_[s]});
+            if (next > cap || shares[s] <= 0) continue;
+            if (pick == m || shares[s] > shares[pick]) pick = s;
+          }
+        }
+        if (pick == m) {
+          budget_unmet_.fetch_add(1, std::memory_order_relaxed);  // a count only
+          break;
+        }
+        const std::int64_t old_ns = source_interval_ns(pick);
+        const std::int64_t new_ns = old_ns * 2;
+        set_source_interval(pick, new_ns);
+        record_change(now, pick, old_ns, new_ns,
+                      new_ns > resolution_ns_[pick] ? RateReason::kBeyondResolution
+                                                    : RateReason::kOverBudget,
+                      decided);
+        share -= shares[pick] / 2;
+        shares[pick] -= shares[pick] / 2;
+        changed = true;
+      }
+      if (changed) since_ = latest;
+    }
+    return;
+  }
+  // Raising: kRaiseAfterNs without a change, and room for the cheapest slowed source at twice
+  // its rate.
+  if (now - cp_mono_[oldest % kCheckpoints] < kRaiseAfterNs) return;
+  const std::int64_t share = share_between(back_to(kRaiseAfterNs), shares);
+  overhead_ppm_.store(share, std::memory_order_relaxed);  // a statistic only
+  std::size_t pick = m;
+  for (std::size_t s = 0; s < m; ++s) {
+    if (source_interval_ns(s) <= first_interval_ns_[s]) continue;
+    if (pick == m || shares[s] < shares[pick]) pick = s;
+  }
+  if (pick == m) return;
+  if (share + shares[pick] > std::llround(static_cast<double>(budget_ppm) * kRaiseTarget)) return;
+  const std::int64_t old_ns = source_interval_ns(pick);
+  const std::int64_t new_ns = std::max(first_interval_ns_[pick], old_ns / 2);
+  set_source_interval(pick, new_ns);
+  record_change(now, pick, old_ns, new_ns, RateReason::kRoom, share);
+  since_ = latest;
 }
 
 std::int64_t Sampler::run_ticks_inline(std::uint64_t n) {
@@ -347,6 +535,7 @@ SamplerStats Sampler::stats() const {
       s.thread_cpu_ns += static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
     }
   }
+  s.threads_cpu_ns = s.thread_cpu_ns;
   s.capacity = ring_->capacity();
   s.num_columns = columns_.size() - 1;
   s.ring_bytes = ring_->memory_bytes();
@@ -357,14 +546,52 @@ SamplerStats Sampler::stats() const {
     // The process sources say so with one reason; compared by text, not by address, so a
     // reason copied through a wrapper (PolledSource) still counts.
     const bool exited = why != nullptr && std::strcmp(why, kReasonProcessExited) == 0;
-    s.sources.push_back(SourceStats{src.name(), sources_[i].every, src.reads(), src.failures(),
+    // A tick source's every from the mirror (the sampler thread may change the slot's); a polled
+    // source's slot is read on every tick, its own interval is its poll thread's.
+    const auto every = polled_[i] != nullptr
+                           ? sources_[i].every
+                           : static_cast<std::uint32_t>(source_interval_ns(i) / interval_ns_);
+    s.sources.push_back(SourceStats{src.name(), every, src.reads(), src.failures(),
                                     source_ns_[i].load(std::memory_order_relaxed),
                                     why != nullptr ? std::string(why) : std::string(),
                                     src.error_number(), exited, src.not_followed()});
-    if (const auto* polled = dynamic_cast<const PolledSource*>(&src)) {
-      s.sources.back().poll_lead_ns = polled->lead_ns();
-    }
+    SourceStats& back = s.sources.back();
+    if (const auto* polled = polled_[i]) back.poll_lead_ns = polled->lead_ns();
+    back.interval_ns = source_interval_ns(i);
+    back.first_interval_ns = first_interval_ns_[i];
+    back.resolution_ns = resolution_ns_[i];
+    back.cost_ns = source_cost_ns(i);
+    if (polled_[i] != nullptr) s.threads_cpu_ns += back.cost_ns;
     s.process_exited = s.process_exited || exited;
+  }
+  s.max_overhead = max_overhead_;
+  s.overhead_ppm = overhead_ppm_.load(std::memory_order_relaxed);
+  s.budget_unmet = budget_unmet_.load(std::memory_order_relaxed);
+  // The rate log under its sequence counter (see record_change()); the writer is rare (a few
+  // entries per kBudgetCheckNs at most), so a retry is rare too. The vector is reserved before
+  // the loop: no allocation between the two reads of the counter.
+  s.rate_changes.reserve(kRateLogSize);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const std::uint64_t seq = rate_seq_.load(std::memory_order_acquire);
+    if ((seq & 1U) != 0) continue;
+    const std::uint64_t total = rate_changes_.load(std::memory_order_relaxed);
+    s.rate_changes.clear();
+    const std::uint64_t first = total > kRateLogSize ? total - kRateLogSize : 0;
+    for (std::uint64_t c = first; c < total; ++c) {
+      const std::atomic<std::int64_t>* e = &rate_log_[(c % kRateLogSize) * kLogWords];
+      s.rate_changes.push_back(RateChange{
+          e[0].load(std::memory_order_relaxed),
+          static_cast<std::uint32_t>(e[1].load(std::memory_order_relaxed)),
+          e[2].load(std::memory_order_relaxed), e[3].load(std::memory_order_relaxed),
+          static_cast<RateReason>(e[4].load(std::memory_order_relaxed)),
+          e[5].load(std::memory_order_relaxed)});
+    }
+    // acquire: the words read above are ordered before the re-check of the counter.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (rate_seq_.load(std::memory_order_relaxed) == seq) {
+      s.rate_changes_total = total;
+      break;
+    }
   }
   return s;
 }
