@@ -432,8 +432,8 @@ void Sampler::keep_budget(std::int64_t now) noexcept {
         changed = true;
       }
       if (changed) since_ = latest;
+      return;
     }
-    return;
   }
   // Raising: kRaiseAfterNs without a change, and room for the cheapest slowed source at twice
   // its rate.
