@@ -62,7 +62,11 @@ def test_info_imports_its_own_module_only_and_neither_numpy_nor_pyarrow() -> Non
     assert got["heavy"] == []
     ours = set(got["ours"])  # type: ignore[arg-type]
     assert "stroboscope.cli.info" in ours
-    assert not ours & {"stroboscope.cli.record", "stroboscope.cli.report", "stroboscope.cli.recover"}
+    assert not ours & {
+        "stroboscope.cli.record",
+        "stroboscope.cli.report",
+        "stroboscope.cli.recover",
+    }
     assert not {m for m in ours if m.startswith(("stroboscope.analysis", "stroboscope.formats"))}
 
 

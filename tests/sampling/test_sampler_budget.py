@@ -78,6 +78,12 @@ def test_a_costly_source_is_slowed_then_raised_again_and_every_change_is_recorde
     assert gpu.first_interval_ns == 1_000_000
     assert gpu.interval_ns == changes[-1].new_interval_ns
     assert s.stats().source("memory").interval_ns == 10_000_000  # cheap: never changed
+    # fill="forward" holds a slowed source's values until its next reading at the slowest
+    # interval it had (less half a tick), not the 1 ms it was planned at.
+    slowest = max(c.new_interval_ns for c in changes)
+    gpu_columns = [c["name"] for c in s._details["gpu"]["columns"]]
+    assert gpu_columns
+    assert all(s._fill_within[c] >= slowest - 500_000 for c in gpu_columns)
     # The provenance (of the frame, and the sampler's) carries the same changes.
     budget = (frame.provenance or {})["budget"]
     assert budget["max_overhead"] == 0.1

@@ -159,6 +159,10 @@ def format_provenance(prov: dict[str, Any]) -> str:
             lines.append(f"  gpu.{d['label']}: {d.get('name')} {d.get('uuid')} (NVML {d['index']})")
         if gpus.get("reason"):
             lines.append(f"  {gpus['reason']}")
+    budget = prov.get("budget")
+    if isinstance(budget, dict) and budget.get("max_overhead"):
+        changes = budget.get("rate_changes_total")
+        show("overhead budget", f"{budget['max_overhead']} of a core, {changes} rate change(s)")
     if prov.get("missing"):
         show("not known", ", ".join(prov["missing"]))
     for key, why in bad.items():

@@ -44,6 +44,6 @@ if TYPE_CHECKING:
     from stroboscope.sampling._gpu import gpu_status
     from stroboscope.sampling._net import net_dev_totals
     from stroboscope.sampling._plan import available_sources
-    from stroboscope.sampling._schema import Column
     from stroboscope.sampling._sampler import CoreSampler, SamplerOptions
+    from stroboscope.sampling._schema import Column
     from stroboscope.sampling._stats import SamplerStats, SourceStats

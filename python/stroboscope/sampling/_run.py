@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict
+from types import MappingProxyType
 from typing import Any
 
 import stroboscope._core as _core
 from stroboscope._base.ratelimit import RateLimitedLog
 from stroboscope.sampling._frame import Frame
+from stroboscope.sampling._plan import value_holds_ns
 from stroboscope.sampling._provenance import RunFacts, counters, gather, read_cmdline
 from stroboscope.sampling._schema import Column
 from stroboscope.sampling._stats import RateChange, SamplerStats
@@ -42,6 +44,7 @@ class RunRecord:
     _columns: list[Column]
     _gpu_labels: dict[int, int]
     _fill_within: Mapping[str, int]
+    _details: Mapping[str, Mapping[str, Any]]
     _run: RunFacts | None
     _max_overhead: float
 
@@ -70,7 +73,9 @@ class RunRecord:
         run = self._run_facts()
         if stats.rate_changes_total == seen:
             return run
-        fresh = stats.rate_changes[max(0, len(stats.rate_changes) - (stats.rate_changes_total - seen)) :]
+        fresh = stats.rate_changes[
+            max(0, len(stats.rate_changes) - (stats.rate_changes_total - seen)) :
+        ]
         log = self.__dict__.get("_rates_log")
         if log is None:
             log = self.__dict__["_rates_log"] = RateLimitedLog(logger)
@@ -84,10 +89,27 @@ class RunRecord:
                 self._max_overhead * 100,
                 describe_change(fresh[-1]),
             )
+        self._fill_within = self._fill_for(stats.rate_changes)
         run = self._run = run.with_budget(
             self._max_overhead, [asdict(c) for c in stats.rate_changes], stats.rate_changes_total
         )
         return run
+
+    def _fill_for(self, changes: tuple[RateChange, ...]) -> Mapping[str, int]:
+        """The forward-fill limits of frames made from now on: a source the budget slowed holds
+        each value until its next reading at the slowest interval it had (frames made before
+        keep their limits)."""
+        slowest: dict[str, int] = {}
+        for c in changes:
+            slowest[c.source] = max(slowest.get(c.source, 0), c.new_interval_ns)
+        fill = dict(self._fill_within)
+        half_tick = round(self._interval * 1e9) // 2
+        for name, period in slowest.items():
+            windows = self._details[name].get("windows_ns", {})
+            for col in self._details[name]["columns"]:
+                held = value_holds_ns(period, windows.get(col["name"], 0)) - half_tick
+                fill[col["name"]] = max(fill.get(col["name"], 0), held)
+        return MappingProxyType(fill)
 
     def provenance(self, *, command: list[str] | None = None) -> dict[str, Any]:
         """What this sampler knows of its run, as a JSON-able dict that frames and outputs

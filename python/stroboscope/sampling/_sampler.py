@@ -18,8 +18,8 @@ import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
 from stroboscope._base.checks import PathsArg, check_bool, check_int, check_new_file
 from stroboscope.sampling._checks import (
-    SourcesArg,
     DEFAULT_MAX_OVERHEAD,
+    SourcesArg,
     check_capacity,
     check_interval,
     check_max_overhead,
