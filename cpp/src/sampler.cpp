@@ -339,17 +339,17 @@ void Sampler::record_change(std::int64_t now, std::size_t s, std::int64_t old_ns
                             std::int64_t share_ppm) noexcept {
   const std::uint64_t at = rate_changes_.load(std::memory_order_relaxed);
   const std::uint64_t seq = rate_seq_.load(std::memory_order_relaxed);
-  // Odd while writing; the release fence orders it before the entry's words (a reader that
-  // sees a word written here then sees seq_ odd or changed on its re-check).
+  // Odd while writing. Relaxed: each word below is stored with release, so a reader that
+  // acquires one of them sees this odd value (or a later one) on its re-check (the pattern of
+  // PolledSource::publish).
   rate_seq_.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
   std::atomic<std::int64_t>* e = &rate_log_[(at % kRateLogSize) * kLogWords];
-  e[0].store(now, std::memory_order_relaxed);
-  e[1].store(static_cast<std::int64_t>(s), std::memory_order_relaxed);
-  e[2].store(old_ns, std::memory_order_relaxed);
-  e[3].store(new_ns, std::memory_order_relaxed);
-  e[4].store(static_cast<std::int64_t>(why), std::memory_order_relaxed);
-  e[5].store(share_ppm, std::memory_order_relaxed);
+  e[0].store(now, std::memory_order_release);
+  e[1].store(static_cast<std::int64_t>(s), std::memory_order_release);
+  e[2].store(old_ns, std::memory_order_release);
+  e[3].store(new_ns, std::memory_order_release);
+  e[4].store(static_cast<std::int64_t>(why), std::memory_order_release);
+  e[5].store(share_ppm, std::memory_order_release);
   // release: a reader that acquires the new count or the even seq sees the whole entry.
   rate_changes_.store(at + 1, std::memory_order_release);
   rate_seq_.store(seq + 2, std::memory_order_release);
@@ -578,16 +578,15 @@ SamplerStats Sampler::stats() const {
     s.rate_changes.clear();
     const std::uint64_t first = total > kRateLogSize ? total - kRateLogSize : 0;
     for (std::uint64_t c = first; c < total; ++c) {
+      // acquire: seeing a word of a newer entry makes the re-check below see seq changed.
       const std::atomic<std::int64_t>* e = &rate_log_[(c % kRateLogSize) * kLogWords];
       s.rate_changes.push_back(RateChange{
-          e[0].load(std::memory_order_relaxed),
-          static_cast<std::uint32_t>(e[1].load(std::memory_order_relaxed)),
-          e[2].load(std::memory_order_relaxed), e[3].load(std::memory_order_relaxed),
-          static_cast<RateReason>(e[4].load(std::memory_order_relaxed)),
-          e[5].load(std::memory_order_relaxed)});
+          e[0].load(std::memory_order_acquire),
+          static_cast<std::uint32_t>(e[1].load(std::memory_order_acquire)),
+          e[2].load(std::memory_order_acquire), e[3].load(std::memory_order_acquire),
+          static_cast<RateReason>(e[4].load(std::memory_order_acquire)),
+          e[5].load(std::memory_order_acquire)});
     }
-    // acquire: the words read above are ordered before the re-check of the counter.
-    std::atomic_thread_fence(std::memory_order_acquire);
     if (rate_seq_.load(std::memory_order_relaxed) == seq) {
       s.rate_changes_total = total;
       break;
