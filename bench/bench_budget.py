@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import stroboscope
@@ -91,7 +92,7 @@ def main() -> int:
     floor = Floor()
     rows: dict[str, dict[str, Any]] = {}
     others: list[float] = []
-    runs = [
+    runs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("bare wake (C)", lambda: _c_row(floor, "none", args.seconds)),
         ("naive C sampler", lambda: _c_row(floor, "seed", args.seconds)),
         ("stroboscope, no budget", lambda: _strobo_row(names, args.seconds, None)),

@@ -60,7 +60,7 @@ def test_info_imports_its_own_module_only_and_neither_numpy_nor_pyarrow() -> Non
     assert got["code"] == 0
     assert "sources:" in str(got["printed"]) and "gpus:" in str(got["printed"])
     assert got["heavy"] == []
-    ours = set(got["ours"])  # type: ignore[arg-type]
+    ours = set(got["ours"])  # type: ignore[call-overload]
     assert "stroboscope.cli.info" in ours
     assert not ours & {
         "stroboscope.cli.record",

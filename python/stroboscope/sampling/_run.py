@@ -26,6 +26,8 @@ from stroboscope.sampling._stats import RateChange, SamplerStats
 
 logger = logging.getLogger("stroboscope")
 
+_CoreRows = _core.Frame  # (in the class, "_core" names the sampler's attribute)
+
 
 def describe_change(change: RateChange) -> str:
     """One rate change in words, e.g. ``network every 1 ms -> 2 ms (over_budget at 3.1 %)``."""
@@ -43,7 +45,7 @@ class RunRecord:
     _pid: int
     _columns: list[Column]
     _gpu_labels: dict[int, int]
-    _fill_within: Mapping[str, int]
+    _fill_within: MappingProxyType[str, int]
     _details: Mapping[str, Mapping[str, Any]]
     _run: RunFacts | None
     _max_overhead: float
@@ -54,7 +56,7 @@ class RunRecord:
     def _extra_stats(self) -> dict[str, Any]:
         raise NotImplementedError  # the Sampler's
 
-    def _frame(self, rows: _core.Frame) -> Frame:
+    def _frame(self, rows: _CoreRows) -> Frame:
         run = self._run_facts()
         if self._core.rate_changes_total != self.__dict__.get("_rates_seen", 0):
             run = self._follow_budget()  # one atomic load when nothing changed
@@ -95,7 +97,7 @@ class RunRecord:
         )
         return run
 
-    def _fill_for(self, changes: tuple[RateChange, ...]) -> Mapping[str, int]:
+    def _fill_for(self, changes: tuple[RateChange, ...]) -> MappingProxyType[str, int]:
         """The forward-fill limits of frames made from now on: a source the budget slowed holds
         each value until its next reading at the slowest interval it had (frames made before
         keep their limits)."""
