@@ -214,8 +214,12 @@ class Sampler {
   Wake wait_for(std::int64_t deadline) noexcept;
   // `edge`: an edge row taken before regular tick `k` (see the header comment).
   void tick(std::uint64_t k, std::int64_t now, bool edge) noexcept;
-  // The overhead budget's check (sampler thread, every kBudgetCheckNs; see the header comment).
+  // The overhead budget (sampler_budget.cpp): its per-source state, made by the constructor;
+  // its check (sampler thread, every kBudgetCheckNs; see the header comment); the rate log's
+  // copy into stats().
+  void init_budget(std::int64_t interval_ns);
   void keep_budget(std::int64_t now) noexcept;
+  void copy_rate_log(SamplerStats& s) const;
   [[nodiscard]] std::int64_t source_cost_ns(std::size_t s) const noexcept;
   [[nodiscard]] std::int64_t source_interval_ns(std::size_t s) const noexcept;
   void set_source_interval(std::size_t s, std::int64_t interval_ns) noexcept;

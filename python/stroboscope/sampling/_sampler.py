@@ -30,7 +30,8 @@ from stroboscope.sampling._checks import (
 )
 from stroboscope.sampling._energy import EnergyWindows
 from stroboscope.sampling._frame import Frame
-from stroboscope.sampling._gpu import GpusArg, gpu_sample_table, resolve_gpus
+from stroboscope.sampling._gpu import GpusArg, resolve_gpus
+from stroboscope.sampling._gpu_samples import GpuSamples
 from stroboscope.sampling._plan import (
     available_sources,
     plan_sources,
@@ -65,7 +66,7 @@ class SamplerOptions(TypedDict, total=False):
     edge_rows: bool
 
 
-class CoreSampler(ScopeRecording, EnergyWindows, RunRecord):
+class CoreSampler(ScopeRecording, EnergyWindows, RunRecord, GpuSamples):
     """Samples system, process and GPU metrics on a C++ thread into a ring buffer.
 
     The sampling room's sampler, without crash safety: a user makes :class:`stroboscope.Sampler`,
@@ -202,17 +203,8 @@ class CoreSampler(ScopeRecording, EnergyWindows, RunRecord):
             raise RuntimeError(f"cannot build sampler: {exc}") from None
         self._ring_file = ring_path or None
         self._run: RunFacts | None = None  # the provenance, gathered once (_run_facts)
-        self._gpu_recorder: _core.GpuSampleRecorder | None = None
-        # NVML index -> the label of its columns (gpu.LABEL.*), for provenance and exporters.
-        self._gpu_labels: dict[int, int] = {
-            idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(devices)
-        }
-        if want_gpu_samples and any(name == "gpu" for name, _ in specs):
-            self._gpu_recorder = _core.GpuSampleRecorder(devices, round(gpu_every_s * 1e9), 1 << 18)
-            found = list(self._gpu_recorder.devices)
-            self._gpu_labels = {
-                idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(found)
-            }
+        wanted = want_gpu_samples and any(name == "gpu" for name, _ in specs)
+        self._open_gpu_samples(devices, labels, gpu_every_s if wanted else None)
         self._owner_pid = os.getpid()
         self._lock = threading.Lock()
         self._closed = False
@@ -342,22 +334,6 @@ class CoreSampler(ScopeRecording, EnergyWindows, RunRecord):
         """The rows with index ``>= first_row`` still in the ring, for a consumer that keeps its
         own cursor (moves no cursor; rows already overwritten are counted in ``rows_lost``)."""
         return self._frame(self._core.copy_since(check_row_index("first_row", first_row)))
-
-    def gpu_samples(self, *, drain: bool = False) -> Frame:
-        """Every GPU sample the driver buffered, at the driver's own resolution, in long form.
-
-        Columns: ``time`` (``timestamp[ns, UTC]``, the driver's timestamp), ``mono_ns`` (the same
-        instant on the clock of :func:`time.monotonic_ns`), ``gpu`` (the device's column label),
-        ``kind`` (``power_w``, ``gpu_util_pct``, ``mem_util_pct``, ``sm_clock_mhz``,
-        ``mem_clock_mhz``) and ``value``. NVML utilisation is an average over the driver's own
-        window (1/6 s to 1 s depending on the GPU). With ``drain=True`` only rows not returned
-        by an earlier drain. Empty without the ``gpu`` source.
-        """
-        recorder = self._gpu_recorder
-        if recorder is None:
-            return Frame(gpu_sample_table({}, {}))
-        rows = recorder.take() if drain else recorder.peek()
-        return Frame(gpu_sample_table(rows, self._gpu_labels), rows_lost=int(rows["dropped"]))
 
     def stats(self) -> SamplerStats:
         """The sampler's measurement of itself (see :class:`SamplerStats`)."""
