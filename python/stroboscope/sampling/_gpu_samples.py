@@ -28,7 +28,7 @@ class GpuSamples:
         self._gpu_recorder = None
         found = list(devices)
         if every_s is not None:
-            self._gpu_recorder = _core.GpuSampleRecorder(devices, round(every_s * 1e9), _BUFFERED)
+            self._gpu_recorder = _core.GpuSampleRecorder(found, round(every_s * 1e9), _BUFFERED)
             found = list(self._gpu_recorder.devices)
         self._gpu_labels = {idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(found)}
 
