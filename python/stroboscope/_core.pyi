@@ -55,6 +55,7 @@ class Sampler:
         capacity: int,
         spool_path: str | bytes = "",
         precise: bool = False,
+        max_overhead: float = 0.0,
     ) -> None: ...
     @overload
     def __init__(
@@ -65,6 +66,7 @@ class Sampler:
         options: SourceOptions,
         spool_path: str | bytes = "",
         precise: bool = False,
+        max_overhead: float = 0.0,
     ) -> None: ...
     def request_tick(self) -> None: ...
     def copy_since(self, first_row: int) -> Frame: ...
@@ -79,8 +81,14 @@ class Sampler:
     def columns(self) -> list[dict[str, str]]: ...
     # The sampler's counters; "sources" holds one dict per source with the fields of
     # stroboscope.sampling.SourceStats (name, every, reads, failures, read_ns_total, reason,
-    # errno, process_exited, not_followed, poll_lead_ns).
+    # errno, process_exited, not_followed, poll_lead_ns, interval_ns, first_interval_ns,
+    # cost_ns); the overhead budget's max_overhead, overhead_ppm, threads_cpu_ns,
+    # rate_changes_total, budget_unmet and rate_changes (tuples of mono_ns, source name, old and
+    # new interval in ns, reason, overhead in millionths of a core).
     def stats(self) -> dict[str, Any]: ...
+    # How many rate changes the overhead budget made (one atomic load).
+    @property
+    def rate_changes_total(self) -> int: ...
     # (ticks_taken, ticks_missed, rows_lost) of stats(), without its dict.
     def counters(self) -> tuple[int, int, int]: ...
 
