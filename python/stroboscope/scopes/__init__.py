@@ -27,6 +27,7 @@ from stroboscope.scopes._session import (
 )
 from stroboscope.scopes._stack import current_labels, current_stack, labels
 from stroboscope.scopes._switchboard import add_open_hook
+from stroboscope.scopes.nvtx_capture import nvtx_injection_path
 
 __all__ = [
     "add_open_hook",
@@ -40,6 +41,7 @@ __all__ = [
     "export_chrome_trace",
     "is_enabled",
     "labels",
+    "nvtx_injection_path",
     "samples_by_scope",
     "session",
     "summary",

@@ -1,0 +1,213 @@
+// The NVTX injection library as NVTX drives it: dlopen, InitializeInjectionNvtx2 with a fake
+// export-table getter whose module tables point at slots of this test (as NVTX's own globals
+// are), then the functions the library wrote into those slots.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "stroboscope/nvtx_api.hpp"
+
+namespace nv = stroboscope::nvtx;
+
+namespace {
+
+constexpr unsigned kSlots = 16;  // ids 1..15 of CORE and of CORE2, 0 unused (NVTX's table size)
+
+// NVTX's function-pointer slots, and its tables of pointers to them: {null, &slot 1, ...,
+// &slot 15, null}, reported size 16.
+nv::FunctionPointer g_core[kSlots] = {};
+nv::FunctionPointer g_core2[kSlots] = {};
+nv::FunctionPointer* g_core_table[kSlots + 1] = {};
+nv::FunctionPointer* g_core2_table[kSlots + 1] = {};
+std::uint32_t g_tool_version = 0;
+
+int get_module_function_table(int module, nv::FunctionTable* out, unsigned int* size) {
+  if (module != nv::kModuleCore && module != nv::kModuleCore2) return 0;
+  *out = module == nv::kModuleCore ? g_core_table : g_core2_table;
+  *size = kSlots;
+  return 1;
+}
+void set_version(std::uint32_t v) { g_tool_version = v; }
+
+const nv::ExportTableCallbacks g_callbacks = {sizeof(nv::ExportTableCallbacks),
+                                              get_module_function_table};
+const nv::ExportTableVersionInfo g_version = {sizeof(nv::ExportTableVersionInfo), nv::kVersion,
+                                              0, set_version};
+
+const void* get_export_table(std::uint32_t id) {
+  if (id == nv::kExportTableCallbacks) return &g_callbacks;
+  if (id == nv::kExportTableVersionInfo) return &g_version;
+  return nullptr;
+}
+const void* get_no_table(std::uint32_t) { return nullptr; }
+
+void reset_tables() {
+  for (unsigned i = 0; i < kSlots; ++i) {
+    g_core[i] = nullptr;
+    g_core2[i] = nullptr;
+    g_core_table[i] = i == 0 ? nullptr : &g_core[i];
+    g_core2_table[i] = i == 0 ? nullptr : &g_core2[i];
+  }
+  g_core_table[kSlots] = nullptr;
+  g_core2_table[kSlots] = nullptr;
+}
+
+template <typename Fn>
+Fn core(unsigned id) {
+  return reinterpret_cast<Fn>(g_core[id]);
+}
+template <typename Fn>
+Fn core2(unsigned id) {
+  return reinterpret_cast<Fn>(g_core2[id]);
+}
+
+nv::InitializeInjectionFn load_entry_point() {
+  void* handle = dlopen(NVTX_LIBRARY_PATH, RTLD_LAZY | RTLD_LOCAL);
+  if (handle == nullptr) {
+    std::fprintf(stderr, "dlopen %s: %s\n", NVTX_LIBRARY_PATH, dlerror());
+    return nullptr;
+  }
+  return reinterpret_cast<nv::InitializeInjectionFn>(dlsym(handle, "InitializeInjectionNvtx2"));
+}
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    closedir(d);
+  }
+  return names;
+}
+
+nv::EventAttributes message(const char* text, std::uint32_t category = 0) {
+  nv::EventAttributes a{};
+  a.version = static_cast<std::uint16_t>(nv::kVersion);
+  a.size = sizeof(nv::EventAttributes);
+  a.category = category;
+  a.message_type = nv::kMessageAscii;
+  a.message.ascii = text;
+  return a;
+}
+
+// Without STROBOSCOPE_EVENTS_DIR the library declines (NVTX then makes every call a no-op) and
+// writes no slot. In a child: the library's writer is made once per process.
+void test_declines_without_events_dir() {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    unsetenv("STROBOSCOPE_EVENTS_DIR");
+    reset_tables();
+    nv::InitializeInjectionFn init = load_entry_point();
+    int bad = init == nullptr ? 1 : 0;
+    if (init != nullptr && init(get_export_table) != 0) bad |= 2;
+    for (unsigned i = 0; i < kSlots; ++i) {
+      if (g_core[i] != nullptr || g_core2[i] != nullptr) bad |= 4;
+    }
+    _exit(bad);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
+void test_attaches_and_keeps_levels(nv::InitializeInjectionFn init, const std::string& dir) {
+  reset_tables();
+  CHECK_EQ(init(get_no_table), 0);  // an NVTX without the callbacks table: nothing to attach to
+  CHECK_EQ(init(get_export_table), 1);
+  CHECK_EQ(g_tool_version, nv::kVersion);
+  // The slots the library handles are written; the others (thread names, resources) are left to
+  // NVTX, which makes them no-ops.
+  for (unsigned id = nv::kCoreMarkEx; id <= nv::kCoreNameCategoryW; ++id) CHECK(g_core[id]);
+  CHECK(g_core[14] == nullptr && g_core[15] == nullptr);
+  for (unsigned id : {1u, 2u, 3u, 4u, 5u, 8u, 9u, 10u, 11u, 12u, 13u, 14u, 15u}) {
+    CHECK(g_core2[id] != nullptr);
+  }
+  CHECK(g_core2[6] == nullptr && g_core2[7] == nullptr);
+
+  // push/pop: the level pushed and the level popped, -1 past the bottom.
+  CHECK_EQ(core<nv::RangePushAFn>(nv::kCoreRangePushA)("outer"), 0);
+  const nv::EventAttributes inner = message("inner", 7);
+  CHECK_EQ(core<nv::RangePushExFn>(nv::kCoreRangePushEx)(&inner), 1);
+  CHECK_EQ(core<nv::RangePushWFn>(nv::kCoreRangePushW)(L"w\u00fcrfel"), 2);
+  CHECK_EQ(core<nv::RangePopFn>(nv::kCoreRangePop)(), 2);
+  CHECK_EQ(core<nv::RangePopFn>(nv::kCoreRangePop)(), 1);
+
+  // Domains: one handle per name; each domain's levels are its own on a thread.
+  auto create = core2<nv::DomainCreateAFn>(nv::kCore2DomainCreateA);
+  nv::DomainHandle train = create("train");
+  CHECK(train != nullptr);
+  CHECK(create("train") == train);
+  CHECK(create("io") != train);
+  CHECK(core2<nv::DomainCreateWFn>(nv::kCore2DomainCreateW)(L"train") == train);
+  auto dpush = core2<nv::DomainRangePushExFn>(nv::kCore2DomainRangePushEx);
+  auto dpop = core2<nv::DomainRangePopFn>(nv::kCore2DomainRangePop);
+  const nv::EventAttributes step = message("step");
+  CHECK_EQ(dpush(train, &step), 0);  // "outer" is open on the default domain, not on "train"
+  CHECK_EQ(dpush(nullptr, &step), 1);  // the null domain is the default domain
+
+  auto reg = core2<nv::DomainRegisterStringAFn>(nv::kCore2DomainRegisterStringA);
+  nv::StringHandle fwd = reg(train, "forward");
+  CHECK(fwd != nullptr);
+  CHECK(reg(train, "forward") == fwd);
+  nv::EventAttributes registered = message(nullptr);
+  registered.message_type = nv::kMessageRegistered;
+  registered.message.registered = fwd;
+  CHECK_EQ(dpush(train, &registered), 1);
+  core2<nv::DomainNameCategoryAFn>(nv::kCore2DomainNameCategoryA)(train, 3, "compute");
+  const nv::EventAttributes mark = message("tick", 3);
+  core2<nv::DomainMarkExFn>(nv::kCore2DomainMarkEx)(train, &mark);
+  CHECK_EQ(dpop(train), 1);
+  CHECK_EQ(dpop(train), 0);
+  CHECK_EQ(dpop(train), -1);
+  CHECK_EQ(dpop(nullptr), 1);
+  CHECK_EQ(core<nv::RangePopFn>(nv::kCoreRangePop)(), 0);
+  CHECK_EQ(core<nv::RangePopFn>(nv::kCoreRangePop)(), -1);
+
+  // start/end: distinct non-zero ids; an end on another thread is an end.
+  auto start = core<nv::RangeStartAFn>(nv::kCoreRangeStartA);
+  const nv::RangeId a = start("load");
+  const nv::RangeId b = core2<nv::DomainRangeStartExFn>(nv::kCore2DomainRangeStartEx)(train, &step);
+  CHECK(a != 0 && b != 0 && a != b);
+  core<nv::RangeEndFn>(nv::kCoreRangeEnd)(a);
+  core2<nv::DomainRangeEndFn>(nv::kCore2DomainRangeEnd)(train, b);
+  core<nv::RangeEndFn>(nv::kCoreRangeEnd)(0);  // not a range: nothing
+  core<nv::MarkAFn>(nv::kCoreMarkA)("done");
+
+  // The process's events file for the producer "nvtx" is in the events directory.
+  const std::string prefix = std::to_string(getpid()) + ".nvtx";
+  bool found = false;
+  for (const std::string& name : files_in(dir)) found |= name.rfind(prefix, 0) == 0;
+  CHECK(found);
+}
+
+}  // namespace
+
+int main() {
+  test_declines_without_events_dir();
+  char dir_template[] = "/tmp/stroboscope-nvtx-XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  CHECK(dir != nullptr);
+  if (dir == nullptr) return 1;
+  setenv("STROBOSCOPE_EVENTS_DIR", dir, 1);
+  nv::InitializeInjectionFn init = load_entry_point();
+  CHECK(init != nullptr);
+  if (init != nullptr) test_attaches_and_keeps_levels(init, dir);
+  for (const std::string& name : files_in(dir)) unlink((std::string(dir) + "/" + name).c_str());
+  rmdir(dir);
+  if (stroboscope_test::failures() != 0) {
+    std::fprintf(stderr, "%d failure(s)\n", stroboscope_test::failures());
+    return 1;
+  }
+  std::puts("ok");
+  return 0;
+}
