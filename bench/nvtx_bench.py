@@ -9,9 +9,13 @@ are interleaved round by round so drift hits them alike. ``attached - declined``
 library's callbacks add (two edges into the shared events file), the rest is the ``nvtx``
 package and NVTX's dispatch.
 
+The same from C (``bench/nvtx_calls.cpp``, compiled here with the system C++ compiler): the
+library's functions called through NVTX's slots, as a CUDA program's or torch's NVTX calls reach
+them, beside a ``clock_gettime`` pair and an empty call through a pointer.
+
 Runs standalone: ``python bench/nvtx_bench.py [--pairs N] [--rounds R]``. Needs the ``nvtx``
 package and the built library beside ``stroboscope._core``. Prints medians over the rounds and
-the CPU model; nothing is written but a temporary events directory, removed at the end.
+the CPU model; nothing is written but temporary files, removed at the end.
 """
 
 from __future__ import annotations
@@ -20,13 +24,15 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+from pathlib import Path
 
-from bench_common import cpu_model
+from bench_common import BENCH_DIR, REPO_DIR, cpu_model
 
 from stroboscope.formats.shared_events import EVENTS_DIR_ENV, NVTX_INJECTION_ENV
 from stroboscope.scopes import nvtx_injection_path
@@ -93,6 +99,31 @@ def run_child(variant: str, library: str, events_dir: str, pairs: int) -> dict[s
     return result
 
 
+def c_calls(library: str, events_dir: str, rounds: int) -> dict[str, float] | str:
+    """The C-level costs (ns per call pair) from bench/nvtx_calls.cpp, or why there are none."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        return "no C++ compiler"
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "nvtx_calls"
+        build = subprocess.run(
+            [cxx, "-O2", "-std=c++20", "-I", str(REPO_DIR / "cpp" / "include"), "-o", str(exe),
+             str(BENCH_DIR / "nvtx_calls.cpp"), "-ldl"],
+            capture_output=True,
+            text=True,
+        )
+        if build.returncode != 0:
+            return f"nvtx_calls.cpp did not build: {build.stderr.strip()[:300]}"
+        env = {**os.environ, EVENTS_DIR_ENV: events_dir}
+        done = subprocess.run(
+            [str(exe), library, "--rounds", str(rounds)], env=env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            return f"nvtx_calls failed: {done.stderr.strip()[:300]}"
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--pairs", type=int, default=200_000)
@@ -107,6 +138,7 @@ def main() -> None:
             for variant in VARIANTS:
                 runs[variant].append(run_child(variant, library, events_dir, args.pairs))
         files = sorted(os.listdir(events_dir))
+        native = c_calls(library, events_dir, args.rounds)
 
     def med(variant: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[variant])
@@ -123,6 +155,17 @@ def main() -> None:
             print(f"{label + ', ' + variant:58s} {med(variant, key) - loop:8.1f} ns")
         added = med("attached", key) - med("declined", key)
         print(f"{'  the library callbacks (attached - declined)':58s} {added:8.1f} ns")
+    print("from C, the library attached (bench/nvtx_calls.cpp):")
+    if isinstance(native, str):
+        print(f"  not measured: {native}")
+        return
+    for key, label in (("clock_pair", "clock_gettime(CLOCK_MONOTONIC) pair"),
+                       ("empty_call", "an empty call through a pointer (NVTX's no-op)"),
+                       ("push_pop", "nvtxRangePushA + nvtxRangePop"),
+                       ("push_pop_domain", "nvtxDomainRangePushEx + nvtxDomainRangePop"),
+                       ("start_end", "nvtxRangeStartA + nvtxRangeEnd"),
+                       ("mark", "nvtxMarkA")):
+        print(f"  {label:56s} {native[key]:8.1f} ns")
 
 
 if __name__ == "__main__":

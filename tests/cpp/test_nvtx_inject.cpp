@@ -1,18 +1,26 @@
 // The NVTX injection library as NVTX drives it: dlopen, InitializeInjectionNvtx2 with a fake
 // export-table getter whose module tables point at slots of this test (as NVTX's own globals
-// are), then the functions the library wrote into those slots.
+// are), then the functions the library wrote into those slots, and the edges they wrote into the
+// process's events file.
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "check.hpp"
 #include "stroboscope/nvtx_api.hpp"
+#include "stroboscope/shared_events.hpp"  // the events file's layout (sev::)
 
 namespace nv = stroboscope::nvtx;
 
@@ -89,6 +97,62 @@ std::vector<std::string> files_in(const std::string& dir) {
   return names;
 }
 
+struct Edge {
+  unsigned kind;
+  std::string scope;
+  unsigned depth;
+  std::string labels;
+  std::uint64_t stack;
+  std::int64_t tid;
+};
+
+// The published records of an events file in index order, their ids turned into text (the
+// layout of shared_events.hpp, read as the Python reader does).
+std::vector<Edge> read_events_file(const std::string& path) {
+  namespace sev = stroboscope::sev;
+  std::vector<Edge> edges;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0) return edges;
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  void* map = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return edges;
+  const char* base = static_cast<const char*>(map);
+  auto u64 = [&](std::size_t at) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, base + at, sizeof v);
+    return v;
+  };
+  std::vector<std::string> strings;
+  std::size_t at = u64(sev::kOffStrings);
+  for (std::uint64_t i = 0, n = u64(sev::kOffStringsCount); i < n; ++i) {
+    std::uint32_t len = 0;
+    std::memcpy(&len, base + at, sizeof len);
+    strings.emplace_back(base + at + 4, len);
+    at += 4 + len;
+  }
+  auto text = [&](std::uint64_t id) { return id < strings.size() ? strings[id] : "?"; };
+  std::map<std::uint64_t, Edge> by_index;
+  const std::uint64_t capacity = u64(sev::kOffCapacity);
+  for (std::uint64_t slot = 0; slot < capacity; ++slot) {
+    const std::uint64_t state = u64(u64(sev::kOffStates) + slot * 8);
+    if (state == 0 || (state & 1) != 0) continue;  // never written, or being written
+    const std::size_t record = u64(sev::kOffSlots) + slot * sev::kRecordBytes;
+    const std::uint64_t w2 = u64(record + 16);
+    const std::uint64_t w3 = u64(record + 24);
+    by_index[(state >> 1) - 1] = Edge{static_cast<unsigned>((w3 >> 48) & 0xFF),
+                                      text(w2 & 0xFFFFFFFF),
+                                      static_cast<unsigned>((w3 >> 32) & 0xFFFF),
+                                      text(w2 >> 32),
+                                      u64(record + 8),
+                                      static_cast<std::int32_t>(w3 & 0xFFFFFFFF)};
+  }
+  munmap(map, bytes);
+  for (auto& [index, edge] : by_index) edges.push_back(edge);
+  return edges;
+}
+
 nv::EventAttributes message(const char* text, std::uint32_t category = 0) {
   nv::EventAttributes a{};
   a.version = static_cast<std::uint16_t>(nv::kVersion);
@@ -120,7 +184,7 @@ void test_declines_without_events_dir() {
   CHECK_EQ(WEXITSTATUS(status), 0);
 }
 
-void test_attaches_and_keeps_levels(nv::InitializeInjectionFn init, const std::string& dir) {
+void test_attaches_and_writes_edges(nv::InitializeInjectionFn init, const std::string& dir) {
   reset_tables();
   CHECK_EQ(init(get_no_table), 0);  // an NVTX without the callbacks table: nothing to attach to
   CHECK_EQ(init(get_export_table), 1);
@@ -183,11 +247,58 @@ void test_attaches_and_keeps_levels(nv::InitializeInjectionFn init, const std::s
   core<nv::RangeEndFn>(nv::kCoreRangeEnd)(0);  // not a range: nothing
   core<nv::MarkAFn>(nv::kCoreMarkA)("done");
 
-  // The process's events file for the producer "nvtx" is in the events directory.
-  const std::string prefix = std::to_string(getpid()) + ".nvtx";
-  bool found = false;
-  for (const std::string& name : files_in(dir)) found |= name.rfind(prefix, 0) == 0;
-  CHECK(found);
+  // What the process's events file for the producer "nvtx" holds: every call above, in order.
+  const std::string path = dir + "/" + std::to_string(getpid()) + ".nvtx.sev";
+  const std::vector<Edge> edges = read_events_file(path);
+  struct Want {
+    unsigned kind;
+    const char* scope;
+    unsigned depth;
+    const char* labels;
+    char stack;  // d: default domain push/pop, t: "train" push/pop, a and b: the start/end ranges
+  };
+  const Want want[] = {
+      {1, "outer", 0, "", 'd'},
+      {1, "inner", 1, "{\"category\":\"7\"}", 'd'},
+      {1, "w\xc3\xbcrfel", 2, "", 'd'},  // a Unicode message, as UTF-8
+      {2, "w\xc3\xbcrfel", 2, "", 'd'},
+      {2, "inner", 1, "{\"category\":\"7\"}", 'd'},
+      {1, "train/step", 0, "", 't'},
+      {1, "step", 1, "", 'd'},
+      {1, "train/forward", 1, "", 't'},  // a registered string
+      {1, "train/tick", 2, "{\"category\":\"compute\"}", 't'},  // a mark: a child of zero length
+      {2, "train/tick", 2, "{\"category\":\"compute\"}", 't'},
+      {2, "train/forward", 1, "", 't'},
+      {2, "train/step", 0, "", 't'},
+      {2, "step", 1, "", 'd'},
+      {2, "outer", 0, "", 'd'},
+      {1, "load", 0, "", 'a'},
+      {1, "train/step", 0, "", 'b'},
+      {2, "load", 0, "", 'a'},
+      {2, "train/step", 0, "", 'b'},
+      {1, "done", 0, "", 'd'},
+      {2, "done", 0, "", 'd'},
+  };
+  CHECK_EQ(edges.size(), std::size(want));
+  std::map<char, std::uint64_t> stacks;
+  for (std::size_t i = 0; i < std::min(edges.size(), std::size(want)); ++i) {
+    const Edge& e = edges[i];
+    const Want& w = want[i];
+    if (e.kind != w.kind || e.scope != w.scope || e.depth != w.depth || e.labels != w.labels) {
+      std::fprintf(stderr, "edge %zu: got (%u, %s, %u, %s), want (%u, %s, %u, %s)\n", i, e.kind,
+                   e.scope.c_str(), e.depth, e.labels.c_str(), w.kind, w.scope, w.depth,
+                   w.labels);
+      CHECK(false);
+    }
+    CHECK_EQ(e.tid, static_cast<std::int64_t>(gettid()));
+    CHECK((e.stack >> 63) == 1);  // never a Python scope's stack (a thread ident or a task id)
+    const auto known = stacks.emplace(w.stack, e.stack).first;
+    CHECK_EQ(known->second, e.stack);  // the same stack as the edges it pairs with
+  }
+  CHECK_EQ(stacks.size(), 4u);
+  std::map<std::uint64_t, char> distinct;
+  for (const auto& [name, id] : stacks) distinct.emplace(id, name);
+  CHECK_EQ(distinct.size(), 4u);  // and a different stack from the others
 }
 
 }  // namespace
@@ -201,7 +312,7 @@ int main() {
   setenv("STROBOSCOPE_EVENTS_DIR", dir, 1);
   nv::InitializeInjectionFn init = load_entry_point();
   CHECK(init != nullptr);
-  if (init != nullptr) test_attaches_and_keeps_levels(init, dir);
+  if (init != nullptr) test_attaches_and_writes_edges(init, dir);
   for (const std::string& name : files_in(dir)) unlink((std::string(dir) + "/" + name).c_str());
   rmdir(dir);
   if (stroboscope_test::failures() != 0) {

@@ -48,10 +48,7 @@ def _run(script: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 def _events(events_dir: Path) -> list[dict[str, Any]]:
-    table = read_events_dir(events_dir)
-    if isinstance(table, tuple):  # (table, counts)
-        table = table[0]
-    rows: list[dict[str, Any]] = table.to_pylist()
+    rows: list[dict[str, Any]] = read_events_dir(events_dir).to_pylist()
     return [r for r in rows if r["producer"] == "nvtx"]
 
 
