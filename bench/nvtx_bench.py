@@ -33,7 +33,6 @@ import textwrap
 from pathlib import Path
 
 from bench_common import BENCH_DIR, REPO_DIR, cpu_model
-
 from stroboscope.formats.shared_events import EVENTS_DIR_ENV, NVTX_INJECTION_ENV
 from stroboscope.scopes import nvtx_injection_path
 
@@ -107,8 +106,17 @@ def c_calls(library: str, events_dir: str, rounds: int) -> dict[str, float] | st
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "nvtx_calls"
         build = subprocess.run(
-            [cxx, "-O2", "-std=c++20", "-I", str(REPO_DIR / "cpp" / "include"), "-o", str(exe),
-             str(BENCH_DIR / "nvtx_calls.cpp"), "-ldl"],
+            [
+                cxx,
+                "-O2",
+                "-std=c++20",
+                "-I",
+                str(REPO_DIR / "cpp" / "include"),
+                "-o",
+                str(exe),
+                str(BENCH_DIR / "nvtx_calls.cpp"),
+                "-ldl",
+            ],
             capture_output=True,
             text=True,
         )
@@ -146,11 +154,15 @@ def main() -> None:
     loop = statistics.median(r["empty"] for rs in runs.values() for r in rs)
     clock = statistics.median(r["clock"] for rs in runs.values() for r in rs) - loop
     print(f"CPU: {cpu_model()}  cores: {os.cpu_count()}  Python {platform.python_version()}")
-    print(f"{args.rounds} rounds x {args.pairs:,} pairs per variant; medians, loop overhead "
-          f"({loop:.1f} ns) subtracted; {len(files)} events files written by 'attached'")
+    print(
+        f"{args.rounds} rounds x {args.pairs:,} pairs per variant; medians, loop overhead "
+        f"({loop:.1f} ns) subtracted; {len(files)} events files written by 'attached'"
+    )
     print(f"{'perf_counter_ns() pair':44s} {clock:8.1f} ns")
-    for key, label in (("push_pop", "nvtx push_range + pop_range"),
-                       ("push_pop_domain", "nvtx push_range + pop_range, domain='train'")):
+    for key, label in (
+        ("push_pop", "nvtx push_range + pop_range"),
+        ("push_pop_domain", "nvtx push_range + pop_range, domain='train'"),
+    ):
         for variant in VARIANTS:
             print(f"{label + ', ' + variant:58s} {med(variant, key) - loop:8.1f} ns")
         added = med("attached", key) - med("declined", key)
@@ -159,12 +171,14 @@ def main() -> None:
     if isinstance(native, str):
         print(f"  not measured: {native}")
         return
-    for key, label in (("clock_pair", "clock_gettime(CLOCK_MONOTONIC) pair"),
-                       ("empty_call", "an empty call through a pointer (NVTX's no-op)"),
-                       ("push_pop", "nvtxRangePushA + nvtxRangePop"),
-                       ("push_pop_domain", "nvtxDomainRangePushEx + nvtxDomainRangePop"),
-                       ("start_end", "nvtxRangeStartA + nvtxRangeEnd"),
-                       ("mark", "nvtxMarkA")):
+    for key, label in (
+        ("clock_pair", "clock_gettime(CLOCK_MONOTONIC) pair"),
+        ("empty_call", "an empty call through a pointer (NVTX's no-op)"),
+        ("push_pop", "nvtxRangePushA + nvtxRangePop"),
+        ("push_pop_domain", "nvtxDomainRangePushEx + nvtxDomainRangePop"),
+        ("start_end", "nvtxRangeStartA + nvtxRangeEnd"),
+        ("mark", "nvtxMarkA"),
+    ):
         print(f"  {label:56s} {native[key]:8.1f} ns")
 
 

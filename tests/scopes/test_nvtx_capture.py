@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
+from _binaries import REQUIRE_VARIABLE  # CI names the library there: it cannot pass by skipping
 from stroboscope.formats.shared_events import EVENTS_DIR_ENV, NVTX_INJECTION_ENV, read_events_dir
 from stroboscope.scopes import nvtx_injection_path
 from stroboscope.scopes.nvtx_capture import NVTX_LIBRARY_NAME
-
-REQUIRE_VARIABLE = "STROBOSCOPE_TEST_REQUIRE"  # as tests/_binaries.py: CI cannot pass by skipping
 
 
 def _library() -> str:
@@ -97,8 +95,8 @@ def test_nvtx_ranges_marks_domains_and_categories_become_scopes(tmp_path: Path) 
         (2, "inner", 1, '{"category":"compute"}'),
         (2, "outer", 0, ""),
     ]
-    names = ("train/step", "train/tick", "train/tick", "train/forward", "train/forward")
-    train = by_stack[stacks[(*names, "train/step")]]
+    step, tick, forward = "train/step", "train/tick", "train/forward"
+    train = by_stack[stacks[(step, tick, tick, forward, forward, step)]]
     assert [(k, d) for k, _, d, _ in train] == [(1, 0), (1, 1), (2, 1), (1, 1), (2, 1), (2, 0)]
     assert train[3][3] == '{"category":"5"}'  # a category without a name: its number
     load = [e for e in events if e["scope"] == "io/load"]
@@ -109,6 +107,39 @@ def test_nvtx_ranges_marks_domains_and_categories_become_scopes(tmp_path: Path) 
     assert all(e["pid"] == out["pid"] for e in events)
     assert all(e["thread_id"] == out["tid"] for e in events if e["scope"] != "io/load")
     assert all(out["t0"] <= e["mono_ns"] <= out["t1"] for e in events)  # CLOCK_MONOTONIC
+
+
+FORK_SCRIPT = """
+    import json, os
+    import nvtx
+    nvtx.push_range("before fork")
+    nvtx.pop_range()
+    child = os.fork()
+    if child == 0:
+        with nvtx.annotate("w\u00e4rme", domain="worker"):
+            nvtx.push_range("child")
+            nvtx.pop_range()
+        os._exit(0)
+    os.waitpid(child, 0)
+    print(json.dumps({"pid": os.getpid(), "child": child}))
+"""
+
+
+def test_a_forked_child_writes_its_ranges_with_its_own_pid_and_thread(tmp_path: Path) -> None:
+    pytest.importorskip("nvtx", reason="the nvtx package (the test extra) is not installed")
+    library = _library()
+    out = _run(FORK_SCRIPT, {EVENTS_DIR_ENV: str(tmp_path), NVTX_INJECTION_ENV: library})
+    events = _events(tmp_path)
+    got = {(e["pid"], e["thread_id"], e["kind"], e["scope"], e["depth"]) for e in events}
+    parent, child = out["pid"], out["child"]
+    assert got == {
+        (parent, parent, 1, "before fork", 0),
+        (parent, parent, 2, "before fork", 0),
+        (child, child, 1, "worker/w\u00e4rme", 0),  # a non-ASCII name, as UTF-8 text
+        (child, child, 2, "worker/w\u00e4rme", 0),
+        (child, child, 1, "child", 0),  # the default domain: a stack of its own
+        (child, child, 2, "child", 0),
+    }
 
 
 NOOP_SCRIPT = """
