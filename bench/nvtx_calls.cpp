@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dlopen: %s\n", dlerror());
     return 1;
   }
-  auto init = reinterpret_cast<nv::InitializeInjectionFn>(dlsym(handle, "InitializeInjectionNvtx2"));
+  auto init =
+      reinterpret_cast<nv::InitializeInjectionFn>(dlsym(handle, "InitializeInjectionNvtx2"));
   if (init == nullptr || init(get_export_table) == 0) {
     std::fprintf(stderr, "the library did not attach (is STROBOSCOPE_EVENTS_DIR set?)\n");
     return 1;

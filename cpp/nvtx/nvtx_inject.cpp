@@ -80,7 +80,11 @@ std::atomic<std::uint32_t> g_generation{0};
 // Start/end range numbers (relaxed: only unique).
 std::atomic<std::uint32_t> g_next_range{1};
 
-Domain g_default_domain;
+// Never destroyed, as the tables below: threads may still call NVTX while the process exits.
+Domain& default_domain() {
+  static auto* d = new Domain();
+  return *d;
+}
 
 std::mutex g_registry_mutex;  // around the two tables below (not the hot path)
 std::uint32_t g_next_domain = 1;
@@ -88,8 +92,9 @@ std::unordered_map<std::string, std::unique_ptr<Domain>>& domains() {
   static auto* d = new std::unordered_map<std::string, std::unique_ptr<Domain>>();  // never freed:
   return *d;  // handles stay valid while other threads and static destructors may still use them
 }
-std::map<std::pair<Domain*, std::string>, std::unique_ptr<RegisteredString>>& strings() {
-  static auto* s = new std::map<std::pair<Domain*, std::string>, std::unique_ptr<RegisteredString>>();
+using StringTable = std::map<std::pair<Domain*, std::string>, std::unique_ptr<RegisteredString>>;
+StringTable& strings() {
+  static auto* s = new StringTable();  // never freed, as domains()
   return *s;
 }
 
@@ -140,7 +145,7 @@ ThreadState& thread_state() noexcept {
 }
 
 Domain& domain_of(DomainHandle handle) noexcept {
-  return handle != nullptr ? *handle : g_default_domain;
+  return handle != nullptr ? *handle : default_domain();
 }
 
 // nullptr only when memory runs out.

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "check.hpp"
@@ -301,6 +302,68 @@ void test_attaches_and_writes_edges(nv::InitializeInjectionFn init, const std::s
   CHECK_EQ(distinct.size(), 4u);  // and a different stack from the others
 }
 
+// Threads at once, each on the default domain and a domain of its own, with start/end ranges
+// that end on another thread: every edge is in the file once, each push/pop stack holds one
+// thread's edges, properly nested, and no two threads share a stack.
+void test_threads(const std::string& dir) {
+  constexpr int kThreads = 4;
+  constexpr int kRanges = 500;
+  const std::string path = dir + "/" + std::to_string(getpid()) + ".nvtx.sev";
+  const std::size_t before = read_events_file(path).size();
+  auto push = core<nv::RangePushAFn>(nv::kCoreRangePushA);
+  auto pop = core<nv::RangePopFn>(nv::kCoreRangePop);
+  auto create = core2<nv::DomainCreateAFn>(nv::kCore2DomainCreateA);
+  auto dpush = core2<nv::DomainRangePushExFn>(nv::kCore2DomainRangePushEx);
+  auto dpop = core2<nv::DomainRangePopFn>(nv::kCore2DomainRangePop);
+  auto start = core<nv::RangeStartAFn>(nv::kCoreRangeStartA);
+  auto end = core<nv::RangeEndFn>(nv::kCoreRangeEnd);
+  std::vector<nv::RangeId> started(kThreads * kRanges);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      nv::DomainHandle mine = create(("thread" + std::to_string(t)).c_str());
+      const nv::EventAttributes inner = message("inner");
+      for (int i = 0; i < kRanges; ++i) {
+        push("outer");
+        dpush(mine, &inner);
+        started[t * kRanges + i] = start("async");
+        dpop(mine);
+        pop();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::thread ender([&] {
+    for (nv::RangeId id : started) end(id);
+  });
+  ender.join();
+  const std::vector<Edge> edges = read_events_file(path);
+  CHECK_EQ(edges.size() - before, std::size_t{kThreads * kRanges * 6});
+  std::map<std::uint64_t, std::vector<const Edge*>> stacks;
+  for (std::size_t i = before; i < edges.size(); ++i) stacks[edges[i].stack].push_back(&edges[i]);
+  CHECK_EQ(stacks.size(), std::size_t{kThreads * 2 + kThreads * kRanges});
+  std::map<std::int64_t, int> push_pop_stacks_per_thread;
+  for (const auto& [stack, list] : stacks) {
+    if (list.front()->scope == "async") {  // its begin and its end, on two threads
+      CHECK_EQ(list.size(), 2u);
+      CHECK(list.size() == 2 && list[0]->kind == 1 && list[1]->kind == 2);
+      CHECK(list.size() == 2 && list[0]->tid != list[1]->tid);
+      continue;
+    }
+    ++push_pop_stacks_per_thread[list.front()->tid];
+    int depth = 0;
+    for (const Edge* e : list) {
+      CHECK_EQ(e->tid, list.front()->tid);
+      CHECK_EQ(e->depth, 0u);  // outer on the default domain, inner on the thread's domain
+      depth += e->kind == 1 ? 1 : -1;
+      CHECK(depth == 0 || depth == 1);
+    }
+    CHECK_EQ(depth, 0);
+  }
+  CHECK_EQ(push_pop_stacks_per_thread.size(), std::size_t{kThreads});
+  for (const auto& [tid, n] : push_pop_stacks_per_thread) CHECK_EQ(n, 2);
+}
+
 }  // namespace
 
 int main() {
@@ -312,7 +375,10 @@ int main() {
   setenv("STROBOSCOPE_EVENTS_DIR", dir, 1);
   nv::InitializeInjectionFn init = load_entry_point();
   CHECK(init != nullptr);
-  if (init != nullptr) test_attaches_and_writes_edges(init, dir);
+  if (init != nullptr) {
+    test_attaches_and_writes_edges(init, dir);
+    test_threads(dir);
+  }
   for (const std::string& name : files_in(dir)) unlink((std::string(dir) + "/" + name).c_str());
   rmdir(dir);
   if (stroboscope_test::failures() != 0) {
