@@ -1,4 +1,4 @@
-// The "gpu" source's call budget (nvml_source_state.hpp, CallBudget): a call that costs c is not
+// The "gpu" source's call budget (call_budget.hpp, CallBudget): a call that costs c is not
 // made again before c * 20 after it ran, a dear field of the batch is read in a call of its own,
 // and cheap calls are made at every read. On the fake NVML library, whose "cost" directive makes
 // a call spend CPU time like a driver that busy-waits (an H200's energy field took ~2.7 ms).
