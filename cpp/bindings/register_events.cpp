@@ -17,6 +17,7 @@
 
 #include "register.hpp"
 #include "stroboscope/events.hpp"
+#include "stroboscope/shared_events.hpp"
 
 namespace py = pybind11;
 
@@ -246,6 +247,15 @@ void register_events(py::module_& m) {
         }
       },
       py::arg("capacity"), "Set the events ring's capacity (before the first event only).");
+  m.def(
+      "events_shared_path",
+      []() -> py::object {
+        std::string path = EventLog::global().file_path();
+        if (path.empty()) return py::none();
+        return py::str(path);
+      },
+      "The file this process's events go to ($STROBOSCOPE_EVENTS_DIR), None when they stay in "
+      "memory (or before the first event).");
   m.def("events_stats", [] {
     const EventStats st = EventLog::global().stats();
     py::dict d;

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 
 #include "stroboscope/clock.hpp"
+#include "stroboscope/shared_events.hpp"
 
 namespace stroboscope {
 namespace {
@@ -30,7 +32,8 @@ bool valid_capacity(std::uint64_t c) noexcept {
 // The process-wide log, constant-initialised (no static-init order, no guard on the push path)
 // and never destroyed: threads may push while the process exits, after static destructors run.
 union GlobalLog {
-  constexpr GlobalLog() : log() {}
+  // Producer "py", shared through $STROBOSCOPE_EVENTS_DIR when set, in memory otherwise.
+  constexpr GlobalLog() : log("py", nullptr, true) {}
   ~GlobalLog() {}
   EventLog log;
 };
@@ -74,9 +77,20 @@ EventLog::EventLog(std::uint64_t capacity) {
   mask_ = capacity - 1;
 }
 
+EventLog::EventLog(std::uint64_t capacity, const char* producer, const char* dir, bool fallback)
+    : EventLog(capacity) {
+  producer_ = producer;
+  dir_ = dir;
+  fallback_ = fallback;
+}
+
 EventLog::~EventLog() {
   Slot* slots = slots_.load(std::memory_order_relaxed);  // no producer may outlive the log
-  if (slots != nullptr) munmap(slots, map_bytes_);
+  if (file_ != nullptr) {
+    close_event_file(file_);
+  } else if (slots != nullptr) {
+    munmap(slots, map_bytes_);
+  }
 }
 
 bool EventLog::configure(std::uint64_t capacity) {
@@ -97,18 +111,71 @@ std::uint64_t EventLog::capacity() const noexcept {
 }
 
 bool EventLog::ensure_ring() noexcept {
+  // strings_mutex_ first (the order before_fork() takes them in): a shared file starts with a
+  // copy of the strings interned so far, and intern() appends to it from then on.
+  std::lock_guard strings_lock(strings_mutex_);
   std::lock_guard lock(create_mutex_);
   if (slots_.load(std::memory_order_relaxed) != nullptr) return true;  // mutex orders it
-  // Anonymous memory: zero-filled (every state word "never written") and only the pages that
-  // events reach become resident, so a 1 Mi-event ring costs little until it is used.
-  const std::size_t bytes = static_cast<std::size_t>(capacity_) * (sizeof(Slot) + 8);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return false;
+  void* p = nullptr;
+  std::size_t bytes = static_cast<std::size_t>(capacity_) * (sizeof(Slot) + 8);
+  if (producer_ != nullptr) {
+    const char* dir = dir_ != nullptr ? dir_ : std::getenv(kEventsDirEnv);
+    if (dir != nullptr && *dir != '\0') {
+      // relaxed: fork_floor_ is written only in the child's atfork handler, before any thread.
+      file_ = open_event_file(dir, producer_, capacity_,
+                              fork_floor_.load(std::memory_order_relaxed), strings_);
+    }
+    if (file_ != nullptr) {
+      // 64 chunks (fewer for a tiny ring); the first one this file writes, and the next, now.
+      const auto log2 = static_cast<unsigned>(__builtin_ctzll(capacity_));
+      const unsigned chunks_log2 = log2 >= 6 ? 6 : log2;
+      chunk_shift_ = log2 - chunks_log2;
+      const std::uint64_t chunks = std::uint64_t{1} << chunks_log2;
+      const std::uint64_t first =
+          (fork_floor_.load(std::memory_order_relaxed) & mask_) >> chunk_shift_;
+      std::uint64_t have = chunks == 64 ? 0 : ~((std::uint64_t{1} << chunks) - 1);
+      for (const std::uint64_t c : {first, (first + 1) & (chunks - 1)}) {
+        if (reserve_event_chunk(*file_, c << chunk_shift_, std::uint64_t{1} << chunk_shift_)) {
+          have |= std::uint64_t{1} << c;
+        }
+      }
+      if ((have >> first & 1) == 0) {  // not even one chunk: no room for this file
+        close_event_file(file_);
+        file_ = nullptr;
+      } else {
+        // relaxed: published by slots_'s release store below.
+        reserved_.store(have, std::memory_order_relaxed);
+        reserve_failed_.store(0, std::memory_order_relaxed);
+        p = file_->slots();
+        states_ = file_->states();
+        file_dropped_ = file_->word(sev::kOffDropped);
+      }
+    }
+    if (file_ == nullptr && !fallback_) return false;
+  }
+  if (p == nullptr) {
+    // Anonymous memory: zero-filled (every state word "never written") and only the pages that
+    // events reach become resident, so a 1 Mi-event ring costs little until it is used.
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    states_ = reinterpret_cast<std::uint64_t*>(static_cast<char*>(p) + capacity_ * sizeof(Slot));
+  }
   map_bytes_ = bytes;
-  states_ = reinterpret_cast<std::uint64_t*>(static_cast<char*>(p) + capacity_ * sizeof(Slot));
-  // release: a thread that loads this pointer (acquire) also sees states_, capacity_ and mask_.
+  // release: a thread that loads this pointer (acquire) also sees states_, capacity_, mask_,
+  // file_ and file_dropped_.
   slots_.store(static_cast<Slot*>(p), std::memory_order_release);
   return true;
+}
+
+bool EventLog::share_now() noexcept {
+  if (slots_.load(std::memory_order_acquire) == nullptr && !ensure_ring()) return false;
+  std::lock_guard lock(create_mutex_);
+  return file_ != nullptr;
+}
+
+std::string EventLog::file_path() const {
+  std::lock_guard lock(create_mutex_);
+  return file_ != nullptr ? file_->path : std::string();
 }
 
 void EventLog::push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
@@ -127,6 +194,18 @@ void EventLog::push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
   // relaxed: the counter only hands out distinct indices; the slot's state word carries every
   // ordering the reader needs.
   const std::uint64_t j = claim_.fetch_add(1, std::memory_order_relaxed);
+  // acquire: pairs with reserve()'s release, so the blocks are reserved before we touch them.
+  const std::uint64_t have = reserved_.load(std::memory_order_acquire);
+  if (have != ~std::uint64_t{0}) [[unlikely]] {  // a shared log still reserving its file
+    const std::uint64_t c = (j & mask_) >> chunk_shift_;
+    const std::uint64_t next =
+        (((j & mask_) + (std::uint64_t{1} << chunk_shift_)) & mask_) >> chunk_shift_;
+    if ((have >> c & 1) == 0 && !reserve(c, true)) {
+      count_drop(j);  // its slot's blocks could not be reserved: never touched
+      return;
+    }
+    if ((have >> next & 1) == 0) (void)reserve(next, false);
+  }
   std::atomic_ref<std::uint64_t> state(states_[j & mask_]);
   // Take the slot: from "never written", "published i" (i < j), or "writing i" left by a thread
   // that does not exist in this (forked) process, to "writing j". Anything else (a producer
@@ -141,10 +220,7 @@ void EventLog::push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
       free = held < fork_floor_.load(std::memory_order_relaxed);
     }
     if (!free) {
-      // relaxed: a count and a hint for the reader, which re-checks the slot itself (a missed
-      // hint only makes it wait for the ring to lap this index).
-      const std::uint64_t k = dropped_.fetch_add(1, std::memory_order_relaxed);
-      dropped_index_[k % kDropMemory].store(j + 1, std::memory_order_relaxed);
+      count_drop(j);
       return;
     }
     // acquire on success: pairs with the previous owner's release publish, so its record stores
@@ -168,6 +244,40 @@ void EventLog::push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
   // release: the record's words happen-before this; a reader that loads "published j" (acquire)
   // sees all four.
   state.store(published(j), std::memory_order_release);
+}
+
+void EventLog::count_drop(std::uint64_t j) noexcept {
+  // relaxed: a count and a hint for the reader, which re-checks the slot itself (a missed hint
+  // only makes it wait for the ring to lap this index).
+  const std::uint64_t k = dropped_.fetch_add(1, std::memory_order_relaxed);
+  dropped_index_[k % kDropMemory].store(j + 1, std::memory_order_relaxed);
+  if (file_dropped_ != nullptr) {
+    // relaxed: a count for the file's reader, which orders nothing by it.
+    std::atomic_ref<std::uint64_t>(*file_dropped_).fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+bool EventLog::reserve(std::uint64_t c, bool wait) noexcept {
+  const std::uint64_t bit = std::uint64_t{1} << c;
+  // relaxed: a failed chunk stays failed; this only saves the attempt.
+  if ((reserve_failed_.load(std::memory_order_relaxed) & bit) != 0) return false;
+  if (wait) {
+    reserve_mutex_.lock();
+  } else if (!reserve_mutex_.try_lock()) {
+    return false;  // another producer is reserving: it, or a later push, does this one
+  }
+  bool ok = (reserved_.load(std::memory_order_relaxed) & bit) != 0;  // the mutex orders it
+  if (!ok) {
+    ok = reserve_event_chunk(*file_, c << chunk_shift_, std::uint64_t{1} << chunk_shift_);
+    if (ok) {
+      // release: the blocks are reserved before a producer that sees the bit writes there.
+      reserved_.fetch_or(bit, std::memory_order_release);
+    } else {
+      reserve_failed_.fetch_or(bit, std::memory_order_relaxed);  // its events are dropped
+    }
+  }
+  reserve_mutex_.unlock();
+  return ok;
 }
 
 EventRead EventLog::read(std::uint64_t first, std::uint64_t last, void (*after_copy)(void*),
@@ -263,6 +373,8 @@ std::uint32_t EventLog::intern(std::string_view text) {
     strings_.pop_back();
     throw;
   }
+  // A shared log's file gets it too (file_ is set under this mutex); a full area is counted.
+  if (file_ != nullptr) (void)append_event_string(*file_, key);
   return id;
 }
 
@@ -285,14 +397,27 @@ void EventLog::before_fork() noexcept {
   // No thread may hold these across the fork: the child would inherit them locked forever.
   strings_mutex_.lock();
   create_mutex_.lock();
+  reserve_mutex_.lock();
 }
 
 void EventLog::after_fork_parent() noexcept {
+  reserve_mutex_.unlock();
   create_mutex_.unlock();
   strings_mutex_.unlock();
 }
 
 void EventLog::after_fork_child() noexcept {
+  if (file_ != nullptr) {
+    // The parent's file is the parent's: this process maps one of its own at its first event
+    // (its pid, the strings interned so far). Only this thread exists: nothing else uses it.
+    close_event_file(file_);
+    file_ = nullptr;
+    file_dropped_ = nullptr;
+    states_ = nullptr;
+    slots_.store(nullptr, std::memory_order_relaxed);  // no other thread to order against
+    reserved_.store(~std::uint64_t{0}, std::memory_order_relaxed);
+  }
+  reserve_mutex_.unlock();
   create_mutex_.unlock();
   strings_mutex_.unlock();
   // Only the forking thread exists here. Its cached id is the parent thread's: forget it.

@@ -28,6 +28,13 @@
 // When the ring is full the oldest records are overwritten and counted (stats().overwritten). One log
 // per process (EventLog::global()) serves the Python binding; tests make their own.
 //
+// Shared logs (shared_events.hpp): a log made with a producer name maps its ring from a file in
+// a directory (given, or $STROBOSCOPE_EVENTS_DIR read at the first event) instead of anonymous
+// memory, and copies its interned strings there, so a recorder in another process reads them.
+// The push is the same code. The global log is the producer "py": shared when the variable is
+// set, anonymous otherwise (or when the file cannot be made). In a forked child a shared log
+// leaves the parent's file alone: the child's first event maps a new file of its own.
+//
 // fork: the child keeps its copy of the log and the counters go on (indices stay monotonic in
 // each process; the child's log holds the parent's events up to the fork, then its own). The
 // forking thread's cached thread id is reset in the child (pthread_atfork), and slots that
@@ -46,6 +53,8 @@
 #include <vector>
 
 namespace stroboscope {
+
+struct EventFile;  // shared_events.hpp
 
 enum class EventKind : std::uint8_t { kBegin = 1, kEnd = 2 };
 
@@ -97,6 +106,13 @@ class EventLog {
 
   constexpr EventLog() noexcept = default;
   explicit EventLog(std::uint64_t capacity);  // std::invalid_argument unless a power of two >= 2
+  // A shared log of `producer` (a string that outlives the log): its ring lives in a file in
+  // `dir` (nullptr: $STROBOSCOPE_EVENTS_DIR at the first event; no file when unset). With
+  // `fallback`, a log whose file cannot be made keeps its events in memory; without, it drops
+  // them (counted).
+  constexpr EventLog(const char* producer, const char* dir, bool fallback) noexcept
+      : producer_(producer), dir_(dir), fallback_(fallback) {}
+  EventLog(std::uint64_t capacity, const char* producer, const char* dir, bool fallback);
   ~EventLog();
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;
@@ -129,6 +145,11 @@ class EventLog {
   [[nodiscard]] EventStats stats() const noexcept;
   [[nodiscard]] std::uint64_t capacity() const noexcept;
 
+  // Maps the ring now (what the first push does); true when it lives in a file.
+  bool share_now() noexcept;
+  // The file the ring lives in, "" when it is not shared (or not mapped yet).
+  [[nodiscard]] std::string file_path() const;
+
   // The string intern table: a stable id (its index) per distinct string. Mutex-protected; not
   // the hot path (callers cache ids). Id 0 is the empty string.
   std::uint32_t intern(std::string_view text);
@@ -147,6 +168,10 @@ class EventLog {
     std::uint64_t words[4];
   };
   [[nodiscard]] bool ensure_ring() noexcept;
+  // A shared log's slow path: reserve the file's blocks of chunk `c` (see reserved_). With
+  // `wait` false it gives up when another producer is reserving.
+  bool reserve(std::uint64_t c, bool wait) noexcept;
+  void count_drop(std::uint64_t j) noexcept;
   [[nodiscard]] bool was_dropped(std::uint64_t j) const noexcept;  // maps the ring once; false if it cannot
 
   // State word values: 0 = never written; (i + 1) << 1 = record i published;
@@ -164,6 +189,25 @@ class EventLog {
   std::uint64_t mask_ = kDefaultCapacity - 1;
   std::size_t map_bytes_ = 0;
   mutable std::mutex create_mutex_;  // only around the one-time mapping and configure()
+  // Shared logs only (else nullptr): producer name, directory (nullptr: the environment's).
+  const char* producer_ = nullptr;
+  const char* dir_ = nullptr;
+  bool fallback_ = true;
+  // The file the ring is mapped from. Set with both mutexes held, before slots_'s release store
+  // (a producer that sees slots_ sees it); read by intern() under strings_mutex_.
+  EventFile* file_ = nullptr;
+  // The file's dropped counter (a pointer into the mapping), nullptr when not shared.
+  std::uint64_t* file_dropped_ = nullptr;
+  // A shared log's file is reserved on disk (fallocate) a chunk of slots at a time, so that a
+  // full filesystem drops events instead of killing the process with SIGBUS, and a process that
+  // writes a few events reserves a little. Bit c set: chunk c (slots [c << chunk_shift_,
+  // (c + 1) << chunk_shift_)) is reserved, or does not exist. All ones for a log in memory, so
+  // the push's check is one load. A producer reserves the chunk after its own (try_lock: one
+  // producer does it, the others go on), and its own only if that was not done in time.
+  std::atomic<std::uint64_t> reserved_{~std::uint64_t{0}};
+  std::atomic<std::uint64_t> reserve_failed_{0};  // chunks whose reservation failed: dropped
+  unsigned chunk_shift_ = 0;
+  std::mutex reserve_mutex_;
 
   // Producer-shared: the claim counter on its own cache line (every producer RMWs it).
   alignas(64) std::atomic<std::uint64_t> claim_{0};

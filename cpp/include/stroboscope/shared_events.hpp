@@ -1,20 +1,157 @@
-// TEMPORARY: the declaration of the shared-events writer that NVTX capture codes against, copied
-// from the helpers' contract until the shared-events part lands (its header replaces this file).
+// Shared events: scope edges that a process writes into a file an outside recorder reads.
+//
+// A recorder that runs a command makes a private directory and names it in the command's
+// environment ($STROBOSCOPE_EVENTS_DIR). Every process with that variable writes its edges into
+// its own files there, one per (process, producer): `<dir>/<pid>.<producer>.sev`, or
+// `<pid>.<producer>.<n>.sev` (n = 1, 2, ...) when that name is taken (a pid reused after its
+// process ended, or an exec'd child of a process that already wrote). Producer "py" is the
+// Python extension's events log (EventLog::global(), what stroboscope.annotate writes), "nvtx"
+// the NVTX injection library. The writer is the EventLog of events.hpp with its ring mapped
+// from the file (MAP_SHARED) instead of anonymous memory: the same lock-free push, so a reader
+// of the file, even after the process was SIGKILLed, finds every record that was published.
+//
+// File layout (little-endian; version 1). All offsets from the start of the file:
+//
+//   header, kHeaderBytes (4096) bytes:
+//     0   magic "STRBSEV1" (8 bytes; written last, so a file with the magic has a whole header)
+//     8   u32 version (1)                 12  u32 header_bytes (4096)
+//     16  i64 pid                         24  i64 parent pid (getppid() at creation)
+//     32  u64 capacity (records, a power of two)
+//     40  u64 slots offset (4096)         48  u64 states offset (slots + capacity * 32)
+//     56  u64 strings offset (states + capacity * 8)
+//     64  u64 strings capacity (bytes)
+//     72  u64 first index: the log index this file starts at (the log's claim counter when a
+//         forked child made it; 0 otherwise). Indices below it belong to the parent's file.
+//     80  i64 created, CLOCK_MONOTONIC ns     88  u32 record bytes (32)   92  u32 flags (0)
+//     96  producer name, NUL-padded (32 bytes)
+//     128 u64 strings used (bytes of whole entries; release-stored after the entry's bytes)
+//     136 u64 strings count (entries; id = position, id 0 is "")
+//     144 u64 strings missing (interned after the area filled up: not in the file)
+//     192 u64 dropped (events a producer dropped because their slot was busy)
+//   slots: capacity records of 4 u64 words, record i in slot i & (capacity - 1):
+//     mono_ns | stack_id | scope_id + labels_id << 32 | tid (u32) + depth << 32 + kind << 48
+//   states: capacity u64 words, one per slot: 0 never written, (i + 1) << 1 record i published,
+//     ((i + 1) << 1) | 1 record i being written (a reader skips it: its writer was killed there
+//     or is still at work).
+//   strings: entries of a u32 byte length and the UTF-8 bytes, back to back.
+//
+// The file is sized at creation and its blocks are reserved (fallocate) as it fills: the header
+// and the first chunk of the strings at creation, the ring a 64th at a time (the chunk after the
+// one a producer writes in, by whichever producer gets there first), the strings 64 KiB at a
+// time. So a process that writes a few events takes a few pages, and a full filesystem drops
+// events (counted) instead of killing the process with SIGBUS on a later push. A file whose
+// first chunk cannot be reserved is not used: the log keeps its events in memory (the "py" log)
+// or drops them (counted).
+//
+// The Python reader is stroboscope/formats/shared_events.py (its docstring repeats this layout).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "stroboscope/events.hpp"
 
 namespace stroboscope {
 
+// The environment variable naming the directory (its one spelling in C++).
+inline constexpr const char* kEventsDirEnv = "STROBOSCOPE_EVENTS_DIR";
+
+namespace sev {
+inline constexpr char kMagic[8] = {'S', 'T', 'R', 'B', 'S', 'E', 'V', '1'};
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 4096;
+inline constexpr std::size_t kRecordBytes = 32;
+inline constexpr std::size_t kProducerBytes = 32;
+// The strings area (reserved on disk): room for tens of thousands of names and label sets.
+inline constexpr std::uint64_t kStringsBytes = std::uint64_t{4} << 20;
+// Header fields (byte offsets, see above).
+inline constexpr std::size_t kOffVersion = 8;
+inline constexpr std::size_t kOffHeaderBytes = 12;
+inline constexpr std::size_t kOffPid = 16;
+inline constexpr std::size_t kOffParentPid = 24;
+inline constexpr std::size_t kOffCapacity = 32;
+inline constexpr std::size_t kOffSlots = 40;
+inline constexpr std::size_t kOffStates = 48;
+inline constexpr std::size_t kOffStrings = 56;
+inline constexpr std::size_t kOffStringsCapacity = 64;
+inline constexpr std::size_t kOffFirstIndex = 72;
+inline constexpr std::size_t kOffCreatedNs = 80;
+inline constexpr std::size_t kOffRecordBytes = 88;
+inline constexpr std::size_t kOffFlags = 92;
+inline constexpr std::size_t kOffProducer = 96;
+inline constexpr std::size_t kOffStringsUsed = 128;
+inline constexpr std::size_t kOffStringsCount = 136;
+inline constexpr std::size_t kOffStringsMissing = 144;
+inline constexpr std::size_t kOffDropped = 192;
+}  // namespace sev
+
+// The mapping of one events file (made by open_event_file, owned by its EventLog).
+struct EventFile {
+  int fd = -1;
+  char* base = nullptr;  // the whole file, MAP_SHARED
+  std::size_t bytes = 0;
+  std::uint64_t capacity = 0;
+  std::string path;
+  bool strings_full = false;  // an entry did not fit: later ones are counted missing, not written
+  std::uint64_t strings_reserved = 0;  // bytes of the strings area reserved on disk
+  [[nodiscard]] void* slots() const noexcept { return base + sev::kHeaderBytes; }
+  [[nodiscard]] std::uint64_t* states() const noexcept {
+    return reinterpret_cast<std::uint64_t*>(base + sev::kHeaderBytes +
+                                            capacity * sev::kRecordBytes);
+  }
+  [[nodiscard]] std::uint64_t* word(std::size_t offset) const noexcept {
+    return reinterpret_cast<std::uint64_t*>(base + offset);
+  }
+};
+
+// Makes `<dir>/<pid>.<producer>[.<n>].sev` (0600, O_EXCL, O_NOFOLLOW), reserves and maps it,
+// writes the header and `strings` (ids 0.. in order; strings[0] must be "" or strings empty).
+// nullptr when it cannot (no such directory, a full disk, ...). Not the hot path.
+[[nodiscard]] EventFile* open_event_file(const char* dir, const char* producer,
+                                         std::uint64_t capacity, std::uint64_t first_index,
+                                         const std::vector<std::string>& strings) noexcept;
+// Reserves the blocks of slots [first, first + count) and of their state words. True when they
+// are (or the filesystem cannot say: no fallocate there).
+bool reserve_event_chunk(const EventFile& file, std::uint64_t first, std::uint64_t count) noexcept;
+// Unmaps and closes (the file stays for its reader).
+void close_event_file(EventFile* file) noexcept;
+// Appends one interned string (the next id). False, and counted missing, when it does not fit.
+bool append_event_string(EventFile& file, std::string_view text) noexcept;
+
+// A process's writer for one producer, for code that is not the Python extension (the NVTX
+// injection library). Producers are named by short lowercase names ("py", "nvtx").
 class SharedEvents {
  public:
-  static SharedEvents* process(const char* producer);
-  std::uint32_t intern(std::string_view text);
+  // The process's writer for `producer`, made on first use from $STROBOSCOPE_EVENTS_DIR:
+  // nullptr when the variable is unset or empty, the name is not [a-z0-9_-]{1,16}, or the file
+  // cannot be made. Thread-safe. Fork-aware: a forked child's first push makes the child's own
+  // file (the interned ids it inherited are copied into it). "py" is the extension's log.
+  [[nodiscard]] static SharedEvents* process(const char* producer) noexcept;
+
+  // A stable id for `text` (mutex; callers cache ids). Id 0 is "".
+  std::uint32_t intern(std::string_view text) { return log_->intern(text); }
+
+  // Lock-free: stamps CLOCK_MONOTONIC and gettid (EventLog::push).
   void push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth, std::uint32_t labels_id,
-            std::uint64_t stack_id) noexcept;
+            std::uint64_t stack_id) noexcept {
+    log_->push(kind, scope_id, depth, labels_id, stack_id);
+  }
+
+  // A mark (an instant): a begin and an end of `scope_id` at one depth, back to back.
+  void mark(std::uint32_t scope_id, std::uint16_t depth, std::uint32_t labels_id,
+            std::uint64_t stack_id) noexcept {
+    log_->push(EventKind::kBegin, scope_id, depth, labels_id, stack_id);
+    log_->push(EventKind::kEnd, scope_id, depth, labels_id, stack_id);
+  }
+
+  [[nodiscard]] EventLog& log() noexcept { return *log_; }
+
+ private:
+  explicit SharedEvents(EventLog* log) noexcept : log_(log) {}
+  EventLog* log_;
 };
 
 }  // namespace stroboscope

@@ -32,10 +32,16 @@ INTERVAL_FIELDS = [
 
 BASE_COLUMNS = tuple(f.name for f in INTERVAL_FIELDS)
 
+PROCESS_FIELDS = [pa.field("pid", pa.int64()), pa.field("producer", pa.string())]
+"""Columns the intervals of several processes add after :data:`INTERVAL_FIELDS` (the shared
+events of a recorded command): the writer's pid and producer (``py``, ``nvtx``). Not labels."""
+
 SCOPE_COLUMNS = ("scope", "scope_name", "thread_id", "stack_id", "scope_depth")
 """The columns :func:`~stroboscope.analysis.scopes.samples_by_scope` adds to the samples."""
 
-RESERVED_LABELS = frozenset({*BASE_COLUMNS, *SCOPE_COLUMNS, "time", "mono_ns"})
+RESERVED_LABELS = frozenset(
+    {*BASE_COLUMNS, *SCOPE_COLUMNS, *(f.name for f in PROCESS_FIELDS), "time", "mono_ns"}
+)
 """Names a label may not take: columns of the scope tables and of the samples."""
 OPEN_END = np.iinfo(np.int64).max
 
@@ -79,7 +85,7 @@ def check_intervals(intervals: Any) -> Intervals:
     for c in ("begin_ns", "depth", "thread_id", "stack_id"):
         if intervals.column(c).null_count:
             raise ValueError(f"intervals has null cells in {c!r}")
-    labels = [c for c in intervals.column_names if c not in BASE_COLUMNS]
+    labels = [c for c in intervals.column_names if c not in RESERVED_LABELS]
     begin = _int_column(intervals, "begin_ns", 0)
     closed = np.asarray(
         intervals.column("end_ns").is_valid().to_numpy(zero_copy_only=False), dtype=bool

@@ -175,7 +175,7 @@ class ScopeRecording:
     def scope_intervals(self) -> pa.Table:
         """One row per scope call of this sampler's runs (name, path, thread, times, labels);
         ``end_ns`` is null for a scope still open."""
-        from stroboscope.sampling._scope_intervals import pair_events
+        from stroboscope.analysis.scope_edges import pair_events
 
         events = self.scope_events()
         table = pair_events(events, list(strings()))

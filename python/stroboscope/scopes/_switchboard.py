@@ -3,11 +3,13 @@ wakes. The one piece of state every scope reads.
 
 Scope edges go into one process-wide events log in C++. Writing them costs a call into the
 extension, so a scope writes only while somebody records: a running Sampler (the sampling room
-tells this module which run, :func:`stroboscope.sampling._scope_log.watch`) or the default
-session of :mod:`stroboscope.scopes`. :data:`state` says so in one attribute read, which is what
-a disabled scope costs. A Sampler made with ``edge_rows=True`` also asks for an immediate row
-when a scope opens (``request_tick``), so a region shorter than the interval still has a row at
-its edge.
+tells this module which run, :func:`stroboscope.sampling._scope_log.watch`), the default
+session of :mod:`stroboscope.scopes`, or a recorder outside the process: a process started with
+``STROBOSCOPE_EVENTS_DIR`` in its environment (:mod:`stroboscope.formats.shared_events`) has its
+events log in a file there, which the recorder reads, so its scopes always write. :data:`state`
+says so in one attribute read, which is what a disabled scope costs. A Sampler made with
+``edge_rows=True`` also asks for an immediate row when a scope opens (``request_tick``), so a
+region shorter than the interval still has a row at its edge.
 
 The tuples are replaced, never mutated, under :data:`_lock`: a scope on another thread reads
 either the old tuple or the new one, both complete.
@@ -15,11 +17,13 @@ either the old tuple or the new one, both complete.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Callable
 
 from stroboscope._base import lifecycle as _lifecycle
+from stroboscope.formats.shared_events import EVENTS_DIR_ENV
 from stroboscope.sampling._scope_log import Recorder, watch
 
 __all__ = ["add_open_hook", "set_enabled", "state"]
@@ -28,18 +32,27 @@ __all__ = ["add_open_hook", "set_enabled", "state"]
 class _State:
     """What a scope reads on every edge (attributes, no locks)."""
 
-    __slots__ = ("edge_targets", "enabled", "open_hooks", "recorders", "recording", "starter")
+    __slots__ = (
+        "edge_targets",
+        "enabled",
+        "open_hooks",
+        "recorders",
+        "recording",
+        "shared",
+        "starter",
+    )
 
     def __init__(self) -> None:
         self.recording = False  # write events at all: a recorder runs, or the session is on
         self.enabled = False  # the default session of stroboscope.scopes is on
+        self.shared = False  # a recorder outside the process reads the events (shared_from_env)
         self.recorders: tuple[object, ...] = ()  # running samplers, in start order
         self.edge_targets: tuple[Callable[[], None], ...] = ()  # their request_tick, if asked
         self.open_hooks: tuple[Callable[[str], None], ...] = ()  # called with a scope's name
         self.starter: Callable[[], None] | None = None  # starts the default session's sampler
 
     def refresh(self) -> None:
-        self.recording = self.enabled or bool(self.recorders)
+        self.recording = self.enabled or self.shared or bool(self.recorders)
 
 
 state = _State()
@@ -59,6 +72,15 @@ def set_enabled(on: bool) -> None:
     with _lock:
         state.enabled = on
         state.refresh()
+
+
+def shared_from_env() -> bool:
+    """Whether this process's events go to a recorder outside it (``STROBOSCOPE_EVENTS_DIR`` is
+    set: the extension's events log lives in a file there); read at import and after fork."""
+    with _lock:
+        state.shared = bool(os.environ.get(EVENTS_DIR_ENV))
+        state.refresh()
+        return state.shared
 
 
 def add_open_hook(hook: Callable[[str], None]) -> Callable[[], None]:
@@ -84,8 +106,10 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
     state.recorders = ()
     state.edge_targets = ()
+    state.shared = bool(os.environ.get(EVENTS_DIR_ENV))
     state.refresh()
 
 
 _lifecycle.register(sys.modules[__name__])  # the one registry calls _after_fork_in_child
 watch(_running)  # now, and whenever a sampler starts or stops
+shared_from_env()

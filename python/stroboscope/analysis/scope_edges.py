@@ -1,6 +1,8 @@
 """From scope edges to scope calls: the events log's begin/end records paired into one row per call
 (the scope-intervals table that analysis and export read; its columns are
-:data:`stroboscope.analysis._intervals.INTERVAL_FIELDS`, then one string column per label key).
+:data:`stroboscope.analysis._intervals.INTERVAL_FIELDS`, then one string column per label key),
+for one process's log (:func:`pair_events`) and for the shared events of a recorded command's
+processes (:func:`shared_intervals`).
 
 Pairing needs no per-event Python loop. On one stack scopes nest, so at a given depth its begins
 and ends alternate in time: sorted by (stack, depth, log order), a begin matches the end right
@@ -12,14 +14,16 @@ latest scope one level up on the same stack that began before it.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.analysis._intervals import INTERVAL_FIELDS
+from stroboscope.analysis._intervals import INTERVAL_FIELDS, PROCESS_FIELDS
+from stroboscope.formats.shared_events import BEGIN, END, read_events_dir
 
-BEGIN, END = 1, 2
+__all__ = ["pair_events", "shared_intervals"]
 
 
 def _column(events: pa.Table, name: str, dtype: Any) -> np.ndarray[Any, Any]:
@@ -137,3 +141,76 @@ def _label_columns(ids: np.ndarray[Any, Any], strings: list[str]) -> dict[str, p
         values = np.array([labels.get(key) for labels in sets], dtype=object)
         out[key] = pa.array(values[inverse], pa.string())
     return out
+
+
+def shared_intervals(path: str | os.PathLike[str]) -> pa.Table:
+    """The scope-intervals table of every process that wrote into the shared-events directory
+    ``path`` (:mod:`stroboscope.formats.shared_events`), sorted by begin time.
+
+    Columns: :data:`~stroboscope.analysis._intervals.INTERVAL_FIELDS`, then ``pid`` (int64),
+    ``producer`` (``py`` for :func:`stroboscope.annotate`, ``nvtx`` for NVTX ranges), then one
+    string column per label key. Each (process, producer, stack) is a stack of its own:
+    ``stack_id`` is renumbered 1, 2, ... across them (a thread's id means nothing outside its
+    process). The schema metadata is :func:`~stroboscope.formats.shared_events.read_events_dir`'s
+    (``events_lost``, ``events_damaged``, ``events_files``).
+
+    Raises
+    ------
+    ValueError
+        ``path`` is not a directory.
+    """
+    events = read_events_dir(path)
+    meta = events.schema.metadata
+    n = events.num_rows
+    pid = events.column("pid").to_numpy()
+    producer_codes = events.column("producer").dictionary_encode()
+    producers = [str(p) for p in producer_codes.chunk(0).dictionary.to_pylist()] if n else []
+    producer = (
+        np.asarray(producer_codes.chunk(0).indices.to_numpy(zero_copy_only=False), np.int64)
+        if n
+        else np.zeros(0, np.int64)
+    )
+    raw_stack = events.column("stack_id").to_numpy()
+    keys = np.stack([pid.astype(np.int64), producer, raw_stack.view(np.int64)]) if n else None
+    stack = np.zeros(n, dtype=np.uint64)
+    stack_pid = np.zeros(0, dtype=np.int64)
+    stack_producer = np.zeros(0, dtype=np.int64)
+    if keys is not None:
+        unique, inverse = np.unique(keys, axis=1, return_inverse=True)
+        stack = inverse.reshape(-1).astype(np.uint64) + np.uint64(1)
+        stack_pid, stack_producer = unique[0], unique[1]
+    # One string table for the whole directory: scope names and label sets interned anew.
+    texts = pa.concat_arrays(
+        [events.column("scope").combine_chunks(), events.column("labels").combine_chunks()]
+    ).dictionary_encode()
+    strings = [str(t) for t in texts.dictionary.to_pylist()]
+    ids = np.asarray(texts.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    # pair_events reads label set "" as no labels only at id 0: put "" there.
+    if "" in strings:
+        empty = strings.index("")
+        swap = np.arange(len(strings))
+        swap[[0, empty]] = swap[[empty, 0]]
+        strings[0], strings[empty] = strings[empty], strings[0]
+        ids = swap[ids]
+    else:
+        strings.insert(0, "")
+        ids = ids + 1
+    table = pa.table(
+        {
+            "mono_ns": events.column("mono_ns"),
+            "kind": events.column("kind"),
+            "thread_id": events.column("thread_id"),
+            "scope_id": pa.array(ids[:n], pa.uint32()),
+            "depth": events.column("depth"),
+            "labels_id": pa.array(ids[n:], pa.uint32()),
+            "stack_id": pa.array(stack, pa.uint64()),
+        }
+    )
+    intervals = pair_events(table, strings)
+    rows = np.asarray(intervals.column("stack_id").to_numpy(), dtype=np.int64) - 1
+    where = len(INTERVAL_FIELDS)
+    names = np.asarray(producers, dtype=object)
+    values: list[Any] = [stack_pid[rows], names[stack_producer[rows]] if len(rows) else []]
+    for i, (field, value) in enumerate(zip(PROCESS_FIELDS, values)):
+        intervals = intervals.add_column(where + i, field, pa.array(value, field.type))
+    return intervals.replace_schema_metadata(meta)

@@ -1,0 +1,269 @@
+// Shared events: a log whose ring lives in a file; the file read back as another process would
+// (its header, states, records and strings, nothing of the writer's memory), with many
+// producer threads, a ring that laps, a forked child, and SharedEvents::process.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "check.hpp"
+#include "stroboscope/events.hpp"
+#include "stroboscope/shared_events.hpp"
+
+using stroboscope::EventKind;
+using stroboscope::EventLog;
+using stroboscope::SharedEvents;
+namespace sev = stroboscope::sev;
+
+namespace {
+
+std::string make_dir() {
+  char tmpl[] = "/tmp/stroboscope-sev-XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  return d != nullptr ? std::string(d) : std::string();
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') out.emplace_back(e->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void remove_dir(const std::string& dir) {
+  for (const auto& name : list_dir(dir)) unlink((dir + "/" + name).c_str());
+  rmdir(dir.c_str());
+}
+
+std::string slurp(const std::string& path) {
+  std::string data;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return data;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    data.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return data;
+}
+
+template <typename T>
+T get(const std::string& data, std::size_t offset) {
+  T v{};
+  std::memcpy(&v, data.data() + offset, sizeof v);
+  return v;
+}
+
+// What a reader in another process finds in a file: records by index, and the strings.
+struct Parsed {
+  bool ok = false;
+  std::int64_t pid = 0;
+  std::uint64_t capacity = 0;
+  std::uint64_t first_index = 0;
+  std::string producer;
+  std::map<std::uint64_t, std::vector<std::uint64_t>> records;  // index -> the four words
+  std::vector<std::string> strings;
+};
+
+Parsed parse(const std::string& path) {
+  Parsed p;
+  const std::string d = slurp(path);
+  if (d.size() < sev::kHeaderBytes || std::memcmp(d.data(), sev::kMagic, 8) != 0) return p;
+  p.pid = get<std::int64_t>(d, sev::kOffPid);
+  p.capacity = get<std::uint64_t>(d, sev::kOffCapacity);
+  p.first_index = get<std::uint64_t>(d, sev::kOffFirstIndex);
+  p.producer = std::string(d.data() + sev::kOffProducer);
+  const auto slots = get<std::uint64_t>(d, sev::kOffSlots);
+  const auto states = get<std::uint64_t>(d, sev::kOffStates);
+  for (std::uint64_t i = 0; i < p.capacity; ++i) {
+    const auto s = get<std::uint64_t>(d, states + i * 8);
+    if (s == 0 || (s & 1) != 0) continue;
+    std::vector<std::uint64_t> w(4);
+    for (int k = 0; k < 4; ++k) w[k] = get<std::uint64_t>(d, slots + i * 32 + k * 8);
+    p.records[(s >> 1) - 1] = w;
+  }
+  const auto strings = get<std::uint64_t>(d, sev::kOffStrings);
+  const auto used = get<std::uint64_t>(d, sev::kOffStringsUsed);
+  for (std::uint64_t at = 0; at + 4 <= used;) {
+    const auto n = get<std::uint32_t>(d, strings + at);
+    p.strings.emplace_back(d.data() + strings + at + 4, n);
+    at += 4 + n;
+  }
+  p.ok = true;
+  return p;
+}
+
+// Producers on 4 threads, each event numbered so that a mixed record shows; all read back
+// from the file, once each, with the header and strings a reader needs.
+void test_threads_into_file() {
+  const std::string dir = make_dir();
+  CHECK(!dir.empty());
+  {
+    EventLog log(1 << 16, "py", dir.c_str(), false);
+    const std::uint32_t name = log.intern("step");
+    const std::uint32_t labels = log.intern("{\"rank\":\"0\"}");
+    constexpr int kThreads = 4;
+    constexpr std::uint32_t kEach = 5000;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (std::uint32_t n = 0; n < kEach; ++n) {
+          log.push(n % 2 == 0 ? EventKind::kBegin : EventKind::kEnd, name,
+                   static_cast<std::uint16_t>(n % 7), labels, (std::uint64_t{7u + t} << 32) | n);
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    CHECK(!log.file_path().empty());
+    const auto files = list_dir(dir);
+    CHECK_EQ(files.size(), 1u);
+    CHECK(files.size() == 1 && files[0] == std::to_string(getpid()) + ".py.sev");
+    struct stat st{};
+    CHECK_EQ(stat(log.file_path().c_str(), &st), 0);
+    CHECK_EQ(st.st_mode & 0777, 0600u);
+    const Parsed p = parse(log.file_path());
+    CHECK(p.ok);
+    CHECK_EQ(p.pid, static_cast<std::int64_t>(getpid()));
+    CHECK(p.producer == "py");
+    CHECK_EQ(p.capacity, std::uint64_t{1} << 16);
+    CHECK_EQ(p.records.size(), std::size_t{kThreads} * kEach);
+    CHECK(p.strings.size() == 3 && p.strings[0].empty() && p.strings[name] == "step" &&
+          p.strings[labels] == "{\"rank\":\"0\"}");
+    std::map<std::uint64_t, int> seen;
+    for (const auto& [index, w] : p.records) {
+      const auto n = static_cast<std::uint32_t>(w[1]);
+      const std::uint64_t want3 =
+          (n % 2 == 0 ? std::uint64_t{1} : std::uint64_t{2}) << 48 |
+          std::uint64_t{n % 7} << 32;
+      CHECK_EQ(w[3] & ~std::uint64_t{0xFFFFFFFF}, want3);
+      CHECK_EQ(w[2], std::uint64_t{name} | std::uint64_t{labels} << 32);
+      ++seen[w[1]];
+    }
+    CHECK_EQ(seen.size(), std::size_t{kThreads} * kEach);  // each event once
+    // The in-process reader sees the same events.
+    CHECK_EQ(log.read(0, UINT64_MAX).columns.size(), std::size_t{kThreads} * kEach);
+    // A string interned after the events is appended with the next id.
+    CHECK_EQ(log.intern("later"), 3u);
+    CHECK(parse(log.file_path()).strings.size() == 4);
+  }
+  remove_dir(dir);
+}
+
+// A ring that laps in its file: the file holds the latest `capacity` records.
+void test_file_ring_laps() {
+  const std::string dir = make_dir();
+  {
+    EventLog log(128, "nvtx", dir.c_str(), false);
+    const std::uint32_t id = log.intern("x");
+    for (std::uint64_t n = 0; n < 1000; ++n) log.push(EventKind::kBegin, id, 0, 0, n);
+    const Parsed p = parse(log.file_path());
+    CHECK(p.producer == "nvtx");
+    CHECK_EQ(p.records.size(), 128u);
+    CHECK_EQ(p.records.begin()->first, 1000u - 128u);
+    for (const auto& [index, w] : p.records) CHECK_EQ(w[1], index);
+  }
+  remove_dir(dir);
+}
+
+// A directory that cannot take the file: a shared log without fallback drops (counted), the
+// global kind keeps its events in memory.
+void test_no_directory() {
+  EventLog strict(64, "nvtx", "/nonexistent/stroboscope-sev", false);
+  strict.push(EventKind::kBegin, 0, 0, 0, 0);
+  CHECK_EQ(strict.stats().dropped, 1u);
+  CHECK(strict.file_path().empty());
+  EventLog lenient(64, "py", "/nonexistent/stroboscope-sev", true);
+  lenient.push(EventKind::kBegin, 0, 0, 0, 0);
+  CHECK_EQ(lenient.stats().dropped, 0u);
+  CHECK_EQ(lenient.read(0, UINT64_MAX).columns.size(), 1u);
+}
+
+// fork: the child leaves the parent's file alone and writes a file of its own on its first
+// event, with the strings it inherited (same ids) and its indices going on from the fork.
+void test_fork_child_file() {
+  const std::string dir = make_dir();
+  {
+    EventLog log(256, "py", dir.c_str(), false);
+    const std::uint32_t id = log.intern("parent");
+    log.push(EventKind::kBegin, id, 0, 0, 1);
+    log.push(EventKind::kEnd, id, 0, 0, 1);
+    log.before_fork();  // as the atfork handlers of a registered log do
+    const pid_t child = fork();
+    if (child == 0) {
+      log.after_fork_child();
+      const std::uint32_t mine = log.intern("child");
+      log.push(EventKind::kBegin, mine, 0, 0, 2);
+      _exit(log.file_path().find(std::to_string(getpid()) + ".py.sev") == std::string::npos);
+    }
+    log.after_fork_parent();
+    int status = 0;
+    CHECK_EQ(waitpid(child, &status, 0), child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    const Parsed parent = parse(log.file_path());
+    CHECK_EQ(parent.records.size(), 2u);  // the child wrote nothing into it
+    const Parsed kid = parse(dir + "/" + std::to_string(child) + ".py.sev");
+    CHECK(kid.ok);
+    CHECK_EQ(kid.pid, static_cast<std::int64_t>(child));
+    CHECK_EQ(kid.first_index, 2u);
+    CHECK_EQ(kid.records.size(), 1u);
+    CHECK(kid.records.count(2) == 1);
+    CHECK(kid.strings.size() == 3 && kid.strings[id] == "parent" && kid.strings[2] == "child");
+  }
+  remove_dir(dir);
+}
+
+// SharedEvents::process: nullptr without the variable; with it, one writer per producer, its
+// file named after the pid; a taken name gets a suffix.
+void test_process_writers() {
+  unsetenv(stroboscope::kEventsDirEnv);
+  CHECK(SharedEvents::process("nvtx") == nullptr);
+  const std::string dir = make_dir();
+  setenv(stroboscope::kEventsDirEnv, dir.c_str(), 1);
+  CHECK(SharedEvents::process("Bad Name") == nullptr);
+  // A file already at the name (a reused pid's): ours gets the next free suffix.
+  const std::string taken = dir + "/" + std::to_string(getpid()) + ".nvtx.sev";
+  close(open(taken.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+  SharedEvents* w = SharedEvents::process("nvtx");
+  CHECK(w != nullptr);
+  if (w != nullptr) {
+    CHECK(SharedEvents::process("nvtx") == w);
+    const std::uint32_t id = w->intern("range");
+    w->push(EventKind::kBegin, id, 0, 0, 5);
+    w->mark(id, 1, 0, 5);
+    w->push(EventKind::kEnd, id, 0, 0, 5);
+    CHECK(w->log().file_path() == dir + "/" + std::to_string(getpid()) + ".nvtx.1.sev");
+    const Parsed p = parse(w->log().file_path());
+    CHECK_EQ(p.records.size(), 4u);
+    CHECK(p.producer == "nvtx");
+  }
+  unsetenv(stroboscope::kEventsDirEnv);
+  // (the writer lives as long as the process; its file is left in the directory)
+}
+
+}  // namespace
+
+int main() {
+  test_fork_child_file();  // first, while the process has one thread
+  test_threads_into_file();
+  test_file_ring_laps();
+  test_no_directory();
+  test_process_writers();
+  TEST_MAIN_END();
+}
