@@ -351,10 +351,8 @@ void mark(DomainHandle handle, const EventAttributes* a) noexcept {
   const Resolved r = resolve(handle);
   Open o{};
   if (r.ev == nullptr || !attribute_ids(r, a, &o)) return;
-  const std::uint16_t level = clamp_depth(r.state->open.size());
-  const std::uint64_t stack = push_pop_stack(*r.thread, *r.domain);
-  r.ev->push(EventKind::kBegin, o.scope_id, level, o.labels_id, stack);
-  r.ev->push(EventKind::kEnd, o.scope_id, level, o.labels_id, stack);
+  r.ev->mark(o.scope_id, clamp_depth(r.state->open.size()), o.labels_id,
+             push_pop_stack(*r.thread, *r.domain));
 }
 
 EventAttributes ascii_attributes(const char* message) noexcept {
@@ -544,12 +542,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
       callbacks->get_module_function_table == nullptr) {
     return 0;
   }
-  stroboscope::SharedEvents* events = nullptr;
-  try {
-    events = stroboscope::SharedEvents::process("nvtx");
-  } catch (...) {
-    events = nullptr;
-  }
+  stroboscope::SharedEvents* events = stroboscope::SharedEvents::process("nvtx");
   if (events == nullptr) return 0;  // no recorder (or no file): NVTX stays a no-op
   static const int atfork = pthread_atfork(nullptr, nullptr, atfork_child);
   (void)atfork;

@@ -169,7 +169,7 @@ nv::EventAttributes message(const char* text, std::uint32_t category = 0) {
 void test_declines_without_events_dir() {
   const pid_t pid = fork();
   if (pid == 0) {
-    unsetenv("STROBOSCOPE_EVENTS_DIR");
+    unsetenv(stroboscope::kEventsDirEnv);
     reset_tables();
     nv::InitializeInjectionFn init = load_entry_point();
     int bad = init == nullptr ? 1 : 0;
@@ -372,7 +372,7 @@ int main() {
   const char* dir = mkdtemp(dir_template);
   CHECK(dir != nullptr);
   if (dir == nullptr) return 1;
-  setenv("STROBOSCOPE_EVENTS_DIR", dir, 1);
+  setenv(stroboscope::kEventsDirEnv, dir, 1);
   nv::InitializeInjectionFn init = load_entry_point();
   CHECK(init != nullptr);
   if (init != nullptr) {

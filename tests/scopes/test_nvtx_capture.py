@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from _binaries import REQUIRE_VARIABLE  # CI names the library there: it cannot pass by skipping
+from stroboscope.analysis.scope_edges import shared_intervals
 from stroboscope.formats.shared_events import EVENTS_DIR_ENV, NVTX_INJECTION_ENV, read_events_dir
 from stroboscope.scopes import nvtx_injection_path
 from stroboscope.scopes.nvtx_capture import NVTX_LIBRARY_NAME
@@ -107,6 +108,19 @@ def test_nvtx_ranges_marks_domains_and_categories_become_scopes(tmp_path: Path) 
     assert all(e["pid"] == out["pid"] for e in events)
     assert all(e["thread_id"] == out["tid"] for e in events if e["scope"] != "io/load")
     assert all(out["t0"] <= e["mono_ns"] <= out["t1"] for e in events)  # CLOCK_MONOTONIC
+    # As a recorder reads them: one call per range, its path through its domain's open ranges.
+    calls = shared_intervals(tmp_path).to_pylist()
+    assert sorted(
+        (c["name"], c["path"], c["category"], c["producer"], c["pid"]) for c in calls
+    ) == [
+        ("inner", "outer/inner", "compute", "nvtx", out["pid"]),
+        ("io/load", "io/load", None, "nvtx", out["pid"]),
+        ("outer", "outer", None, "nvtx", out["pid"]),
+        ("train/forward", "train/step/train/forward", "5", "nvtx", out["pid"]),
+        ("train/step", "train/step", None, "nvtx", out["pid"]),
+        ("train/tick", "train/step/train/tick", None, "nvtx", out["pid"]),
+    ]
+    assert all(c["end_ns"] >= c["begin_ns"] for c in calls)
 
 
 FORK_SCRIPT = """
