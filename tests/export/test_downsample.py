@@ -81,3 +81,75 @@ def test_gaps_break_the_line() -> None:
     assert np.isnan(xs[3]) and np.isnan(ys[3])
     assert xs[~np.isnan(xs)].tolist() == x.tolist() and ys[~np.isnan(ys)].tolist() == y.tolist()
     assert not np.isnan(break_gaps(x[:3], y[:3], spacing=10.0)[1]).any()
+
+
+def test_reading_spans_hold_levels_and_cover_rate_windows() -> None:
+    from stroboscope.export._downsample import reading_spans
+
+    t = np.array([0, 10, 20, 30, 100, 110], dtype=np.int64)  # spacing 10; readings 40-90 missing
+    start, end, joined = reading_spans(t, rate=False, lo=0, hi=125)
+    assert start.tolist() == [0, 10, 20, 30, 100, 110]
+    assert end.tolist() == [10, 20, 30, 40, 110, 120]  # 30 holds one period, then a gap
+    assert joined.tolist() == [True, True, True, False, True, False]
+    start, end, _ = reading_spans(t, rate=True, lo=0, hi=125)
+    assert start.tolist() == [0, 0, 10, 20, 90, 100]  # the window before each reading
+    assert end.tolist() == t.tolist()
+    at = np.array([3, 4])
+    assert [a.tolist() for a in reading_spans(t, False, 0, 125, at=at)] == [
+        [30, 100],
+        [40, 110],
+        [False, True],
+    ]
+
+
+def test_step_path_keeps_a_gap_and_every_peak_when_it_downsamples() -> None:
+    from stroboscope.export._downsample import step_path
+
+    n = 100_000
+    t = np.arange(n, dtype=np.int64) * 1_000_000  # 1 kHz
+    y = np.sin(np.arange(n) / 500.0)
+    y[70_000] = 9.0  # one spike
+    keep = np.ones(n, bool)
+    keep[40_000:45_000] = False  # 5 s without readings
+    x, v, alone = step_path(t[keep], y[keep], False, width=500, lo=0, hi=int(t[-1]))
+    assert len(x) < 4 * 500 * 2 + 10  # reduced to a few points per pixel column
+    assert np.nanmax(v) == 9.0 and np.nanmin(v) == y[keep].min()
+    breaks = np.flatnonzero(np.isnan(x))
+    assert len(breaks) == 1
+    k = breaks[0]
+    assert x[k - 1] == pytest.approx(t[39_999] + 1_000_000)  # held one period, then the gap
+    assert x[k + 1] == t[45_000]
+    ok = ~np.isnan(x)
+    assert (np.diff(x[ok][:k]) >= 0).all() and not alone.any()
+
+
+def test_step_path_draws_no_break_narrower_than_a_pixel() -> None:
+    from stroboscope.export._downsample import step_path
+
+    t = np.arange(10_000, dtype=np.int64) * 1_000_000
+    t[5000:] += 2_000_000  # a missed tick at 1 kHz: 3 ms without a reading, ~0.1 px wide
+    x, _, _ = step_path(t, np.ones(len(t)), False, width=300, lo=0, hi=int(t[-1]))
+    assert not np.isnan(x).any()
+    x, _, _ = step_path(t, np.ones(len(t)), False, width=30_000, lo=0, hi=int(t[-1]))
+    assert np.isnan(x).sum() == 1  # 30,000 columns: a pixel is 0.33 ms, the 2 ms gap shows
+    t[5000:] += 200_000_000  # 200 ms: 6 px
+    x, _, _ = step_path(t, np.ones(len(t)), False, width=300, lo=0, hi=int(t[-1]))
+    assert np.isnan(x).sum() == 1
+
+
+def test_ticks_the_sampler_missed_are_no_gap_but_a_failed_read_is() -> None:
+    from stroboscope.export._downsample import reading_spans
+
+    # a column read on every row, 10 ms apart; the sampler missed two ticks before row 3
+    # (30 ms without a row), and the read of row 6 failed (null: the row is there)
+    rows = np.array([0, 1, 2, 3, 4, 5, 7, 8])
+    t = np.array([0, 10, 20, 50, 60, 70, 90, 100], dtype=np.int64)
+    _, end, joined = reading_spans(t, False, 0, 100, rows=rows)
+    assert joined.tolist() == [True, True, True, True, True, False, True, False]
+    assert end[2] == 50 and end[5] == 80  # held over the missed ticks; not over the failure
+    _, _, by_time = reading_spans(t, False, 0, 100)  # rows unknown: by time alone
+    assert by_time.tolist() == [True, True, False, True, True, False, True, False]
+    # the sampler stopped for 5 spacings or more: a gap, however few rows it skipped
+    t2 = np.array([0, 10, 20, 80, 90], dtype=np.int64)
+    _, _, stalled = reading_spans(t2, False, 0, 90, rows=np.arange(5))
+    assert stalled.tolist() == [True, True, False, True, False]

@@ -266,9 +266,16 @@ def test_columns_go_to_their_plots() -> None:
         "process",
     ]
     assert got["cpu-cores"][1] == {"%": ("cpu.0.util_pct", "cpu.1.util_pct")}
-    assert got["cpu"][1] == {"%": ("cpu.util_pct", "proc.cpu_pct")}
+    # One panel per unit and scale (these pinned one panel per unit: a process's 0-200 %
+    # beside the machine's 0-100 %, its MiB of RSS flat at 0 beside GiB of host memory).
+    assert got["cpu"][1] == {
+        "% of all cores": ("cpu.util_pct",),
+        "% of one core": ("proc.cpu_pct",),
+    }
     assert got["memory"][1] == {
-        "bytes": ("mem.used_bytes", "cgroup.mem_limit_bytes", "proc.rss_bytes")
+        "bytes · host": ("mem.used_bytes",),
+        "bytes · cgroup": ("cgroup.mem_limit_bytes",),
+        "bytes · process": ("proc.rss_bytes",),
     }
     assert got["gpu-0"] == (
         "GPU 0",

@@ -96,7 +96,7 @@ def test_hostile_scope_column_and_series_names_are_drawn_as_text(figures: list[F
     series = [_series(MATH, columns, scopes), _series(SCOPE, columns[:1], [])]
     lateness = {MATH: ([10.0, 100.0], [3, 1])}
     plots = _plots.render_plots(series, lateness)
-    assert [p.key for p in plots] == ["memory", "gpu-$a$", "network", "disk", "timing"]
+    assert [p.key for p in plots] == ["scopes", "memory", "gpu-$a$", "network", "disk", "timing"]
     for p in plots:
         assert _decodes(p.png) == (p.width, p.height)
     names = [SCOPE, MATH, BACKSLASH_N, MARKUP, f"{columns[0]} [{MATH}]", f"GPU {MATH}"]
@@ -113,7 +113,8 @@ def test_the_report_command_draws_a_scope_named_with_dollars(tmp_path: Path) -> 
     out = tmp_path / "r.html"
     assert main(["report", str(tmp_path / "run.parquet"), "-o", str(out)]) == 0
     # Before, the figure with the scope spans raised mathtext's ValueError and this exited 2.
-    assert out.read_text().count("data:image/png;base64,") == 2  # the memory plot and timing
+    # the scope lane, the memory plot and timing
+    assert out.read_text().count("data:image/png;base64,") == 3
 
 
 def _renamed(scopes: pa.Table, step: str) -> pa.Table:

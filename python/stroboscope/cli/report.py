@@ -1,5 +1,6 @@
-"""``stroboscope report RUN.parquet [RUN2 …] [-o report.html] [--png DIR]``: summarise
-recordings in the terminal, as one HTML page and as PNG plots. On a dataset root
+"""``stroboscope report RUN.parquet [RUN2 …] [-o report.html] [--png DIR] [--align start]``:
+summarise recordings in the terminal, as one HTML page and as PNG plots (several runs overlaid
+on a relative time axis with ``--align``). On a dataset root
 (``record --dataset``), the cross-rank report (:mod:`stroboscope.export.cluster_report`)."""
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
         end=args.end,
         scope=args.scope,
         scopes=args.scopes,
+        align=args.align,
     )
     print(report.text(), end="")
     try:
@@ -52,7 +54,11 @@ def run_cluster(args: argparse.Namespace) -> int:
         write_cluster_report,
     )
 
-    unused = [f for f in ("columns", "start", "end", "scope", "scopes", "png") if getattr(args, f)]
+    unused = [
+        f
+        for f in ("columns", "start", "end", "scope", "scopes", "png", "align")
+        if getattr(args, f)
+    ]
     if unused:
         raise ValueError(f"{', '.join(unused)}: not used by the report of a dataset (-o, --step)")
     k, _, pct = (args.straggler or "3,5").partition(",")
@@ -106,6 +112,13 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="FILE",
         help="scope intervals (Parquet) for every input (default: <stem>.scopes.parquet)",
+    )
+    p.add_argument(
+        "--align",
+        default=None,
+        metavar="start|scope:NAME",
+        help="overlay the runs on one relative time axis: each from its first row (start) or "
+        "from the first call of the scope NAME (scope:NAME); default: one absolute axis",
     )
     p.add_argument("--step", default=None, metavar="NAME", help="dataset: the step scope")
     p.add_argument(

@@ -22,9 +22,10 @@ from stroboscope.analysis.column_stats import (
     level_rows,
 )
 from stroboscope.export import _meta
+from stroboscope.export._compare import compare_table
 from stroboscope.export._inputs import Recording
 from stroboscope.export._plots import Plot
-from stroboscope.export._scope_text import scope_text
+from stroboscope.export._scope_text import scope_table
 from stroboscope.export._select import iso_ms
 
 Describe = Callable[[Recording], list[ColumnStats]]
@@ -87,10 +88,8 @@ def _series_html(describe: Describe, s: Recording) -> str:
     if figures:
         parts += ["<h3>Sampler</h3>", table_html(("figure", "value"), figures, left=2)]
     if s.scopes is not None and s.scopes.num_rows:
-        parts += [
-            "<h3>Scopes</h3>",
-            f'<pre class="scopes">{_esc(scope_text(s.table, s.scopes))}</pre>',
-        ]
+        header, rows, labels = scope_table(s.table, s.scopes)
+        parts += ["<h3>Scopes</h3>", table_html(header, rows, left=labels)]
     entries = _meta.metadata_items(s.metadata)
     parts.append("<h3>Provenance and metadata</h3>")
     if entries:
@@ -109,18 +108,29 @@ def _figure_html(plot: Plot) -> str:
     )
 
 
-def render_html(series: list[Recording], describe: Describe, plots: list[Plot]) -> str:
-    """The whole page: ``plots``, then each of ``series`` with its column figures."""
+def render_html(
+    series: list[Recording], describe: Describe, plots: list[Plot], time_axis: str = ""
+) -> str:
+    """The whole page: ``plots``, then (several series) the runs side by side, then each of
+    ``series`` with its column figures; ``time_axis`` says what the plots' time 0 is."""
     from stroboscope._base.version import __version__
 
     title = "stroboscope report: " + ", ".join(s.label for s in series)
     body = [
         f"<h1>{_esc(title)}</h1>",
-        f'<p class="note">Made by stroboscope {_esc(__version__)}. Plots: min and max of every '
-        f"pixel column are kept, so no peak is hidden by downsampling; time is seconds after "
-        f"the first row of all inputs; shaded spans are scopes.</p>",
+        f'<p class="note">Made by stroboscope {_esc(__version__)}. Plots: every value is drawn '
+        f"as it was sampled, held until the next reading (a rate over the window it is the mean "
+        f"of), with a break where a reading is missing; min and max of every pixel column are "
+        f"kept, so no peak is hidden by downsampling; time is "
+        f"{_esc(time_axis or 'seconds after the first row of all inputs')}; the lane above the "
+        f"plots shows the scopes, one row per thread and nesting level.</p>",
         "<h2>Plots</h2>",
         *(_figure_html(p) for p in plots),
+        *(
+            ["<h2>Runs side by side</h2>", table_html(*compare_table(series, describe))]
+            if len(series) > 1
+            else []
+        ),
         *(_series_html(describe, s) for s in series),
     ]
     return (

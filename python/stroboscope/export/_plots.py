@@ -1,14 +1,20 @@
 """The report's figures, drawn with matplotlib (the ``report`` extra) as PNG images.
 
-Each plot is one figure, panels sharing the time axis (seconds after the first row of all
-inputs), lines downsampled per pixel column (:mod:`stroboscope.export._downsample`), scopes as
-shaded spans with their names. matplotlib's object API is used (``Figure`` + the Agg canvas),
+Each plot is one figure, panels sharing the time axis (seconds from each run's origin,
+:func:`~stroboscope.export._select.time_origins`), every figure with the same margins so the
+time axes of all of them line up. Every value is drawn as it was sampled
+(:func:`~stroboscope.export._downsample.step_path`): held until the next reading (a rate over
+the window it is the mean of), a break where data is missing, reduced per pixel column so no
+peak is hidden. Panels hold one unit and scale each (:mod:`stroboscope.export._groups`); a
+constant is one tick with its value. Scopes are a lane of their own above the plots, one row
+per thread and nesting level. matplotlib's object API is used (``Figure`` + the Agg canvas),
 never ``pyplot``, so no global state or GUI backend is touched.
 """
 
 from __future__ import annotations
 
 import io
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,10 +22,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.column_stats import fmt_value
-from stroboscope.export._downsample import break_gaps, downsample
-from stroboscope.export._groups import Group, plot_groups
+from stroboscope.analysis.column_stats import column_kind
+from stroboscope.export._downsample import step_path
+from stroboscope.export._groups import (
+    Group,
+    lane_rows,
+    plot_groups,
+    scope_calls,
+    scope_colors,
+    scope_names,
+)
 from stroboscope.export._inputs import Recording
+from stroboscope.export._select import align_text, time_origins
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -29,8 +43,12 @@ WIDTH_PX = 1200
 """Width of every figure in pixels (at ``DPI``); the downsampling keeps 4 points per pixel."""
 DPI = 100
 PANEL_HEIGHT_IN = 2.4
-MAX_SCOPE_LABELS = 40
-"""Scope spans named on a plot at most (the longest); the rest are shaded only."""
+LEFT_PX, RIGHT_PX = 100, 24
+"""Margins of every time plot (pixels): the same in every figure, so their time axes line up
+whatever the width of their tick labels."""
+TOP_PX, BOTTOM_PX, LEGEND_PX, GAP_PX = 34, 40, 14, 16
+"""Title band, x-axis labels, one row of a figure legend and the space between panels
+(pixels)."""
 
 
 class MissingExtraError(ImportError):
@@ -107,12 +125,45 @@ def plain_text(fig: Figure) -> None:
         text.set_parse_math(text in own and text.get_parse_math())
 
 
+_FIXED: weakref.WeakSet[Figure] = weakref.WeakSet()
+"""Figures laid out with the fixed margins of the time plots (not by ``tight_layout``)."""
+
+
+def _time_figure(heights_in: list[float], legend_rows: int = 0) -> Figure:
+    """A figure of panels (``heights_in`` inches each) on one time axis, with the margins of
+    every time plot (:data:`LEFT_PX`...): their axes line up from figure to figure; room for
+    ``legend_rows`` rows of a figure legend above them."""
+    from matplotlib.figure import Figure
+
+    legend_px = LEGEND_PX * legend_rows
+    gaps_px = GAP_PX * (len(heights_in) - 1)
+    height_px = TOP_PX + legend_px + BOTTOM_PX + gaps_px + DPI * sum(heights_in)
+    fig = Figure(figsize=(WIDTH_PX / DPI, height_px / DPI), dpi=DPI)
+    fig.subplots(
+        len(heights_in),
+        1,
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={
+            "height_ratios": heights_in,
+            "left": LEFT_PX / WIDTH_PX,
+            "right": 1 - RIGHT_PX / WIDTH_PX,
+            "top": 1 - (TOP_PX + legend_px) / height_px,
+            "bottom": BOTTOM_PX / height_px,
+            "hspace": GAP_PX / (DPI * sum(heights_in) / len(heights_in)),
+        },
+    )
+    _FIXED.add(fig)
+    return fig
+
+
 def _png(fig: Figure, key: str, title: str) -> Plot:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)  # the figure draws on Agg: no GUI backend, no pyplot
     plain_text(fig)  # before anything is drawn: names from the data are text
-    fig.tight_layout()
+    if fig not in _FIXED:
+        fig.tight_layout()
     plain_text(fig)  # the ticks the layout added
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
@@ -120,13 +171,75 @@ def _png(fig: Figure, key: str, title: str) -> Plot:
     return Plot(key, title, buf.getvalue(), round(w_in * DPI), round(h_in * DPI))
 
 
-def _unit_formatter(unit: str) -> Any:
-    from matplotlib.ticker import FuncFormatter
+def tick_texts(values: list[float], unit: str) -> list[str]:
+    """The labels of ticks at ``values`` on an axis of ``unit``: each the value itself with as
+    many decimals as tell neighbouring ticks apart (one tick: its value in 7 significant
+    digits), bytes scaled to the largest tick's Ki/Mi/Gi/Ti, never an offset or ``-0``."""
+    vals = [float(v) for v in values]
+    if not vals:
+        return []
+    steps = [abs(b - a) for a, b in zip(vals, vals[1:]) if b != a]
+    step = min(steps) if steps else 0.0
+    big = max(abs(v) for v in vals)
+    scale, suffix = 1.0, ""
+    if unit.split(" ")[0] in ("bytes", "bytes/s"):
+        for size, name in ((1 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
+            if big >= size:
+                scale, suffix = float(size), f" {name}"
+                break
+    out = []
+    for v in vals:
+        x = v / scale
+        if step == 0.0:
+            text = f"{x:.7g}"
+        elif big / scale >= 1e7 or 0 < big / scale < 1e-3:
+            digits = int(np.clip(np.ceil(np.log10(big / step)) + 1, 1, 15))
+            text = f"{x:.{digits}g}"
+        else:
+            decimals = int(np.clip(np.ceil(-np.log10(step / scale) - 1e-9), 0, 12))
+            text = f"{x:.{decimals}f}"
+        if float(text) == 0:  # no "-0", and no unit on nothing
+            out.append(text.lstrip("-"))
+            continue
+        out.append(text + suffix)
+    return out
 
-    base = unit.split(" ")[0]
-    if base not in ("bytes", "bytes/s"):
-        return None
-    return FuncFormatter(lambda v, _pos: fmt_value(float(v), base))
+
+def value_formatter(unit: str) -> Any:
+    """A matplotlib tick formatter writing :func:`tick_texts` (the one rule of every panel)."""
+    from matplotlib.ticker import Formatter
+
+    class ValueFormatter(Formatter):
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return tick_texts([x], unit)[0]
+
+        def format_ticks(self, values: Any) -> list[str]:
+            return tick_texts(list(values), unit)
+
+    return ValueFormatter()
+
+
+MIN_SPAN = 1e-3
+"""The least height of a panel's value axis, relative to its largest magnitude: a series that
+moves by less (``disk.used_pct`` by 1e-6 %) is drawn as the flat line it is to a reader."""
+
+
+def _value_axis(ax: Axes, lo: float, hi: float, unit: str) -> None:
+    """The y-axis of a panel whose drawn values span ``[lo, hi]``: one tick with the value
+    and a flat line for a constant, a span at least :data:`MIN_SPAN` of the magnitude for
+    a series that barely moves, labels by :func:`value_formatter`."""
+    ax.yaxis.set_major_formatter(value_formatter(unit))
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return
+    big = max(abs(lo), abs(hi))
+    if hi == lo:
+        pad = abs(lo) * 0.05 or 1.0
+        ax.set_ylim(lo - pad, hi + pad)
+        ax.set_yticks([lo])
+        return
+    if hi - lo < MIN_SPAN * big:
+        mid, half = (hi + lo) / 2, MIN_SPAN * big / 2
+        ax.set_ylim(mid - half * 1.1, mid + half * 1.1)
 
 
 def _schema(series: list[Recording]) -> pa.Schema:
@@ -146,73 +259,127 @@ def time_origin(series: list[Recording]) -> tuple[int, int]:
     return min(mins), max(maxs)
 
 
-def _draw_scopes(axes: list[Axes], series: list[Recording], t0: int) -> None:
-    import matplotlib as mpl
+def time_span_s(series: list[Recording], origins: list[int]) -> tuple[float, float]:
+    """The time axis of every plot (seconds from each series' origin): from the earliest row
+    to the latest, over all series."""
+    lo, hi = [], []
+    for s, t0 in zip(series, origins):
+        mm = pc.min_max(s.table.column("time").cast(pa.int64()))
+        lo.append((int(mm["min"].as_py()) - t0) / 1e9)
+        hi.append((int(mm["max"].as_py()) - t0) / 1e9)
+    a, b = min(lo), max(hi)
+    return a, max(b, a + 1e-9)
 
-    cmap = mpl.colormaps["tab10"]
-    names: dict[str, Any] = {}
-    labelled: list[tuple[float, float, str]] = []
-    for s in series:
+
+LANE_ROW_IN = 0.24
+"""Height of one row of the scope lane (inches)."""
+CHAR_PX = 6.0
+"""Width of one character of a scope name in the lane (7 pt at 100 dpi, with room)."""
+MAX_LEGEND = 20
+"""Scope names in the lane's colour legend at most (the first called); the rest are counted."""
+
+
+def _lane_bars(
+    x0: np.ndarray[Any, Any], x1: np.ndarray[Any, Any], codes: np.ndarray[Any, Any], pixel: float
+) -> list[tuple[int, list[tuple[float, float]]]]:
+    """The bars of one lane row, by colour code: calls in time order, neighbours of one name
+    less than a ``pixel`` apart drawn as one bar (the picture is the same; 100,000 calls are
+    not 100,000 rectangles)."""
+    if len(x0) == 0:
+        return []
+    o = np.argsort(x0, kind="stable")
+    b, e, c = x0[o], x1[o], codes[o]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, (c[1:] != c[:-1]) | (b[1:] - reach[:-1] >= pixel)]
+    starts = np.flatnonzero(new)
+    gb, ge, gc = b[starts], np.maximum.reduceat(e, starts), c[starts]
+    out = []
+    for code in dict.fromkeys(gc.tolist()):
+        m = gc == code
+        out.append((int(code), list(zip(gb[m].tolist(), (ge[m] - gb[m]).tolist()))))
+    return out
+
+
+def _draw_lane(
+    series: list[Recording], origins: list[int], xlim: tuple[float, float], xlabel: str
+) -> Plot | None:
+    """The scope lane: every scope call as a bar in its thread's row at its nesting level,
+    coloured by name (:func:`~stroboscope.export._groups.scope_colors`), named where the name
+    fits in the bar; a colour legend of the names. None without scopes."""
+    rows = lane_rows(series)
+    if not rows:
+        return None
+    colors = scope_colors(scope_names(s.scopes for s in series))
+    order = {name: k for k, name in enumerate(colors)}
+    palette = list(colors.values())
+    entries = min(len(colors), MAX_LEGEND) + (len(colors) > MAX_LEGEND)
+    ncol = min(entries, 6)
+    fig = _time_figure([LANE_ROW_IN * len(rows) + 0.3], legend_rows=-(-entries // ncol))
+    ax = fig.axes[0]
+    axes_px = fig.get_figwidth() * DPI * (1 - (LEFT_PX + RIGHT_PX) / WIDTH_PX)
+    px_per_s = axes_px / max(xlim[1] - xlim[0], 1e-12)
+    for i, (s, t0) in enumerate(zip(series, origins)):
         if s.scopes is None or not s.scopes.num_rows:
             continue
-        anchor = s.anchor_ns
-        last = int(pc.max(s.table.column("mono_ns")).as_py())
-        begin = s.scopes.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64)
-        end = pc.fill_null(s.scopes.column("end_ns"), last).to_numpy(zero_copy_only=False)
-        x0 = (begin + anchor - t0) / 1e9
-        x1 = (end.astype(np.int64) + anchor - t0) / 1e9
-        for name in dict.fromkeys(s.scopes.column("name").to_pylist()):
-            color = names.setdefault(str(name), cmap(len(names) % 10))
-            mask = pc.equal(s.scopes.column("name"), name).to_numpy(zero_copy_only=False)
-            spans = list(zip(x0[mask].tolist(), (x1[mask] - x0[mask]).tolist()))
-            for ax in axes:
-                ax.broken_barh(
-                    spans,
-                    (0, 1),
-                    transform=ax.get_xaxis_transform(),
-                    facecolors=color,
-                    alpha=0.15,
-                    edgecolors="none",
-                )
-            labelled += [(a, w, str(name)) for a, w in spans]
-    for a, w, name in sorted(labelled, key=lambda t: -t[1])[:MAX_SCOPE_LABELS]:
-        axes[0].text(
-            a + w / 2,
-            0.98,
-            name,
-            transform=axes[0].get_xaxis_transform(),
-            ha="center",
-            va="top",
-            fontsize=7,
-            color="0.25",
-            clip_on=True,
-        )
-    if names:
-        from matplotlib.patches import Patch
+        x0, x1, names, tids, depths = scope_calls(s, t0)
+        codes = np.array([order[n] for n in names], np.int64)
+        for y, (row_series, tid, depth, _label) in enumerate(rows):
+            if row_series != i:
+                continue
+            idx = np.flatnonzero((tids == tid) & (depths == depth))
+            for code, spans in _lane_bars(x0[idx], x1[idx], codes[idx], 1 / px_per_s):
+                ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=palette[code], edgecolors="none")
+            a, b = np.maximum(x0[idx], xlim[0]), np.minimum(x1[idx], xlim[1])
+            width = np.array([CHAR_PX * len(names[k]) + 4 for k in idx.tolist()])
+            for k in idx[(b - a) * px_per_s >= width].tolist():
+                mid = (max(x0[k], xlim[0]) + min(x1[k], xlim[1])) / 2
+                ax.text(
+                    mid, y, names[k], ha="center", va="center", fontsize=7, color="black",
+                    clip_on=True,
+                )  # fmt: skip
+    ax.set_yticks(range(len(rows)), [r[3] for r in rows], fontsize=7)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(*xlim)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.tick_params(labelsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
+    from matplotlib.patches import Patch
 
-        handles = [
-            Patch(facecolor=c, alpha=0.3, label=f"scope {n}") for n, c in list(names.items())[:10]
-        ]
-        # a figure legend: the panels keep their own legends of lines
-        axes[0].figure.legend(
-            handles=handles, loc="upper right", fontsize=7, ncol=len(handles), frameon=False
-        )
-
-
-def _isolated(y: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Points with no drawn neighbour (NaN or nothing on both sides)."""
-    ok = ~np.isnan(y)
-    before = np.r_[False, ok[:-1]]
-    after = np.r_[ok[1:], False]
-    return np.asarray(ok & ~before & ~after)
+    shown = list(colors.items())[:MAX_LEGEND]
+    handles = [Patch(facecolor=c, label=f"scope {n}") for n, c in shown]
+    more = len(colors) - len(shown)
+    if more:
+        handles.append(Patch(facecolor="white", label=f"and {more} more names"))
+    fig.legend(
+        handles=handles,
+        loc="upper right",
+        bbox_to_anchor=(1 - RIGHT_PX / WIDTH_PX, 1 - TOP_PX / fig.bbox.height),
+        fontsize=7,
+        ncol=ncol,
+        frameon=False,
+        borderpad=0,
+        labelspacing=0.2,
+    )
+    fig.suptitle("Scopes", fontsize=11, x=0.01, ha="left")
+    return _png(fig, "scopes", "Scopes")
 
 
-def _draw_group(group: Group, series: list[Recording], t0: int, t1: int) -> Plot:
-    fig, axes = _figure(len(group.panels))
+def _draw_group(
+    group: Group,
+    series: list[Recording],
+    origins: list[int],
+    xlim: tuple[float, float],
+    xlabel: str,
+) -> Plot:
+    fig = _time_figure([PANEL_HEIGHT_IN] * len(group.panels))
+    axes = fig.axes
     many = len(series) > 1
     for ax, (label, columns) in zip(axes, group.panels):
-        for s in series:
+        lo, hi = np.inf, -np.inf
+        for s, t0 in zip(series, origins):
             x_all = s.table.column("time").cast(pa.int64())
+            first = int(pc.min(x_all).as_py())
+            last = int(pc.max(x_all).as_py())
             for col in columns:
                 if col not in s.table.column_names:
                     continue
@@ -221,6 +388,7 @@ def _draw_group(group: Group, series: list[Recording], t0: int, t1: int) -> Plot
                 # unsafe: a uint64 beyond 2**53 is drawn rounded, not refused
                 y = c.filter(valid).cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
                 x = x_all.filter(valid).to_numpy(zero_copy_only=False)
+                rows = np.flatnonzero(valid.to_numpy(zero_copy_only=False))
                 far = np.abs(y) > DRAWABLE  # matplotlib cannot lay out axes out there
                 if far.any():
                     ax.text(
@@ -233,29 +401,37 @@ def _draw_group(group: Group, series: list[Recording], t0: int, t1: int) -> Plot
                         fontsize=7,
                         color="red",
                     )
-                    x, y = x[~far], y[~far]
+                    x, y, rows = x[~far], y[~far], rows[~far]
+                ok = ~np.isnan(y)
+                x, y, rows = x[ok], y[ok], rows[ok]
                 if len(y) == 0:
                     continue
-                xs, ys = downsample(x, y, WIDTH_PX, t0, t1)
-                spacing = float(np.median(np.diff(x))) if len(x) > 1 else 0.0
-                xs, ys = break_gaps(xs - t0, ys, spacing)  # no line across missing readings
+                rate = column_kind(s.table.schema.field(col)) == "rate"
+                # ns from the origin before any float: realtime ns in float64 lose 256 ns
+                x = x.astype(np.int64) - t0
+                xs, ys, alone = step_path(x, y, rate, WIDTH_PX, first - t0, last - t0, rows)
                 name = f"{col} [{s.label}]" if many else col
                 (line,) = ax.plot(xs / 1e9, ys, linewidth=0.9, label=name)
-                alone = _isolated(ys)  # a reading between two gaps: a dot, not an invisible line
-                if alone.any():
-                    ax.plot(xs[alone] / 1e9, ys[alone], ".", markersize=2, color=line.get_color())
+                lo, hi = min(lo, float(y.min())), max(hi, float(y.max()))
+                if alone.any():  # a reading between two gaps: a dot, not an invisible line
+                    ax.plot(
+                        xs[alone] / 1e9, ys[alone], ".", markersize=3,
+                        color=line.get_color(),
+                    )  # fmt: skip
+                if len(y) <= WIDTH_PX // 8:  # few readings: each one marked where it was read
+                    ax.plot(
+                        x / 1e9, y, "|" if rate else ".", markersize=4,
+                        color=line.get_color(), alpha=0.8,
+                    )  # fmt: skip
         ax.set_ylabel(label, fontsize=8)
-        formatter = _unit_formatter(label)
-        if formatter is not None:
-            ax.yaxis.set_major_formatter(formatter)
+        _value_axis(ax, lo, hi, label)
         ax.grid(True, alpha=0.3)
         ax.tick_params(labelsize=8)
         if ax.get_legend_handles_labels()[0]:
             lines = len(ax.get_legend_handles_labels()[0])
             ax.legend(fontsize=7, loc="upper left", ncol=min(4, 1 + lines // 6), framealpha=0.6)
-    _draw_scopes(axes, series, t0)
-    axes[-1].set_xlabel("seconds after the first row", fontsize=8)
-    axes[-1].set_xlim(0, max((t1 - t0) / 1e9, 1e-9))
+    axes[-1].set_xlabel(xlabel, fontsize=8)
+    axes[-1].set_xlim(*xlim)
     fig.suptitle(group.title, fontsize=11, x=0.01, ha="left")
     return _png(fig, group.key, group.title)
 
@@ -297,14 +473,23 @@ def _draw_timing(
 
 
 def render_plots(
-    series: list[Recording], lateness: dict[str, tuple[list[float], list[int]]] | None = None
+    series: list[Recording],
+    lateness: dict[str, tuple[list[float], list[int]]] | None = None,
+    align: str | None = None,
 ) -> list[Plot]:
-    """Every plot of the report for ``series``: one per group of columns, then the timing
-    (row spacing from the data; the sampler's lateness histogram when ``lateness`` has one,
-    by label: upper bounds in µs and counts)."""
+    """Every plot of the report for ``series``: the scope lane (when any has scopes), one per
+    group of columns, all on one time axis (:func:`~stroboscope.export._select.time_origins`
+    under ``align``), then the timing (row spacing from the data; the sampler's lateness
+    histogram when ``lateness`` has one, by label: upper bounds in µs and counts)."""
     require_matplotlib()
-    t0, t1 = time_origin(series)
-    plots = [_draw_group(g, series, t0, t1) for g in plot_groups(_schema(series))]
+    origins = time_origins(series, align)
+    xlim = time_span_s(series, origins)
+    xlabel = align_text(align)
+    plots = []
+    lane = _draw_lane(series, origins, xlim, xlabel)
+    if lane is not None:
+        plots.append(lane)
+    plots += [_draw_group(g, series, origins, xlim, xlabel) for g in plot_groups(_schema(series))]
     timing = _draw_timing(series, lateness or {})
     if timing is not None:
         plots.append(timing)

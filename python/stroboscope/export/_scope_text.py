@@ -18,22 +18,40 @@ from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, printable,
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["SCOPE_HEADER", "format_summary", "scope_counts", "scope_text"]
+__all__ = [
+    "SCOPE_HEADER",
+    "format_summary",
+    "scope_counts",
+    "scope_table",
+    "scope_text",
+    "summary_table",
+]
 
 SCOPE_HEADER = ("scope", "calls", "open", "total", "mean", "min", "max")
 
 
-def scope_text(samples: pa.Table, intervals: pa.Table) -> str:
-    """The per-scope summary as text: :func:`stroboscope.analysis.scope_summary.summary`
-    (durations, and CPU, memory, GPU, power and energy inside each scope), which needs pandas;
-    without pandas, the calls and durations of :func:`scope_counts`."""
+ScopeTable = tuple[tuple[str, ...], list[tuple[str, ...]], int]
+"""A per-scope table: header, rows (cells as text) and how many leading columns are labels."""
+
+
+def scope_table(samples: pa.Table, intervals: pa.Table) -> ScopeTable:
+    """The per-scope summary as a table, the one the terminal prints as text and the page as
+    an HTML table: :func:`stroboscope.analysis.scope_summary.summary` (durations, and CPU,
+    memory, GPU, power and energy inside each scope), which needs pandas; without pandas, the
+    calls and durations of :func:`scope_counts`."""
     try:
         import pandas  # noqa: F401
 
         from stroboscope.analysis.scope_summary import summary
     except ImportError:
-        return text_table(SCOPE_HEADER, scope_counts(intervals))
-    return format_summary(summary(samples, intervals))
+        return SCOPE_HEADER, scope_counts(intervals), 1
+    return summary_table(summary(samples, intervals))
+
+
+def scope_text(samples: pa.Table, intervals: pa.Table) -> str:
+    """:func:`scope_table` as aligned text (labels left, figures right)."""
+    header, rows, labels = scope_table(samples, intervals)
+    return text_table(header, rows, left=labels)
 
 
 def scope_counts(intervals: pa.Table) -> list[tuple[str, ...]]:
@@ -50,7 +68,9 @@ def scope_counts(intervals: pa.Table) -> list[tuple[str, ...]]:
         done = (end - begin)[mask & closed] / 1e9
         stats = (done.sum(), done.mean(), done.min(), done.max()) if len(done) else (None,) * 4
         durations = [fmt_seconds(None if v is None else float(v)) for v in stats]
-        rows.append((str(name), str(int(mask.sum())), str(int((mask & ~closed).sum())), *durations))
+        rows.append(
+            (printable(name), str(int(mask.sum())), str(int((mask & ~closed).sum())), *durations)
+        )
     return rows
 
 
@@ -88,15 +108,16 @@ def _value(v: Any, kind: str) -> str:
     return f"{x:.4g}"
 
 
-def format_summary(df: pandas.DataFrame) -> str:
-    """``summary()``'s DataFrame as an aligned text table: one line per scope and labels, the
-    durations, then each metric figure with its reading count in brackets (``[n]``). Figures
-    the frame did not have are left out; control characters in a name or label are escaped
-    (:func:`~stroboscope.analysis.column_stats.printable`), so each row stays one line."""
+def summary_table(df: pandas.DataFrame) -> ScopeTable:
+    """``summary()``'s DataFrame as a table: one row per scope and labels, the durations, then
+    each metric figure with its reading count in brackets (``[n]``). Figures the frame did not
+    have are left out; a missing label is ``-``; control characters in a name or label are
+    escaped (:func:`~stroboscope.analysis.column_stats.printable`), in the page as in the
+    terminal."""
     header = [printable(n) for n in df.index.names]
     shown = [f for f in _FIGURES if all(c in df.columns for c in f[1])]
     header += [f[0] for f in shown]
-    rows: list[list[str]] = []
+    rows: list[tuple[str, ...]] = []
     for key, row in zip(df.index, df.itertuples(index=False)):
         values = dict(zip(df.columns, row))
         keys = key if isinstance(key, tuple) else (key,)
@@ -109,15 +130,13 @@ def format_summary(df: pandas.DataFrame) -> str:
             if count is not None and count in values:
                 text += f" [{int(values[count])}]"
             cells.append(text)
-        rows.append(cells)
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-    labels = len(df.index.names)
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    for r in rows:
-        lines.append(
-            "  ".join(
-                v.ljust(w) if i < labels else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))
-            )
-        )
-    return "\n".join(lines)
+        rows.append(tuple(cells))
+    return tuple(header), rows, len(df.index.names)
+
+
+def format_summary(df: pandas.DataFrame) -> str:
+    """``summary()``'s DataFrame as an aligned text table (:func:`summary_table`); control
+    characters in a name or label are escaped
+    (:func:`~stroboscope.analysis.column_stats.printable`), so each row stays one line."""
+    header, rows, labels = summary_table(df)
+    return text_table(header, rows, left=labels)

@@ -195,3 +195,59 @@ def select_scope(series: list[Recording], name: str | None) -> list[Recording]:
             )
         raise ValueError(f"--scope {name!r}: no row was taken while it was open")
     return out
+
+
+def check_align(align: str | None) -> str | None:
+    """``--align``: None (one absolute time axis), ``start`` or ``scope:NAME``; a ValueError
+    naming what is accepted otherwise."""
+    if align is None or align == "start":
+        return align
+    if isinstance(align, str) and align.startswith("scope:") and align[len("scope:") :].strip():
+        return align
+    raise ValueError(
+        f"--align {align!r}: give 'start' (each run from its first row) or 'scope:NAME' "
+        f"(each run from the first call of the scope NAME, a name or a path)"
+    )
+
+
+def time_origins(series: list[Recording], align: str | None) -> list[int]:
+    """The realtime (ns) each series' plots count from (their time 0), one per series.
+
+    ``None``: the first row of all inputs, one absolute axis for every run. ``start``: each
+    run's own first row, so runs taken minutes apart overlay. ``scope:NAME``: the begin of
+    the first call of the scope NAME (its name or its path) in each run; a ValueError names
+    a run without one.
+    """
+    check_align(align)
+    if align is None:
+        first = _span_ns(series)[0]
+        return [first] * len(series)
+    if align == "start":
+        return [int(pc.min(s.table.column("time").cast(pa.int64())).as_py()) for s in series]
+    name = align[len("scope:") :]
+    out = []
+    for s in series:
+        scopes = s.scopes
+        hit = None
+        if scopes is not None and scopes.num_rows:
+            match = pc.equal(scopes.column("name"), name)
+            if "path" in scopes.column_names:
+                match = pc.or_(match, pc.equal(scopes.column("path"), name))
+            chosen = scopes.filter(pc.fill_null(match, False))
+            if chosen.num_rows:
+                hit = int(pc.min(chosen.column("begin_ns")).as_py())
+        if hit is None:
+            raise ValueError(
+                f"--align {align!r}: {s.label} ({s.source}) has no call of the scope {name!r}"
+            )
+        out.append(hit + s.anchor_ns)
+    return out
+
+
+def align_text(align: str | None) -> str:
+    """What time 0 is under ``align`` (:func:`time_origins`), for axis labels and notes."""
+    if align is None:
+        return "seconds after the first row of all inputs"
+    if align == "start":
+        return "seconds after each run's first row"
+    return f"seconds after each run's first {align[len('scope:') :]!r} scope"

@@ -25,17 +25,22 @@ from stroboscope.analysis.column_stats import (
     column_stats,
     column_stats_text,
     printable,
+    text_table,
 )
 from stroboscope.export import _meta
+from stroboscope.export._compare import compare_table
 from stroboscope.export._html import render_html
 from stroboscope.export._inputs import Recording, read_inputs
 from stroboscope.export._plots import Plot, render_plots, require_matplotlib
 from stroboscope.export._scope_text import scope_counts, scope_text
 from stroboscope.export._select import (
+    align_text,
+    check_align,
     select_columns,
     select_scope,
     select_time,
     split_patterns,
+    time_origins,
 )
 
 __all__ = [
@@ -57,9 +62,13 @@ class Report:
     ----------
     series : list of Recording
         One per recording (or host/rank of a dataset), after the selections.
+    align : str or None
+        The plots' time axis (:func:`~stroboscope.export._select.time_origins`): None for
+        one absolute axis, ``start`` or ``scope:NAME`` to overlay the runs.
     """
 
     series: list[Recording]
+    align: str | None = None
     _plots: list[Plot] | None = field(default=None, repr=False)
     _described: dict[int, list[ColumnStats]] = field(default_factory=dict, repr=False)
 
@@ -82,7 +91,7 @@ class Report:
     def plots(self) -> list[Plot]:
         """The plots (rendered once, on first use)."""
         if self._plots is None:
-            self._plots = render_plots(self.series, self.lateness())
+            self._plots = render_plots(self.series, self.lateness(), self.align)
         return self._plots
 
     def sections(self, s: Recording) -> list[tuple[str, str]]:
@@ -107,11 +116,13 @@ class Report:
             for title, body in self.sections(s):
                 parts.append(body if title == "summary" else f"\n{title}:\n{body}")
             parts.append("")
+        if len(self.series) > 1:
+            parts += ["== side by side", text_table(*compare_table(self.series, self.describe))]
         return "\n".join(parts).rstrip() + "\n"
 
     def html(self) -> str:
         """The whole page (plots embedded)."""
-        return render_html(self.series, self.describe, self.plots())
+        return render_html(self.series, self.describe, self.plots(), align_text(self.align))
 
 
 def build_report(
@@ -122,6 +133,7 @@ def build_report(
     end: str | None = None,
     scope: str | None = None,
     scopes: str | os.PathLike[str] | None = None,
+    align: str | None = None,
 ) -> Report:
     """Read ``inputs`` and select what the report shows.
 
@@ -137,6 +149,9 @@ def build_report(
         Keep the rows taken while this scope (name or path) was open.
     scopes : path, optional
         A scope-intervals Parquet file for every input (else ``<stem>.scopes.parquet``).
+    align : {None, "start", "scope:NAME"}
+        The plots' time 0: the first row of all inputs (None), each run's first row, or the
+        first call of the scope NAME in each run (every run must have one).
 
     Raises
     ------
@@ -144,12 +159,16 @@ def build_report(
         An input that is not a recording or is empty, a column no input has, a time range
         outside the run, a scope never entered: the message names which and why.
     """
+    check_align(align)
     patterns = split_patterns(columns) if columns else None
     series = read_inputs(list(inputs), scopes, patterns)
     series = select_columns(series, columns)
     series = select_time(series, start, end)
     series = select_scope(series, scope)
-    return Report(series)
+    report = Report(series, align)
+    if align is not None:
+        time_origins(series, align)  # a run without the scope is said before any output
+    return report
 
 
 def check_output_path(path: str | os.PathLike[str]) -> str:
