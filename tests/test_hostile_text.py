@@ -94,7 +94,7 @@ def test_the_html_page_shows_hostile_text_literally(run: tuple[Path, pa.Table, p
     pytest.importorskip("matplotlib")
     path, _, _ = run
     page = _Page()
-    page.feed(build_report([str(path)]).html())
+    page.feed(build_report([str(path)]).static_html())  # the zooming page: test_page.py
     page.close()
     for tag, attrs in page.tags:  # nothing the text holds became an element or attribute
         assert tag in ALLOWED, tag

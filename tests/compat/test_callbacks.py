@@ -246,3 +246,19 @@ def _hooks_of_base(cls: type) -> dict[str, list[str]]:
         for name, f in inspect.getmembers(cls, inspect.isfunction)
         if not name.startswith("_")
     }
+
+
+@pytest.mark.skipif(not SCOPES, reason="the scopes room is not installed")
+def test_the_training_recording_leaves_its_scopes_beside_the_file(tmp_path: Path) -> None:
+    """The recorder's end is record's (recording.finish): the step scopes the hooks opened go
+    beside the recording as run.scopes.parquet, which report reads."""
+    out = tmp_path / "run.parquet"
+    recorder = _training.TrainingRecorder(out, interval=0.005)
+    recorder.start()
+    for step in range(3):
+        recorder.open_scope("train_step", step=step)
+        recorder.close_scope("train_step")
+    assert recorder.finish() == str(out)
+    scopes = pq.read_table(tmp_path / "run.scopes.parquet")
+    assert scopes.column("name").to_pylist() == ["train_step"] * 3
+    assert scopes.column("step").to_pylist() == ["0", "1", "2"]

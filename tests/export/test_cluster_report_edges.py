@@ -52,6 +52,7 @@ def test_the_command_options_and_errors(
     for args, text in (
         (["--png", str(tmp_path / "p")], "png: not used by the report of a dataset"),
         (["--columns", "cpu.*"], "columns: not used by the report of a dataset"),
+        (["--static"], "static: not used by the report of a dataset"),
         (["--straggler", "x"], "--straggler 'x': give K,PCT such as 3,5"),
         (["--straggler", "3,-1"], "pct must be a number >= 0, got -1.0"),
         (["--step", "nope"], "step 'nope': no rank called a scope of that name or path"),

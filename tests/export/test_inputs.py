@@ -91,7 +91,7 @@ def test_partitioned_dataset_gives_one_series_per_host_and_rank(
             == table.column("net.sent_bytes").to_pylist()
         )
         assert s.table.schema.field("net.sent_bytes").metadata[b"kind"] == b"counter"
-    assert main(["report", str(root), "-o", str(tmp_path / "r.html")]) == 0
+    assert main(["report", str(root), "-o", str(tmp_path / "r.html"), "--static"]) == 0
     out = capsys.readouterr().out
     for label, sent in (("job=7 host=a rank=0", 100), ("job=7 host=b rank=2", 300)):
         block = out.split(f"== {label}")[1].split("== ")[0]

@@ -37,7 +37,8 @@ def run(tmp_path_factory: pytest.TempPathFactory, fake_libs: dict[str, Path]) ->
 @pytest.fixture(scope="module")
 def page(run: Path) -> Path:
     out = run.parent / "report.html"
-    assert main(["report", str(run), "-o", str(out), "--png", str(run.parent / "png")]) == 0
+    argv = ["report", str(run), "-o", str(out), "--static", "--png", str(run.parent / "png")]
+    assert main(argv) == 0  # the page of PNG plots (the zooming page: test_page.py)
     return out
 
 

@@ -68,7 +68,7 @@ def test_a_column_too_large_to_lay_out_is_noted_not_drawn(
     report = build_report([str(path)])
     (col,) = [c for c in report.describe(report.series[0]) if c.name == "cpu.util_pct"]
     assert col.mean == pytest.approx(value / N * (N - 2) + 3 / N, rel=1e-12)  # not inf
-    write_html(report, tmp_path / "r.html")
+    write_html(report, tmp_path / "r.html", static=True)
     assert f"{N - 2} readings of cpu.util_pct beyond ±1e+300 not drawn ({path})" in texts
     drawn = [_readings(ln) for ln in lines if ln.get_label() == "cpu.util_pct"]
     assert drawn == [[1.0, 2.0]]  # the readable rows are still drawn
@@ -80,14 +80,14 @@ def test_a_uint64_column_at_its_maximum_is_drawn(
 ) -> None:
     path = _write(tmp_path / "run.parquet", pa.array([2**64 - 1] * N, pa.uint64()))
     _, lines = _texts(monkeypatch)
-    write_html(build_report([str(path)]), tmp_path / "r.html")
+    write_html(build_report([str(path)]), tmp_path / "r.html", static=True)
     (line,) = [ln for ln in lines if ln.get_label() == "cpu.util_pct"]
     assert _readings(line) == [float(2**64)] * N  # 2**64-1 rounds to 2**64 in float64
 
 
 def test_a_lone_surrogate_in_the_provenance_is_written_as_its_escape(tmp_path: Path) -> None:
     path = _write(tmp_path / "run.parquet", pa.array([1.0] * N), b'{"host": "a\\ud800b"}')
-    write_html(build_report([str(path)]), tmp_path / "r.html")
+    write_html(build_report([str(path)]), tmp_path / "r.html", static=True)
     page = (tmp_path / "r.html").read_text("utf-8")
     assert "a\\ud800b" in page
 

@@ -251,6 +251,12 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         "else 'none')",
     )
     parser.add_argument(
+        "--no-nvtx",
+        action="store_true",
+        help="do not set NVTX_INJECTION64_PATH in the command's environment: its NVTX ranges "
+        "are not captured as scopes (its stroboscope.annotate scopes still are)",
+    )
+    parser.add_argument(
         "--keep-spool",
         action="store_true",
         help="keep the spool and its segments after writing FILE",

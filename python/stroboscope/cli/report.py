@@ -1,6 +1,7 @@
-"""``stroboscope report RUN.parquet [RUN2 …] [-o report.html] [--png DIR] [--align start]``:
-summarise recordings in the terminal, as one HTML page and as PNG plots (several runs overlaid
-on a relative time axis with ``--align``). On a dataset root
+"""``stroboscope report RUN.parquet [RUN2 …] [-o report.html [--static]] [--png DIR]
+[--align start]``: summarise recordings in the terminal, as one HTML page that zooms from the
+whole run to single rows (``--static``: PNG plots, no script) and as PNG plots (several runs
+overlaid on a relative time axis with ``--align``). On a dataset root
 (``record --dataset``), the cross-rank report (:mod:`stroboscope.export.cluster_report`)."""
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def run(args: argparse.Namespace) -> int:
 
     if len(args.inputs) == 1 and is_dataset(args.inputs[0]):
         return run_cluster(args)
-    check_outputs(args.output, args.png)  # before any work: a bad -o is not said after the text
+    check_outputs(
+        args.output, args.png, args.static
+    )  # before any work: a bad -o is not said after the text
     report = build_report(
         args.inputs,
         columns=args.columns,
@@ -36,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     print(report.text(), end="")
     try:
         if args.output is not None:
-            write_html(report, args.output)
+            write_html(report, args.output, static=args.static)
             print(f"wrote {args.output}")
         if args.png is not None:
             paths = write_pngs(report, args.png)
@@ -56,7 +59,7 @@ def run_cluster(args: argparse.Namespace) -> int:
 
     unused = [
         f
-        for f in ("columns", "start", "end", "scope", "scopes", "png", "align")
+        for f in ("columns", "start", "end", "scope", "scopes", "png", "align", "static")
         if getattr(args, f)
     ]
     if unused:
@@ -84,10 +87,16 @@ def add_parser(sub: Any) -> None:
         help="summarise recordings; write an HTML report (-o) or PNG plots (--png)",
         description="Summarise recordings (Parquet files, spools, segment folders or "
         "partitioned dataset directories) in the terminal; with -o, one self-contained HTML "
-        "page with plots; with --png, the plots as PNG files.",
+        "page whose plots zoom from the whole run to single rows (offline; --static: PNG "
+        "plots and no script); with --png, the plots as PNG files.",
     )
     p.add_argument("inputs", nargs="+", metavar="RUN", help="recordings to report on")
     p.add_argument("-o", "--output", default=None, metavar="HTML", help="write the HTML report")
+    p.add_argument(
+        "--static",
+        action="store_true",
+        help="-o: the page with PNG plots and no script, instead of the zooming page",
+    )
     p.add_argument("--png", default=None, metavar="DIR", help="write each plot as DIR/NAME.png")
     p.add_argument(
         "--columns",

@@ -1,5 +1,6 @@
-"""The report as one HTML page: inline CSS, plots as embedded PNG (``data:`` URLs), no script
-and no external resource, so it opens offline in any browser."""
+"""The report as one HTML page: inline CSS, no external resource, so it opens offline in any
+browser; its plots either the zooming view (scripts inline) or embedded PNG (``data:`` URLs)
+with no script."""
 
 from __future__ import annotations
 
@@ -109,10 +110,16 @@ def _figure_html(plot: Plot) -> str:
 
 
 def render_html(
-    series: list[Recording], describe: Describe, plots: list[Plot], time_axis: str = ""
+    series: list[Recording],
+    describe: Describe,
+    plots: list[Plot],
+    time_axis: str = "",
+    view: str | None = None,
 ) -> str:
-    """The whole page: ``plots``, then (several series) the runs side by side, then each of
-    ``series`` with its column figures; ``time_axis`` says what the plots' time 0 is."""
+    """The whole page: the zooming ``view`` (HTML with its scripts, see
+    :func:`stroboscope.export._page.page_view`) when given, ``plots``, then (several series)
+    the runs side by side, then each of ``series`` with its column figures; ``time_axis`` says
+    what the plots' time 0 is."""
     from stroboscope._base.version import __version__
 
     title = "stroboscope report: " + ", ".join(s.label for s in series)
@@ -125,6 +132,7 @@ def render_html(
         f"{_esc(time_axis or 'seconds after the first row of all inputs')}; the lane above the "
         f"plots shows the scopes, one row per thread and nesting level.</p>",
         "<h2>Plots</h2>",
+        *([] if view is None else [view]),
         *(_figure_html(p) for p in plots),
         *(
             ["<h2>Runs side by side</h2>", table_html(*compare_table(series, describe))]

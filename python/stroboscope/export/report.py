@@ -6,9 +6,11 @@ self-contained HTML page, and as PNG plots.
 >>> write_html(report, "report.html")          # written whole, or not at all
 >>> write_pngs(report, "plots/")               # one PNG per plot
 
-The HTML holds its plots as embedded PNG images (``data:`` URLs), its tables and the run's
-metadata, with inline CSS and no script: it opens offline, anywhere, and weighs about as much
-as its images. Plots need matplotlib (``pip install 'stroboscope[report]'``); the text does not.
+The HTML holds a zooming view of every value (Bokeh and the readings embedded: from the whole
+run down to single rows, offline), its tables and the run's metadata; ``static=True`` writes
+the page with the plots as embedded PNG images instead and no script (for papers and CI logs,
+like the PNG files). Plots need matplotlib and bokeh (``pip install 'stroboscope[report]'``);
+the text does not.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from stroboscope.export import _meta
 from stroboscope.export._compare import compare_table
 from stroboscope.export._html import render_html
 from stroboscope.export._inputs import Recording, read_inputs
-from stroboscope.export._plots import Plot, render_plots, require_matplotlib
+from stroboscope.export._page import page_view, require_bokeh
+from stroboscope.export._plots import Plot, _draw_timing, render_plots, require_matplotlib
 from stroboscope.export._scope_text import scope_counts, scope_text
 from stroboscope.export._select import (
     align_text,
@@ -121,7 +124,14 @@ class Report:
         return "\n".join(parts).rstrip() + "\n"
 
     def html(self) -> str:
-        """The whole page (plots embedded)."""
+        """The whole page: the zooming view, the sampler's timing, the tables."""
+        timing = _draw_timing(self.series, self.lateness())
+        view = page_view(self.series, self.align)
+        plots = [] if timing is None else [timing]
+        return render_html(self.series, self.describe, plots, align_text(self.align), view)
+
+    def static_html(self) -> str:
+        """The page with every plot as an embedded PNG and no script."""
         return render_html(self.series, self.describe, self.plots(), align_text(self.align))
 
 
@@ -203,7 +213,11 @@ def check_png_dir(directory: str | os.PathLike[str]) -> str:
     return d
 
 
-def check_outputs(html: str | os.PathLike[str] | None, png: str | os.PathLike[str] | None) -> None:
+def check_outputs(
+    html: str | os.PathLike[str] | None,
+    png: str | os.PathLike[str] | None,
+    static: bool = False,
+) -> None:
     """Check ``-o`` and ``--png`` (and that plots can be drawn) before a report is built."""
     if html is not None:
         check_output_path(html)
@@ -211,14 +225,19 @@ def check_outputs(html: str | os.PathLike[str] | None, png: str | os.PathLike[st
         check_png_dir(png)
     if html is not None or png is not None:
         require_matplotlib()
+    if html is not None and not static:
+        require_bokeh()
 
 
-def write_html(report: Report, path: str | os.PathLike[str]) -> None:
-    """Write the page to ``path`` whole (0600), or leave ``path`` as it was on any error."""
+def write_html(report: Report, path: str | os.PathLike[str], static: bool = False) -> None:
+    """Write the page to ``path`` whole (0600), or leave ``path`` as it was on any error:
+    the zooming page, or with ``static`` the page of PNG images and no script."""
     require_matplotlib()
+    if not static:
+        require_bokeh()
     # rendered before the file is created; a lone surrogate (from a provenance's JSON escape
     # "\\ud800") is written as its escape, not refused
-    page = report.html().encode(errors="backslashreplace")
+    page = (report.static_html() if static else report.html()).encode(errors="backslashreplace")
     with replace_private(path) as f:
         f.write(page)
 

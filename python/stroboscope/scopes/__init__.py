@@ -8,7 +8,9 @@
 
 Scope edges go into an events log in C++ on the sampler's clock; a running Sampler covers the
 scopes its process opens while it runs, and :func:`enable` starts a default session on the first
-scope. With nothing recording, a scope costs an attribute read.
+scope. In a process started by ``stroboscope record -- cmd`` (``STROBOSCOPE_EVENTS_DIR`` in its
+environment) the log lives in a file the recorder reads, and scopes always write. With nothing
+recording, a scope costs an attribute read.
 """
 
 from __future__ import annotations
