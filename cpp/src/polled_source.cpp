@@ -9,6 +9,7 @@
 #include <new>
 
 #include "stroboscope/clock.hpp"
+#include "stroboscope/linux_sources.hpp"
 #include "stroboscope/wake.hpp"
 
 namespace stroboscope {
@@ -107,6 +108,7 @@ std::int64_t PolledSource::next_poll(std::int64_t end) noexcept {
 
 void PolledSource::poll_loop() noexcept {
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  register_own_thread();  // stroboscope's own: out of proc.cpu_pct, into proc.self_cpu_pct
   // The first reading at once (so a value is known early), then on the plan.
   std::int64_t wake = mono_ns();
   own_deadline_ = wake;
@@ -130,6 +132,7 @@ void PolledSource::poll_loop() noexcept {
     publish(now);
     wake = next_poll(end);
   }
+  unregister_own_thread();
 }
 
 void PolledSource::mirror_inner_status() noexcept {

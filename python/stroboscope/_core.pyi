@@ -32,6 +32,7 @@ class SourceOptions:
     cpu_window_ns: int
     rate_window_ns: int
     net_include_loopback: bool
+    include_own_threads: bool
     def __init__(self) -> None: ...
 
 class BuiltSource:

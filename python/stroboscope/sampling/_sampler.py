@@ -52,6 +52,7 @@ class SamplerOptions(TypedDict, total=False):
     cpu_window: float
     rate_window: float
     net_include_loopback: bool
+    include_own_threads: bool
     gpu_samples: bool
     gpu_sample_interval: float
     precise: bool
@@ -102,6 +103,14 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         counters advance in bursts, so a rate over one 1 ms tick is noise (default 0.1 s).
     net_include_loopback : bool
         Count the loopback interface in ``net.*`` too (psutil's totals do; default False).
+    include_own_threads : bool
+        Count stroboscope's own threads in ``proc.cpu_pct`` of this process (default False:
+        they are left out, and their CPU is the ``proc.self_cpu_pct`` column, the monitor's cost
+        beside the workload's). Own means the core's threads: the sampler thread while it runs
+        and the poll threads of slow sources (``gpu``). Python threads stroboscope starts
+        (exporters, the dataset writer, the scope collector) run under the user's interpreter
+        and GIL, and stay in ``proc.cpu_pct``; ticks taken with ``tick_now`` run on the
+        caller's thread, the user's. Another process (``pid=``) has none of them.
     gpu_samples : bool
         With the ``gpu`` source, also collect every sample the driver buffered (power, GPU and
         memory utilisation, SM and memory clocks) at the driver's own resolution; see
@@ -136,6 +145,7 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         cpu_window: float = 0.1,
         rate_window: float = 0.1,
         net_include_loopback: bool = False,
+        include_own_threads: bool = False,
         gpu_samples: bool = True,
         gpu_sample_interval: float = 0.25,
         precise: bool = False,
@@ -156,6 +166,7 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         options.cpu_window_ns = check_window("cpu_window", cpu_window)
         options.rate_window_ns = check_window("rate_window", rate_window)
         options.net_include_loopback = check_bool("net_include_loopback", net_include_loopback)
+        options.include_own_threads = check_bool("include_own_threads", include_own_threads)
         want_gpu_samples = check_bool("gpu_samples", gpu_samples)
         self._edge_rows = check_bool("edge_rows", edge_rows)
         self._event_windows = []
