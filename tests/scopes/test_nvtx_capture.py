@@ -215,3 +215,24 @@ def test_torch_emit_nvtx_goes_through_nvtx_where_torch_has_it(tmp_path: Path) ->
     else:
         assert out["error"] is None
         assert any(e["scope"].startswith("aten::") for e in events)
+
+
+def test_an_annotate_with_nvtx_is_recorded_once_under_our_capture(tmp_path: Path) -> None:
+    # annotate(nvtx=...) opens an NVTX range for Nsight; with our injection library as the NVTX
+    # tool of a recorded command, that range would come back as a second copy of the scope.
+    library = _library()
+    script = """
+    import json
+    import stroboscope
+    from stroboscope.scopes.nvtx_capture import ranges_recorded_here
+    with stroboscope.annotate("step", nvtx=True):
+        with stroboscope.annotate("fwd", nvtx="train"):
+            pass
+    print(json.dumps({"here": ranges_recorded_here()}))
+    """
+    env = {EVENTS_DIR_ENV: str(tmp_path), NVTX_INJECTION_ENV: library}
+    assert _run(script, env) == {"here": True}
+    intervals = shared_intervals(tmp_path).to_pylist()
+    assert sorted((r["name"], r["producer"]) for r in intervals) == [("fwd", "py"), ("step", "py")]
+    # Without our capture (no events directory) the scope's NVTX range is opened as before.
+    assert _run(script, {NVTX_INJECTION_ENV: library}) == {"here": False}

@@ -20,9 +20,11 @@ Without ``STROBOSCOPE_EVENTS_DIR`` the library declines to attach and NVTX stays
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 
-__all__ = ["NVTX_LIBRARY_NAME", "nvtx_injection_path"]
+__all__ = ["NVTX_LIBRARY_NAME", "nvtx_injection_path", "ranges_recorded_here"]
 
 NVTX_LIBRARY_NAME = "libstroboscope_nvtx.so"
 """The injection library's file name, installed in the package directory beside ``_core``."""
@@ -39,3 +41,19 @@ def nvtx_injection_path() -> str | None:
     """
     path = Path(__file__).resolve().parent.parent / NVTX_LIBRARY_NAME
     return str(path) if path.is_file() else None
+
+
+@functools.cache
+def ranges_recorded_here() -> bool:
+    """Whether this process's NVTX ranges are written to its events by our injection library
+    (``NVTX_INJECTION64_PATH`` names it and ``STROBOSCOPE_EVENTS_DIR`` is set: a command that a
+    recorder runs). :class:`stroboscope.annotate` then opens no NVTX range of its own for a
+    scope with ``nvtx=``: the scope is recorded once, as itself, not again as an NVTX range.
+    Looked up once per process (NVTX too reads its variable once, at its first call)."""
+    from stroboscope.formats.shared_events import EVENTS_DIR_ENV, NVTX_INJECTION_ENV
+
+    value = os.environ.get(NVTX_INJECTION_ENV)
+    ours = nvtx_injection_path()
+    if not value or ours is None or not os.environ.get(EVENTS_DIR_ENV):
+        return False
+    return os.path.realpath(value) == os.path.realpath(ours)
