@@ -258,6 +258,15 @@ void register_events(py::module_& m) {
       },
       "The file this process's events go to ($STROBOSCOPE_EVENTS_DIR), None when they stay in "
       "memory (or before the first event).");
+  m.def(
+      "events_keep_in_memory",
+      [](bool on) {
+        EventLog::global().keep_in_memory(on);
+        if (on) (void)EventLog::global().share_now();  // mapped now, in memory: before the variable is set
+      },
+      py::arg("on"),
+      "With on, this process's events stay in memory although STROBOSCOPE_EVENTS_DIR is set (an "
+      "in-process recorder owns that directory; its children write their files there).");
   py::class_<EventsDoorbell>(m, "EventsDoorbell")
       .def(py::init([](const std::string& dir, Sampler& sampler) {
              Sampler* s = &sampler;  // kept alive by keep_alive below

@@ -120,7 +120,9 @@ bool EventLog::ensure_ring() noexcept {
   std::size_t bytes = static_cast<std::size_t>(capacity_) * (sizeof(Slot) + 8);
   if (producer_ != nullptr) {
     const char* dir = dir_ != nullptr ? dir_ : std::getenv(kEventsDirEnv);
-    if (dir != nullptr && *dir != '\0') {
+    // relaxed: see memory_pid_. The recorder in this process reads its events from memory.
+    const bool keep = memory_pid_.load(std::memory_order_relaxed) == getpid();
+    if (dir != nullptr && *dir != '\0' && !keep) {
       // A recorder may size its command's rings: $STROBOSCOPE_EVENTS_CAPACITY (records, a power
       // of two in [2, 2**32]; anything else is ignored). Before any event: nothing uses mask_.
       if (const char* cap = std::getenv(kEventsCapacityEnv); cap != nullptr) {
@@ -183,6 +185,11 @@ bool EventLog::share_now() noexcept {
   if (slots_.load(std::memory_order_acquire) == nullptr && !ensure_ring()) return false;
   std::lock_guard lock(create_mutex_);
   return file_ != nullptr;
+}
+
+void EventLog::keep_in_memory(bool on) noexcept {
+  // relaxed: see memory_pid_.
+  memory_pid_.store(on ? getpid() : 0, std::memory_order_relaxed);
 }
 
 std::string EventLog::file_path() const {
@@ -431,6 +438,16 @@ void EventLog::after_fork_child() noexcept {
     states_ = nullptr;
     slots_.store(nullptr, std::memory_order_relaxed);  // no other thread to order against
     reserved_.store(~std::uint64_t{0}, std::memory_order_relaxed);
+  } else if (Slot* slots = slots_.load(std::memory_order_relaxed);
+             slots != nullptr && producer_ != nullptr && dir_ == nullptr) {
+    // The parent kept its events in memory (no variable then, or its own recorder reads them
+    // there: keep_in_memory()). With the variable set, a recorder reads this child's file:
+    // the first event maps one (getenv allocates nothing; munmap is a system call).
+    if (const char* dir = std::getenv(kEventsDirEnv); dir != nullptr && *dir != '\0') {
+      munmap(slots, map_bytes_);
+      states_ = nullptr;
+      slots_.store(nullptr, std::memory_order_relaxed);  // no other thread to order against
+    }
   }
   reserve_mutex_.unlock();
   create_mutex_.unlock();

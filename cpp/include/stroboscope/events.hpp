@@ -34,7 +34,9 @@
 // memory, and copies its interned strings there, so a recorder in another process reads them.
 // The push is the same code. The global log is the producer "py": shared when the variable is
 // set, anonymous otherwise (or when the file cannot be made). In a forked child a shared log
-// leaves the parent's file alone: the child's first event maps a new file of its own.
+// leaves the parent's file alone: the child's first event maps a new file of its own. So does
+// a child whose parent kept its events in memory (keep_in_memory(): an in-process recorder reads
+// them there) when the variable is set: its parent's recorder reads the child's file.
 //
 // fork: the child keeps its copy of the log and the counters go on (indices stay monotonic in
 // each process; the child's log holds the parent's events up to the fork, then its own). The
@@ -148,6 +150,11 @@ class EventLog {
 
   // Maps the ring now (what the first push does); true when it lives in a file.
   bool share_now() noexcept;
+  // An in-process recorder owns the events directory named in the environment and reads this
+  // process's events from memory: with `on`, this process maps its ring in memory although the
+  // variable is set (its children, forked or spawned, still make files there: the pid is kept,
+  // not a flag a child inherits). Call it before setting the variable.
+  void keep_in_memory(bool on) noexcept;
   // The file the ring lives in, "" when it is not shared (or not mapped yet).
   [[nodiscard]] std::string file_path() const;
 
@@ -222,6 +229,10 @@ class EventLog {
   // Claim counter when this process was forked from its parent: "writing i" with i below it was
   // left by a thread that does not exist here. Written in the child handler only.
   std::atomic<std::uint64_t> fork_floor_{0};
+  // The pid whose ring stays in memory although $STROBOSCOPE_EVENTS_DIR is set (keep_in_memory),
+  // 0 for none. relaxed everywhere: ensure_ring() reads it under create_mutex_, and the owner sets
+  // it before putting the variable in the environment.
+  std::atomic<std::int64_t> memory_pid_{0};
 
   mutable std::mutex strings_mutex_;
   std::vector<std::string> strings_;  // id = index; "" interned lazily as id 0

@@ -23,7 +23,7 @@ import pyarrow as pa
 from stroboscope.analysis._intervals import INTERVAL_FIELDS, PROCESS_FIELDS
 from stroboscope.formats.shared_events import BEGIN, END, read_events_dir
 
-__all__ = ["pair_events", "shared_intervals"]
+__all__ = ["pair_events", "shared_intervals", "with_shared"]
 
 
 def _column(events: pa.Table, name: str, dtype: Any) -> np.ndarray[Any, Any]:
@@ -143,7 +143,12 @@ def _label_columns(ids: np.ndarray[Any, Any], strings: list[str]) -> dict[str, p
     return out
 
 
-def shared_intervals(path: str | os.PathLike[str]) -> pa.Table:
+def shared_intervals(
+    path: str | os.PathLike[str],
+    *,
+    skip_pid: int | None = None,
+    windows: list[tuple[int, int]] | None = None,
+) -> pa.Table:
     """The scope-intervals table of every process that wrote into the shared-events directory
     ``path`` (:mod:`stroboscope.formats.shared_events`), sorted by begin time.
 
@@ -154,6 +159,17 @@ def shared_intervals(path: str | os.PathLike[str]) -> pa.Table:
     process). The schema metadata is :func:`~stroboscope.formats.shared_events.read_events_dir`'s
     (``events_lost``, ``events_damaged``, ``events_files``).
 
+    Parameters
+    ----------
+    path : path
+        The directory.
+    skip_pid : int, optional
+        Leave out the ``py`` edges of this process (a recorder that reads its own from memory).
+    windows : list of (int, int), optional
+        Keep only the edges whose ``mono_ns`` falls in one of these ``[start, stop)`` spans (a
+        sampler's runs): a call that began before its span is left out, one that ends after
+        it is open, as in :func:`pair_events` of one run's edges.
+
     Raises
     ------
     ValueError
@@ -161,6 +177,18 @@ def shared_intervals(path: str | os.PathLike[str]) -> pa.Table:
     """
     events = read_events_dir(path)
     meta = events.schema.metadata
+    if skip_pid is not None or windows is not None:
+        keep = np.ones(events.num_rows, dtype=bool)
+        if skip_pid is not None:
+            own = np.asarray(events.column("producer").to_numpy(zero_copy_only=False)) == "py"
+            keep &= ~(own & (events.column("pid").to_numpy() == skip_pid))
+        if windows is not None:
+            mono = events.column("mono_ns").to_numpy()
+            inside = np.zeros(events.num_rows, dtype=bool)
+            for start, stop in windows:
+                inside |= (mono >= start) & (mono < stop)
+            keep &= inside
+        events = events.filter(pa.array(keep)).replace_schema_metadata(meta)
     n = events.num_rows
     pid = events.column("pid").to_numpy()
     producer_codes = events.column("producer").dictionary_encode()
@@ -214,3 +242,21 @@ def shared_intervals(path: str | os.PathLike[str]) -> pa.Table:
     for i, (field, value) in enumerate(zip(PROCESS_FIELDS, values)):
         intervals = intervals.add_column(where + i, field, pa.array(value, field.type))
     return intervals.replace_schema_metadata(meta)
+
+
+def with_shared(own: pa.Table, shared: pa.Table | None, pid: int) -> pa.Table:
+    """The scope intervals of process ``pid`` (``own``) and of the processes that wrote shared
+    events (``shared``, with a ``pid`` column) as one table, in ``begin_ns`` order: ``own``
+    gets ``pid`` (where it has no ``pid`` column yet) when both hold calls; ``own`` alone when
+    ``shared`` has none, ``shared`` alone when ``own`` has none."""
+    if shared is None or shared.num_rows == 0:
+        return own
+    if own.num_rows == 0:
+        return shared
+    if "pid" not in own.column_names:
+        own = own.append_column("pid", pa.array([pid] * own.num_rows, pa.int64()))
+    both = pa.concat_tables(
+        [own.replace_schema_metadata(None), shared.replace_schema_metadata(None)],
+        promote_options="default",
+    )
+    return both.sort_by([("begin_ns", "ascending")])

@@ -219,19 +219,10 @@ def _read_events(events_dir: str | os.PathLike[str]) -> pa.Table | None:
 
 
 def with_shared(own: pa.Table, shared: pa.Table | None) -> pa.Table:
-    """The scope intervals of this process (``own``) and of the processes that wrote shared
-    events (``shared``, with a ``pid`` column) as one table, in ``begin_ns`` order: ``own``
-    gets this process's ``pid`` when both hold calls; ``own`` alone when ``shared`` has none."""
-    if shared is None or shared.num_rows == 0:
-        return own
-    if own.num_rows == 0:
-        return shared
-    own = own.append_column("pid", pa.array([os.getpid()] * own.num_rows, pa.int64()))
-    both = pa.concat_tables(
-        [own.replace_schema_metadata(None), shared.replace_schema_metadata(None)],
-        promote_options="default",
-    )
-    return both.sort_by([("begin_ns", "ascending")])
+    """:func:`stroboscope.analysis.scope_edges.with_shared` for this process."""
+    from stroboscope.analysis.scope_edges import with_shared as both
+
+    return both(own, shared, os.getpid())
 
 
 def _events_counts(intervals: pa.Table) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
@@ -23,6 +24,7 @@ import pyarrow as pa
 
 import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
+from stroboscope.sampling import _child_events
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -152,6 +154,48 @@ def recorders() -> tuple[Recorder, ...]:
     return _running.recorders
 
 
+class _Children:
+    """The scopes of the processes started while a sampler ran (:mod:`._child_events`): each
+    run's span on the clock, and the intervals of the runs that ended (read before the
+    directory goes)."""
+
+    def __init__(self) -> None:
+        self.windows: list[tuple[int, int]] = []  # [start, stop) mono ns of the ended runs
+        self.read: list[pa.Table] = []  # their children's intervals
+        self.dir: str | None = None  # the running run's directory (None: not ours to read)
+        self.start_ns = 0
+
+    def attach(self) -> None:
+        self.start_ns = time.monotonic_ns()
+        self.dir = _child_events.acquire()
+
+    def detach(self) -> None:
+        path, self.dir = self.dir, None
+        stop = time.monotonic_ns()
+        if path is not None:
+            table = _child_events.read(path, [(self.start_ns, stop)])
+            if table is not None and table.num_rows:
+                self.read.append(table)
+        _child_events.release(path)
+
+    def with_own(self, own: pa.Table) -> pa.Table:
+        """``own`` (this process's intervals) and the children's, with a ``pid`` column when
+        there are any (:func:`stroboscope.analysis.scope_edges.with_shared`)."""
+        from stroboscope.analysis.scope_edges import with_shared
+
+        tables = list(self.read)
+        if self.dir is not None:  # running: what the children wrote so far
+            live = _child_events.read(self.dir, [(self.start_ns, time.monotonic_ns() + 1)])
+            if live is not None and live.num_rows:
+                tables.append(live)
+        if not tables:
+            return own
+        shared = pa.concat_tables(
+            [t.replace_schema_metadata(None) for t in tables], promote_options="default"
+        )
+        return with_shared(own, shared, os.getpid())
+
+
 class ScopeRecording:
     """The scope side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
 
@@ -163,9 +207,12 @@ class ScopeRecording:
         raise NotImplementedError  # the Sampler's
 
     def _attach_scopes(self) -> None:
-        """Called right after the thread starts: scopes opened from now on are this run's."""
+        """Called right after the thread starts: scopes opened from now on are this run's, in
+        this process and in the processes it starts (:mod:`._child_events`)."""
         if self._event_windows and self._event_windows[-1][1] < 0:
             return  # start() of a running sampler
+        children = self.__dict__.setdefault("_children", _Children())
+        children.attach()
         self._event_windows.append([int(written()), -1])
         _running.add(Recorder(self, self._core.request_tick if self._edge_rows else None))
 
@@ -174,6 +221,9 @@ class ScopeRecording:
         _running.remove(self)
         if self._event_windows and self._event_windows[-1][1] < 0:
             self._event_windows[-1][1] = int(written())
+            children: _Children | None = self.__dict__.get("_children")
+            if children is not None:
+                children.detach()
 
     def scope_events(self) -> pa.Table:
         """The raw scope edges of this sampler's runs still in the events log.
@@ -200,6 +250,9 @@ class ScopeRecording:
 
         events = self.scope_events()
         table = pair_events(events, list(strings()))
+        children: _Children | None = self.__dict__.get("_children")
+        if children is not None:
+            table = children.with_own(table)
         return table.replace_schema_metadata(events.schema.metadata)
 
     def summary(self, *, by: str | Sequence[str] | None = None) -> pd.DataFrame:

@@ -1,0 +1,116 @@
+"""The scopes of the processes a recording process starts: its private events directory.
+
+A process that records its own scopes (a running :class:`stroboscope.Sampler`, the default
+session, the training recorders) reads its own edges from the events log in memory. The
+processes it starts (forked data-loader workers, ``multiprocessing`` workers of any start
+method, subprocesses) have logs of their own. While scopes are recorded here, this process owns a
+private events directory (0700) and names it in ``os.environ`` (``STROBOSCOPE_EVENTS_DIR``, which
+children inherit), so every child writes its edges into files of its own there
+(:mod:`stroboscope.formats.shared_events`: a forked child switches from its parent's memory to a
+file at its first event, a spawned one makes its file at its first event), as they do for a
+recorder outside the process. This process's own log stays in memory
+(``_core.events_keep_in_memory``: the edges are read once, from there).
+
+The directory is made when the first recorder starts and removed when the last one stops (each
+reads its children's edges first, :func:`read`). A variable that is set already (by the user, or
+by ``stroboscope record`` running this process) is left as it is, never replaced or removed: the
+children's scopes then go to that directory's recorder, and this process reads only its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+
+import pyarrow as pa
+
+import stroboscope._core as _core
+from stroboscope._base import lifecycle as _lifecycle
+from stroboscope.formats.shared_events import EVENTS_DIR_ENV
+
+__all__ = ["acquire", "owned_dir", "read", "release"]
+
+
+class _Owner:
+    """The private directory, who uses it, and the process that made it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.dir: str | None = None  # ours, in os.environ, while users > 0
+        self.users = 0
+        self.pid = os.getpid()
+
+    def _at_exit(self) -> None:
+        # A recorder still running at exit: its directory goes with the process that made it.
+        if self.dir is not None and os.getpid() == self.pid:
+            self.users = 1
+            release(self.dir)
+
+    def _after_fork_in_child(self) -> None:
+        # The directory is the parent's: the child writes into it (the variable stays) and
+        # neither removes it nor takes the variable away.
+        self.lock = threading.Lock()
+        self.dir = None
+        self.users = 0
+        self.pid = os.getpid()
+
+
+_owner = _Owner()
+_lifecycle.register(_owner)
+
+
+def acquire() -> str | None:
+    """A recorder starts: the directory this process's children write into (made and named in
+    the environment by the first recorder), or None when the variable was set by someone else
+    (or the directory cannot be made)."""
+    with _owner.lock:
+        if _owner.dir is None:
+            if os.environ.get(EVENTS_DIR_ENV):
+                return None  # the user's, or an outside recorder's: not ours to take
+            try:
+                path = tempfile.mkdtemp(prefix="stroboscope-events-")  # 0700
+            except OSError:
+                return None
+            _core.events_keep_in_memory(True)  # our own events stay where we read them
+            os.environ[EVENTS_DIR_ENV] = path
+            _owner.dir = path
+        _owner.users += 1
+        return _owner.dir
+
+
+def release(path: str | None) -> None:
+    """A recorder that :func:`acquire` gave ``path`` stopped (after it read its children's
+    edges): the last one removes the directory and the variable (if it is still ours)."""
+    if path is None:
+        return
+    with _owner.lock:
+        if path != _owner.dir:
+            return
+        _owner.users -= 1
+        if _owner.users > 0:
+            return
+        _owner.dir = None
+        if os.environ.get(EVENTS_DIR_ENV) == path:
+            del os.environ[EVENTS_DIR_ENV]
+        _core.events_keep_in_memory(False)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def owned_dir() -> str | None:
+    """The private directory while a recorder uses it (None otherwise)."""
+    return _owner.dir
+
+
+def read(path: str, windows: list[tuple[int, int]]) -> pa.Table | None:
+    """The scope intervals the children wrote into ``path`` (a ``pid`` and a ``producer``
+    column) whose edges fall in ``windows`` (``[start, stop)`` in mono ns); this process's own
+    ``py`` file, if it made one, is left out (its edges are read from memory). None when
+    nothing can be read."""
+    from stroboscope.analysis.scope_edges import shared_intervals
+
+    try:
+        return shared_intervals(path, skip_pid=os.getpid(), windows=windows)
+    except (OSError, ValueError):  # gone already, or unreadable: the own scopes still count
+        return None

@@ -1,0 +1,173 @@
+"""An in-process recording gets the scopes of the processes its process starts: forked workers,
+multiprocessing's fork and spawn workers, subprocesses, a torch DataLoader's fork workers
+(:mod:`stroboscope.sampling._child_events`). Each case runs in a process of its own (the private
+directory goes into that process's environment, and multiprocessing's spawn needs a main module
+it can import)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stroboscope.formats.shared_events import EVENTS_DIR_ENV
+
+COMMON = """
+import json, os, subprocess, sys
+import multiprocessing as mp
+import stroboscope
+from stroboscope.formats.shared_events import EVENTS_DIR_ENV
+
+
+def scoped(name):
+    with stroboscope.annotate(name):
+        with stroboscope.annotate("leaf"):
+            pass
+
+
+def report(sampler, **more):
+    t = sampler.scope_intervals()
+    rows = t.select([c for c in ("name", "pid", "end_ns") if c in t.column_names]).to_pylist()
+    out = {"me": os.getpid(), "rows": rows, "env": os.environ.get(EVENTS_DIR_ENV)}
+    out.update(more)
+    print(json.dumps(out), flush=True)
+"""
+
+WORKERS = """
+if __name__ == "__main__":
+    s = stroboscope.Sampler(0.01, sources=["memory"])
+    with s:
+        private = os.environ[EVENTS_DIR_ENV]
+        mode = oct(os.stat(private).st_mode & 0o777)
+        scoped("parent")
+        child = os.fork()
+        if child == 0:
+            scoped("forked")
+            os._exit(0)
+        os.waitpid(child, 0)
+        pids = {"forked": child}
+        for method in ("fork", "forkserver", "spawn"):
+            p = mp.get_context(method).Process(target=scoped, args=("mp-" + method,))
+            p.start()
+            p.join()
+            pids["mp-" + method] = p.pid
+        code = "import stroboscope\\nwith stroboscope.annotate('sub'): pass"
+        sub = subprocess.Popen([sys.executable, "-c", code])
+        sub.wait()
+        pids["sub"] = sub.pid
+        scoped("parent")
+        live = len(s.scope_intervals())
+    report(s, pids=pids, live=live, mode=mode, gone=not os.path.exists(private))
+    again = stroboscope.Sampler(0.01, sources=["memory"])
+    with again:
+        scoped("second")
+    report(again)
+"""
+
+LOADER = """
+import torch
+
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        with stroboscope.annotate("getitem", i=i):
+            return torch.tensor([i, os.getpid()])
+
+
+if __name__ == "__main__":
+    s = stroboscope.Sampler(0.01, sources=["memory"])
+    with s:
+        loader = torch.utils.data.DataLoader(
+            Data(), batch_size=2, num_workers=2, multiprocessing_context="fork"
+        )
+        with stroboscope.annotate("epoch"):
+            workers = sorted({int(p) for batch in loader for p in batch[:, 1].tolist()})
+    report(s, workers=workers)
+"""
+
+
+def _run(code: str, tmp_path: Path, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    script = tmp_path / "main.py"
+    script.write_text(textwrap.dedent(COMMON + code))
+    base = {k: v for k, v in os.environ.items() if k != EVENTS_DIR_ENV}
+    base["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_the_scopes_of_forked_spawned_and_subprocess_workers_come_with_their_pids(
+    tmp_path: Path,
+) -> None:
+    first, second = _run(WORKERS, tmp_path)
+    me, pids = first["me"], first["pids"]
+    by_name: dict[str, list[int]] = {}
+    for row in first["rows"]:
+        by_name.setdefault(row["name"], []).append(row["pid"])
+    # Each worker's scope, with the worker's pid, once; the parent's own twice (two calls), once
+    # each: its pid file is never read beside its memory.
+    for name, pid in pids.items():
+        assert by_name[name] == [pid], name
+    assert by_name["parent"] == [me, me]
+    assert Counter(by_name["leaf"]) == Counter([me, me, *pids.values()])
+    assert all(row["end_ns"] is not None for row in first["rows"])
+    assert first["live"] == len(first["rows"])  # read while running: the same calls
+    # The private directory: 0700 while recording, gone with the variable once it stopped.
+    assert first["mode"] == "0o700"
+    assert first["gone"] and first["env"] is None
+    # A second sampler makes a directory of its own and gets only its own run's scopes.
+    assert [row["name"] for row in second["rows"]] == ["second", "leaf"]
+    assert "pid" not in second["rows"][0]  # no child scopes: the table keeps its columns
+    assert second["env"] is None
+
+
+def test_a_data_loaders_fork_workers_annotate_their_items(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    (got,) = _run(LOADER, tmp_path)
+    workers = got["workers"]
+    assert len(workers) == 2 and got["me"] not in workers
+    items = [row for row in got["rows"] if row["name"] == "getitem"]
+    assert len(items) == 8
+    assert sorted({row["pid"] for row in items}) == workers
+    assert [row["pid"] for row in got["rows"] if row["name"] == "epoch"] == [got["me"]]
+
+
+def test_an_events_directory_set_by_someone_else_is_left_alone(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    code = """
+    if __name__ == "__main__":
+        s = stroboscope.Sampler(0.01, sources=["memory"])
+        with s:
+            during = os.environ[EVENTS_DIR_ENV]
+            scoped("parent")
+            child = os.fork()
+            if child == 0:
+                scoped("forked")
+                os._exit(0)
+            os.waitpid(child, 0)
+        report(s, during=during, child=child)
+    """
+    (got,) = _run(textwrap.dedent(code), tmp_path, {EVENTS_DIR_ENV: str(theirs)})
+    assert got["during"] == got["env"] == str(theirs)  # never replaced, never removed
+    assert theirs.is_dir()
+    # The child's scopes went to the directory's own recorder, not to this sampler.
+    assert {row["name"] for row in got["rows"]} == {"parent", "leaf"}
+    names = sorted(p.name for p in theirs.iterdir())
+    assert f"{got['child']}.py.sev" in names
