@@ -45,6 +45,7 @@ if __name__ == "__main__":
     with s:
         private = os.environ[EVENTS_DIR_ENV]
         mode = oct(os.stat(private).st_mode & 0o777)
+        own_file = stroboscope._core.events_shared_path()
         scoped("parent")
         child = os.fork()
         if child == 0:
@@ -57,17 +58,33 @@ if __name__ == "__main__":
             p.start()
             p.join()
             pids["mp-" + method] = p.pid
-        code = "import stroboscope\\nwith stroboscope.annotate('sub'): pass"
+        code = (
+            "import stroboscope\\n"
+            "with stroboscope.annotate('sub'):\\n"
+            "    with stroboscope.annotate('leaf'): pass"
+        )
         sub = subprocess.Popen([sys.executable, "-c", code])
         sub.wait()
         pids["sub"] = sub.pid
         scoped("parent")
         live = len(s.scope_intervals())
-    report(s, pids=pids, live=live, mode=mode, gone=not os.path.exists(private))
+    report(s, pids=pids, live=live, mode=mode, gone=not os.path.exists(private), own=own_file)
     again = stroboscope.Sampler(0.01, sources=["memory"])
     with again:
         scoped("second")
     report(again)
+    runs = stroboscope.Sampler(0.01, sources=["memory"])
+    for run in ("run1", "run2"):
+        runs.start()
+        child = os.fork()
+        if child == 0:
+            scoped(run)
+            os._exit(0)
+        os.waitpid(child, 0)
+        runs.stop()
+    t = runs.scope_intervals().select(["name", "pid", "stack_id"])
+    print(json.dumps({"runs": t.to_pylist()}), flush=True)
+    runs.close()
 """
 
 LOADER = """
@@ -115,7 +132,7 @@ def _run(code: str, tmp_path: Path, env: dict[str, str] | None = None) -> list[d
 def test_the_scopes_of_forked_spawned_and_subprocess_workers_come_with_their_pids(
     tmp_path: Path,
 ) -> None:
-    first, second = _run(WORKERS, tmp_path)
+    first, second, runs = _run(WORKERS, tmp_path)
     me, pids = first["me"], first["pids"]
     by_name: dict[str, list[int]] = {}
     for row in first["rows"]:
@@ -125,6 +142,7 @@ def test_the_scopes_of_forked_spawned_and_subprocess_workers_come_with_their_pid
     for name, pid in pids.items():
         assert by_name[name] == [pid], name
     assert by_name["parent"] == [me, me]
+    assert first["own"] is None  # the parent's own events stay in memory: no file of its own
     assert Counter(by_name["leaf"]) == Counter([me, me, *pids.values()])
     assert all(row["end_ns"] is not None for row in first["rows"])
     assert first["live"] == len(first["rows"])  # read while running: the same calls
@@ -135,6 +153,11 @@ def test_the_scopes_of_forked_spawned_and_subprocess_workers_come_with_their_pid
     assert [row["name"] for row in second["rows"]] == ["second", "leaf"]
     assert "pid" not in second["rows"][0]  # no child scopes: the table keeps its columns
     assert second["env"] is None
+    # A sampler's runs each read their children (before the directory went), stacks apart.
+    rows = runs["runs"]
+    assert sorted(r["name"] for r in rows) == ["leaf", "leaf", "run1", "run2"]
+    stacks = {r["name"]: r["stack_id"] for r in rows if r["name"].startswith("run")}
+    assert stacks["run1"] != stacks["run2"]
 
 
 def test_a_data_loaders_fork_workers_annotate_their_items(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
@@ -190,8 +191,14 @@ class _Children:
                 tables.append(live)
         if not tables:
             return own
+        # Each read numbers its stacks 1, 2, ...: the runs' stacks are kept apart.
+        offset, parts = 0, []
+        for t in tables:
+            stacks = pc.add(t.column("stack_id"), pa.scalar(offset, pa.uint64()))
+            parts.append(t.set_column(t.schema.get_field_index("stack_id"), "stack_id", stacks))
+            offset += int(pc.max(t.column("stack_id")).as_py() or 0)
         shared = pa.concat_tables(
-            [t.replace_schema_metadata(None) for t in tables], promote_options="default"
+            [t.replace_schema_metadata(None) for t in parts], promote_options="default"
         )
         return with_shared(own, shared, os.getpid())
 
