@@ -19,6 +19,7 @@ from _fake_nvml import ScriptFn
 from _fake_proc import FakeProc
 from _paths import DATA, TESTS
 from stroboscope._base import lifecycle
+from stroboscope.sampling import _child_events  # the private events directory of recorders
 from stroboscope.scopes import _stack
 from stroboscope.scopes import _switchboard as switchboard  # the scope events' switchboard
 
@@ -77,6 +78,10 @@ def _scope_state_left() -> list[str]:
         found.append(f"{len(state.open_hooks)} scope open hook(s) added and not removed")
     if state.recorders or state.edge_targets:
         found.append(f"{len(state.recorders)} recorder(s) attached to the scope events")
+    if _child_events.owned_dir() is not None:
+        found.append(
+            f"a private events directory still in the environment: {_child_events.owned_dir()}"
+        )
     return found
 
 
@@ -97,6 +102,8 @@ def clean_up() -> None:
     _stack._STACK.set(())
     _stack._LABELS.set(({}, 0))
     scopes.disable()  # also stops the default session's sampler
+    if _child_events.owned_dir() is not None:  # a sampler stopped without its detach
+        _child_events._at_exit()
     with switchboard._lock:
         switchboard.state.open_hooks = ()
         switchboard.state.recorders = ()

@@ -61,6 +61,11 @@ _owner = _Owner()
 _lifecycle.register(_owner)
 
 
+def _at_exit() -> None:
+    """Remove the directory and the variable now, whoever still uses them (exit)."""
+    _owner._at_exit()
+
+
 def acquire() -> str | None:
     """A recorder starts: the directory this process's children write into (made and named in
     the environment by the first recorder), or None when the variable was set by someone else
