@@ -85,6 +85,14 @@ if __name__ == "__main__":
     t = runs.scope_intervals().select(["name", "pid", "stack_id"])
     print(json.dumps({"runs": t.to_pylist()}), flush=True)
     runs.close()
+    # The forkserver started during the first recording still has that directory's name.
+    late = stroboscope.Sampler(0.01, sources=["memory"])
+    with late:
+        p = mp.get_context("forkserver").Process(target=scoped, args=("late",))
+        p.start()
+        p.join()
+    t = late.scope_intervals().select(["name", "pid"])
+    print(json.dumps({"late": t.to_pylist(), "pid": p.pid}), flush=True)
 """
 
 LOADER = """
@@ -132,7 +140,7 @@ def _run(code: str, tmp_path: Path, env: dict[str, str] | None = None) -> list[d
 def test_the_scopes_of_forked_spawned_and_subprocess_workers_come_with_their_pids(
     tmp_path: Path,
 ) -> None:
-    first, second, runs = _run(WORKERS, tmp_path)
+    first, second, runs, late = _run(WORKERS, tmp_path)
     me, pids = first["me"], first["pids"]
     by_name: dict[str, list[int]] = {}
     for row in first["rows"]:
@@ -158,6 +166,8 @@ def test_the_scopes_of_forked_spawned_and_subprocess_workers_come_with_their_pid
     assert sorted(r["name"] for r in rows) == ["leaf", "leaf", "run1", "run2"]
     stacks = {r["name"]: r["stack_id"] for r in rows if r["name"].startswith("run")}
     assert stacks["run1"] != stacks["run2"]
+    # The directory's name is made again when free: a forkserver started earlier still has it.
+    assert [r["pid"] for r in late["late"] if r["name"] == "late"] == [late["pid"]]
 
 
 def test_a_data_loaders_fork_workers_annotate_their_items(tmp_path: Path) -> None:

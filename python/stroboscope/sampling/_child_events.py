@@ -12,7 +12,9 @@ recorder outside the process. This process's own log stays in memory
 (``_core.events_keep_in_memory``: the edges are read once, from there).
 
 The directory is made when the first recorder starts and removed when the last one stops (each
-reads its children's edges first, :func:`read`). A variable that is set already (by the user, or
+reads its children's edges first, :func:`read`); a later recording makes it again under the same
+name when that is free, so a process started during an earlier one (multiprocessing's
+forkserver, a persistent worker that has not written yet) still reaches it. A variable that is set already (by the user, or
 by ``stroboscope record`` running this process) is left as it is, never replaced or removed: the
 children's scopes then go to that directory's recorder, and this process reads only its own.
 """
@@ -41,6 +43,7 @@ class _Owner:
         self.dir: str | None = None  # ours, in os.environ, while users > 0
         self.users = 0
         self.pid = os.getpid()
+        self.last: str | None = None  # the name of the latest directory (made again if free)
 
     def _at_exit(self) -> None:
         # A recorder still running at exit: its directory goes with the process that made it.
@@ -55,6 +58,7 @@ class _Owner:
         self.dir = None
         self.users = 0
         self.pid = os.getpid()
+        self.last = None
 
 
 _owner = _Owner()
@@ -74,15 +78,31 @@ def acquire() -> str | None:
         if _owner.dir is None:
             if os.environ.get(EVENTS_DIR_ENV):
                 return None  # the user's, or an outside recorder's: not ours to take
-            try:
-                path = tempfile.mkdtemp(prefix="stroboscope-events-")  # 0700
-            except OSError:
+            path = _make_dir(_owner.last)
+            if path is None:
                 return None
             _core.events_keep_in_memory(True)  # our own events stay where we read them
             os.environ[EVENTS_DIR_ENV] = path
-            _owner.dir = path
+            _owner.dir = _owner.last = path
         _owner.users += 1
         return _owner.dir
+
+
+def _make_dir(last: str | None) -> str | None:
+    """A new private directory (0700): the latest one's name again when it is free (a process
+    started during an earlier recording, such as multiprocessing's forkserver or a persistent
+    worker, still has that name in its environment), else a fresh name; None if none can be
+    made. ``mkdir`` is exclusive: a name somebody else took meanwhile is never used."""
+    if last is not None:
+        try:
+            os.mkdir(last, 0o700)
+            return last
+        except OSError:
+            pass
+    try:
+        return tempfile.mkdtemp(prefix="stroboscope-events-")  # 0700
+    except OSError:
+        return None
 
 
 def release(path: str | None) -> None:
