@@ -14,9 +14,10 @@ recorder outside the process. This process's own log stays in memory
 The directory is made when the first recorder starts and removed when the last one stops (each
 reads its children's edges first, :func:`read`); a later recording makes it again under the same
 name when that is free, so a process started during an earlier one (multiprocessing's
-forkserver, a persistent worker that has not written yet) still reaches it. A variable that is set already (by the user, or
-by ``stroboscope record`` running this process) is left as it is, never replaced or removed: the
-children's scopes then go to that directory's recorder, and this process reads only its own.
+forkserver, a persistent worker that has not written yet) still reaches it. A variable that is
+set already (by the user, or by ``stroboscope record`` running this process) is left as it is,
+never replaced or removed: the children's scopes then go to that directory's recorder, and this
+process reads only its own.
 """
 
 from __future__ import annotations
