@@ -260,10 +260,7 @@ void register_events(py::module_& m) {
       "memory (or before the first event).");
   m.def(
       "events_keep_in_memory",
-      [](bool on) {
-        EventLog::global().keep_in_memory(on);
-        if (on) (void)EventLog::global().share_now();  // mapped now, in memory: before the variable is set
-      },
+      [](bool on) { EventLog::global().keep_in_memory(on); },
       py::arg("on"),
       "With on, this process's events stay in memory although STROBOSCOPE_EVENTS_DIR is set (an "
       "in-process recorder owns that directory; its children write their files there).");

@@ -45,8 +45,8 @@ if __name__ == "__main__":
     with s:
         private = os.environ[EVENTS_DIR_ENV]
         mode = oct(os.stat(private).st_mode & 0o777)
-        own_file = stroboscope._core.events_shared_path()
         scoped("parent")
+        own_file = stroboscope._core.events_shared_path()
         child = os.fork()
         if child == 0:
             scoped("forked")

@@ -152,8 +152,9 @@ class EventLog {
   bool share_now() noexcept;
   // An in-process recorder owns the events directory named in the environment and reads this
   // process's events from memory: with `on`, this process maps its ring in memory although the
-  // variable is set (its children, forked or spawned, still make files there: the pid is kept,
-  // not a flag a child inherits). Call it before setting the variable.
+  // variable is set, whenever its ring is mapped (its children, forked or spawned, still make
+  // files there: the pid is kept, not a flag a child inherits). Call it before setting the
+  // variable, and with false after taking it away.
   void keep_in_memory(bool on) noexcept;
   // The file the ring lives in, "" when it is not shared (or not mapped yet).
   [[nodiscard]] std::string file_path() const;
