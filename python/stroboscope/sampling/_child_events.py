@@ -31,7 +31,7 @@ import pyarrow as pa
 
 import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
-from stroboscope.formats.shared_events import EVENTS_DIR_ENV
+from stroboscope.formats.shared_events import EVENTS_DIR_ENV, FILE_SUFFIX
 
 __all__ = ["acquire", "owned_dir", "read", "release"]
 
@@ -134,9 +134,11 @@ def read(path: str, windows: list[tuple[int, int]]) -> pa.Table | None:
     column) whose edges fall in ``windows`` (``[start, stop)`` in mono ns); this process's own
     ``py`` file, if it made one, is left out (its edges are read from memory). None when
     nothing can be read."""
-    from stroboscope.analysis.scope_edges import shared_intervals
-
     try:
+        if not any(name.endswith(FILE_SUFFIX) for name in os.listdir(path)):
+            return None  # no child wrote (the common case): the reader is not even imported
+        from stroboscope.analysis.scope_edges import shared_intervals
+
         return shared_intervals(path, skip_pid=os.getpid(), windows=windows)
     except (OSError, ValueError):  # gone already, or unreadable: the own scopes still count
         return None
