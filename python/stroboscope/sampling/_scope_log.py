@@ -252,7 +252,10 @@ class ScopeRecording:
 
     def scope_intervals(self) -> pa.Table:
         """One row per scope call of this sampler's runs (name, path, thread, times, labels);
-        ``end_ns`` is null for a scope still open."""
+        ``end_ns`` is null for a scope still open. The calls of the processes this process
+        started while it ran (forked and spawned workers, subprocesses: :mod:`._child_events`)
+        are there too, with ``pid`` and ``producer`` columns (this process's own calls have its
+        pid); without such calls the table has no ``pid`` column."""
         from stroboscope.analysis.scope_edges import pair_events
 
         events = self.scope_events()
