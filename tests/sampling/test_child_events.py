@@ -204,3 +204,27 @@ def test_an_events_directory_set_by_someone_else_is_left_alone(tmp_path: Path) -
     assert {row["name"] for row in got["rows"]} == {"parent", "leaf"}
     names = sorted(p.name for p in theirs.iterdir())
     assert f"{got['child']}.py.sev" in names
+
+
+def test_a_sampler_with_edge_rows_takes_a_row_when_a_child_opens_a_scope(tmp_path: Path) -> None:
+    code = """
+    import time
+    if __name__ == "__main__":
+        s = stroboscope.Sampler(5.0, sources=["memory"], edge_rows=True)  # one tick in 5 s
+        with s:
+            while s.stats().rows_written < 1:
+                time.sleep(0.001)
+            child = os.fork()
+            if child == 0:
+                with stroboscope.annotate("kid"):
+                    time.sleep(0.05)
+                os._exit(0)
+            os.waitpid(child, 0)
+            rows = s.stats().rows_written
+            span = time.monotonic_ns()
+        report(s, taken=rows, first=s.snapshot().to_arrow().column("mono_ns")[0].as_py(), at=span)
+    """
+    (got,) = _run(textwrap.dedent(code), tmp_path)
+    assert [row["name"] for row in got["rows"]] == ["kid"]
+    if got["at"] - got["first"] < 5e9:  # no tick was due: the second row is the kid's edge row
+        assert got["taken"] == 2

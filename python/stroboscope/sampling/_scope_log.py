@@ -161,17 +161,25 @@ class _Children:
     directory goes)."""
 
     def __init__(self) -> None:
-        self.windows: list[tuple[int, int]] = []  # [start, stop) mono ns of the ended runs
-        self.read: list[pa.Table] = []  # their children's intervals
+        self.read: list[pa.Table] = []  # the ended runs' children's intervals
         self.dir: str | None = None  # the running run's directory (None: not ours to read)
         self.start_ns = 0
+        self.bell: _core.EventsDoorbell | None = None  # edge rows for the children's scopes
 
-    def attach(self) -> None:
+    def attach(self, sampler: object, edge_rows: bool) -> None:
         self.start_ns = time.monotonic_ns()
         self.dir = _child_events.acquire()
+        if edge_rows and self.dir is not None:
+            try:  # one doorbell per directory: the first sampler with edge rows rings
+                self.bell = ring_rows(self.dir, sampler)
+            except OSError:
+                self.bell = None
 
     def detach(self) -> None:
         path, self.dir = self.dir, None
+        if self.bell is not None:
+            self.bell.close()
+            self.bell = None
         stop = time.monotonic_ns()
         if path is not None:
             table = _child_events.read(path, [(self.start_ns, stop)])
@@ -219,7 +227,7 @@ class ScopeRecording:
         if self._event_windows and self._event_windows[-1][1] < 0:
             return  # start() of a running sampler
         children = self.__dict__.setdefault("_children", _Children())
-        children.attach()
+        children.attach(self, self._edge_rows)
         self._event_windows.append([int(written()), -1])
         _running.add(Recorder(self, self._core.request_tick if self._edge_rows else None))
 
