@@ -121,9 +121,11 @@ def series(samples: pa.Table, column: str) -> Series:
     """The valid cells of ``column`` (see the module docstring for their times)."""
     t = _times(samples, column)
     col = samples.column(column)
-    valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    v = np.asarray(col.cast(pa.float64()).fill_null(0.0).to_numpy(), dtype=np.float64)
-    return _sorted(column, t[valid], v[valid])
+    if col.null_count:  # its readings only: no filled copy of every row
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        t, col = t[valid], col.drop_null()
+    v = np.asarray(col.cast(pa.float64()).to_numpy(), dtype=np.float64)
+    return _sorted(column, t, v)
 
 
 def total_series(samples: pa.Table, columns: list[str], name: str) -> Series:
