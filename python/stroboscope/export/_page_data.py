@@ -136,10 +136,18 @@ def encode_values(blob: Blob, values: pa.Array) -> dict[str, Any]:
 
 def encode_time(blob: Blob, mono_ns: Array, origin_ns: int) -> dict[str, Any]:
     """Each row's time in µs after ``origin_ns`` (monotonic ns): first, step, differences."""
-    us = np.rint((mono_ns.astype(np.int64) - origin_ns) / 1000.0).astype(np.int64)
-    d = np.diff(us)
-    step = int(np.median(d)) if len(d) else 0
-    rest = d - step
+    # in place: a 1-hour 1 kHz run's 3.6M rows are 27 MiB an array, two of them at a time
+    ns = mono_ns.astype(np.int64)
+    ns -= origin_ns
+    us_f = ns.astype(np.float64)
+    del ns
+    us_f /= 1000.0
+    np.rint(us_f, out=us_f)
+    us = us_f.astype(np.int64)
+    del us_f
+    rest = np.diff(us)
+    step = int(np.median(rest)) if len(rest) else 0
+    rest -= step
     if len(rest) and (rest.min() < -(2**31) or rest.max() >= 2**31):
         raise ValueError("rows more than 35 minutes apart cannot be stored by the page")
     return {"first_us": int(us[0]), "step_us": step, "rest": blob.add(rest)}

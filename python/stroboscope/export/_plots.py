@@ -438,7 +438,7 @@ def _draw_group(
 
 def row_spacing_ns(series: Recording) -> np.ndarray[Any, Any]:
     """Time between consecutive rows of a series (ns)."""
-    mono = series.table.column("mono_ns").to_numpy(zero_copy_only=False).astype(np.int64)
+    mono = np.asarray(series.table.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
     return np.diff(mono)
 
 
