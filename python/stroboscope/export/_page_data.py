@@ -122,7 +122,9 @@ def encode_values(blob: Blob, values: pa.Array) -> dict[str, Any]:
                 return {"enc": "int-steps", "first": first, **blob.add(steps)}
         return {"enc": "plain", **blob.add(v.astype(np.float64))}
     v = values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
-    finite = v[np.isfinite(v)]
+    ok = np.isfinite(v)
+    finite = v if ok.all() else v[ok]  # no copy of a column that is all finite
+    del ok
     if len(finite):
         big, lo, hi = float(np.abs(finite).max()), float(finite.min()), float(finite.max())
         fits = big < 3e38 and (big == 0 or np.abs(finite[finite != 0]).min() > 1e-37)
@@ -161,7 +163,17 @@ def encode_column(
     median time between readings), the usual number of rows between them, and whether the
     values are means over windows."""
     if pa.types.is_floating(column.type):
-        column = pc.if_else(pc.is_nan(column), None, column)  # NaN is no reading
+        nan = pc.is_nan(column)
+        if pc.any(nan).as_py():  # a copy only of a column that has a NaN
+            column = pc.if_else(nan, None, column)  # NaN is no reading
+    if column.null_count == 0 and len(column) > 1:  # a reading on every row: no index of them
+        return {
+            "rows": {"first": 0, "every": 1, "n": len(column)},  # what rows_entry says of them
+            "values": encode_values(blob, column.combine_chunks()),
+            "period_us": float(np.median(np.diff(mono_ns))) / 1000.0,
+            "every_rows": 1.0,
+            "rate": rate,
+        }
     valid = column.is_valid().to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(valid)
     if not len(rows):
