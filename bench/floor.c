@@ -24,6 +24,11 @@
  * percentiles. This is the floor for sampling on time on this machine.
  *
  * Build: cc -O2 -o floor floor.c
+ *
+ * Library mode (cc -O2 -shared -fPIC -DFLOOR_LIBRARY -o libfloor.so floor.c): the timer loop as a
+ * function, floor_thread_run(), that a benchmark calls through ctypes from a thread of its own
+ * process (ctypes releases the GIL for the call), so the bare wake and the naive sampler run in
+ * the process under test, beside its interpreter, as stroboscope's sampler thread does.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -235,20 +240,28 @@ static void sleep_until(int64_t deadline_ns) {
   }
 }
 
-/* Timer mode: sample the variant on deadlines tick_ns apart for `seconds`; print JSON. */
-static int run_timer(const struct Variant* v, int64_t tick_ns, double seconds) {
+struct TimerResult {
+  int64_t ticks_taken, ticks_missed, lateness_p50_ns, lateness_p99_ns, lateness_max_ns;
+  int64_t cost_total_ns, cpu_ns, elapsed_ns;
+};
+
+static int64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The timer loop: sample the variant on deadlines tick_ns apart for `seconds` (or until g_stop). */
+static int timer_loop(const struct Variant* v, int64_t tick_ns, double seconds,
+                      struct TimerResult* out) {
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal; /* no SA_RESTART: the sleep returns EINTR and the loop ends */
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
   size_t cap = (size_t)(seconds * 1e9 / (double)tick_ns) + 16;
   int64_t* late = malloc(cap * sizeof *late);
   if (late == NULL) return 1;
   size_t taken = 0;
   uint64_t missed = 0, acc = 0;
   int64_t cost_total = 0;
+  int64_t cpu0 = thread_cpu_ns();
   int64_t start = now_ns(), deadline = start, end = start + (int64_t)(seconds * 1e9);
   for (;;) {
     int64_t now = now_ns();
@@ -268,17 +281,96 @@ static int run_timer(const struct Variant* v, int64_t tick_ns, double seconds) {
       missed += (uint64_t)skipped;
     }
   }
+  out->cpu_ns = thread_cpu_ns() - cpu0;
+  out->elapsed_ns = now_ns() - start;
   g_sink += acc;
   qsort(late, taken, sizeof *late, cmp_i64);
-  double elapsed_s = (double)(now_ns() - start) / 1e9;
-  printf("{\"variant\": \"%s\", \"tick_ns\": %lld, \"seconds\": %.3f, \"ticks_taken\": %zu, "
-         "\"ticks_missed\": %llu, \"lateness_p50_ns\": %lld, \"lateness_p99_ns\": %lld, "
-         "\"lateness_max_ns\": %lld, \"cost_mean_ns\": %.1f}\n",
-         v->name, (long long)tick_ns, elapsed_s, taken, (unsigned long long)missed,
-         (long long)(taken ? late[taken / 2] : 0), (long long)(taken ? late[taken * 99 / 100] : 0),
-         (long long)(taken ? late[taken - 1] : 0),
-         taken ? (double)cost_total / (double)taken : 0.0);
+  out->ticks_taken = (int64_t)taken;
+  out->ticks_missed = (int64_t)missed;
+  out->lateness_p50_ns = taken ? late[taken / 2] : 0;
+  out->lateness_p99_ns = taken ? late[taken * 99 / 100] : 0;
+  out->lateness_max_ns = taken ? late[taken - 1] : 0;
+  out->cost_total_ns = cost_total;
   free(late);
+  return 0;
+}
+
+/* Opens the files of every item for `pid` ("self" or a number); 0, or 1 with a message. */
+static int open_items(const char* pid) {
+  char path[256];
+  const char* files[kNumItems] = {"/proc/stat", "/proc/meminfo", "/proc/net/dev", "stat",
+                                  "statm",      NULL,            "status",        "io"};
+  for (int i = 0; i < kNumItems; ++i) {
+    if (g_fd[i] > 0) close(g_fd[i]);
+    g_fd[i] = -1;
+    if (files[i] == NULL) continue;
+    if (files[i][0] == '/') {
+      snprintf(path, sizeof path, "%s", files[i]);
+    } else {
+      snprintf(path, sizeof path, "/proc/%s/%s", pid, files[i]);
+    }
+    g_fd[i] = open(path, O_RDONLY | O_CLOEXEC);
+    if (g_fd[i] < 0) {
+      fprintf(stderr, "cannot open %s: %s\n", path, strerror(errno));
+      return 1;
+    }
+    ssize_t n = read_at0(g_fd[i]);
+    if (n < 0 || n >= BUF_SIZE) {
+      fprintf(stderr, "cannot read %s whole into %d bytes\n", path, BUF_SIZE);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static const struct Variant kNone = {"none", 0, {0}};
+
+static const struct Variant* find_variant(const char* name) {
+  if (strcmp(name, "none") == 0) return &kNone;
+  for (int k = 0; k < 3; ++k) {
+    if (strcmp(name, g_variants[k].name) == 0) return &g_variants[k];
+  }
+  return NULL;
+}
+
+#ifdef FLOOR_LIBRARY
+/* Runs the timer loop on the calling thread, reading `variant` (seed|full|process|none) of
+ * `pid` ("self": this process) every tick_ns for `seconds`. out[8]: ticks taken, missed,
+ * lateness p50, p99, max (ns), the loop's summed tick cost (ns), this thread's CPU time (ns),
+ * elapsed (ns). Returns 0, or nonzero for a bad variant or a file that cannot be read.
+ * floor_thread_stop() ends a running loop early. One loop at a time per process. */
+int floor_thread_run(const char* variant, const char* pid, long long tick_ns, double seconds,
+                     long long* out) {
+  const struct Variant* v = find_variant(variant);
+  if (v == NULL || tick_ns <= 0 || seconds <= 0) return 2;
+  if (open_items(pid) != 0) return 1;
+  g_stop = 0;
+  struct TimerResult r;
+  if (timer_loop(v, tick_ns, seconds, &r) != 0) return 1;
+  long long vals[8] = {r.ticks_taken, r.ticks_missed, r.lateness_p50_ns, r.lateness_p99_ns,
+                       r.lateness_max_ns, r.cost_total_ns, r.cpu_ns, r.elapsed_ns};
+  memcpy(out, vals, sizeof vals);
+  return 0;
+}
+
+void floor_thread_stop(void) { g_stop = 1; }
+#else
+/* Timer mode: sample the variant on deadlines tick_ns apart for `seconds`; print JSON. */
+static int run_timer(const struct Variant* v, int64_t tick_ns, double seconds) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal; /* no SA_RESTART: the sleep returns EINTR and the loop ends */
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  struct TimerResult r;
+  if (timer_loop(v, tick_ns, seconds, &r) != 0) return 1;
+  printf("{\"variant\": \"%s\", \"tick_ns\": %lld, \"seconds\": %.3f, \"ticks_taken\": %lld, "
+         "\"ticks_missed\": %lld, \"lateness_p50_ns\": %lld, \"lateness_p99_ns\": %lld, "
+         "\"lateness_max_ns\": %lld, \"cost_mean_ns\": %.1f}\n",
+         v->name, (long long)tick_ns, (double)r.elapsed_ns / 1e9, (long long)r.ticks_taken,
+         (long long)r.ticks_missed, (long long)r.lateness_p50_ns, (long long)r.lateness_p99_ns,
+         (long long)r.lateness_max_ns,
+         r.ticks_taken ? (double)r.cost_total_ns / (double)r.ticks_taken : 0.0);
   return 0;
 }
 
@@ -314,28 +406,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  char path[256];
-  const char* files[kNumItems] = {"/proc/stat", "/proc/meminfo", "/proc/net/dev", "stat",
-                                  "statm",      NULL,            "status",        "io"};
-  for (int i = 0; i < kNumItems; ++i) {
-    g_fd[i] = -1;
-    if (files[i] == NULL) continue;
-    if (files[i][0] == '/') {
-      snprintf(path, sizeof path, "%s", files[i]);
-    } else {
-      snprintf(path, sizeof path, "/proc/%s/%s", pid, files[i]);
-    }
-    g_fd[i] = open(path, O_RDONLY | O_CLOEXEC);
-    if (g_fd[i] < 0) {
-      fprintf(stderr, "cannot open %s: %s\n", path, strerror(errno));
-      return 1;
-    }
-    ssize_t n = read_at0(g_fd[i]);
-    if (n < 0 || n >= BUF_SIZE) {
-      fprintf(stderr, "cannot read %s whole into %d bytes\n", path, BUF_SIZE);
-      return 1;
-    }
-  }
+  if (open_items(pid) != 0) return 1;
   for (int i = 0; i < kNumItems; ++i) {
     struct Variant* v = &g_variants[3 + i];
     v->name = kItemNames[i];
@@ -343,11 +414,7 @@ int main(int argc, char** argv) {
     v->items[0] = i;
   }
   if (tick_ns > 0) {
-    static const struct Variant kNone = {"none", 0, {0}};
-    const struct Variant* v = strcmp(variant, "none") == 0 ? &kNone : NULL;
-    for (int k = 0; k < 3 && v == NULL; ++k) {
-      if (strcmp(variant, g_variants[k].name) == 0) v = &g_variants[k];
-    }
+    const struct Variant* v = find_variant(variant);
     if (v == NULL || seconds <= 0) {
       fprintf(stderr, "--variant must be seed, full, process or none and --seconds > 0\n");
       return 2;
@@ -393,3 +460,4 @@ int main(int argc, char** argv) {
   printf("}, \"sink\": %llu}\n", (unsigned long long)(g_sink & 0xff));
   return 0;
 }
+#endif

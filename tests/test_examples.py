@@ -3,8 +3,7 @@ directory), and their outputs are checked.
 
 The W&B and receiver examples need no torch and always run (wandb is a test dependency). The
 PyTorch loop, the Lightning and the transformers examples run where those frameworks are
-importable, and are skipped with the reason shown where not: CI does not install torch (about
-1.2 GB with lightning and transformers; see the README's "Integrations").
+importable (CI installs them: .ci/run), and are skipped with the reason shown where not.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from _binaries import python_module
 from _paths import ROOT
 from stroboscope.sampling._provenance import from_schema
 
@@ -39,11 +39,13 @@ def _run(name: str, out: Path, **env: str) -> str:
     return done.stdout
 
 
+# torch pinned beside each framework: any other release than the CPU wheel is GBs of CUDA
+_INSTALL = {"wandb": "pip install wandb", "torch": "pip install torch==2.13.0"}
+
+
 def _needs(*modules: str) -> None:
     for module in modules:
-        if importlib.util.find_spec(module.split(".")[0]) is None:
-            why = " (CI does not install torch)" if module != "wandb" else ""
-            pytest.skip(f"{module} is not installed{why}")
+        python_module(module, install=_INSTALL.get(module, f"pip install torch==2.13.0 {module}"))
 
 
 def _wandb_history(run_file: Path) -> list[dict[str, Any]]:

@@ -12,11 +12,13 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "register.hpp"
 #include "stroboscope/events.hpp"
+#include "stroboscope/sampler.hpp"
 #include "stroboscope/shared_events.hpp"
 
 namespace py = pybind11;
@@ -256,6 +258,33 @@ void register_events(py::module_& m) {
       },
       "The file this process's events go to ($STROBOSCOPE_EVENTS_DIR), None when they stay in "
       "memory (or before the first event).");
+  py::class_<EventsDoorbell>(m, "EventsDoorbell")
+      .def(py::init([](const std::string& dir, Sampler& sampler) {
+             Sampler* s = &sampler;  // kept alive by keep_alive below
+             try {
+               return std::make_unique<EventsDoorbell>(dir, [s] { s->request_tick(); });
+             } catch (const std::system_error& e) {
+               // An OSError of the errno's subclass (FileNotFoundError, FileExistsError, ...).
+               py::object err = py::module_::import("builtins").attr("OSError")(
+                   e.code().value(), std::string(e.what()));
+               PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
+               throw py::error_already_set();
+             }
+           }),
+           py::arg("dir"), py::arg("sampler"), py::keep_alive<1, 3>(),
+           "Makes DIR/doorbell and asks `sampler` for a row whenever a process writing shared "
+           "events into DIR opens a scope (processes started after this).")
+      .def(
+          "close",
+          [](EventsDoorbell& d) {
+            // releasing gil here is safe, we don't manipulate refcounts
+            py::gil_scoped_release release;
+            d.stop();
+          },
+          "Stops the waiter thread (the file stays).")
+      .def_property_readonly("wakes", &EventsDoorbell::wakes,
+                             "How many times a scope opening woke the waiter.")
+      .def_property_readonly("path", &EventsDoorbell::path);
   m.def("events_stats", [] {
     const EventStats st = EventLog::global().stats();
     py::dict d;

@@ -28,13 +28,13 @@ struct ReleaseGilDeleter {
 std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler(
     const std::vector<std::pair<std::string, std::uint32_t>>& specs, std::int64_t interval_ns,
     std::uint64_t capacity, const SourceOptions& opts, const std::string& spool_path,
-    bool precise) {
+    bool precise, double max_overhead) {
   // Building sources may dlopen NVML and call nvmlInit: not with the GIL held.
   // releasing gil here is safe, we don't manipulate refcounts
   py::gil_scoped_release release;
   std::vector<SourceSlot> slots = build_source_slots(specs, interval_ns, opts);
   return std::unique_ptr<Sampler, ReleaseGilDeleter>(
-      new Sampler(std::move(slots), interval_ns, capacity, spool_path, precise));
+      new Sampler(std::move(slots), interval_ns, capacity, spool_path, precise, max_overhead));
 }
 
 // The same from sources built already (_core.build_source): the Sampler takes them, so each
@@ -42,7 +42,7 @@ std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler(
 std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler_built(
     const std::vector<std::pair<std::shared_ptr<BuiltSource>, std::uint32_t>>& specs,
     std::int64_t interval_ns, std::uint64_t capacity, const std::string& spool_path,
-    bool precise) {
+    bool precise, double max_overhead) {
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const auto& built = specs[i].first;
     if (!built || !built->source) {
@@ -65,7 +65,7 @@ std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler_built(
     slots.push_back(make_source_slot(std::move(source), every, interval_ns));
   }
   return std::unique_ptr<Sampler, ReleaseGilDeleter>(
-      new Sampler(std::move(slots), interval_ns, capacity, spool_path, precise));
+      new Sampler(std::move(slots), interval_ns, capacity, spool_path, precise, max_overhead));
 }
 
 
@@ -108,9 +108,23 @@ py::dict stats_dict(const SamplerStats& s) {
     sd["process_exited"] = src.process_exited;
     sd["not_followed"] = src.not_followed;
     sd["poll_lead_ns"] = src.poll_lead_ns;
+    sd["interval_ns"] = src.interval_ns;
+    sd["first_interval_ns"] = src.first_interval_ns;
+    sd["cost_ns"] = src.cost_ns;
     sources.append(sd);
   }
   d["sources"] = sources;
+  d["max_overhead"] = s.max_overhead;
+  d["overhead_ppm"] = s.overhead_ppm;
+  d["threads_cpu_ns"] = s.threads_cpu_ns;
+  d["rate_changes_total"] = s.rate_changes_total;
+  d["budget_unmet"] = s.budget_unmet;
+  py::list changes;
+  for (const RateChange& c : s.rate_changes) {
+    changes.append(py::make_tuple(c.mono_ns, s.sources.at(c.source).name, c.old_interval_ns,
+                                  c.new_interval_ns, rate_reason_name(c.reason), c.share_ppm));
+  }
+  d["rate_changes"] = changes;
   return d;
 }
 
@@ -133,10 +147,11 @@ void register_sampler(py::module_& m) {
   using release_gil = py::call_guard<py::gil_scoped_release>;
   py::class_<Sampler, std::unique_ptr<Sampler, ReleaseGilDeleter>>(m, "Sampler")
       .def(py::init(&make_sampler_built), py::arg("sources"), py::arg("interval_ns"),
-           py::arg("capacity"), py::arg("spool_path") = "", py::arg("precise") = false)
+           py::arg("capacity"), py::arg("spool_path") = "", py::arg("precise") = false,
+           py::arg("max_overhead") = 0.0)
       .def(py::init(&make_sampler), py::arg("sources"), py::arg("interval_ns"),
            py::arg("capacity"), py::arg("options"), py::arg("spool_path") = "",
-           py::arg("precise") = false)
+           py::arg("precise") = false, py::arg("max_overhead") = 0.0)
       .def("start", &Sampler::start, release_gil())
       .def("stop", &Sampler::stop, release_gil())
       .def_property_readonly("running", &Sampler::running)
@@ -159,6 +174,8 @@ void register_sampler(py::module_& m) {
            [](const Sampler& s) {
              return py::make_tuple(s.ticks_taken(), s.ticks_missed(), s.rows_lost());
            })
+      // How many rate changes the overhead budget made: one atomic load (stats() has them).
+      .def_property_readonly("rate_changes_total", &Sampler::rate_changes)
       .def("stats", [](const Sampler& s) {
         SamplerStats st;
         {

@@ -109,7 +109,8 @@ void register_sources(py::module_& m) {
       .def_readwrite("gpu_labels", &SourceOptions::gpu_labels)
       .def_readwrite("cpu_window_ns", &SourceOptions::cpu_window_ns)
       .def_readwrite("rate_window_ns", &SourceOptions::rate_window_ns)
-      .def_readwrite("net_include_loopback", &SourceOptions::net_include_loopback);
+      .def_readwrite("net_include_loopback", &SourceOptions::net_include_loopback)
+      .def_readwrite("include_own_threads", &SourceOptions::include_own_threads);
 
   m.def("source_names", &source_names, "Every source name this build knows.");
   // Building or probing the gpu source may dlopen NVML and call nvmlInit (seconds on some

@@ -121,6 +121,17 @@ bool EventLog::ensure_ring() noexcept {
   if (producer_ != nullptr) {
     const char* dir = dir_ != nullptr ? dir_ : std::getenv(kEventsDirEnv);
     if (dir != nullptr && *dir != '\0') {
+      // A recorder may size its command's rings: $STROBOSCOPE_EVENTS_CAPACITY (records, a power
+      // of two in [2, 2**32]; anything else is ignored). Before any event: nothing uses mask_.
+      if (const char* cap = std::getenv(kEventsCapacityEnv); cap != nullptr) {
+        char* end = nullptr;
+        const unsigned long long c = std::strtoull(cap, &end, 10);
+        if (end != cap && *end == '\0' && valid_capacity(c)) {
+          capacity_ = c;
+          mask_ = c - 1;
+          bytes = static_cast<std::size_t>(capacity_) * (sizeof(Slot) + 8);
+        }
+      }
       // relaxed: fork_floor_ is written only in the child's atfork handler, before any thread.
       file_ = open_event_file(dir, producer_, capacity_,
                               fork_floor_.load(std::memory_order_relaxed), strings_);
@@ -149,6 +160,7 @@ bool EventLog::ensure_ring() noexcept {
         p = file_->slots();
         states_ = file_->states();
         file_dropped_ = file_->word(sev::kOffDropped);
+        bell_ = file_->bell;
       }
     }
     if (file_ == nullptr && !fallback_) return false;
@@ -244,6 +256,8 @@ void EventLog::push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
   // release: the record's words happen-before this; a reader that loads "published j" (acquire)
   // sees all four.
   state.store(published(j), std::memory_order_release);
+  // An outside recorder that asked for edge rows: a scope opening asks for one.
+  if (bell_ != nullptr && kind == EventKind::kBegin) [[unlikely]] ring_doorbell(bell_);
 }
 
 void EventLog::count_drop(std::uint64_t j) noexcept {
@@ -413,6 +427,7 @@ void EventLog::after_fork_child() noexcept {
     close_event_file(file_);
     file_ = nullptr;
     file_dropped_ = nullptr;
+    bell_ = nullptr;
     states_ = nullptr;
     slots_.store(nullptr, std::memory_order_relaxed);  // no other thread to order against
     reserved_.store(~std::uint64_t{0}, std::memory_order_relaxed);

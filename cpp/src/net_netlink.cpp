@@ -106,6 +106,7 @@ class NetlinkNetworkSource final : public Source {
   explicit NetlinkNetworkSource(const SourceOptions& opts)
       : Source("network"),
         include_lo_(opts.net_include_loopback),
+        read_every_ns_(detail::byte_counter_read_every_ns(opts.rate_window_ns)),
         totals_(opts.rate_window_ns),
         reply_(kReplyBytes),
         links_(kMaxLinks),
@@ -124,25 +125,33 @@ class NetlinkNetworkSource final : public Source {
     }
     const std::string which = include_lo_ ? "all interfaces, lo included," : "all interfaces but lo";
     add_column("net.sent_bytes", "bytes", DType::kInt64, Kind::kCounter,
-               "Bytes sent by " + which + " since the first reading.");
+               "Bytes sent by " + which + " since the first reading (by default one exact "
+                   "value per rate_window + 5 %: the resolution table).");
     add_column("net.recv_bytes", "bytes", DType::kInt64, Kind::kCounter,
-               "Bytes received by " + which + " since the first reading.");
+               "Bytes received by " + which + " since the first reading (by default one "
+                   "exact value per rate_window + 5 %).");
     add_column("net.sent_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes sent per second by " + which +
-                   " since the previous value (windows of at least rate_window).");
+                   " since the previous value (windows of at least rate_window; the default "
+                   "read period of rate_window + 5 % loses no value of it).");
     add_column("net.recv_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes received per second by " + which +
-                   " since the previous value (windows of at least rate_window).");
+                   " since the previous value (windows of at least rate_window; the default "
+                   "read period of rate_window + 5 % loses no value of it).");
     set_window(2, 4, opts.rate_window_ns);  // the two *_per_s columns
   }
   ~NetlinkNetworkSource() override {
     if (fd_ >= 0) ::close(fd_);
   }
 
+  // The kernel adds to these counters on any packet or request; they are read once per rate
+  // window by default (see byte_counter_read_every_ns).
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return read_every_ns_;
+  }
   [[nodiscard]] const char* resolution_reason() const noexcept override {
-    return "interface counters are added per packet by the driver (ndo_get_stats64); some "
-           "hardware NICs refresh theirs from the device every 1-2 s, virtual ones (lo, veth, "
-           "virtio) per packet: every tick.";
+    return read_every_ns_ > 0 ? detail::kByteCounterResolutionReason
+                              : "rate_window 0: the counters can change on any tick; every tick.";
   }
   [[nodiscard]] const char* interface() const noexcept override { return "rtnetlink"; }
 
@@ -212,6 +221,7 @@ class NetlinkNetworkSource final : public Source {
   }
 
   bool include_lo_;
+  std::int64_t read_every_ns_;
   detail::CounterTotals totals_;
   int fd_ = -1;
   unsigned lo_index_ = 0;

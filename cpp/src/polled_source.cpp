@@ -1,7 +1,9 @@
 // PolledSource: the poll thread, the seqlock-guarded latest reading, and the sampler's copy.
 #include "stroboscope/polled_source.hpp"
 
+#include <pthread.h>
 #include <sys/prctl.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -9,6 +11,7 @@
 #include <new>
 
 #include "stroboscope/clock.hpp"
+#include "stroboscope/linux_sources.hpp"
 #include "stroboscope/wake.hpp"
 
 namespace stroboscope {
@@ -56,6 +59,7 @@ void PolledSource::on_stop() noexcept {
 
 void PolledSource::forget_threads_after_fork() noexcept {
   new (&thread_) std::thread();  // the parent's thread does not exist here; see Sampler
+  cpu_clock_valid_.store(false, std::memory_order_relaxed);
 }
 
 void PolledSource::publish(std::int64_t taken_ns) noexcept {
@@ -85,14 +89,15 @@ std::int64_t PolledSource::p90(const std::array<std::int64_t, kCallSamples>& v,
 
 std::int64_t PolledSource::next_poll(std::int64_t end) noexcept {
   const TickSchedule* g = schedule_;
+  const std::int64_t interval = interval_ns();
   if (g == nullptr || g->interval_ns <= 0) {
-    own_deadline_ += interval_ns_;
-    if (end >= own_deadline_) own_deadline_ += ((end - own_deadline_) / interval_ns_ + 1) * interval_ns_;
+    own_deadline_ += interval;
+    if (end >= own_deadline_) own_deadline_ += ((end - own_deadline_) / interval + 1) * interval;
     return own_deadline_;
   }
   const std::int64_t lead = p90(call_ns_, n_calls_) + p90(wake_ns_, n_wakes_) + kPhaseMarginNs;
   lead_ns_.store(lead, std::memory_order_relaxed);  // a statistic only
-  const auto every = static_cast<std::uint64_t>(std::max<std::int64_t>(1, interval_ns_ / g->interval_ns));
+  const auto every = static_cast<std::uint64_t>(std::max<std::int64_t>(1, interval / g->interval_ns));
   // The first grid tick j (index first_tick + j) whose poll time, deadline_j - lead, is after
   // `end`; later than the latest planned one; and a tick this source is due on.
   const std::int64_t ahead = end + lead - g->origin_ns;
@@ -105,8 +110,32 @@ std::int64_t PolledSource::next_poll(std::int64_t end) noexcept {
   return g->origin_ns + static_cast<std::int64_t>(j) * g->interval_ns - lead;
 }
 
+std::int64_t PolledSource::thread_cpu_ns() const noexcept {
+  std::int64_t total = cpu_done_ns_.load(std::memory_order_relaxed);
+  // acquire pairs with poll_loop()'s release: the clock id is valid while the flag is set. The
+  // thread may exit between the check and the read: then the finished total counts it (the
+  // flag is cleared after that total is updated), and this read is dropped.
+  if (cpu_clock_valid_.load(std::memory_order_acquire)) {
+    timespec ts{};
+    if (clock_gettime(cpu_clock_.load(std::memory_order_relaxed), &ts) == 0 &&
+        cpu_clock_valid_.load(std::memory_order_acquire)) {
+      total += static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+    } else {
+      total = cpu_done_ns_.load(std::memory_order_relaxed);
+    }
+  }
+  return total;
+}
+
 void PolledSource::poll_loop() noexcept {
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  register_own_thread();  // stroboscope's own: out of proc.cpu_pct, into proc.self_cpu_pct
+  clockid_t cpu_clock{};
+  const bool have_cpu_clock = pthread_getcpuclockid(pthread_self(), &cpu_clock) == 0;
+  if (have_cpu_clock) {
+    cpu_clock_.store(cpu_clock, std::memory_order_relaxed);
+    cpu_clock_valid_.store(true, std::memory_order_release);
+  }
   // The first reading at once (so a value is known early), then on the plan.
   std::int64_t wake = mono_ns();
   own_deadline_ = wake;
@@ -130,6 +159,15 @@ void PolledSource::poll_loop() noexcept {
     publish(now);
     wake = next_poll(end);
   }
+  timespec ts{};
+  if (have_cpu_clock && clock_gettime(cpu_clock, &ts) == 0) {
+    cpu_done_ns_.store(cpu_done_ns_.load(std::memory_order_relaxed) +
+                           static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec,
+                       std::memory_order_relaxed);
+  }
+  // release: the total above is counted before readers stop using the clock id.
+  cpu_clock_valid_.store(false, std::memory_order_release);
+  unregister_own_thread();
 }
 
 void PolledSource::mirror_inner_status() noexcept {

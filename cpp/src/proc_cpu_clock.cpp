@@ -2,14 +2,64 @@
 #include "proc_cpu_clock.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
-namespace stroboscope::detail {
+#include "stroboscope/linux_sources.hpp"
+
+namespace stroboscope {
+namespace {
+
+// The registry of own threads (register_own_thread): tids, 0 = a free slot.
+constexpr std::size_t kMaxOwnThreads = 64;
+std::array<std::atomic<int>, kMaxOwnThreads> g_own_tids{};
+std::atomic<std::uint64_t> g_own_gen{0};
+
+int this_tid() noexcept { return static_cast<int>(::syscall(SYS_gettid)); }
+
+}  // namespace
+
+void register_own_thread() noexcept {
+  const int tid = this_tid();
+  for (std::atomic<int>& slot : g_own_tids) {
+    int free_slot = 0;
+    if (slot.compare_exchange_strong(free_slot, tid, std::memory_order_acq_rel)) {
+      g_own_gen.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+  }
+}
+
+void unregister_own_thread() noexcept {
+  const int tid = this_tid();
+  for (std::atomic<int>& slot : g_own_tids) {
+    int mine = tid;
+    if (slot.compare_exchange_strong(mine, 0, std::memory_order_acq_rel)) {
+      g_own_gen.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+  }
+}
+
+namespace detail {
+
+bool is_own_thread(int tid) noexcept {
+  for (const std::atomic<int>& slot : g_own_tids) {
+    if (slot.load(std::memory_order_acquire) == tid) return true;
+  }
+  return false;
+}
+
+std::uint64_t own_threads_generation() noexcept {
+  return g_own_gen.load(std::memory_order_acquire);
+}
+
 namespace {
 
 // The kernel's encoding of a CPU clockid (include/linux/posix-timers.h, a stable ABI; glibc's
@@ -50,9 +100,10 @@ std::int64_t ProcessCpuClock::stamp() const noexcept {
 }
 
 ProcessCpuClock::ProcessCpuClock(int pid, const std::string& task_dir, bool live_proc,
-                                 GettimeFn gettime)
-    : gettime_(gettime) {
-  if (live_proc && pid == static_cast<int>(::getpid())) {
+                                 GettimeFn gettime, bool include_own)
+    : gettime_(gettime), include_own_(include_own) {
+  this_process_ = live_proc && pid == static_cast<int>(::getpid());
+  if (this_process_) {
     task_fd_ = ::open(task_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (task_fd_ >= 0) {
       mode_.store(Mode::kThreadClocks, std::memory_order_relaxed);
@@ -79,6 +130,9 @@ const char* ProcessCpuClock::interface() const noexcept {
 }
 
 bool ProcessCpuClock::rescan() noexcept {
+  ++rescans_;
+  rescan_due_ = false;
+  own_gen_ = own_threads_generation();
   if (::lseek(task_fd_, 0, SEEK_SET) != 0) return false;
   for (std::size_t i = 0; i < n_threads_; ++i) threads_[i].seen = false;
   bool too_many = false;
@@ -107,12 +161,14 @@ bool ProcessCpuClock::rescan() noexcept {
         }
         // A thread found now is counted from now: its time before this scan is not spread
         // into one row (which would read far past 100 % for that thread).
-        Thread t{tid, thread_cpu_clock(tid), 0, stamp(), true};
+        Thread t{tid, thread_cpu_clock(tid), 0, stamp(), true, false};
         if (!clock_ns(t.clock, &t.last_ns)) continue;  // exited meanwhile
         threads_[n_threads_++] = t;
       } else {
         threads_[i].seen = true;
       }
+      Thread& t = threads_[i];
+      t.own = tid == reader_tid_ || is_own_thread(tid);
     }
   }
   if (too_many) {
@@ -142,6 +198,7 @@ bool ProcessCpuClock::read_threads(CpuReading* out) noexcept {
   out->before_ns = before;
   for (std::size_t i = 0; i < n_threads_; ++i) {
     Thread& t = threads_[i];
+    if (t.own && !include_own_) continue;  // read by read_own(), not counted here
     std::uint64_t now = 0;
     const bool read = clock_ns(t.clock, &now);
     const std::int64_t after = stamp();
@@ -168,18 +225,53 @@ bool ProcessCpuClock::read_threads(CpuReading* out) noexcept {
   out->ns = total_ns_;
   out->ran = moved;
   out->busy_threads = busy;
+  if (lost) rescan_due_ = true;  // a thread exited: its slot goes at the next listing
   return !lost;
+}
+
+bool ProcessCpuClock::list_changed() noexcept {
+  if (rescan_due_ || own_threads_generation() != own_gen_) return true;
+  struct stat st {};
+  // procfs gives /proc/<pid>/task a link count of 2 + its threads (proc_task_getattr).
+  if (::fstat(task_fd_, &st) != 0) return true;
+  return static_cast<std::size_t>(st.st_nlink) != n_threads_ + 2;
+}
+
+void ProcessCpuClock::read_own(CpuReading* out) noexcept {
+  // The reading thread's own clock (the sampler thread), then each registered thread's. No
+  // sampler thread (an inline tick on a caller's thread): nothing of ours to report.
+  std::uint64_t total = 0;
+  out->own_ok = reader_tid_ != 0 && clock_ns(CLOCK_THREAD_CPUTIME_ID, &total);
+  if (!this_process_) {
+    out->own_ns = total;
+    out->own_at_ns = out->after_ns;
+    return;
+  }
+  for (const std::atomic<int>& slot : g_own_tids) {
+    const int tid = slot.load(std::memory_order_acquire);
+    if (tid == 0 || tid == reader_tid_ || !out->own_ok) continue;
+    std::uint64_t ns = 0;
+    if (clock_ns(thread_cpu_clock(tid), &ns)) total += ns;  // one that just exited drops out
+  }
+  out->own_ns = total;
+  out->own_at_ns = out->after_ns;
 }
 
 bool ProcessCpuClock::read(CpuReading* out) noexcept {
   out->ran = 0;
   out->busy_threads = 0.0;
+  out->own_ok = false;
+  if (running_ && reader_tid_ == 0) {
+    reader_tid_ = this_tid();  // once per run: the sampler thread
+    rescan_due_ = true;
+  }
   if (mode() == Mode::kThreadClocks) {
-    // The listing first (one getdents64, cheaper than formatting /proc/self/stat), so a thread
-    // born since the previous read is counted from now and proc.threads is current.
-    if (!rescan()) mode_.store(Mode::kNone, std::memory_order_relaxed);
+    // The listing first, when it may have changed (one fstat otherwise), so a thread born
+    // since the previous read is counted from now and proc.threads is current.
+    if (list_changed() && !rescan()) mode_.store(Mode::kNone, std::memory_order_relaxed);
     if (mode() == Mode::kThreadClocks) {
       (void)read_threads(out);  // a thread gone since the listing: its last sliver lost
+      read_own(out);
       return true;
     }
     // Fell back during the rescan: the process clock starts a new baseline below.
@@ -188,9 +280,19 @@ bool ProcessCpuClock::read(CpuReading* out) noexcept {
     out->before_ns = stamp();
     const bool ok = clock_ns(process_clock_, &out->ns);
     out->after_ns = stamp();
+    read_own(out);  // another process: the reading thread alone, the monitor's cost
+    if (this_process_ && !include_own_ && out->own_ok) {
+      // Leave the own threads out: the sum of their CPU time since the first read (a new
+      // reading thread per run starts its clock at 0: its first delta is taken from there).
+      if (own_prev_ok_ && out->own_ns >= own_prev_) own_total_ += out->own_ns - own_prev_;
+      own_prev_ = out->own_ns;
+      own_prev_ok_ = true;
+      out->ns = out->ns > own_total_ ? out->ns - own_total_ : 0;
+    }
     return ok;
   }
   return false;
 }
 
-}  // namespace stroboscope::detail
+}  // namespace detail
+}  // namespace stroboscope

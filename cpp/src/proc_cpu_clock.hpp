@@ -8,14 +8,26 @@
 //     the sum is exact to the read (ns). The process clock alone is not: the kernel only updates
 //     the calling thread before summing, so a spinning thread on another CPU lags by up to one
 //     scheduler tick (1/CONFIG_HZ, 4 ms at HZ=250) and 1 ms rows read 0 %, 0 %, 0 %, 400 %.
-//     The thread list is re-read at every read (getdents64 on a kept-open /proc/self/task, about
-//     the cost of one small /proc read). What this misses, and says: a thread that exits loses
-//     its time since the previous read; a thread born since the previous read is counted from
-//     this one (its first microseconds are not).
+//     The thread list is re-read (getdents64 on a kept-open /proc/self/task) only when it may
+//     have changed: when the directory's link count (fstat: 2 + the threads, the kernel's
+//     proc_task_getattr, one cheap syscall without a listing) differs from the listing's, when a
+//     thread's clock read failed (it exited: a birth and an exit within one tick keep the count),
+//     or when the set of stroboscope's own threads changed. What this misses, and says: a thread
+//     that exits loses its time since the previous read; a thread born since the previous read
+//     is counted from this one (its first microseconds are not).
 //     Past kMaxThreadClocks threads (one syscall each per read) it uses way 2.
 //  2. Another process, or one with many threads: the process CPU clock (clock_getcpuclockid),
 //     one syscall, ns, lagging by at most one scheduler tick per running thread.
 //  3. Where neither is allowed: utime + stime of /proc/<pid>/stat (USER_HZ ticks, 10 ms).
+//
+// Stroboscope's own threads: the thread that reads while the sampler runs (the sampler thread;
+// a tick taken inline while it is stopped runs on the caller's thread, which stays the user's)
+// and the threads that registered themselves (register_own_thread: the poll threads of slow sources). In this process
+// they are left out of the sum unless `include_own` (way 1: their clocks are not read; way 2:
+// their clocks are subtracted from the process clock), and their CPU time is reported on its own
+// (own_ns: the reading thread's CLOCK_THREAD_CPUTIME_ID plus the registered threads' clocks),
+// so the monitor's cost shows beside the workload's instead of inside it. Another process has
+// none of them.
 //
 // Every reading says the CLOCK_MONOTONIC span within which its clocks were read ([before_ns,
 // after_ns]: a stamp before the first clock read, one after the last); the CPU time between two
@@ -47,6 +59,11 @@ struct CpuReading {
   // the span from the stamp before its previous clock read to the stamp after this one, each
   // at most 1 (1.0 = one thread busy throughout). Not set by the other ways.
   double busy_threads = 0.0;
+  // CPU time of stroboscope's own threads (the reading thread and the registered ones), ns from
+  // any origin, and the CLOCK_MONOTONIC stamp it was read at; own_ok false when unknown.
+  std::uint64_t own_ns = 0;
+  std::int64_t own_at_ns = 0;
+  bool own_ok = false;
 };
 
 // CPU % (100 per busy thread) between two readings of the same clocks: the CPU time between them
@@ -72,7 +89,7 @@ class ProcessCpuClock {
   // process and the procfs root is the live one); `gettime` reads CLOCK_MONOTONIC and the CPU
   // clocks. Never throws for a missing clock: mode() says.
   ProcessCpuClock(int pid, const std::string& task_dir, bool live_proc,
-                  GettimeFn gettime = &::clock_gettime);
+                  GettimeFn gettime = &::clock_gettime, bool include_own = false);
   ~ProcessCpuClock();
   ProcessCpuClock(const ProcessCpuClock&) = delete;
   ProcessCpuClock& operator=(const ProcessCpuClock&) = delete;
@@ -87,11 +104,23 @@ class ProcessCpuClock {
   // allocation.
   [[nodiscard]] bool read(CpuReading* out) noexcept;
 
-  // Threads listed by the latest read (thread-clock mode).
+  // Threads of the process at the latest read (thread-clock mode), own threads included.
   [[nodiscard]] std::size_t threads() const noexcept { return n_threads_; }
 
-  // Re-lists the threads of this process (constructor, and each read).
+  // Re-lists the threads of this process (constructor, and a read that finds the list changed).
   bool rescan() noexcept;
+
+  // A sampler's run starts (`running`: reads come from its thread, a new one per run, learned
+  // at the first read) or ends (reads come from a caller's thread, tick_now or inline ticks:
+  // that thread is the user's, and there is no own CPU to report).
+  void set_running(bool running) noexcept {
+    running_ = running;
+    reader_tid_ = 0;
+    rescan_due_ = true;
+    own_prev_ok_ = false;
+  }
+  // Thread listings so far (for tests: the list is re-read only when it may have changed).
+  [[nodiscard]] std::uint64_t rescans() const noexcept { return rescans_; }
 
  private:
   struct Thread {
@@ -100,8 +129,11 @@ class ProcessCpuClock {
     std::uint64_t last_ns = 0;
     std::int64_t last_before_ns = 0;  // CLOCK_MONOTONIC just before last_ns was read
     bool seen = false;  // listed by the current rescan
+    bool own = false;   // the reading thread or a registered one
   };
   bool read_threads(CpuReading* out) noexcept;
+  bool list_changed() noexcept;
+  void read_own(CpuReading* out) noexcept;
   bool clock_ns(clockid_t clock, std::uint64_t* out) const noexcept;
   std::int64_t stamp() const noexcept;  // CLOCK_MONOTONIC ns
 
@@ -114,6 +146,16 @@ class ProcessCpuClock {
   std::array<Thread, kMaxThreadClocks> threads_{};
   std::size_t n_threads_ = 0;
   std::uint64_t total_ns_ = 0;  // thread mode: the sum of deltas so far
+  bool include_own_ = false;
+  bool this_process_ = false;   // pid is the reading process: own threads are in it
+  bool running_ = false;        // between the sampler's on_start and on_stop
+  int reader_tid_ = 0;          // the sampler thread of this run (0: not known yet, or stopped)
+  bool rescan_due_ = true;      // a clock read failed or a run began: list again
+  std::uint64_t own_gen_ = 0;   // own_threads_generation() at the latest rescan
+  std::uint64_t rescans_ = 0;
+  // Process-clock mode in this process: the own threads' CPU time summed since the first read.
+  std::uint64_t own_prev_ = 0, own_total_ = 0;
+  bool own_prev_ok_ = false;
   alignas(8) std::array<char, 16384> dirents_{};
 };
 

@@ -105,6 +105,7 @@ class DiskIoSource final : public Source {
  public:
   explicit DiskIoSource(const SourceOptions& opts)
       : Source("diskio"),
+        read_every_ns_(detail::byte_counter_read_every_ns(opts.rate_window_ns)),
         totals_(opts.rate_window_ns),
         file_(detail::open_required(detail::join_path(opts.proc_root, "diskstats"),
                                     "block device counters")),
@@ -117,16 +118,20 @@ class DiskIoSource final : public Source {
     open_block_stats(block);
     add_column("disk.read_bytes", "bytes", DType::kInt64, Kind::kCounter,
                "Bytes read from whole block devices (partitions excluded) since the first "
-               "reading.");
+               "reading (by default one exact value per "
+               "rate_window + 5 %: the resolution table).");
     add_column("disk.write_bytes", "bytes", DType::kInt64, Kind::kCounter,
                "Bytes written to whole block devices (partitions excluded) since the first "
-               "reading.");
+               "reading (by default one exact value per "
+               "rate_window + 5 %: the resolution table).");
     add_column("disk.read_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes read per second from whole block devices since the previous value "
-               "(windows of at least rate_window).");
+               "(windows of at least rate_window; the default read period of rate_window + "
+               "5 % loses no value of it).");
     add_column("disk.write_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
                "Bytes written per second to whole block devices since the previous value "
-               "(windows of at least rate_window).");
+               "(windows of at least rate_window; the default read period of rate_window + "
+               "5 % loses no value of it).");
     set_window(2, 4, opts.rate_window_ns);  // the two *_per_s columns
   }
   ~DiskIoSource() override {
@@ -134,10 +139,14 @@ class DiskIoSource final : public Source {
   }
 
   // The counters move when a request completes (blk_account_io_done): any tick can see a change.
-  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override { return 0; }
+  // The kernel adds to these counters on any packet or request; they are read once per rate
+  // window by default (see byte_counter_read_every_ns).
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return read_every_ns_;
+  }
   [[nodiscard]] const char* resolution_reason() const noexcept override {
-    return "sector counts are added when each block request completes: they can change on any "
-           "tick.";
+    return read_every_ns_ > 0 ? detail::kByteCounterResolutionReason
+                              : "rate_window 0: the counters can change on any tick; every tick.";
   }
   [[nodiscard]] const char* interface() const noexcept override {
     return stat_files_.empty() ? "/proc/diskstats" : "/sys/block/*/stat";
@@ -253,6 +262,7 @@ class DiskIoSource final : public Source {
     return true;
   }
 
+  std::int64_t read_every_ns_;
   detail::CounterTotals totals_;
   ProcFile file_;
   int block_dir_ = -1;

@@ -86,8 +86,8 @@ class ProcessSource final : public Source {
     online_cpus_ = detail::online_cpus();
     if (!io_part_) {
       // Thread and process CPU clocks only describe the live system, not a recorded tree.
-      clock_ = std::make_unique<detail::ProcessCpuClock>(pid_, dir + "/task",
-                                                         opts.proc_root == "/proc", opts.gettime);
+      clock_ = std::make_unique<detail::ProcessCpuClock>(
+          pid_, dir + "/task", opts.proc_root == "/proc", opts.gettime, opts.include_own_threads);
     }
 
     if (io_part_) {
@@ -102,13 +102,23 @@ class ProcessSource final : public Source {
                "thread past 100. Otherwise the process CPU clock (ns; a running thread lags by "
                "up to one scheduler tick) or /proc/<pid>/stat (USER_HZ ticks), over windows of "
                "at least cpu_window. Never above 100 x the threads that ran nor 100 x online "
-               "CPUs. Null once the process is a zombie or inside its exit (its memory gone).");
+               "CPUs. Null once the process is a zombie or inside its exit (its memory gone). "
+               "In this process, stroboscope's own threads (the sampler thread and the poll "
+               "threads of slow sources) are left out unless include_own_threads: their CPU "
+               "is proc.self_cpu_pct. Another process has none of them (a recorder's CPU is its "
+               "own process's).");
     add_column("proc.rss_bytes", "bytes", DType::kInt64, Kind::kGauge,
                "Resident set size of the process (null, not 0, once it is exiting).");
     add_column("proc.mem_pct", "%", DType::kFloat64, Kind::kGauge,
                "Resident set size of the process as a share of physical memory.");
     add_column("proc.threads", "count", DType::kInt64, Kind::kGauge,
-               "Threads in the process.");
+               "Threads in the process (stroboscope's own included).");
+    add_column("proc.self_cpu_pct", "%", DType::kFloat64, Kind::kRate,
+               "CPU time of stroboscope's own threads in the sampling process (the sampler "
+               "thread's CPU clock, plus the poll threads' where slow sources have them) per "
+               "wall time since the previous read; 100 per busy core: the monitor's own cost, "
+               "beside the workload's proc.cpu_pct. Null where the process CPU clocks are not "
+               "used (a recorded /proc tree).");
     // Thread clocks: a value on every read; the coarser clocks: one per cpu_window.
     if (clock_->mode() != detail::ProcessCpuClock::Mode::kThreadClocks) {
       set_window(0, 1, cpu_window_ns_);
@@ -126,6 +136,16 @@ class ProcessSource final : public Source {
                       "(thread clocks are brought up to date at each read by the kernel's "
                       "task_sched_runtime): every tick.";
   }
+  // A run has a sampler thread of its own (found at its first read); ticks taken while stopped
+  // run on the caller's thread, the user's. proc.self_cpu_pct starts a new baseline each run.
+  void on_start() override {
+    if (clock_) clock_->set_running(true);
+    has_own_prev_ = false;
+  }
+  void on_stop() noexcept override {
+    if (clock_) clock_->set_running(false);
+  }
+
   [[nodiscard]] const char* interface() const noexcept override {
     if (io_part_) return "/proc/<pid>/io + /proc/<pid>/status";
     return clock_ ? clock_->interface() : "/proc/<pid>/stat";
@@ -167,6 +187,7 @@ class ProcessSource final : public Source {
     detail::CpuReading cpu;
     Mode mode = Mode::kNone;
     if (clock_ && clock_->read(&cpu)) mode = clock_->mode();
+    write_own(row, cpu);
     // statm before stat: a process inside do_exit() reads zeros in statm once its address space
     // is gone, and a stat read after that always shows it exiting (procfs::pid_gone).
     procfs::PidStatm sm;
@@ -261,6 +282,23 @@ class ProcessSource final : public Source {
     window_threads_ = exact ? 0 : st.num_threads;  // the next window starts here
   }
 
+  // proc.self_cpu_pct: the own threads' CPU time since the previous read over the wall time
+  // between.
+  void write_own(RowWriter& row, const detail::CpuReading& cpu) noexcept {
+    if (!cpu.own_ok) {
+      has_own_prev_ = false;
+      return;
+    }
+    if (has_own_prev_ && cpu.own_at_ns > own_prev_at_ && cpu.own_ns >= own_prev_ns_) {
+      const double pct = 100.0 * static_cast<double>(cpu.own_ns - own_prev_ns_) /
+                         static_cast<double>(cpu.own_at_ns - own_prev_at_);
+      row.set_f64(kSelfCpuColumn, pct);
+    }
+    own_prev_ns_ = cpu.own_ns;
+    own_prev_at_ = cpu.own_at_ns;
+    has_own_prev_ = true;
+  }
+
   void read_io(RowWriter& row) noexcept {
     int err = 0;
     const char* why = nullptr;
@@ -309,7 +347,11 @@ class ProcessSource final : public Source {
     fail(kReasonProcessExited, ESRCH);
   }
 
+  static constexpr std::size_t kSelfCpuColumn = 4;
   bool io_part_;
+  bool has_own_prev_ = false;
+  std::uint64_t own_prev_ns_ = 0;
+  std::int64_t own_prev_at_ = 0;
   int pid_ = 0;
   ProcFile stat_, statm_, status_, io_;
   bool io_readable_ = false;

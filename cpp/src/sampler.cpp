@@ -48,14 +48,20 @@ std::uint64_t checked_capacity(std::uint64_t capacity) {
 }  // namespace
 
 Sampler::Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns,
-                 std::uint64_t capacity, const std::string& spool_path, bool precise)
+                 std::uint64_t capacity, const std::string& spool_path, bool precise,
+                 double max_overhead)
     : sources_(std::move(sources)),
       columns_(ring_columns_for(sources_)),
       interval_ns_(interval_ns),
-      precise_(precise) {
+      precise_(precise),
+      max_overhead_(max_overhead) {
   if (interval_ns < kMinIntervalNs || interval_ns > kMaxIntervalNs) {
     throw std::invalid_argument("interval must be within [100 us, 1 h], got " +
                                 std::to_string(interval_ns) + " ns");
+  }
+  if (!(max_overhead >= 0.0 && max_overhead <= 1.0)) {  // also refuses NaN
+    throw std::invalid_argument("max_overhead must be within [0, 1] (0: off), got " +
+                                std::to_string(max_overhead));
   }
   (void)checked_capacity(capacity);
   std::size_t offset = 1;  // column 0 is mono_ns
@@ -66,6 +72,7 @@ Sampler::Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns,
   }
   next_due_.assign(sources_.size(), 0);
   source_ns_ = std::make_unique<std::atomic<std::uint64_t>[]>(sources_.size());
+  init_budget(interval_ns);
   row_cells_.assign(columns_.size(), 0);
   row_valid_.assign(columns_.size(), 0);
   anchor_ = take_clock_anchor();
@@ -217,6 +224,9 @@ void Sampler::run() noexcept {
     thread_cpu_clock_valid_.store(true, std::memory_order_release);
   }
   overshoot_ns_.fill(0);
+  // The budget's checkpoints start afresh with each run (a stopped sampler costs nothing).
+  checkpoints_ = since_ = 0;
+  next_check_ns_ = 0;
   // start() wrote the schedule before creating this thread.
   std::uint64_t k = schedule_.first_tick;
   std::int64_t deadline = schedule_.origin_ns;
@@ -238,10 +248,14 @@ void Sampler::run() noexcept {
     overshoot_at_ = (overshoot_at_ + 1) % overshoot_ns_.size();
     overshoot_ns_[overshoot_at_] = 0;
     tick(k, now, false);
-    const std::int64_t end = mono_ns();
+    std::int64_t end = mono_ns();
     cost_.record(static_cast<std::uint64_t>(end - now));
     ticks_taken_.store(ticks_taken_.load(std::memory_order_relaxed) + 1,
                        std::memory_order_relaxed);
+    if (max_overhead_ > 0.0 && end >= next_check_ns_) {
+      keep_budget(end);  // after the row: not in the tick's cost, nor in its lateness
+      end = mono_ns();
+    }
     ++k;
     deadline += interval_ns_;
     if (end >= deadline) {
@@ -347,6 +361,7 @@ SamplerStats Sampler::stats() const {
       s.thread_cpu_ns += static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
     }
   }
+  s.threads_cpu_ns = s.thread_cpu_ns;
   s.capacity = ring_->capacity();
   s.num_columns = columns_.size() - 1;
   s.ring_bytes = ring_->memory_bytes();
@@ -357,15 +372,28 @@ SamplerStats Sampler::stats() const {
     // The process sources say so with one reason; compared by text, not by address, so a
     // reason copied through a wrapper (PolledSource) still counts.
     const bool exited = why != nullptr && std::strcmp(why, kReasonProcessExited) == 0;
-    s.sources.push_back(SourceStats{src.name(), sources_[i].every, src.reads(), src.failures(),
+    // A tick source's every from the mirror (the sampler thread may change the slot's); a polled
+    // source's slot is read on every tick, its own interval is its poll thread's.
+    const auto every = polled_[i] != nullptr
+                           ? sources_[i].every
+                           : static_cast<std::uint32_t>(source_interval_ns(i) / interval_ns_);
+    s.sources.push_back(SourceStats{src.name(), every, src.reads(), src.failures(),
                                     source_ns_[i].load(std::memory_order_relaxed),
                                     why != nullptr ? std::string(why) : std::string(),
                                     src.error_number(), exited, src.not_followed()});
-    if (const auto* polled = dynamic_cast<const PolledSource*>(&src)) {
-      s.sources.back().poll_lead_ns = polled->lead_ns();
-    }
+    SourceStats& back = s.sources.back();
+    if (const auto* polled = polled_[i]) back.poll_lead_ns = polled->lead_ns();
+    back.interval_ns = source_interval_ns(i);
+    back.first_interval_ns = first_interval_ns_[i];
+    back.resolution_ns = resolution_ns_[i];
+    back.cost_ns = source_cost_ns(i);
+    if (polled_[i] != nullptr) s.threads_cpu_ns += back.cost_ns;
     s.process_exited = s.process_exited || exited;
   }
+  s.max_overhead = max_overhead_;
+  s.overhead_ppm = overhead_ppm_.load(std::memory_order_relaxed);
+  s.budget_unmet = budget_unmet_.load(std::memory_order_relaxed);
+  copy_rate_log(s);
   return s;
 }
 

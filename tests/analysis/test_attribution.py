@@ -1,11 +1,14 @@
 """attribute_trace against hand computations on a trace in torch.profiler's format with scripted
-GPU power, and on the real (CPU) torch.profiler trace in tests/data/traces."""
+GPU power and process figures (CPU, RSS, I/O), and on the real (CPU) torch.profiler trace in
+tests/data/traces. Live torch.profiler runs: tests/analysis/test_attribution_torch.py."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,10 @@ READ = [0, 10 * MS, 20 * MS, 30 * MS, 40 * MS]
 POWER = [100.0, 200.0, 200.0, 400.0, 100.0]  # W
 UTIL = [10.0, 50.0, 50.0, 90.0, 10.0]  # %
 ENERGY = [0.0, 1500.0, 3500.0, 6500.0, 9000.0]  # mJ: the trapezoids of POWER
+CPU = [20.0, 100.0, 60.0, 60.0, 0.0]  # proc.cpu_pct
+RSS = [1000, 1100, 1300, 1300, 900]  # proc.rss_bytes
+READ_BYTES = [0, 0, 400, 400, 800]  # proc.read_bytes (a counter)
+WRITE_BYTES = [0, 1000, 1000, 5000, 5000]  # proc.write_bytes
 
 # kernel launches on our monotonic clock (ns)
 LAUNCHES = [
@@ -139,6 +146,79 @@ def test_real_torch_trace_counts_and_times() -> None:
         total = sum(e["dur"] for e in ops if e["name"] == name) / 1e6
         assert df.loc[("cpu_op", name), "total_s"] == pytest.approx(total, abs=1e-8)
     assert "energy_j" not in df.columns  # a CPU-only frame: no GPU figures, not zeros
+    # The frame covers the profile: every launch is matched and has the process's figures.
+    assert (df["matched"] == df["launches"]).all() and df.attrs["unmatched_launches"] == 0
+    assert df.attrs["cpu_column"] == "proc.cpu_pct"
+    assert df["cpu_pct_mean"].between(0, 100 * (os.cpu_count() or 1)).all()
+    assert df["rss_delta_bytes"].notna().all() and (df["rss_n"] >= 2).all()
+
+
+def test_cpu_rss_and_io_per_op(tmp_path: Path) -> None:
+    process: dict[str, Sequence[float]] = {
+        "proc.cpu_pct": CPU,
+        "proc.rss_bytes": RSS,
+        "proc.read_bytes": READ_BYTES,
+        "proc.write_bytes": WRITE_BYTES,
+    }
+    df = attribute_trace(write_trace(tmp_path / "t.json"), frame(READ, process))
+    assert df.attrs["cpu_column"] == "proc.cpu_pct" and df.attrs["unmatched_launches"] == 1
+    gemm = row(df, ("kernel", "gemm"))
+    assert gemm["matched"] == 3
+    cpu = sum(area(READ, CPU, a, b) for c, n, a, b in LAUNCHES if n == "gemm")
+    assert gemm["cpu_pct_mean"] == pytest.approx(cpu / 0.017)
+    # By hand (%·s): [2,3] ms 36 -> 44 % (mean 40): 0.04; [12,18] 92 -> 68 % (80): 0.48;
+    # [25,35] 60 % until 30 ms (0.3), then 60 -> 30 % (45): 0.225; over 17 ms of launches.
+    assert gemm["cpu_pct_mean"] == pytest.approx((0.04 + 0.48 + 0.3 + 0.225) / 0.017)
+    assert gemm["cpu_pct_n"] == 5
+    # RSS at the edges: [2,3] 1020 -> 1030, [12,18] 1140 -> 1260, [25,35] 1300 -> 1100
+    assert gemm["rss_delta_bytes"] == pytest.approx(10 + 120 - 200)
+    assert gemm["rss_n"] == 5
+    # write_bytes: [2,3] 100 of the first 1000, [12,18] none, [25,35] 3000 -> 5000
+    assert gemm["write_bytes"] == pytest.approx(100 + 0 + 2000)
+    # read_bytes: [2,3] none, [12,18] 80 -> 320, [25,35] 400 -> 600
+    assert gemm["read_bytes"] == pytest.approx(0 + 240 + 200)
+    assert gemm["read_bytes_n"] == gemm["write_bytes_n"] == 5
+    relu = row(df, ("kernel", "relu"))  # [5, 5.5] ms, inside one gap: thin evidence
+    assert relu["cpu_pct_mean"] == pytest.approx(62.0) and relu["cpu_pct_n"] == 2
+    assert relu["write_bytes"] == pytest.approx(50) and relu["rss_delta_bytes"] == 5
+    late = row(df, ("kernel", "late"))  # after the last row: counted, not attributed
+    assert late["launches"] == 1 and late["matched"] == 0
+    for column in ("cpu_pct_mean", "rss_delta_bytes", "read_bytes", "write_bytes"):
+        assert math.isnan(late[column]), column
+    assert late["cpu_pct_n"] == late["rss_n"] == 0
+    assert not {"energy_j", "power_w_mean", "util_pct_mean"} & set(df.columns)  # no GPU here
+
+
+def test_the_machine_cpu_without_the_process_columns(tmp_path: Path) -> None:
+    samples = frame(READ, {"cpu.util_pct": CPU, "proc.cpu_pct": [None] * 5})
+    df = attribute_trace(write_trace(tmp_path / "t.json"), samples, categories=["cpu_op"])
+    assert df.attrs["cpu_column"] == "cpu.util_pct"
+    mm = row(df, ("cpu_op", "aten::mm"))
+    assert mm["cpu_pct_mean"] == pytest.approx(area(READ, CPU, 1 * MS, 36 * MS) / 0.035)
+    assert "rss_delta_bytes" not in df.columns and "write_bytes" not in df.columns
+
+
+def test_no_op_with_samples_is_said(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json")
+    later = [t + 3_600_000 * MS for t in READ]  # a frame of an hour later
+    with pytest.raises(ValueError) as info:
+        attribute_trace(path, frame(later, {"proc.cpu_pct": CPU}))
+    message = str(info.value)
+    assert "none of the 7 launches" not in message  # gpu_memcpy is not a chosen category
+    assert message.startswith(f"none of the 6 launches of {path} has samples: its events run ")
+    assert "2026-09-21T" in message and "Record the frame while the profiler runs" in message
+    with pytest.raises(ValueError, match="the frame has no row"):
+        attribute_trace(path, frame([], {"proc.cpu_pct": []}), anchor_realtime_ns=ANCHOR)
+
+
+def test_no_event_of_the_categories_is_said(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json")
+    with pytest.raises(ValueError, match=r"no complete event of categories \['gpu_kernel'\]"):
+        attribute_trace(path, frame(READ, {"proc.cpu_pct": CPU}), categories=["gpu_kernel"])
+    with pytest.raises(ValueError, match=r"categories: \['cpu_op', 'gpu_memcpy', 'kernel'\]"):
+        attribute_trace(path, frame(READ, {"proc.cpu_pct": CPU}), categories=["gpu_kernel"])
+    with pytest.raises(TypeError, match="categories must be a sequence of strings"):
+        attribute_trace(path, frame(READ, {"proc.cpu_pct": CPU}), categories="kernel")
 
 
 def test_trace_without_base_time(tmp_path: Path) -> None:

@@ -54,8 +54,12 @@ def test_record_publisher_windows(
         ]
     )
     fake = fake_proc
-    sampler = Sampler(
-        0.01, pid=PID, sources=["cpu", "network"], cpu_window=0, proc_root=str(fake.root)
+    sampler = Sampler(  # network on every tick (by default once per rate window + 5 %)
+        0.01,
+        pid=PID,
+        sources={"cpu": None, "network": None},
+        cpu_window=0,
+        proc_root=str(fake.root),
     )
     publisher = RecordPublisher.from_args(args, sampler.columns)
     assert publisher is not None

@@ -7,10 +7,11 @@ Three layers, so that what runs where is plain:
   hooks driven in the order each framework calls them, on stand-in trainer objects: the windows
   they log are checked against the rows of the recording they write;
 - when the scopes room is installed: the scopes the hooks open, counted per name;
-- when the framework is importable (not in CI, which does not install torch): the fixture equals
-  the installed base class (here), and a tiny CPU model trains with the real Trainer through the
-  examples (tests/test_examples.py); both are skipped, with the reason shown, where the
-  framework is absent.
+- with the framework installed (CI installs torch 2.13.0 (CPU), lightning and transformers):
+  the fixture equals the installed base class (here), and tiny CPU models train with the real
+  trainers (tests/compat/test_lightning.py, tests/compat/test_transformers.py, and the examples
+  in tests/test_examples.py); skipped, with the reason shown, where the framework is absent,
+  and failed instead where ``STROBOSCOPE_TEST_REQUIRE`` names it (as .ci/run does).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from _binaries import python_module
 from _paths import DATA
 from stroboscope.compat import _training
 from stroboscope.compat.lightning import LightningHooks
@@ -223,7 +225,7 @@ def test_the_hooks_scope_steps_epochs_and_validation(tmp_path: Path) -> None:
 
 
 def _framework(name: str) -> Any:
-    return pytest.importorskip(name, reason=f"{name} is not installed (CI does not install torch)")
+    return python_module(name, install=f"pip install torch==2.13.0 {name.split('.')[0]}")
 
 
 def test_the_fixture_is_the_installed_lightning_callback() -> None:
@@ -246,3 +248,19 @@ def _hooks_of_base(cls: type) -> dict[str, list[str]]:
         for name, f in inspect.getmembers(cls, inspect.isfunction)
         if not name.startswith("_")
     }
+
+
+@pytest.mark.skipif(not SCOPES, reason="the scopes room is not installed")
+def test_the_training_recording_leaves_its_scopes_beside_the_file(tmp_path: Path) -> None:
+    """The recorder's end is record's (recording.finish): the step scopes the hooks opened go
+    beside the recording as run.scopes.parquet, which report reads."""
+    out = tmp_path / "run.parquet"
+    recorder = _training.TrainingRecorder(out, interval=0.005)
+    recorder.start()
+    for step in range(3):
+        recorder.open_scope("train_step", step=step)
+        recorder.close_scope("train_step")
+    assert recorder.finish() == str(out)
+    scopes = pq.read_table(tmp_path / "run.scopes.parquet")
+    assert scopes.column("name").to_pylist() == ["train_step"] * 3
+    assert scopes.column("step").to_pylist() == ["0", "1", "2"]

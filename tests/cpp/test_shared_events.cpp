@@ -13,6 +13,8 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <system_error>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -257,6 +259,43 @@ void test_process_writers() {
   // (the writer lives as long as the process; its file is left in the directory)
 }
 
+// The doorbell: a begin written into a file of the directory wakes the recorder's waiter, which
+// calls its function; ends do not ring; a second doorbell in the directory is refused.
+void test_doorbell() {
+  const std::string dir = make_dir();
+  {
+    std::atomic<int> rung{0};
+    stroboscope::EventsDoorbell bell(dir, [&rung] { rung.fetch_add(1); });
+    bool refused = false;
+    try {
+      stroboscope::EventsDoorbell again(dir, [] {});
+    } catch (const std::system_error&) {
+      refused = true;
+    }
+    CHECK(refused);
+    EventLog log(64, "py", dir.c_str(), false);
+    const std::uint32_t id = log.intern("step");
+    // Let the waiter reach its sleep (its flag up), then open a scope.
+    for (int i = 0; i < 2000; ++i) {
+      const std::string d = slurp(bell.path());
+      if (d.size() >= sev::kBellBytes && get<std::uint32_t>(d, sev::kOffBellWaiting) == 1) break;
+      usleep(1000);
+    }
+    log.push(EventKind::kBegin, id, 0, 0, 1);
+    for (int i = 0; i < 5000 && rung.load() == 0; ++i) usleep(1000);
+    CHECK(rung.load() >= 1);
+    const int after_begin = rung.load();
+    log.push(EventKind::kEnd, id, 0, 0, 1);
+    usleep(50'000);
+    CHECK_EQ(rung.load(), after_begin);  // an end asks for nothing
+    bell.stop();
+    CHECK_EQ(bell.wakes(), static_cast<std::uint64_t>(rung.load()));
+    // Stopped: the flag is down, so the command's begins make no more system calls.
+    CHECK_EQ(get<std::uint32_t>(slurp(bell.path()), sev::kOffBellWaiting), 0u);
+  }
+  remove_dir(dir);
+}
+
 }  // namespace
 
 int main() {
@@ -265,5 +304,6 @@ int main() {
   test_file_ring_laps();
   test_no_directory();
   test_process_writers();
+  test_doorbell();
   TEST_MAIN_END();
 }

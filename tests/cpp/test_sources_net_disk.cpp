@@ -94,6 +94,29 @@ void test_rate_window_ends_on_a_tick() {
   CHECK_NEAR(rate, 8 / 4e-9, 1e-3);
 }
 
+// The byte-counter sources are read once per rate window + 5 % by default (every tick when the
+// window is 0), and reads that far apart close a window on every read while the ticks they land
+// on are late by less than 5 ms (spans of 103 ms and 100.000001 ms below): no rate value is lost.
+void test_byte_counters_read_once_per_window() {
+  Tree t;
+  for (const char* name : {"network", "diskio"}) {
+    SourceOptions o = t.opts("basic");
+    CHECK_EQ(o.rate_window_ns, 100'000'000);
+    CHECK_EQ(make_source(name, o)->natural_resolution_ns(), 105'000'000);
+    o.rate_window_ns = 0;
+    CHECK_EQ(make_source(name, o)->natural_resolution_ns(), 0);
+  }
+  detail::WindowedRate w(100'000'000);
+  double rate = -1.0;
+  const std::int64_t lateness[] = {0, 3'000'000, 1'000'000, 0, 4'999'999, 0};
+  CHECK(!w.update(0, 0, &rate));  // the baseline
+  std::uint64_t total = 0;
+  for (int k = 1; k < 6; ++k) {
+    total += 1000;
+    CHECK(w.update(total, k * 105'000'000 + lateness[k], &rate));
+  }
+}
+
 // ---- diskio -------------------------------------------------------------------------------------
 
 void check_diskio(const Tree& t, const SourceOptions& opts, const char* proc_case,
@@ -252,6 +275,7 @@ void test_counter_slots() {
 int main() {
   test_network();
   test_rate_window_ends_on_a_tick();
+  test_byte_counters_read_once_per_window();
   test_diskio();
   test_disk();
   test_counter_slots();

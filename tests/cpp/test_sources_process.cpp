@@ -47,7 +47,8 @@ void test_process() {
   Tree t;
   auto src = make_source("process", t.opts("basic", 6767));
   auto io_src = make_source("process_io", t.opts("basic", 6767));
-  CHECK_EQ(src->columns().size(), 4u);  // stat + statm only; io and status are process_io's
+  // stat + statm and proc.self_cpu_pct (the sampler's own CPU); io and status are process_io's.
+  CHECK_EQ(src->columns().size(), 5u);
   CHECK_EQ(io_src->columns().size(), 4u);
   Row r(*src);
   Row io(*io_src);
@@ -56,6 +57,7 @@ void test_process() {
   CHECK(src->reason() == nullptr);
   CHECK(io_src->reason() == nullptr);
   CHECK(r.null("proc.cpu_pct"));
+  CHECK(r.null("proc.self_cpu_pct"));  // a recorded tree: no CPU clocks of the live process
   CHECK_EQ(r.i64("proc.rss_bytes"), 5346LL * kPage);  // statm resident pages
   CHECK_NEAR(r.f64("proc.mem_pct"), 100.0 * 5346 * kPage / (24683584.0 * 1024), 1e-9);
   CHECK_EQ(r.i64("proc.threads"), 4);

@@ -2,7 +2,9 @@
 // (SourceOptions::gettime): one thread spins, another (standing for the sampler thread) uses
 // 5 µs per read, and the sampler is preempted between one thread's clock and the next or before
 // its closing stamp. Each thread's CPU time between two reads is divided by the span within which
-// both of its clock reads happened, so a thread never reads above 100 %.
+// both of its clock reads happened, so a thread never reads above 100 %. Then the live clocks:
+// the thread list is re-read only when it may have changed, and stroboscope's own threads (the
+// reading thread, registered poll threads) are left out unless asked for.
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <chrono>
 #include <thread>
 
+#include "../../cpp/src/proc_cpu_clock.hpp"
 #include "check.hpp"
 #include "source_fixture.hpp"
 
@@ -25,7 +28,9 @@ std::int64_t g_other_cpu_ns = 0;  // any other thread: 5 µs more at each read o
 
 int fake_gettime(clockid_t id, timespec* ts) {
   std::int64_t v = g_now_ns;
-  if (id != CLOCK_MONOTONIC) {
+  if (id == CLOCK_THREAD_CPUTIME_ID) {
+    v = 0;  // the reading thread's own clock, for proc.self_cpu_pct (read after the chain below)
+  } else if (id != CLOCK_MONOTONIC) {
     // A thread CPU clock is (~tid << 3) | 6 (include/linux/posix-timers.h).
     const int tid = ~(static_cast<int>(id) >> 3);
     v = tid == g_spin_tid ? g_now_ns : (g_other_cpu_ns += 5'000);
@@ -55,6 +60,9 @@ void test_preempted_between_thread_clocks() {
   SourceOptions o;
   o.pid = 0;
   o.gettime = &fake_gettime;
+  // The reading thread is the spinner here: counted like any other (by default it would be
+  // left out as stroboscope's own sampler thread).
+  o.include_own_threads = true;
   {
     auto src = make_process_source(o);
     CHECK(std::strcmp(src->interface(), "clock_gettime(thread CPU clocks of /proc/self/task)") ==
@@ -89,9 +97,103 @@ void test_preempted_between_thread_clocks() {
   other.join();
 }
 
+// Spins on the calling thread until its own CPU clock has moved by `ns`.
+void spin_cpu(std::int64_t ns) {
+  timespec a{}, b{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+  do {
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+  } while ((b.tv_sec - a.tv_sec) * 1'000'000'000LL + (b.tv_nsec - a.tv_nsec) < ns);
+}
+
+// One listing per change of the thread set: births (the task directory's link count moves),
+// exits, registrations of own threads; none while it stays the same.
+void test_thread_list_reread_only_when_it_changes() {
+  detail::ProcessCpuClock c(static_cast<int>(::getpid()), "/proc/self/task", true);
+  CHECK(c.mode() == detail::ProcessCpuClock::Mode::kThreadClocks);
+  c.set_running(true);  // as the sampler's on_start does
+  detail::CpuReading r;
+  CHECK(c.read(&r));  // the first read of a run learns the reading thread: one listing
+  const std::uint64_t base = c.rescans();
+  const std::size_t n0 = c.threads();
+  for (int i = 0; i < 50; ++i) CHECK(c.read(&r));
+  CHECK_EQ(c.rescans(), base);  // nothing changed: no listing, only the link count
+  CHECK_EQ(c.threads(), n0);
+  std::atomic<int> step{0};
+  std::thread t([&step] {
+    while (step.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    register_own_thread();
+    step = 2;
+    while (step.load() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    unregister_own_thread();
+  });
+  CHECK(c.read(&r));  // born: listed again
+  CHECK_EQ(c.rescans(), base + 1);
+  CHECK_EQ(c.threads(), n0 + 1);
+  CHECK(c.read(&r));
+  CHECK_EQ(c.rescans(), base + 1);
+  step = 1;
+  while (step.load() != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(c.read(&r));  // registered as own: listed again, to leave it out
+  CHECK_EQ(c.rescans(), base + 2);
+  step = 3;
+  t.join();
+  CHECK(c.read(&r));  // unregistered and gone
+  CHECK(c.rescans() >= base + 3);
+  CHECK_EQ(c.threads(), n0);
+}
+
+// While the sampler runs, the reading thread and a registered thread are stroboscope's own: by
+// default their CPU time is not in the process's (here nothing else runs, so it does not move at
+// all) and is in own_ns; with include_own it is in both. Stopped, a reading thread (tick_now's
+// caller) is the user's: counted, and no own CPU is reported.
+void test_own_threads_left_out_unless_asked() {
+  for (bool include : {false, true}) {
+    detail::ProcessCpuClock c(static_cast<int>(::getpid()), "/proc/self/task", true,
+                              &::clock_gettime, include);
+    std::atomic<int> step{0};
+    std::thread poll([&step] {
+      register_own_thread();
+      step = 1;
+      while (step.load() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      spin_cpu(20'000'000);  // 20 ms of a registered thread
+      step = 3;
+      while (step.load() == 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      unregister_own_thread();
+    });
+    while (step.load() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    c.set_running(true);  // reads come from the sampler thread (this one) from here
+    detail::CpuReading a, b;
+    CHECK(c.read(&a));
+    CHECK(a.own_ok);
+    step = 2;
+    while (step.load() != 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    spin_cpu(20'000'000);  // 20 ms of the reading thread
+    CHECK(c.read(&b));
+    CHECK(b.own_ns - a.own_ns >= 40'000'000u);
+    if (include) {
+      CHECK(b.ns - a.ns >= 40'000'000u);
+    } else {
+      // Other threads of this test process sleep: a few µs at most, never the 40 ms.
+      CHECK(b.ns - a.ns < 1'000'000u);
+    }
+    step = 4;
+    poll.join();
+    c.set_running(false);
+    detail::CpuReading d, e;
+    CHECK(c.read(&d));
+    spin_cpu(10'000'000);
+    CHECK(c.read(&e));
+    CHECK(!e.own_ok);
+    CHECK(e.ns - d.ns >= 10'000'000u);
+  }
+}
+
 }  // namespace
 
 int main() {
   test_preempted_between_thread_clocks();
+  test_thread_list_reread_only_when_it_changes();
+  test_own_threads_left_out_unless_asked();
   TEST_MAIN_END();
 }

@@ -21,6 +21,7 @@ from _cluster_dataset import (
     step_ms,
 )
 from stroboscope.cli import main
+from stroboscope.export._ranks_render import scope_table
 from stroboscope.export.cluster_report import (
     StragglerRule,
     build_cluster_report,
@@ -200,3 +201,19 @@ def test_alignment_matches_steps_by_time_not_by_call_index() -> None:
     got = align({("j", "a", 0): a, ("j", "b", 1): a.copy(), ("j", "c", 2): late})
     assert got.steps == 4 and got.skew_median_ns == 2 * ms
     assert got.lag_ns[("j", "c", 2)] == 2 * ms and got.lag_ns[("j", "a", 0)] == 0
+
+
+def test_the_scope_table_counts_every_ranks_calls(dataset: Path) -> None:
+    """Per scope name over the job's ranks: the ranks that called it, calls, open calls and the
+    closed calls' durations (4 ranks of 10 closed train_step calls and one open, 20 forward
+    calls of 1 µs and 5 data calls of 4 ms each)."""
+    report = build_cluster_report(dataset)
+    header, rows, _ = scope_table(report, report.jobs[0])
+    assert header == ("scope", "ranks", "calls", "open", "total", "mean", "min", "max")
+    by_name = {r[0]: r for r in rows}
+    assert by_name["train_step"][1:4] == ("4", "44", "4")
+    assert by_name["forward"][1:] == ("4", "80", "0", "80 µs", "1 µs", "1 µs", "1 µs")
+    assert by_name["data"][1:] == ("4", "20", "0", "80 ms", "4 ms", "4 ms", "4 ms")
+    text = report.text()
+    assert "\nscopes:\n" in text and text.index("scopes:") < text.index("clocks:")
+    assert "| forward | 4 | 80 |" in report.markdown()

@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from _shared_events import SCOPES, run
+from _shared_events import SCOPES, child_env, run, start
 from stroboscope.formats.shared_events import (
+    EVENTS_CAPACITY_ENV,
     EVENTS_SCHEMA,
     HEADER_BYTES,
     read_events_dir,
@@ -56,8 +59,6 @@ def test_a_process_file_reads_back_whole(written: Path) -> None:
 
 
 def test_four_processes_at_once_lose_nothing_and_read_each_edge_once(tmp_path: Path) -> None:
-    from _shared_events import start
-
     n = 20_000
     code = f"""
         import stroboscope
@@ -148,3 +149,16 @@ def test_a_path_that_is_no_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="path must be a directory"):
         read_events_dir(tmp_path / "missing")
     assert read_events_dir(tmp_path).num_rows == 0
+
+
+def test_a_ring_that_laps_keeps_the_newest_and_counts_the_rest(tmp_path: Path) -> None:
+    env = {**child_env(tmp_path), EVENTS_CAPACITY_ENV: "1024"}
+    code = "import stroboscope\nfor i in range(1500):\n    with stroboscope.annotate('s'): pass"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    table = read_events_dir(tmp_path)
+    (counts,) = _files(table)
+    assert table.num_rows == 1024  # the newest lap of the ring
+    assert counts["overwritten"] == counts["lost"] == 3000 - 1024
+    assert table.schema.metadata[b"events_lost"] == str(3000 - 1024).encode()
+    kinds = table.column("kind").to_pylist()
+    assert kinds[:2] == [1, 2] and kinds.count(1) == kinds.count(2) == 512

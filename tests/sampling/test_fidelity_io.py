@@ -50,7 +50,7 @@ def test_disk_write_bytes_count_an_o_direct_write(tmp_path: Path) -> None:
     size = 4 << 20
     buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT wants
     buf.write(os.urandom(size))
-    s = Sampler(0.001, sources=["diskio"], capacity=64)
+    s = Sampler(0.001, sources={"diskio": None}, capacity=64)  # every tick: both reads
     try:
         if s.stats().source("diskio").interface != "/sys/block/*/stat":
             pytest.skip("diskio fell back to /proc/diskstats here")
@@ -111,7 +111,7 @@ def _send_over_loopback(n: int) -> None:
 def test_network_counts_loopback_only_when_asked(include_lo: bool) -> None:
     # Traffic over loopback: counted when asked and left out otherwise (veth: the test below).
     n = 1 << 20
-    s = Sampler(0.001, sources=["network"], net_include_loopback=include_lo, capacity=64)
+    s = Sampler(0.001, sources={"network": None}, net_include_loopback=include_lo, capacity=64)
     try:
         # /proc/net/dev read on both sides of each tick: the bytes between our two reads are
         # bracketed by [inner delta, outer delta] of the same interfaces.
@@ -185,7 +185,7 @@ def test_network_counts_bytes_sent_over_a_veth_pair() -> None:
             # Broadcast to a local-experimental EtherType (0x88B5, IEEE 802): nobody answers it.
             frame = b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x01" + b"\x88\xb5"
             frame += b"x" * (size - len(frame))
-            s = Sampler(0.001, sources=["network"], capacity=64)
+            s = Sampler(0.001, sources={"network": None}, capacity=64)
             try:
                 py0 = _net_dev_bytes(include_lo=False)
                 s.tick_now(1)

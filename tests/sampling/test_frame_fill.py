@@ -81,6 +81,9 @@ def test_forward_fill_carries_window_rates_of_a_real_sampler() -> None:
         s.stop()
         raw = s.snapshot().to_arrow()
         filled = s.snapshot().to_arrow(fill="forward")
+        # cpu: its 10 ms resolution; network: once per rate window + 5 % (105 ticks)
+        periods = {"cpu.": s.stats().source("cpu").every * MS}
+        periods["net."] = s.stats().source("network").every * MS
     finally:
         s.close()
     assert raw.column("cpu.util_pct").drop_null().length() >= 3
@@ -97,7 +100,7 @@ def test_forward_fill_carries_window_rates_of_a_real_sampler() -> None:
         # Each row carries the latest value until the next window's value is due (less half a
         # tick); only where the sampler missed the tick that would have closed the window (a
         # loaded machine) does a row lie past that, and those stay null.
-        period = 10 * MS if name.startswith("cpu.") else MS  # cpu: its 10 ms resolution
+        period = periods[name[:4]]
         late = mono[rows] - mono[latest[rows]] >= value_holds_ns(period, 100 * MS) - MS // 2
         assert np.array_equal(np.isnan(got[rows]), late), name
         assert late.sum() <= 0.05 * len(rows), (name, int(late.sum()))

@@ -176,7 +176,8 @@ def _nic_totals() -> tuple[int, int]:
 
 
 def test_network_counters_match_psutil_deltas() -> None:
-    s = Sampler(0.01, sources=["network"])
+    # Read on both ticks (by default once per rate window + 5 %).
+    s = Sampler(0.01, sources={"network": None})
     # psutil reads the same kernel counters on both sides of each tick: since-start bytes are
     # bracketed exactly by [inner delta, outer delta], whatever other traffic there is.
     sent0, recv0 = _nic_totals()
@@ -215,7 +216,8 @@ def test_disk_usage_matches_psutil(tmp_path: Path) -> None:
 
 
 def test_disk_io_counts_a_written_file(tmp_path: Path) -> None:
-    s = Sampler(0.01, sources=["diskio"])
+    # Read on both ticks (by default once per rate window + 5 %).
+    s = Sampler(0.01, sources={"diskio": None})
     # psutil reads the same whole-device counters on both sides of each tick: the bytes between
     # our two reads are bracketed exactly by [inner delta, outer delta], whatever else writes.
     first = psutil.disk_io_counters()

@@ -174,6 +174,12 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         r"^net_include_loopback must be True or False, got str 'no'",
     ),
     (
+        "include_own_threads-str",
+        base(sources=["process"], include_own_threads="yes"),
+        TypeError,
+        r"^include_own_threads must be True or False, got str 'yes'",
+    ),
+    (
         "gpu_samples-int",
         base(sources=["memory"], gpu_samples=0),
         TypeError,

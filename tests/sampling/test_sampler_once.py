@@ -27,7 +27,7 @@ def test_provenance_is_gathered_once_and_frames_keep_their_own_counters(
         calls["clock_sync"] += 1
         return clock_sync()
 
-    monkeypatch.setattr("stroboscope.sampling._sampler.read_cmdline", counted_cmdline)
+    monkeypatch.setattr("stroboscope.sampling._run.read_cmdline", counted_cmdline)
     monkeypatch.setattr("stroboscope.sampling._provenance.clock_sync", counted_clock_sync)
     s = CoreSampler(0.01, sources=["memory"], capacity=8)
     frames, counted = [], []

@@ -52,10 +52,10 @@ def test_the_first_scope_of_the_default_session_imports_nothing() -> None:
         import json, sys
         import stroboscope
         from stroboscope import annotate
-        from stroboscope.sampling import _sampler
+        from stroboscope.sampling import _run
         reads = []  # the session's provenance reads the command line: at enable(), not later
-        read_cmdline = _sampler.read_cmdline
-        _sampler.read_cmdline = lambda pid: reads.append(pid) or read_cmdline(pid)
+        read_cmdline = _run.read_cmdline
+        _run.read_cmdline = lambda pid: reads.append(pid) or read_cmdline(pid)
         stroboscope.enable(sources=["memory"])  # what the session needs is done here
         before, read_before = set(sys.modules), len(reads)
         with annotate("first"):  # starts the session's sampler

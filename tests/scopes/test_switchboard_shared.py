@@ -43,16 +43,20 @@ if __name__ == "__main__":
                     with stroboscope.annotate("leaf"):
                         pass
 
+    native = []
+
     def work(i):
         with stroboscope.annotate("thread", i=i):
             time.sleep(0.001)
-        say("tid", i, threading.get_native_id())
+        native.append(threading.get_native_id())
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    for i, tid in enumerate(native):  # printed from one thread: lines never interleave
+        say("tid", i, tid)
     child = os.fork()
     if child == 0:
         scoped("forked")
@@ -84,8 +88,10 @@ def test_a_killed_command_and_its_workers_lose_no_edge(tmp_path: Path) -> None:
     assert proc.stdout is not None
     lines = []
     for line in proc.stdout:
-        lines.append(line.split())
-        if lines[-1][0] == "ready":
+        print(repr(line))
+        if line.split():
+            lines.append(line.split())
+        if lines and lines[-1][0] == "ready":
             break
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
@@ -136,3 +142,23 @@ def test_a_killed_command_and_its_workers_lose_no_edge(tmp_path: Path) -> None:
     for r in rows:
         by_stack.setdefault(r["stack_id"], set()).add(r["pid"])
     assert all(len(p) == 1 for p in by_stack.values())
+
+
+def test_a_directory_that_cannot_take_files_keeps_the_scopes_in_memory(tmp_path: Path) -> None:
+    # The variable names a regular file: no events file can be made there. The command's
+    # scopes still work (its log stays in memory, as with no recorder), and nothing is written.
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    code = """
+        import stroboscope
+        import stroboscope._core as core
+        for _ in range(3):
+            with stroboscope.annotate("step"):
+                pass
+        print(core.events_shared_path(), core.events_stats()["written"])
+    """
+    proc = start(code, not_a_dir, stdout=subprocess.PIPE)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert out.split() == ["None", "6"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]

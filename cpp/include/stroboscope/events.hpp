@@ -9,7 +9,8 @@
 // never write one slot at once, even when one of them was preempted for a whole lap of the ring:
 // the later one finds the slot busy and drops its event (counted in stats().dropped) instead of
 // tearing a record. A producer never waits, allocates, locks or throws (except the first push of
-// a log, which maps its ring once under a mutex).
+// a log, which maps its ring once under a mutex, and, in a shared log, a push whose 64th of the
+// file was not reserved ahead of it: it reserves the blocks under a mutex, see reserved_).
 //
 // A claimed index that is not published yet stops a read there (the next read starts at it):
 // its producer is between its fetch_add and its last store, or was preempted there. It is
@@ -198,6 +199,8 @@ class EventLog {
   EventFile* file_ = nullptr;
   // The file's dropped counter (a pointer into the mapping), nullptr when not shared.
   std::uint64_t* file_dropped_ = nullptr;
+  // The directory's doorbell (shared_events.hpp), nullptr when none: a begin rings it.
+  char* bell_ = nullptr;
   // A shared log's file is reserved on disk (fallocate) a chunk of slots at a time, so that a
   // full filesystem drops events instead of killing the process with SIGBUS, and a process that
   // writes a few events reserves a little. Bit c set: chunk c (slots [c << chunk_shift_,

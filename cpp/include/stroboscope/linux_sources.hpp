@@ -51,7 +51,21 @@ inline constexpr const char kReasonProcessExited[] = "process exited";
 // construction, so a forked child keeps monitoring the process it was told about).
 [[nodiscard]] int resolve_pid(const SourceOptions& opts) noexcept;
 
+// Stroboscope's own threads in this process besides the sampler thread (which the "process"
+// source knows as the thread that reads it while the sampler runs): a poll thread registers
+// itself when it starts and unregisters before it ends, so that proc.cpu_pct leaves it out
+// (unless include_own_threads) and proc.self_cpu_pct counts it. At most 64 at a time; past that
+// a thread is not registered and counts as the user's. Lock-free; the calling thread is the one
+// (un)registered.
+void register_own_thread() noexcept;
+void unregister_own_thread() noexcept;
+
 namespace detail {
+
+// Whether `tid` is registered (register_own_thread), and a number that changes at each
+// registration or unregistration (a reader re-lists its threads when it moved).
+[[nodiscard]] bool is_own_thread(int tid) noexcept;
+[[nodiscard]] std::uint64_t own_threads_generation() noexcept;
 
 // "<root>/<rel>" with exactly one '/' between them.
 [[nodiscard]] std::string join_path(std::string_view root, std::string_view rel);
@@ -83,6 +97,21 @@ namespace detail {
   if (cpus > 0 && pct > 100.0 * static_cast<double>(cpus)) pct = 100.0 * static_cast<double>(cpus);
   return pct;
 }
+
+// How often the byte-counter sources ("network", "diskio") are read by default: once per rate
+// window, plus a twentieth so that the jitter of the ticks never leaves a window a hair short
+// (which would null its rate and close it one read later). Their rates are taken over windows of
+// at least rate_window anyway, so each rate keeps its value; the since-start byte totals are exact
+// at each read and carry one value per window instead of one per tick. 0 (rate_window 0): every
+// tick. `sources={name: interval}` still reads them at any rate.
+[[nodiscard]] inline std::int64_t byte_counter_read_every_ns(std::int64_t rate_window_ns) noexcept {
+  return rate_window_ns > 0 ? rate_window_ns + rate_window_ns / 20 : 0;
+}
+inline constexpr const char kByteCounterResolutionReason[] =
+    "read once per rate_window + 5 % (105 ms by default; jitter never leaves a window short): "
+    "the byte rates are taken over windows of at least rate_window anyway, so no rate is lost; "
+    "the byte totals are exact at each read, one per window instead of one per tick. "
+    "sources={name: None} reads them every tick; so does rate_window=0.";
 
 // A per-second rate of a since-start byte total over windows of at least `window_ns`. Kernel
 // byte counters advance in bursts (a disk request completes, a NIC interrupt fires), so a rate

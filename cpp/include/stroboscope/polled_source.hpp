@@ -39,7 +39,23 @@ class PolledSource : public Source {
   void forget_threads_after_fork() noexcept override;
 
   [[nodiscard]] const Source& inner() const noexcept { return *inner_; }
-  [[nodiscard]] std::int64_t interval_ns() const noexcept { return interval_ns_; }
+  // Its poll interval; the sampler's overhead budget may change it while it runs (the next
+  // poll is planned on the new one).
+  [[nodiscard]] std::int64_t interval_ns() const noexcept {
+    return interval_ns_.load(std::memory_order_relaxed);  // stands alone: no order needed
+  }
+  void set_interval_ns(std::int64_t ns) noexcept {
+    interval_ns_.store(ns, std::memory_order_relaxed);
+  }
+  // CPU time its poll thread(s) used so far (finished runs plus the running one).
+  [[nodiscard]] std::int64_t thread_cpu_ns() const noexcept;
+  // The inner source's declared resolution (this wrapper declares none of its own).
+  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
+    return inner_->natural_resolution_ns();
+  }
+  [[nodiscard]] const char* resolution_reason() const noexcept override {
+    return inner_->resolution_reason();
+  }
   void follow_schedule(const TickSchedule* schedule) noexcept override { schedule_ = schedule; }
   // How long before its tick the latest poll was planned to start (0 before the first plan):
   // its p90 call time + its p90 wake-up delay + kPhaseMarginNs.
@@ -61,7 +77,7 @@ class PolledSource : public Source {
   void mirror_inner_status() noexcept;
 
   std::unique_ptr<Source> inner_;
-  std::int64_t interval_ns_;
+  std::atomic<std::int64_t> interval_ns_;
   std::size_t n_;  // the inner source's cell count
 
   // The poll thread's private row.
@@ -86,6 +102,12 @@ class PolledSource : public Source {
   std::array<std::int64_t, kCallSamples> wake_ns_{};  // how late recent sleeps ended
   std::size_t n_wakes_ = 0;
   std::atomic<std::int64_t> lead_ns_{0};
+
+  // The poll thread's CPU clock while it runs (valid flag: release by the thread once the id is
+  // stored, cleared before it exits), and the CPU of its finished runs.
+  std::atomic<clockid_t> cpu_clock_{0};
+  std::atomic<bool> cpu_clock_valid_{false};
+  std::atomic<std::int64_t> cpu_done_ns_{0};
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -17,6 +17,22 @@
 // Precise mode (opt-in, for short profiling runs) sleeps until just before each deadline and
 // spins the rest of the way: lateness drops to the spin loop's granularity at the price of the
 // spin's CPU time. How early it wakes is learned from its own sleeps (see wait_for()).
+//
+// The overhead budget (opt-in by `max_overhead`, a share of one core): every kBudgetCheckNs the
+// sampler thread, after its tick's row is pushed (outside the tick's measured cost), reads its
+// own CPU clock and those of its sources' poll threads and keeps the readings, with each source's
+// cost (read time, or its poll thread's CPU), in a fixed ring of checkpoints. When its CPU over
+// the last kLowerWindowNs (at least kLowerAfterNs since the latest change) exceeds the budget, it
+// doubles the interval of the costliest source, again and again, until the estimate (each
+// doubling halves that source's share) is under kLowerTarget of the budget; each doubling is one
+// entry of the rate log. Sources read faster than their declared resolution are slowed first
+// (nothing is lost up to it); past its resolution, only when no such source is left, and the
+// entry says so (kBeyondResolution); no interval passes
+// max(kBudgetMaxIntervalNs, its resolution, its first interval). After kRaiseAfterNs without a
+// change, if the CPU plus the cost of halving the cheapest slowed source's interval stays under
+// kRaiseTarget of the budget, it halves it (one step per kRaiseAfterNs: the hysteresis). No
+// allocation, exception or logging: the log is a fixed ring of kRateLogSize entries read by
+// stats() under a sequence counter; the Python layer logs the entries it has not logged.
 #pragma once
 
 #include <array>
@@ -37,8 +53,38 @@
 
 namespace stroboscope {
 
+class PolledSource;
+
 inline constexpr std::int64_t kMinIntervalNs = 100'000;                  // 100 µs
 inline constexpr std::int64_t kMaxIntervalNs = 3600LL * 1'000'000'000;  // 1 h
+
+// The overhead budget's timing (see the header comment).
+inline constexpr std::int64_t kBudgetCheckNs = 250'000'000;
+inline constexpr std::int64_t kLowerAfterNs = 500'000'000;
+inline constexpr std::int64_t kLowerWindowNs = 2'000'000'000;
+inline constexpr std::int64_t kRaiseAfterNs = 5'000'000'000;
+inline constexpr std::int64_t kBudgetMaxIntervalNs = 1'000'000'000;
+inline constexpr double kLowerTarget = 0.9;
+inline constexpr double kRaiseTarget = 0.8;
+inline constexpr std::size_t kCheckpoints = 32;  // 8 s of checkpoints: > kRaiseAfterNs
+inline constexpr std::size_t kRateLogSize = 256;
+
+enum class RateReason : std::uint8_t {
+  kOverBudget = 1,         // lowered, still at or faster than the source's resolution
+  kBeyondResolution = 2,   // lowered past the source's declared resolution: values are lost
+  kRoom = 3,               // raised again: the budget has room
+};
+[[nodiscard]] const char* rate_reason_name(RateReason r) noexcept;
+
+// One change of a source's rate made by the overhead budget.
+struct RateChange {
+  std::int64_t mono_ns;        // CLOCK_MONOTONIC time of the decision
+  std::uint32_t source;        // index of the source (stats().sources)
+  std::int64_t old_interval_ns;
+  std::int64_t new_interval_ns;
+  RateReason reason;
+  std::int64_t share_ppm;      // the sampler's CPU that decided it (millionths of one core)
+};
 
 struct SourceSlot {
   std::unique_ptr<Source> source;
@@ -58,6 +104,13 @@ struct SourceStats {
   // A polled (slow) source: how long before its tick its latest poll was planned to start (its
   // p90 call time + p90 wake-up delay + PolledSource::kPhaseMarginNs); 0 for the others.
   std::int64_t poll_lead_ns = 0;
+  // Its interval now (the overhead budget may have changed it), its first one, and its
+  // declared resolution (Source::natural_resolution_ns, a polled source's inner one's).
+  std::int64_t interval_ns = 0;
+  std::int64_t first_interval_ns = 0;
+  std::int64_t resolution_ns = 0;
+  // CPU time of its own poll thread (a polled source); its read_ns_total otherwise.
+  std::int64_t cost_ns = 0;
 };
 
 struct SamplerStats {
@@ -83,6 +136,16 @@ struct SamplerStats {
   std::int64_t clock_anchor_uncertainty_ns;
   bool process_exited = false;  // a process source's latest read found the process gone
   std::vector<SourceStats> sources;
+  // The overhead budget (0: off), the latest measured share (millionths of a core, over the
+  // latest window; -1 before the first), the sampler's threads' CPU (its own + poll threads'),
+  // the changes made (total) and the latest of them (at most kRateLogSize, oldest first), and
+  // the decisions that found the budget exceeded with nothing left to lower.
+  double max_overhead = 0.0;
+  std::int64_t overhead_ppm = -1;
+  std::int64_t threads_cpu_ns = 0;
+  std::uint64_t rate_changes_total = 0;
+  std::vector<RateChange> rate_changes;
+  std::uint64_t budget_unmet = 0;
 };
 
 class Sampler {
@@ -92,7 +155,7 @@ class Sampler {
   // With a `spool_path`, the ring lives in that file (see spool.hpp), created 0600.
   // `precise`: sleep to just before each deadline, then spin (see above).
   Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns, std::uint64_t capacity,
-          const std::string& spool_path = {}, bool precise = false);
+          const std::string& spool_path = {}, bool precise = false, double max_overhead = 0.0);
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
@@ -131,6 +194,10 @@ class Sampler {
   [[nodiscard]] std::uint64_t rows_lost() const noexcept {
     return rows_lost_.load(std::memory_order_relaxed);  // a count: no order with other data
   }
+  // The overhead budget's changes so far (a cheap check for new ones).
+  [[nodiscard]] std::uint64_t rate_changes() const noexcept {
+    return rate_changes_.load(std::memory_order_acquire);  // pairs with record_change()'s release
+  }
 
   // Runs `n` ticks back to back on the calling thread (no sleeping) and returns the nanoseconds
   // they took: the cost of sampling, without scheduling. Only while stopped (benchmarks).
@@ -147,6 +214,17 @@ class Sampler {
   Wake wait_for(std::int64_t deadline) noexcept;
   // `edge`: an edge row taken before regular tick `k` (see the header comment).
   void tick(std::uint64_t k, std::int64_t now, bool edge) noexcept;
+  // The overhead budget (sampler_budget.cpp): its per-source state, made by the constructor;
+  // its check (sampler thread, every kBudgetCheckNs; see the header comment); the rate log's
+  // copy into stats().
+  void init_budget(std::int64_t interval_ns);
+  void keep_budget(std::int64_t now) noexcept;
+  void copy_rate_log(SamplerStats& s) const;
+  [[nodiscard]] std::int64_t source_cost_ns(std::size_t s) const noexcept;
+  [[nodiscard]] std::int64_t source_interval_ns(std::size_t s) const noexcept;
+  void set_source_interval(std::size_t s, std::int64_t interval_ns) noexcept;
+  void record_change(std::int64_t now, std::size_t s, std::int64_t old_ns, std::int64_t new_ns,
+                     RateReason why, std::int64_t share_ppm) noexcept;
   // Rows [from, to) as a frame; `lost` rows wanted before `from` were already overwritten.
   std::shared_ptr<Frame> copy_rows(std::uint64_t from, std::uint64_t to, std::uint64_t lost = 0);
 
@@ -191,6 +269,28 @@ class Sampler {
   std::array<std::int64_t, 64> overshoot_ns_{};
   std::size_t overshoot_at_ = 0;
   std::atomic<std::int64_t> spin_window_ns_{0};
+
+  // The overhead budget. Per source (index s): its every now, mirrored for stats() (written by
+  // the sampler thread only; relaxed: a value that stands alone), its first interval, its
+  // resolution, and its poll thread's source (null for a source read on the tick).
+  double max_overhead_;
+  std::unique_ptr<std::atomic<std::int64_t>[]> interval_now_ns_;
+  std::vector<std::int64_t> first_interval_ns_;
+  std::vector<std::int64_t> resolution_ns_;
+  std::vector<PolledSource*> polled_;
+  // Checkpoints (sampler thread only): time, the threads' CPU, and each source's cost, in a
+  // ring of kCheckpoints rows; checkpoints_ counts those taken, since_ the first usable one
+  // (the latest change's).
+  std::vector<std::int64_t> cp_mono_, cp_cpu_, cp_cost_;
+  std::uint64_t checkpoints_ = 0, since_ = 0;
+  std::int64_t next_check_ns_ = 0;
+  std::atomic<std::int64_t> overhead_ppm_{-1};
+  std::atomic<std::uint64_t> budget_unmet_{0};
+  // The rate log: a ring of kRateLogSize entries, each six words, under a sequence counter
+  // (odd while the sampler thread writes) that stats() reads around its copy.
+  std::unique_ptr<std::atomic<std::int64_t>[]> rate_log_;
+  std::atomic<std::uint64_t> rate_seq_{0};
+  std::atomic<std::uint64_t> rate_changes_{0};
 
   std::mutex consumer_mutex_;  // serialises ring copies; the producer never takes it
   std::mutex drain_mutex_;     // guards drain_cursor_

@@ -43,12 +43,23 @@
 // first chunk cannot be reserved is not used: the log keeps its events in memory (the "py" log)
 // or drops them (counted).
 //
+// The doorbell (edge rows across processes): a recorder that wants a row when a scope opens
+// makes `<dir>/doorbell` (EventsDoorbell, before it starts the command): 4096 bytes, magic
+// "STRBBELL" at 0, a u32 futex word at 64 (bumped per ring), a u32 at 128 that is 1 while the
+// recorder's waiter sleeps. A process maps it when it makes its events file; each begin then
+// checks the second word and, when the waiter sleeps, bumps the first and wakes it
+// (FUTEX_WAKE, not private: the word is shared between processes). Begins while the waiter is
+// awake share the row it is asking for.
+//
 // The Python reader is stroboscope/formats/shared_events.py (its docstring repeats this layout).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 #include <string_view>
 #include <vector>
 
@@ -56,8 +67,11 @@
 
 namespace stroboscope {
 
-// The environment variable naming the directory (its one spelling in C++).
+// The environment variable naming the directory (its one spelling in C++), and the one that sizes
+// the rings of the shared logs of a process (records, a power of two; default: the log's own,
+// 2**20 unless configured).
 inline constexpr const char* kEventsDirEnv = "STROBOSCOPE_EVENTS_DIR";
+inline constexpr const char* kEventsCapacityEnv = "STROBOSCOPE_EVENTS_CAPACITY";
 
 namespace sev {
 inline constexpr char kMagic[8] = {'S', 'T', 'R', 'B', 'S', 'E', 'V', '1'};
@@ -86,7 +100,17 @@ inline constexpr std::size_t kOffStringsUsed = 128;
 inline constexpr std::size_t kOffStringsCount = 136;
 inline constexpr std::size_t kOffStringsMissing = 144;
 inline constexpr std::size_t kOffDropped = 192;
+// The doorbell file.
+inline constexpr const char* kDoorbellName = "doorbell";
+inline constexpr char kBellMagic[8] = {'S', 'T', 'R', 'B', 'B', 'E', 'L', 'L'};
+inline constexpr std::size_t kBellBytes = 4096;
+inline constexpr std::size_t kOffBellRings = 64;
+inline constexpr std::size_t kOffBellWaiting = 128;
 }  // namespace sev
+
+// A producer's side of the doorbell: wakes the recorder's waiter when it sleeps. `bell` is the
+// mapped doorbell file (nullptr: none).
+void ring_doorbell(char* bell) noexcept;
 
 // The mapping of one events file (made by open_event_file, owned by its EventLog).
 struct EventFile {
@@ -97,6 +121,7 @@ struct EventFile {
   std::string path;
   bool strings_full = false;  // an entry did not fit: later ones are counted missing, not written
   std::uint64_t strings_reserved = 0;  // bytes of the strings area reserved on disk
+  char* bell = nullptr;  // the directory's doorbell, mapped (kBellBytes), nullptr when none
   [[nodiscard]] void* slots() const noexcept { return base + sev::kHeaderBytes; }
   [[nodiscard]] std::uint64_t* states() const noexcept {
     return reinterpret_cast<std::uint64_t*>(base + sev::kHeaderBytes +
@@ -152,6 +177,33 @@ class SharedEvents {
  private:
   explicit SharedEvents(EventLog* log) noexcept : log_(log) {}
   EventLog* log_;
+};
+
+// The recorder's side of the doorbell: makes `<dir>/doorbell` (0600, O_EXCL, O_NOFOLLOW) and
+// runs a thread that calls `on_ring` (e.g. Sampler::request_tick) when a process of the command
+// opens a scope. Processes that made their events file before the doorbell existed never ring.
+class EventsDoorbell {
+ public:
+  // std::system_error when the file cannot be made.
+  EventsDoorbell(const std::string& dir, std::function<void()> on_ring);
+  ~EventsDoorbell();  // stops the thread; the file stays (the directory is the recorder's)
+  EventsDoorbell(const EventsDoorbell&) = delete;
+  EventsDoorbell& operator=(const EventsDoorbell&) = delete;
+  void stop() noexcept;
+  [[nodiscard]] std::uint64_t wakes() const noexcept {
+    return wakes_.load(std::memory_order_relaxed);  // a statistic
+  }
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+ private:
+  void run() noexcept;
+  std::string path_;
+  char* bell_ = nullptr;
+  int fd_ = -1;
+  std::function<void()> on_ring_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> wakes_{0};
+  std::thread thread_;
 };
 
 }  // namespace stroboscope

@@ -63,6 +63,9 @@ struct SourceOptions {
   // Byte rates (net.*_per_s, disk.*_per_s) likewise, over windows of at least this long.
   std::int64_t rate_window_ns = 100'000'000;
   bool net_include_loopback = false;  // the "network" source counts lo too (psutil's default)
+  // proc.cpu_pct of this process counts stroboscope's own threads too (the sampler thread and
+  // the poll threads); by default they are left out and shown as proc.self_cpu_pct.
+  bool include_own_threads = false;
   // The clock_gettime sources stamp their reads with (CLOCK_MONOTONIC) and read thread CPU clocks
   // through; C++ tests put a scripted one here to replay a preempted sampler. Never null.
   int (*gettime)(clockid_t, timespec*) = &::clock_gettime;

@@ -85,6 +85,15 @@ def anchor_of(samples: pa.Table | None, intervals: pa.Table | None, given: int |
     )
 
 
+def cpu_column(samples: pa.Table) -> str | None:
+    """The CPU column that figures per region read: ``proc.cpu_pct`` when it has values, else
+    ``cpu.util_pct`` when present (None when the frame has neither)."""
+    present = [c for c in ("proc.cpu_pct", "cpu.util_pct") if c in samples.column_names]
+    with_values = [c for c in present if samples.column(c).null_count < samples.num_rows]
+    chosen = with_values or present
+    return chosen[0] if chosen else None
+
+
 def is_read_time(name: str) -> bool:
     """Whether column ``name`` says when something was read (a poll's or one GPU's
     ``...read_mono_ns``): a clock reading, not a metric."""

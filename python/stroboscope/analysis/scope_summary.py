@@ -22,6 +22,7 @@ from stroboscope.analysis._series import (
     I64,
     Series,
     check_samples,
+    cpu_column,
     gpu_columns,
     range_max,
     range_sum,
@@ -162,7 +163,7 @@ def summary(
     cols: dict[str, object] = _durations(iv, g, code)
     names = samples.column_names
     attrs: dict[str, object] = {}
-    cpu = _cpu_column(samples)
+    cpu = cpu_column(samples)
     if cpu is not None:
         attrs["cpu_column"] = cpu
         cols.update(_levels(series(samples, cpu), g, "cpu_pct", ("mean", "max")))
@@ -228,14 +229,6 @@ def _group(frame: pandas.DataFrame, keys: list[str]) -> tuple[I64, pandas.Index]
     index = index[order]
     names = ["scope" if k == "path" else k for k in keys]
     return rank[code], index.set_names(names) if len(keys) > 1 else index.rename(names[0])
-
-
-def _cpu_column(samples: pa.Table) -> str | None:
-    """``proc.cpu_pct`` when it has values, else ``cpu.util_pct`` when present."""
-    present = [c for c in ("proc.cpu_pct", "cpu.util_pct") if c in samples.column_names]
-    with_values = [c for c in present if samples.column(c).null_count < samples.num_rows]
-    chosen = with_values or present
-    return chosen[0] if chosen else None
 
 
 def _durations(iv: Intervals, g: _Groups, code: I64) -> dict[str, object]:

@@ -1,7 +1,10 @@
 """The ``stroboscope`` command, one module per subcommand: ``record``, ``recover``, ``report``,
 ``info``.
 
-Each module only parses and prints; the work is done by the package's API.
+Each module only parses and prints; the work is done by the package's API. A command imports
+only its own module (``stroboscope info`` does not load what ``record`` or ``report`` need, nor
+numpy and pyarrow), and ``--version`` none of them; the full parser (every command's module) is
+built for ``--help``, no command, or one that is not known.
 """
 
 from __future__ import annotations
@@ -9,18 +12,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import importlib
 import io
 import os
-import resource
 import signal
 import sys
 from collections.abc import Sequence
 
 from stroboscope._base.lazy import face
-from stroboscope.analysis.column_stats import printable
-from stroboscope.cli import info, record, recover, report
 
 __all__ = ["build_parser", "main"]
+
+#: The subcommands, in the order ``--help`` lists them; each is ``stroboscope.cli.<name>``, whose
+#: ``add_parser(sub)`` adds its parser.
+COMMANDS = ("record", "recover", "report", "info")
 
 __getattr__, __dir__ = face(__name__, __all__)
 
@@ -31,19 +36,28 @@ def _version() -> str:
     return __version__
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``stroboscope`` command."""
+def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
+    """The argument parser of the ``stroboscope`` command, with the parsers of ``commands``
+    (default: every one; each imports its module)."""
     parser = argparse.ArgumentParser(
         prog="stroboscope",
         description="Record system, process and GPU metrics at millisecond rates.",
     )
     parser.add_argument("--version", action="version", version=f"stroboscope {_version()}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
-    record.add_parser(sub)
-    recover.add_parser(sub)
-    report.add_parser(sub)
-    info.add_parser(sub)
+    for name in commands:
+        importlib.import_module(f"stroboscope.cli.{name}").add_parser(sub)
     return parser
+
+
+def _commands_for(argv: Sequence[str]) -> Sequence[str]:
+    """The commands whose parsers ``argv`` needs: the one it names first, none for a lone
+    ``--version``, every one otherwise (help, an unknown command, or none)."""
+    if list(argv) == ["--version"]:
+        return ()
+    if argv and argv[0] in COMMANDS:
+        return (argv[0],)
+    return COMMANDS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,9 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (a UTF-8 locale's streams are strict; the C locale's surrogateescape fails on '\ud800').
         if isinstance(stream, io.TextIOWrapper) and stream.errors != "backslashreplace":
             stream.reconfigure(errors="backslashreplace")
-    parser = build_parser()
+    given = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_commands_for(given))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(given)
     except SystemExit as exit_:  # --help, --version, or a bad option (argparse printed why)
         return exit_.code if isinstance(exit_.code, int) else 2
     if args.cmd is None:
@@ -80,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _error_text(exc: BaseException) -> str:
     """The message of a failed command on one line, with what to do when it ran out of file
     descriptors (the message alone, ``[Errno 24] Too many open files``, does not say)."""
+    import resource
+
+    from stroboscope.analysis.column_stats import printable
+
     text = printable(exc)
     if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]

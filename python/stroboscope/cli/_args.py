@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stroboscope._base.checks import check_pid, check_seconds
-from stroboscope.formats.segments import is_segment_name
 from stroboscope.sampling._checks import (
     MAX_INTERVAL_S,
     MIN_INTERVAL_S,
@@ -167,6 +166,8 @@ def check_output_not_spool(output: str, spool: str, spool_option: str) -> None:
             f"{spool_option} {spool!r} is the output file too (-o {output!r}, once links and "
             f"relative parts are resolved): give two different paths"
         )
+    from stroboscope.formats.segments import is_segment_name  # numpy, pyarrow: when needed
+
     if is_segment_name(os.path.realpath(output), os.path.realpath(spool)):
         raise ValueError(
             f"-o {output!r} is named like a segment of the spool {spool!r}: give another "
@@ -249,6 +250,12 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="job id of the dataset's partition (default: STROBOSCOPE_JOB, SLURM_JOB_ID, ... "
         "else 'none')",
+    )
+    parser.add_argument(
+        "--no-nvtx",
+        action="store_true",
+        help="do not set NVTX_INJECTION64_PATH in the command's environment: its NVTX ranges "
+        "are not captured as scopes (its stroboscope.annotate scopes still are)",
     )
     parser.add_argument(
         "--keep-spool",

@@ -15,10 +15,15 @@ parent that dies before that closes the gate: the command never runs. Without ``
 command runs without a parent-death signal, and the recorder logs a warning. (The kernel sends the
 signal when the *thread* that spawned the command ends: run the command line from a thread that
 outlives the recording, as ``stroboscope`` does.)
+
+:class:`Events` is where the scope edges of the command's processes go: a private directory named
+in its environment (:func:`stroboscope.scopes._outside.command_environment`), or the one a
+``--pid`` process was started with.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -26,6 +31,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Mapping
+
+from stroboscope.scopes._outside import command_environment
 
 log = logging.getLogger("stroboscope.cli")
 
@@ -73,6 +82,8 @@ class Command:
     ----------
     argv : list of str
         The command and its arguments; ``argv[0]`` is looked up on ``PATH``.
+    env : mapping of str to str, optional
+        The command's environment (default: this process's).
 
     Raises
     ------
@@ -80,8 +91,9 @@ class Command:
         ``argv[0]`` is not a command that can be run.
     """
 
-    def __init__(self, argv: list[str]) -> None:
-        if shutil.which(argv[0]) is None:
+    def __init__(self, argv: list[str], env: Mapping[str, str] | None = None) -> None:
+        path = None if env is None else env.get("PATH")
+        if shutil.which(argv[0], path=path) is None:
             raise ValueError(f"record: cannot run {argv[0]!r}: no such command")
         gate_r, self._gate_w = os.pipe()
         try:
@@ -97,6 +109,7 @@ class Command:
                     *argv,
                 ],
                 pass_fds=(gate_r,),  # the gate's read end only; the write end stays ours
+                env=env,  # the gate's -I ignores it; the command it execs gets it
             )
         except BaseException:
             os.close(self._gate_w)
@@ -139,3 +152,43 @@ class Command:
         """A shell's convention: the command's status, or 128 + the signal that killed it."""
         code = self._proc.wait()
         return 128 - code if code < 0 else code
+
+
+class Events:
+    """Where the scope edges of the recorded processes go: a private directory (0700) made for
+    a command, named in its environment (with the NVTX injection library unless ``--no-nvtx``),
+    removed at the end; or, with ``--pid``, the events directory that process was started with
+    (read, not removed); or none."""
+
+    def __init__(self, args: argparse.Namespace, command: bool) -> None:
+        self.env: dict[str, str] | None = None
+        self.dir: str | None = None
+        self.owned = command
+        if command:
+            self.dir = tempfile.mkdtemp(prefix="stroboscope-events-")
+            self.env = command_environment(self.dir, nvtx=not args.no_nvtx)
+        elif args.pid is not None:
+            self.dir = events_dir_of(args.pid)
+
+    def remove(self) -> None:
+        """Remove the directory if it is this run's (nothing otherwise, or when it is gone)."""
+        if self.owned and self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def events_dir_of(pid: int) -> str | None:
+    """The events directory the process ``pid`` was started with (``STROBOSCOPE_EVENTS_DIR`` in
+    its environment, when this user may read it and it names a directory), else None."""
+    from stroboscope.formats.shared_events import EVENTS_DIR_ENV
+
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return None
+    key = EVENTS_DIR_ENV.encode() + b"="
+    for entry in environ.split(b"\0"):
+        if entry.startswith(key):
+            path = os.fsdecode(entry[len(key) :])
+            return path if os.path.isdir(path) else None
+    return None

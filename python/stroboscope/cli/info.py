@@ -11,13 +11,15 @@ import sys
 from typing import Any
 
 from stroboscope._base.files import open_regular_file, regular_source, why_unreachable
-from stroboscope.analysis.column_stats import printable
 from stroboscope.cli import _args
-from stroboscope.formats.provenance import loads, unreadable, well_typed
-from stroboscope.sampling import available_sources, gpu_status
+
+# What a recording's provenance needs (pyarrow, numpy) is imported where a FILE is read: the
+# listing of the sources here imports neither (``stroboscope info`` starts in a few ms).
 
 
 def _sources(args: argparse.Namespace) -> int:
+    from stroboscope.sampling import available_sources, gpu_status
+
     infos = available_sources(pid=args.pid)
     width = max(len(i["name"]) for i in infos)
     print("sources:")
@@ -94,6 +96,8 @@ def read_provenance(path: str) -> dict[str, Any]:
 
 
 def _load_sidecar(path: str) -> dict[str, Any]:
+    from stroboscope.formats.provenance import loads
+
     with open_regular_file(path, "sidecar") as f:  # a FIFO: refused, not awaited
         return loads(f.read(), path)  # not JSON, nested too deeply, not an object: named
 
@@ -103,6 +107,9 @@ def format_provenance(prov: dict[str, Any]) -> str:
     value from the file with its control characters escaped (:func:`printable`); a field of the
     wrong type (see :func:`stroboscope.formats.provenance.unreadable`) is shown as unreadable,
     with why."""
+    from stroboscope.analysis.column_stats import printable
+    from stroboscope.formats.provenance import unreadable, well_typed
+
     lines = []
     bad = unreadable(prov)
     prov = well_typed(prov)
@@ -152,6 +159,10 @@ def format_provenance(prov: dict[str, Any]) -> str:
             lines.append(f"  gpu.{d['label']}: {d.get('name')} {d.get('uuid')} (NVML {d['index']})")
         if gpus.get("reason"):
             lines.append(f"  {gpus['reason']}")
+    budget = prov.get("budget")
+    if isinstance(budget, dict) and budget.get("max_overhead"):
+        changes = budget.get("rate_changes_total")
+        show("overhead budget", f"{budget['max_overhead']} of a core, {changes} rate change(s)")
     if prov.get("missing"):
         show("not known", ", ".join(prov["missing"]))
     for key, why in bad.items():
@@ -163,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     """The ``info`` command; returns the exit code."""
     if args.file is None:
         return _sources(args)
+    from stroboscope.formats.provenance import unreadable
+
     prov = read_provenance(args.file)
     for key, why in unreadable(prov).items():
         print(

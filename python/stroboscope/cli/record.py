@@ -8,6 +8,13 @@ run, so its first instant is recorded. If setup fails, the command never runs an
 made is removed. SIGINT and SIGTERM end the recording cleanly (passed on to the command, which is
 waited for); the output is written by :func:`stroboscope.recording.finish`: the segments written
 while the ring needed them, then the rows the ring still holds, every row once, in order.
+
+The command runs with ``STROBOSCOPE_EVENTS_DIR`` naming a private directory of this run (and
+``NVTX_INJECTION64_PATH`` the NVTX injection library, unless ``--no-nvtx``): the command and
+every process it starts write their scope edges there, and the finish writes them as the scope
+intervals beside FILE (``<stem>.scopes.parquet``) and in the dataset, then removes the directory.
+A ``--pid`` process started with an events directory in its environment has it read likewise
+(and left in place).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from stroboscope._base.checks import check_path
 from stroboscope._base.identity import Identity
 from stroboscope.analysis.column_stats import fmt_seconds
 from stroboscope.cli import _args, _dataset, _exporters
-from stroboscope.cli._command import Command
+from stroboscope.cli._command import Command, Events
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments, check_sender_specs
 from stroboscope.cli._signals import WAIT_PERIOD_S, Signals, end_command, pause, say
 from stroboscope.cli._status import StatusLine, wanted
@@ -37,6 +44,7 @@ from stroboscope.recording.segments import SegmentStatus
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import SamplerStats
 from stroboscope.sampling._checks import check_capacity
+from stroboscope.scopes._outside import nvtx_taken_by
 
 FIRST_ROW_WAIT_S = 10.0
 """The longest the command is held back for the sampler's first row (seconds)."""
@@ -62,6 +70,7 @@ def _build(
     fmt: str | None,
     who: Identity | None,
     exporters: contextlib.ExitStack,
+    events_dir: str | None = None,
 ) -> tuple[Sampler, RecordPublisher | None, Watchdog | None]:
     # The segment writer must drain before the ring wraps: every quarter of the ring, so the
     # ring keeps three quarters in hand. A segment only when the ring needs it: a run the ring
@@ -97,7 +106,12 @@ def _build(
         watchdog = None
         if args.output is not None and fmt is not None:  # --dataset alone: parts, no FILE
             job = DumpJob(
-                "spool", spool, dump=args.output, format=fmt, remove_source=not args.keep_spool
+                "spool",
+                spool,
+                dump=args.output,
+                format=fmt,
+                remove_source=not args.keep_spool,
+                events_dir=events_dir,  # the command's scopes, beside FILE
             )
             watchdog = Watchdog([job])
             try:
@@ -178,6 +192,7 @@ def _print_summary(
     segments: SegmentStatus | None = None,
     dataset: SegmentStatus | None = None,
     who: Identity | None = None,
+    scopes: str | None = None,
 ) -> None:
     where = f"{args.output} ({fmt})" if args.output is not None else f"{args.dataset} (dataset)"
     print(
@@ -204,6 +219,8 @@ def _print_summary(
     for src in stats.sources:
         if src.reason:
             print(f"source {src.name}: {src.reason} ({src.failures} failed reads)")
+    if scopes is not None:
+        print(scopes)
     print()
     print(summary)
 
@@ -248,18 +265,40 @@ def _record(
     stop: Signals,
     who: Identity | None,
 ) -> int:
-    command = Command(command_argv) if command_argv else None
+    events = Events(args, bool(command_argv))
+    try:
+        return _record_with(args, command_argv, fmt, spool, stop, who, events)
+    finally:
+        events.remove()  # read by the finish; here when it did not come to that
+
+
+def _record_with(
+    args: argparse.Namespace,
+    command_argv: list[str],
+    fmt: str | None,
+    spool: str,
+    stop: Signals,
+    who: Identity | None,
+    events: Events,
+) -> int:
+    command = Command(command_argv, env=events.env) if command_argv else None
     exporters = contextlib.ExitStack()
     try:
         sampler, publisher, watchdog = _build(
-            args, command.pid if command else args.pid, spool, fmt, who, exporters
+            args,
+            command.pid if command else args.pid,
+            spool,
+            fmt,
+            who,
+            exporters,
+            events.dir if events.owned else None,
         )
     except BaseException:
         if command is not None:  # setup failed: the command never runs
             command.kill()
         raise
     if not args.quiet:  # every option and path is checked, the sampler built: now say what runs
-        _startup_lines(args, sampler, command)
+        _startup_lines(args, sampler, command, events)
     started = time.monotonic()
     sampled_s: float | None = None  # seconds sampled, once sampling stopped before the end
     exit_code = 0
@@ -314,6 +353,8 @@ def _record(
             keep_spool=args.keep_spool or stranded,  # rows in no part and no FILE: keep it
             column_stats=True,
             watchdog=watchdog,
+            events_dir=events.dir,
+            remove_events=events.owned,
         )
     except OSError as exc:
         if args.output is None:
@@ -333,8 +374,24 @@ def _record(
         sampler.segments,
         sampler.dataset_status,
         sampler.identity,  # with the job id a single-process run was given
+        None if events.dir is None else _scopes_line(args, done),
     )
     return exit_code
+
+
+def _scopes_line(args: argparse.Namespace, done: _finish.Finished) -> str:
+    """The summary's line on the scopes the recorded processes called."""
+    if done.scope_calls == 0:
+        return (
+            "scopes: none called (stroboscope.annotate, or NVTX ranges, in the command and the "
+            "processes it starts are recorded)"
+        )
+    where = [p for p in (done.scopes,) if p is not None]
+    if args.dataset is not None:
+        where.append(f"the scopes of dataset {args.dataset}")
+    return f"scopes: {done.scope_calls} calls recorded" + (
+        f" to {' and '.join(where)}" if where else ""
+    )
 
 
 def _unwritten(
@@ -351,8 +408,17 @@ def _unwritten(
     ) from None
 
 
-def _startup_lines(args: argparse.Namespace, sampler: Sampler, command: Command | None) -> None:
+def _startup_lines(
+    args: argparse.Namespace, sampler: Sampler, command: Command | None, events: Events
+) -> None:
     """What the recording is about to do, when it is not obvious from the command line."""
+    if events.env is not None and not args.no_nvtx:
+        other = nvtx_taken_by(events.env)
+        if other is not None:
+            say(
+                f"NVTX_INJECTION64_PATH is set to {other!r} (another tool's): the command's NVTX "
+                f"ranges go to it, not to this recording"
+            )
     if command is None and args.pid is None:
         if args.duration is None:
             say("recording until Ctrl-C (use --duration S to stop by itself)")

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from stroboscope._base.files import regular_source, why_unreachable
 from stroboscope.formats.segments import parse_segment_name
 from stroboscope.formats.spool_layout import MAGIC
+from stroboscope.formats.writers import SCOPES_SUFFIX, scopes_path
 
 SCOPE_COLUMNS = ("name", "begin_ns", "end_ns")
 """The scope-intervals columns a report needs (see the contract's full schema)."""
@@ -170,13 +171,12 @@ def _read_file(path: Path, patterns: list[str] | None = None) -> pa.Table:
 
 
 def scopes_beside(path: Path) -> Path | None:
-    """``<stem>.scopes.parquet`` beside a recording ``<stem>.parquet`` when it exists."""
-    name = path.name
-    for suffix in (".parquet", ".pq"):
-        if name.endswith(suffix):
-            candidate = path.with_name(name[: -len(suffix)] + ".scopes.parquet")
-            return candidate if candidate.is_file() else None
-    return None
+    """``<stem>.scopes.parquet`` beside a recording ``<stem>.parquet`` when it exists (the
+    name :func:`stroboscope.formats.writers.scopes_path` gives)."""
+    if not path.name.lower().endswith((".parquet", ".pq")) or path.name.endswith(SCOPES_SUFFIX):
+        return None
+    candidate = Path(scopes_path(path))
+    return candidate if candidate.is_file() else None
 
 
 def read_scopes(path: str | os.PathLike[str]) -> pa.Table:
@@ -258,7 +258,7 @@ def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, byte
         str(f)
         for f in directory.rglob("*.parquet")
         if f.is_file()
-        and not f.name.endswith(".scopes.parquet")
+        and not f.name.endswith(SCOPES_SUFFIX)
         and not any(part.startswith((".", "_")) for part in f.relative_to(directory).parts)
     )
     if not files:

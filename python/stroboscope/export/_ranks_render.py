@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, printable, text_table
 from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
 from stroboscope.export._ranks_figures import METRICS
 from stroboscope.export._ranks_plot import render_timeline
+from stroboscope.export._scope_text import SCOPE_HEADER, scope_counts
 from stroboscope.formats.provenance import iso_utc
 
 if TYPE_CHECKING:
@@ -61,6 +64,26 @@ def rank_table(report: ClusterReport, job: JobSummary) -> Table:
     if any(r[-1] for r in rows):
         return (*header, "verdict"), rows, 3
     return header, [r[:-1] for r in rows], 3
+
+
+def scope_table(report: ClusterReport, job: JobSummary) -> Table:
+    """Per scope name over the job's ranks: how many ranks called it, its calls, the calls
+    still open, and the total, mean, min and max duration of the closed ones
+    (:func:`~stroboscope.export._scope_text.scope_counts`); no row when no rank has scopes."""
+    tables = [
+        r.scopes.select(["name", "begin_ns", "end_ns"])
+        for r in report.ranks
+        if r.job == job.job and r.scopes is not None and r.scopes.num_rows
+    ]
+    header = (SCOPE_HEADER[0], "ranks", *SCOPE_HEADER[1:])
+    if not tables:
+        return header, [], 2
+    called = [set(map(str, t.column("name").to_pylist())) for t in tables]
+    rows = [
+        (c[0], str(sum(c[0] in names for names in called)), *c[1:])
+        for c in scope_counts(pa.concat_tables(tables))
+    ]
+    return header, rows, 2
 
 
 def clock_table(job: JobSummary) -> Table:
@@ -155,6 +178,9 @@ def _sections(report: ClusterReport, table: Render, heading: Text, para: Text) -
         title = f"job {job.job}" if len(report.jobs) > 1 or job.job != "none" else "ranks"
         parts += [heading(title), table(rank_table(report, job))]
         parts += [para(line) for line in _verdict_lines(report, job)]
+        scopes = scope_table(report, job)
+        if scopes[1]:
+            parts += [heading("scopes"), table(scopes)]
         parts += [heading("clocks"), table(clock_table(job)), para(_align_line(job))]
         lags = lag_table(report, job)
         if lags[1]:

@@ -53,6 +53,28 @@ def merge_into_trace(
     ``ts = (realtime_ns - baseTimeNanoseconds) / 1000``. They go under their own ``pid`` (by
     default one more than the largest integer pid in the trace), so the scopes never interleave
     with torch's ops on one track. ``out`` is written whole (gzip when it ends in ``.gz``).
+    A scope around one op and that op agree within 10 to 20 µs (tests/export/test_traces_torch.py).
+
+    Parameters
+    ----------
+    torch_trace_in : str or PathLike
+        A torch.profiler Chrome trace (``prof.export_chrome_trace(...)``; ``.json`` or
+        ``.json.gz``).
+    out : str or PathLike
+        The merged trace (created 0600, replaced whole).
+    samples : pyarrow.Table
+        The sample frame recorded while the profiler ran (``Frame.to_arrow()``).
+    intervals : pyarrow.Table
+        Scope calls in the scope-intervals schema (``Sampler.scope_intervals()``).
+    columns : sequence of str, optional
+        Metric columns to draw as counter tracks (default: every numeric metric column).
+    anchor_realtime_ns : int, optional
+        Realtime ns minus monotonic ns. Default: the intervals' metadata, else the frame's
+        ``time - mono_ns``.
+    pid : int, optional
+        The ``pid`` of our events (default: one more than the trace's largest).
+    process_name : str
+        The name shown for that process.
 
     Raises
     ------

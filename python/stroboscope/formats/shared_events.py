@@ -50,6 +50,7 @@ import pyarrow as pa
 from stroboscope._base.files import file_kind
 
 __all__ = [
+    "EVENTS_CAPACITY_ENV",
     "EVENTS_DIR_ENV",
     "EVENTS_SCHEMA",
     "FILE_SUFFIX",
@@ -61,6 +62,10 @@ __all__ = [
 
 EVENTS_DIR_ENV = "STROBOSCOPE_EVENTS_DIR"
 """The environment variable that names the directory of a recorded command's events."""
+EVENTS_CAPACITY_ENV = "STROBOSCOPE_EVENTS_CAPACITY"
+"""Optional: the ring size (records, a power of two in [2, 2**32]) of each events file; a ring
+that laps overwrites its oldest records (counted ``overwritten``). Default 2**20 (a 40 MiB file,
+its blocks reserved as it fills)."""
 NVTX_INJECTION_ENV = "NVTX_INJECTION64_PATH"
 """The environment variable through which NVTX loads an injection library."""
 FILE_SUFFIX = ".sev"
@@ -141,7 +146,7 @@ def _header(raw: bytes) -> dict[str, Any]:
     return {name: struct.unpack_from(fmt, raw, off)[0] for name, (off, fmt) in _FIELDS.items()}
 
 
-def _check_header(h: dict[str, Any], size: int) -> str:
+def _check_header(h: dict[str, Any]) -> str:
     """Why the header cannot be used, "" when it can."""
     cap = h["capacity"]
     if h["version"] != VERSION:
@@ -253,7 +258,7 @@ def read_events_file(path: str | os.PathLike[str]) -> tuple[pa.Table, FileCounts
         counts.producer = raw[_PRODUCER].split(b"\0", 1)[0].decode("ascii", errors="replace")
         counts.dropped = int(h["dropped"])
         counts.strings_missing = int(h["strings_missing"])
-        why = _check_header(h, st.st_size)
+        why = _check_header(h)
         if why:
             counts.damaged = why
             return empty, counts

@@ -29,6 +29,9 @@ from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, from_schema
 FORMATS = ("parquet", "csv")
 SIDECAR_SUFFIX = ".meta.json"
 """The provenance sidecar of a CSV file is ``FILE`` + this."""
+SCOPES_SUFFIX = ".scopes.parquet"
+"""A recording's scope intervals beside it: ``<stem>`` + this (``run.parquet`` ->
+``run.scopes.parquet``)."""
 _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 
 
@@ -67,6 +70,18 @@ def write_parquet(
 def sidecar_path(path: str | os.PathLike[str]) -> str:
     """The provenance sidecar of the CSV file ``path``: ``path + ".meta.json"``."""
     return os.fspath(path) + SIDECAR_SUFFIX
+
+
+def scopes_path(path: str | os.PathLike[str]) -> str:
+    """Where the scope intervals of the recording ``path`` go: its name without its format's
+    suffix (``.parquet``, ``.pq``, ``.csv``, any case) + :data:`SCOPES_SUFFIX`; a name with
+    another suffix keeps it (``run.data`` -> ``run.data.scopes.parquet``)."""
+    text = os.fspath(path)
+    lower = text.lower()
+    for suffix in _SUFFIXES:
+        if lower.endswith(suffix) and len(text) > len(suffix):
+            return text[: -len(suffix)] + SCOPES_SUFFIX
+    return text + SCOPES_SUFFIX
 
 
 def write_sidecar(schema: pa.Schema, path: str | os.PathLike[str]) -> str | None:

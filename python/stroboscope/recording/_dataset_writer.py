@@ -160,6 +160,7 @@ class DatasetWriter(SegmentWriter):
         self.scopes_written = 0
         self._scopes_path: str | None = None
         self._scopes_table: pa.Table | None = None  # the intervals last written
+        self._given: pa.Table | None = None  # the intervals finish() gave (a command's too)
         self.scope_errors = 0
         self._released = False  # the owner file given back (nothing was recorded)
 
@@ -264,16 +265,20 @@ class DatasetWriter(SegmentWriter):
             return None
         return first + int(meta.num_rows)
 
-    def write_scope_intervals(self) -> str | None:
-        """Write the scope intervals of the sampler's runs so far as this run's scopes file
-        (replacing the one an earlier stop wrote; a reader sees one or the other, whole);
-        return its path, or None when there is none or the write failed (counted)."""
+    def write_scope_intervals(self, intervals: pa.Table | None = None) -> str | None:
+        """Write the scope intervals of the sampler's runs so far (or ``intervals``: those and
+        the ones a recorded command's processes wrote, :func:`stroboscope.recording.finish`) as
+        this run's scopes file (replacing the one an earlier stop wrote; a reader sees one or
+        the other, whole); return its path, or None when there is none or the write failed
+        (counted)."""
         sampler = self._sampler()
         if sampler is None:
             return None  # collected without close(): its event windows went with it
         with self._lock:
             try:
-                table = sampler.scope_intervals()
+                if intervals is not None:  # the whole run's, a later stop writes them again
+                    self._given = intervals
+                table = sampler.scope_intervals() if self._given is None else self._given
                 if table.num_rows == 0 and self.scopes_written == 0:
                     return None
                 if self._scopes_table is not None and table.equals(self._scopes_table):

@@ -1,6 +1,13 @@
 """The end of a spooled recording: its rows written to the output with their provenance, their
-column statistics, the spool removed. :func:`finish` is that end, for ``stroboscope record`` and the
-training callbacks alike.
+column statistics, its scope intervals beside it, the spool removed. :func:`finish` is that end,
+for ``stroboscope record`` and the training callbacks alike.
+
+The scope intervals are those of the sampler's own process (``Sampler.scope_intervals()``) and,
+for a recorder that ran a command, those every process of the command wrote into the recorder's
+events directory (:func:`read_shared_intervals`, with a ``pid`` column); they go beside the output
+as ``<stem>.scopes.parquet`` (:func:`stroboscope.formats.writers.scopes_path`, which ``report``
+reads) with the recording's provenance, and into the sampler's dataset as its rank's scopes file;
+then the events directory is removed.
 
 A clean end writes each row once. The segment writer leaves the rows since its last segment in
 the ring (:func:`prepare`, before the sampler stops), and :func:`finish` writes the output from
@@ -18,7 +25,10 @@ memory at a time, and the metric columns read a few at a time for
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,17 +36,19 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from stroboscope.formats import events_file
-from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, from_schema
+from stroboscope.formats.provenance import PROVENANCE_KEY, attach, dumps, from_schema
 from stroboscope.formats.segments import FIRST_ROW_KEY, first_row, read_segment
 from stroboscope.formats.spool_header import SpoolError
 from stroboscope.formats.spool_read import ROWS_LOST_KEY, recover_parts, remove_spool
-from stroboscope.formats.writers import FORMATS, write_parts
+from stroboscope.formats.writers import FORMATS, scopes_path, write_parquet, write_parts
 
 if TYPE_CHECKING:
     from stroboscope.recording.sampler import Sampler
     from stroboscope.recording.segments import SegmentWriter, Written
     from stroboscope.recording.watchdog import Watchdog
     from stroboscope.sampling import Frame
+
+_LOG = logging.getLogger("stroboscope.recording")
 
 DUMP_FORMATS = tuple(sorted(FORMATS))
 """The formats a recording can be written in: the writers' (listed alphabetically)."""
@@ -63,6 +75,11 @@ class Finished:
         (None unless asked for).
     span_s : float or None
         Seconds from the first to the last row (None unless the statistics were asked for).
+    scopes : str or None
+        The scope intervals written beside ``path`` (``<stem>.scopes.parquet``; None when no
+        scope was called, or there is no ``path``).
+    scope_calls : int
+        Scope calls recorded (rows of the scope intervals), in every process.
     """
 
     path: str | None
@@ -70,6 +87,8 @@ class Finished:
     columns: int
     column_stats: str | None = None
     span_s: float | None = None
+    scopes: str | None = None
+    scope_calls: int = 0
 
 
 def prepare(sampler: Sampler) -> None:
@@ -95,11 +114,14 @@ def finish(
     keep_spool: bool = False,
     column_stats: bool = False,
     watchdog: Watchdog | None = None,
+    events_dir: str | os.PathLike[str] | None = None,
+    remove_events: bool = True,
 ) -> Finished:
     """End a spooled recording: close ``sampler``, write every row to ``output`` (Parquet or CSV
     by its suffix; nothing when None) with the sampler's provenance completed from the rows,
+    and the scope intervals beside it (``<stem>.scopes.parquet``) and in the sampler's dataset;
     stop ``watchdog`` (once the output is whole, so it never writes it again), and remove the
-    spool, its segments and events (unless ``keep_spool``).
+    spool, its segments and events (unless ``keep_spool``) and ``events_dir``.
 
     Parameters
     ----------
@@ -118,6 +140,13 @@ def finish(
     watchdog : Watchdog, optional
         A watchdog that dumps this spool if the process dies: stopped once the output is
         written.
+    events_dir : path, optional
+        The events directory of a command recorded from outside (``STROBOSCOPE_EVENTS_DIR`` in
+        its environment): the scope edges its processes wrote are read from it and recorded
+        with the sampler's own.
+    remove_events : bool
+        Remove ``events_dir`` once it was read (the recorder's private directory; False for a
+        directory the recorder did not make, such as the one of a ``--pid`` process).
 
     Raises
     ------
@@ -137,21 +166,110 @@ def finish(
     rest = writer.take_rest()  # before the provenance, which counts the rows the ring lost
     prov = sampler.provenance(command=None if command is None else list(command))
     units = {c.name: c.unit for c in sampler.columns}
+    shared = None if events_dir is None else _read_events(events_dir)
+    intervals = with_shared(sampler.scope_intervals(), shared)
     try:
         clean = _Clean(writer, spool, rest)
-        rows, columns = _write(clean, output, prov)
+        rows, columns, full = _write(clean, output, prov)
         figures = _column_stats(clean.read, clean.names, units) if column_stats else None
     except SpoolError:  # a segment is not what its writer wrote: read the spool as a crash is
         rows, columns = write_output(spool, output, prov)
+        full = dict(prov)
         figures = spool_column_stats(spool, units) if column_stats else None
+    scopes = None if output is None else write_scopes_beside(intervals, output, full)
+    dataset = sampler._dataset
+    if dataset is not None and shared is not None and shared.num_rows:
+        dataset.write_scope_intervals(intervals)  # its rank's scopes file, the command's too
     if watchdog is not None:
         watchdog.stop()
     if not keep_spool:
         remove_spool(spool)
+    if events_dir is not None and remove_events:
+        shutil.rmtree(events_dir, ignore_errors=True)
     path = None if output is None else os.fspath(output)
-    if figures is None:
-        return Finished(path, rows, columns)
-    return Finished(path, rows, columns, figures[0], figures[1])
+    text, span = (None, None) if figures is None else figures
+    return Finished(path, rows, columns, text, span, scopes, intervals.num_rows)
+
+
+def read_shared_intervals(events_dir: str | os.PathLike[str]) -> pa.Table:
+    """The scope intervals every process wrote into ``events_dir`` (the shared events'
+    reader), with a ``pid`` column."""
+    from stroboscope.analysis.scope_edges import shared_intervals
+
+    return shared_intervals(events_dir)
+
+
+def _read_events(events_dir: str | os.PathLike[str]) -> pa.Table | None:
+    """:func:`read_shared_intervals`, or None (with a warning naming the directory and why)
+    when they cannot be read: the rows are written all the same."""
+    try:
+        return read_shared_intervals(events_dir)
+    except ImportError:  # a build without the shared events' reader
+        _LOG.debug("no shared events reader: %s not read", os.fspath(events_dir))
+        return None
+    except Exception as exc:  # a damaged events file must never cost the rows
+        _LOG.warning(
+            "the scope events in %s could not be read (%s: %s): the recording has no scopes "
+            "of the command",
+            os.fspath(events_dir),
+            type(exc).__name__,
+            exc,
+        )
+        return None
+
+
+def with_shared(own: pa.Table, shared: pa.Table | None) -> pa.Table:
+    """The scope intervals of this process (``own``) and of the processes that wrote shared
+    events (``shared``, with a ``pid`` column) as one table, in ``begin_ns`` order: ``own``
+    gets this process's ``pid`` when both hold calls; ``own`` alone when ``shared`` has none."""
+    if shared is None or shared.num_rows == 0:
+        return own
+    if own.num_rows == 0:
+        return shared
+    own = own.append_column("pid", pa.array([os.getpid()] * own.num_rows, pa.int64()))
+    both = pa.concat_tables(
+        [own.replace_schema_metadata(None), shared.replace_schema_metadata(None)],
+        promote_options="default",
+    )
+    return both.sort_by([("begin_ns", "ascending")])
+
+
+def _events_counts(intervals: pa.Table) -> dict[str, Any]:
+    """What the shared events' reader counted (``events_lost``, ``events_damaged``, ... in the
+    table's metadata), for the provenance: ``{"lost": 0, ...}`` (empty when it says nothing)."""
+    out: dict[str, Any] = {}
+    for key, value in (intervals.schema.metadata or {}).items():
+        name = key.decode(errors="replace")
+        if name.startswith("events_"):
+            text = value.decode(errors="replace")
+            out[name[len("events_") :]] = int(text) if text.isdigit() else text
+    return out
+
+
+def write_scopes_beside(
+    intervals: pa.Table, output: str | os.PathLike[str], prov: Mapping[str, Any]
+) -> str | None:
+    """Write ``intervals`` as ``<stem>.scopes.parquet`` beside the recording ``output`` with
+    ``prov`` (the recording's provenance, ``rows`` the calls, ``events`` what the shared events'
+    reader counted: edges lost, files damaged); return its path. Without a call,
+    a file left at that name (by an earlier recording of ``output``, replaced now) is removed
+    and None returned. A failed write is logged, never raised: the rows are written."""
+    path = scopes_path(output)
+    if intervals.num_rows == 0:
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.unlink(path)
+        return None
+    full = {**prov, "rows": intervals.num_rows}
+    events = _events_counts(intervals)
+    if events:
+        full["events"] = events
+    try:
+        write_parquet(attach(intervals, full), path)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        _LOG.warning("the scope intervals were not written to %s (%s)", path, exc)
+        return None
+    return path
 
 
 def _stored(schema: pa.Schema) -> pa.Schema:
@@ -237,11 +355,11 @@ def _whole(parts: Iterator[pa.Table]) -> pa.Table:
 
 def _write(
     clean: _Clean, output: str | os.PathLike[str] | None, prov: Mapping[str, Any]
-) -> tuple[int, int]:
+) -> tuple[int, int, dict[str, Any]]:
     """Write ``clean``'s rows to ``output`` (nothing when None) with ``prov`` completed from
-    them as :func:`write_output` completes it; return the rows and columns."""
+    them as :func:`write_output` completes it; return the rows, columns and that provenance."""
     if output is None:
-        return clean.rows, len(clean.schema)
+        return clean.rows, len(clean.schema), dict(prov)
     full = _provenance(prov, clean.ends(), clean.rows)
     meta = {ROWS_LOST_KEY: str(clean.rows_lost), PROVENANCE_KEY: dumps(full)}
     error = events_file.damage_beside(clean.spool, os.geteuid())
@@ -251,7 +369,7 @@ def _write(
     write_parts(
         schema, (part.replace_schema_metadata(schema.metadata) for part in clean.parts()), output
     )
-    return clean.rows, len(schema)
+    return clean.rows, len(schema), full
 
 
 def _provenance(

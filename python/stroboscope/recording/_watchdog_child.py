@@ -168,10 +168,37 @@ def run_job(job: dict[str, Any], parent_pid: int) -> str:
         if job.get("remove_source_dir"):
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(job["source"]))
+    if job.get("events_dir"):
+        note += _crash_scopes(job["events_dir"], path)
     return (
         f"parent {parent_pid} died; wrote {rows} rows of {job['kind']} "
         f"{job['source']} to {path} ({job['format']}){note}"
     )
+
+
+CRASH_SCOPES_TIMEOUT_S = 300.0
+"""The longest the helper that writes a dump's scope intervals may take (seconds)."""
+
+
+def _crash_scopes(events_dir: str, dump: str) -> str:
+    """Have a helper process (``stroboscope.recording._crash_scopes``: the analysis room, never
+    the extension; this process keeps to the formats) write the scope intervals of
+    ``events_dir`` beside ``dump`` and remove the directory; return a note for the log line."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "stroboscope.recording._crash_scopes", events_dir, dump],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CRASH_SCOPES_TIMEOUT_S,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"; scope events in {events_dir} not written: {exc}"
+    if done.returncode != 0:
+        return f"; scope events in {events_dir} not written: {done.stderr.strip()[-500:]}"
+    return f"; {done.stdout.strip()}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -105,6 +105,11 @@ class DumpJob:
         Delete ``source`` after a successful dump (for private temporary journals).
     remove_source_dir : bool
         Also remove the directory holding ``source`` when that leaves it empty.
+    events_dir : str or os.PathLike, optional
+        The shared-events directory of a command recorded from outside: after the dump, the
+        scope intervals its processes wrote there go beside the dump (``<stem>.scopes.parquet``,
+        written by a helper process, :mod:`stroboscope.recording._crash_scopes`, so that the
+        watchdog itself never loads more than the formats) and the directory is removed.
     """
 
     kind: str
@@ -113,6 +118,7 @@ class DumpJob:
     format: str = "csv"
     remove_source: bool = False
     remove_source_dir: bool = False
+    events_dir: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -123,6 +129,8 @@ class DumpJob:
         object.__setattr__(self, "source", os.fspath(self.source))
         if not self.source:
             raise ValueError("DumpJob source must be a non-empty path")
+        if self.events_dir is not None:
+            object.__setattr__(self, "events_dir", os.path.abspath(self.events_dir))
         if self.dump is not None:
             object.__setattr__(self, "dump", os.fspath(self.dump))
             if not self.dump:

@@ -40,6 +40,30 @@ def check_interval(name: str, value: object) -> float:
     return seconds
 
 
+#: The default overhead budget: 5 % of one core, for a sampler that is always on. The default
+#: set at 1 kHz stays well under it (a slow VM's bare wake-up alone is ~2.6 %); a source forced
+#: fast, or a GPU whose driver calls cost milliseconds, is slowed until the sampler fits.
+DEFAULT_MAX_OVERHEAD = 0.05
+
+
+def check_max_overhead(value: object) -> float:
+    """``max_overhead``: None or 0 (off) or a share of one core in (0, 1]; 0.0 means off."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            "max_overhead must be None or a share of one core (a float in (0, 1], e.g. 0.02 "
+            f"for 2 %), got {describe(value)}"
+        )
+    share = float(value)
+    if not 0 <= share <= 1:  # NaN fails this too
+        raise ValueError(
+            "max_overhead must be None or 0 (off), or a share of one core in (0, 1] "
+            f"(0.02 = 2 % of a core), got {describe(value)}"
+        )
+    return share
+
+
 def check_window(name: str, value: object) -> int:
     """A minimum rate window in seconds, [0, 1 h], as nanoseconds."""
     seconds = as_seconds(name, value)

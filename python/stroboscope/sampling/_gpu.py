@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Union
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Union
 
 import stroboscope._core as _core
 from stroboscope._base.checks import describe
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 GpusArg = Union[str, Sequence[Union[int, str]], None]
 MAX_GPU_INDEX = (1 << 32) - 1  # NVML indices are C unsigned ints
@@ -98,6 +99,8 @@ def resolve_gpus(gpus: GpusArg) -> tuple[list[int], list[str]]:
 
 def gpu_sample_table(rows: Mapping[str, Any], labels: Mapping[int, int]) -> pa.Table:
     """Driver samples (the recorder's columns) as the long table of ``Sampler.gpu_samples()``."""
+    import pyarrow as pa  # here: gpu_status() (stroboscope info) needs no pyarrow
+
     kinds = list(_core.GPU_SAMPLE_KINDS)
     n = len(rows.get("value", ()))
     gpu = [labels.get(int(i), int(i)) for i in rows["gpu"]] if n else []

@@ -151,6 +151,15 @@ class RunFacts:
         facts["missing"] = []
         return RunFacts(facts)
 
+    def with_budget(
+        self, max_overhead: float, changes: list[dict[str, Any]], total: int
+    ) -> RunFacts:
+        """These facts with the overhead budget's rate changes (the latest ``changes`` of
+        ``total`` made so far)."""
+        facts = dict(self._facts)
+        facts["budget"] = _budget(max_overhead, changes, total)
+        return RunFacts(facts)
+
     def provenance(self, counted: Sequence[int]) -> dict[str, Any]:
         """The run's facts and the counters (:func:`counters`) as :func:`provenance` gives them."""
         out = dict(self._facts)
@@ -255,13 +264,16 @@ def gather(
     identity: object,
     anchor_uncertainty_ns: int,
     command: list[str] | None,
+    max_overhead: float = 0.0,
 ) -> RunFacts:
     """Everything a sampler knows of its run that is not a frame's own (see :func:`provenance`).
 
     ``sources``: each source's name and read period in ticks; ``interfaces``: the kernel
     interface each reads (None where this build's source does not say); ``gpu_labels``: NVML
     index -> column label; ``identity``: the one the sampler was given (else the monitored
-    process's environment decides); ``command``: its command line (None: unknown).
+    process's environment decides); ``command``: its command line (None: unknown);
+    ``max_overhead``: its overhead budget (0.0: none), whose rate changes are added as the sampler
+    sees them (:meth:`RunFacts.with_budget`).
     """
     facts: dict[str, Any] = {
         "format": FORMAT,
@@ -288,9 +300,21 @@ def gather(
             "anchor_uncertainty_ns": int(anchor_uncertainty_ns),
         },
         "clock_sync": clock_sync(),  # the realtime clock's own error, for comparing hosts
+        "budget": _budget(max_overhead, [], 0),
     }
     facts["missing"] = [k for k in ("cmdline",) if facts[k] is None]
     return RunFacts(facts)
+
+
+def _budget(max_overhead: float, changes: list[dict[str, Any]], total: int) -> dict[str, Any]:
+    """The provenance's ``budget``: the sampler's overhead budget (a share of one core, None
+    when off) and its rate changes (:class:`stroboscope.sampling._stats.RateChange` as dicts,
+    the latest 256 of ``rate_changes_total``)."""
+    return {
+        "max_overhead": max_overhead or None,
+        "rate_changes_total": total,
+        "rate_changes": changes,
+    }
 
 
 class _HasProvenance(Protocol):

@@ -18,9 +18,11 @@ import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
 from stroboscope._base.checks import PathsArg, check_bool, check_int, check_new_file
 from stroboscope.sampling._checks import (
+    DEFAULT_MAX_OVERHEAD,
     SourcesArg,
     check_capacity,
     check_interval,
+    check_max_overhead,
     check_ring_bytes,
     check_row_index,
     check_sources,
@@ -28,14 +30,16 @@ from stroboscope.sampling._checks import (
 )
 from stroboscope.sampling._energy import EnergyWindows
 from stroboscope.sampling._frame import Frame
-from stroboscope.sampling._gpu import GpusArg, gpu_sample_table, resolve_gpus
+from stroboscope.sampling._gpu import GpusArg, resolve_gpus
+from stroboscope.sampling._gpu_samples import GpuSamples
 from stroboscope.sampling._plan import (
     available_sources,
     plan_sources,
     refuse_gpus_without_gpu_source,
     source_options,
 )
-from stroboscope.sampling._provenance import RunFacts, counters, gather, read_cmdline
+from stroboscope.sampling._provenance import RunFacts
+from stroboscope.sampling._run import RunRecord
 from stroboscope.sampling._schema import TIME_COLUMN, Column
 from stroboscope.sampling._scope_log import ScopeRecording
 from stroboscope.sampling._stats import SamplerStats
@@ -52,16 +56,18 @@ class SamplerOptions(TypedDict, total=False):
     cpu_window: float
     rate_window: float
     net_include_loopback: bool
+    include_own_threads: bool
     gpu_samples: bool
     gpu_sample_interval: float
     precise: bool
+    max_overhead: float | None
     proc_root: str | os.PathLike[str]
     sys_root: str | os.PathLike[str]
     cgroup_root: str | os.PathLike[str]
     edge_rows: bool
 
 
-class CoreSampler(ScopeRecording, EnergyWindows):
+class CoreSampler(ScopeRecording, EnergyWindows, RunRecord, GpuSamples):
     """Samples system, process and GPU metrics on a C++ thread into a ring buffer.
 
     The sampling room's sampler, without crash safety: a user makes :class:`stroboscope.Sampler`,
@@ -102,6 +108,14 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         counters advance in bursts, so a rate over one 1 ms tick is noise (default 0.1 s).
     net_include_loopback : bool
         Count the loopback interface in ``net.*`` too (psutil's totals do; default False).
+    include_own_threads : bool
+        Count stroboscope's own threads in ``proc.cpu_pct`` of this process (default False:
+        they are left out, and their CPU is the ``proc.self_cpu_pct`` column, the monitor's cost
+        beside the workload's). Own means the core's threads: the sampler thread while it runs
+        and the poll threads of slow sources (``gpu``). Python threads stroboscope starts
+        (exporters, the dataset writer, the scope collector) run under the user's interpreter
+        and GIL, and stay in ``proc.cpu_pct``; ticks taken with ``tick_now`` run on the
+        caller's thread, the user's. Another process (``pid=``) has none of them.
     gpu_samples : bool
         With the ``gpu`` source, also collect every sample the driver buffered (power, GPU and
         memory utilisation, SM and memory clocks) at the driver's own resolution; see
@@ -113,6 +127,14 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         short profiling runs on a machine with a core to spare: lateness drops to about a µs
         at the price of up to half a core's CPU time (the window is learned from its own
         wake-ups, at most half the interval: ``stats().spin_window_ns``; ``thread_cpu_ns``).
+    max_overhead : float or None
+        The sampler's CPU budget, a share of one core (default 0.05: 5 %, for a sampler left on;
+        None or 0: no budget). Its threads' CPU (the sampler's and the GPU poll thread's) is
+        measured 4 times a second; when it exceeds the budget over a second or two, the
+        costliest sources are read less often (their interval doubled, step by step, up to 1 s
+        or their resolution, past their declared resolution only when nothing else is left,
+        and then said so), and read faster again when there is room for 5 s. Every change is in
+        ``stats().rate_changes``, in the provenance (``budget``) and in the log.
     ring_file : path, optional
         Keep the ring in this new file (created 0600 in a directory you own), mapped
         ``MAP_SHARED``, so every row survives any death of the process. The crash-safe recording
@@ -136,9 +158,11 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         cpu_window: float = 0.1,
         rate_window: float = 0.1,
         net_include_loopback: bool = False,
+        include_own_threads: bool = False,
         gpu_samples: bool = True,
         gpu_sample_interval: float = 0.25,
         precise: bool = False,
+        max_overhead: float | None = DEFAULT_MAX_OVERHEAD,
         ring_file: str | os.PathLike[str] | None = None,
         proc_root: str | os.PathLike[str] = "/proc",
         sys_root: str | os.PathLike[str] = "/sys",
@@ -156,11 +180,13 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         options.cpu_window_ns = check_window("cpu_window", cpu_window)
         options.rate_window_ns = check_window("rate_window", rate_window)
         options.net_include_loopback = check_bool("net_include_loopback", net_include_loopback)
+        options.include_own_threads = check_bool("include_own_threads", include_own_threads)
         want_gpu_samples = check_bool("gpu_samples", gpu_samples)
         self._edge_rows = check_bool("edge_rows", edge_rows)
         self._event_windows = []
         gpu_every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
         want_precise = check_bool("precise", precise)
+        self._max_overhead = check_max_overhead(max_overhead)
         defaults = list(_core.default_source_names(options))
         asked = check_sources(sources, self._interval, defaults)
         if gpus is not None and "gpu" not in {name for name, _ in asked}:
@@ -180,6 +206,7 @@ class CoreSampler(ScopeRecording, EnergyWindows):
                 cap,
                 os.fsencode(ring_path),
                 want_precise,
+                self._max_overhead,
             )
         except OSError:
             raise  # the ring file could not be made: the type (FileExistsError, ...) and path stay
@@ -187,17 +214,8 @@ class CoreSampler(ScopeRecording, EnergyWindows):
             raise RuntimeError(f"cannot build sampler: {exc}") from None
         self._ring_file = ring_path or None
         self._run: RunFacts | None = None  # the provenance, gathered once (_run_facts)
-        self._gpu_recorder: _core.GpuSampleRecorder | None = None
-        # NVML index -> the label of its columns (gpu.LABEL.*), for provenance and exporters.
-        self._gpu_labels: dict[int, int] = {
-            idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(devices)
-        }
-        if want_gpu_samples and any(name == "gpu" for name, _ in specs):
-            self._gpu_recorder = _core.GpuSampleRecorder(devices, round(gpu_every_s * 1e9), 1 << 18)
-            found = list(self._gpu_recorder.devices)
-            self._gpu_labels = {
-                idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(found)
-            }
+        wanted = want_gpu_samples and any(name == "gpu" for name, _ in specs)
+        self._open_gpu_samples(devices, labels, gpu_every_s if wanted else None)
         self._owner_pid = os.getpid()
         self._lock = threading.Lock()
         self._closed = False
@@ -247,6 +265,8 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         self._core.stop()
         if self._gpu_recorder is not None:
             self._gpu_recorder.stop()
+        if self._core.rate_changes_total != self.__dict__.get("_rates_seen", 0):
+            self._follow_budget()  # the budget's latest changes: to the provenance and the log
 
     def _close_locked(self) -> None:
         pass
@@ -321,71 +341,10 @@ class CoreSampler(ScopeRecording, EnergyWindows):
         """The rows written since the previous drain (or since the start)."""
         return self._frame(self._core.drain())
 
-    def _frame(self, rows: _core.Frame) -> Frame:
-        run = self._run or self._run_facts()
-        return Frame._of_sampler(rows, run, self._counters(), self._fill_within)
-
-    def _counters(self) -> tuple[int, int, int]:
-        """``(ticks_taken, ticks_missed, rows_lost)`` now: what a frame's provenance counts."""
-        return counters(self._core.counters(), self._extra_stats())
-
     def copy_since(self, first_row: int) -> Frame:
         """The rows with index ``>= first_row`` still in the ring, for a consumer that keeps its
         own cursor (moves no cursor; rows already overwritten are counted in ``rows_lost``)."""
         return self._frame(self._core.copy_since(check_row_index("first_row", first_row)))
-
-    def provenance(self, *, command: list[str] | None = None) -> dict[str, Any]:
-        """What this sampler knows of its run, as a JSON-able dict that frames and outputs
-        carry (see :func:`stroboscope.sampling._provenance.provenance`).
-
-        The run's facts are gathered once (at :meth:`start`, or by the first frame); each call
-        here reads the monitored process's command line again (it may ``exec``) and keeps the
-        last successful read, unless ``command`` (the command line as the caller knows it) is
-        given. Frames made before keep the facts they were made with.
-        """
-        fresh = self._run is None
-        run = self._run_facts()
-        if command is not None:
-            run = run.with_command(list(command))
-        elif not fresh:
-            cmdline = read_cmdline(self._pid)
-            if cmdline is not None and cmdline != run.facts["cmdline"]:
-                run = self._run = run.with_command(cmdline)
-        return run.provenance(self._counters())
-
-    def _run_facts(self) -> RunFacts:
-        """The run's provenance, gathered on first use and then kept."""
-        run = self._run
-        if run is None:
-            stats = self.stats()
-            run = self._run = gather(
-                pid=self._pid,
-                interval_s=self._interval,
-                sources=stats.sources,
-                interfaces={s.name: getattr(s, "interface", None) for s in stats.sources},
-                column_names=[c.name for c in self._columns],
-                gpu_labels=self._gpu_labels,
-                identity=getattr(self, "identity", None),
-                anchor_uncertainty_ns=stats.clock_anchor_uncertainty_ns,
-                command=read_cmdline(self._pid),
-            )
-        return run
-
-    def gpu_samples(self, *, drain: bool = False) -> Frame:
-        """Every GPU sample the driver buffered, at the driver's own resolution, in long form.
-
-        Columns: ``time`` (``timestamp[ns, UTC]``, the driver's timestamp), ``mono_ns`` (the same
-        instant on the clock of :func:`time.monotonic_ns`), ``gpu`` (the device's column label),
-        ``kind`` (``power_w``, ``gpu_util_pct``, ``mem_util_pct``, ``sm_clock_mhz``,
-        ``mem_clock_mhz``) and ``value``. NVML utilisation is an average over the driver's own
-        window (1/6 s to 1 s depending on the GPU). With ``drain=True`` only rows not returned
-        by an earlier drain. Empty without the ``gpu`` source.
-        """
-        recorder = self._gpu_recorder
-        if recorder is None:
-            return Frame(gpu_sample_table({}, {}))
-        rows = recorder.take() if drain else recorder.peek()
-        return Frame(gpu_sample_table(rows, self._gpu_labels), rows_lost=int(rows["dropped"]))
 
     def stats(self) -> SamplerStats:
         """The sampler's measurement of itself (see :class:`SamplerStats`)."""

@@ -37,6 +37,7 @@ __all__ = [
     "intern",
     "read",
     "recorders",
+    "ring_rows",
     "strings",
     "watch",
     "written",
@@ -124,6 +125,26 @@ def watch(watcher: Watcher) -> Callable[[], None]:
             _running.watchers = tuple(watchers)
 
     return remove
+
+
+def ring_rows(events_dir: str | os.PathLike[str], sampler: object) -> _core.EventsDoorbell:
+    """Edge rows across processes: ``sampler`` (a running :class:`stroboscope.Sampler`) takes a
+    row whenever a process writing shared events into ``events_dir`` opens a scope.
+
+    Makes ``events_dir/doorbell``, which processes map when they make their events file: make
+    it before starting the command (processes started earlier never ring). Returns the doorbell;
+    ``close()`` stops its waiter thread (before the sampler closes). Several scopes opening at
+    once share a row, as in-process edge rows do.
+
+    Raises
+    ------
+    OSError
+        The doorbell cannot be made (no such directory, one is there already).
+    """
+    core = getattr(sampler, "_core", None)
+    if not isinstance(core, _core.Sampler):
+        raise TypeError(f"sampler must be a stroboscope.Sampler, got {type(sampler).__name__}")
+    return _core.EventsDoorbell(os.fspath(events_dir), core)
 
 
 def recorders() -> tuple[Recorder, ...]:

@@ -45,6 +45,12 @@ class SourceStats:
         latest poll was planned to start: the 90th percentiles of its recent call times and of
         its thread's recent wake-up delays, plus a 20 µs margin, so that the reading lands just
         before the row that carries it. 0 for the other sources.
+    interval_ns, first_interval_ns : int
+        How often it is read now, and how often it was read at the start: they differ when the
+        overhead budget (``max_overhead``) slowed it (see :attr:`SamplerStats.rate_changes`).
+        A polled source's are its poll thread's.
+    cost_ns : int
+        CPU time it cost: its poll thread's CPU time (a polled source), else ``read_ns_total``.
     """
 
     name: str
@@ -59,6 +65,43 @@ class SourceStats:
     interface: str = ""
     resolution_ns: int = 0
     poll_lead_ns: int = 0
+    interval_ns: int = 0
+    first_interval_ns: int = 0
+    cost_ns: int = 0
+
+
+@dataclass(frozen=True)
+class RateChange:
+    """One change of a source's rate made by the overhead budget (``max_overhead``).
+
+    Attributes
+    ----------
+    mono_ns : int
+        When it was decided (``CLOCK_MONOTONIC``, as :func:`time.monotonic_ns`).
+    source : str
+        The source whose rate changed.
+    old_interval_ns, new_interval_ns : int
+        Its interval before and after (a lowered rate doubles it; a raised one halves it).
+    reason : str
+        ``"over_budget"`` (lowered, still no slower than the source's declared resolution, so
+        nothing is lost), ``"over_budget_beyond_resolution"`` (lowered past it: values that
+        changed between reads are not seen) or ``"room"`` (raised again).
+    overhead : float
+        The sampler's CPU (a share of one core) over the window that decided it.
+    """
+
+    mono_ns: int
+    source: str
+    old_interval_ns: int
+    new_interval_ns: int
+    reason: str
+    overhead: float
+
+    @classmethod
+    def from_core(cls, raw: tuple[int, str, int, int, str, int]) -> RateChange:
+        """From the extension's tuple (the overhead in millionths of a core)."""
+        mono, source, old, new, reason, ppm = raw
+        return cls(int(mono), str(source), int(old), int(new), str(reason), ppm / 1e6)
 
 
 @dataclass(frozen=True)
@@ -103,6 +146,20 @@ class SamplerStats:
     segments_written, segment_rows_lost : int or None
         With a spool: Parquet segments written, and rows overwritten before a segment took
         them. None without a spool.
+    max_overhead : float
+        The overhead budget (a share of one core; 0.0: off).
+    overhead : float or None
+        The sampler's CPU over the budget's latest window, a share of one core (its thread and
+        its sources' poll threads); None before the first window (about 1 s) or when off.
+    threads_cpu_ns : int
+        CPU time of the sampler thread and its sources' poll threads.
+    rate_changes_total : int
+        Rate changes the budget made since the sampler was built.
+    rate_changes : tuple of RateChange
+        The latest of them (up to 256), oldest first.
+    budget_unmet : int
+        Checks (4 a second) that found the sampler over its budget with no source left to slow:
+        every source at 1 s (or its resolution, if slower), or the cost is the wake-up itself.
     """
 
     interval_ns: int
@@ -134,6 +191,12 @@ class SamplerStats:
     pid: int
     segments_written: int | None = None
     segment_rows_lost: int | None = None
+    max_overhead: float = 0.0
+    overhead: float | None = None
+    threads_cpu_ns: int = 0
+    rate_changes_total: int = 0
+    rate_changes: tuple[RateChange, ...] = ()
+    budget_unmet: int = 0
 
     @classmethod
     def from_core(
@@ -151,6 +214,9 @@ class SamplerStats:
         values["sources"] = tuple(
             SourceStats(**s, **_said_by((details or {}).get(s["name"]))) for s in raw["sources"]
         )
+        values["rate_changes"] = tuple(RateChange.from_core(c) for c in raw.get("rate_changes", ()))
+        ppm = raw.get("overhead_ppm", -1)
+        values["overhead"] = None if ppm < 0 else ppm / 1e6
         values.update(extra)
         return cls(**values)
 

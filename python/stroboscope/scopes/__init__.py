@@ -8,7 +8,9 @@
 
 Scope edges go into an events log in C++ on the sampler's clock; a running Sampler covers the
 scopes its process opens while it runs, and :func:`enable` starts a default session on the first
-scope. With nothing recording, a scope costs an attribute read.
+scope. In a process started by ``stroboscope record -- cmd`` (``STROBOSCOPE_EVENTS_DIR`` in its
+environment) the log lives in a file the recorder reads, and scopes always write. With nothing
+recording, a scope costs an attribute read.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from stroboscope.scopes._session import (
 )
 from stroboscope.scopes._stack import current_labels, current_stack, labels
 from stroboscope.scopes._switchboard import add_open_hook
+from stroboscope.scopes.nvtx_capture import nvtx_injection_path
 
 __all__ = [
     "add_open_hook",
@@ -40,6 +43,7 @@ __all__ = [
     "export_chrome_trace",
     "is_enabled",
     "labels",
+    "nvtx_injection_path",
     "samples_by_scope",
     "session",
     "summary",

@@ -15,7 +15,7 @@ from typing import Any, Callable, TypeVar, cast
 from stroboscope._base.checks import check_text
 from stroboscope._base.nvtx import nvtx_module as _nvtx_module
 from stroboscope.sampling import _scope_log
-from stroboscope.scopes import _stack, _switchboard
+from stroboscope.scopes import _stack, _switchboard, nvtx_capture
 from stroboscope.scopes._stack import _LABELS, _STACK, LabelValue, OpenScope
 
 logger = logging.getLogger("stroboscope")
@@ -69,6 +69,8 @@ class annotate:
             self._domain = "stroboscope" if nvtx is True else (nvtx or None)
         else:
             raise TypeError(f"nvtx must be a bool or a domain name (str), not {nvtx!r}")
+        if self._domain is not None and nvtx_capture.ranges_recorded_here():
+            self._domain = None  # our NVTX capture would record this scope a second time
         self._labels = _stack.check_labels(type(self).__name__ + "()", labels) if labels else {}
         self._scope_id = -1 if name is None else _stack.intern(name)
         self._label_ids: dict[int, int] = {}  # ambient labels id -> id with this scope's own
