@@ -113,7 +113,7 @@ def summary_table(df: pandas.DataFrame) -> ScopeTable:
     """``summary()``'s DataFrame as a table: one row per scope and labels, the durations, then
     each metric figure with its reading count in brackets (``[n]``). Figures the frame did not
     have are left out; a missing label is ``-``; control characters in a name or label are
-    escaped (:func:`~stroboscope.analysis.column_stats.printable`), in the page as in the
+    escaped (:func:`~stroboscope._base.text.printable`), in the page as in the
     terminal."""
     header = [printable(n) for n in df.index.names]
     shown = [f for f in _FIGURES if all(c in df.columns for c in f[1])]
@@ -138,6 +138,6 @@ def summary_table(df: pandas.DataFrame) -> ScopeTable:
 def format_summary(df: pandas.DataFrame) -> str:
     """``summary()``'s DataFrame as an aligned text table (:func:`summary_table`); control
     characters in a name or label are escaped
-    (:func:`~stroboscope.analysis.column_stats.printable`), so each row stays one line."""
+    (:func:`~stroboscope._base.text.printable`), so each row stays one line."""
     header, rows, labels = summary_table(df)
     return text_table(header, rows, left=labels)
