@@ -354,13 +354,24 @@ void test_edge_counters() {
   // Per thread: edge, counters, edge, counters... in index order; begin and end alternate.
   std::vector<std::size_t> seen(kThreads, 0);
   std::vector<std::int64_t> begin_cpu(kThreads, 0), total(kThreads, 0), last(kThreads, 0);
+  // A counters record's other words are counters: its producer is known by its thread id.
+  std::vector<std::int64_t> tids;
   for (std::size_t i = 0; i < r.columns.size(); ++i) {
-    const auto p = static_cast<std::uint32_t>(r.columns.scope_id[i]);
     const std::uint8_t kind = r.columns.kind[i];
+    auto at = std::find(tids.begin(), tids.end(), r.columns.thread_id[i]);
+    if (at == tids.end()) {
+      CHECK(kind == 1);  // a thread's first record is its first begin
+      tids.push_back(r.columns.thread_id[i]);
+      at = tids.end() - 1;
+    }
+    const auto p = static_cast<std::uint32_t>(at - tids.begin());
+    CHECK(p < kThreads);
+    if (p >= kThreads) continue;
+    if (kind <= 2) CHECK_EQ(r.columns.scope_id[i], r.columns.scope_id[i] % kThreads);
     const std::size_t k = seen[p]++;
     if (k % 2 == 0) {
       CHECK_EQ(kind, (k / 2) % 2 == 0 ? 1 : 2);
-      CHECK_EQ(r.columns.stack_id[i], p);
+      CHECK_EQ(r.columns.stack_id[i], r.columns.scope_id[i]);  // the edge's own words
       continue;
     }
     CHECK_EQ(kind, static_cast<std::uint8_t>(EventKind::kCountersRusage));
@@ -373,10 +384,14 @@ void test_edge_counters() {
       total[p] += cpu - begin_cpu[p];
     }
   }
+  CHECK_EQ(tids.size(), std::size_t{kThreads});
+  std::int64_t all_total = 0, all_inside = 0;
   for (std::uint32_t p = 0; p < kThreads; ++p) {
     CHECK_EQ(seen[p], std::size_t{kEach} * 4);
-    CHECK(total[p] >= inside[p]);  // the clock pairs hold the CPU time measured inside
+    all_total += total[p];
+    all_inside += inside[p];
   }
+  CHECK(all_total >= all_inside);  // the clock pairs hold the CPU time measured inside
   log.set_counters(0);
   const std::uint64_t before = log.written();
   log.push(EventKind::kBegin, 9, 0, 0, 9);
