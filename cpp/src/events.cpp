@@ -272,7 +272,9 @@ void EventLog::push_counted(EventKind kind, std::uint32_t scope_id, std::uint16_
   if (bell_ != nullptr && kind == EventKind::kBegin) [[unlikely]] ring_doorbell(bell_);
 }
 
-void EventLog::write(Slot* slots, const std::uint64_t (&words)[4]) noexcept {
+// Inlined into push(): the plain edge pays no call for it.
+[[gnu::always_inline]] inline void EventLog::write(Slot* slots,
+                                                   const std::uint64_t (&words)[4]) noexcept {
   // relaxed: the counter only hands out distinct indices; the slot's state word carries every
   // ordering the reader needs.
   const std::uint64_t j = claim_.fetch_add(1, std::memory_order_relaxed);

@@ -4,7 +4,7 @@ figures come from the edges and which from the rows."""
 from __future__ import annotations
 
 import pyarrow as pa
-from _scope_tables import frame, intervals
+from _scope_tables import Call, frame, intervals
 from stroboscope.analysis.scopes import summary
 
 MS = 1_000_000
@@ -18,7 +18,7 @@ def _with_counters(table: pa.Table, cpu_ns: list[int | None]) -> pa.Table:
 
 
 def test_cpu_ms_edges_is_the_mean_of_the_calls_own_cpu_time() -> None:
-    calls = [
+    calls: list[Call] = [
         ("a", "a", 1, 1, 0, 0, 1 * MS, {}),
         ("a", "a", 1, 1, 0, 2 * MS, 3 * MS, {}),
         ("a", "a", 1, 1, 0, 4 * MS, 5 * MS, {}),  # no counters on its edges

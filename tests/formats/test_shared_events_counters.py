@@ -106,7 +106,7 @@ def test_a_version_1_file_is_read_and_another_version_is_named(tmp_path: Path) -
     (v1 / "10.py.sev").write_bytes(bytes(data))
     struct.pack_into("<I", data, 8, 3)
     (v3 / "10.py.sev").write_bytes(bytes(data))
-    events, counts = read_events_file(v1 / "10.py.sev")
+    _, counts = read_events_file(v1 / "10.py.sev")
     assert counts.records == 6 and not counts.damaged
     _, counts = read_events_file(v3 / "10.py.sev")
     assert counts.damaged == "layout version 3 (this reader knows versions 1 and 2)"

@@ -49,7 +49,10 @@ SCOPE_COLUMNS = ("scope", "scope_name", "thread_id", "stack_id", "scope_depth")
 """The columns :func:`~stroboscope.analysis.scopes.samples_by_scope` adds to the samples."""
 
 RESERVED_LABELS = frozenset(
-    {*BASE_COLUMNS, *SCOPE_COLUMNS, *(f.name for f in PROCESS_FIELDS),
+    {
+        *BASE_COLUMNS,
+        *SCOPE_COLUMNS,
+        *(f.name for f in PROCESS_FIELDS),
         *(f.name for f in COUNTER_FIELDS),
         "time",
         "mono_ns",

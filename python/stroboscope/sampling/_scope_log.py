@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Recorder",
-    "check_edge_counters",
     "ScopeRecording",
     "begin",
+    "check_edge_counters",
     "end",
     "intern",
     "read",
@@ -239,10 +239,10 @@ class ScopeRecording:
         """The raw scope edges of this sampler's runs still in the events log.
 
         Columns ``mono_ns``, ``kind`` (1 begin, 2 end), ``thread_id``, ``scope_id``, ``depth``,
-        ``labels_id``, ``stack_id``, and with edge counters (``stroboscope.enable(
-        edge_counters=...)``) each edge's own counters
-        (:data:`~stroboscope.formats.shared_events.COUNTER_COLUMNS`); schema metadata ``events_lost`` counts edges the log
-        overwrote before this read (its capacity is ``_core.events_stats()["capacity"]``).
+        ``labels_id``, ``stack_id``, and with edge counters (``edge_counters=``) each edge's
+        own counters (:data:`~stroboscope.formats.shared_events.COUNTER_COLUMNS`); schema
+        metadata ``events_lost`` counts edges the log overwrote before this read (its capacity
+        is ``_core.events_stats()["capacity"]``).
         """
         tables, lost = [], 0
         now = int(written())
