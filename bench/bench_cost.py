@@ -14,7 +14,6 @@ from __future__ import annotations
 import inspect
 import os
 import resource
-import threading
 import time
 import timeit
 from collections.abc import Sequence
@@ -32,7 +31,7 @@ from bench_common import (
     spread_pct,
     verdict,
 )
-from psutil_baseline import SeedSampler
+from psutil_baseline import SeedSampler, psutil_thread_cost
 
 SEED_SOURCES = ["cpu", "memory", "network", "disk", "process"]
 # floor.c item for each stroboscope source, to set the per-source split beside the floor.
@@ -295,30 +294,7 @@ def _strobo_all_in(seconds: float) -> float:
 
 def _psutil_all_in(seconds: float) -> float:
     """ns of process CPU per sample of a psutil thread asked for 1 kHz, the main thread asleep."""
-    baseline = SeedSampler()
-    stop = threading.Event()
-    count = [0]
-
-    def loop() -> None:
-        deadline = time.monotonic()
-        while not stop.is_set():
-            baseline.sample()
-            count[0] += 1
-            deadline += 0.001
-            delay = deadline - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                deadline = time.monotonic()  # behind: skip, never bunch
-
-    t = threading.Thread(target=loop)
-    c0 = _process_cpu_s()
-    t.start()
-    time.sleep(seconds)
-    stop.set()
-    t.join()
-    c1 = _process_cpu_s()
-    return (c1 - c0) * 1e9 / max(1, count[0])
+    return psutil_thread_cost(seconds)[0]
 
 
 def _floor_all_in(floor: Floor, seconds: float, variant: str = "seed") -> float:

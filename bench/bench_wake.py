@@ -45,7 +45,7 @@ from typing import Any
 import stroboscope
 from bench_common import OtherLoad, cpu_model, log
 from bench_rate import busy_loop, calibrate
-from psutil_baseline import SeedSampler
+from psutil_baseline import psutil_thread_cost
 
 BENCH_DIR = Path(__file__).resolve().parent
 TARGET_ABOVE_WAKE = 0.3  # stroboscope's work above the wake over the naive sampler's
@@ -150,29 +150,8 @@ def _strobo(interval: float, seconds: float, sources: Any = None) -> dict[str, A
 
 def _psutil(seconds: float) -> dict[str, Any]:
     """A psutil thread asked for 1 kHz: process CPU per sample taken, the main thread asleep."""
-    baseline = SeedSampler()
-    stop = threading.Event()
-    count = [0]
-
-    def loop() -> None:
-        deadline = time.monotonic()
-        while not stop.is_set():
-            baseline.sample()
-            count[0] += 1
-            deadline += 0.001
-            delay = deadline - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                deadline = time.monotonic()
-
-    t = threading.Thread(target=loop)
-    c0 = _process_cpu_ns()
-    t.start()
-    time.sleep(seconds)
-    stop.set()
-    t.join()
-    return {"all_in_ns": (_process_cpu_ns() - c0) / max(1, count[0]), "taken": count[0]}
+    all_in_ns, taken = psutil_thread_cost(seconds)
+    return {"all_in_ns": all_in_ns, "taken": taken}
 
 
 def med(values: list[float]) -> float:

@@ -108,3 +108,26 @@ def test_several_files_are_several_series(tmp_path: Path) -> None:
     assert [s.label for s in series] == ["one", "two"]
     totals = [s.table.column("net.sent_bytes").to_pylist()[-1] for s in series]
     assert totals == [40, 80]
+
+
+def test_a_recording_read_one_column_at_a_time_is_the_file_read_whole(tmp_path: Path) -> None:
+    from stroboscope.export._inputs import _read_columns
+
+    meta = {"unit": "%", "kind": "rate"}
+    table = pa.table(
+        {
+            "time": pa.array([1, 2, 3], pa.timestamp("ns", "UTC")),
+            "mono_ns": pa.array([1, 2, 3], pa.int64()),
+            "cpu.util_pct": pa.array([None, 5.0, None], pa.float64()),
+        }
+    )
+    schema = table.schema.set(2, table.schema.field(2).with_metadata(meta))
+    table = table.cast(schema).replace_schema_metadata({"stroboscope.rows_lost": "0"})
+    path = tmp_path / "run.parquet"
+    pq.write_table(table, path, row_group_size=2)  # two row groups
+    pf = pq.ParquetFile(path)
+    got = _read_columns(pf, None)
+    assert got.equals(pf.read()) and got.schema.equals(pf.read().schema, check_metadata=True)
+    assert got.schema.field("cpu.util_pct").metadata == {b"unit": b"%", b"kind": b"rate"}
+    part = _read_columns(pf, ["time", "cpu.util_pct"])
+    assert part.equals(pf.read(columns=["time", "cpu.util_pct"]))

@@ -282,3 +282,23 @@ def test_columns_go_to_their_plots() -> None:
         {"%": ("gpu.0.util_pct",), "mJ (total since start)": ("gpu.0.energy_mj",)},
     )
     assert got["network"][1] == {"bytes/s": ("net.sent_bytes_per_s",)}  # the counter's rate
+
+
+def test_lean_memory_pool_is_jemalloc_where_pyarrow_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stroboscope.export.report import lean_memory_pool
+
+    before = pa.default_memory_pool()
+    try:
+        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
+        assert lean_memory_pool() == before.backend_name  # a pool the user named is kept
+        monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
+        try:
+            pa.jemalloc_memory_pool()
+        except NotImplementedError:
+            assert lean_memory_pool() == before.backend_name
+        else:
+            assert lean_memory_pool() == "jemalloc"
+    finally:
+        pa.set_memory_pool(before)

@@ -130,9 +130,11 @@ def series(samples: pa.Table, column: str) -> Series:
     """The valid cells of ``column`` (see the module docstring for their times)."""
     t = _times(samples, column)
     col = samples.column(column)
-    valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    v = np.asarray(col.cast(pa.float64()).fill_null(0.0).to_numpy(), dtype=np.float64)
-    return _sorted(column, t[valid], v[valid])
+    if col.null_count:  # its readings only: no filled copy of every row
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        t, col = t[valid], col.drop_null()
+    v = np.asarray(col.cast(pa.float64()).to_numpy(), dtype=np.float64)
+    return _sorted(column, t, v)
 
 
 def total_series(samples: pa.Table, columns: list[str], name: str) -> Series:
@@ -188,14 +190,28 @@ def expand(lo: I64, hi: I64) -> tuple[I64, I64]:
     return flat, starts
 
 
+RANGE_BATCH = 1 << 20
+"""Readings :func:`range_max` expands at once: nested scopes over a 1-hour 1 kHz run cover
+about 13M readings, 200 MiB of indices and values expanded whole."""
+
+
 def range_max(v: F64, lo: I64, hi: I64) -> F64:
-    """Maximum of ``v[lo:hi]`` per range (NaN for an empty range)."""
+    """Maximum of ``v[lo:hi]`` per range (NaN for an empty range): ranges of up to
+    :data:`RANGE_BATCH` readings in all expanded at once, a longer range read in place."""
     out = np.full(len(lo), np.nan)
-    nonempty = hi > lo
-    if not nonempty.any():
+    idx = np.flatnonzero(hi > lo)
+    if not len(idx):
         return out
-    flat, starts = expand(lo[nonempty], hi[nonempty])
-    out[nonempty] = np.maximum.reduceat(v[flat], starts)
+    sizes = hi[idx] - lo[idx]
+    for i in idx[sizes > RANGE_BATCH]:  # one range over the batch: its own view, no copy
+        out[i] = v[lo[i] : hi[i]].max()
+    idx, sizes = idx[sizes <= RANGE_BATCH], sizes[sizes <= RANGE_BATCH]
+    batch = (np.cumsum(sizes) - sizes) // RANGE_BATCH  # each batch under twice RANGE_BATCH
+    bounds = [0, *(np.flatnonzero(np.diff(batch)) + 1).tolist(), len(idx)]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        part = idx[a:b]
+        flat, starts = expand(lo[part], hi[part])
+        out[part] = np.maximum.reduceat(v[flat], starts)
     return out
 
 

@@ -13,6 +13,7 @@ from stroboscope.export.report import (
     build_report,
     check_output_path,
     check_outputs,
+    lean_memory_pool,
     write_html,
     write_pngs,
 )
@@ -27,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(
         args.output, args.png, args.static
     )  # before any work: a bad -o is not said after the text
+    lean_memory_pool()  # this process reads the recording whole: a pool that gives pages back
     report = build_report(
         args.inputs,
         columns=args.columns,

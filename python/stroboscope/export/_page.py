@@ -144,8 +144,8 @@ def page_data(
     out_series = []
     monos = []
     for s, t0 in zip(series, origins):
-        mono = s.table.column("mono_ns").to_numpy(zero_copy_only=False).astype(np.int64)
-        monos.append(mono)
+        mono = np.asarray(s.table.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
+        monos.append(mono)  # the table's own buffer where it is one chunk of int64: no copy
         origin = t0 - s.anchor_ns  # this series' monotonic ns at its time 0
         out_series.append(
             {"label": s.label, "rows": s.table.num_rows, "time": encode_time(blob, mono, origin)}

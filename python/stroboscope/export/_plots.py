@@ -384,11 +384,16 @@ def _draw_group(
                 if col not in s.table.column_names:
                     continue
                 c = s.table.column(col)
-                valid = c.is_valid()
+                if c.null_count:  # its readings only
+                    valid = c.is_valid()
+                    c, x_col = c.filter(valid), x_all.filter(valid)
+                    rows = np.flatnonzero(valid.to_numpy(zero_copy_only=False))
+                else:  # a reading on every row: no filtered copies
+                    x_col, rows = x_all, np.arange(len(c))
                 # unsafe: a uint64 beyond 2**53 is drawn rounded, not refused
-                y = c.filter(valid).cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
-                x = x_all.filter(valid).to_numpy(zero_copy_only=False)
-                rows = np.flatnonzero(valid.to_numpy(zero_copy_only=False))
+                y = c.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+                x = x_col.to_numpy(zero_copy_only=False)
+                del c, x_col
                 far = np.abs(y) > DRAWABLE  # matplotlib cannot lay out axes out there
                 if far.any():
                     ax.text(
@@ -403,12 +408,15 @@ def _draw_group(
                     )
                     x, y, rows = x[~far], y[~far], rows[~far]
                 ok = ~np.isnan(y)
-                x, y, rows = x[ok], y[ok], rows[ok]
+                if not ok.all():
+                    x, y, rows = x[ok], y[ok], rows[ok]
+                del ok
                 if len(y) == 0:
                     continue
                 rate = column_kind(s.table.schema.field(col)) == "rate"
                 # ns from the origin before any float: realtime ns in float64 lose 256 ns
-                x = x.astype(np.int64) - t0
+                x = x.astype(np.int64)  # a copy: the table's buffer is not changed
+                x -= t0
                 xs, ys, alone = step_path(x, y, rate, WIDTH_PX, first - t0, last - t0, rows)
                 name = f"{col} [{s.label}]" if many else col
                 (line,) = ax.plot(xs / 1e9, ys, linewidth=0.9, label=name)
@@ -438,7 +446,7 @@ def _draw_group(
 
 def row_spacing_ns(series: Recording) -> np.ndarray[Any, Any]:
     """Time between consecutive rows of a series (ns)."""
-    mono = series.table.column("mono_ns").to_numpy(zero_copy_only=False).astype(np.int64)
+    mono = np.asarray(series.table.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
     return np.diff(mono)
 
 
