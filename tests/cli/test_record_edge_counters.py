@@ -46,6 +46,19 @@ def test_the_recording_has_each_calls_exact_cpu_time(tmp_path: Path) -> None:
     assert len(cpu) == 50 and (excess >= 0).all() and np.median(excess) < 50_000, excess
 
 
+def test_the_report_shows_the_cpu_time_per_call_from_the_edges(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _record(tmp_path, "--edge-counters", "cpu", "--no-nvtx")
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "run.parquet")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("scope "))
+    assert "cpu/call (edges)" in header
+    spin = next(line for line in lines[lines.index(header) :] if line.startswith("spin "))
+    assert "µs [50]" in spin or "ms [50]" in spin
+
+
 def test_off_by_default(tmp_path: Path) -> None:
     scopes, _ = _record(tmp_path, "--no-nvtx")
     assert "cpu_ns" not in pq.read_table(scopes).column_names
