@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, printable, text_table
+from stroboscope._base.text import printable
+from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
 
 if TYPE_CHECKING:
     import pandas
