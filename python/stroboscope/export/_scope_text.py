@@ -84,6 +84,7 @@ _FIGURES: tuple[tuple[str, tuple[str, ...], str | None, str], ...] = (
     ("p99", ("p99_s",), None, "s"),
     ("max", ("max_s",), None, "s"),
     ("excl", ("exclusive_s",), None, "s"),
+    ("cpu/call (edges)", ("cpu_ms_edges",), "cpu_ms_edges_n", "ms"),
     ("cpu % mean/max", ("cpu_pct_mean", "cpu_pct_max"), "cpu_pct_n", "num"),
     ("rss max/growth", ("rss_bytes_max", "rss_bytes_growth"), "rss_bytes_n", "bytes"),
     ("gpu % mean/max", ("gpu_util_pct_mean", "gpu_util_pct_max"), "gpu_util_pct_n", "num"),
@@ -104,6 +105,8 @@ def _value(v: Any, kind: str) -> str:
         return str(int(x))
     if kind == "s":
         return fmt_seconds(x)
+    if kind == "ms":
+        return fmt_seconds(x / 1e3)
     if kind == "bytes":
         return fmt_value(x, "bytes")
     return f"{x:.4g}"
