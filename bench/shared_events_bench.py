@@ -7,7 +7,10 @@ from its first edge on): ``floor``, ``in-process`` (no variable, a Sampler runni
 ``shared`` (``STROBOSCOPE_EVENTS_DIR`` set to a new directory under the temporary directory, no
 Sampler), ``shared + edge rows`` (the same, with this process's Sampler asking for a row at
 each begin through the directory's doorbell, ``ring_rows``) and, where the machine has one,
-``shared, tmpfs`` (the directory on ``/dev/shm``).
+``shared, tmpfs`` (the directory on ``/dev/shm``). The scope with edge counters (each edge
+followed by its thread's own CPU clock, and in ``rusage`` its ``getrusage(RUSAGE_THREAD)``)
+beside the plain one: ``in-process, edge counters`` (``Sampler(edge_counters=True)``),
+``in-process, edge counters rusage``, ``shared, edge counters`` (``STROBOSCOPE_EDGE_COUNTERS=cpu``).
 
 Usage::
 
@@ -64,8 +67,13 @@ def _child(mode: str, n: int, repeats: int) -> dict[str, float]:
     loop = per_call(empty)
     if mode == "floor":
         return {"ns": per_call(floor) - loop}
-    if mode == "in-process":
-        with stroboscope.Sampler(0.001, sources=["memory"], capacity=1 << 12):
+    if mode.startswith("in-process"):
+        options: dict[str, Any] = {}  # none for the plain scope (a build without the option)
+        if mode.endswith("edge counters"):
+            options["edge_counters"] = "cpu"
+        elif mode.endswith("edge counters rusage"):
+            options["edge_counters"] = "rusage"
+        with stroboscope.Sampler(0.001, sources=["memory"], capacity=1 << 12, **options):
             return {"ns": per_call(scoped) - loop}
     return {"ns": per_call(scoped) - loop}  # shared: the variable is set, no Sampler
 
@@ -83,8 +91,11 @@ def _run_child(mode: str, n: int, repeats: int, events_dir: str | None) -> float
                 bell.close()
     env = dict(os.environ)
     env.pop("STROBOSCOPE_EVENTS_DIR", None)
+    env.pop("STROBOSCOPE_EDGE_COUNTERS", None)
     if events_dir is not None:
         env["STROBOSCOPE_EVENTS_DIR"] = events_dir
+    if mode == "shared, edge counters":
+        env["STROBOSCOPE_EDGE_COUNTERS"] = "cpu"
     out = subprocess.run(
         [sys.executable, __file__, "--child", mode, "--n", str(n), "--repeats", str(repeats)],
         env=env,
@@ -132,8 +143,15 @@ def main() -> None:
         return
 
     tmpfs = TMPFS if os.path.isdir(TMPFS) else None
-    dirs = {"shared": None, "shared + edge rows": None, "shared, tmpfs": tmpfs}
-    modes = ["floor", "in-process", "shared", "shared + edge rows"]
+    dirs = {
+        "shared": None,
+        "shared + edge rows": None,
+        "shared, tmpfs": tmpfs,
+        "shared, edge counters": None,
+    }
+    modes = ["floor", "in-process", "in-process, edge counters"]
+    modes += ["in-process, edge counters rusage", "shared", "shared, edge counters"]
+    modes += ["shared + edge rows"]
     modes += ["shared, tmpfs"] if tmpfs else []
     results: dict[str, list[float]] = {m: [] for m in modes}
     made = []

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _scope_tables import Call, frame, intervals
-from stroboscope.analysis.column_stats import printable
+from stroboscope._base.text import printable
 from stroboscope.analysis.scopes import samples_by_scope
 from stroboscope.export.report import build_report
 from stroboscope.export.traces import write_chrome_trace

@@ -250,6 +250,33 @@ void register_events(py::module_& m) {
       },
       py::arg("capacity"), "Set the events ring's capacity (before the first event only).");
   m.def(
+      "events_counters",
+      [](const py::object& mode) -> std::string {
+        if (!mode.is_none()) {
+          if (!py::isinstance<py::str>(mode)) {
+            throw py::type_error(std::string("events_counters(): mode must be None or a str, got ") +
+                                 Py_TYPE(mode.ptr())->tp_name);
+          }
+          const auto m = mode.cast<std::string>();
+          std::uint8_t bits = 0;
+          if (m == "cpu") {
+            bits = kEdgeCountersCpu;
+          } else if (m == "rusage") {
+            bits = kEdgeCountersCpu | kEdgeCountersRusage;
+          } else if (m != "off") {
+            throw py::value_error("events_counters(): mode must be 'off', 'cpu' or 'rusage', got " +
+                                  py::repr(mode).cast<std::string>());
+          }
+          EventLog::global().set_counters(bits);
+        }
+        const std::uint8_t now = EventLog::global().counters();
+        return now == 0 ? "off" : (now & kEdgeCountersRusage) != 0 ? "rusage" : "cpu";
+      },
+      py::arg("mode") = py::none(),
+      "Edge counters: each edge is followed by a record of its thread's own CPU clock ('cpu') "
+      "and its getrusage(RUSAGE_THREAD) faults and context switches ('rusage'); 'off' stops "
+      "them. Returns the mode now (None: only asks).");
+  m.def(
       "events_shared_path",
       []() -> py::object {
         std::string path = EventLog::global().file_path();

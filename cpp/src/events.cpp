@@ -3,10 +3,13 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <limits>
 #include <stdexcept>
 
@@ -23,6 +26,15 @@ thread_local std::int32_t t_thread_id = 0;
 std::int32_t current_thread_id() noexcept {
   if (t_thread_id == 0) t_thread_id = static_cast<std::int32_t>(gettid());
   return t_thread_id;
+}
+
+// The edge-counters mode $STROBOSCOPE_EDGE_COUNTERS names (0 for off or anything unknown).
+std::uint8_t counters_from_env() noexcept {
+  const char* v = std::getenv(kEdgeCountersEnv);
+  if (v == nullptr) return 0;
+  if (std::strcmp(v, "cpu") == 0) return kEdgeCountersCpu;
+  if (std::strcmp(v, "rusage") == 0) return kEdgeCountersCpu | kEdgeCountersRusage;
+  return 0;
 }
 
 bool valid_capacity(std::uint64_t c) noexcept {
@@ -123,6 +135,10 @@ bool EventLog::ensure_ring() noexcept {
     // relaxed: see memory_pid_. The recorder in this process reads its events from memory.
     const bool keep = memory_pid_.load(std::memory_order_relaxed) == getpid();
     if (dir != nullptr && *dir != '\0' && !keep) {
+      // relaxed: a mode; a set_counters() racing with the first event wins or loses, both fine.
+      if (counters_.load(std::memory_order_relaxed) == 0) {
+        counters_.store(counters_from_env(), std::memory_order_relaxed);
+      }
       // A recorder may size its command's rings: $STROBOSCOPE_EVENTS_CAPACITY (records, a power
       // of two in [2, 2**32]; anything else is ignored). Before any event: nothing uses mask_.
       if (const char* cap = std::getenv(kEventsCapacityEnv); cap != nullptr) {
@@ -208,8 +224,64 @@ void EventLog::push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
     }
     slots = slots_.load(std::memory_order_acquire);
   }
-  const std::int64_t now = mono_ns();
+  // relaxed: a mode, ordering nothing. Off (the default): one load and a branch.
+  if (const std::uint8_t mode = counters_.load(std::memory_order_relaxed); mode != 0)
+      [[unlikely]] {
+    push_counted(kind, scope_id, depth, labels_id, stack_id, mode);
+    return;
+  }
   const std::uint64_t tid = static_cast<std::uint32_t>(current_thread_id());
+  const std::uint64_t words[4] = {
+      static_cast<std::uint64_t>(mono_ns()), stack_id,
+      std::uint64_t{scope_id} | (std::uint64_t{labels_id} << 32),
+      tid | (std::uint64_t{depth} << 32) | (std::uint64_t{static_cast<std::uint8_t>(kind)} << 48)};
+  write(slots, words);
+  // An outside recorder that asked for edge rows: a scope opening asks for one.
+  if (bell_ != nullptr && kind == EventKind::kBegin) [[unlikely]] ring_doorbell(bell_);
+}
+
+void EventLog::set_counters(std::uint8_t mode) noexcept {
+  counters_.store(mode & (kEdgeCountersCpu | kEdgeCountersRusage), std::memory_order_relaxed);
+}
+
+void EventLog::push_counted(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
+                            std::uint32_t labels_id, std::uint64_t stack_id,
+                            std::uint8_t mode) noexcept {
+  Slot* slots = slots_.load(std::memory_order_acquire);  // push() made the ring
+  const std::uint64_t tid = static_cast<std::uint32_t>(current_thread_id());
+  const std::uint64_t where = tid | (std::uint64_t{depth} << 32);
+  std::uint64_t edge[4] = {
+      0, stack_id, std::uint64_t{scope_id} | (std::uint64_t{labels_id} << 32),
+      where | (std::uint64_t{static_cast<std::uint8_t>(kind)} << 48)};
+  std::uint64_t counted[4] = {
+      0, 0, 0, where | (std::uint64_t{static_cast<std::uint8_t>(EventKind::kCounters)} << 48)};
+  // The thread's own counters: read after a begin is written, before an end is, so the scope's
+  // difference holds its own code and not the log's.
+  auto read_counters = [&]() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    counted[0] = static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u +
+                 static_cast<std::uint64_t>(ts.tv_nsec);
+    rusage ru{};
+    if ((mode & kEdgeCountersRusage) != 0 && getrusage(RUSAGE_THREAD, &ru) == 0) {
+      const auto lo = [](long v) { return static_cast<std::uint64_t>(v) & 0xFFFFFFFFu; };
+      counted[1] = lo(ru.ru_minflt) | (lo(ru.ru_majflt) << 32);
+      counted[2] = lo(ru.ru_nvcsw) | (lo(ru.ru_nivcsw) << 32);
+      counted[3] = where | (std::uint64_t{static_cast<std::uint8_t>(EventKind::kCountersRusage)}
+                            << 48);
+    }
+  };
+  if (kind == EventKind::kEnd) read_counters();
+  edge[0] = static_cast<std::uint64_t>(mono_ns());
+  write(slots, edge);
+  if (kind != EventKind::kEnd) read_counters();
+  write(slots, counted);
+  if (bell_ != nullptr && kind == EventKind::kBegin) [[unlikely]] ring_doorbell(bell_);
+}
+
+// Inlined into push(): the plain edge pays no call for it.
+[[gnu::always_inline]] inline void EventLog::write(Slot* slots,
+                                                   const std::uint64_t (&words)[4]) noexcept {
   // relaxed: the counter only hands out distinct indices; the slot's state word carries every
   // ordering the reader needs.
   const std::uint64_t j = claim_.fetch_add(1, std::memory_order_relaxed);
@@ -253,18 +325,12 @@ void EventLog::push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
   // release stores (plain moves on x86): each orders the "writing j" state before it, so a
   // reader that loads any of these words (acquire) and then re-reads the state sees at least
   // "writing j" and discards the copy: the seqlock re-check of read().
-  const std::uint64_t words[4] = {
-      static_cast<std::uint64_t>(now), stack_id,
-      std::uint64_t{scope_id} | (std::uint64_t{labels_id} << 32),
-      tid | (std::uint64_t{depth} << 32) | (std::uint64_t{static_cast<std::uint8_t>(kind)} << 48)};
   for (int w = 0; w < 4; ++w) {
     std::atomic_ref<std::uint64_t>(slot.words[w]).store(words[w], std::memory_order_release);
   }
   // release: the record's words happen-before this; a reader that loads "published j" (acquire)
   // sees all four.
   state.store(published(j), std::memory_order_release);
-  // An outside recorder that asked for edge rows: a scope opening asks for one.
-  if (bell_ != nullptr && kind == EventKind::kBegin) [[unlikely]] ring_doorbell(bell_);
 }
 
 void EventLog::count_drop(std::uint64_t j) noexcept {

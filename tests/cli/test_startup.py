@@ -50,6 +50,7 @@ def test_version_imports_no_command_and_neither_numpy_nor_pyarrow() -> None:
     assert got["ours"] == [
         "stroboscope._base",
         "stroboscope._base.lazy",
+        "stroboscope._base.text",  # the error path's escape: imported before any error
         "stroboscope._base.version",
         "stroboscope.cli",
     ]

@@ -1,5 +1,6 @@
 // EventLog: order, overwrite accounting, torn-read detection, many producers, interning, fork.
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -313,6 +314,90 @@ void test_fork_child_goes_on() {
 
 }  // namespace
 
+std::int64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// Edge counters: off by default; on, every edge is followed by its thread's counters record,
+// also with several producers at once (each pairs with its own thread's latest edge), and a
+// scope's CPU clock difference holds the CPU time spent inside it.
+void test_edge_counters() {
+  EventLog off(64);
+  CHECK_EQ(off.counters(), 0);
+  off.push(EventKind::kBegin, 1, 0, 0, 1);
+  CHECK_EQ(off.written(), 1u);  // no counters record
+
+  constexpr std::uint32_t kThreads = 4;
+  constexpr std::uint32_t kEach = 5000;  // scopes per thread: 2 edges, 2 counters records
+  EventLog log(std::uint64_t{1} << 17);
+  log.set_counters(stroboscope::kEdgeCountersCpu | stroboscope::kEdgeCountersRusage);
+  CHECK_EQ(log.counters(), 3);
+  std::vector<std::int64_t> inside(kThreads, 0);
+  std::vector<std::thread> producers;
+  for (std::uint32_t p = 0; p < kThreads; ++p) {
+    producers.emplace_back([&, p] {
+      for (std::uint32_t n = 0; n < kEach; ++n) {
+        log.push(EventKind::kBegin, p, 0, 0, p);
+        const std::int64_t t0 = thread_cpu_ns();
+        const std::int64_t t1 = thread_cpu_ns();
+        inside[p] += t1 - t0;
+        log.push(EventKind::kEnd, p, 0, 0, p);
+      }
+    });
+  }
+  for (auto& t : producers) t.join();
+  EventRead r = log.read(0, kAll);
+  CHECK_EQ(r.lost, 0u);
+  CHECK_EQ(r.columns.size(), std::size_t{kThreads} * kEach * 4);
+  // Per thread: edge, counters, edge, counters... in index order; begin and end alternate.
+  std::vector<std::size_t> seen(kThreads, 0);
+  std::vector<std::int64_t> begin_cpu(kThreads, 0), total(kThreads, 0), last(kThreads, 0);
+  // A counters record's other words are counters: its producer is known by its thread id.
+  std::vector<std::int64_t> tids;
+  for (std::size_t i = 0; i < r.columns.size(); ++i) {
+    const std::uint8_t kind = r.columns.kind[i];
+    auto at = std::find(tids.begin(), tids.end(), r.columns.thread_id[i]);
+    if (at == tids.end()) {
+      CHECK(kind == 1);  // a thread's first record is its first begin
+      tids.push_back(r.columns.thread_id[i]);
+      at = tids.end() - 1;
+    }
+    const auto p = static_cast<std::uint32_t>(at - tids.begin());
+    CHECK(p < kThreads);
+    if (p >= kThreads) continue;
+    const std::size_t k = seen[p]++;
+    if (k % 2 == 0) {
+      CHECK_EQ(kind, (k / 2) % 2 == 0 ? 1 : 2);
+      CHECK(r.columns.scope_id[i] < kThreads);
+      CHECK_EQ(r.columns.stack_id[i], r.columns.scope_id[i]);  // the edge's own words
+      continue;
+    }
+    CHECK_EQ(kind, static_cast<std::uint8_t>(EventKind::kCountersRusage));
+    const std::int64_t cpu = r.columns.mono_ns[i];  // a counters record's first word
+    CHECK(cpu >= last[p]);
+    last[p] = cpu;
+    if ((k / 2) % 2 == 0) {
+      begin_cpu[p] = cpu;
+    } else {
+      total[p] += cpu - begin_cpu[p];
+    }
+  }
+  CHECK_EQ(tids.size(), std::size_t{kThreads});
+  std::int64_t all_total = 0, all_inside = 0;
+  for (std::uint32_t p = 0; p < kThreads; ++p) {
+    CHECK_EQ(seen[p], std::size_t{kEach} * 4);
+    all_total += total[p];
+    all_inside += inside[p];
+  }
+  CHECK(all_total >= all_inside);  // the clock pairs hold the CPU time measured inside
+  log.set_counters(0);
+  const std::uint64_t before = log.written();
+  log.push(EventKind::kBegin, 9, 0, 0, 9);
+  CHECK_EQ(log.written(), before + 1);
+}
+
 int main() {
   test_fork_child_goes_on();  // first, while the process has one thread
   test_order_and_fields();
@@ -323,5 +408,6 @@ int main() {
   test_many_producers_overwriting();
   test_configure();
   test_intern();
+  test_edge_counters();
   TEST_MAIN_END();
 }

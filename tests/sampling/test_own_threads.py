@@ -19,14 +19,20 @@ from stroboscope.sampling import CoreSampler
 
 
 def _cpu_s(table: pa.Table, column: str) -> float:
-    """CPU seconds the rows of a rate column in % add up to: each row's value over the span
-    since the previous row (the value covers the time since the previous read)."""
+    """CPU seconds the rows of a rate column in % add up to: each reading's value over the span
+    since the column's previous reading (the value covers the time since the previous read,
+    which is the previous row only while the source is read every tick: the overhead budget
+    may read it less often)."""
     mono = table.column("mono_ns").to_pylist()
     pct = table.column(column).to_pylist()
     total = 0.0
-    for k in range(1, len(mono)):
-        if pct[k] is not None:
-            total += pct[k] / 100.0 * (mono[k] - mono[k - 1]) / 1e9
+    previous: int | None = None
+    for k in range(len(mono)):
+        if pct[k] is None:
+            continue
+        if previous is not None:
+            total += pct[k] / 100.0 * (mono[k] - previous) / 1e9
+        previous = mono[k]
     return total
 
 

@@ -59,7 +59,18 @@ namespace stroboscope {
 
 struct EventFile;  // shared_events.hpp
 
-enum class EventKind : std::uint8_t { kBegin = 1, kEnd = 2 };
+// kCounters, kEdgeCountersRusage: the opening thread's own counters at the edge just before it (edge
+// counters, opt-in, set_counters()), written by the same thread right after its edge, so a
+// reader pairs it with the latest edge of that thread before it. Its four words: thread CPU ns
+// (CLOCK_THREAD_CPUTIME_ID) | minor faults + major faults << 32 | voluntary + involuntary
+// context switches << 32 (getrusage(RUSAGE_THREAD), low 32 bits each; both words 0 in kind
+// kCounters, which has the CPU clock only) | tid (32 bits) + depth << 32 + kind << 48. At a begin
+// the counters are read after the edge is written, at an end before it (the record follows the
+// edge either way): a scope's difference leaves out the log's own writes.
+enum class EventKind : std::uint8_t { kBegin = 1, kEnd = 2, kCounters = 3, kCountersRusage = 4 };
+// Edge-counter modes (set_counters()): bits.
+inline constexpr std::uint8_t kEdgeCountersCpu = 1;
+inline constexpr std::uint8_t kEdgeCountersRusage = 2;
 
 // One event as the reader hands it out (the ring stores it packed into four 64-bit words).
 struct EventRecord {
@@ -132,6 +143,15 @@ class EventLog {
   void push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth, std::uint32_t labels_id,
             std::uint64_t stack_id) noexcept;
 
+  // Edge counters (kCounters above): 0 off (the default), kCountersCpu, or kEdgeCountersCpu |
+  // kEdgeCountersRusage. Any thread, any time; edges pushed after it carry them. A shared log whose
+  // ring is made while this is 0 takes $STROBOSCOPE_EDGE_COUNTERS ("cpu", "rusage"; "" or "0"
+  // off; anything else is ignored: off).
+  void set_counters(std::uint8_t mode) noexcept;
+  [[nodiscard]] std::uint8_t counters() const noexcept {
+    return counters_.load(std::memory_order_relaxed);
+  }
+
   // Index the next event will get. Any thread.
   [[nodiscard]] std::uint64_t written() const noexcept {
     // relaxed: only a number; read() orders its own accesses through the state words.
@@ -177,6 +197,11 @@ class EventLog {
     std::uint64_t words[4];
   };
   [[nodiscard]] bool ensure_ring() noexcept;
+  // The push with edge counters (push() with counters_ set): the edge, then its counters record.
+  void push_counted(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,
+                    std::uint32_t labels_id, std::uint64_t stack_id, std::uint8_t mode) noexcept;
+  // Claims an index and writes one record (words[3]: tid | depth | kind); the body of push().
+  void write(Slot* slots, const std::uint64_t (&words)[4]) noexcept;
   // A shared log's slow path: reserve the file's blocks of chunk `c` (see reserved_). With
   // `wait` false it gives up when another producer is reserving.
   bool reserve(std::uint64_t c, bool wait) noexcept;
@@ -195,6 +220,8 @@ class EventLog {
   // zero-filled memory, not constructed atomics. Set before slots_'s release store.
   std::uint64_t* states_ = nullptr;
   std::uint64_t capacity_ = kDefaultCapacity;
+  // Edge counters mode (set_counters()); relaxed: a mode, ordering nothing.
+  std::atomic<std::uint8_t> counters_{0};
   std::uint64_t mask_ = kDefaultCapacity - 1;
   std::size_t map_bytes_ = 0;
   mutable std::mutex create_mutex_;  // only around the one-time mapping and configure()

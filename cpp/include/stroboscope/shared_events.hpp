@@ -10,11 +10,11 @@
 // from the file (MAP_SHARED) instead of anonymous memory: the same lock-free push, so a reader
 // of the file, even after the process was SIGKILLed, finds every record that was published.
 //
-// File layout (little-endian; version 1). All offsets from the start of the file:
+// File layout (little-endian; version 2: version 1 plus records of kinds 3 and 4, edge counters). All offsets from the start of the file:
 //
 //   header, kHeaderBytes (4096) bytes:
 //     0   magic "STRBSEV1" (8 bytes; written last, so a file with the magic has a whole header)
-//     8   u32 version (1)                 12  u32 header_bytes (4096)
+//     8   u32 version (2)                 12  u32 header_bytes (4096)
 //     16  i64 pid                         24  i64 parent pid (getppid() at creation)
 //     32  u64 capacity (records, a power of two)
 //     40  u64 slots offset (4096)         48  u64 states offset (slots + capacity * 32)
@@ -29,7 +29,10 @@
 //     144 u64 strings missing (interned after the area filled up: not in the file)
 //     192 u64 dropped (events a producer dropped because their slot was busy)
 //   slots: capacity records of 4 u64 words, record i in slot i & (capacity - 1):
-//     mono_ns | stack_id | scope_id + labels_id << 32 | tid (u32) + depth << 32 + kind << 48
+//     mono_ns | stack_id | scope_id + labels_id << 32 | tid (u32) + depth << 32 + kind << 48;
+//     kind 1 begin, 2 end, 3 or 4 the counters of the latest edge of the same thread before it
+//     (events.hpp: thread CPU ns | minflt + majflt << 32 | nvcsw + nivcsw << 32 | tid + depth
+//     << 32 + kind << 48; kind 3 has the CPU clock only, 4 also getrusage(RUSAGE_THREAD))
 //   states: capacity u64 words, one per slot: 0 never written, (i + 1) << 1 record i published,
 //     ((i + 1) << 1) | 1 record i being written (a reader skips it: its writer was killed there
 //     or is still at work).
@@ -72,10 +75,12 @@ namespace stroboscope {
 // 2**20 unless configured).
 inline constexpr const char* kEventsDirEnv = "STROBOSCOPE_EVENTS_DIR";
 inline constexpr const char* kEventsCapacityEnv = "STROBOSCOPE_EVENTS_CAPACITY";
+// Edge counters for a recorded command's logs (EventLog::set_counters): "cpu" or "rusage".
+inline constexpr const char* kEdgeCountersEnv = "STROBOSCOPE_EDGE_COUNTERS";
 
 namespace sev {
 inline constexpr char kMagic[8] = {'S', 'T', 'R', 'B', 'S', 'E', 'V', '1'};
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 4096;
 inline constexpr std::size_t kRecordBytes = 32;
 inline constexpr std::size_t kProducerBytes = 32;

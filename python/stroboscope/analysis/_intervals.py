@@ -36,11 +36,27 @@ PROCESS_FIELDS = [pa.field("pid", pa.int64()), pa.field("producer", pa.string())
 """Columns the intervals of several processes add after :data:`INTERVAL_FIELDS` (the shared
 events of a recorded command): the writer's pid and producer (``py``, ``nvtx``). Not labels."""
 
+COUNTER_FIELDS = [
+    pa.field(name, pa.int64()) for name in ("cpu_ns", "minflt", "majflt", "nvcsw", "nivcsw")
+]
+"""Columns the intervals add after :data:`INTERVAL_FIELDS` when their edges carry the opening
+thread's own counters (edge counters, ``stroboscope.enable(edge_counters=...)``): per call, the
+thread's CPU time (ns, exact: read by the thread at both edges), and in mode ``rusage`` its minor
+and major faults and voluntary and involuntary context switches; null where an edge has none.
+Not labels."""
+
 SCOPE_COLUMNS = ("scope", "scope_name", "thread_id", "stack_id", "scope_depth")
 """The columns :func:`~stroboscope.analysis.scopes.samples_by_scope` adds to the samples."""
 
 RESERVED_LABELS = frozenset(
-    {*BASE_COLUMNS, *SCOPE_COLUMNS, *(f.name for f in PROCESS_FIELDS), "time", "mono_ns"}
+    {
+        *BASE_COLUMNS,
+        *SCOPE_COLUMNS,
+        *(f.name for f in PROCESS_FIELDS),
+        *(f.name for f in COUNTER_FIELDS),
+        "time",
+        "mono_ns",
+    }
 )
 """Names a label may not take: columns of the scope tables and of the samples."""
 OPEN_END = np.iinfo(np.int64).max

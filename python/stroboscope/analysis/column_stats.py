@@ -22,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stroboscope._base.text import printable
+
 TIME_COLUMNS = ("time", "mono_ns")
 """Columns every recording has that are not metrics."""
 
@@ -298,12 +300,6 @@ def counter_rows(stats: list[ColumnStats]) -> list[tuple[str, ...]]:
         for s in stats
         if s.kind == "counter" and s.samples
     ]
-
-
-def printable(text: object) -> str:
-    """``text`` for one cell of a text table: a character that would break the row (a newline,
-    a tab, any control character) written as its escape (``\\n``), everything else as is."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> str:

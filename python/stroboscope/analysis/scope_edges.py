@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.analysis._intervals import INTERVAL_FIELDS, PROCESS_FIELDS
+from stroboscope.analysis._intervals import COUNTER_FIELDS, INTERVAL_FIELDS, PROCESS_FIELDS
 from stroboscope.formats.shared_events import BEGIN, END, read_events_dir
 
 __all__ = ["pair_events", "shared_intervals", "with_shared"]
@@ -77,8 +77,33 @@ def pair_events(events: pa.Table, strings: list[str]) -> pa.Table:
     columns: dict[str, Any] = {  # the one schema's names, order and types
         f.name: pa.array(values[f.name], f.type, mask=masks.get(f.name)) for f in INTERVAL_FIELDS
     }
+    columns.update(_counter_columns(events, begins, ends))
     columns.update(_label_columns(labels_id[begins], strings))
     return pa.table(columns)
+
+
+def _counter_columns(
+    events: pa.Table, begins: np.ndarray[Any, Any], ends: np.ndarray[Any, Any]
+) -> dict[str, pa.Array]:
+    """Per call, its end's counters minus its begin's (:data:`COUNTER_FIELDS`), when the edges
+    carry any (edge counters); null where either edge has none. Fault and switch counts are the
+    low 32 bits of the thread's, so their difference is taken modulo 2**32."""
+    names = [f.name for f in COUNTER_FIELDS]
+    if names[0] not in events.column_names or events.column(names[0]).null_count == len(events):
+        return {}
+    out: dict[str, pa.Array] = {}
+    closed = ends >= 0
+    end = np.maximum(ends, 0)
+    for name in names:
+        col = events.column(name)
+        v = np.asarray(col.fill_null(0).to_numpy(), dtype=np.int64)
+        known = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        diff = v[end] - v[begins]
+        if name != "cpu_ns":
+            diff %= 1 << 32
+        ok = closed & known[begins] & known[end]
+        out[name] = pa.array(np.where(ok, diff, 0), pa.int64(), mask=~ok)
+    return out
 
 
 def _names(ids: np.ndarray[Any, Any], strings: list[str]) -> np.ndarray[Any, Any]:
@@ -232,6 +257,7 @@ def shared_intervals(
             "depth": events.column("depth"),
             "labels_id": pa.array(ids[n:], pa.uint32()),
             "stack_id": pa.array(stack, pa.uint64()),
+            **{f.name: events.column(f.name) for f in COUNTER_FIELDS},
         }
     )
     intervals = pair_events(table, strings)

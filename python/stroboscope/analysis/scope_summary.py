@@ -6,6 +6,11 @@ readings behind it (``*_n``), so a scope shorter than the sampling interval show
 evidence is. A call owns its readings
 with ``begin_ns <= t < end_ns``; GPU readings are timed by ``gpu.read_mono_ns`` (when NVML was
 read), the rest by ``mono_ns``.
+
+With edge counters (``edge_counters=`` of a Sampler or of ``stroboscope.enable``) each edge
+also carries its thread's own CPU clock, read by that thread at the edge: ``cpu_ms_edges`` is
+then a call's exact CPU time, however short the call, with no sampled row needed. The frame's
+``attrs`` say which columns come from the edges and which from the rows.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.analysis._intervals import Intervals, check_intervals
+from stroboscope.analysis._intervals import COUNTER_FIELDS, Intervals, check_intervals
 from stroboscope.analysis._series import (
     F64,
     I64,
@@ -134,6 +139,11 @@ def summary(
           ``min_s``, ``max_s``, ``p50_s``, ``p99_s`` (linear interpolation between order
           statistics, as numpy's default), ``exclusive_s`` (inclusive minus the time of the
           direct child calls on the same stack);
+        - with edge counters (the intervals' ``cpu_ns`` column): ``cpu_ms_edges`` (the mean CPU
+          time of the opening thread per call, in ms, from its own clock read at both edges:
+          exact for a call of any length), ``cpu_ms_edges_n`` (the calls that carry it), and
+          in mode ``rusage`` ``minflt_edges``, ``majflt_edges``, ``nvcsw_edges``,
+          ``nivcsw_edges`` (the thread's faults and context switches, mean per call);
         - ``cpu_pct_mean/_max/_n`` from ``proc.cpu_pct``, or ``cpu.util_pct`` without it;
         - ``rss_bytes_max/_growth/_n`` from ``proc.rss_bytes`` (growth: per call the last
           reading minus the first inside it, summed over calls);
@@ -151,7 +161,9 @@ def summary(
         A figure whose column is absent from the frame is absent (not zero).
         ``attrs["cpu_column"]`` names the CPU column used, ``attrs["energy_method"]`` maps each
         GPU to ``"counter"``, ``"power integral"`` (no counter, or it failed its check), or
-        ``"counter and power integral"`` (some calls each).
+        ``"counter and power integral"`` (some calls each). ``attrs["from_edges"]`` lists the
+        columns computed from the scope edges alone (calls, durations, edge counters),
+        ``attrs["from_rows"]`` those computed from the sampled rows inside the calls.
     """
     import pandas as pd
 
@@ -161,6 +173,8 @@ def summary(
     code, index = _group(iv.table.select(keys).to_pandas(), keys)
     g = _Groups(iv, code, len(index))
     cols: dict[str, object] = _durations(iv, g, code)
+    cols.update(_edge_counters(iv, g))
+    from_edges = list(cols)
     names = samples.column_names
     attrs: dict[str, object] = {}
     cpu = cpu_column(samples)
@@ -171,9 +185,35 @@ def summary(
         s = series(samples, "proc.rss_bytes")
         cols.update(_levels(s, g, "rss_bytes", ("max", "growth")))
     cols.update(_gpu_levels(samples, g, attrs))
+    attrs["from_edges"] = from_edges
+    attrs["from_rows"] = [c for c in cols if c not in from_edges]
     df: pandas.DataFrame = pd.DataFrame(cols, index=index)
     df.attrs.update(attrs)
     return df
+
+
+def _edge_counters(iv: Intervals, g: _Groups) -> dict[str, object]:
+    """Per group, the mean of each call's own counters (edge counters), where the intervals
+    carry them: ``cpu_ms_edges`` and ``cpu_ms_edges_n``, and the rusage counts."""
+    names = iv.table.column_names
+    if COUNTER_FIELDS[0].name not in names:
+        return {}
+    rows = np.flatnonzero(iv.closed)
+    out: dict[str, object] = {}
+    for field in COUNTER_FIELDS:
+        col = iv.table.column(field.name)
+        if col.null_count == len(col):
+            continue
+        v = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)[rows]
+        n = g.count_of((~np.isnan(v)).astype(np.int64))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(n > 0, g.total(v) / n, np.nan)
+        if field.name == "cpu_ns":
+            out["cpu_ms_edges"] = mean / 1e6
+            out["cpu_ms_edges_n"] = n
+        else:
+            out[f"{field.name}_edges"] = mean
+    return out
 
 
 def _group_keys(by: object, labels: list[str]) -> list[str]:

@@ -15,11 +15,13 @@ import errno
 import importlib
 import io
 import os
+import resource  # here, not in the error path: an import needs a free descriptor
 import signal
 import sys
 from collections.abc import Sequence
 
 from stroboscope._base.lazy import face
+from stroboscope._base.text import printable
 
 __all__ = ["build_parser", "main"]
 
@@ -95,10 +97,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _error_text(exc: BaseException) -> str:
     """The message of a failed command on one line, with what to do when it ran out of file
     descriptors (the message alone, ``[Errno 24] Too many open files``, does not say)."""
-    import resource
-
-    from stroboscope.analysis.column_stats import printable
-
     text = printable(exc)
     if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]

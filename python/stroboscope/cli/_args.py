@@ -258,6 +258,14 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         "are not captured as scopes (its stroboscope.annotate scopes still are)",
     )
     parser.add_argument(
+        "--edge-counters",
+        choices=("off", "cpu", "rusage"),
+        default="off",
+        help="each scope edge in the command also carries its thread's own CPU clock (cpu), "
+        "and its faults and context switches (rusage): every call's CPU time is exact, "
+        "however short (STROBOSCOPE_EDGE_COUNTERS in its environment; default off)",
+    )
+    parser.add_argument(
         "--keep-spool",
         action="store_true",
         help="keep the spool and its segments after writing FILE",

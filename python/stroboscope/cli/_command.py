@@ -166,7 +166,9 @@ class Events:
         self.owned = command
         if command:
             self.dir = tempfile.mkdtemp(prefix="stroboscope-events-")
-            self.env = command_environment(self.dir, nvtx=not args.no_nvtx)
+            self.env = command_environment(
+                self.dir, nvtx=not args.no_nvtx, edge_counters=args.edge_counters
+            )
         elif args.pid is not None:
             self.dir = events_dir_of(args.pid)
 

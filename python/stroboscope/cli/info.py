@@ -107,7 +107,7 @@ def format_provenance(prov: dict[str, Any]) -> str:
     value from the file with its control characters escaped (:func:`printable`); a field of the
     wrong type (see :func:`stroboscope.formats.provenance.unreadable`) is shown as unreadable,
     with why."""
-    from stroboscope.analysis.column_stats import printable
+    from stroboscope._base.text import printable
     from stroboscope.formats.provenance import unreadable, well_typed
 
     lines = []

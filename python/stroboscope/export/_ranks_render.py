@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, printable, text_table
+from stroboscope._base.text import printable
+from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
 from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
 from stroboscope.export._ranks_figures import METRICS
 from stroboscope.export._ranks_plot import render_timeline

@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, printable, text_table
+from stroboscope._base.text import printable
+from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
 
 if TYPE_CHECKING:
     import pandas
@@ -83,6 +84,7 @@ _FIGURES: tuple[tuple[str, tuple[str, ...], str | None, str], ...] = (
     ("p99", ("p99_s",), None, "s"),
     ("max", ("max_s",), None, "s"),
     ("excl", ("exclusive_s",), None, "s"),
+    ("cpu/call (edges)", ("cpu_ms_edges",), "cpu_ms_edges_n", "ms"),
     ("cpu % mean/max", ("cpu_pct_mean", "cpu_pct_max"), "cpu_pct_n", "num"),
     ("rss max/growth", ("rss_bytes_max", "rss_bytes_growth"), "rss_bytes_n", "bytes"),
     ("gpu % mean/max", ("gpu_util_pct_mean", "gpu_util_pct_max"), "gpu_util_pct_n", "num"),
@@ -103,6 +105,8 @@ def _value(v: Any, kind: str) -> str:
         return str(int(x))
     if kind == "s":
         return fmt_seconds(x)
+    if kind == "ms":
+        return fmt_seconds(x / 1e3)
     if kind == "bytes":
         return fmt_value(x, "bytes")
     return f"{x:.4g}"
@@ -112,7 +116,7 @@ def summary_table(df: pandas.DataFrame) -> ScopeTable:
     """``summary()``'s DataFrame as a table: one row per scope and labels, the durations, then
     each metric figure with its reading count in brackets (``[n]``). Figures the frame did not
     have are left out; a missing label is ``-``; control characters in a name or label are
-    escaped (:func:`~stroboscope.analysis.column_stats.printable`), in the page as in the
+    escaped (:func:`~stroboscope._base.text.printable`), in the page as in the
     terminal."""
     header = [printable(n) for n in df.index.names]
     shown = [f for f in _FIGURES if all(c in df.columns for c in f[1])]
@@ -137,6 +141,6 @@ def summary_table(df: pandas.DataFrame) -> ScopeTable:
 def format_summary(df: pandas.DataFrame) -> str:
     """``summary()``'s DataFrame as an aligned text table (:func:`summary_table`); control
     characters in a name or label are escaped
-    (:func:`~stroboscope.analysis.column_stats.printable`), so each row stays one line."""
+    (:func:`~stroboscope._base.text.printable`), so each row stays one line."""
     header, rows, labels = summary_table(df)
     return text_table(header, rows, left=labels)

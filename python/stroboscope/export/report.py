@@ -23,11 +23,11 @@ from pathlib import Path
 
 from stroboscope._base.checks import check_path
 from stroboscope._base.files import check_replaceable, file_kind, replace_private, why_unreachable
+from stroboscope._base.text import printable
 from stroboscope.analysis.column_stats import (
     ColumnStats,
     column_stats,
     column_stats_text,
-    printable,
     text_table,
 )
 from stroboscope.export import _meta

@@ -12,7 +12,8 @@ Producer ``py`` is the extension's events log (what :func:`stroboscope.annotate`
 process's lock-free events ring, mapped from the file, so a reader finds every record that was
 published, also after the process was killed.
 
-Layout (little-endian, version 1; offsets from the start of the file):
+Layout (little-endian, version 2; offsets from the start of the file; version 1, the same
+without records of kinds 3 and 4, is read too):
 
 - header, 4096 bytes: magic ``STRBSEV1`` (written last), u32 version, u32 header bytes, i64 pid,
   i64 parent pid, u64 capacity (records, a power of two), u64 offsets of the slots, the states and
@@ -50,6 +51,9 @@ import pyarrow as pa
 from stroboscope._base.files import file_kind
 
 __all__ = [
+    "COUNTER_COLUMNS",
+    "EDGE_COUNTERS",
+    "EDGE_COUNTERS_ENV",
     "EVENTS_CAPACITY_ENV",
     "EVENTS_DIR_ENV",
     "EVENTS_SCHEMA",
@@ -58,6 +62,7 @@ __all__ = [
     "FileCounts",
     "read_events_dir",
     "read_events_file",
+    "split_counters",
 ]
 
 EVENTS_DIR_ENV = "STROBOSCOPE_EVENTS_DIR"
@@ -66,12 +71,20 @@ EVENTS_CAPACITY_ENV = "STROBOSCOPE_EVENTS_CAPACITY"
 """Optional: the ring size (records, a power of two in [2, 2**32]) of each events file; a ring
 that laps overwrites its oldest records (counted ``overwritten``). Default 2**20 (a 40 MiB file,
 its blocks reserved as it fills)."""
+EDGE_COUNTERS_ENV = "STROBOSCOPE_EDGE_COUNTERS"
+"""Optional: edge counters in a recorded command (each edge followed by its thread's own
+counters): one of :data:`EDGE_COUNTERS` other than ``"off"``. The writer reads it when it makes
+its file and treats any other value as ``"off"`` (the recorder checks its own option)."""
+EDGE_COUNTERS = ("off", "cpu", "rusage")
+"""Edge-counter modes: none; the thread's CPU clock; that and its ``getrusage(RUSAGE_THREAD)``
+faults and context switches."""
 NVTX_INJECTION_ENV = "NVTX_INJECTION64_PATH"
 """The environment variable through which NVTX loads an injection library."""
 FILE_SUFFIX = ".sev"
 
 MAGIC = b"STRBSEV1"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)  # version 1: no edge counters
 HEADER_BYTES = 4096
 RECORD_BYTES = 32
 # Header fields: name -> (offset, struct format).
@@ -96,7 +109,11 @@ _FIELDS: dict[str, tuple[int, str]] = {
 }
 _PRODUCER = slice(96, 128)
 _NAME = re.compile(r"^(\d+)\.([a-z0-9_-]{1,16})(?:\.(\d+))?\.sev$")
-BEGIN, END = 1, 2
+BEGIN, END, COUNTERS, COUNTERS_RUSAGE = 1, 2, 3, 4
+COUNTER_COLUMNS = ("cpu_ns", "minflt", "majflt", "nvcsw", "nivcsw")
+"""An edge's own counters (edge counters; null where the edge has none): the thread's CPU clock
+(``CLOCK_THREAD_CPUTIME_ID`` ns) and, in mode ``rusage``, the low 32 bits of its minor and major
+faults and voluntary and involuntary context switches."""
 
 EVENTS_SCHEMA = pa.schema(
     [
@@ -109,12 +126,14 @@ EVENTS_SCHEMA = pa.schema(
         pa.field("scope", pa.string()),
         pa.field("labels", pa.string()),
         pa.field("producer", pa.string()),
+        *(pa.field(name, pa.int64()) for name in COUNTER_COLUMNS),
     ]
 )
 """The columns of :func:`read_events_dir`: CLOCK_MONOTONIC ns (``time.monotonic_ns()``'s
 clock), 1 begin / 2 end, the writer's pid and OS thread id, its stack (thread or asyncio task,
 unique within one process and producer only), nesting depth (0 outermost), scope name, label set
-(JSON text, ``""`` for none) and producer (``py``, ``nvtx``)."""
+(JSON text, ``""`` for none), producer (``py``, ``nvtx``) and the edge's own counters
+(:data:`COUNTER_COLUMNS`, null without edge counters)."""
 
 
 @dataclass
@@ -149,8 +168,9 @@ def _header(raw: bytes) -> dict[str, Any]:
 def _check_header(h: dict[str, Any]) -> str:
     """Why the header cannot be used, "" when it can."""
     cap = h["capacity"]
-    if h["version"] != VERSION:
-        return f"version {h['version']} (this reader knows {VERSION})"
+    if h["version"] not in VERSIONS:
+        known = " and ".join(str(v) for v in VERSIONS)
+        return f"layout version {h['version']} (this reader knows versions {known})"
     if cap < 2 or cap > 1 << 32 or cap & (cap - 1):
         return f"capacity {cap} is not a power of two in [2, 2**32]"
     if h["record_bytes"] != RECORD_BYTES or h["slots"] != HEADER_BYTES:
@@ -207,7 +227,7 @@ def _records(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> dict[
         slot, index = slot[same], index[same]
         words = words[slot]
     kind = ((words[:, 3] >> np.uint64(48)) & np.uint64(0xFF)).astype(np.uint8)
-    good = (kind == BEGIN) | (kind == END)
+    good = (kind >= BEGIN) & (kind <= (END if h["version"] == 1 else COUNTERS_RUSAGE))
     if not good.all() and not counts.damaged:
         counts.damaged = f"{int((~good).sum())} record(s) with an unknown kind"
     words, index, kind = words[good], index[good], kind[good]
@@ -217,17 +237,76 @@ def _records(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> dict[
         span = int(index[-1]) + 1 - int(h["first_index"])
         counts.overwritten = max(0, span - cap)
         counts.lost = span - len(index)
+    thread = (words[:, 3] & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+    edge, counters = split_counters(kind, thread, words[:, 0], words[:, 1], words[:, 2])
+    words, index, kind, thread = words[edge], index[edge], kind[edge], thread[edge]
     w2, w3 = words[:, 2], words[:, 3]
     return {
         "index": index,
+        "counters": counters,
         "mono_ns": words[:, 0].view(np.int64),
         "kind": kind,
-        "thread_id": (w3 & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64),
+        "thread_id": thread,
         "stack_id": words[:, 1].copy(),
         "depth": ((w3 >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.uint16),
         "scope_id": (w2 & np.uint64(0xFFFFFFFF)).astype(np.int64),
         "labels_id": (w2 >> np.uint64(32)).astype(np.int64),
     }
+
+
+def split_counters(
+    kind: np.ndarray[Any, Any],
+    thread_id: np.ndarray[Any, Any],
+    w0: np.ndarray[Any, Any],
+    w1: np.ndarray[Any, Any],
+    w2: np.ndarray[Any, Any],
+) -> tuple[np.ndarray[Any, Any], dict[str, pa.Array]]:
+    """Edge counters: which records are edges, and each edge's own counters.
+
+    The arrays are an events log's records in index order (its first, second and third words as
+    unsigned 64-bit). A counters record (kind 3 or 4) belongs to the latest edge of its thread
+    before it (its writer wrote it right after that edge); one whose thread's previous record is
+    not an edge (that edge was lost) is dropped.
+
+    Returns
+    -------
+    tuple
+        A mask of the edges (kinds 1 and 2), and :data:`COUNTER_COLUMNS` as int64 arrays over
+        those edges, null where an edge has no counters (``minflt`` and the rest also where
+        they were not read: kind 3).
+    """
+    kind = np.asarray(kind, dtype=np.uint8)
+    edge = kind <= END
+    n_edges = int(edge.sum())
+    counted = np.flatnonzero(~edge)
+    # Per record, the record before it of the same thread (-1 for a thread's first).
+    order = np.argsort(thread_id, kind="stable")
+    prev = np.full(len(kind), -1, dtype=np.int64)
+    same = thread_id[order[1:]] == thread_id[order[:-1]] if len(order) else np.zeros(0, bool)
+    prev[order[1:][same]] = order[:-1][same]
+    owner = prev[counted]
+    ok = owner >= 0
+    ok[ok] = edge[owner[ok]]
+    counted, owner = counted[ok], owner[ok]
+    row = np.cumsum(edge) - 1  # a record's row among the edges
+    at = row[owner]
+    rusage = kind[counted] == COUNTERS_RUSAGE
+    lo = np.uint64(0xFFFFFFFF)
+    values = {
+        "cpu_ns": (w0[counted].view(np.int64), np.ones(len(counted), bool)),
+        "minflt": ((w1[counted] & lo).astype(np.int64), rusage),
+        "majflt": ((w1[counted] >> np.uint64(32)).astype(np.int64), rusage),
+        "nvcsw": ((w2[counted] & lo).astype(np.int64), rusage),
+        "nivcsw": ((w2[counted] >> np.uint64(32)).astype(np.int64), rusage),
+    }
+    out: dict[str, pa.Array] = {}
+    for name, (v, has) in values.items():
+        full = np.zeros(n_edges, dtype=np.int64)
+        known = np.zeros(n_edges, dtype=bool)
+        full[at[has]] = v[has]
+        known[at[has]] = True
+        out[name] = pa.array(full, pa.int64(), mask=~known)
+    return edge, out
 
 
 def _texts(ids: np.ndarray[Any, Any], strings: list[str], unknown: str) -> pa.Array:
@@ -279,6 +358,7 @@ def read_events_file(path: str | os.PathLike[str]) -> tuple[pa.Table, FileCounts
             "scope": _texts(rec["scope_id"], strings, "<scope {}>"),
             "labels": _texts(rec["labels_id"], strings, ""),
             "producer": pa.array([counts.producer] * n, pa.string()),
+            **rec["counters"],
         },
         schema=EVENTS_SCHEMA,
     )

@@ -41,7 +41,7 @@ from stroboscope.sampling._plan import (
 from stroboscope.sampling._provenance import RunFacts
 from stroboscope.sampling._run import RunRecord
 from stroboscope.sampling._schema import TIME_COLUMN, Column
-from stroboscope.sampling._scope_log import ScopeRecording
+from stroboscope.sampling._scope_log import ScopeRecording, check_edge_counters
 from stroboscope.sampling._stats import SamplerStats
 
 
@@ -65,6 +65,7 @@ class SamplerOptions(TypedDict, total=False):
     sys_root: str | os.PathLike[str]
     cgroup_root: str | os.PathLike[str]
     edge_rows: bool
+    edge_counters: bool | str
 
 
 class CoreSampler(ScopeRecording, EnergyWindows, RunRecord, GpuSamples):
@@ -144,6 +145,13 @@ class CoreSampler(ScopeRecording, EnergyWindows, RunRecord, GpuSamples):
     edge_rows : bool
         Take an extra row at once whenever a scope opens (:func:`stroboscope.annotate`), so a
         region shorter than ``interval`` still has a row at its edge (default False).
+    edge_counters : bool or str
+        While this sampler runs, each scope edge also carries the opening thread's own counters,
+        read by that thread at the edge: ``"cpu"`` (or True) its CPU clock, so every call's CPU
+        time is exact whatever its length (``cpu_ms_edges`` in :meth:`summary`); ``"rusage"``
+        also its ``getrusage(RUSAGE_THREAD)`` faults and context switches. ``"off"`` (or False,
+        the default) adds nothing to a scope's cost. The setting is the process's events log's:
+        the strongest asked by the samplers running at once.
     """
 
     def __init__(
@@ -168,6 +176,7 @@ class CoreSampler(ScopeRecording, EnergyWindows, RunRecord, GpuSamples):
         sys_root: str | os.PathLike[str] = "/sys",
         cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
         edge_rows: bool = False,
+        edge_counters: bool | str = False,
     ) -> None:
         # Every argument is checked here, before anything is allocated or created.
         self._interval = check_interval("interval", interval)
@@ -183,6 +192,7 @@ class CoreSampler(ScopeRecording, EnergyWindows, RunRecord, GpuSamples):
         options.include_own_threads = check_bool("include_own_threads", include_own_threads)
         want_gpu_samples = check_bool("gpu_samples", gpu_samples)
         self._edge_rows = check_bool("edge_rows", edge_rows)
+        self._edge_counters = check_edge_counters(edge_counters)
         self._event_windows = []
         gpu_every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
         want_precise = check_bool("precise", precise)

@@ -36,6 +36,7 @@ __all__ = [
     "Recorder",
     "ScopeRecording",
     "begin",
+    "check_edge_counters",
     "end",
     "intern",
     "read",
@@ -67,6 +68,20 @@ class Recorder(NamedTuple):
 
     sampler: object
     edge_target: Callable[[], None] | None  # asks it for a row at once (edge_rows=True)
+    edge_counters: str = "off"  # what it asks of the log's edges (EDGE_COUNTERS)
+
+
+def check_edge_counters(value: object) -> str:
+    """``edge_counters`` as a mode of :data:`~stroboscope.formats.shared_events.EDGE_COUNTERS`
+    (True is ``"cpu"``, False ``"off"``); ValueError naming the argument otherwise."""
+    from stroboscope.formats.shared_events import EDGE_COUNTERS
+
+    if value is True or value is False:
+        return "cpu" if value else "off"
+    if isinstance(value, str) and value in EDGE_COUNTERS:
+        return value
+    accepted = ", ".join(repr(m) for m in EDGE_COUNTERS)
+    raise ValueError(f"edge_counters must be True, False, {accepted}, got {value!r}")
 
 
 Watcher = Callable[[tuple[Recorder, ...]], None]
@@ -85,10 +100,28 @@ class _Running:
         self.lock = threading.Lock()
         self.recorders: tuple[Recorder, ...] = ()
         self.watchers: tuple[Watcher, ...] = ()
+        self.counters_before: str | None = None  # the log's mode before a sampler asked
 
     def _tell(self) -> None:
+        self._apply_counters()
         for watcher in self.watchers:
             watcher(self.recorders)
+
+    def _apply_counters(self) -> None:
+        """The log's edge counters: the strongest mode the running samplers ask for, over what
+        the log had before the first of them asked (a recorded command's
+        ``STROBOSCOPE_EDGE_COUNTERS``); back to that when none asks."""
+        from stroboscope.formats.shared_events import EDGE_COUNTERS
+
+        asked = max((EDGE_COUNTERS.index(r.edge_counters) for r in self.recorders), default=0)
+        if asked == 0 and self.counters_before is None:
+            return
+        if self.counters_before is None:
+            self.counters_before = _core.events_counters()
+        before = EDGE_COUNTERS.index(self.counters_before)
+        _core.events_counters(EDGE_COUNTERS[max(asked, before)])
+        if asked == 0:
+            self.counters_before = None
 
     def add(self, recorder: Recorder) -> None:
         with self.lock:
@@ -107,6 +140,9 @@ class _Running:
     def _after_fork_in_child(self) -> None:
         self.lock = threading.Lock()  # another thread of the parent may have held it
         self.recorders = ()
+        if self.counters_before is not None:  # no sampler of the parent's runs here
+            _core.events_counters(self.counters_before)
+            self.counters_before = None
 
 
 _running = _Running()
@@ -211,11 +247,34 @@ class _Children:
         return with_shared(own, shared, os.getpid())
 
 
+def _split_counters(table: pa.Table) -> pa.Table:
+    """The edges of ``table`` (the events log's records, in index order), with their own
+    counters as columns when the log has edge counters records (kinds 3 and 4)."""
+    import numpy as np
+
+    from stroboscope.formats.shared_events import END, split_counters
+
+    kind = np.asarray(table.column("kind").to_numpy(), dtype=np.uint8)
+    if not (kind > END).any():
+        return table
+    w0 = np.asarray(table.column("mono_ns").to_numpy(), dtype=np.int64).view(np.uint64)
+    w1 = np.asarray(table.column("stack_id").to_numpy(), dtype=np.uint64)
+    lo = np.asarray(table.column("scope_id").to_numpy(), dtype=np.uint64)
+    hi = np.asarray(table.column("labels_id").to_numpy(), dtype=np.uint64)
+    thread = np.asarray(table.column("thread_id").to_numpy(), dtype=np.int64)
+    edge, counters = split_counters(kind, thread, w0, w1, lo | (hi << np.uint64(32)))
+    table = table.filter(pa.array(edge))
+    for name, values in counters.items():
+        table = table.append_column(name, values)
+    return table
+
+
 class ScopeRecording:
     """The scope side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
 
     _core: _core.Sampler
     _edge_rows: bool
+    _edge_counters: str
     _event_windows: list[list[int]]  # [first, last) of the events log per run; last -1: running
 
     def snapshot(self) -> Frame:
@@ -229,7 +288,8 @@ class ScopeRecording:
         children = self.__dict__.setdefault("_children", _Children())
         children.attach(self, self._edge_rows)
         self._event_windows.append([int(written()), -1])
-        _running.add(Recorder(self, self._core.request_tick if self._edge_rows else None))
+        target = self._core.request_tick if self._edge_rows else None
+        _running.add(Recorder(self, target, self._edge_counters))
 
     def _detach_scopes(self) -> None:
         """Called when the thread stops."""
@@ -244,8 +304,10 @@ class ScopeRecording:
         """The raw scope edges of this sampler's runs still in the events log.
 
         Columns ``mono_ns``, ``kind`` (1 begin, 2 end), ``thread_id``, ``scope_id``, ``depth``,
-        ``labels_id``, ``stack_id``; schema metadata ``events_lost`` counts edges the log
-        overwrote before this read (its capacity is ``_core.events_stats()["capacity"]``).
+        ``labels_id``, ``stack_id``, and with edge counters (``edge_counters=``) each edge's
+        own counters (:data:`~stroboscope.formats.shared_events.COUNTER_COLUMNS`); schema
+        metadata ``events_lost`` counts edges the log overwrote before this read (its capacity
+        is ``_core.events_stats()["capacity"]``).
         """
         tables, lost = [], 0
         now = int(written())
@@ -255,7 +317,7 @@ class ScopeRecording:
             tables.append(pa.table(batch))
         if not tables:
             tables.append(pa.table(_core.events_read(now, now)))
-        table = pa.concat_tables(tables)
+        table = _split_counters(pa.concat_tables(tables))
         return table.replace_schema_metadata({b"events_lost": str(lost).encode()})
 
     def scope_intervals(self) -> pa.Table:

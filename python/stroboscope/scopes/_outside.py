@@ -24,17 +24,30 @@ def command_environment(
     *,
     nvtx: bool = True,
     base: Mapping[str, str] | None = None,
+    edge_counters: str = "off",
 ) -> dict[str, str]:
     """The environment of a command recorded from outside: ``base`` (default: this process's)
     with ``STROBOSCOPE_EVENTS_DIR`` set to ``events_dir`` and, when ``nvtx`` and the injection
     library is installed, ``NVTX_INJECTION64_PATH`` set to it. With ``nvtx`` False, an
     ``NVTX_INJECTION64_PATH`` inherited from ``base`` is kept; so is one that names another
     library (another tool's, e.g. Nsight Systems' when it runs the recorder: NVTX loads one
-    injection library, and it is not ours to take; :func:`nvtx_taken_by` names it)."""
-    from stroboscope.formats.shared_events import EVENTS_DIR_ENV, NVTX_INJECTION_ENV
+    injection library, and it is not ours to take; :func:`nvtx_taken_by` names it).
+    ``edge_counters`` other than ``"off"`` (one of
+    :data:`~stroboscope.formats.shared_events.EDGE_COUNTERS`) sets ``STROBOSCOPE_EDGE_COUNTERS``:
+    the command's edges carry their threads' own counters."""
+    from stroboscope.formats.shared_events import (
+        EDGE_COUNTERS,
+        EDGE_COUNTERS_ENV,
+        EVENTS_DIR_ENV,
+        NVTX_INJECTION_ENV,
+    )
 
+    if edge_counters not in EDGE_COUNTERS:
+        raise ValueError(f"edge_counters must be one of {EDGE_COUNTERS}, got {edge_counters!r}")
     env = dict(os.environ if base is None else base)
     env[EVENTS_DIR_ENV] = os.fspath(events_dir)
+    if edge_counters != "off":
+        env[EDGE_COUNTERS_ENV] = edge_counters
     library = nvtx_capture.nvtx_injection_path() if nvtx else None
     if library is not None and not env.get(NVTX_INJECTION_ENV):
         env[NVTX_INJECTION_ENV] = library
