@@ -53,6 +53,16 @@ def collect_every_s(capacity: int, interval_s: float) -> float:
     return min(COLLECT_EVERY_S, capacity * interval_s / 4)
 
 
+def own_calls(intervals: pa.Table) -> pa.Table:
+    """The calls of this process only: a process started here (a forked worker) that opens
+    scopes starts a collection of its own and dumps its own rows, so the calls a sampler
+    reads from its children (with a ``pid`` column) would be counted twice."""
+    if "pid" not in intervals.column_names:
+        return intervals
+    mine = intervals.filter(pc.equal(intervals.column("pid"), os.getpid()))
+    return mine.drop_columns([c for c in ("pid", "producer") if c in mine.column_names])
+
+
 def await_true(done: Callable[[], bool], timeout_s: float) -> None:
     """Poll ``done`` every millisecond until it is true or ``timeout_s`` has passed."""
     deadline = time.monotonic() + timeout_s
@@ -273,7 +283,7 @@ class ScopeCollector(Generic[R]):
                 self._lost_hint,
             )
         frame = drained.to_arrow()
-        intervals: pa.Table = sampler.scope_intervals()
+        intervals: pa.Table = own_calls(sampler.scope_intervals())
         self.on_intervals(intervals)  # after the rows drained: every scope opened is listed
         if frame.num_rows == 0:
             return
