@@ -284,7 +284,7 @@ def test_columns_go_to_their_plots() -> None:
     assert got["network"][1] == {"bytes/s": ("net.sent_bytes_per_s",)}  # the counter's rate
 
 
-def test_lean_memory_pool_is_jemalloc_where_pyarrow_has_it(
+def test_lean_memory_pool_is_jemalloc_where_pyarrow_has_it_and_given_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from stroboscope.export.report import lean_memory_pool
@@ -292,13 +292,19 @@ def test_lean_memory_pool_is_jemalloc_where_pyarrow_has_it(
     before = pa.default_memory_pool()
     try:
         monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
-        assert lean_memory_pool() == before.backend_name  # a pool the user named is kept
+        with lean_memory_pool() as backend:
+            assert backend == before.backend_name  # a pool the user named is kept
         monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
         try:
             pa.jemalloc_memory_pool()
         except NotImplementedError:
-            assert lean_memory_pool() == before.backend_name
+            expected = before.backend_name
         else:
-            assert lean_memory_pool() == "jemalloc"
+            expected = "jemalloc"
+        with lean_memory_pool() as backend:
+            assert backend == expected == pa.default_memory_pool().backend_name
+        # Given back: a process that ran the command in-process keeps its own pool (a report
+        # run inside the test suite once left jemalloc to every test after it).
+        assert pa.default_memory_pool().backend_name == before.backend_name
     finally:
         pa.set_memory_pool(before)

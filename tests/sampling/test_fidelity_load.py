@@ -45,7 +45,15 @@ def _thread_clock(tid: int) -> int:
 
 def test_proc_cpu_pct_of_a_spinning_thread_under_load() -> None:
     before = set(os.listdir("/proc/self/task"))
-    s = Sampler(0.001, sources=["process"], capacity=1 << 13)
+    # The rows are held against the whole process's CPU (os.times()), the sampler thread's
+    # included; every row read on its tick (no overhead budget slowing the source).
+    s = Sampler(
+        0.001,
+        sources=["process"],
+        capacity=1 << 13,
+        include_own_threads=True,
+        max_overhead=None,
+    )
     try:
         if "thread CPU clocks" not in s.stats().source("process").interface:
             pytest.skip("thread CPU clocks unavailable here: proc.cpu_pct uses a fallback")

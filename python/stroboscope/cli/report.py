@@ -28,26 +28,26 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(
         args.output, args.png, args.static
     )  # before any work: a bad -o is not said after the text
-    lean_memory_pool()  # this process reads the recording whole: a pool that gives pages back
-    report = build_report(
-        args.inputs,
-        columns=args.columns,
-        start=args.start,
-        end=args.end,
-        scope=args.scope,
-        scopes=args.scopes,
-        align=args.align,
-    )
-    print(report.text(), end="")
-    try:
-        if args.output is not None:
-            write_html(report, args.output, static=args.static)
-            print(f"wrote {args.output}")
-        if args.png is not None:
-            paths = write_pngs(report, args.png)
-            print(f"wrote {len(paths)} PNG plots to {args.png}")
-    except ImportError as exc:  # the report extra is missing: say which, exit 2
-        raise RuntimeError(str(exc)) from None
+    with lean_memory_pool():  # the recording is read whole: a pool that gives pages back
+        report = build_report(
+            args.inputs,
+            columns=args.columns,
+            start=args.start,
+            end=args.end,
+            scope=args.scope,
+            scopes=args.scopes,
+            align=args.align,
+        )
+        print(report.text(), end="")
+        try:
+            if args.output is not None:
+                write_html(report, args.output, static=args.static)
+                print(f"wrote {args.output}")
+            if args.png is not None:
+                paths = write_pngs(report, args.png)
+                print(f"wrote {len(paths)} PNG plots to {args.png}")
+        except ImportError as exc:  # the report extra is missing: say which, exit 2
+            raise RuntimeError(str(exc)) from None
     return 0
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -182,9 +183,12 @@ def build_report(
     return report
 
 
-def lean_memory_pool() -> str:
-    """Make jemalloc Arrow's default memory pool where pyarrow has it, for a process that reads
-    a long recording whole (the ``report`` command); the backend in use after.
+@contextlib.contextmanager
+def lean_memory_pool() -> Iterator[str]:
+    """While the block runs, jemalloc is Arrow's default memory pool where pyarrow has it, for
+    work that reads a long recording whole (the ``report`` command); yields the backend in use,
+    and gives the previous pool back at the end (the setting is the process's: a caller of the
+    command in its own process keeps its pool).
 
     pyarrow's default on Linux, mimalloc, keeps the pages of the arrays it freed for its next
     allocations; a report frees one column-sized array after another (each 27 MiB in a 1-hour
@@ -194,10 +198,14 @@ def lean_memory_pool() -> str:
     """
     import pyarrow as pa
 
+    before = pa.default_memory_pool()
     if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         with contextlib.suppress(NotImplementedError):  # a pyarrow built without jemalloc
             pa.set_memory_pool(pa.jemalloc_memory_pool())
-    return str(pa.default_memory_pool().backend_name)
+    try:
+        yield str(pa.default_memory_pool().backend_name)
+    finally:
+        pa.set_memory_pool(before)
 
 
 def check_output_path(path: str | os.PathLike[str]) -> str:
