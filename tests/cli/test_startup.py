@@ -9,15 +9,18 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from _paths import ROOT
+import stroboscope
 
 HEAVY = ("numpy", "pyarrow", "pandas")
 
 
 def _modules_after(code: str) -> dict[str, object]:
     """Runs ``code`` (which prints JSON of what it found) in a fresh interpreter."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
+    # The stroboscope this test imports (the source tree with its built extension, or the
+    # installed package): the tree alone has no _core in a fresh clone that pip installed.
+    env = {**os.environ, "PYTHONPATH": str(Path(stroboscope.__file__).resolve().parent.parent)}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
