@@ -43,7 +43,15 @@ def test_proc_cpu_pct_follows_a_spinning_thread_per_millisecond() -> None:
     start = threading.Event()
     spinner = threading.Thread(target=_spin_sleep, args=(start, log, 10))
     spinner.start()  # before the sampler: its thread list is taken when it starts
-    s = Sampler(0.001, sources=["process"], capacity=1 << 14)
+    # Held against the whole process's CPU (os.times()), the sampler thread's included; every
+    # row read on its tick (no overhead budget slowing the source).
+    s = Sampler(
+        0.001,
+        sources=["process"],
+        capacity=1 << 14,
+        include_own_threads=True,
+        max_overhead=None,
+    )
     try:
         if "thread CPU clocks" not in s.stats().source("process").interface:
             pytest.skip("thread CPU clocks unavailable here: proc.cpu_pct uses a fallback")
