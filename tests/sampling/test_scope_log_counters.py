@@ -4,6 +4,7 @@ falls in; off by default, and the log's mode goes back when the sampler stops.""
 
 from __future__ import annotations
 
+import mmap
 import time
 
 import numpy as np
@@ -62,9 +63,12 @@ def test_rusage_mode_adds_faults_and_context_switches() -> None:
         with stroboscope.annotate("sleepy"):
             time.sleep(0.01)  # a voluntary context switch
         with stroboscope.annotate("touch"):
-            # Fresh pages written (a zeroed bytearray may be mapped zero pages never touched):
-            # minor faults.
-            bytes(b"\x01" * (8 << 20))
+            # Pages of a fresh mapping, each written once: minor faults (memory from malloc may
+            # be pages this long-lived process has touched before, or zero pages never touched).
+            fresh = mmap.mmap(-1, 1 << 22)
+            for offset in range(0, len(fresh), mmap.PAGESIZE):
+                fresh[offset] = 1
+            fresh.close()
         iv = s.scope_intervals().to_pydict()
     by_name = {n: i for i, n in enumerate(iv["name"])}
     assert iv["nvcsw"][by_name["sleepy"]] >= 1
