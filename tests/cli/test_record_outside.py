@@ -23,6 +23,17 @@ from stroboscope.recording import _finish
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 CLI = [sys.executable, "-m", "stroboscope"]
+
+
+def _run(
+    argv: list[str], cwd: Path, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` in ``cwd`` with this test run's import path (and ``env`` added), output kept."""
+    return subprocess.run(
+        argv, cwd=cwd, env={**ENV, **env}, capture_output=True, text=True, timeout=timeout
+    )
+
+
 TRAIN_PY = [sys.executable, "train.py"]
 RECORD_RANK = ["-m", "stroboscope", "record", "-q", "--dataset", "runs", "--job", "exp1"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -74,13 +85,9 @@ os.waitpid(worker, 0)
 
 def test_record_a_command_gets_its_scopes_and_its_workers(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(TRAIN)
-    run = subprocess.run(
+    run = _run(
         [*CLI, "record", "-q", "--interval", "0.005", "-o", "run.parquet", "--", *TRAIN_PY],
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        tmp_path,
     )
     assert run.returncode == 0, run.stderr
     assert "scopes: 13 calls recorded to run.scopes.parquet" in run.stdout
@@ -100,14 +107,7 @@ def test_record_a_command_gets_its_scopes_and_its_workers(tmp_path: Path) -> Non
     rows = pq.read_table(tmp_path / "run.parquet", columns=["mono_ns"]).column("mono_ns")
     assert pc.min(rows).as_py() <= pc.min(scopes.column("begin_ns")).as_py()
     assert pc.max(scopes.column("end_ns")).as_py() <= pc.max(rows).as_py()
-    report = subprocess.run(
-        [*CLI, "report", "run.parquet"],
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    report = _run([*CLI, "report", "run.parquet"], tmp_path)
     assert report.returncode == 0, report.stderr
     table = report.stdout.split("scopes")[-1]
     for name in ("step", "forward", "load"):
@@ -137,14 +137,7 @@ def test_torchrun_of_two_ranks_gives_the_report_step_times_per_rank(tmp_path: Pa
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed (.ci/run installs the CPU build)")
     (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN_DIST))
-    run = subprocess.run(
-        [*TORCHRUN, *RECORD_RANK, "--", *TRAIN_PY],
-        cwd=tmp_path,
-        env={**ENV, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = _run([*TORCHRUN, *RECORD_RANK, "--", *TRAIN_PY], tmp_path, 300, OMP_NUM_THREADS="1")
     assert run.returncode == 0, run.stdout + run.stderr
     report = build_cluster_report(tmp_path / "runs")
     assert report.step == "train_step"
@@ -154,14 +147,7 @@ def test_torchrun_of_two_ranks_gives_the_report_step_times_per_rank(tmp_path: Pa
     slow, fast = report.rows[1].step, report.rows[0].step
     assert slow is not None and fast is not None
     assert slow.median_s is not None and slow.median_s >= 0.03
-    text = subprocess.run(
-        [*CLI, "report", "runs"],
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    text = _run([*CLI, "report", "runs"], tmp_path)
     assert text.returncode == 0, text.stderr
     assert "step: 'train_step'" in text.stdout
     assert "no rank recorded scopes" not in text.stdout
