@@ -9,12 +9,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from stroboscope._base.text import printable
 from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
+from stroboscope.analysis.scope_summary import name_durations
 
 if TYPE_CHECKING:
     import pandas
@@ -57,22 +56,18 @@ def scope_text(samples: pa.Table, intervals: pa.Table) -> str:
 
 def scope_counts(intervals: pa.Table) -> list[tuple[str, ...]]:
     """Per scope name: calls, calls still open, and the total, mean, min and max duration of
-    the closed ones (the scope table when pandas is not installed)."""
+    the closed ones (the scope table when pandas is not installed; the figures of
+    :func:`~stroboscope.analysis.scope_summary.name_durations`, the durations' one home)."""
+    names, d = name_durations(intervals)
     rows = []
-    names = intervals.column("name").to_pylist()
-    begin = intervals.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64)
-    end_col = intervals.column("end_ns")
-    closed = end_col.is_valid().to_numpy(zero_copy_only=False)
-    end = pc.fill_null(end_col, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    for name in dict.fromkeys(names):
-        mask = pc.equal(intervals.column("name"), name).to_numpy(zero_copy_only=False)
-        done = (end - begin)[mask & closed] / 1e9
-        stats = (done.sum(), done.mean(), done.min(), done.max()) if len(done) else (None,) * 4
-        durations = [fmt_seconds(None if v is None else float(v)) for v in stats]
-        rows.append(
-            (printable(name), str(int(mask.sum())), str(int((mask & ~closed).sum())), *durations)
-        )
+    for i, name in enumerate(names):
+        closed, still_open = int(d["calls"][i]), int(d["open"][i])
+        figures = (fmt_seconds(float(d[k][i]) if closed else None) for k in _COUNTS)
+        rows.append((printable(name), str(closed + still_open), str(still_open), *figures))
     return rows
+
+
+_COUNTS = ("total_s", "mean_s", "min_s", "max_s")
 
 
 # (header, value columns shown "a / b", count column, kind of value)
