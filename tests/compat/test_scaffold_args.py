@@ -6,10 +6,15 @@ interval (1e300 s was accepted: a monitor that never publishes)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 from _monitor import Recorder
+from stroboscope.compat import scaffold
 from stroboscope.compat.scaffold import SystemMonitor
+from stroboscope.formats.dataset import PART_SECONDS, part_seconds
+from stroboscope.formats.segments import segment_seconds
 from stroboscope.sampling._checks import MAX_INTERVAL_S
 
 
@@ -47,3 +52,27 @@ def test_a_publish_period_of_an_hour_is_taken() -> None:
         assert mon.sample_rate_seconds == 3600.0
     finally:
         mon.shutdown()
+
+
+@pytest.mark.parametrize(("capacity", "part_s"), [(None, 10.0), (2000, 5.0), (100_000, 10.0)])
+def test_a_datasets_parts_follow_the_datasets_one_rule(
+    capacity: int | None, part_s: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A part's length has one rule (formats.dataset.part_seconds), the monitor's as `record`'s:
+    # a quarter of the ring, at most PART_SECONDS; by default a ring that holds full parts. The
+    # monitor had its own (a 2000-row ring at 10 ms gave 8 s parts, `record` 5 s).
+    asked: dict[str, Any] = {}
+    real = scaffold.Sampler
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scaffold, "Sampler", spy)
+    mon = SystemMonitor(
+        os.getpid(), Recorder(), 60, interval=0.01, capacity=capacity, dataset=tmp_path / "ds"
+    )
+    mon.shutdown()
+    ring = asked["capacity"]
+    assert asked["segment_seconds"] == part_seconds(ring, 0.01) == part_s
+    assert part_s == segment_seconds(ring, 0.01, most=PART_SECONDS)  # what `record` asks
