@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from _monitor import Recorder
-from stroboscope.compat import scaffold
 from stroboscope.compat.scaffold import SystemMonitor
 from stroboscope.formats.dataset import PART_SECONDS, part_seconds
 from stroboscope.formats.segments import segment_seconds
+from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling._checks import MAX_INTERVAL_S
 
 
@@ -62,13 +62,12 @@ def test_a_datasets_parts_follow_the_datasets_one_rule(
     # a quarter of the ring, at most PART_SECONDS; by default a ring that holds full parts. The
     # monitor had its own (a 2000-row ring at 10 ms gave 8 s parts, `record` 5 s).
     asked: dict[str, Any] = {}
-    real = scaffold.Sampler
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         asked.update(kwargs)
-        return real(*args, **kwargs)
+        return Sampler(*args, **kwargs)
 
-    monkeypatch.setattr(scaffold, "Sampler", spy)
+    monkeypatch.setattr("stroboscope.compat.scaffold.Sampler", spy)
     mon = SystemMonitor(
         os.getpid(), Recorder(), 60, interval=0.01, capacity=capacity, dataset=tmp_path / "ds"
     )

@@ -345,7 +345,8 @@ def _exclusive(iv: Intervals, g: _Groups) -> F64:
         iv.parent[child], (iv.end[child] - iv.begin[child]) / _NS, minlength=len(closed)
     )
     dur = (g.end - g.begin).astype(np.float64) / _NS
-    return np.bincount(g.code, dur - child_time[closed], minlength=g.count)
+    exclusive = np.bincount(g.code, dur - child_time[closed], minlength=g.count)
+    return np.asarray(exclusive, dtype=np.float64)
 
 
 def _gpu_levels(samples: pa.Table, g: _Groups, attrs: dict[str, object]) -> dict[str, object]:

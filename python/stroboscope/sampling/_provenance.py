@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from stroboscope._base.files import read_regular
+from stroboscope.analysis._series import gpu_labels as _labels_in_columns
 from stroboscope.formats.provenance import (
     FORMAT,
     PROVENANCE_KEY,
@@ -87,16 +88,11 @@ def _gpus(
     from stroboscope.sampling._gpu import gpu_status
 
     status = gpu_status()
-    labels_in_columns = {
-        int(name.split(".")[1])
-        for name in column_names
-        if name.startswith("gpu.") and name.split(".")[1].isdigit()
-    }
     # NVML index -> column label: the driver-sample recorder knows it (``gpus="cuda"`` labels by
     # CUDA ordinal); otherwise a column's label is the NVML index.
     by_index: dict[int, int] = dict(gpu_labels)
     if not by_index:
-        by_index = {i: i for i in labels_in_columns}
+        by_index = {i: i for i in _labels_in_columns(column_names)}
     devices = [
         {
             "label": by_index[int(d["index"])],
