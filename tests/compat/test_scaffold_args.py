@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _fake_nvml import ScriptFn
 from _monitor import Recorder
 from stroboscope.compat.scaffold import SystemMonitor
 from stroboscope.formats.dataset import PART_SECONDS, part_seconds
@@ -75,3 +76,18 @@ def test_a_datasets_parts_follow_the_datasets_one_rule(
     ring = asked["capacity"]
     assert asked["segment_seconds"] == part_seconds(ring, 0.01) == part_s
     assert part_s == segment_seconds(ring, 0.01, most=PART_SECONDS)  # what `record` asks
+
+
+@pytest.mark.parametrize(("interval", "every"), [(0.01, 10), (0.03, 4), (0.1, 1), (0.25, 1)])
+def test_the_gpu_is_read_no_faster_than_a_tenth_of_a_second(
+    interval: float, every: int, nvml: ScriptFn
+) -> None:
+    # The sampler's own rule for a source's period (sampling._plan.natural_every, in whole ns):
+    # the fewest ticks that last at least 0.1 s (the monitor had its own, in floats less 1e-9).
+    nvml("devices 1\n")
+    mon = SystemMonitor(os.getpid(), Recorder(), 60, interval=interval)
+    try:
+        polled = {s.name: s.interval_ns for s in mon.raw_sampler.stats().sources}
+    finally:
+        mon.shutdown()
+    assert polled["gpu"] == every * round(interval * 1e9)  # NVML is polled on its own thread

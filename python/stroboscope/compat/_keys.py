@@ -29,6 +29,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stroboscope.analysis._series import gpu_columns
 from stroboscope.sampling import available_sources
 
 WINDOW = "window"
@@ -123,14 +124,13 @@ EXTENDED_SOURCES = ("cpu_cores", "diskio")
 GPU_SOURCE = "gpu"
 GPM_SOURCE = "gpu_gpm"
 
-_GPU_UTIL = re.compile(r"^gpu\.(\d+)\.util_pct$")
 _CORE_UTIL = re.compile(r"^cpu\.(\d+)\.util_pct$")
 
 
 def gpu_labels(columns: Sequence[str]) -> list[str]:
-    """The GPU indices (as text) that have columns, in numeric order: ``["0", "1", …]``."""
-    found = {int(m.group(1)) for c in columns if (m := _GPU_UTIL.match(c))}
-    return [str(i) for i in sorted(found)]
+    """The GPU indices (as text) that have a utilisation column, in numeric order:
+    ``["0", "1", …]``."""
+    return [str(i) for i in gpu_columns(list(columns), "util_pct")]
 
 
 def gpm_available() -> bool:

@@ -30,6 +30,7 @@ from stroboscope.recording._publisher import DRAIN_PERIOD_S, WindowPublisher
 from stroboscope.recording.sampler import DUMP_FORMATS, Sampler
 from stroboscope.sampling import available_sources, net_dev_totals
 from stroboscope.sampling._checks import check_capacity, check_interval
+from stroboscope.sampling._plan import natural_every
 from stroboscope.senders._base import AbstractBackendSender, StatsDict, as_sender
 from stroboscope.senders._dispatch import Fanout
 
@@ -188,7 +189,8 @@ class SystemMonitor:
         spec: dict[str, float | None] = dict.fromkeys(sources(extended, _gpu_available(pid)))
         if GPU_SOURCE in spec:
             if gpu_interval is None:
-                every = max(1, math.ceil(GPU_MIN_INTERVAL_S / interval - 1e-9))
+                # read no faster than NVML's values change, as the sampler's own plan does
+                every = natural_every(round(GPU_MIN_INTERVAL_S * 1e9), round(interval * 1e9))
                 gpu_interval = every * interval
             spec[GPU_SOURCE] = gpu_interval
         given_capacity = capacity
