@@ -31,6 +31,7 @@ from stroboscope.formats.provenance import (
     PROVENANCE_KEY,
     RECOVERED_MISSING,
     attach,
+    clock_facts,
     dumps,
     from_schema,
     iso_utc,
@@ -161,11 +162,7 @@ def gather(
         "gpus": _gpus([s.name for s in sources], column_names, gpu_labels),
         **identity_facts(pid, identity),
         "cmdline": command,
-        "clock": {
-            "clock": "CLOCK_MONOTONIC",
-            "anchor_ns": None,
-            "anchor_uncertainty_ns": int(anchor_uncertainty_ns),
-        },
+        "clock": clock_facts(None, int(anchor_uncertainty_ns)),  # a frame's rows give the anchor
         "clock_sync": clock_sync(),  # the realtime clock's own error, for comparing hosts
         "budget": budget(max_overhead, [], 0),
     }

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from stroboscope.formats.provenance import dumps, iso_utc
+from stroboscope.formats.provenance import dumps, span_facts
 from stroboscope.formats.provenance import time_cell_ns as _ns
 
 __all__ = ["RunFacts", "budget", "for_table"]
@@ -22,7 +22,8 @@ __all__ = ["RunFacts", "budget", "for_table"]
 
 # The keys a frame (or an explicit provenance() call) fills in; every other key is the run's.
 _COUNTER_KEYS = ("ticks_taken", "ticks_missed", "rows_lost")
-_ROW_KEYS = ("rows", "start_ns", "end_ns", "start_time", "end_time", "table_rows_lost")
+_SPAN_KEYS = tuple(span_facts(None, None))  # start_ns, end_ns, start_time, end_time
+_ROW_KEYS = ("rows", *_SPAN_KEYS, "table_rows_lost")
 
 
 class RunFacts:
@@ -180,10 +181,8 @@ def _edge_facts(rows: int, start: int | None, end: int | None, mono: int | None)
     unless both are known) and ``anchor_ns`` (``time - mono_ns`` of the first row, or None)."""
     out: dict[str, Any] = {"rows": rows}
     out["anchor_ns"] = None if start is None or mono is None else start - mono
-    if start is not None and end is not None:
-        out.update(start_ns=start, end_ns=end, start_time=iso_utc(start), end_time=iso_utc(end))
-    else:
-        out.update(start_ns=None, end_ns=None, start_time=None, end_time=None)
+    known = start is not None and end is not None
+    out.update(span_facts(start, end) if known else span_facts(None, None))
     return out
 
 
@@ -202,9 +201,9 @@ def for_table(
         clock["anchor_ns"] = facts["anchor_ns"]
         out["clock"] = clock
     if facts["start_ns"] is not None:
-        out.update({k: facts[k] for k in ("start_ns", "end_ns", "start_time", "end_time")})
+        out.update({k: facts[k] for k in _SPAN_KEYS})
     elif "start_ns" not in out:
-        out.update(start_ns=None, end_ns=None, start_time=None, end_time=None)
+        out.update(dict.fromkeys(_SPAN_KEYS))
     if rows_lost is not None:
         out["table_rows_lost"] = int(rows_lost)
     return out
