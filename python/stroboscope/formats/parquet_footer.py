@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
@@ -76,6 +76,17 @@ def read_footer(data: bytes | memoryview) -> Struct:
     if end != len(raw):
         raise FooterError(f"its footer has {len(raw) - end} bytes after the struct")
     return meta
+
+
+def read_footer_of(read: Callable[[int, int], bytes], size: int) -> Struct:
+    """The ``FileMetaData`` of a Parquet file of ``size`` bytes read through ``read(offset,
+    n)`` (its tail only: the footer's length, then the footer)."""
+    if size < 12:
+        raise FooterError(f"not a Parquet file ({size} bytes)")
+    length, magic = _TAIL.unpack(read(size - 8, 8))
+    if magic != MAGIC or length > size - 12:
+        raise FooterError("no whole footer at its end: not a whole Parquet file")
+    return read_footer(MAGIC + read(size - 8 - length, length + 8))
 
 
 def footer_of_schema(schema: pa.Schema, compression: str = "zstd") -> Struct:
