@@ -23,7 +23,7 @@ from stroboscope.formats.parquet_footer import (
 
 def _file(table: pa.Table, **kw: object) -> bytes:
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd", **kw)  # type: ignore[arg-type]
+    pq.write_table(table, sink, compression="zstd", **kw)
     return sink.getvalue()
 
 

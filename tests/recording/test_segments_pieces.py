@@ -26,6 +26,11 @@ from stroboscope.recording.spool import recover
 UID = os.geteuid()
 
 
+def _pieces_written(s: Sampler) -> int:
+    status = s.segments
+    return 0 if status is None else status.segments_written
+
+
 @pytest.fixture
 def spool(tmp_path: Path) -> Iterator[Path]:
     """A stopped recording of a few pieces whose first rows the ring no longer holds."""
@@ -34,7 +39,7 @@ def spool(tmp_path: Path) -> Iterator[Path]:
     _finish.prepare(s)
     with s:
         deadline = time.monotonic() + 60
-        while s.stats().rows_written < 1200 or (s.segments and s.segments.segments_written) < 4:
+        while s.stats().rows_written < 1200 or _pieces_written(s) < 4:
             assert time.monotonic() < deadline, "the sampler wrote too few pieces"
             time.sleep(0.02)
     yield path
@@ -43,7 +48,7 @@ def spool(tmp_path: Path) -> Iterator[Path]:
 
 
 def _mono(table: pa.Table) -> np.ndarray:
-    return table.column("mono_ns").to_numpy(zero_copy_only=False)
+    return np.asarray(table.column("mono_ns").to_numpy(zero_copy_only=False))
 
 
 def _piece_rows(path: Path) -> list[np.ndarray]:

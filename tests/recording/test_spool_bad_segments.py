@@ -107,7 +107,7 @@ def test_planted_files_of_any_name_or_owner_are_left_out(
     shutil.copy(segment_paths(spool)[0], planted)
     tiny = spool.with_name("r.spool.seg-99999999999999999999.parquet")
     tiny.write_bytes(b"x")
-    real_open = open_owned_files.open_regular  # the owner check of every segment's open
+    real_open = open_owned_files.open_regular  # type: ignore[attr-defined]
 
     def owned_by_nobody(path: str, what: str, *, follow: bool = True) -> tuple[int, os.stat_result]:
         fd, st = real_open(path, what, follow=follow)

@@ -214,7 +214,7 @@ def check_clock(seg: Segment, table: pa.Table, anchor_ns: int) -> None:
         )
 
 
-def check_order(name: str, table: pa.Table, last_mono: int) -> int:
+def check_order(name: Segment, table: pa.Table, last_mono: int) -> int:
     """``last_mono`` after ``table``, whose mono_ns must go on from it without going back."""
     if table.num_rows == 0:
         return last_mono
