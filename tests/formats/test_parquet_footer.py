@@ -1,6 +1,6 @@
 """Parquet files appended one after another and joined by one footer
 (``formats.parquet_footer``) read back with pyarrow (and DuckDB where installed) as the tables
-concatenated, for several schemas; the Thrift compact protocol written back byte for byte."""
+concatenated, for several schemas."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from stroboscope.formats import thrift_compact
 from stroboscope.formats.parquet_footer import (
     FooterError,
-    footer_bytes,
     footer_of_schema,
     joined_footer,
     read_footer,
@@ -142,47 +140,3 @@ def test_a_piece_of_another_schema_is_refused() -> None:
     whole = footer_of_schema(_ints(0).schema)
     with pytest.raises(FooterError, match="another schema"):
         joined_footer([(0, read_footer(a)), (len(a), read_footer(b))], whole)
-
-
-def test_footers_read_and_written_back_are_the_same_bytes() -> None:
-    for name in sorted(SCHEMAS):
-        raw = bytes(footer_bytes(_file(SCHEMAS[name](1), write_page_index=True)))
-        fields, end = thrift_compact.read_struct(raw)
-        assert end == len(raw)
-        assert thrift_compact.write_struct(fields) == raw
-
-
-@pytest.mark.parametrize(
-    ("fields", "raw"),
-    [
-        # field 1 i32 = -1 (zigzag 1), field 2 true, field 20 i64 = 150 (long id), stop
-        (
-            {
-                1: thrift_compact.Field(thrift_compact.I32, -1),
-                2: thrift_compact.Field(thrift_compact.BOOL, True),
-                20: thrift_compact.Field(thrift_compact.I64, 150),
-            },
-            bytes([0x15, 0x01, 0x11, 0x06, 0x28, 0xAC, 0x02, 0x00]),
-        ),
-        # a list of 16 i32 (size in a varint after 0xF5), then binary b"ab"
-        (
-            {
-                1: thrift_compact.Field(
-                    thrift_compact.LIST, thrift_compact.Seq(thrift_compact.I32, [0] * 16)
-                ),
-                2: thrift_compact.Field(thrift_compact.BINARY, b"ab"),
-            },
-            bytes([0x19, 0xF5, 0x10, *[0] * 16, 0x18, 0x02, 0x61, 0x62, 0x00]),
-        ),
-    ],
-)
-def test_compact_protocol_bytes_by_hand(fields: thrift_compact.Struct, raw: bytes) -> None:
-    assert thrift_compact.write_struct(fields) == raw
-    assert thrift_compact.read_struct(raw) == (fields, len(raw))
-
-
-@pytest.mark.parametrize("cut", [0, 1, 5, 17, -1])
-def test_a_torn_footer_is_an_error_not_a_crash(cut: int) -> None:
-    raw = bytes(footer_bytes(_file(_ints(0))))
-    with pytest.raises(thrift_compact.ThriftError):
-        thrift_compact.read_struct(raw[: cut % len(raw)])

@@ -58,9 +58,7 @@ def test_a_clean_record_writes_each_row_to_parquet_once(
     assert not list(tmp_path.glob("run.parquet.spool*"))  # the spool and its files are gone
 
 
-def _record(
-    path: Path, segment_seconds: float, capacity: int, *, prepare: bool = True
-) -> Sampler:
+def _record(path: Path, segment_seconds: float, capacity: int, *, prepare: bool = True) -> Sampler:
     """A stopped spooled sampler whose end is :func:`finish`'s (prepared for it: its segments
     are pieces; ``prepare=False``: segment files), with ``segment_seconds`` segments (none when
     the ring holds the run)."""

@@ -14,6 +14,7 @@ goes after them). At a clean end the last piece and one footer joining every pie
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import struct
@@ -176,10 +177,8 @@ def _append(path: str, data: bytes) -> int:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
         except BaseException:
-            try:
+            with contextlib.suppress(OSError):  # else: bytes no record names, readers skip them
                 os.ftruncate(fd, start)
-            except OSError:
-                pass  # bytes no record names: readers skip them
             raise
         return start
     finally:

@@ -394,8 +394,9 @@ def recover_table(path: str | os.PathLike[str]) -> tuple[pa.Table, int]:
 
 
 def remove_spool(path: str | os.PathLike[str]) -> None:
-    """Delete a spool, its segments (files, pieces and their index) and events sidecar (once their rows are written elsewhere),
-    and the temporary file of a segment whose writer died half-way (``.NAME.seg-*.tmp``)."""
+    """Delete a spool, its segments (files, or pieces and their index) and events sidecar (once
+    their rows are written elsewhere), and the temporary file of a segment whose writer died
+    half-way (``.NAME.seg-*.tmp``)."""
     for p in [*segment_paths(path), *map(Path, glob.glob(segment_temp_glob(path)))]:
         p.unlink(missing_ok=True)
     Path(pieces_path(path)).unlink(missing_ok=True)

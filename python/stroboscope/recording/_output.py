@@ -23,8 +23,10 @@ memory at a time, and the metric columns read a few at a time for
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -104,9 +106,7 @@ class Clean:
         """The rows in order, one segment at a time, as :attr:`schema` (only ``time``,
         ``mono_ns`` and ``columns`` when given)."""
         keep = (
-            None
-            if columns is None
-            else [n for n in self.schema.names if n in {*_CLOCK, *columns}]
+            None if columns is None else [n for n in self.schema.names if n in {*_CLOCK, *columns}]
         )
         schema = self.schema if keep is None else pa.schema([self.schema.field(n) for n in keep])
         for seg, (first, n) in zip(self.segments, self.extents):
@@ -182,8 +182,7 @@ class Clean:
         except FooterError as exc:
             raise SpoolError(f"the pieces of {self.pieces_file} cannot be joined: {exc}") from None
         append_tail(self.pieces_file, tail)  # on disk (fsync) before it takes the name
-        check_replaceable(out)  # still so: nothing was put there meanwhile
-        os.replace(self.pieces_file, out)
+        _publish(self.pieces_file, out)
         self.joined_to = out
 
     def _footer(self, piece: Piece) -> Any:
@@ -191,6 +190,28 @@ class Clean:
             return read_piece_range(piece, self.uid, offset, n)
 
         return read_footer_of(read, piece.length)
+
+
+def _publish(pieces: str, out: str) -> None:
+    """Give the pieces file the name ``out``: a hard link under a name nobody holds, renamed
+    over ``out``, so the pieces keep their own name (and a watchdog that dumps the spool before
+    the finish stops it still reads every row) until the spool is removed; a rename where the
+    filesystem has no hard links."""
+    directory, name = os.path.split(out)
+    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(8)}.tmp")
+    try:
+        os.link(pieces, tmp)
+    except OSError:
+        check_replaceable(out)  # still so: nothing was put there meanwhile
+        os.replace(pieces, out)
+        return
+    try:
+        check_replaceable(out)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_clean(

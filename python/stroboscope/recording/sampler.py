@@ -80,7 +80,9 @@ def check_spool(spool: str | os.PathLike[str]) -> str:
             f"spool {os.fspath(spool)!r} is in use by a running recording (pid {pid}): give "
             f"another path, or recover it once that recording ends"
         )
-    segments = segment_paths(path) or any(map(os.path.lexists, (pieces_path(path), index_path(path))))
+    segments = segment_paths(path) or any(
+        map(os.path.lexists, (pieces_path(path), index_path(path)))
+    )
     if not os.path.lexists(path) and (segments or os.path.lexists(path + ".events")):
         raise ValueError(  # no spool: recover cannot read them, so it is no advice
             f"spool {os.fspath(spool)!r} does not exist, but segments or an events sidecar of "
