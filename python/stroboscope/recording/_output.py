@@ -148,11 +148,7 @@ class Clean:
             return False
         if output_format(output) != "parquet":
             return False
-        directory = os.path.dirname(os.path.abspath(output))
-        try:
-            same = os.stat(directory).st_dev == os.stat(self.pieces_file).st_dev
-        except OSError:
-            return False
+        same = same_filesystem(os.path.dirname(os.path.abspath(output)), self.pieces_file)
         if not same:
             _LOG.info(
                 "the spool's pieces are on another filesystem than %s: read back and written "
@@ -190,6 +186,14 @@ class Clean:
             return read_piece_range(piece, self.uid, offset, n)
 
         return read_footer_of(read, piece.length)
+
+
+def same_filesystem(a: str, b: str) -> bool:
+    """Whether the paths ``a`` and ``b`` are on one filesystem (False when one is missing)."""
+    try:
+        return os.stat(a).st_dev == os.stat(b).st_dev
+    except OSError:
+        return False
 
 
 def _publish(pieces: str, out: str) -> None:
