@@ -5,18 +5,28 @@ finish that read the segments back and wrote them again handed about twice that.
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from stroboscope.cli import main
-from stroboscope.recording import _output
+from stroboscope.formats.pieces import read_index
+from stroboscope.formats.provenance import from_schema
+from stroboscope.recording import _finish, _output, finish
+from stroboscope.recording.sampler import Sampler
 
 
 def _wchar() -> int:
     """Bytes this process has passed to write() and its kin so far (``/proc/self/io``)."""
     with open("/proc/self/io") as f:
         return next(int(line.split(":")[1]) for line in f if line.startswith("wchar:"))
+
+
+def _pieces_written(s: Sampler) -> int:
+    status = s.segments
+    return 0 if status is None else status.segments_written
 
 
 def test_a_clean_record_longer_than_its_ring_writes_each_row_once(tmp_path: Path) -> None:
@@ -51,3 +61,33 @@ def test_a_spool_on_another_filesystem_reads_its_pieces_back_into_the_output(
     assert table.num_rows > 512 and (mono[1:] > mono[:-1]).all()
     assert int(table.schema.metadata[b"stroboscope.rows_lost"]) >= 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.parquet"]
+
+
+def test_the_joined_output_is_what_the_recovery_path_writes(tmp_path: Path) -> None:
+    """The pieces file made the output says exactly what the output written from the spool
+    and its pieces read back says: rows, schema, metadata (provenance, rows lost), row groups
+    of the same rows, and the same column statistics."""
+    path = tmp_path / "run.spool"
+    s = Sampler(0.001, sources=["cpu", "memory"], spool=path, segment_seconds=0.1, capacity=1024)
+    _finish.prepare(s)
+    with s:
+        deadline = time.monotonic() + 60
+        while s.stats().rows_written < 1500 or _pieces_written(s) < 3:
+            assert time.monotonic() < deadline, "the sampler wrote too few pieces"
+            time.sleep(0.02)
+    prov = s.provenance(command=["train.py"])
+    recovered = tmp_path / "recovered.parquet"
+    assert _finish.write_output(path, recovered, prov)[0] > 1024
+    units = {c.name: c.unit for c in s.columns}
+    stats = _finish.spool_column_stats(path, units)
+    pieces = len(read_index(path, os.geteuid())[0])
+    clean = tmp_path / "clean.parquet"
+    done = finish(s, clean, command=["train.py"], column_stats=True)
+    a, b = pq.read_table(clean), pq.read_table(recovered)
+    assert a.equals(b) and a.num_rows == done.rows
+    assert a.schema.equals(b.schema, check_metadata=True)
+    assert from_schema(a.schema) == from_schema(b.schema)
+    assert (done.column_stats, done.span_s) == stats
+    assert pq.read_metadata(clean).num_row_groups == pieces + 1  # the pieces and the rest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.parquet", "recovered.parquet"]
+    s.close()
