@@ -14,8 +14,10 @@ import pytest
 from stroboscope.cli import main
 from stroboscope.formats.pieces import read_index
 from stroboscope.formats.provenance import from_schema
+from stroboscope.formats.spool_read import remove_spool
 from stroboscope.recording import _finish, _output, finish
 from stroboscope.recording.sampler import Sampler
+from stroboscope.recording.spool import recover
 
 
 def _wchar() -> int:
@@ -91,3 +93,34 @@ def test_the_joined_output_is_what_the_recovery_path_writes(tmp_path: Path) -> N
     assert pq.read_metadata(clean).num_row_groups == pieces + 1  # the pieces and the rest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.parquet", "recovered.parquet"]
     s.close()
+
+
+def test_a_finish_that_dies_before_the_rename_leaves_every_row_to_recover(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rest appended as the last piece and the joined footer after it, then the output
+    cannot take its name: the finish raises, and the spool with its pieces still gives every
+    row once (the rest is both the last piece and the ring's: read once)."""
+    path = tmp_path / "run.spool"
+    s = Sampler(0.001, sources=["memory"], spool=path, segment_seconds=0.1, capacity=1024)
+    _finish.prepare(s)
+    with s:
+        deadline = time.monotonic() + 60
+        while s.stats().rows_written < 1500 or _pieces_written(s) < 3:
+            assert time.monotonic() < deadline, "the sampler wrote too few pieces"
+            time.sleep(0.02)
+    before = recover(path).to_arrow()
+
+    def cannot(pieces: str, out: str) -> None:
+        raise OSError(28, "No space left on device", out)
+
+    monkeypatch.setattr(_output, "_publish", cannot)
+    with pytest.raises(OSError, match="No space"):
+        finish(s, tmp_path / "out.parquet")
+    assert not (tmp_path / "out.parquet").exists() and path.exists()
+    pieces = read_index(path, os.geteuid())[0]
+    assert sum(p.rows for p in pieces) == before.num_rows  # the rest is a piece now
+    after = recover(path).to_arrow()
+    assert after.column("mono_ns").equals(before.column("mono_ns"))
+    s.close()
+    remove_spool(path)
