@@ -89,6 +89,23 @@ def read_footer_of(read: Callable[[int, int], bytes], size: int) -> Struct:
     return read_footer(MAGIC + read(size - 8 - length, length + 8))
 
 
+def footer_rows(meta: Struct) -> int:
+    """The rows a footer counts (``FileMetaData.num_rows``)."""
+    return int(meta[_FM_NUM_ROWS].value)
+
+
+def footer_metadata(meta: Struct) -> dict[bytes, bytes]:
+    """A footer's key-value metadata (the table's schema metadata and ``ARROW:schema``)."""
+    kv = meta.get(_FM_KV)
+    if kv is None:
+        return {}
+    out = {}
+    for item in kv.value.values:  # KeyValue: 1 key, 2 value (optional)
+        if 1 in item:
+            out[item[1].value] = item[2].value if 2 in item else b""
+    return out
+
+
 def footer_of_schema(schema: pa.Schema, compression: str = "zstd") -> Struct:
     """The footer pyarrow writes for ``schema`` (metadata included) with no rows: the schema
     elements, key-value metadata (``ARROW:schema`` with it), writer and column orders a file of

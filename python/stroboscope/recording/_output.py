@@ -36,7 +36,9 @@ from stroboscope._base.files import check_replaceable
 from stroboscope.formats import events_file
 from stroboscope.formats.parquet_footer import (
     FooterError,
+    footer_metadata,
     footer_of_schema,
+    footer_rows,
     joined_footer,
     read_footer_of,
 )
@@ -58,6 +60,7 @@ from stroboscope.formats.segments import (
 )
 from stroboscope.formats.spool_header import SpoolError
 from stroboscope.formats.spool_read import ROWS_LOST_KEY, recover_parts
+from stroboscope.formats.thrift_compact import Struct
 from stroboscope.formats.writers import output_format, write_parts
 
 if TYPE_CHECKING:
@@ -88,13 +91,24 @@ class Clean:
         head = rest.first_row + len(rest)
         h = {"uid": self.uid, "head": head}
         self.segments: list[Segment] = [w.path for w in written]
+        self.footers: dict[int, Struct] = {}  # of each piece, by its number: read once
         if self.pieces_file is not None and written:
             pieces, damage = read_index(spool, self.uid)
             if damage is not None or len(pieces) != len(written):
                 raise SpoolError(f"the index of {self.pieces_file} changed since it was written")
             self.segments = list(pieces)
         for seg, w in zip(self.segments, written):  # footers only: a changed segment is refused
-            if segment_extent(seg, h, self.want) != (w.first_row, w.rows):
+            if isinstance(seg, Piece):  # its schema is checked when the footers are joined
+                try:
+                    meta = self._footer(seg)
+                    first = footer_metadata(meta).get(FIRST_ROW_KEY)
+                    extent = (None if first is None else int(first), footer_rows(meta))
+                except (FooterError, KeyError, AttributeError, ValueError) as exc:
+                    raise SpoolError(f"segment {seg} cannot be read: {exc}") from None
+                self.footers[seg.number] = meta
+            else:
+                extent = segment_extent(seg, h, self.want)
+            if extent != (w.first_row, w.rows):
                 raise SpoolError(f"segment {seg} changed since it was written")
         self.extents = [(w.first_row, w.rows) for w in written]
         self.joined_to: str | None = None  # the output, once the pieces file became it
@@ -173,7 +187,7 @@ class Clean:
             n = len(pieces)
             pieces.append(Piece(self.pieces_file, n, at, len(data), self.rest_first, len(rest)))
         try:
-            footers = [(p.offset, self._footer(p)) for p in pieces]
+            footers = [(p.offset, self.footers.get(p.number) or self._footer(p)) for p in pieces]
             tail = joined_footer(footers, footer_of_schema(schema))
         except FooterError as exc:
             raise SpoolError(f"the pieces of {self.pieces_file} cannot be joined: {exc}") from None
@@ -181,7 +195,9 @@ class Clean:
         _publish(self.pieces_file, out)
         self.joined_to = out
 
-    def _footer(self, piece: Piece) -> Any:
+    def _footer(self, piece: Piece) -> Struct:
+        """The footer of ``piece``, its tail alone read (FooterError when it is not one)."""
+
         def read(offset: int, n: int) -> bytes:
             return read_piece_range(piece, self.uid, offset, n)
 
