@@ -24,9 +24,9 @@ from stroboscope.analysis.column_stats import (
 )
 from stroboscope.export import _meta
 from stroboscope.export._compare import compare_table
-from stroboscope.export._inputs import Recording
+from stroboscope.export._recording import Recording
 from stroboscope.export._plots import Plot
-from stroboscope.export._scope_text import scope_table
+from stroboscope.export._scope_text import scope_samples, scope_table
 from stroboscope.export._select import iso_ms
 
 Describe = Callable[[Recording], list[ColumnStats]]
@@ -64,11 +64,11 @@ def table_html(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], left: i
 
 
 def _series_html(describe: Describe, s: Recording) -> str:
-    mm = pc.min_max(s.table.column("time").cast(pa.int64()))
+    mm = pc.min_max(s.held.column("time").cast(pa.int64()))
     parts = [
         f"<h2>{_esc(s.label)}</h2>",
-        f"<p>{_esc(s.source)}: {s.table.num_rows} rows from {iso_ms(int(mm['min'].as_py()))} to "
-        f"{iso_ms(int(mm['max'].as_py()))}, {data_span_s(s.table):.3f} s of data</p>",
+        f"<p>{_esc(s.source)}: {s.num_rows} rows from {iso_ms(int(mm['min'].as_py()))} to "
+        f"{iso_ms(int(mm['max'].as_py()))}, {data_span_s(s.times):.3f} s of data</p>",
     ]
     summaries = describe(s)
     levels, counters = level_rows(summaries), counter_rows(summaries)
@@ -89,7 +89,7 @@ def _series_html(describe: Describe, s: Recording) -> str:
     if figures:
         parts += ["<h3>Sampler</h3>", table_html(("figure", "value"), figures, left=2)]
     if s.scopes is not None and s.scopes.num_rows:
-        header, rows, labels = scope_table(s.table, s.scopes)
+        header, rows, labels = scope_table(scope_samples(s), s.scopes)
         parts += ["<h3>Scopes</h3>", table_html(header, rows, left=labels)]
     entries = _meta.metadata_items(s.metadata)
     parts.append("<h3>Provenance and metadata</h3>")

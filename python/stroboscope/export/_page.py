@@ -31,7 +31,7 @@ from stroboscope.export._groups import (
     scope_colors,
     scope_names,
 )
-from stroboscope.export._inputs import Recording
+from stroboscope.export._recording import Recording
 from stroboscope.export._page_data import FORMAT, Array, Blob, encode_column, encode_time
 from stroboscope.export._plots import MissingExtraError, _schema, time_span_s
 from stroboscope.export._select import align_text, time_origins
@@ -102,7 +102,7 @@ def _scopes(blob: Blob, series: list[Recording], origins: list[int]) -> dict[str
         sc = s.scopes
         if sc is None or not sc.num_rows:
             continue
-        last = int(pc.max(s.table.column("mono_ns")).as_py())
+        last = int(pc.max(s.held.column("mono_ns")).as_py())
         shift = s.anchor_ns - origins[si]
         begin = sc.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64) + shift
         end = pc.fill_null(sc.column("end_ns"), last).to_numpy(zero_copy_only=False)
@@ -144,11 +144,11 @@ def page_data(
     out_series = []
     monos = []
     for s, t0 in zip(series, origins):
-        mono = np.asarray(s.table.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
+        mono = np.asarray(s.held.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
         monos.append(mono)  # the table's own buffer where it is one chunk of int64: no copy
         origin = t0 - s.anchor_ns  # this series' monotonic ns at its time 0
         out_series.append(
-            {"label": s.label, "rows": s.table.num_rows, "time": encode_time(blob, mono, origin)}
+            {"label": s.label, "rows": s.num_rows, "time": encode_time(blob, mono, origin)}
         )
     lines: list[dict[str, Any]] = []
     panels = []
@@ -157,10 +157,11 @@ def page_data(
             members = []
             for si, s in enumerate(series):
                 for col in columns:
-                    if col not in s.table.column_names:
+                    if col not in s.column_names:
                         continue
-                    rate = column_kind(s.table.schema.field(col)) == "rate"
-                    enc = encode_column(blob, s.table.column(col), monos[si], rate)
+                    rate = column_kind(s.schema.field(col)) == "rate"
+                    # one column read, encoded and dropped at a time: the recording never whole
+                    enc = encode_column(blob, s.column(col), monos[si], rate)
                     if enc is None:
                         continue
                     k = len(lines)
@@ -207,7 +208,7 @@ def _figures(
     from bokeh.plotting import figure
 
     x0, x1 = manifest["x0"], manifest["x1"]
-    rows = max(s.table.num_rows for s in series)
+    rows = max(s.num_rows for s in series)
     step = (x1 - x0) / max(rows - 1, 1)
 
     def make(i: int, **kw: Any) -> Any:

@@ -32,7 +32,7 @@ from stroboscope.export._groups import (
     scope_colors,
     scope_names,
 )
-from stroboscope.export._inputs import Recording
+from stroboscope.export._recording import Recording
 from stroboscope.export._select import align_text, time_origins
 
 if TYPE_CHECKING:
@@ -244,16 +244,16 @@ def _value_axis(ax: Axes, lo: float, hi: float, unit: str) -> None:
 
 def _schema(series: list[Recording]) -> pa.Schema:
     try:
-        return pa.unify_schemas([s.table.schema for s in series])
+        return pa.unify_schemas([s.schema for s in series])
     except (pa.ArrowException, ValueError):
-        return series[0].table.schema
+        return series[0].schema
 
 
 def time_origin(series: list[Recording]) -> tuple[int, int]:
     """Realtime ns of the first and last row of all ``series``."""
     mins, maxs = [], []
     for s in series:
-        mm = pc.min_max(s.table.column("time").cast(pa.int64()))
+        mm = pc.min_max(s.held.column("time").cast(pa.int64()))
         mins.append(int(mm["min"].as_py()))
         maxs.append(int(mm["max"].as_py()))
     return min(mins), max(maxs)
@@ -264,7 +264,7 @@ def time_span_s(series: list[Recording], origins: list[int]) -> tuple[float, flo
     to the latest, over all series."""
     lo, hi = [], []
     for s, t0 in zip(series, origins):
-        mm = pc.min_max(s.table.column("time").cast(pa.int64()))
+        mm = pc.min_max(s.held.column("time").cast(pa.int64()))
         lo.append((int(mm["min"].as_py()) - t0) / 1e9)
         hi.append((int(mm["max"].as_py()) - t0) / 1e9)
     a, b = min(lo), max(hi)
@@ -377,13 +377,13 @@ def _draw_group(
     for ax, (label, columns) in zip(axes, group.panels):
         lo, hi = np.inf, -np.inf
         for s, t0 in zip(series, origins):
-            x_all = s.table.column("time").cast(pa.int64())
+            x_all = s.held.column("time").cast(pa.int64())
             first = int(pc.min(x_all).as_py())
             last = int(pc.max(x_all).as_py())
             for col in columns:
-                if col not in s.table.column_names:
+                if col not in s.column_names:
                     continue
-                c = s.table.column(col)
+                c = s.column(col)  # read for this line and dropped after it
                 if c.null_count:  # its readings only
                     valid = c.is_valid()
                     c, x_col = c.filter(valid), x_all.filter(valid)
@@ -413,7 +413,7 @@ def _draw_group(
                 del ok
                 if len(y) == 0:
                     continue
-                rate = column_kind(s.table.schema.field(col)) == "rate"
+                rate = column_kind(s.schema.field(col)) == "rate"
                 # ns from the origin before any float: realtime ns in float64 lose 256 ns
                 x = x.astype(np.int64)  # a copy: the table's buffer is not changed
                 x -= t0
@@ -446,14 +446,14 @@ def _draw_group(
 
 def row_spacing_ns(series: Recording) -> np.ndarray[Any, Any]:
     """Time between consecutive rows of a series (ns)."""
-    mono = np.asarray(series.table.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
+    mono = np.asarray(series.held.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
     return np.diff(mono)
 
 
 def _draw_timing(
     series: list[Recording], lateness: dict[str, tuple[list[float], list[int]]]
 ) -> Plot | None:
-    panels = [s for s in series if s.table.num_rows > 1]
+    panels = [s for s in series if s.num_rows > 1]
     if not panels and not lateness:
         return None
     fig, axes = _figure(1 + bool(lateness), sharex=False)

@@ -15,6 +15,8 @@ import pyarrow.compute as pc
 
 from stroboscope._base.text import printable
 from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
+from stroboscope.analysis.scope_summary import summary_columns
+from stroboscope.export._recording import Recording
 
 if TYPE_CHECKING:
     import pandas
@@ -23,6 +25,7 @@ __all__ = [
     "SCOPE_HEADER",
     "format_summary",
     "scope_counts",
+    "scope_samples",
     "scope_table",
     "scope_text",
     "summary_table",
@@ -47,6 +50,13 @@ def scope_table(samples: pa.Table, intervals: pa.Table) -> ScopeTable:
     except ImportError:
         return SCOPE_HEADER, scope_counts(intervals), 1
     return summary_table(summary(samples, intervals))
+
+
+def scope_samples(s: Recording) -> pa.Table:
+    """The rows of ``s`` that the per-scope summary reads: ``time``, ``mono_ns`` and the
+    columns of :func:`~stroboscope.analysis.scope_summary.summary_columns`, not the whole
+    recording."""
+    return s.columns(summary_columns(s.column_names))
 
 
 def scope_text(samples: pa.Table, intervals: pa.Table) -> str:

@@ -26,6 +26,7 @@ from stroboscope._base.checks import check_path
 from stroboscope._base.files import check_replaceable, file_kind, replace_private, why_unreachable
 from stroboscope._base.text import printable
 from stroboscope.analysis.column_stats import (
+    TIME_COLUMNS,
     ColumnStats,
     column_stats,
     column_stats_text,
@@ -34,10 +35,11 @@ from stroboscope.analysis.column_stats import (
 from stroboscope.export import _meta
 from stroboscope.export._compare import compare_table
 from stroboscope.export._html import render_html
-from stroboscope.export._inputs import Recording, read_inputs
+from stroboscope.export._inputs import read_inputs
+from stroboscope.export._recording import Recording
 from stroboscope.export._page import page_view, require_bokeh
 from stroboscope.export._plots import Plot, _draw_timing, render_plots, require_matplotlib
-from stroboscope.export._scope_text import scope_counts, scope_text
+from stroboscope.export._scope_text import scope_counts, scope_samples, scope_text
 from stroboscope.export._select import (
     align_text,
     check_align,
@@ -79,9 +81,10 @@ class Report:
 
     def describe(self, s: Recording) -> list[ColumnStats]:
         """The column figures of one series (computed once, shared by the text and the page)."""
-        key = id(s.table)
-        if key not in self._described:
-            self._described[key] = column_stats(s.table)
+        key = id(s.held)
+        if key not in self._described:  # a column at a time: a long recording is never whole
+            names = [n for n in s.column_names if n not in TIME_COLUMNS]
+            self._described[key] = [c for n in names for c in column_stats(s.columns([n]))]
         return self._described[key]
 
     def lateness(self) -> dict[str, tuple[list[float], list[int]]]:
@@ -101,7 +104,7 @@ class Report:
 
     def sections(self, s: Recording) -> list[tuple[str, str]]:
         """The text sections of one series: summary, sampler, not available, scopes."""
-        out = [("summary", column_stats_text(s.table, stats=self.describe(s)))]
+        out = [("summary", column_stats_text(s.times, stats=self.describe(s)))]
         figures = _meta.sampler_figures(s.metadata)
         if figures:
             out.append(("sampler", "\n".join(printable(f"{k}: {v}") for k, v in figures)))
@@ -109,7 +112,7 @@ class Report:
         if missing:
             out.append(("not available", "\n".join(printable(m) for m in missing)))
         if s.scopes is not None and s.scopes.num_rows:
-            out.append(("scopes", scope_text(s.table, s.scopes)))
+            out.append(("scopes", scope_text(scope_samples(s), s.scopes)))
         return out
 
     def text(self) -> str:
