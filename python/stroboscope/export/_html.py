@@ -24,8 +24,8 @@ from stroboscope.analysis.column_stats import (
 )
 from stroboscope.export import _meta
 from stroboscope.export._compare import compare_table
+from stroboscope.export._figure import Plot
 from stroboscope.export._recording import Recording
-from stroboscope.export._plots import Plot
 from stroboscope.export._scope_text import scope_samples, scope_table
 from stroboscope.export._select import iso_ms
 

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from stroboscope.analysis.column_stats import column_kind
 from stroboscope.export._downsample import GAP_FACTOR, STALL_FACTOR
+from stroboscope.export._figure import MissingExtraError
 from stroboscope.export._groups import (
     SCOPE_PALETTE,
     _int_column,
@@ -31,9 +32,9 @@ from stroboscope.export._groups import (
     scope_colors,
     scope_names,
 )
-from stroboscope.export._recording import Recording
 from stroboscope.export._page_data import FORMAT, Array, Blob, encode_column, encode_time
-from stroboscope.export._plots import MissingExtraError, _schema, time_span_s
+from stroboscope.export._plots import _schema, time_span_s
+from stroboscope.export._recording import Recording
 from stroboscope.export._select import align_text, time_origins
 
 PALETTE = SCOPE_PALETTE[:10]

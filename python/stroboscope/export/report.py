@@ -36,9 +36,9 @@ from stroboscope.export import _meta
 from stroboscope.export._compare import compare_table
 from stroboscope.export._html import render_html
 from stroboscope.export._inputs import read_inputs
-from stroboscope.export._recording import Recording
 from stroboscope.export._page import page_view, require_bokeh
 from stroboscope.export._plots import Plot, _draw_timing, render_plots, require_matplotlib
+from stroboscope.export._recording import Recording
 from stroboscope.export._scope_text import scope_counts, scope_samples, scope_text
 from stroboscope.export._select import (
     align_text,
