@@ -16,18 +16,26 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
+import statistics
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report_bench import cpu_model
+
+def cpu_model() -> str:
+    """The CPU's model name (:func:`report_bench.cpu_model`; this script needs only the
+    standard library and a Chromium, so it runs where pyarrow is not installed)."""
+    try:
+        from report_bench import cpu_model as model
+    except ImportError:
+        return platform.processor() or "unknown"
+    return model()
 
 
 def measure(page: Path, height: int, zooms: int, profile: bool) -> dict[str, Any]:
@@ -51,7 +59,8 @@ def measure(page: Path, height: int, zooms: int, profile: bool) -> dict[str, Any
             b.call("Profiler.setSamplingInterval", session=True, interval=200)
             b.call("Profiler.start", session=True)
         walls, cpus, computes, points = [], [], [], []
-        for a in np.linspace(lo + (hi - lo) * 0.1, lo + (hi - lo) * 0.9, zooms):
+        for k in range(zooms):
+            a = lo + (hi - lo) * (0.1 + 0.8 * k / max(zooms - 1, 1))
             c = cpu()
             walls.append(float(b.eval(f"window.strobo.zoom({a}, {a + 1.0})")))
             cpus.append((cpu() - c) * 1000)
@@ -66,17 +75,19 @@ def measure(page: Path, height: int, zooms: int, profile: bool) -> dict[str, Any
         whole = float(b.eval(f"window.strobo.zoom({lo}, {hi})"))
         whole_cpu = (cpu() - c) * 1000
         errors = [m for m in b.console if not m.startswith(("log:", "info:"))]
+        lighter = b.eval("window.strobo.lighter || []")
     return {
         "load_s": load,
-        "wall_ms": float(np.median(walls)),
+        "wall_ms": statistics.median(walls),
         "wall_ms_max": max(walls),
-        "cpu_ms": float(np.median(cpus)),
-        "compute_ms": float(np.median(computes)),
-        "points": int(np.median(points)),
+        "cpu_ms": statistics.median(cpus),
+        "compute_ms": statistics.median(computes),
+        "points": int(statistics.median(points)),
         "figures": figures,
         "whole_ms": whole,
         "whole_cpu_ms": whole_cpu,
         "errors": len(errors),
+        "lighter": lighter,
         "top": top,
     }
 
@@ -88,13 +99,22 @@ def _self_times(prof: dict[str, Any]) -> list[tuple[float, str]]:
     self_us: Counter[int] = Counter()
     for node, d in zip(prof.get("samples", []), [*dt[1:], 0]):
         self_us[node] += d
+    parent = {c: n["id"] for n in prof["nodes"] for c in n.get("children", [])}
+
+    def name(node: int) -> str:
+        f = nodes[node]["callFrame"]
+        return f"{f.get('functionName') or '(anonymous)'}:{f.get('lineNumber', 0)}"
+
     by_fn: Counter[str] = Counter()
     for node, us in self_us.items():
-        f = nodes[node]["callFrame"]
-        url = f.get("url", "")
-        where = "page" if url.startswith("file:") else (url.rsplit("/", 1)[-1] or "native")
-        by_fn[f"{f.get('functionName') or '(anonymous)'} [{where}:{f.get('lineNumber', 0)}]"] += us
-    return [(us / 1000, fn) for fn, us in by_fn.most_common(25)]
+        chain, at = [], node
+        for _ in range(3):  # the function and two callers
+            chain.append(name(at))
+            if at not in parent:
+                break
+            at = parent[at]
+        by_fn[" < ".join(chain)] += us
+    return [(us / 1000, fn) for fn, us in by_fn.most_common(30)]
 
 
 def main() -> int:
@@ -112,7 +132,8 @@ def main() -> int:
             f"wall (median of {args.zooms}, max {r['wall_ms_max']:.0f}), renderer CPU "
             f"{r['cpu_ms']:.0f} ms, the page's own {r['compute_ms']:.1f} ms, {r['points']} "
             f"points, {r['figures']} figures redrawn; whole run {r['whole_ms']:.0f} ms (CPU "
-            f"{r['whole_cpu_ms']:.0f} ms); console errors {r['errors']}"
+            f"{r['whole_cpu_ms']:.0f} ms); console errors {r['errors']}; Bokeh's paint made "
+            f"lighter: {', '.join(r['lighter']) or 'no'}"
         )
         for ms, fn in r["top"]:
             print(f"    {ms:8.1f} ms  {fn}")

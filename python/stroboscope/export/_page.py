@@ -279,12 +279,17 @@ def _figures(
         out.append((lane, f'<div class="legend"><b>Scopes</b> {legend}</div>', [], True))
     for group, label, members in panels:
         p = make(len(out), height=PANEL_HEIGHT_PX)
-        for i, (k, _si, _col) in enumerate(members):
-            color = PALETTE[i % len(PALETTE)]
-            src = ColumnDataSource({"x": [0.0], "y": [0.0]}, name=f"line-{k}")
-            p.line("x", "y", source=src, color=color, line_width=1.2)
-            dots = ColumnDataSource({"x": [], "y": []}, name=f"dots-{k}")
-            p.scatter("x", "y", source=dots, color=color, size=4)
+        # one renderer for every line of the figure (a renderer costs each zoom's redraw its
+        # own paint), each line in its colour and drawn in the legend's order; the readings
+        # marked where few are in view, likewise
+        colors = [PALETTE[i % len(PALETTE)] for i in range(len(members))]
+        src = ColumnDataSource(
+            {"xs": [[0.0]] * len(members), "ys": [[0.0]] * len(members), "color": colors},
+            name=f"lines-{len(out)}",
+        )
+        p.multi_line("xs", "ys", source=src, color="color", line_width=1.2)
+        dots = ColumnDataSource({"x": [], "y": [], "color": []}, name=f"dots-{len(out)}")
+        p.scatter("x", "y", source=dots, color="color", size=4)
         if label.split(" ")[0] in ("bytes", "bytes/s"):
             p.yaxis.formatter = CustomJSTickFormatter(code=_BYTES_TICKS)
         p.yaxis.axis_label = label
@@ -317,6 +322,7 @@ def page_view(series: list[Recording], align: str | None = None) -> str:
     if not figures:
         return '<p class="note">No column to plot.</p>'
     manifest["figures"] = [{"lines": ids, "lane": lane} for _, _, ids, lane in figures]
+    manifest["palette"] = list(PALETTE)  # the dots' colours, each its line's
     doc = Document()
     with doc.models.freeze():  # the models are collected once, not once per root
         for f in figures:

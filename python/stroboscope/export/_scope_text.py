@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SCOPE_HEADER",
     "format_summary",
+    "recording_scope_table",
     "scope_counts",
     "scope_samples",
     "scope_table",
@@ -57,6 +58,14 @@ def scope_samples(s: Recording) -> pa.Table:
     columns of :func:`~stroboscope.analysis.scope_summary.summary_columns`, not the whole
     recording."""
     return s.columns(summary_columns(s.column_names))
+
+
+def recording_scope_table(s: Recording) -> ScopeTable | None:
+    """:func:`scope_table` of a recording's scopes and rows (:func:`scope_samples`); None
+    when it has no scope call."""
+    if s.scopes is None or not s.scopes.num_rows:
+        return None
+    return scope_table(scope_samples(s), s.scopes)
 
 
 def scope_text(samples: pa.Table, intervals: pa.Table) -> str:

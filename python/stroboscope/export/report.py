@@ -39,7 +39,12 @@ from stroboscope.export._inputs import read_inputs
 from stroboscope.export._page import page_view, require_bokeh
 from stroboscope.export._plots import Plot, _draw_timing, render_plots, require_matplotlib
 from stroboscope.export._recording import Recording
-from stroboscope.export._scope_text import scope_counts, scope_samples, scope_text
+from stroboscope.export._scope_text import (
+    ScopeTable,
+    recording_scope_table,
+    scope_counts,
+    scope_text,
+)
 from stroboscope.export._select import (
     align_text,
     check_align,
@@ -78,6 +83,7 @@ class Report:
     align: str | None = None
     _plots: list[Plot] | None = field(default=None, repr=False)
     _described: dict[int, list[ColumnStats]] = field(default_factory=dict, repr=False)
+    _scope_tables: dict[int, ScopeTable | None] = field(default_factory=dict, repr=False)
 
     def describe(self, s: Recording) -> list[ColumnStats]:
         """The column figures of one series (computed once, shared by the text and the page)."""
@@ -86,6 +92,14 @@ class Report:
             names = [n for n in s.column_names if n not in TIME_COLUMNS]
             self._described[key] = [c for n in names for c in column_stats(s.columns([n]))]
         return self._described[key]
+
+    def scope_table(self, s: Recording) -> ScopeTable | None:
+        """The per-scope table of one series, None without scopes (computed once, shared by
+        the text and the page)."""
+        key = id(s.held)
+        if key not in self._scope_tables:
+            self._scope_tables[key] = recording_scope_table(s)
+        return self._scope_tables[key]
 
     def lateness(self) -> dict[str, tuple[list[float], list[int]]]:
         """The sampler's lateness histogram of each series that recorded one, by label."""
@@ -111,8 +125,9 @@ class Report:
         missing = _meta.unavailable(s.metadata)
         if missing:
             out.append(("not available", "\n".join(printable(m) for m in missing)))
-        if s.scopes is not None and s.scopes.num_rows:
-            out.append(("scopes", scope_text(scope_samples(s), s.scopes)))
+        table = self.scope_table(s)
+        if table is not None:
+            out.append(("scopes", text_table(table[0], table[1], left=table[2])))
         return out
 
     def text(self) -> str:
@@ -133,11 +148,19 @@ class Report:
         timing = _draw_timing(self.series, self.lateness())
         view = page_view(self.series, self.align)
         plots = [] if timing is None else [timing]
-        return render_html(self.series, self.describe, plots, align_text(self.align), view)
+        return render_html(
+            self.series, self.describe, plots, align_text(self.align), view, self.scope_table
+        )
 
     def static_html(self) -> str:
         """The page with every plot as an embedded PNG and no script."""
-        return render_html(self.series, self.describe, self.plots(), align_text(self.align))
+        return render_html(
+            self.series,
+            self.describe,
+            self.plots(),
+            align_text(self.align),
+            scopes_of=self.scope_table,
+        )
 
 
 def build_report(
