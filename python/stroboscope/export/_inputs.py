@@ -309,8 +309,8 @@ def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) 
     if lazy is None:
         table = check_recording(table, str(p))
         return [Recording(p.stem, str(p), table, _decode(table.schema.metadata), scopes)]
-    found = Recording(p.stem, str(p), table, _decode(lazy.schema.metadata), scopes, lazy)
-    return [check_lazy(found, str(p))]
+    kept = Recording(p.stem, str(p), table, _decode(lazy.schema.metadata), scopes, lazy)
+    return [check_lazy(kept, str(p))]
 
 
 def read_inputs(
