@@ -69,9 +69,10 @@ class FileColumns:
             with regular_source(self.path, "recording") as src:
                 pf = pq.ParquetFile(src)
                 if pf.metadata.num_rows != self.file_rows or name not in pf.schema_arrow.names:
+                    gone = "" if name in pf.schema_arrow.names else f" and no column {name!r}"
                     raise ValueError(
                         f"{self.path} changed while the report read it: it had {self.file_rows} "
-                        f"rows, it has {pf.metadata.num_rows}"
+                        f"rows, it has {pf.metadata.num_rows}{gone}"
                     )
                 col = pf.read(columns=[name], use_threads=False).column(0)
         except (pa.ArrowException, OSError) as exc:
@@ -138,6 +139,8 @@ class Recording:
     def table(self) -> pa.Table:
         """Every column as one table: a long recording decoded whole (the report's own
         consumers read a column at a time, :meth:`column`)."""
+        if self.lazy is None:
+            return self.held
         return self.columns([n for n in self.column_names if n not in TIME_COLUMNS])
 
     def column(self, name: str) -> pa.ChunkedArray:

@@ -212,9 +212,9 @@ def build_report(
 @contextlib.contextmanager
 def lean_memory_pool() -> Iterator[str]:
     """While the block runs, jemalloc is Arrow's default memory pool where pyarrow has it, for
-    work that reads a long recording whole (the ``report`` command); yields the backend in use,
-    and gives the previous pool back at the end (the setting is the process's: a caller of the
-    command in its own process keeps its pool).
+    work that reads a long recording column after column (the ``report`` command); yields the
+    backend in use, and gives the previous pool back at the end (the setting is the process's:
+    a caller of the command in its own process keeps its pool).
 
     pyarrow's default on Linux, mimalloc, keeps the pages of the arrays it freed for its next
     allocations; a report frees one column-sized array after another (each 27 MiB in a 1-hour
