@@ -20,9 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stroboscope._base.files import regular_source
-
-TIME_COLUMNS = ("time", "mono_ns")
-"""The columns a recording holds in memory (the time of each row)."""
+from stroboscope.analysis.column_stats import TIME_COLUMNS  # what a recording holds in memory
 
 
 def read_columns(pf: pq.ParquetFile, names: list[str] | None) -> pa.Table:
