@@ -24,7 +24,9 @@ import pyarrow as pa
 
 from stroboscope.analysis._intervals import COUNTER_FIELDS, Intervals, check_intervals
 from stroboscope.analysis._series import (
+    AMD_READ,
     F64,
+    GPU_READ,
     I64,
     Series,
     check_samples,
@@ -42,7 +44,11 @@ from stroboscope.analysis.energy import gpu_windows
 if TYPE_CHECKING:
     import pandas
 
+<<<<<<< HEAD
 __all__ = ["durations", "name_durations", "summary"]
+=======
+__all__ = ["summary", "summary_columns"]
+>>>>>>> h-mem23
 
 _NS = 1e9
 
@@ -107,6 +113,19 @@ def _energy(samples: pa.Table, g: _Groups, gpu: int) -> tuple[F64, I64, str] | N
 
 
 _METHODS = {True: "counter", False: "power integral"}
+
+
+_GPU_METRICS = ("util_pct", "mem_used_bytes", "power_w", "energy_mj", "read_mono_ns")
+"""The per-GPU columns :func:`summary` reads (``gpu.{i}.<metric>``)."""
+
+
+def summary_columns(names: Sequence[str]) -> list[str]:
+    """The columns of a sample frame with ``names`` that :func:`summary` reads, in their
+    order: a caller holding a long recording a column at a time gives it only these."""
+    used = {"mono_ns", "proc.cpu_pct", "cpu.util_pct", "proc.rss_bytes", GPU_READ, AMD_READ}
+    for metric in _GPU_METRICS:
+        used.update(gpu_columns(list(names), metric).values())
+    return [n for n in names if n in used]
 
 
 def summary(

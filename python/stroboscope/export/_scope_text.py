@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from stroboscope._base.text import printable
 from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
-from stroboscope.analysis.scope_summary import name_durations
+from stroboscope.analysis.scope_summary import name_durations, summary_columns
+from stroboscope.export._recording import Recording
 
 if TYPE_CHECKING:
     import pandas
@@ -21,7 +22,9 @@ if TYPE_CHECKING:
 __all__ = [
     "SCOPE_HEADER",
     "format_summary",
+    "recording_scope_table",
     "scope_counts",
+    "scope_samples",
     "scope_table",
     "scope_text",
     "summary_table",
@@ -46,6 +49,21 @@ def scope_table(samples: pa.Table, intervals: pa.Table) -> ScopeTable:
     except ImportError:
         return SCOPE_HEADER, scope_counts(intervals), 1
     return summary_table(summary(samples, intervals))
+
+
+def scope_samples(s: Recording) -> pa.Table:
+    """The rows of ``s`` that the per-scope summary reads: ``time``, ``mono_ns`` and the
+    columns of :func:`~stroboscope.analysis.scope_summary.summary_columns`, not the whole
+    recording."""
+    return s.columns(summary_columns(s.column_names))
+
+
+def recording_scope_table(s: Recording) -> ScopeTable | None:
+    """:func:`scope_table` of a recording's scopes and rows (:func:`scope_samples`); None
+    when it has no scope call."""
+    if s.scopes is None or not s.scopes.num_rows:
+        return None
+    return scope_table(scope_samples(s), s.scopes)
 
 
 def scope_text(samples: pa.Table, intervals: pa.Table) -> str:
