@@ -44,11 +44,7 @@ from stroboscope.analysis.energy import gpu_windows
 if TYPE_CHECKING:
     import pandas
 
-<<<<<<< HEAD
-__all__ = ["durations", "name_durations", "summary"]
-=======
-__all__ = ["summary", "summary_columns"]
->>>>>>> h-mem23
+__all__ = ["durations", "name_durations", "summary", "summary_columns"]
 
 _NS = 1e9
 
