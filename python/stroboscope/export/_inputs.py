@@ -3,7 +3,8 @@
 An input is a Parquet recording (``stroboscope record -o x.parquet``, ``Frame.to_parquet``), a
 spool (``Sampler(spool=...)``: read with its segments through
 :func:`stroboscope.formats.spool_read.recover_table`), a folder of segments
-(``*.seg-NNNNNN.parquet``, with or without their spool), or a hive-partitioned directory of
+(``*.seg-NNNNNN.parquet``, or the pieces file and index a killed ``record`` leaves, with or
+without their spool), or a hive-partitioned directory of
 recordings (``key=value/.../part-*.parquet``, e.g. ``job=…/host=…/rank=…``: one series per
 combination of partition values). Each gives one or more :class:`Recording`; a scope-intervals
 table beside a recording (``<stem>.scopes.parquet``) or given by the caller is attached to it.
@@ -25,7 +26,9 @@ import pyarrow.parquet as pq
 from stroboscope._base.files import regular_source, why_unreachable
 from stroboscope.export._recording import FileColumns, open_lazy, read_columns
 from stroboscope.export._recording import Recording as Recording  # its home before
+from stroboscope.formats.pieces import pieces_spool, read_index, read_piece
 from stroboscope.formats.segments import parse_segment_name
+from stroboscope.formats.spool_header import SpoolError
 from stroboscope.formats.spool_layout import MAGIC
 from stroboscope.formats.writers import SCOPES_SUFFIX, scopes_path
 
@@ -206,11 +209,16 @@ def check_scope_rows(table: pa.Table, what: str) -> None:
 
 
 def _segment_groups(directory: Path) -> dict[str, list[Path]]:
+    """The spools whose segments the folder holds, each with its segment files in order (a
+    spool whose segments are pieces of one file is named with no file: its index names them)."""
     groups: dict[str, list[tuple[int, Path]]] = {}
     for entry in directory.iterdir():
         parsed = parse_segment_name(entry.name)
         if parsed and entry.is_file():
             groups.setdefault(parsed[0], []).append((parsed[1], entry))
+        spool = pieces_spool(entry.name)
+        if spool is not None and entry.is_file():
+            groups.setdefault(spool, [])
     return {base: [p for _, p in sorted(found)] for base, found in sorted(groups.items())}
 
 
@@ -219,6 +227,17 @@ def _read_segments(directory: Path, base: str, segments: list[Path]) -> pa.Table
     if spool.is_file():  # the spool holds the rows no segment took yet
         return _read_file(spool)
     tables = [check_recording(_read_file(seg), str(seg)) for seg in segments]
+    uid = os.geteuid()
+    try:
+        pieces, _damage = read_index(spool, uid)  # what a damaged record left out: not read
+        for piece in pieces:
+            table = pq.read_table(pa.BufferReader(read_piece(piece, uid)))
+            tables.append(check_recording(table, str(piece)))
+    except (SpoolError, pa.ArrowException) as exc:
+        raise ValueError(f"{spool}: its pieces cannot be read: {exc}") from None
+    if not tables:
+        raise ValueError(f"{spool}: its pieces file has no complete piece (and no spool)")
+    tables.sort(key=lambda t: t.column("mono_ns")[0].as_py() if t.num_rows else -1)
     schema = tables[0].schema
     parts = [t.select(schema.names).cast(schema) for t in tables]
     table = pa.concat_tables(parts)

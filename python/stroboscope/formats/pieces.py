@@ -33,6 +33,7 @@ __all__ = [
     "index_path",
     "is_pieces_path",
     "pieces_path",
+    "pieces_spool",
     "read_index",
     "read_piece",
     "read_piece_range",
@@ -61,6 +62,12 @@ def index_path(spool: str | os.PathLike[str]) -> str:
 def is_pieces_path(path: str) -> bool:
     """Whether ``path`` names a pieces file (:func:`pieces_path` of some spool)."""
     return path.endswith(PIECES_SUFFIX)
+
+
+def pieces_spool(path: str) -> str | None:
+    """The spool whose pieces file ``path`` names (:func:`pieces_path` backwards), None for any
+    other name."""
+    return path[: -len(PIECES_SUFFIX)] if is_pieces_path(path) and path != PIECES_SUFFIX else None
 
 
 @dataclass(frozen=True)
