@@ -15,6 +15,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from stroboscope.cli import main
+from stroboscope.compat._training import TrainingRecorder
 from stroboscope.formats.pieces import pieces_path, read_index
 from stroboscope.formats.provenance import from_schema
 from stroboscope.formats.segments import segment_paths
@@ -194,3 +195,24 @@ def test_finish_needs_a_spool_of_its_own(crash_safe: bool) -> None:
             finish(s, None)
     finally:
         s.close()
+
+
+def test_the_training_recorders_long_run_writes_each_row_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The training recorder ends as record does: a run longer than its ring writes its
+    segments as pieces of the output's file from the first (it used to prepare at its end,
+    after its segments were files, and wrote their rows again)."""
+    out = tmp_path / "train.parquet"
+    written = RowsWritten(monkeypatch)
+    recorder = TrainingRecorder(out, interval=0.001, sources=["memory"], capacity=2048)
+    recorder.start()
+    assert recorder.sampler is not None
+    deadline = time.monotonic() + 60
+    while (recorder.sampler.segments and recorder.sampler.segments.segments_written) < 2:
+        assert time.monotonic() < deadline, "the recorder wrote too few segments"
+        time.sleep(0.02)
+    assert recorder.finish() == str(out)
+    rows = pq.read_metadata(out).num_rows
+    assert rows > 2048 and written.rows == rows
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.parquet"]

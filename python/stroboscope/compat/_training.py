@@ -17,7 +17,7 @@ from typing import Any
 
 from stroboscope.analysis.windows import Aggregate
 from stroboscope.formats.writers import output_format
-from stroboscope.recording._finish import finish, prepare
+from stroboscope.recording._finish import finish
 from stroboscope.recording._training import TrainingRecording
 from stroboscope.scopes import annotate
 
@@ -69,8 +69,6 @@ class TrainingRecorder(TrainingRecording):
         """Close the open scopes, stop the sampler and write the recording (every row, from
         the spool and its segments, with its provenance); return the path written. A second
         call does nothing."""
-        if self.sampler is not None:
-            prepare(self.sampler)  # its last rows go from the ring to the file, not a segment
         sampler = self.close()
         if sampler is None:
             return self.written

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowInfo
+from stroboscope.recording._finish import prepare
 from stroboscope.recording._publisher import WindowPublisher
 from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling._checks import check_interval
@@ -86,6 +87,10 @@ class TrainingRecording:
         if self._sampler is not None:
             return
         sampler = Sampler(self.interval, spool=self._spool, segment_seconds=1.0, **self._options)
+        if self._spool is not None:
+            # Its end is finish()'s: segments as pieces of the output's file from the first one,
+            # the rows since the last one left in the ring, so no row is written twice.
+            prepare(sampler)
         self._windows = WindowPublisher(
             sampler.columns, self._prefixed, aggregate=self.aggregate, source=self._rows_since
         )
