@@ -5,7 +5,7 @@
 // and the producer thread's own CPU time (CLOCK_THREAD_CPUTIME_ID) per pair, and the process's
 // CPU time per pair (which holds the doorbell's waiter thread too).
 //
-//   g++ -std=c++20 -O2 -Icpp/include bench/shared_events_cost.cpp cpp/src/events.cpp \
+//   g++ -std=c++20 -O2 -Icpp/include bench/shared_events_cost.cpp cpp/src/events*.cpp \
 //       cpp/src/shared_events*.cpp -lpthread -o shared_events_cost
 //   ./shared_events_cost DIR [pairs] [runs]   (DIR: a directory for the events files)
 //

@@ -233,7 +233,7 @@ Registry& registry() {
   return *g_registry;
 }
 
-// Fork: the logs made here get the handlers the global log gets in events.cpp.
+// Fork: the logs made here get the handlers the global log gets in events_log.cpp.
 void registry_prepare() {
   Registry& r = registry();
   r.mutex.lock();
