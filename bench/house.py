@@ -5,6 +5,7 @@ Run before and after the regrouping of the Python layer, on the same machine, an
     python bench/house.py                   # 60 s record run, about 1.5 min in all
     python bench/house.py --quick           # 10 s record run, fewer repeats (about 30 s)
     python bench/house.py --json out.json   # also every raw number
+    python bench/house.py --only d          # one figure (or several: --only bd)
 
 It measures whatever ``stroboscope`` is importable (``PYTHONPATH=CHECKOUT/python`` picks one),
 and every subprocess it starts inherits that. The figures:
@@ -711,6 +712,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="record run in seconds (default 60; 10)")
     parser.add_argument("--dir", help="where the record run writes (default: the temp dir)")
     parser.add_argument(
+        "--only", default="abcdef", help="the figures to measure, by letter (default: all)"
+    )
+    parser.add_argument(
         "--rooms",
         type=Path,
         default=REPO_DIR / "tests" / "test_rooms.py",
@@ -722,15 +726,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--duration must be > 0 seconds, got {duration:g}")
     quick = args.quick
     info = machine()
-    figures: dict[str, Figure] = {}
-    figures["a"] = measure("a. imports against the room table", lambda: rooms(args.rooms))
-    figures["b"] = measure(
-        "b. snapshot().to_arrow() of 1,000 rows", lambda: snapshot(200 if quick else 1000)
-    )
-    figures["c"] = measure("c. the first scope", lambda: first_scope(3 if quick else 7))
-    figures["d"] = measure("d. a clean record run", lambda: record(duration, args.dir))
-    figures["e"] = measure("e. start-up time", lambda: startup(10))
-    figures["f"] = measure("f. public names", public_names)
+    runs: dict[str, tuple[str, Callable[[], Figure]]] = {
+        "a": ("a. imports against the room table", lambda: rooms(args.rooms)),
+        "b": (
+            "b. snapshot().to_arrow() of 1,000 rows",
+            lambda: snapshot(200 if quick else 1000),
+        ),
+        "c": ("c. the first scope", lambda: first_scope(3 if quick else 7)),
+        "d": ("d. a clean record run", lambda: record(duration, args.dir)),
+        "e": ("e. start-up time", lambda: startup(10)),
+        "f": ("f. public names", public_names),
+    }
+    unknown = sorted(set(args.only) - set(runs))
+    if unknown:
+        parser.error(f"--only takes letters of {''.join(runs)}, got {''.join(unknown)!r}")
+    figures: dict[str, Figure] = {
+        key: measure(name, fn) for key, (name, fn) in runs.items() if key in args.only
+    }
     text = table(info, figures)
     print(text)
     if args.json:

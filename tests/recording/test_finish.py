@@ -4,6 +4,7 @@ recorder): each row written once, and the same file, rows and provenance as the 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from stroboscope.cli import main
+from stroboscope.formats.pieces import pieces_path, read_index
 from stroboscope.formats.provenance import from_schema
 from stroboscope.formats.segments import segment_paths
 from stroboscope.formats.spool_read import remove_spool
@@ -56,9 +58,10 @@ def test_a_clean_record_writes_each_row_to_parquet_once(
     assert not list(tmp_path.glob("run.parquet.spool*"))  # the spool and its files are gone
 
 
-def _record(path: Path, segment_seconds: float, capacity: int) -> Sampler:
-    """A stopped spooled sampler whose end is :func:`finish`'s, with ``segment_seconds``
-    segments (none when the ring holds the run)."""
+def _record(path: Path, segment_seconds: float, capacity: int, *, prepare: bool = True) -> Sampler:
+    """A stopped spooled sampler whose end is :func:`finish`'s (prepared for it: its segments
+    are pieces; ``prepare=False``: segment files), with ``segment_seconds`` segments (none when
+    the ring holds the run)."""
     s = Sampler(
         0.001,
         sources=["cpu", "memory"],
@@ -66,7 +69,8 @@ def _record(path: Path, segment_seconds: float, capacity: int) -> Sampler:
         segment_seconds=segment_seconds,
         capacity=capacity,
     )
-    _finish.prepare(s)
+    if prepare:
+        _finish.prepare(s)
     with s:
         deadline = time.monotonic() + 60
         while s.stats().rows_written < 1200:
@@ -135,30 +139,43 @@ def test_the_clean_output_is_what_the_recovery_path_writes(
     assert segments == segment_paths(path)  # no segment was added at the end
 
 
-def test_the_rows_a_segment_holds_are_the_only_ones_written_twice(
+def test_a_long_clean_record_writes_each_row_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A run longer than its ring: the segments hold the rows the ring could not keep (written
-    when it needed them, then into the output); the rest goes once, from the ring."""
+    """A run longer than its ring: the segments hold the rows the ring could not keep, as
+    pieces of one file, which becomes the output with the rest and one footer: no row is
+    written twice (before the pieces, the segments' rows were read back and written again)."""
     path = tmp_path / "long.spool"
     written = RowsWritten(monkeypatch)
     s = _record(path, 0.2, 1024)
-    in_segments = _rows(segment_paths(path))
-    assert in_segments > 0
+    pieces, _ = read_index(path, os.geteuid())
+    in_segments = sum(p.rows for p in pieces)
+    assert in_segments > 0 and not segment_paths(path)
+    before = Path(pieces_path(path)).read_bytes()
     done = finish(s, tmp_path / "long.parquet")
-    assert written.rows == done.rows + in_segments
+    assert written.rows == done.rows
+    out = tmp_path / "long.parquet"
+    # The output is the pieces file: its bytes, then the rest's piece and the joined footer.
+    assert out.read_bytes()[: len(before)] == before
+    assert pq.read_metadata(out).num_rows == done.rows
     assert not path.exists() and not segment_paths(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.parquet"]
 
 
+@pytest.mark.parametrize("layout", ["pieces", "files"])
 def test_a_changed_segment_sends_the_finish_down_the_recovery_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, layout: str
 ) -> None:
     """A segment that is not what its writer wrote (here: removed) is not trusted: the output
     is what the spool and the segments left give, as recover reads them."""
     path = tmp_path / "run.spool"
-    s = _record(path, 0.2, 1024)
-    segments = segment_paths(path)
-    segments[0].unlink()
+    s = _record(path, 0.2, 1024, prepare=layout == "pieces")
+    if layout == "pieces":
+        assert s.segments is not None and s.segments.segments_written >= 2
+        Path(pieces_path(path)).unlink()
+    else:
+        segments = segment_paths(path)
+        segments[0].unlink()
     expected = recover(path)
     done = finish(s, tmp_path / "out.parquet", keep_spool=True)
     table = pq.read_table(tmp_path / "out.parquet")

@@ -19,7 +19,7 @@ import pytest
 from stroboscope.analysis.column_stats import column_stats_text, data_span_s
 from stroboscope.formats import spool_read
 from stroboscope.formats.provenance import from_schema
-from stroboscope.recording import _finish, _watchdog_child, spool
+from stroboscope.recording import _finish, _output, _watchdog_child, spool
 from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling._provenance import for_table
 
@@ -53,7 +53,7 @@ class Watched:
             return dataclasses.replace(got, parts=self._watch(got.parts))
 
         monkeypatch.setattr(spool_read, "recover_parts", recover_parts)
-        monkeypatch.setattr(_finish, "recover_parts", recover_parts)
+        monkeypatch.setattr(_output, "recover_parts", recover_parts)
 
     def _watch(self, parts: Iterator[pa.Table]) -> Iterator[pa.Table]:
         self.base = pa.total_allocated_bytes()

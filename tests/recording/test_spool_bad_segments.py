@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from stroboscope import Sampler, SpoolError, recover
-from stroboscope.formats import segments as segment_files
+from stroboscope.formats import pieces as open_owned_files
 from stroboscope.formats.segments import segment_paths
 from stroboscope.formats.spool_read import SKIPPED_KEY, read_spool, recover_parts
 
@@ -107,7 +107,7 @@ def test_planted_files_of_any_name_or_owner_are_left_out(
     shutil.copy(segment_paths(spool)[0], planted)
     tiny = spool.with_name("r.spool.seg-99999999999999999999.parquet")
     tiny.write_bytes(b"x")
-    real_open = segment_files.open_regular  # type: ignore[attr-defined]
+    real_open = open_owned_files.open_regular  # type: ignore[attr-defined]
 
     def owned_by_nobody(path: str, what: str, *, follow: bool = True) -> tuple[int, os.stat_result]:
         fd, st = real_open(path, what, follow=follow)
@@ -117,7 +117,7 @@ def test_planted_files_of_any_name_or_owner_are_left_out(
             st = os.stat_result(fields)
         return fd, st
 
-    monkeypatch.setattr(segment_files, "open_regular", owned_by_nobody)
+    monkeypatch.setattr(open_owned_files, "open_regular", owned_by_nobody)
     got = recover(spool).to_arrow()
     assert got.equals(whole.replace_schema_metadata(got.schema.metadata))
     skipped = got.schema.metadata[SKIPPED_KEY.encode()].decode()

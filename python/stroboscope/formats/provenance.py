@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -211,22 +211,25 @@ def recovered(
     *,
     rows: int,
     rows_lost: int,
-    segments: list[str],
+    segments: Sequence[Any],
     rest: pa.Table,
+    segment_time: Callable[[Any, bool], int | None] | None = None,
 ) -> dict[str, Any]:
     """The provenance of rows recovered from a spool (``header``: its fields, see
     ``formats/spool_layout.py``) and its Parquet ``segments`` (those whose rows are kept, in
     order), followed by ``rest`` (the spool's own rows): the pid, the interval, the clock anchor,
     the spool's creation time, first and last row, rows and rows lost. The rest is listed under
-    ``missing``: a spool's header keeps no more."""
-    first = _segment_time(segments[0], last=False) if segments else None
+    ``missing``: a spool's header keeps no more. ``segment_time(segment, last)`` reads a
+    segment's first or last time (default: a segment file's, by its path)."""
+    time_of = _segment_time if segment_time is None else segment_time
+    first = time_of(segments[0], False) if segments else None
     last = None
     if rest.num_rows:
         if first is None:
             first = time_cell_ns(rest.column("time")[0])
         last = time_cell_ns(rest.column("time")[-1])
     elif segments:
-        last = _segment_time(segments[-1], last=True)
+        last = time_of(segments[-1], True)
     out: dict[str, Any] = {
         "format": FORMAT,
         "recorded_by": "spool recovery",

@@ -8,7 +8,9 @@ keeps the rows of the one being written.
 
 Reading: each segment is checked against its spool: a regular file of the spool's owner, the
 spool's columns, a ``stroboscope.first_row`` the spool's counters cover, rows in order
-(:func:`stroboscope.formats.spool_read.recover_parts` plans and reads with these)."""
+(:func:`stroboscope.formats.spool_read.recover_parts` plans and reads with these). A segment is
+a file of its own or a piece of the spool's pieces file (:mod:`stroboscope.formats.pieces`, the
+layout of a recording that ends in one output): both are read the same way here."""
 
 from __future__ import annotations
 
@@ -24,14 +26,31 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stroboscope._base.files import fd_source
-from stroboscope.formats.spool_header import SpoolError, open_regular
+from stroboscope.formats.pieces import Piece, open_owned, read_piece
+from stroboscope.formats.spool_header import SpoolError
+
+Segment = str | Piece
+"""A segment: the path of a segment file, or a piece of the spool's pieces file."""
 
 FIRST_ROW_KEY = b"stroboscope.first_row"
+_STORED_FIELD_KEYS = (b"unit", b"kind")
+"""The field metadata a recording's file keeps (the spool's header holds no more)."""
 _ROW_INDEX_RE = re.compile(r"[0-9]{1,19}")
 
 SEGMENT_INFIX = ".seg-"
 """What follows a spool's path in the name of each of its segments."""
 _SEGMENT_RE = re.compile(r"^(?P<base>.+)\.seg-(?P<index>[0-9]+)\.parquet$")
+
+
+def stored_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as a recording's file keeps it: every column nullable, each field's unit and
+    kind, no table metadata (the columns a spool's header holds, which ``recover`` gives). The
+    pieces of a recording that ends in one output are written so: that output is its pieces."""
+    fields = []
+    for f in schema:
+        meta = {k: v for k, v in (f.metadata or {}).items() if k in _STORED_FIELD_KEYS}
+        fields.append(pa.field(f.name, f.type, nullable=True, metadata=meta))
+    return pa.schema(fields)
 
 
 def segment_path(spool: str | os.PathLike[str], index: int) -> str:
@@ -97,17 +116,25 @@ def segment_rows(capacity: int) -> int:
 
 def open_segment(seg: str, uid: int) -> tuple[int, os.stat_result]:
     """A segment opened read-only: a regular file (no symlink followed) of the spool's owner."""
-    fd, st = open_regular(seg, "segment", follow=False)
-    if st.st_uid != uid:
-        os.close(fd)
-        raise SpoolError(
-            f"segment {seg} is owned by uid {st.st_uid}, its spool by uid {uid}: not written "
-            f"by the same recording"
-        )
-    return fd, st
+    return open_owned(seg, "segment", uid)
 
 
-def check_schema(seg: str, schema: pa.Schema, want: list[tuple[str, pa.DataType]]) -> None:
+def _parquet(seg: Segment, uid: int, read: Any) -> Any:
+    """``read(pq.ParquetFile)`` of the segment ``seg`` (a file of the spool's owner, or a
+    piece of its pieces file); SpoolError when it cannot be read as Parquet."""
+    try:
+        if isinstance(seg, Piece):
+            return read(pq.ParquetFile(pa.BufferReader(read_piece(seg, uid))))
+        fd, _st = open_segment(seg, uid)
+        try:
+            return read(pq.ParquetFile(fd_source(fd)))  # pyarrow's own file, never a Python one
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
+
+
+def check_schema(seg: Segment, schema: pa.Schema, want: list[tuple[str, pa.DataType]]) -> None:
     got = [(fld.name, fld.type) for fld in schema]
     if got != want:
         diff = next(
@@ -122,45 +149,40 @@ def check_schema(seg: str, schema: pa.Schema, want: list[tuple[str, pa.DataType]
 
 
 def segment_extent(
-    seg: str, h: dict[str, Any], want: list[tuple[str, pa.DataType]]
+    seg: Segment, h: dict[str, Any], want: list[tuple[str, pa.DataType]]
 ) -> tuple[int, int]:
-    """``(first row, rows)`` of a segment, from its Parquet footer, checked as when it is read."""
-    fd, _st = open_segment(seg, h["uid"])
-    try:
-        meta = pq.read_metadata(fd_source(fd))  # pyarrow's own file, never a Python one
-        schema = meta.schema.to_arrow_schema()
-        n = meta.num_rows
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
-    finally:
-        os.close(fd)
+    """``(first row, rows)`` of a segment, from its Parquet footer, checked as when it is read
+    (a piece: also against its index record)."""
+    schema, n = _parquet(
+        seg, h["uid"], lambda pf: (pf.metadata.schema.to_arrow_schema(), pf.metadata.num_rows)
+    )
     check_schema(seg, schema, want)
-    return first_row(seg, schema.metadata, n, h["head"]), n
+    first = first_row(seg, schema.metadata, n, h["head"])
+    if isinstance(seg, Piece) and (first, n) != (seg.first_row, seg.rows):
+        raise SpoolError(
+            f"segment {seg} holds rows {first}+{n} where its index record says "
+            f"{seg.first_row}+{seg.rows}"
+        )
+    return first, n
 
 
 def read_segment(
-    seg: str,
+    seg: Segment,
     uid: int,
     want: list[tuple[str, pa.DataType]],
     columns: Sequence[str] | None = None,
 ) -> pa.Table:
-    """A segment file read whole (it is one segment's rows), or only its ``columns``, checked to
-    be a regular file of the spool's owner with the spool's columns."""
-    fd, _st = open_segment(seg, uid)
-    try:
-        pf = pq.ParquetFile(fd_source(fd))  # pyarrow's own file, never a Python one
-        table = pf.read(columns=None if columns is None else list(columns))
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
-    finally:
-        os.close(fd)
+    """A segment read whole (it is one segment's rows), or only its ``columns``, checked to
+    be a regular file of the spool's owner (or a piece of one) with the spool's columns."""
+    keep = None if columns is None else list(columns)
+    table = _parquet(seg, uid, lambda pf: pf.read(columns=keep))
     if columns is not None:
         want = [w for w in want if w[0] in set(columns)]
     check_schema(seg, table.schema, want)
     return table
 
 
-def first_row(seg: str, metadata: dict[bytes, bytes] | None, rows: int, head: int) -> int:
+def first_row(seg: Segment, metadata: dict[bytes, bytes] | None, rows: int, head: int) -> int:
     """The segment's ``stroboscope.first_row``: a row index whose rows the spool has counted."""
     key = FIRST_ROW_KEY.decode()
     raw = (metadata or {}).get(FIRST_ROW_KEY)
@@ -178,7 +200,7 @@ def first_row(seg: str, metadata: dict[bytes, bytes] | None, rows: int, head: in
     return first
 
 
-def check_clock(seg: str, table: pa.Table, anchor_ns: int) -> None:
+def check_clock(seg: Segment, table: pa.Table, anchor_ns: int) -> None:
     """Every row of a segment read with ``time`` and ``mono_ns`` must have its spool's clock
     anchor (``time - mono_ns``): a segment of another recording has its own."""
     if table.num_rows == 0:
@@ -192,7 +214,7 @@ def check_clock(seg: str, table: pa.Table, anchor_ns: int) -> None:
         )
 
 
-def check_order(name: str, table: pa.Table, last_mono: int) -> int:
+def check_order(name: Segment, table: pa.Table, last_mono: int) -> int:
     """``last_mono`` after ``table``, whose mono_ns must go on from it without going back."""
     if table.num_rows == 0:
         return last_mono
@@ -205,7 +227,7 @@ def check_order(name: str, table: pa.Table, last_mono: int) -> int:
     return int(mono[-1])
 
 
-def header_from_segments(spool: str, segments: list[str], why: str) -> dict[str, Any]:
+def header_from_segments(spool: str, segments: Sequence[Segment], why: str) -> dict[str, Any]:
     """What a spool whose own header cannot be read (``why``) tells of its run, taken from its
     first readable segment: the columns (``fields`` is then the Arrow schema ``schema``), the
     clock anchor (``time - mono_ns`` of its first row) and the owner (the spool file's). The
@@ -216,16 +238,17 @@ def header_from_segments(spool: str, segments: list[str], why: str) -> dict[str,
         raise SpoolError(why) from None
     for seg in segments:
         try:
-            fd, _st = open_segment(seg, uid)
-            try:
-                pf = pq.ParquetFile(fd_source(fd))
-                schema = pf.schema_arrow
-                first = pf.read_row_group(0, columns=["time", "mono_ns"]).slice(0, 1)
-            finally:
-                os.close(fd)
+            schema, first = _parquet(
+                seg,
+                uid,
+                lambda pf: (
+                    pf.schema_arrow,
+                    pf.read_row_group(0, columns=["time", "mono_ns"]).slice(0, 1),
+                ),
+            )
             anchor = first.column("time").cast(pa.int64())[0].as_py() - first["mono_ns"][0].as_py()
         except (OSError, ValueError, KeyError, IndexError, TypeError, pa.ArrowException):
-            continue
+            continue  # SpoolError is a ValueError
         return {
             "uid": uid,
             "anchor_ns": anchor,

@@ -9,8 +9,10 @@ every row is in the file the moment the sampler writes it, so it survives any de
 process. Its layout is documented in ``cpp/include/stroboscope/spool.hpp``. For runs longer than
 the ring holds, a background writer drains the ring into complete Parquet segment files beside
 the spool (``PATH.seg-000001.parquet``, ...), each written whole and renamed into place, so a
-segment on disk is always readable. :func:`recover_table` returns every row once, in order: the
-segments first, then the rows of the spool that no segment holds.
+segment on disk is always readable; a recording whose end writes one output appends its segments
+as pieces of one file instead (:mod:`stroboscope.formats.pieces`), each read by its byte range.
+:func:`recover_table` returns every row once, in order: the segments first, then the rows of
+the spool that no segment holds.
 
 Scope events recorded while the sampler ran are in a sidecar, ``PATH.events``, appended by the
 segment writer at each wake-up: :func:`recover_events` reads them (see there what a SIGKILL loses).
@@ -34,9 +36,11 @@ import pyarrow as pa
 
 from stroboscope._base.checks import check_path, describe
 from stroboscope.formats import events_file
-from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, recovered
+from stroboscope.formats.pieces import index_path, pieces_path, read_index
+from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, recovered, time_cell_ns
 from stroboscope.formats.segments import (
     FIRST_ROW_KEY,
+    Segment,
     check_clock,
     check_order,
     first_row,
@@ -232,8 +236,9 @@ def recover_parts(
         raise TypeError(f"columns must be None or a list of column names, got {describe(columns)}")
     # Segments listed before the spool's counters are read: on a live recording, every segment
     # listed then holds rows the counters already count.
-    segments = [str(seg) for seg in segment_paths(p)]
     skipped: list[str] = []  # why each file left out was (a damaged file never stops the rest)
+    segments: list[Segment] = [str(seg) for seg in segment_paths(p)]
+    segments += _pieces(p, skipped)
     try:
         spool, first_spool_row, h = _read_spool(p, 0)
     except SpoolError as exc:
@@ -249,7 +254,7 @@ def recover_parts(
             "(how many is unknown)",
         )
     want = [(f.name, f.type) for f in spool.schema]
-    plan: list[tuple[str, int, int]] = []  # (segment, first row, rows to skip)
+    plan: list[tuple[Segment, int, int]] = []  # (segment, first row, rows to skip)
     next_row = 0
     lost = 0
     rows = 0
@@ -276,7 +281,14 @@ def recover_parts(
     rest = spool.slice(spool_from - first_spool_row)
     rows += rest.num_rows
     # What the spool's header tells of the run (the rest is listed as missing in it).
-    prov = recovered(h, rows=rows, rows_lost=lost, segments=[s for s, _, _ in plan], rest=rest)
+    prov = recovered(
+        h,
+        rows=rows,
+        rows_lost=lost,
+        segments=[s for s, _, _ in plan],
+        rest=rest,
+        segment_time=functools.partial(_segment_time, uid=h["uid"], want=want),
+    )
     meta = {ROWS_LOST_KEY: str(lost), PROVENANCE_KEY: dumps(prov)}
     # The events are read when asked for (Recovered.events); a damaged sidecar is said now and
     # never stops the rows.
@@ -318,6 +330,31 @@ def recover_parts(
     return Recovered(schema, rows, lost, parts(), events, skipped)
 
 
+def _pieces(spool: str, skipped: list[str]) -> list[Segment]:
+    """The pieces the spool's index names (owned by this process's user, as the spool is
+    checked to be later: a piece of another owner is refused when it is read)."""
+    try:
+        uid = os.lstat(index_path(spool)).st_uid
+    except OSError:
+        return []
+    try:
+        pieces, damage = read_index(spool, uid)
+    except SpoolError as exc:
+        _skip(skipped, spool, str(exc))
+        return []
+    if damage is not None:
+        _skip(skipped, spool, damage)
+    return list(pieces)
+
+
+def _segment_time(
+    seg: Segment, last: bool, *, uid: int, want: list[tuple[str, pa.DataType]]
+) -> int | None:
+    """The first (or last) ``time`` of a segment, for the provenance."""
+    times = read_segment(seg, uid, want, ["time"]).column("time")
+    return time_cell_ns(times[-1 if last else 0]) if len(times) else None
+
+
 def recover_events(path: str | os.PathLike[str]) -> pa.Table:
     """The scope events recorded while a spooled sampler ran (sidecar ``PATH.events``), in order.
 
@@ -357,9 +394,12 @@ def recover_table(path: str | os.PathLike[str]) -> tuple[pa.Table, int]:
 
 
 def remove_spool(path: str | os.PathLike[str]) -> None:
-    """Delete a spool, its segments and events sidecar (once their rows are written elsewhere),
-    and the temporary file of a segment whose writer died half-way (``.NAME.seg-*.tmp``)."""
+    """Delete a spool, its segments (files, or pieces and their index) and events sidecar (once
+    their rows are written elsewhere), and the temporary file of a segment whose writer died
+    half-way (``.NAME.seg-*.tmp``)."""
     for p in [*segment_paths(path), *map(Path, glob.glob(segment_temp_glob(path)))]:
         p.unlink(missing_ok=True)
+    Path(pieces_path(path)).unlink(missing_ok=True)
+    Path(index_path(path)).unlink(missing_ok=True)
     Path(events_file.events_path(os.fspath(path))).unlink(missing_ok=True)
     Path(path).unlink(missing_ok=True)

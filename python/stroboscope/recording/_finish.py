@@ -9,18 +9,10 @@ as ``<stem>.scopes.parquet`` (:func:`stroboscope.formats.writers.scopes_path`, w
 reads) with the recording's provenance, and into the sampler's dataset as its rank's scopes file;
 then the events directory is removed.
 
-A clean end writes each row once. The segment writer leaves the rows since its last segment in
-the ring (:func:`prepare`, before the sampler stops), and :func:`finish` writes the output from
-the segments it wrote (the rows the ring could not hold) and those rows, taken from the ring
-through the extension; nothing is read back from the spool. A run the ring holds whole writes
-no segment at all. Should a segment not be what its writer wrote, the output is written the way
-a crash is recovered instead (:func:`write_output`: the spool and its segments, as
-``stroboscope recover`` reads them), which gives the same rows.
-
-:func:`write_output` and :func:`spool_column_stats` are that recovery path: the spool's parts
-(:func:`stroboscope.formats.spool_read.recover_parts`) streamed into the output, one segment in
-memory at a time, and the metric columns read a few at a time for
-:func:`stroboscope.analysis.column_stats.column_stats_text`.
+The rows go to the output through :mod:`stroboscope.recording._output`: each row written once
+on a clean end (the segments' rows too, when they are pieces of one file: that file becomes the
+output), and the recovery path (:func:`write_output`, :func:`spool_column_stats`) when a
+segment is not what its writer wrote.
 """
 
 from __future__ import annotations
@@ -29,33 +21,47 @@ import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from stroboscope.formats import events_file
-from stroboscope.formats.provenance import PROVENANCE_KEY, attach, dumps, from_schema
-from stroboscope.formats.segments import FIRST_ROW_KEY, first_row, read_segment
+from stroboscope.formats.provenance import attach
 from stroboscope.formats.spool_header import SpoolError
-from stroboscope.formats.spool_read import ROWS_LOST_KEY, recover_parts, remove_spool
-from stroboscope.formats.writers import FORMATS, scopes_path, write_parquet, write_parts
+from stroboscope.formats.spool_read import remove_spool
+from stroboscope.formats.writers import FORMATS, scopes_path, write_parquet
+from stroboscope.recording._output import (
+    SUMMARY_COLUMNS,
+    Clean,
+    column_stats_of,
+    spool_column_stats,
+    write_clean,
+    write_output,
+)
 
 if TYPE_CHECKING:
     from stroboscope.recording.sampler import Sampler
-    from stroboscope.recording.segments import SegmentWriter, Written
+    from stroboscope.recording.segments import SegmentWriter
     from stroboscope.recording.watchdog import Watchdog
-    from stroboscope.sampling import Frame
+
+__all__ = [
+    "DUMP_FORMATS",
+    "SUMMARY_COLUMNS",
+    "Finished",
+    "finish",
+    "prepare",
+    "read_shared_intervals",
+    "spool_column_stats",
+    "with_shared",
+    "write_output",
+    "write_scopes_beside",
+]
 
 _LOG = logging.getLogger("stroboscope.recording")
 
 DUMP_FORMATS = tuple(sorted(FORMATS))
 """The formats a recording can be written in: the writers' (listed alphabetically)."""
-SUMMARY_COLUMNS = 8
-"""Metric columns read at once for the column statistics (memory: their cells of every row)."""
-_STORED_FIELD_KEYS = (b"unit", b"kind")
-"""The field metadata a recording's file keeps (the spool's header holds no more)."""
 
 
 @dataclass(frozen=True)
@@ -94,11 +100,14 @@ class Finished:
 def prepare(sampler: Sampler) -> None:
     """Make ``sampler``'s end the one :func:`finish` writes: stopping it writes no last segment,
     its rows since the last segment stay in the ring (and the spool, where a crash before the
-    finish still recovers them) for :func:`finish` to write once. Call it before the sampler
-    stops; nothing changes for a sampler without a spool."""
+    finish still recovers them) for :func:`finish` to write once. Called before the first
+    segment, its segments are pieces of one file that the finish makes the output (none of
+    their rows written again). Call it before the sampler stops; nothing changes for a sampler
+    without a spool."""
     writer = _writer(sampler)
     if writer is not None:
         writer.keep_rest()
+        writer.use_pieces()
 
 
 def _writer(sampler: Sampler) -> SegmentWriter | None:
@@ -169,9 +178,9 @@ def finish(
     shared = None if events_dir is None else _read_events(events_dir)
     intervals = with_shared(sampler.scope_intervals(), shared)
     try:
-        clean = _Clean(writer, spool, rest)
-        rows, columns, full = _write(clean, output, prov)
-        figures = _column_stats(clean.read, clean.names, units) if column_stats else None
+        clean = Clean(writer, spool, rest)
+        rows, columns, full = write_clean(clean, output, prov, keep_spool=keep_spool)
+        figures = column_stats_of(clean.read, clean.names, units) if column_stats else None
     except SpoolError:  # a segment is not what its writer wrote: read the spool as a crash is
         rows, columns = write_output(spool, output, prov)
         full = dict(prov)
@@ -261,189 +270,3 @@ def write_scopes_beside(
         _LOG.warning("the scope intervals were not written to %s (%s)", path, exc)
         return None
     return path
-
-
-def _stored(schema: pa.Schema) -> pa.Schema:
-    """``schema`` as a recording's file keeps it: each field's unit and kind, no table
-    metadata (the columns a spool's header holds, which :func:`stroboscope.recover` gives)."""
-    fields = []
-    for f in schema:
-        meta = {k: v for k, v in (f.metadata or {}).items() if k in _STORED_FIELD_KEYS}
-        fields.append(pa.field(f.name, f.type, nullable=True, metadata=meta))
-    return pa.schema(fields)
-
-
-class _Clean:
-    """The rows of a cleanly stopped recording: the segments its writer wrote, then the rows
-    it left in the ring (``rest``, taken through the extension)."""
-
-    def __init__(self, writer: SegmentWriter, spool: str, rest: Frame) -> None:
-        import pyarrow.parquet as pq
-
-        self.spool = spool
-        self.rest = rest.to_arrow()
-        self.schema = _stored(self.rest.schema)
-        self.segments: list[Written] = writer.written
-        for seg in self.segments:  # footers only: a file changed since it was written is refused
-            try:
-                meta = pq.read_metadata(seg.path)
-            except (OSError, pa.ArrowException) as exc:
-                raise SpoolError(f"segment {seg.path} cannot be read: {exc}") from None
-            got = first_row(seg.path, meta.metadata, meta.num_rows, rest.first_row + len(rest))
-            if (got, meta.num_rows) != (seg.first_row, seg.rows):
-                raise SpoolError(f"segment {seg.path} changed since it was written")
-        self.rows = sum(seg.rows for seg in self.segments) + self.rest.num_rows
-        self.rows_lost = writer.rows_lost
-        self.names = [n for n in self.schema.names if n not in ("time", "mono_ns")]
-
-    def parts(self, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
-        """The rows in order, one segment at a time, as :attr:`schema` (only ``time``,
-        ``mono_ns`` and ``columns`` when given)."""
-        keep = (
-            None
-            if columns is None
-            else [n for n in self.schema.names if n in {"time", "mono_ns", *columns}]
-        )
-        schema = self.schema if keep is None else pa.schema([self.schema.field(n) for n in keep])
-        want = [(f.name, f.type) for f in self.schema]
-        for seg in self.segments:
-            table = read_segment(seg.path, os.geteuid(), want, keep)
-            raw = (table.schema.metadata or {}).get(FIRST_ROW_KEY, b"")
-            if table.num_rows != seg.rows or raw != str(seg.first_row).encode():
-                raise SpoolError(f"segment {seg.path} changed since it was written")
-            yield table.replace_schema_metadata(None).cast(schema)
-        rest = self.rest if keep is None else self.rest.select(keep)
-        yield rest.replace_schema_metadata(None).cast(schema)
-
-    def read(self, columns: Sequence[str]) -> pa.Table:
-        """Every row of ``time``, ``mono_ns`` and ``columns``, as one table."""
-        return _whole(self.parts(columns))
-
-    def ends(self) -> pa.Table:
-        """The first and the last row's ``time`` and ``mono_ns`` (no row when there is none)."""
-        import pyarrow.parquet as pq
-
-        def clock(seg: Written) -> pa.Table:
-            try:
-                return pq.read_table(seg.path, columns=["time", "mono_ns"])
-            except (OSError, pa.ArrowException) as exc:
-                raise SpoolError(f"segment {seg.path} cannot be read: {exc}") from None
-
-        first = clock(self.segments[0]) if self.segments else self.rest
-        last = self.rest if self.rest.num_rows or not self.segments else clock(self.segments[-1])
-        rows = [t.slice(at, 1) for t, at in ((first, 0), (last, last.num_rows - 1)) if t.num_rows]
-        if not rows:
-            return pa.table({})
-        return pa.concat_tables(
-            [t.select(["time", "mono_ns"]).replace_schema_metadata(None) for t in rows]
-        )
-
-
-def _whole(parts: Iterator[pa.Table]) -> pa.Table:
-    tables = list(parts)
-    return pa.concat_tables(tables) if tables else pa.table({})
-
-
-def _write(
-    clean: _Clean, output: str | os.PathLike[str] | None, prov: Mapping[str, Any]
-) -> tuple[int, int, dict[str, Any]]:
-    """Write ``clean``'s rows to ``output`` (nothing when None) with ``prov`` completed from
-    them as :func:`write_output` completes it; return the rows, columns and that provenance."""
-    if output is None:
-        return clean.rows, len(clean.schema), dict(prov)
-    full = _provenance(prov, clean.ends(), clean.rows)
-    meta = {ROWS_LOST_KEY: str(clean.rows_lost), PROVENANCE_KEY: dumps(full)}
-    error = events_file.damage_beside(clean.spool, os.geteuid())
-    if error is not None:
-        meta[events_file.ERROR_KEY.decode()] = error
-    schema = clean.schema.with_metadata(meta)
-    write_parts(
-        schema, (part.replace_schema_metadata(schema.metadata) for part in clean.parts()), output
-    )
-    return clean.rows, len(schema), full
-
-
-def _provenance(
-    prov: Mapping[str, Any],
-    ends: pa.Table,
-    rows: int,
-    recovered: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """``prov`` completed as ``for_table`` completes it for the whole table: the first row's
-    time and clock anchor and the last row's time from ``ends`` (the first and last row, or
-    the first alone with the last row's time from the spool's own provenance, ``recovered``),
-    and the row count."""
-    from stroboscope.sampling._provenance import for_table
-
-    out = for_table(prov, ends)
-    out["rows"] = rows
-    for key in ("end_ns", "end_time"):
-        if recovered is not None and recovered.get(key) is not None:
-            out[key] = recovered[key]
-    return out
-
-
-def _first_nonempty(parts: Iterator[pa.Table]) -> tuple[pa.Table | None, Iterator[pa.Table]]:
-    """The first part with a row (None when none has) and the parts from it on."""
-    for part in parts:
-        if part.num_rows:
-
-            def again(first: pa.Table = part) -> Iterator[pa.Table]:
-                yield first
-                yield from parts
-
-            return part, again()
-    return None, iter(())
-
-
-def write_output(
-    spool: str | os.PathLike[str], output: str | os.PathLike[str] | None, prov: Mapping[str, Any]
-) -> tuple[int, int]:
-    """Write every row of ``spool`` to ``output`` (Parquet or CSV by its suffix; nothing when
-    None) with ``prov`` completed from the rows, one part in memory at a time; return the
-    rows and columns. The recovery path: the spool and its segments read back."""
-    got = recover_parts(spool)
-    if output is None:
-        return got.rows, len(got.schema)
-    first, parts = _first_nonempty(got.parts)
-    ends = first.slice(0, 1) if first is not None else pa.table({})
-    full = _provenance(prov, ends, got.rows, from_schema(got.schema) or {})
-    schema = got.schema.with_metadata(
-        {**(got.schema.metadata or {}), PROVENANCE_KEY.encode(): dumps(full).encode()}
-    )
-    write_parts(schema, (part.replace_schema_metadata(schema.metadata) for part in parts), output)
-    return got.rows, len(schema)
-
-
-def _column_stats(
-    read: Callable[[Sequence[str]], pa.Table], names: Sequence[str], units: Mapping[str, str]
-) -> tuple[str, float]:
-    """The column statistics of every row, ``read`` giving ``time``, ``mono_ns`` and a few metric
-    ``names`` at a time, and the seconds from the first to the last row."""
-    from stroboscope.analysis.column_stats import column_stats, column_stats_text, data_span_s
-
-    base = read([])
-    figures = []
-    for at in range(0, len(names), SUMMARY_COLUMNS):
-        table = read(names[at : at + SUMMARY_COLUMNS])
-        figures += column_stats(table, units)
-        del table
-    return column_stats_text(base, units, stats=figures), data_span_s(base)
-
-
-def spool_column_stats(
-    spool: str | os.PathLike[str], units: Mapping[str, str]
-) -> tuple[str, float]:
-    """The text of :func:`stroboscope.analysis.column_stats.column_stats_text` for every row of
-    ``spool``, read :data:`SUMMARY_COLUMNS` metric columns at a time, and the seconds from its
-    first to its last row."""
-
-    def read(columns: Sequence[str]) -> pa.Table:
-        got = recover_parts(spool, columns=list(columns))
-        return pa.Table.from_batches(
-            [b for part in got.parts for b in part.to_batches()], schema=got.schema
-        )
-
-    clock = {"time", "mono_ns"}
-    names = [f.name for f in recover_parts(spool).schema if f.name not in clock]
-    return _column_stats(read, names, units)

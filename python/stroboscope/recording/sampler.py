@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from stroboscope._base.checks import check_bool, check_choice, check_file_dir, check_path
 from stroboscope._base.files import identity as file_identity
 from stroboscope._base.files import unlink_if_same
+from stroboscope.formats.pieces import index_path, pieces_path
 from stroboscope.formats.segments import segment_paths, segment_rows
 from stroboscope.formats.spool_header import FIELDS
 from stroboscope.formats.spool_read import remove_spool
@@ -79,12 +80,15 @@ def check_spool(spool: str | os.PathLike[str]) -> str:
             f"spool {os.fspath(spool)!r} is in use by a running recording (pid {pid}): give "
             f"another path, or recover it once that recording ends"
         )
-    if not os.path.lexists(path) and (segment_paths(path) or os.path.lexists(path + ".events")):
+    segments = segment_paths(path) or any(
+        map(os.path.lexists, (pieces_path(path), index_path(path)))
+    )
+    if not os.path.lexists(path) and (segments or os.path.lexists(path + ".events")):
         raise ValueError(  # no spool: recover cannot read them, so it is no advice
             f"spool {os.fspath(spool)!r} does not exist, but segments or an events sidecar of "
             f"one do ({path}.seg-*.parquet, {path}.events): remove them, or give another path"
         )
-    if os.path.lexists(path) or segment_paths(path) or os.path.lexists(path + ".events"):
+    if os.path.lexists(path) or segments or os.path.lexists(path + ".events"):
         # Starting over would truncate a recording nobody has recovered yet, and its segments
         # would be read back as if they belonged to the new one. (The C++ side creates the file
         # with O_EXCL too, so a spool made after this check is never truncated either.)

@@ -23,6 +23,10 @@ so (:meth:`SegmentWriter.keep_rest`), the rows since the last segment stay in th
 spool, which a crash still recovers), and the finish takes them from the ring
 (:meth:`SegmentWriter.take_rest`) straight into the output, so each row is written once. The
 segments written before (:attr:`SegmentWriter.written`) are the rows the ring could not hold.
+A recording prepared for that end before its first segment (:meth:`SegmentWriter.use_pieces`)
+appends its segments as pieces of one file in the output's form
+(:mod:`stroboscope.formats.pieces`): the finish appends the rest and one footer to that file and
+renames it to the output, so those rows are not written again either.
 """
 
 from __future__ import annotations
@@ -38,7 +42,13 @@ import pyarrow as pa
 
 from stroboscope._base.ratelimit import RateLimitedLog
 from stroboscope.formats.events_file import events_path
-from stroboscope.formats.segments import FIRST_ROW_KEY, last_segment_index, segment_path
+from stroboscope.formats.pieces import append_piece, encode_piece, is_pieces_path, pieces_path
+from stroboscope.formats.segments import (
+    FIRST_ROW_KEY,
+    last_segment_index,
+    segment_path,
+    stored_schema,
+)
 from stroboscope.formats.writers import write_parquet
 from stroboscope.recording._events_write import EventsSink
 from stroboscope.sampling._frame import Frame
@@ -104,8 +114,13 @@ class Written:
 
 
 def _write_segment(table: pa.Table, path: str) -> None:
-    """Write one segment file whole: a 0600 temporary beside ``path``, renamed over it."""
-    write_parquet(table, path)
+    """Write one segment: a file whole (a 0600 temporary beside ``path``, renamed over it), or
+    a piece appended to the pieces file ``path`` and indexed."""
+    if is_pieces_path(path):
+        first = int((table.schema.metadata or {})[FIRST_ROW_KEY])
+        append_piece(encode_piece(table), path, first, table.num_rows)
+    else:
+        write_parquet(table, path)
 
 
 class SegmentWriter:
@@ -144,6 +159,7 @@ class SegmentWriter:
         self._events: EventsSink | None = None  # made by start(): events from then on
         self.events_errors = 0
         self._keep_rest = False  # set by keep_rest(): stop() writes no last segment
+        self._pieces: str | None = None  # set by use_pieces(): the file segments go to
         self._written: list[Written] = []
 
     def status(self) -> SegmentStatus:
@@ -194,6 +210,21 @@ class SegmentWriter:
         the ring (and the spool) for :meth:`take_rest` (a clean end writes them to its output,
         once). The writer thread still writes a segment whenever the ring needs it."""
         self._keep_rest = True
+
+    def use_pieces(self) -> bool:
+        """From now on segments are pieces appended to the spool's pieces file, in the form
+        of the recording's output (:func:`stroboscope.formats.segments.stored_schema`), for a
+        finish that makes that file its output. Only before the first segment file: True when
+        the writer writes pieces."""
+        with self._lock:
+            if self._pieces is None and not self._written:
+                self._pieces = pieces_path(self._spool)
+            return self._pieces is not None
+
+    @property
+    def pieces(self) -> str | None:
+        """The pieces file the segments go to (None: a file per segment)."""
+        return self._pieces
 
     @property
     def written(self) -> list[Written]:
@@ -305,13 +336,17 @@ class SegmentWriter:
                 return
             try:
                 table = frame.to_arrow()
+                if self._pieces is not None:  # the output's form: the output is the pieces
+                    table = table.cast(stored_schema(table.schema))
                 meta = dict(table.schema.metadata or {})
                 meta[FIRST_ROW_KEY] = str(frame.first_row).encode()
                 table = table.replace_schema_metadata(meta)
                 seq = self._seq + 1
-                # A name nobody holds: a file planted at the next name is never replaced.
-                while os.path.lexists(final := segment_path(self._spool, seq)):
-                    seq += 1
+                if self._pieces is not None:
+                    final = self._pieces
+                else:  # A name nobody holds: a file planted at the next name is never replaced.
+                    while os.path.lexists(final := segment_path(self._spool, seq)):
+                        seq += 1
                 _write_segment(table, final)
             except Exception as exc:
                 # The cursor moves to the frame's first row only: its rows are copied again (from
