@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import stroboscope
 from _scope_tables import Call, frame, intervals
-from stroboscope.analysis.scope_summary import summary
+from stroboscope.analysis.scope_summary import name_durations, summary
 
 MS = 1_000_000
 
@@ -56,6 +56,27 @@ def test_by_name_groups_every_call_of_a_name() -> None:
     assert row["p50_s"] == pytest.approx(ordered[15])
     assert row["p99_s"] == pytest.approx(ordered[29] + 0.7 * (ordered[30] - ordered[29]))
     assert row["cpu_pct_mean"] == pytest.approx(10.0)
+
+
+def test_the_durations_without_pandas_are_summarys() -> None:
+    # One home for per-scope durations: the table made without pandas (per name, in order of
+    # first call; the report's scope table then) gives summary(by="name")'s figures, an open
+    # call counted apart and left out of every duration.
+    calls = [*steps(), ("step", "step", 1, 3, 0, 5000 * MS, None, {})]
+    df = summary(SAMPLES, intervals(calls), by="name")
+    names, figures = name_durations(intervals(calls).select(["name", "begin_ns", "end_ns"]))
+    assert names == ["epoch", "step"]
+    for i, name in enumerate(names):
+        for column, values in figures.items():
+            assert values[i] == df.loc[name, column], (name, column)
+    step = names.index("step")
+    assert (figures["calls"][step], figures["open"][step]) == (31, 1)
+    durations = np.array([(k + 1) * MS for k in range(30)] + [7 * MS]) / 1e9
+    assert figures["min_s"][step] == durations.min() and figures["max_s"][step] == durations.max()
+    assert figures["p99_s"][step] == pytest.approx(np.percentile(durations, 99))
+    # Summed in ns, as the edges are: 30 calls of 50 ms are 1.5 s, 50 ms each, exactly.
+    epoch = names.index("epoch")
+    assert (figures["total_s"][epoch], figures["mean_s"][epoch]) == (1.5, 0.05)
 
 
 def test_by_path_and_chosen_labels() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from _fake_nvml import ScriptFn
 from _paths import ROOT
+from stroboscope.analysis._last_value import counter_columns, level_columns
 from stroboscope.compat import CompatKeys, SystemMonitor
 from stroboscope.compat._keys import (
     EXTENDED_GPM_KEYS,
@@ -22,6 +23,7 @@ from stroboscope.compat._keys import (
     MIB,
     sources,
 )
+from stroboscope.sampling import CoreSampler
 from stroboscope.senders import AbstractBackendSender, StatsDict
 
 DOC = ROOT / "docs" / "compat-keys.md"
@@ -234,3 +236,20 @@ def test_the_doc_table_is_the_key_tables() -> None:
         assert name in missing
     for name in ("smActive", "pipeTensorActive", "dramActive"):  # published now
         assert name not in missing
+
+
+def test_the_system_keys_last_values_come_from_the_one_rule() -> None:
+    # The thread count and the running totals publish their last value by the package's rule
+    # (a count, counters), read from the sampler's own columns; the key tables mark only what
+    # the rule does not say or docs/compat-keys.md prints (the GPU keys).
+    s = CoreSampler(0.01, sources=["process", "diskio", "network"], capacity=16)
+    columns = s.columns
+    s.close()
+    keys = CompatKeys([c.name for c in columns], rank=None, extended=True)
+    ruled = keys.aggregates("mean", counter_columns(columns), level_columns(columns))
+    unruled = keys.aggregates("mean")
+    for key in ("proc.cpu.threads", "disk.in", "disk.out", "network"):
+        assert ruled[key] == "last", key
+        assert unruled[key] == "mean", key  # no mark of their own: the rule's, not a copy
+    assert ruled["proc.memory.rssMB"] == ruled["proc.cpu.percent"] == "mean"
+    assert not keys.last_columns

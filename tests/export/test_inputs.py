@@ -111,7 +111,7 @@ def test_several_files_are_several_series(tmp_path: Path) -> None:
 
 
 def test_a_recording_read_one_column_at_a_time_is_the_file_read_whole(tmp_path: Path) -> None:
-    from stroboscope.export._inputs import _read_columns
+    from stroboscope.export._recording import read_columns as _read_columns
 
     meta = {"unit": "%", "kind": "rate"}
     table = pa.table(

@@ -93,6 +93,13 @@ def test_page_zooms_in_headless_chromium(run: Path, page: Path, tmp_path: Path) 
         ms = b.eval(f"window.strobo.zoom({a}, {z})")
         assert ms > 0
         zoomed = b.eval("window.strobo.shown()")
+        # one renderer for a figure's lines and one for its dots: each line in its legend's
+        # colour, and each reading marked in its line's colour (few readings in view)
+        drawn = b.eval(
+            "(() => { const d = Bokeh.documents[0]; const l = d.get_model_by_name('lines-1');"
+            " const p = d.get_model_by_name('dots-1'); return {colors: Array.from(l.data.color),"
+            " lines: l.data.xs.length, dots: Array.from(p.data.color)}; })()"
+        )
         shot2 = b.screenshot(tmp_path / "zoomed.png")
         lane2 = _pixels(shot2, _box(b, 0))
         plot2 = _pixels(shot2, _box(b, 1))
@@ -110,6 +117,9 @@ def test_page_zooms_in_headless_chromium(run: Path, page: Path, tmp_path: Path) 
         assert _share(lane2, _rgb(colors[name])) > 0.02, name
     assert zoomed["scopes"] >= 4 and zoomed["labels"].count("step") == 3
     assert not np.array_equal(plot1, plot2)
+    assert drawn["colors"] == list(m["palette"][: drawn["lines"]])
+    assert drawn["lines"] == len(m["figures"][1]["lines"])
+    assert drawn["dots"] and set(drawn["dots"]) <= set(drawn["colors"])
 
 
 def test_page_decodes_the_readings_of_the_table(run: Path, page: Path) -> None:

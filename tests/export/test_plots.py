@@ -20,7 +20,7 @@ import PIL.Image as PIL_Image  # Pillow comes with matplotlib
 from _report_series import STEP_NS, series
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
-from stroboscope.export import _plots
+from stroboscope.export import _figure, _plots
 from stroboscope.export._groups import scope_colors
 from stroboscope.export.report import Report
 
@@ -157,15 +157,15 @@ def test_a_constant_is_one_tick_with_its_value(figures: dict[str, Any]) -> None:
     labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     assert ax.yaxis.get_offset_text().get_text() == ""
     assert labels and all(t.startswith("26.5") and "e" not in t for t in labels), labels
-    assert ax.get_ylim()[1] - ax.get_ylim()[0] >= 26.52 * _plots.MIN_SPAN
+    assert ax.get_ylim()[1] - ax.get_ylim()[0] >= 26.52 * _figure.MIN_SPAN
 
 
 def test_tick_labels_say_their_value() -> None:
-    assert _plots.tick_texts([-0.0, 0.0], "count") == ["0", "0"]
-    assert _plots.tick_texts([26.5195, 26.52, 26.5205], "%") == ["26.5195", "26.5200", "26.5205"]
-    assert _plots.tick_texts([0, 2**30, 2 * 2**30], "bytes · host") == ["0", "1 Gi", "2 Gi"]
-    assert _plots.tick_texts([3e9, 4e9], "count") == ["3e+09", "4e+09"]
-    assert _plots.tick_texts([42.0], "%") == ["42"]
+    assert _figure.tick_texts([-0.0, 0.0], "count") == ["0", "0"]
+    assert _figure.tick_texts([26.5195, 26.52, 26.5205], "%") == ["26.5195", "26.5200", "26.5205"]
+    assert _figure.tick_texts([0, 2**30, 2 * 2**30], "bytes · host") == ["0", "1 Gi", "2 Gi"]
+    assert _figure.tick_texts([3e9, 4e9], "count") == ["3e+09", "4e+09"]
+    assert _figure.tick_texts([42.0], "%") == ["42"]
 
 
 def test_process_and_host_memory_and_cpu_shares_get_their_own_axes(

@@ -6,6 +6,7 @@ the bytes it holds, read each time the writer takes a part."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,12 +57,20 @@ class Watched:
         monkeypatch.setattr(_output, "recover_parts", recover_parts)
 
     def _watch(self, parts: Iterator[pa.Table]) -> Iterator[pa.Table]:
-        self.base = pa.total_allocated_bytes()
-        for part in parts:
+        # Cyclic garbage of earlier tests, collected in the middle of the parts, would move what
+        # Arrow holds by more than a part: collected first, and no collection while watched (a
+        # part let go must be freed by its last reference, not by a later collection).
+        gc.collect()
+        gc.disable()
+        try:
+            self.base = pa.total_allocated_bytes()
+            for part in parts:
+                self.held.append(pa.total_allocated_bytes() - self.base)
+                self.part_bytes.append(part.nbytes)
+                yield part
             self.held.append(pa.total_allocated_bytes() - self.base)
-            self.part_bytes.append(part.nbytes)
-            yield part
-        self.held.append(pa.total_allocated_bytes() - self.base)
+        finally:
+            gc.enable()
 
     def check_streamed(self) -> None:
         """What Arrow holds does not grow with the parts taken: a part is let go once written

@@ -14,6 +14,7 @@ times between readings.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +155,16 @@ def _sorted(name: str, t: I64, v: F64) -> Series:
         order = np.argsort(t, kind="stable")
         t, v = t[order], v[order]
     return Series(name, t, v)
+
+
+def gpu_labels(names: Iterable[str]) -> list[int]:
+    """The labels ``i`` of the GPUs that have a column (``gpu.{i}.…``) in ``names``, sorted."""
+    found = set()
+    for n in names:
+        parts = n.split(".", 2)
+        if len(parts) == 3 and parts[0] == "gpu" and parts[1].isdigit():
+            found.add(int(parts[1]))
+    return sorted(found)
 
 
 def gpu_columns(names: list[str], metric: str) -> dict[int, str]:

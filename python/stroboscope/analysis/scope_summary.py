@@ -16,19 +16,23 @@ then a call's exact CPU time, however short the call, with no sampled row needed
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from stroboscope.analysis._intervals import COUNTER_FIELDS, Intervals, check_intervals
 from stroboscope.analysis._series import (
+    AMD_READ,
     F64,
+    GPU_READ,
     I64,
     Series,
     check_samples,
     cpu_column,
     gpu_columns,
+    int64_cells,
     range_max,
     range_sum,
     ranges,
@@ -40,7 +44,7 @@ from stroboscope.analysis.energy import gpu_windows
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["summary"]
+__all__ = ["durations", "name_durations", "summary", "summary_columns"]
 
 _NS = 1e9
 
@@ -105,6 +109,19 @@ def _energy(samples: pa.Table, g: _Groups, gpu: int) -> tuple[F64, I64, str] | N
 
 
 _METHODS = {True: "counter", False: "power integral"}
+
+
+_GPU_METRICS = ("util_pct", "mem_used_bytes", "power_w", "energy_mj", "read_mono_ns")
+"""The per-GPU columns :func:`summary` reads (``gpu.{i}.<metric>``)."""
+
+
+def summary_columns(names: Sequence[str]) -> list[str]:
+    """The columns of a sample frame with ``names`` that :func:`summary` reads, in their
+    order: a caller holding a long recording a column at a time gives it only these."""
+    used = {"mono_ns", "proc.cpu_pct", "cpu.util_pct", "proc.rss_bytes", GPU_READ, AMD_READ}
+    for metric in _GPU_METRICS:
+        used.update(gpu_columns(list(names), metric).values())
+    return [n for n in names if n in used]
 
 
 def summary(
@@ -172,7 +189,8 @@ def summary(
     keys = _group_keys(by, iv.labels)
     code, index = _group(iv.table.select(keys).to_pandas(), keys)
     g = _Groups(iv, code, len(index))
-    cols: dict[str, object] = _durations(iv, g, code)
+    cols: dict[str, object] = dict(durations(iv.begin, iv.end, iv.closed, code, g.count))
+    cols["exclusive_s"] = _exclusive(iv, g)
     cols.update(_edge_counters(iv, g))
     from_edges = list(cols)
     names = samples.column_names
@@ -271,33 +289,79 @@ def _group(frame: pandas.DataFrame, keys: list[str]) -> tuple[I64, pandas.Index]
     return rank[code], index.set_names(names) if len(keys) > 1 else index.rename(names[0])
 
 
-def _durations(iv: Intervals, g: _Groups, code: I64) -> dict[str, object]:
-    import pandas as pd
+def durations(
+    begin: I64, end: I64, closed: npt.NDArray[np.bool_], code: I64, count: int
+) -> dict[str, npt.NDArray[Any]]:
+    """The one home of the per-scope durations (numpy only, so the tables made without pandas
+    give the same figures). Per group (``code``: each call's group, ``0 .. count - 1``):
+    ``calls`` (closed), ``open``, and over the closed calls (``end - begin``, ns, as seconds)
+    ``total_s`` (0 without a closed call), ``mean_s``, ``min_s``, ``max_s``, ``p50_s``,
+    ``p99_s`` (linear between order statistics, numpy's default; NaN without a closed call)."""
+    at = code[closed]
+    dur_ns = end[closed] - begin[closed]
+    calls = np.bincount(at, minlength=count)
+    first = np.cumsum(calls) - calls
+    some = calls > 0
+    by_group = dur_ns[np.lexsort((dur_ns, at))]  # each group's durations, ascending, in turn
+    total_ns = np.zeros(count, dtype=np.int64)  # summed in ns: exact, as the edges are
+    if some.any():
+        total_ns[some] = np.add.reduceat(by_group, first[some])
+    total = total_ns / _NS
+    ordered = by_group / _NS
 
+    def quantile(q: float) -> F64:
+        """Per group, the ``q`` quantile of its durations (numpy's linear method)."""
+        pos = (calls - 1) * q
+        lo = np.floor(pos).astype(np.int64)
+        a = ordered[(first + lo)[some]]
+        b = ordered[(first + np.minimum(lo + 1, calls - 1))[some]]
+        t = (pos - lo)[some]
+        out = np.full(count, np.nan)
+        # numpy's lerp: from the nearer end (q = 0 and q = 1 give the order statistic itself)
+        out[some] = np.where(t >= 0.5, b - (b - a) * (1 - t), a + (b - a) * t)
+        return out
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(some, total_ns / calls / _NS, np.nan)
+    return {
+        "calls": calls,
+        "open": np.bincount(code[~closed], minlength=count),
+        "total_s": total,
+        "mean_s": mean,
+        "min_s": quantile(0.0),
+        "max_s": quantile(1.0),
+        "p50_s": quantile(0.5),
+        "p99_s": quantile(0.99),
+    }
+
+
+def name_durations(intervals: pa.Table) -> tuple[list[str], dict[str, npt.NDArray[Any]]]:
+    """Per scope name, in the order of its first call: the names and the figures of
+    :func:`durations` (every call of a name, wherever it was opened), without pandas. Reads
+    the intervals' ``name``, ``begin_ns`` and ``end_ns`` only."""
+    for column in ("name", "begin_ns", "end_ns"):
+        if column not in intervals.column_names:
+            raise ValueError(f"intervals lacks the column {column!r} (scope-intervals schema)")
+    encoded = intervals.column("name").combine_chunks().dictionary_encode(null_encoding="encode")
+    code = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    names = encoded.dictionary.to_pylist()
+    begin_ns, end_ns = (intervals.column(c).cast(pa.int64()) for c in ("begin_ns", "end_ns"))
+    closed = np.asarray(end_ns.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    begin, end = int64_cells(begin_ns, 0), int64_cells(end_ns, 0)
+    return names, durations(begin, end, closed, code, len(names))
+
+
+def _exclusive(iv: Intervals, g: _Groups) -> F64:
+    """Per group: the closed calls' time minus that of their direct children on the same
+    stack (``exclusive_s``)."""
     closed = iv.closed
-    dur = (g.end - g.begin).astype(np.float64) / _NS
-    calls = np.bincount(g.code, minlength=g.count)
     child = closed & (iv.parent >= 0)
     child_time = np.bincount(
         iv.parent[child], (iv.end[child] - iv.begin[child]) / _NS, minlength=len(closed)
     )
-    by = pd.Series(dur).groupby(g.code)
-    q = by.quantile(np.array([0.5, 0.99])).unstack()
-
-    def full(values: pd.Series) -> F64:
-        return np.asarray(values.reindex(range(g.count)).to_numpy(dtype=np.float64))
-
-    return {
-        "calls": calls,
-        "open": np.bincount(code[~closed], minlength=g.count),
-        "total_s": np.bincount(g.code, dur, minlength=g.count),
-        "mean_s": full(by.mean()),
-        "min_s": full(by.min()),
-        "max_s": full(by.max()),
-        "p50_s": full(q[0.5]) if len(q) else np.full(g.count, np.nan),
-        "p99_s": full(q[0.99]) if len(q) else np.full(g.count, np.nan),
-        "exclusive_s": np.bincount(g.code, dur - child_time[closed], minlength=g.count),
-    }
+    dur = (g.end - g.begin).astype(np.float64) / _NS
+    exclusive = np.bincount(g.code, dur - child_time[closed], minlength=g.count)
+    return np.asarray(exclusive, dtype=np.float64)
 
 
 def _gpu_levels(samples: pa.Table, g: _Groups, attrs: dict[str, object]) -> dict[str, object]:

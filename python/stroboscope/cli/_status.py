@@ -17,6 +17,7 @@ from typing import TextIO
 
 import pyarrow as pa
 
+from stroboscope.analysis._series import gpu_labels
 from stroboscope.analysis.column_stats import fmt_value
 from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling import SamplerStats
@@ -67,10 +68,7 @@ def status_text(elapsed_s: float, stats: SamplerStats, latest: Mapping[str, floa
         proc.append(f"rss {fmt_value(latest['proc.rss_bytes'], 'bytes')}")
     if proc:
         parts.append("proc " + " ".join(proc))
-    gpus = sorted(
-        {int(k.split(".")[1]) for k in latest if k.startswith("gpu.") and k.split(".")[1].isdigit()}
-    )
-    for i in gpus:
+    for i in gpu_labels(latest):
         gpu = [f"gpu{i}"]
         if f"gpu.{i}.util_pct" in latest:
             gpu.append(f"{latest[f'gpu.{i}.util_pct']:.0f} %")

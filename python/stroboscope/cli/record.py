@@ -35,6 +35,7 @@ from stroboscope.cli._command import Command, Events
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments, check_sender_specs
 from stroboscope.cli._signals import WAIT_PERIOD_S, Signals, end_command, pause, say
 from stroboscope.cli._status import StatusLine, wanted
+from stroboscope.formats.dataset import part_seconds
 from stroboscope.formats.segments import segment_seconds
 from stroboscope.formats.spool_read import recover_parts, remove_spool
 from stroboscope.formats.writers import output_format
@@ -76,8 +77,10 @@ def _build(
     # ring keeps three quarters in hand. A segment only when the ring needs it: a run the ring
     # holds writes none, its rows go once to FILE (the dataset's parts: at most every 10 s).
     ring_rows = check_capacity(args.capacity, "--capacity")
-    segment_s = segment_seconds(
-        ring_rows, args.interval, most=None if args.dataset is None else 10.0
+    segment_s = (
+        segment_seconds(ring_rows, args.interval)
+        if args.dataset is None
+        else part_seconds(ring_rows, args.interval)
     )
     if who is None:
         sampler = Sampler(

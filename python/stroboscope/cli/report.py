@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(
         args.output, args.png, args.static
     )  # before any work: a bad -o is not said after the text
-    with lean_memory_pool():  # the recording is read whole: a pool that gives pages back
+    with lean_memory_pool():  # column after column read and freed: a pool that gives pages back
         report = build_report(
             args.inputs,
             columns=args.columns,

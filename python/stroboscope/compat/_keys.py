@@ -8,18 +8,16 @@ Units follow the pure-Python monitors: percentages 0 to 100, memory in MiB (``�
 
 Which aggregate a key publishes (the last element of each row of the tables below):
 
-- ``WINDOW``: the monitor's ``aggregate`` over the window (mean, max or last), for levels that
-  are measured values (percentages, MiB, °C, W);
-- ``LAST``: the window's last value whatever the aggregate, for counts and integer levels (thread
-  count, clocks in MHz, fan %, power limit, device bytes in use, ECC error counts): a mean of a
-  count (5.99 threads) is a value the process never had;
-- running totals (``network``, ``disk.in``/``disk.out``, ``energyJoules``: columns of kind
-  ``counter``) always publish their last value too.
-
-The package's own rule (:mod:`stroboscope.analysis._last_value`: counters, and integer columns
-in counts, MHz or bitmasks) applies to every key whatever these tables say; their ``LAST``
-states it per key for ``docs/compat-keys.md`` and adds the levels the rule does not reach (fan
-%, power limit, device bytes in use).
+- ``WINDOW``: the monitor's ``aggregate`` over the window (mean, max or last), unless the
+  package's own rule (:mod:`stroboscope.analysis._last_value`) makes it the last value: running
+  totals (columns of kind ``counter``: ``network``, ``disk.in``/``disk.out``, ``energyJoules``)
+  and integer columns in counts, MHz or bitmasks (``proc.cpu.threads``, clocks, ECC counts),
+  because a mean of a count (5.99 threads) is a value the process never had;
+- ``LAST``: the window's last value whatever the aggregate, marked per key. The GPU tables mark
+  every key that publishes its last value, those of the rule too, because they are the
+  translation table ``docs/compat-keys.md`` prints and its test compares with them; the marks
+  beyond the rule are levels it does not reach (fan %, power limit, device bytes in use). The
+  system keys carry no mark the rule already gives.
 
 :meth:`CompatKeys.aggregates` (and ``SystemMonitor.key_aggregates``) give the rule per key.
 """
@@ -31,12 +29,14 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stroboscope.analysis._series import gpu_columns
 from stroboscope.sampling import available_sources
 
 WINDOW = "window"
-"""The key publishes the monitor's aggregate of the window (mean, max or last)."""
+"""The key publishes the monitor's aggregate of the window (mean, max or last), or its last value
+where the package's rule says so (:mod:`stroboscope.analysis._last_value`)."""
 LAST = "last"
-"""The key publishes the window's last value whatever the aggregate (counts, integer levels)."""
+"""The key publishes the window's last value whatever the aggregate (marked per key)."""
 
 MIB = 1048576.0
 """Bytes per MiB: the ``…MB`` keys of the pure-Python monitors are bytes / 2**20."""
@@ -51,7 +51,7 @@ SYSTEM_KEYS: tuple[tuple[str, str, float, str], ...] = (
     ("proc.memory.availableMB", "mem.available_bytes", 1.0 / MIB, WINDOW),
     ("proc.memory.rssMB", "proc.rss_bytes", 1.0 / MIB, WINDOW),  # process RSS, MiB
     ("proc.memory.percent", "proc.mem_pct", 1.0, WINDOW),  # process RSS / physical memory, %
-    ("proc.cpu.threads", "proc.threads", 1.0, LAST),  # threads of the process
+    ("proc.cpu.threads", "proc.threads", 1.0, WINDOW),  # threads of the process (a count)
 )
 
 NETWORK_KEY = "network"
@@ -76,8 +76,8 @@ GPU_KEYS: tuple[tuple[str, str, float, str], ...] = (
 # docs/compat-keys.md lists them side by side with the ones we do not have and why.
 EXTENDED_SYSTEM_KEYS: tuple[tuple[str, str, float, str], ...] = (
     ("proc.cpu.percent", "proc.cpu_pct", 1.0, WINDOW),  # process CPU, 100 per busy core (psutil)
-    ("disk.in", "disk.read_bytes", 1.0 / MIB, LAST),  # MiB read from disks since start
-    ("disk.out", "disk.write_bytes", 1.0 / MIB, LAST),  # MiB written to disks since start
+    ("disk.in", "disk.read_bytes", 1.0 / MIB, WINDOW),  # MiB read from disks since start (total)
+    ("disk.out", "disk.write_bytes", 1.0 / MIB, WINDOW),  # MiB written to disks since start
 )
 EXTENDED_CORE_KEY = ("cpu.{i}.cpu_percent", "cpu.{i}.util_pct")  # per core busy %
 EXTENDED_GPU_KEYS: tuple[tuple[str, str, float, str], ...] = (
@@ -124,14 +124,13 @@ EXTENDED_SOURCES = ("cpu_cores", "diskio")
 GPU_SOURCE = "gpu"
 GPM_SOURCE = "gpu_gpm"
 
-_GPU_UTIL = re.compile(r"^gpu\.(\d+)\.util_pct$")
 _CORE_UTIL = re.compile(r"^cpu\.(\d+)\.util_pct$")
 
 
 def gpu_labels(columns: Sequence[str]) -> list[str]:
-    """The GPU indices (as text) that have columns, in numeric order: ``["0", "1", …]``."""
-    found = {int(m.group(1)) for c in columns if (m := _GPU_UTIL.match(c))}
-    return [str(i) for i in sorted(found)]
+    """The GPU indices (as text) that have a utilisation column, in numeric order:
+    ``["0", "1", …]``."""
+    return [str(i) for i in gpu_columns(list(columns), "util_pct")]
 
 
 def gpm_available() -> bool:
@@ -215,24 +214,24 @@ class CompatKeys:
 
     @property
     def last_columns(self) -> list[str]:
-        """The canonical columns whose keys publish the window's last value (rule :data:`LAST`,
-        and the network totals)."""
-        return [m.column for m in self.maps if m.aggregate == LAST] + [
-            c for _, c in self.network_columns
-        ]
+        """The canonical columns whose keys are marked :data:`LAST` (the package's rule adds
+        its own: running totals, integer counts and clocks)."""
+        return [m.column for m in self.maps if m.aggregate == LAST]
 
     def aggregates(
         self, how: str, counters: Sequence[str] = (), levels: Sequence[str] = ()
     ) -> dict[str, str]:
         """Which aggregate each key publishes when the monitor's aggregate is ``how``:
         ``{key: "mean" | "max" | "last"}``. Keys of :data:`LAST` columns, of ``counters``
-        (running totals), of ``levels`` (the integer counts and clocks of the package's rule,
-        :func:`stroboscope.analysis._last_value.level_columns`) and ``network`` give
-        ``"last"``; the others give ``how``."""
+        (running totals) and of ``levels`` (the integer counts and clocks of the package's
+        rule: :func:`stroboscope.analysis._last_value.counter_columns` and ``level_columns``
+        of the sampler's columns) give ``"last"``, ``network`` too when its columns are
+        counters; the others give ``how``."""
         last = set(self.last_columns) | set(counters) | set(levels)
         out = {m.key: "last" if m.column in last else how for m in self.maps}
         if self.network_columns:
-            out[self.network_key] = "last"
+            totals = all(c in last for _, c in self.network_columns)
+            out[self.network_key] = "last" if totals else how
         return out
 
     def update(

@@ -24,11 +24,13 @@ from stroboscope._base.identity import detect_identity
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
 from stroboscope.compat._ranked import rank_aware
+from stroboscope.formats.dataset import part_capacity, part_seconds
 from stroboscope.formats.segments import segment_seconds
 from stroboscope.recording._publisher import DRAIN_PERIOD_S, WindowPublisher
 from stroboscope.recording.sampler import DUMP_FORMATS, Sampler
 from stroboscope.sampling import available_sources, net_dev_totals
 from stroboscope.sampling._checks import check_capacity, check_interval
+from stroboscope.sampling._plan import natural_every
 from stroboscope.senders._base import AbstractBackendSender, StatsDict, as_sender
 from stroboscope.senders._dispatch import Fanout
 
@@ -39,8 +41,6 @@ logger = logging.getLogger("stroboscope.monitor")
 
 GPU_MIN_INTERVAL_S = 0.1
 """Default floor of the GPU polling interval (s): NVML averages utilisation over 1/6 to 1 s."""
-DATASET_PART_S = 10.0
-"""Seconds per Parquet part with ``dataset=`` (fewer when a given ``capacity`` holds less)."""
 
 SenderArg = Union[AbstractBackendSender, Callable[[StatsDict], Any], Sequence[Any]]
 
@@ -189,7 +189,8 @@ class SystemMonitor:
         spec: dict[str, float | None] = dict.fromkeys(sources(extended, _gpu_available(pid)))
         if GPU_SOURCE in spec:
             if gpu_interval is None:
-                every = max(1, math.ceil(GPU_MIN_INTERVAL_S / interval - 1e-9))
+                # read no faster than NVML's values change, as the sampler's own plan does
+                every = natural_every(round(GPU_MIN_INTERVAL_S * 1e9), round(interval * 1e9))
                 gpu_interval = every * interval
             spec[GPU_SOURCE] = gpu_interval
         given_capacity = capacity
@@ -205,10 +206,10 @@ class SystemMonitor:
                 segment_seconds=segment_seconds(capacity, interval),
             )
         if dataset is not None:
-            if given_capacity is None:  # room for two parts and a late one (the writer asks 2)
-                capacity = max(capacity, math.ceil(2.5 * DATASET_PART_S / interval))
-            part_s = max(interval, min(DATASET_PART_S, capacity * interval / 2.5))
+            if given_capacity is None:  # a ring that holds full-length parts
+                capacity = max(capacity, part_capacity(interval))
             who = None if rank is None else detect_identity(rank=rank)
+            part_s = part_seconds(capacity, interval)  # the dataset's rule, as record's
             extra.update(dataset=dataset, identity=who, segment_seconds=part_s)
         # The pure-Python monitors read psutil.net_io_counters(), which counts loopback.
         self._loopback = True

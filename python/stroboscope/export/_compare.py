@@ -16,7 +16,7 @@ from stroboscope.analysis.column_stats import (
     fmt_seconds,
     fmt_value,
 )
-from stroboscope.export._inputs import Recording
+from stroboscope.export._recording import Recording
 from stroboscope.export._select import iso_ms
 
 __all__ = ["compare_table"]
@@ -34,12 +34,12 @@ def compare_table(
     header = ("figure", *(s.label for s in series))
     rows: list[tuple[str, ...]] = [
         ("source", *(s.source for s in series)),
-        ("rows", *(str(s.table.num_rows) for s in series)),
+        ("rows", *(str(s.num_rows) for s in series)),
         (
             "first row",
-            *(iso_ms(int(pc.min(s.table.column("time").cast(pa.int64())).as_py())) for s in series),
+            *(iso_ms(int(pc.min(s.held.column("time").cast(pa.int64())).as_py())) for s in series),
         ),
-        ("span", *(fmt_seconds(data_span_s(s.table)) for s in series)),
+        ("span", *(fmt_seconds(data_span_s(s.times)) for s in series)),
     ]
     figures: dict[str, dict[int, ColumnStats]] = {}
     for i, s in enumerate(series):

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stroboscope.analysis.column_stats import IDENTIFIER, TIME_COLUMNS, column_kind, column_unit
-from stroboscope.export._inputs import Recording
+from stroboscope.export._recording import Recording
 
 _NOT_PLOTTED = re.compile(r"\.read_mono_ns$|\.clock_event_reasons$")
 """Columns that are not levels: a reading's time, a bitmask."""
@@ -196,7 +196,7 @@ def scope_calls(
     ``origin_ns`` (realtime; monotonic times plus the series' anchor; a call still open ends
     at the last row), names, thread ids and depths, in the table's order."""
     assert s.scopes is not None
-    last = int(pc.max(s.table.column("mono_ns")).as_py())
+    last = int(pc.max(s.held.column("mono_ns")).as_py())
     begin = _int_column(s.scopes, "begin_ns")
     end = np.asarray(
         pc.fill_null(s.scopes.column("end_ns"), last).to_numpy(zero_copy_only=False), np.int64

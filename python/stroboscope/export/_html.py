@@ -24,12 +24,14 @@ from stroboscope.analysis.column_stats import (
 )
 from stroboscope.export import _meta
 from stroboscope.export._compare import compare_table
-from stroboscope.export._inputs import Recording
-from stroboscope.export._plots import Plot
-from stroboscope.export._scope_text import scope_table
+from stroboscope.export._figure import Plot
+from stroboscope.export._recording import Recording
+from stroboscope.export._scope_text import ScopeTable, recording_scope_table
 from stroboscope.export._select import iso_ms
 
 Describe = Callable[[Recording], list[ColumnStats]]
+ScopesOf = Callable[[Recording], ScopeTable | None]
+"""The per-scope table of one series, None without scopes (the report's, computed once)."""
 """The column figures of one series (the report's, computed once for the text and the page)."""
 
 _CSS = """
@@ -63,12 +65,12 @@ def table_html(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], left: i
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _series_html(describe: Describe, s: Recording) -> str:
-    mm = pc.min_max(s.table.column("time").cast(pa.int64()))
+def _series_html(describe: Describe, s: Recording, scopes_of: ScopesOf) -> str:
+    mm = pc.min_max(s.held.column("time").cast(pa.int64()))
     parts = [
         f"<h2>{_esc(s.label)}</h2>",
-        f"<p>{_esc(s.source)}: {s.table.num_rows} rows from {iso_ms(int(mm['min'].as_py()))} to "
-        f"{iso_ms(int(mm['max'].as_py()))}, {data_span_s(s.table):.3f} s of data</p>",
+        f"<p>{_esc(s.source)}: {s.num_rows} rows from {iso_ms(int(mm['min'].as_py()))} to "
+        f"{iso_ms(int(mm['max'].as_py()))}, {data_span_s(s.times):.3f} s of data</p>",
     ]
     summaries = describe(s)
     levels, counters = level_rows(summaries), counter_rows(summaries)
@@ -88,8 +90,9 @@ def _series_html(describe: Describe, s: Recording) -> str:
     figures = _meta.sampler_figures(s.metadata)
     if figures:
         parts += ["<h3>Sampler</h3>", table_html(("figure", "value"), figures, left=2)]
-    if s.scopes is not None and s.scopes.num_rows:
-        header, rows, labels = scope_table(s.table, s.scopes)
+    table = scopes_of(s)
+    if table is not None:
+        header, rows, labels = table
         parts += ["<h3>Scopes</h3>", table_html(header, rows, left=labels)]
     entries = _meta.metadata_items(s.metadata)
     parts.append("<h3>Provenance and metadata</h3>")
@@ -115,11 +118,12 @@ def render_html(
     plots: list[Plot],
     time_axis: str = "",
     view: str | None = None,
+    scopes_of: ScopesOf | None = None,
 ) -> str:
     """The whole page: the zooming ``view`` (HTML with its scripts, see
     :func:`stroboscope.export._page.page_view`) when given, ``plots``, then (several series)
-    the runs side by side, then each of ``series`` with its column figures; ``time_axis`` says
-    what the plots' time 0 is."""
+    the runs side by side, then each of ``series`` with its column figures and per-scope
+    table (``scopes_of``, else computed here); ``time_axis`` says what the plots' time 0 is."""
     from stroboscope._base.version import __version__
 
     title = "stroboscope report: " + ", ".join(s.label for s in series)
@@ -139,7 +143,7 @@ def render_html(
             if len(series) > 1
             else []
         ),
-        *(_series_html(describe, s) for s in series),
+        *(_series_html(describe, s, scopes_of or recording_scope_table) for s in series),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,47 +23,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stroboscope._base.files import regular_source, why_unreachable
+from stroboscope.export._recording import FileColumns, open_lazy, read_columns
+from stroboscope.export._recording import Recording as Recording  # its home before
 from stroboscope.formats.segments import parse_segment_name
 from stroboscope.formats.spool_layout import MAGIC
 from stroboscope.formats.writers import SCOPES_SUFFIX, scopes_path
 
 SCOPE_COLUMNS = ("name", "begin_ns", "end_ns")
 """The scope-intervals columns a report needs (see the contract's full schema)."""
-
-
-@dataclass(frozen=True)
-class Recording:
-    """The rows of one recording (one host/rank of a dataset), with what came with them.
-
-    Attributes
-    ----------
-    label : str
-        How plots and tables name it: the file's stem, or the partition values.
-    source : str
-        The path it was read from.
-    table : pyarrow.Table
-        ``time``, ``mono_ns`` and the metric columns, in ``mono_ns`` order.
-    metadata : dict of str to str
-        The schema metadata (``stroboscope.rows_lost``, ``stroboscope.provenance``, ...).
-    scopes : pyarrow.Table or None
-        Scope intervals (``name``, ``path``, ``begin_ns``, ``end_ns`` in CLOCK_MONOTONIC ns, ...).
-    """
-
-    label: str
-    source: str
-    table: pa.Table
-    metadata: dict[str, str] = field(default_factory=dict)
-    scopes: pa.Table | None = None
-
-    @property
-    def anchor_ns(self) -> int:
-        """Realtime minus monotonic ns of this recording (``time`` minus ``mono_ns``)."""
-        t = self.table.column("time").cast(pa.int64())
-        return int(t[0].as_py()) - int(self.table.column("mono_ns")[0].as_py())
-
-    def with_table(self, table: pa.Table) -> Recording:
-        """The same series holding other rows (a selection of these)."""
-        return replace(self, table=table)
 
 
 def _decode(metadata: dict[bytes, bytes] | None) -> dict[str, str]:
@@ -96,23 +64,39 @@ def check_recording(table: pa.Table, what: str) -> pa.Table:
     ``mono_ns`` and a ``time``), sorted by ``mono_ns``; a ValueError naming ``what`` and what
     is wrong otherwise."""
     check_schema(table.schema, what)
+    rows = _recording_rows(table, what)
+    return table if rows is None else table.take(pa.array(rows))
+
+
+def _recording_rows(table: pa.Table, what: str) -> np.ndarray[Any, Any] | None:
+    """The rows of ``table`` (its ``time`` and ``mono_ns``) that make a recording, in
+    ``mono_ns`` order: None when that is every row as it is; a ValueError when none is."""
     if table.num_rows == 0:
         raise ValueError(f"{what} is an empty recording: it has its columns but no rows")
     rows = table.num_rows
+    picked = None
     if table.column("mono_ns").null_count or table.column("time").null_count:
         # A row without its time cannot be placed: left out (a recording never has one).
-        table = table.filter(
-            pc.and_(table.column("mono_ns").is_valid(), table.column("time").is_valid())
-        )
-        if table.num_rows == 0:
+        valid = pc.and_(table.column("mono_ns").is_valid(), table.column("time").is_valid())
+        picked = np.flatnonzero(valid.to_numpy(zero_copy_only=False))
+        if len(picked) == 0:
             raise ValueError(
                 f"{what} is not a readable recording: none of its {rows} rows has both a "
                 f"mono_ns and a time (they are null)"
             )
+        table = table.take(pa.array(picked))
     mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
     if len(mono) > 1 and not bool(np.all(np.diff(mono) >= 0)):
-        table = table.take(pc.sort_indices(table, [("mono_ns", "ascending")]))
-    return table
+        order = np.argsort(mono, kind="stable")
+        picked = order if picked is None else picked[order]
+    return picked
+
+
+def check_lazy(s: Recording, what: str) -> Recording:
+    """:func:`check_recording` of a recording whose metric columns are left in its file."""
+    check_schema(s.schema, what)
+    rows = _recording_rows(s.held, what)
+    return s if rows is None else s.take_rows(rows)
 
 
 def _wanted(schema: pa.Schema, patterns: list[str] | None) -> list[str] | None:
@@ -127,24 +111,16 @@ def _wanted(schema: pa.Schema, patterns: list[str] | None) -> list[str] | None:
     return [n for n in ("time", "mono_ns") if n in schema.names] + keep
 
 
-def _read_columns(pf: pq.ParquetFile, names: list[str] | None) -> pa.Table:
-    """The columns ``names`` (None: all) of ``pf``, decoded one column at a time.
-
-    A whole-file read decodes every column at once on several threads, each holding its
-    pages and buffers: for a 1-hour 1 kHz run (3.6M rows x 27 columns, 753 MiB decoded) it
-    peaked 190 MiB above the table it returned; one column at a time, on one thread, adds
-    about what one column's pages hold, and is no slower.
-    """
-    schema = pf.schema_arrow
-    wanted = schema.names if names is None else names
-    if len(set(schema.names)) < len(schema.names):  # a name twice: read by pyarrow as a whole
-        return pf.read(columns=names)
-    arrays = [pf.read(columns=[n], use_threads=False).column(0) for n in wanted]
-    fields = [schema.field(n) for n in wanted]
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
-
-
 def _read_file(path: Path, patterns: list[str] | None = None) -> pa.Table:
+    """The rows of a Parquet file or a spool, every column asked for in memory."""
+    return _open_file(path, patterns)[0]
+
+
+def _open_file(
+    path: Path, patterns: list[str] | None = None, lazy: bool = False
+) -> tuple[pa.Table, FileColumns | None]:
+    """The rows of a Parquet file or a spool; with ``lazy``, a Parquet file's ``time`` and
+    ``mono_ns`` only, its other columns left there (:class:`FileColumns`)."""
     with regular_source(path, "recording") as src:  # a FIFO or a device: refused, not awaited
         try:
             with open(src, "rb") as f:
@@ -154,7 +130,7 @@ def _read_file(path: Path, patterns: list[str] | None = None) -> pa.Table:
         if head[: len(MAGIC)] == MAGIC:
             from stroboscope.formats.spool_read import recover_table
 
-            return recover_table(path)[0]
+            return recover_table(path)[0], None
         if not head:
             raise ValueError(f"{path} is empty (0 bytes): not a recording")
         if head[:4] != b"PAR1":
@@ -165,7 +141,10 @@ def _read_file(path: Path, patterns: list[str] | None = None) -> pa.Table:
             )
         try:  # only the columns asked for: a 1-hour 1 kHz run is read in a fraction of the time
             pf = pq.ParquetFile(src)  # pyarrow's own file (fd_source), never a Python one
-            return _read_columns(pf, _wanted(pf.schema_arrow, patterns))
+            names = _wanted(pf.schema_arrow, patterns)
+            if lazy and len(set(pf.schema_arrow.names)) == len(pf.schema_arrow.names):
+                return open_lazy(path, pf, names)
+            return read_columns(pf, names), None
         except (pa.ArrowException, OSError) as exc:
             raise ValueError(f"{path} is not a readable Parquet file: {exc}") from None
 
@@ -324,10 +303,14 @@ def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) 
             Recording(label, str(p), check_recording(t, f"{p} ({label})"), _decode(md))
             for label, t, md in _read_dataset(p)
         ]
-    table = check_recording(_read_file(p, patterns), str(p))
+    table, lazy = _open_file(p, patterns, lazy=True)
     beside = scopes_beside(p)
     scopes = read_scopes(beside) if beside is not None else None
-    return [Recording(p.stem, str(p), table, _decode(table.schema.metadata), scopes)]
+    if lazy is None:
+        table = check_recording(table, str(p))
+        return [Recording(p.stem, str(p), table, _decode(table.schema.metadata), scopes)]
+    kept = Recording(p.stem, str(p), table, _decode(lazy.schema.metadata), scopes, lazy)
+    return [check_lazy(kept, str(p))]
 
 
 def read_inputs(

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from stroboscope.analysis.column_stats import column_kind
 from stroboscope.export._downsample import GAP_FACTOR, STALL_FACTOR
+from stroboscope.export._figure import MissingExtraError
 from stroboscope.export._groups import (
     SCOPE_PALETTE,
     _int_column,
@@ -31,9 +32,9 @@ from stroboscope.export._groups import (
     scope_colors,
     scope_names,
 )
-from stroboscope.export._inputs import Recording
 from stroboscope.export._page_data import FORMAT, Array, Blob, encode_column, encode_time
-from stroboscope.export._plots import MissingExtraError, _schema, time_span_s
+from stroboscope.export._plots import _schema, time_span_s
+from stroboscope.export._recording import Recording
 from stroboscope.export._select import align_text, time_origins
 
 PALETTE = SCOPE_PALETTE[:10]
@@ -102,7 +103,7 @@ def _scopes(blob: Blob, series: list[Recording], origins: list[int]) -> dict[str
         sc = s.scopes
         if sc is None or not sc.num_rows:
             continue
-        last = int(pc.max(s.table.column("mono_ns")).as_py())
+        last = int(pc.max(s.held.column("mono_ns")).as_py())
         shift = s.anchor_ns - origins[si]
         begin = sc.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64) + shift
         end = pc.fill_null(sc.column("end_ns"), last).to_numpy(zero_copy_only=False)
@@ -144,11 +145,11 @@ def page_data(
     out_series = []
     monos = []
     for s, t0 in zip(series, origins):
-        mono = np.asarray(s.table.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
+        mono = np.asarray(s.held.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
         monos.append(mono)  # the table's own buffer where it is one chunk of int64: no copy
         origin = t0 - s.anchor_ns  # this series' monotonic ns at its time 0
         out_series.append(
-            {"label": s.label, "rows": s.table.num_rows, "time": encode_time(blob, mono, origin)}
+            {"label": s.label, "rows": s.num_rows, "time": encode_time(blob, mono, origin)}
         )
     lines: list[dict[str, Any]] = []
     panels = []
@@ -157,10 +158,11 @@ def page_data(
             members = []
             for si, s in enumerate(series):
                 for col in columns:
-                    if col not in s.table.column_names:
+                    if col not in s.column_names:
                         continue
-                    rate = column_kind(s.table.schema.field(col)) == "rate"
-                    enc = encode_column(blob, s.table.column(col), monos[si], rate)
+                    rate = column_kind(s.schema.field(col)) == "rate"
+                    # one column read, encoded and dropped at a time: the recording never whole
+                    enc = encode_column(blob, s.column(col), monos[si], rate)
                     if enc is None:
                         continue
                     k = len(lines)
@@ -207,7 +209,7 @@ def _figures(
     from bokeh.plotting import figure
 
     x0, x1 = manifest["x0"], manifest["x1"]
-    rows = max(s.table.num_rows for s in series)
+    rows = max(s.num_rows for s in series)
     step = (x1 - x0) / max(rows - 1, 1)
 
     def make(i: int, **kw: Any) -> Any:
@@ -277,12 +279,17 @@ def _figures(
         out.append((lane, f'<div class="legend"><b>Scopes</b> {legend}</div>', [], True))
     for group, label, members in panels:
         p = make(len(out), height=PANEL_HEIGHT_PX)
-        for i, (k, _si, _col) in enumerate(members):
-            color = PALETTE[i % len(PALETTE)]
-            src = ColumnDataSource({"x": [0.0], "y": [0.0]}, name=f"line-{k}")
-            p.line("x", "y", source=src, color=color, line_width=1.2)
-            dots = ColumnDataSource({"x": [], "y": []}, name=f"dots-{k}")
-            p.scatter("x", "y", source=dots, color=color, size=4)
+        # one renderer for every line of the figure (a renderer costs each zoom's redraw its
+        # own paint), each line in its colour and drawn in the legend's order; the readings
+        # marked where few are in view, likewise
+        colors = [PALETTE[i % len(PALETTE)] for i in range(len(members))]
+        src = ColumnDataSource(
+            {"xs": [[0.0]] * len(members), "ys": [[0.0]] * len(members), "color": colors},
+            name=f"lines-{len(out)}",
+        )
+        p.multi_line("xs", "ys", source=src, color="color", line_width=1.2)
+        dots = ColumnDataSource({"x": [], "y": [], "color": []}, name=f"dots-{len(out)}")
+        p.scatter("x", "y", source=dots, color="color", size=4)
         if label.split(" ")[0] in ("bytes", "bytes/s"):
             p.yaxis.formatter = CustomJSTickFormatter(code=_BYTES_TICKS)
         p.yaxis.axis_label = label
@@ -315,6 +322,7 @@ def page_view(series: list[Recording], align: str | None = None) -> str:
     if not figures:
         return '<p class="note">No column to plot.</p>'
     manifest["figures"] = [{"lines": ids, "lane": lane} for _, _, ids, lane in figures]
+    manifest["palette"] = list(PALETTE)  # the dots' colours, each its line's
     doc = Document()
     with doc.models.freeze():  # the models are collected once, not once per root
         for f in figures:

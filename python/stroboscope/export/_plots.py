@@ -1,22 +1,19 @@
 """The report's figures, drawn with matplotlib (the ``report`` extra) as PNG images.
 
-Each plot is one figure, panels sharing the time axis (seconds from each run's origin,
-:func:`~stroboscope.export._select.time_origins`), every figure with the same margins so the
-time axes of all of them line up. Every value is drawn as it was sampled
+Each plot is one figure (:mod:`stroboscope.export._figure`: its margins, texts and ticks),
+panels sharing the time axis (seconds from each run's origin,
+:func:`~stroboscope.export._select.time_origins`). Every value is drawn as it was sampled
 (:func:`~stroboscope.export._downsample.step_path`): held until the next reading (a rate over
 the window it is the mean of), a break where data is missing, reduced per pixel column so no
 peak is hidden. Panels hold one unit and scale each (:mod:`stroboscope.export._groups`); a
 constant is one tick with its value. Scopes are a lane of their own above the plots, one row
-per thread and nesting level. matplotlib's object API is used (``Figure`` + the Agg canvas),
-never ``pyplot``, so no global state or GUI backend is touched.
+per thread and nesting level. Each line's column is read from the recording when it is drawn
+and dropped after it (:meth:`~stroboscope.export._recording.Recording.column`).
 """
 
 from __future__ import annotations
 
-import io
-import weakref
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +21,22 @@ import pyarrow.compute as pc
 
 from stroboscope.analysis.column_stats import column_kind
 from stroboscope.export._downsample import step_path
+from stroboscope.export._figure import (
+    DPI,
+    DRAWABLE,
+    LEFT_PX,
+    PANEL_HEIGHT_IN,
+    RIGHT_PX,
+    TOP_PX,
+    WIDTH_PX,
+    MissingExtraError,
+    Plot,
+    _figure,
+    _png,
+    _time_figure,
+    _value_axis,
+    require_matplotlib,
+)
 from stroboscope.export._groups import (
     Group,
     lane_rows,
@@ -32,228 +45,32 @@ from stroboscope.export._groups import (
     scope_colors,
     scope_names,
 )
-from stroboscope.export._inputs import Recording
+from stroboscope.export._recording import Recording
 from stroboscope.export._select import align_text, time_origins
 
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
-
-WIDTH_PX = 1200
-"""Width of every figure in pixels (at ``DPI``); the downsampling keeps 4 points per pixel."""
-DPI = 100
-PANEL_HEIGHT_IN = 2.4
-LEFT_PX, RIGHT_PX = 100, 24
-"""Margins of every time plot (pixels): the same in every figure, so their time axes line up
-whatever the width of their tick labels."""
-TOP_PX, BOTTOM_PX, LEGEND_PX, GAP_PX = 34, 40, 14, 16
-"""Title band, x-axis labels, one row of a figure legend and the space between panels
-(pixels)."""
-
-
-class MissingExtraError(ImportError):
-    """An optional dependency of the report is not installed: the message says which extra."""
-
-
-def require_matplotlib() -> None:
-    """Import matplotlib or raise :class:`MissingExtraError` naming the extra to install."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"plots need matplotlib, which is not installed ({exc}): "
-            f"pip install 'stroboscope[report]'"
-        ) from None
-
-
-@dataclass(frozen=True)
-class Plot:
-    """One rendered figure: ``key`` (file-safe), ``title``, ``png`` bytes and their size."""
-
-    key: str
-    title: str
-    png: bytes
-    width: int
-    height: int
-
-
-DRAWABLE = 1e300
-"""Largest magnitude drawn: matplotlib's axis margins and ticks overflow near 1.8e308."""
-
-
-def _figure(panels: int, sharex: bool = True) -> tuple[Figure, list[Axes]]:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(WIDTH_PX / DPI, 0.6 + PANEL_HEIGHT_IN * panels), dpi=DPI)
-    axes = fig.subplots(panels, 1, sharex=sharex, squeeze=False)[:, 0].tolist()
-    return fig, axes
-
-
-def plain_text(fig: Figure) -> None:
-    """Have every text on ``fig`` that holds names drawn as its characters, never as mathtext.
-
-    Titles, labels, legends, scope names and tick labels a caller gives (``set_yticks(...,
-    labels)``, any ``FuncFormatter``) carry names from the data (scopes, columns, hosts,
-    files); matplotlib reads a pair of ``$`` in one as a formula (``$a$`` drawn as math,
-    ``$\\x$`` an error that stops the report). Only texts matplotlib writes itself keep its
-    setting: the axes' offset texts and the tick labels of its number formatters (a log axis
-    labels ``10^0`` in mathtext). Called before the figure is first drawn and again before it
-    is saved, so ticks the layout adds are covered too.
-    """
-    from matplotlib import ticker
-    from matplotlib.text import Text
-
-    numbers = (
-        ticker.ScalarFormatter,
-        ticker.LogFormatter,
-        ticker.LogitFormatter,
-        ticker.PercentFormatter,
-        ticker.NullFormatter,
-    )
-    texts = fig.findobj(Text)  # first: listing an axis's children makes its ticks
-    own: set[Text] = set()  # texts matplotlib writes itself, from numbers
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            own.add(axis.offsetText)
-            for ticks, formatter in (
-                (axis.majorTicks, axis.get_major_formatter()),
-                (axis.minorTicks, axis.get_minor_formatter()),
-            ):
-                if isinstance(formatter, numbers):
-                    own.update(label for tick in ticks for label in (tick.label1, tick.label2))
-    for text in texts:
-        text.set_parse_math(text in own and text.get_parse_math())
-
-
-_FIXED: weakref.WeakSet[Figure] = weakref.WeakSet()
-"""Figures laid out with the fixed margins of the time plots (not by ``tight_layout``)."""
-
-
-def _time_figure(heights_in: list[float], legend_rows: int = 0) -> Figure:
-    """A figure of panels (``heights_in`` inches each) on one time axis, with the margins of
-    every time plot (:data:`LEFT_PX`...): their axes line up from figure to figure; room for
-    ``legend_rows`` rows of a figure legend above them."""
-    from matplotlib.figure import Figure
-
-    legend_px = LEGEND_PX * legend_rows
-    gaps_px = GAP_PX * (len(heights_in) - 1)
-    height_px = TOP_PX + legend_px + BOTTOM_PX + gaps_px + DPI * sum(heights_in)
-    fig = Figure(figsize=(WIDTH_PX / DPI, height_px / DPI), dpi=DPI)
-    fig.subplots(
-        len(heights_in),
-        1,
-        sharex=True,
-        squeeze=False,
-        gridspec_kw={
-            "height_ratios": heights_in,
-            "left": LEFT_PX / WIDTH_PX,
-            "right": 1 - RIGHT_PX / WIDTH_PX,
-            "top": 1 - (TOP_PX + legend_px) / height_px,
-            "bottom": BOTTOM_PX / height_px,
-            "hspace": GAP_PX / (DPI * sum(heights_in) / len(heights_in)),
-        },
-    )
-    _FIXED.add(fig)
-    return fig
-
-
-def _png(fig: Figure, key: str, title: str) -> Plot:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)  # the figure draws on Agg: no GUI backend, no pyplot
-    plain_text(fig)  # before anything is drawn: names from the data are text
-    if fig not in _FIXED:
-        fig.tight_layout()
-    plain_text(fig)  # the ticks the layout added
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    w_in, h_in = fig.get_size_inches()
-    return Plot(key, title, buf.getvalue(), round(w_in * DPI), round(h_in * DPI))
-
-
-def tick_texts(values: list[float], unit: str) -> list[str]:
-    """The labels of ticks at ``values`` on an axis of ``unit``: each the value itself with as
-    many decimals as tell neighbouring ticks apart (one tick: its value in 7 significant
-    digits), bytes scaled to the largest tick's Ki/Mi/Gi/Ti, never an offset or ``-0``."""
-    vals = [float(v) for v in values]
-    if not vals:
-        return []
-    steps = [abs(b - a) for a, b in zip(vals, vals[1:]) if b != a]
-    step = min(steps) if steps else 0.0
-    big = max(abs(v) for v in vals)
-    scale, suffix = 1.0, ""
-    if unit.split(" ")[0] in ("bytes", "bytes/s"):
-        for size, name in ((1 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
-            if big >= size:
-                scale, suffix = float(size), f" {name}"
-                break
-    out = []
-    for v in vals:
-        x = v / scale
-        if step == 0.0:
-            text = f"{x:.7g}"
-        elif big / scale >= 1e7 or 0 < big / scale < 1e-3:
-            digits = int(np.clip(np.ceil(np.log10(big / step)) + 1, 1, 15))
-            text = f"{x:.{digits}g}"
-        else:
-            decimals = int(np.clip(np.ceil(-np.log10(step / scale) - 1e-9), 0, 12))
-            text = f"{x:.{decimals}f}"
-        if float(text) == 0:  # no "-0", and no unit on nothing
-            out.append(text.lstrip("-"))
-            continue
-        out.append(text + suffix)
-    return out
-
-
-def value_formatter(unit: str) -> Any:
-    """A matplotlib tick formatter writing :func:`tick_texts` (the one rule of every panel)."""
-    from matplotlib.ticker import Formatter
-
-    class ValueFormatter(Formatter):
-        def __call__(self, x: float, pos: int | None = None) -> str:
-            return tick_texts([x], unit)[0]
-
-        def format_ticks(self, values: Any) -> list[str]:
-            return tick_texts(list(values), unit)
-
-    return ValueFormatter()
-
-
-MIN_SPAN = 1e-3
-"""The least height of a panel's value axis, relative to its largest magnitude: a series that
-moves by less (``disk.used_pct`` by 1e-6 %) is drawn as the flat line it is to a reader."""
-
-
-def _value_axis(ax: Axes, lo: float, hi: float, unit: str) -> None:
-    """The y-axis of a panel whose drawn values span ``[lo, hi]``: one tick with the value
-    and a flat line for a constant, a span at least :data:`MIN_SPAN` of the magnitude for
-    a series that barely moves, labels by :func:`value_formatter`."""
-    ax.yaxis.set_major_formatter(value_formatter(unit))
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return
-    big = max(abs(lo), abs(hi))
-    if hi == lo:
-        pad = abs(lo) * 0.05 or 1.0
-        ax.set_ylim(lo - pad, hi + pad)
-        ax.set_yticks([lo])
-        return
-    if hi - lo < MIN_SPAN * big:
-        mid, half = (hi + lo) / 2, MIN_SPAN * big / 2
-        ax.set_ylim(mid - half * 1.1, mid + half * 1.1)
+__all__ = [
+    "MissingExtraError",
+    "Plot",
+    "_png",
+    "render_plots",
+    "require_matplotlib",
+    "time_origin",
+    "time_span_s",
+]
 
 
 def _schema(series: list[Recording]) -> pa.Schema:
     try:
-        return pa.unify_schemas([s.table.schema for s in series])
+        return pa.unify_schemas([s.schema for s in series])
     except (pa.ArrowException, ValueError):
-        return series[0].table.schema
+        return series[0].schema
 
 
 def time_origin(series: list[Recording]) -> tuple[int, int]:
     """Realtime ns of the first and last row of all ``series``."""
     mins, maxs = [], []
     for s in series:
-        mm = pc.min_max(s.table.column("time").cast(pa.int64()))
+        mm = pc.min_max(s.held.column("time").cast(pa.int64()))
         mins.append(int(mm["min"].as_py()))
         maxs.append(int(mm["max"].as_py()))
     return min(mins), max(maxs)
@@ -264,7 +81,7 @@ def time_span_s(series: list[Recording], origins: list[int]) -> tuple[float, flo
     to the latest, over all series."""
     lo, hi = [], []
     for s, t0 in zip(series, origins):
-        mm = pc.min_max(s.table.column("time").cast(pa.int64()))
+        mm = pc.min_max(s.held.column("time").cast(pa.int64()))
         lo.append((int(mm["min"].as_py()) - t0) / 1e9)
         hi.append((int(mm["max"].as_py()) - t0) / 1e9)
     a, b = min(lo), max(hi)
@@ -377,13 +194,13 @@ def _draw_group(
     for ax, (label, columns) in zip(axes, group.panels):
         lo, hi = np.inf, -np.inf
         for s, t0 in zip(series, origins):
-            x_all = s.table.column("time").cast(pa.int64())
+            x_all = s.held.column("time").cast(pa.int64())
             first = int(pc.min(x_all).as_py())
             last = int(pc.max(x_all).as_py())
             for col in columns:
-                if col not in s.table.column_names:
+                if col not in s.column_names:
                     continue
-                c = s.table.column(col)
+                c = s.column(col)  # read for this line and dropped after it
                 if c.null_count:  # its readings only
                     valid = c.is_valid()
                     c, x_col = c.filter(valid), x_all.filter(valid)
@@ -413,7 +230,7 @@ def _draw_group(
                 del ok
                 if len(y) == 0:
                     continue
-                rate = column_kind(s.table.schema.field(col)) == "rate"
+                rate = column_kind(s.schema.field(col)) == "rate"
                 # ns from the origin before any float: realtime ns in float64 lose 256 ns
                 x = x.astype(np.int64)  # a copy: the table's buffer is not changed
                 x -= t0
@@ -446,14 +263,14 @@ def _draw_group(
 
 def row_spacing_ns(series: Recording) -> np.ndarray[Any, Any]:
     """Time between consecutive rows of a series (ns)."""
-    mono = np.asarray(series.table.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
+    mono = np.asarray(series.held.column("mono_ns").to_numpy(zero_copy_only=False), np.int64)
     return np.diff(mono)
 
 
 def _draw_timing(
     series: list[Recording], lateness: dict[str, tuple[list[float], list[int]]]
 ) -> Plot | None:
-    panels = [s for s in series if s.table.num_rows > 1]
+    panels = [s for s in series if s.num_rows > 1]
     if not panels and not lateness:
         return None
     fig, axes = _figure(1 + bool(lateness), sharex=False)

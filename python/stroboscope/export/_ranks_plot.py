@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from stroboscope.export._plots import Plot, _figure, _png, require_matplotlib
+from stroboscope.export._figure import Plot, _figure, _png, require_matplotlib
 from stroboscope.export._ranks_steps import closed_calls, step_calls
 
 if TYPE_CHECKING:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from stroboscope._base.text import printable
 from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
+from stroboscope.analysis.scope_summary import name_durations, summary_columns
+from stroboscope.export._recording import Recording
 
 if TYPE_CHECKING:
     import pandas
@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 __all__ = [
     "SCOPE_HEADER",
     "format_summary",
+    "recording_scope_table",
     "scope_counts",
+    "scope_samples",
     "scope_table",
     "scope_text",
     "summary_table",
@@ -49,6 +51,21 @@ def scope_table(samples: pa.Table, intervals: pa.Table) -> ScopeTable:
     return summary_table(summary(samples, intervals))
 
 
+def scope_samples(s: Recording) -> pa.Table:
+    """The rows of ``s`` that the per-scope summary reads: ``time``, ``mono_ns`` and the
+    columns of :func:`~stroboscope.analysis.scope_summary.summary_columns`, not the whole
+    recording."""
+    return s.columns(summary_columns(s.column_names))
+
+
+def recording_scope_table(s: Recording) -> ScopeTable | None:
+    """:func:`scope_table` of a recording's scopes and rows (:func:`scope_samples`); None
+    when it has no scope call."""
+    if s.scopes is None or not s.scopes.num_rows:
+        return None
+    return scope_table(scope_samples(s), s.scopes)
+
+
 def scope_text(samples: pa.Table, intervals: pa.Table) -> str:
     """:func:`scope_table` as aligned text (labels left, figures right)."""
     header, rows, labels = scope_table(samples, intervals)
@@ -57,22 +74,18 @@ def scope_text(samples: pa.Table, intervals: pa.Table) -> str:
 
 def scope_counts(intervals: pa.Table) -> list[tuple[str, ...]]:
     """Per scope name: calls, calls still open, and the total, mean, min and max duration of
-    the closed ones (the scope table when pandas is not installed)."""
+    the closed ones (the scope table when pandas is not installed; the figures of
+    :func:`~stroboscope.analysis.scope_summary.name_durations`, the durations' one home)."""
+    names, d = name_durations(intervals)
     rows = []
-    names = intervals.column("name").to_pylist()
-    begin = intervals.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64)
-    end_col = intervals.column("end_ns")
-    closed = end_col.is_valid().to_numpy(zero_copy_only=False)
-    end = pc.fill_null(end_col, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    for name in dict.fromkeys(names):
-        mask = pc.equal(intervals.column("name"), name).to_numpy(zero_copy_only=False)
-        done = (end - begin)[mask & closed] / 1e9
-        stats = (done.sum(), done.mean(), done.min(), done.max()) if len(done) else (None,) * 4
-        durations = [fmt_seconds(None if v is None else float(v)) for v in stats]
-        rows.append(
-            (printable(name), str(int(mask.sum())), str(int((mask & ~closed).sum())), *durations)
-        )
+    for i, name in enumerate(names):
+        closed, still_open = int(d["calls"][i]), int(d["open"][i])
+        figures = (fmt_seconds(float(d[k][i]) if closed else None) for k in _COUNTS)
+        rows.append((printable(name), str(closed + still_open), str(still_open), *figures))
     return rows
+
+
+_COUNTS = ("total_s", "mean_s", "min_s", "max_s")
 
 
 # (header, value columns shown "a / b", count column, kind of value)

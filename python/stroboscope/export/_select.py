@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stroboscope.analysis.column_stats import TIME_COLUMNS
-from stroboscope.export._inputs import Recording
+from stroboscope.export._recording import Recording
 
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|min|h)?\s*$")
 _SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -34,7 +34,7 @@ def select_columns(series: list[Recording], patterns: list[str] | None) -> list[
     wanted = split_patterns(patterns)
     if not wanted:
         raise ValueError("--columns names no column: give names or patterns such as 'cpu.*'")
-    available = sorted({c for s in series for c in s.table.column_names if c not in TIME_COLUMNS})
+    available = sorted({c for s in series for c in s.column_names if c not in TIME_COLUMNS})
     for pattern in wanted:
         if not fnmatch.filter(available, pattern):
             raise ValueError(
@@ -43,20 +43,20 @@ def select_columns(series: list[Recording], patterns: list[str] | None) -> list[
             )
     out = []
     for s in series:
-        keep = [c for c in s.table.column_names if c in TIME_COLUMNS]
+        keep = [c for c in s.column_names if c in TIME_COLUMNS]
         keep += [
             c
-            for c in s.table.column_names
+            for c in s.column_names
             if c not in TIME_COLUMNS and any(fnmatch.fnmatchcase(c, p) for p in wanted)
         ]
-        out.append(s.with_table(s.table.select(keep)))
+        out.append(s.select(keep))
     return out
 
 
 def _span_ns(series: list[Recording]) -> tuple[int, int]:
     firsts, lasts = [], []
     for s in series:
-        mm = pc.min_max(s.table.column("time").cast(pa.int64()))
+        mm = pc.min_max(s.held.column("time").cast(pa.int64()))
         firsts.append(int(mm["min"].as_py()))
         lasts.append(int(mm["max"].as_py()))
     return min(firsts), max(lasts)
@@ -126,11 +126,10 @@ def select_time(series: list[Recording], start: str | None, end: str | None) -> 
         )
     out = []
     for s in series:
-        t = s.table.column("time").cast(pa.int64())
-        mask = pc.and_(pc.greater_equal(t, lo), pc.less_equal(t, hi))
-        table = s.table.filter(mask)
-        if table.num_rows:
-            out.append(s.with_table(table))
+        t = s.held.column("time").cast(pa.int64())
+        picked = s.filter_rows(pc.and_(pc.greater_equal(t, lo), pc.less_equal(t, hi)))
+        if picked.num_rows:
+            out.append(picked)
     if not out:
         raise ValueError(
             f"no row lies between {iso_ms(lo)} and {iso_ms(hi)} (--from {start}, --to {end}): {run}"
@@ -182,10 +181,10 @@ def select_scope(series: list[Recording], name: str | None) -> list[Recording]:
         big = np.iinfo(np.int64).max
         begins = chosen.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64)
         ends = pc.fill_null(chosen.column("end_ns"), big).to_numpy(zero_copy_only=False)
-        mono = s.table.column("mono_ns").to_numpy(zero_copy_only=False)
-        table = s.table.filter(pa.array(scope_mask(mono, begins, ends.astype(np.int64))))
-        if table.num_rows:
-            out.append(s.with_table(table))
+        mono = s.held.column("mono_ns").to_numpy(zero_copy_only=False)
+        picked = s.filter_rows(scope_mask(mono, begins, ends.astype(np.int64)))
+        if picked.num_rows:
+            out.append(picked)
     if not out:
         if name not in known:
             names = sorted(known)
@@ -223,7 +222,7 @@ def time_origins(series: list[Recording], align: str | None) -> list[int]:
         first = _span_ns(series)[0]
         return [first] * len(series)
     if align == "start":
-        return [int(pc.min(s.table.column("time").cast(pa.int64())).as_py()) for s in series]
+        return [int(pc.min(s.held.column("time").cast(pa.int64())).as_py()) for s in series]
     name = align[len("scope:") :]
     out = []
     for s in series:

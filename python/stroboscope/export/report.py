@@ -26,6 +26,7 @@ from stroboscope._base.checks import check_path
 from stroboscope._base.files import check_replaceable, file_kind, replace_private, why_unreachable
 from stroboscope._base.text import printable
 from stroboscope.analysis.column_stats import (
+    TIME_COLUMNS,
     ColumnStats,
     column_stats,
     column_stats_text,
@@ -34,10 +35,16 @@ from stroboscope.analysis.column_stats import (
 from stroboscope.export import _meta
 from stroboscope.export._compare import compare_table
 from stroboscope.export._html import render_html
-from stroboscope.export._inputs import Recording, read_inputs
+from stroboscope.export._inputs import read_inputs
 from stroboscope.export._page import page_view, require_bokeh
 from stroboscope.export._plots import Plot, _draw_timing, render_plots, require_matplotlib
-from stroboscope.export._scope_text import scope_counts, scope_text
+from stroboscope.export._recording import Recording
+from stroboscope.export._scope_text import (
+    ScopeTable,
+    recording_scope_table,
+    scope_counts,
+    scope_text,
+)
 from stroboscope.export._select import (
     align_text,
     check_align,
@@ -76,13 +83,23 @@ class Report:
     align: str | None = None
     _plots: list[Plot] | None = field(default=None, repr=False)
     _described: dict[int, list[ColumnStats]] = field(default_factory=dict, repr=False)
+    _scope_tables: dict[int, ScopeTable | None] = field(default_factory=dict, repr=False)
 
     def describe(self, s: Recording) -> list[ColumnStats]:
         """The column figures of one series (computed once, shared by the text and the page)."""
-        key = id(s.table)
-        if key not in self._described:
-            self._described[key] = column_stats(s.table)
+        key = id(s.held)
+        if key not in self._described:  # a column at a time: a long recording is never whole
+            names = [n for n in s.column_names if n not in TIME_COLUMNS]
+            self._described[key] = [c for n in names for c in column_stats(s.columns([n]))]
         return self._described[key]
+
+    def scope_table(self, s: Recording) -> ScopeTable | None:
+        """The per-scope table of one series, None without scopes (computed once, shared by
+        the text and the page)."""
+        key = id(s.held)
+        if key not in self._scope_tables:
+            self._scope_tables[key] = recording_scope_table(s)
+        return self._scope_tables[key]
 
     def lateness(self) -> dict[str, tuple[list[float], list[int]]]:
         """The sampler's lateness histogram of each series that recorded one, by label."""
@@ -101,15 +118,16 @@ class Report:
 
     def sections(self, s: Recording) -> list[tuple[str, str]]:
         """The text sections of one series: summary, sampler, not available, scopes."""
-        out = [("summary", column_stats_text(s.table, stats=self.describe(s)))]
+        out = [("summary", column_stats_text(s.times, stats=self.describe(s)))]
         figures = _meta.sampler_figures(s.metadata)
         if figures:
             out.append(("sampler", "\n".join(printable(f"{k}: {v}") for k, v in figures)))
         missing = _meta.unavailable(s.metadata)
         if missing:
             out.append(("not available", "\n".join(printable(m) for m in missing)))
-        if s.scopes is not None and s.scopes.num_rows:
-            out.append(("scopes", scope_text(s.table, s.scopes)))
+        table = self.scope_table(s)
+        if table is not None:
+            out.append(("scopes", text_table(table[0], table[1], left=table[2])))
         return out
 
     def text(self) -> str:
@@ -130,11 +148,19 @@ class Report:
         timing = _draw_timing(self.series, self.lateness())
         view = page_view(self.series, self.align)
         plots = [] if timing is None else [timing]
-        return render_html(self.series, self.describe, plots, align_text(self.align), view)
+        return render_html(
+            self.series, self.describe, plots, align_text(self.align), view, self.scope_table
+        )
 
     def static_html(self) -> str:
         """The page with every plot as an embedded PNG and no script."""
-        return render_html(self.series, self.describe, self.plots(), align_text(self.align))
+        return render_html(
+            self.series,
+            self.describe,
+            self.plots(),
+            align_text(self.align),
+            scopes_of=self.scope_table,
+        )
 
 
 def build_report(
@@ -186,9 +212,9 @@ def build_report(
 @contextlib.contextmanager
 def lean_memory_pool() -> Iterator[str]:
     """While the block runs, jemalloc is Arrow's default memory pool where pyarrow has it, for
-    work that reads a long recording whole (the ``report`` command); yields the backend in use,
-    and gives the previous pool back at the end (the setting is the process's: a caller of the
-    command in its own process keeps its pool).
+    work that reads a long recording column after column (the ``report`` command); yields the
+    backend in use, and gives the previous pool back at the end (the setting is the process's:
+    a caller of the command in its own process keeps its pool).
 
     pyarrow's default on Linux, mimalloc, keeps the pages of the arrays it freed for its next
     allocations; a report frees one column-sized array after another (each 27 MiB in a 1-hour

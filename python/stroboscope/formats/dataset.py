@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import stat
 import tempfile
@@ -45,6 +46,7 @@ from stroboscope.formats.partitions import (
     partition_dir,
 )
 from stroboscope.formats.provenance import PROVENANCE_KEY, attach, from_schema
+from stroboscope.formats.segments import SEGMENT_SHARE, segment_seconds
 from stroboscope.formats.writers import write_parquet
 
 if TYPE_CHECKING:
@@ -54,11 +56,14 @@ __all__ = [  # the layout's names (formats/partitions.py) stay importable from h
     "MARKER",
     "OWNER",
     "PARTITIONING",
+    "PART_SECONDS",
     "SCOPES_DIR",
     "claim_partition",
     "ensure_root",
     "is_dataset",
     "open_dataset",
+    "part_capacity",
+    "part_seconds",
     "partition",
     "partition_dir",
     "read_owner",
@@ -72,6 +77,22 @@ MARKER = "_stroboscope_dataset.json"
 MARKER_CONTENT = {"format": "stroboscope-dataset", "layout": 1}
 OWNER = "_owner.json"
 """In each partition directory: the run that writes it (see :func:`claim_partition`)."""
+PART_SECONDS = 10.0
+"""A rank's rows become a part at least this often (s): sooner when its ring holds less
+(:func:`part_seconds`)."""
+
+
+def part_seconds(capacity: int, interval: float) -> float:
+    """Seconds of rows per part for a ring of ``capacity`` rows taken every ``interval``
+    seconds: a segment's length (:func:`stroboscope.formats.segments.segment_seconds`, a quarter
+    of the ring, so the ring keeps the part being written whole), at most :data:`PART_SECONDS`."""
+    return segment_seconds(capacity, interval, most=PART_SECONDS)
+
+
+def part_capacity(interval: float) -> int:
+    """The ring (rows taken every ``interval`` seconds) whose parts are :data:`PART_SECONDS`
+    long (:func:`part_seconds`)."""
+    return math.ceil(SEGMENT_SHARE * PART_SECONDS / interval)
 
 
 def _fsync_dir(path: str) -> None:

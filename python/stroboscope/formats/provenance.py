@@ -36,6 +36,28 @@ def _utc_second(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
 
 
+def span_facts(first: int | None, last: int | None) -> dict[str, Any]:
+    """The provenance's span of rows: ``start_ns``/``end_ns`` (the first and last row's
+    ``time``, ns since the epoch; None where unknown) and their :func:`iso_utc` text
+    (``start_time``/``end_time``)."""
+    return {
+        "start_ns": first,
+        "end_ns": last,
+        "start_time": None if first is None else iso_utc(first),
+        "end_time": None if last is None else iso_utc(last),
+    }
+
+
+def clock_facts(anchor_ns: int | None, anchor_uncertainty_ns: int | None) -> dict[str, Any]:
+    """The provenance's ``clock``: the clock of ``mono_ns`` (CLOCK_MONOTONIC), the anchor
+    (``time - mono_ns``, ns) and its uncertainty (ns); None where unknown."""
+    return {
+        "clock": "CLOCK_MONOTONIC",
+        "anchor_ns": anchor_ns,
+        "anchor_uncertainty_ns": anchor_uncertainty_ns,
+    }
+
+
 def dumps(prov: Mapping[str, Any], *, indent: int | None = None) -> str:
     """The provenance as JSON text (sorted keys, UTF-8 kept; compact unless ``indent``)."""
     return json.dumps(prov, sort_keys=True, ensure_ascii=False, indent=indent)
@@ -236,20 +258,13 @@ def recovered(
         "recovered_by_version": _version(),
         "pid": None if header["pid"] is None else int(header["pid"]),  # None: header damaged
         "interval_s": None if header["interval_ns"] is None else int(header["interval_ns"]) / 1e9,
-        "clock": {
-            "clock": "CLOCK_MONOTONIC",
-            "anchor_ns": int(header["anchor_ns"]),
-            "anchor_uncertainty_ns": None,
-        },
+        "clock": clock_facts(int(header["anchor_ns"]), None),
         "spool_created_time": None
         if header["created_ns"] is None
         else iso_utc(int(header["created_ns"])),
         "rows": rows,
         "rows_lost": rows_lost,
-        "start_ns": first,
-        "end_ns": last,
-        "start_time": None if first is None else iso_utc(first),
-        "end_time": None if last is None else iso_utc(last),
+        **span_facts(first, last),
         "missing": list(RECOVERED_MISSING),
     }
     for key in RECOVERED_MISSING:

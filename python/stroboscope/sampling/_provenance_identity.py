@@ -42,7 +42,11 @@ def identity_of(environ: Mapping[str, str]) -> tuple[Identity | None, str | None
 def rank_of(environ: Mapping[str, str]) -> dict[str, int | None]:
     """``rank``, ``world_size`` and ``local_rank`` of :func:`identity_of` (None for each one
     unknown, all None when the variables conflict)."""
-    ident, _ = identity_of(environ)
+    return _ranks(identity_of(environ)[0])
+
+
+def _ranks(ident: Identity | None) -> dict[str, int | None]:
+    """``rank``, ``world_size`` and ``local_rank`` of ``ident`` (all None without one)."""
     return {
         "rank": None if ident is None else ident.rank,
         "world_size": None if ident is None else ident.world_size,
@@ -56,12 +60,7 @@ def identity_facts(pid: int, given: object) -> dict[str, Any]:
     ``rank``/``world_size``/``local_rank`` keys earlier provenance had, and ``owned_gpus``."""
     environ = _environ(pid)
     ident, error = (given, None) if isinstance(given, Identity) else identity_of(environ)
-    out: dict[str, Any] = {
-        "identity": None if ident is None else ident.to_dict(),
-        "rank": None if ident is None else ident.rank,
-        "world_size": None if ident is None else ident.world_size,
-        "local_rank": None if ident is None else ident.local_rank,
-    }
+    out: dict[str, Any] = {"identity": None if ident is None else ident.to_dict(), **_ranks(ident)}
     if error is not None:
         out["identity_error"] = error
     if ident is not None and (ident.local_rank is not None or "CUDA_VISIBLE_DEVICES" in environ):
