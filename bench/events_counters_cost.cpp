@@ -1,6 +1,6 @@
 // The C++ cost of an edge pair (push begin + push end) with edge counters off, cpu and rusage
 // (EventLog::set_counters), no Python: `g++ -std=c++20 -O2 -DHAS_COUNTERS -Icpp/include -Icpp/src
-// bench/events_counters_cost.cpp cpp/src/events.cpp cpp/src/shared_events.cpp -lpthread`, then
+// bench/events_counters_cost.cpp cpp/src/events*.cpp cpp/src/shared_events*.cpp -lpthread`, then
 // `./a.out MODE` (0 off, 1 cpu, 3 rusage): the median ns per pair of 7 runs of 2,000,000 pairs.
 // Built without -DHAS_COUNTERS it also builds against a tree from before edge counters (A/B).
 #include <chrono>

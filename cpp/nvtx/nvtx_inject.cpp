@@ -24,225 +24,33 @@
 //
 // The callbacks are called by the application's threads from C: they never throw, and allocate
 // only on a cache miss (a name or category not seen before on this thread, a deeper stack).
+// This file: the ranges and marks, the functions written into NVTX's slots and the entry point;
+// what a call is named by (domains, strings, categories, per-thread caches): nvtx_names.cpp.
 #include <pthread.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cwchar>
-#include <functional>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <string>
 #include <string_view>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
+#include "nvtx_names.hpp"
 #include "stroboscope/nvtx_api.hpp"
 #include "stroboscope/shared_events.hpp"
 
 namespace stroboscope::nvtx {
-
-struct Domain {
-  std::uint32_t index = 0;  // 0: the default domain
-  std::string prefix;       // "name/", or "" for the default domain
-  std::mutex mutex;         // around categories
-  std::map<std::uint32_t, std::string> categories;
-  // Bumped when a category is named, so threads drop the label ids they cached for this domain.
-  // release on the bump after the name is stored; acquire on the reading thread's check.
-  std::atomic<std::uint32_t> category_version{0};
-};
-
-struct RegisteredString {
-  Domain* domain = nullptr;
-  std::string text;
-};
-
 namespace {
 
 constexpr std::uint64_t kPushPopStack = std::uint64_t{1} << 63;
 constexpr std::uint64_t kStartEndStack = std::uint64_t{3} << 62;
 constexpr std::uint64_t kDomainBits = 24;
-constexpr std::size_t kMaxCachedNames = 4096;  // per thread and domain; a miss re-interns
-constexpr std::string_view kUnnamed = "(unnamed)";
 
 // The writer; set once by the entry point (release), read by every callback (acquire: the object
 // it points to is fully made).
 std::atomic<SharedEvents*> g_events{nullptr};
-// Bumped in a forked child: a thread's cached ids and thread id belong to the process that
-// cached them (the child's events file may start its own string table). relaxed: the child has
-// one thread when the handler runs.
-std::atomic<std::uint32_t> g_generation{0};
 // Start/end range numbers (relaxed: only unique).
 std::atomic<std::uint32_t> g_next_range{1};
-
-// Never destroyed, as the tables below: threads may still call NVTX while the process exits.
-Domain& default_domain() {
-  static auto* d = new Domain();
-  return *d;
-}
-
-std::mutex g_registry_mutex;  // around the two tables below (not the hot path)
-std::uint32_t g_next_domain = 1;
-std::unordered_map<std::string, std::unique_ptr<Domain>>& domains() {
-  static auto* d = new std::unordered_map<std::string, std::unique_ptr<Domain>>();  // never freed:
-  return *d;  // handles stay valid while other threads and static destructors may still use them
-}
-using StringTable = std::map<std::pair<Domain*, std::string>, std::unique_ptr<RegisteredString>>;
-StringTable& strings() {
-  static auto* s = new StringTable();  // never freed, as domains()
-  return *s;
-}
-
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept {
-    return std::hash<std::string_view>{}(s);
-  }
-};
-
-struct Open {
-  std::uint32_t scope_id;
-  std::uint32_t labels_id;
-};
-
-// One thread's view of one domain: its push/pop stack and the ids it has interned.
-struct DomainState {
-  std::vector<Open> open;
-  std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> names;
-  std::unordered_map<std::uint32_t, std::uint32_t> category_labels;
-  std::uint32_t category_version = 0;
-};
-
-struct ThreadState {
-  std::uint32_t generation = ~std::uint32_t{0};
-  std::uint64_t tid = 0;
-  std::vector<std::unique_ptr<DomainState>> domains;  // by domain index
-  std::string utf8;                                   // scratch for Unicode messages
-};
-
-thread_local ThreadState t_state;
-
-void atfork_child() { g_generation.fetch_add(1, std::memory_order_relaxed); }
-
-ThreadState& thread_state() noexcept {
-  ThreadState& t = t_state;
-  const std::uint32_t g = g_generation.load(std::memory_order_relaxed);
-  if (t.generation != g) {  // first call on this thread, or the first in a forked child
-    t.generation = g;
-    t.tid = static_cast<std::uint64_t>(gettid());
-    for (auto& d : t.domains) {
-      if (!d) continue;
-      d->names.clear();
-      d->category_labels.clear();
-    }
-  }
-  return t;
-}
-
-Domain& domain_of(DomainHandle handle) noexcept {
-  return handle != nullptr ? *handle : default_domain();
-}
-
-// nullptr only when memory runs out.
-DomainState* domain_state(ThreadState& t, const Domain& d) noexcept {
-  try {
-    if (t.domains.size() <= d.index) t.domains.resize(d.index + 1);
-    auto& slot = t.domains[d.index];
-    if (!slot) slot = std::make_unique<DomainState>();
-    return slot.get();
-  } catch (...) {
-    return nullptr;
-  }
-}
-
-void append_utf8(std::string& out, std::uint32_t c) {
-  if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = 0xFFFD;  // not a scalar value
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
-
-// wchar_t is UTF-32 on Linux.
-std::string_view to_utf8(const wchar_t* text, std::string& out) {
-  out.clear();
-  if (text == nullptr) return {};
-  for (; *text != 0; ++text) append_utf8(out, static_cast<std::uint32_t>(*text));
-  return out;
-}
-
-// The scope id of `text` in domain `d` (interned as "prefix" + text), cached per thread.
-std::uint32_t name_id(SharedEvents& ev, const Domain& d, DomainState& s, std::string_view text) {
-  if (text.empty()) text = kUnnamed;
-  auto it = s.names.find(text);
-  if (it != s.names.end()) return it->second;
-  std::string full = d.prefix;
-  full.append(text);
-  const std::uint32_t id = ev.intern(full);
-  if (s.names.size() >= kMaxCachedNames) s.names.clear();  // a name per call: keep memory bounded
-  s.names.emplace(std::string(text), id);
-  return id;
-}
-
-void append_json_string(std::string& out, std::string_view text) {
-  out.push_back('"');
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(ch);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out.append(buf);
-    } else {
-      out.push_back(ch);  // UTF-8 passes through (JSON text is Unicode)
-    }
-  }
-  out.push_back('"');
-}
-
-// The label set of `category` in `d`: the same text Python's labels give ({"category":"..."},
-// JSON with sorted keys and no spaces), 0 for no category.
-std::uint32_t category_labels(SharedEvents& ev, Domain& d, DomainState& s,
-                              std::uint32_t category) {
-  if (category == 0) return 0;
-  const std::uint32_t version = d.category_version.load(std::memory_order_acquire);
-  if (s.category_version != version) {
-    s.category_labels.clear();
-    s.category_version = version;
-  }
-  auto it = s.category_labels.find(category);
-  if (it != s.category_labels.end()) return it->second;
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(d.mutex);
-    auto named = d.categories.find(category);
-    name = named != d.categories.end() ? named->second : std::to_string(category);
-  }
-  std::string json = "{\"category\":";
-  append_json_string(json, name);
-  json.push_back('}');
-  const std::uint32_t id = ev.intern(json);
-  s.category_labels.emplace(category, id);
-  return id;
-}
 
 struct Resolved {
   SharedEvents* ev = nullptr;
@@ -371,51 +179,6 @@ EventAttributes unicode_attributes(const wchar_t* message) noexcept {
   return a;
 }
 
-void name_category(DomainHandle handle, std::uint32_t category, std::string_view name) noexcept {
-  Domain& d = domain_of(handle);
-  try {
-    std::lock_guard<std::mutex> lock(d.mutex);
-    d.categories[category] = std::string(name);
-  } catch (...) {
-    return;
-  }
-  d.category_version.fetch_add(1, std::memory_order_release);
-}
-
-DomainHandle create_domain(std::string_view name) noexcept {
-  try {
-    std::lock_guard<std::mutex> lock(g_registry_mutex);
-    auto& table = domains();
-    auto it = table.find(std::string(name));
-    if (it != table.end()) return it->second.get();  // one handle per name
-    auto d = std::make_unique<Domain>();
-    d->index = g_next_domain++;
-    d->prefix = std::string(name) + "/";
-    Domain* handle = d.get();
-    table.emplace(std::string(name), std::move(d));
-    return handle;
-  } catch (...) {
-    return nullptr;  // the default domain: its events still count
-  }
-}
-
-StringHandle register_string(DomainHandle handle, std::string_view text) noexcept {
-  Domain* d = &domain_of(handle);
-  try {
-    std::lock_guard<std::mutex> lock(g_registry_mutex);
-    auto key = std::make_pair(d, std::string(text));
-    auto it = strings().find(key);
-    if (it != strings().end()) return it->second.get();
-    auto s = std::make_unique<RegisteredString>();
-    s->domain = d;
-    s->text = std::string(text);
-    StringHandle out = s.get();
-    strings().emplace(std::move(key), std::move(s));
-    return out;
-  } catch (...) {
-    return nullptr;
-  }
-}
 
 // ---- the functions written into NVTX's slots ---------------------------------------------------
 // CORE: the default domain.

@@ -3,9 +3,7 @@
 #include "stroboscope/shared_events.hpp"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <pthread.h>
-#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,7 +15,6 @@
 #include <algorithm>
 #include <mutex>
 #include <new>
-#include <system_error>
 
 #include "stroboscope/clock.hpp"
 
@@ -79,10 +76,6 @@ bool reserve_range(int fd, std::uint64_t offset, std::uint64_t len) noexcept {
   return errno == EOPNOTSUPP;
 }
 
-std::atomic_ref<std::uint32_t> bell_word(char* bell, std::size_t offset) noexcept {
-  return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(bell + offset));
-}
-
 // The directory's doorbell, mapped, if the recorder made one (nullptr otherwise).
 char* map_doorbell(int dir_fd) noexcept {
   const int fd = ::openat(dir_fd, sev::kDoorbellName, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -103,84 +96,6 @@ char* map_doorbell(int dir_fd) noexcept {
 }
 
 }  // namespace
-
-void ring_doorbell(char* bell) noexcept {
-  // relaxed: a waiter that went to sleep just after this load misses this begin; it was awake
-  // and asking for a row for an earlier one, which this begin shares (see the header).
-  if (bell_word(bell, sev::kOffBellWaiting).load(std::memory_order_relaxed) == 0) return;
-  // release: a row asked for after this is taken after the edge was published.
-  bell_word(bell, sev::kOffBellRings).fetch_add(1, std::memory_order_release);
-  (void)::syscall(SYS_futex, bell + sev::kOffBellRings, FUTEX_WAKE, 0x7fffffff, nullptr,
-                  nullptr, 0);
-}
-
-EventsDoorbell::EventsDoorbell(const std::string& dir, std::function<void()> on_ring)
-    : path_(dir + "/" + sev::kDoorbellName), on_ring_(std::move(on_ring)) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + path_);
-  const auto fail = [this](int err) {
-    ::unlink(path_.c_str());
-    ::close(fd_);
-    return std::system_error(err, std::generic_category(), "cannot set up " + path_);
-  };
-  if (::fchmod(fd_, 0600) != 0) throw fail(errno);
-  if (const int rc = ::posix_fallocate(fd_, 0, sev::kBellBytes); rc != 0) throw fail(rc);
-  void* map = ::mmap(nullptr, sev::kBellBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-  if (map == MAP_FAILED) throw fail(errno);
-  bell_ = static_cast<char*>(map);
-  std::memcpy(bell_, sev::kBellMagic, sizeof sev::kBellMagic);
-  try {
-    thread_ = std::thread([this] { run(); });
-  } catch (...) {
-    ::munmap(bell_, sev::kBellBytes);
-    throw fail(EAGAIN);
-  }
-}
-
-EventsDoorbell::~EventsDoorbell() {
-  stop();
-  ::munmap(bell_, sev::kBellBytes);
-  ::close(fd_);
-}
-
-void EventsDoorbell::stop() noexcept {
-  // release: the thread's acquire load sees it after the wake below.
-  if (stop_.exchange(true, std::memory_order_acq_rel)) {
-    if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-    return;
-  }
-  bell_word(bell_, sev::kOffBellRings).fetch_add(1, std::memory_order_release);
-  (void)::syscall(SYS_futex, bell_ + sev::kOffBellRings, FUTEX_WAKE, 0x7fffffff, nullptr,
-                  nullptr, 0);
-  if (thread_.joinable()) thread_.join();
-  // Nobody waits any more: the command's begins stop ringing (relaxed: a begin that still sees
-  // the old flag only makes a wake nobody hears).
-  bell_word(bell_, sev::kOffBellWaiting).store(0, std::memory_order_relaxed);
-}
-
-void EventsDoorbell::run() noexcept {
-  auto rings = bell_word(bell_, sev::kOffBellRings);
-  auto waiting = bell_word(bell_, sev::kOffBellWaiting);
-  std::uint32_t seen = rings.load(std::memory_order_acquire);
-  while (!stop_.load(std::memory_order_acquire)) {
-    // seq_cst: the flag is up before the word is compared (a producer that bumps after our
-    // load wakes us; the kernel compares the word again when queueing us).
-    waiting.store(1, std::memory_order_seq_cst);
-    if (rings.load(std::memory_order_seq_cst) == seen) {
-      const timespec timeout{0, 200'000'000};  // re-checks stop_ now and then whatever happens
-      (void)::syscall(SYS_futex, bell_ + sev::kOffBellRings, FUTEX_WAIT, seen, &timeout,
-                      nullptr, 0);
-    }
-    waiting.store(0, std::memory_order_relaxed);  // awake: begins share the row asked below
-    // acquire: pairs with the producers' release bump.
-    const std::uint32_t now = rings.load(std::memory_order_acquire);
-    if (now != seen && !stop_.load(std::memory_order_acquire)) {
-      seen = now;
-      wakes_.fetch_add(1, std::memory_order_relaxed);  // a statistic
-      on_ring_();
-    }
-  }
-}
 
 bool reserve_event_chunk(const EventFile& f, std::uint64_t first, std::uint64_t count) noexcept {
   return reserve_range(f.fd, sev::kHeaderBytes + first * sev::kRecordBytes,
@@ -318,7 +233,7 @@ Registry& registry() {
   return *g_registry;
 }
 
-// Fork: the logs made here get the handlers the global log gets in events.cpp.
+// Fork: the logs made here get the handlers the global log gets in events_log.cpp.
 void registry_prepare() {
   Registry& r = registry();
   r.mutex.lock();

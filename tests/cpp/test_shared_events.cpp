@@ -296,6 +296,80 @@ void test_doorbell() {
   remove_dir(dir);
 }
 
+// A word of the doorbell file, read as another process would.
+std::uint32_t bell_word(const stroboscope::EventsDoorbell& bell, std::size_t offset) {
+  const std::string d = slurp(bell.path());
+  return d.size() >= sev::kBellBytes ? get<std::uint32_t>(d, offset) : 0xFFFFFFFFu;
+}
+
+// Waits (up to ~10 s, a bound for a loaded machine, not a timing) until `done()`.
+template <typename Done>
+bool eventually(Done done) {
+  for (int i = 0; i < 10'000; ++i) {
+    if (done()) return true;
+    usleep(1000);
+  }
+  return done();
+}
+
+// A waiter that sleeps is always woken by a begin: it sleeps with no timeout, so a begin that
+// did not wake it (a dropped FUTEX_WAKE, a bump after the wake) leaves it asleep and this fails.
+void test_doorbell_wakes_sleeper() {
+  const std::string dir = make_dir();
+  {
+    std::atomic<int> rung{0};
+    stroboscope::EventsDoorbell bell(dir, [&rung] { rung.fetch_add(1); });
+    EventLog log(64, "py", dir.c_str(), false);
+    const std::uint32_t id = log.intern("step");
+    for (int round = 0; round < 20; ++round) {
+      CHECK(eventually([&] { return bell_word(bell, sev::kOffBellWaiting) == 1; }));
+      usleep(2000);  // most rounds: the waiter is in the kernel by now
+      const int before = rung.load();
+      log.push(EventKind::kBegin, id, 0, 0, 1);
+      log.push(EventKind::kEnd, id, 0, 0, 1);
+      CHECK(eventually([&] { return rung.load() > before; }));
+    }
+    bell.stop();
+  }
+  remove_dir(dir);
+}
+
+// Begins written while the waiter asks for a row (its function still running): the first takes
+// the flag down and bumps the word once, the rest only load the flag (one system call for them
+// all), and the waiter asks again once it is done, so each of them has a row asked after it.
+void test_doorbell_begins_while_asking() {
+  const std::string dir = make_dir();
+  {
+    std::atomic<int> calls{0};
+    std::atomic<bool> go_on{false};
+    stroboscope::EventsDoorbell bell(dir, [&] {
+      calls.fetch_add(1);
+      while (!go_on.load()) usleep(100);
+    });
+    EventLog log(1024, "py", dir.c_str(), false);
+    const std::uint32_t id = log.intern("step");
+    CHECK(eventually([&] { return bell_word(bell, sev::kOffBellWaiting) == 1; }));
+    log.push(EventKind::kBegin, id, 0, 0, 1);
+    CHECK(eventually([&] { return calls.load() == 1; }));
+    // Asking: the flag is up again (raised before the ask), so the next begin wakes it.
+    CHECK_EQ(bell_word(bell, sev::kOffBellWaiting), 1u);
+    const std::uint32_t rings = bell_word(bell, sev::kOffBellRings);
+    for (int i = 0; i < 300; ++i) {
+      log.push(EventKind::kBegin, id, 1, 0, 1);
+      log.push(EventKind::kEnd, id, 1, 0, 1);
+    }
+    CHECK_EQ(bell_word(bell, sev::kOffBellRings), rings + 1);  // one wake for 300 begins
+    CHECK_EQ(bell_word(bell, sev::kOffBellWaiting), 0u);
+    go_on.store(true);
+    CHECK(eventually([&] { return calls.load() == 2; }));  // asked again, after them
+    CHECK(eventually([&] { return bell_word(bell, sev::kOffBellWaiting) == 1; }));
+    bell.stop();
+    CHECK_EQ(calls.load(), 2);
+    CHECK_EQ(bell.wakes(), 2u);
+  }
+  remove_dir(dir);
+}
+
 }  // namespace
 
 int main() {
@@ -305,5 +379,7 @@ int main() {
   test_no_directory();
   test_process_writers();
   test_doorbell();
+  test_doorbell_wakes_sleeper();
+  test_doorbell_begins_while_asking();
   TEST_MAIN_END();
 }

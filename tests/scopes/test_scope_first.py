@@ -122,3 +122,40 @@ def test_the_face_loads_the_scopes_with_the_sampler() -> None:
         """
     )
     assert got == {"new": [], "asyncio": False}
+
+
+def test_tasks_have_their_own_stacks_when_asyncio_comes_after_the_first_scopes() -> None:
+    # Until asyncio is imported a scope's stack is its thread (no loop can run): once it is,
+    # the tasks of a loop are stacks of their own, each starting at depth 0.
+    got = _run(
+        """
+        import json, sys
+        from stroboscope import annotate
+        from stroboscope.sampling import CoreSampler as Sampler
+        s = Sampler(0.01, sources=["memory"]).start()
+        with annotate("before"):
+            pass
+        before = "asyncio" in sys.modules
+        import asyncio
+
+        async def task(i):
+            with annotate("task"):
+                await asyncio.sleep(0.001)
+
+        async def main():
+            with annotate("main"):
+                await asyncio.gather(*(task(i) for i in range(2)))
+
+        asyncio.run(main())
+        t = s.scope_intervals().to_pylist()
+        s.close()
+        rows = sorted((r["name"], r["depth"]) for r in t)
+        stacks = len({r["stack_id"] for r in t if r["name"] == "task"})
+        print(json.dumps({"before": before, "rows": rows, "task_stacks": stacks}))
+        """
+    )
+    assert got == {
+        "before": False,
+        "rows": [["before", 0], ["main", 0], ["task", 0], ["task", 0]],
+        "task_stacks": 2,
+    }

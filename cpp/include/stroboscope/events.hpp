@@ -185,7 +185,7 @@ class EventLog {
   [[nodiscard]] std::vector<std::string> strings(std::uint32_t first) const;
   [[nodiscard]] std::size_t num_strings() const;
 
-  // pthread_atfork handlers of the global log (public for the registration in events.cpp).
+  // pthread_atfork handlers of the global log (public for the registration in events_log.cpp).
   void before_fork() noexcept;
   void after_fork_parent() noexcept;
   void after_fork_child() noexcept;

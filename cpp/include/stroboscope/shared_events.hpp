@@ -48,11 +48,12 @@
 //
 // The doorbell (edge rows across processes): a recorder that wants a row when a scope opens
 // makes `<dir>/doorbell` (EventsDoorbell, before it starts the command): 4096 bytes, magic
-// "STRBBELL" at 0, a u32 futex word at 64 (bumped per ring), a u32 at 128 that is 1 while the
-// recorder's waiter sleeps. A process maps it when it makes its events file; each begin then
-// checks the second word and, when the waiter sleeps, bumps the first and wakes it
-// (FUTEX_WAKE, not private: the word is shared between processes). Begins while the waiter is
-// awake share the row it is asking for.
+// "STRBBELL" at 0, a u32 futex word at 64 (bumped per wake), a u32 flag at 128 that the
+// recorder's waiter raises before it asks for a row. A process maps it when it makes its events
+// file; a begin that finds the flag up takes it down, bumps the word and wakes the waiter
+// (FUTEX_WAKE, not private: the word is shared between processes); every other begin only loads
+// the flag. So the command makes one system call per sleep of the waiter, and every begin has a
+// row asked after it (the protocol: shared_events_doorbell.cpp).
 //
 // The Python reader is stroboscope/formats/shared_events.py (its docstring repeats this layout).
 #pragma once
@@ -113,8 +114,8 @@ inline constexpr std::size_t kOffBellRings = 64;
 inline constexpr std::size_t kOffBellWaiting = 128;
 }  // namespace sev
 
-// A producer's side of the doorbell: wakes the recorder's waiter when it sleeps. `bell` is the
-// mapped doorbell file (nullptr: none).
+// A producer's side of the doorbell, called after a begin is written: wakes the recorder's
+// waiter when its flag is up (one load otherwise). `bell` is the mapped doorbell file.
 void ring_doorbell(char* bell) noexcept;
 
 // The mapping of one events file (made by open_event_file, owned by its EventLog).

@@ -17,6 +17,7 @@ from stroboscope._base.nvtx import nvtx_module as _nvtx_module
 from stroboscope.sampling import _scope_log
 from stroboscope.scopes import _stack, _switchboard, nvtx_capture
 from stroboscope.scopes._stack import _LABELS, _STACK, LabelValue, OpenScope
+from stroboscope.scopes._stack import new_frame as _new_frame
 
 logger = logging.getLogger("stroboscope")
 
@@ -92,7 +93,7 @@ class annotate:
                     own = self._label_ids[lid] = _stack.labels_id({**amb, **self._labels})
                 lid = own
             _begin(self._scope_id, depth, lid, sid)
-            _STACK.set((*stack, OpenScope(self, self._scope_id, lid, sid, depth)))
+            _STACK.set((*stack, _new_frame((self, self._scope_id, lid, sid, depth))))
             for target in st.edge_targets:
                 target()
             if st.open_hooks:

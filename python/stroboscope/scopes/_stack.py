@@ -10,6 +10,7 @@ beside its creator, so its own scopes form a stack of their own: each frame reco
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import sys
 import threading
@@ -30,6 +31,13 @@ class OpenScope(NamedTuple):
     labels_id: int
     stack_id: int
     depth: int
+
+
+# An OpenScope from a tuple of its five fields, made in C: the class's own constructor is a
+# Python function, which cost a scope more than its call into the events log.
+new_frame: Callable[[tuple[object, int, int, int, int]], OpenScope] = functools.partial(
+    tuple.__new__, OpenScope
+)
 
 
 _STACK: contextvars.ContextVar[tuple[OpenScope, ...]] = contextvars.ContextVar(
@@ -64,7 +72,13 @@ def intern(text: str) -> int:
 
 def stack_id() -> int:
     """The stack a scope opened here belongs to: the running asyncio task, else the thread."""
-    aio = _asyncio or _bind_asyncio()
+    aio = _asyncio
+    if aio is None:
+        # No event loop runs before asyncio is imported: one dict lookup per scope until then
+        # (binding its functions each time cost more than the rest of the stack's work).
+        if "asyncio" not in _modules:
+            return _get_ident()
+        aio = _bind_asyncio()
     if aio is not None and aio[0]() is not None:
         task = aio[1]()
         if task is not None:

@@ -1,0 +1,163 @@
+"""Shared events: the records of an events file's ring, as the reader decodes them (the file
+and its header: :mod:`stroboscope.formats.shared_events`, which holds the whole layout).
+
+- slots: ``capacity`` records of four u64 words, record ``i`` in slot ``i & (capacity - 1)``:
+  ``mono_ns`` | ``stack_id`` | ``scope_id + labels_id << 32`` | ``tid (32 bits) + depth << 32 +
+  kind << 48``; kinds 3 and 4 (version 2) are the counters of the edge before them of the same
+  thread (:func:`split_counters`).
+- states: one u64 per slot: 0 never written, ``(i + 1) << 1`` record ``i`` published,
+  ``((i + 1) << 1) | 1`` record ``i`` being written (not read).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from stroboscope.formats.shared_events import FileCounts
+
+__all__ = [
+    "BEGIN",
+    "COUNTERS",
+    "COUNTERS_RUSAGE",
+    "COUNTER_COLUMNS",
+    "END",
+    "RECORD_BYTES",
+    "pread",
+    "read_records",
+    "split_counters",
+]
+
+RECORD_BYTES = 32
+BEGIN, END, COUNTERS, COUNTERS_RUSAGE = 1, 2, 3, 4
+COUNTER_COLUMNS = ("cpu_ns", "minflt", "majflt", "nvcsw", "nivcsw")
+"""An edge's own counters (edge counters; null where the edge has none): the thread's CPU clock
+(``CLOCK_THREAD_CPUTIME_ID`` ns) and, in mode ``rusage``, the low 32 bits of its minor and major
+faults and voluntary and involuntary context switches."""
+
+
+def pread(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes at ``offset`` (fewer where the file ends)."""
+    out = bytearray()
+    while len(out) < size:
+        chunk = os.pread(fd, size - len(out), offset + len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def read_records(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> dict[str, Any]:
+    """The published records of the file's ring, in index order, as arrays."""
+    cap = int(h["capacity"])
+    states_at, slots_at = int(h["states"]), int(h["slots"])
+    held = max(0, min(cap, (size - states_at) // 8))  # states the file still has
+    if held < cap and not counts.damaged:
+        counts.damaged = f"cut short at byte {size} (states of slots {held} to {cap} missing)"
+    raw = pread(fd, held * 8, states_at)
+    held = len(raw) // 8
+    s1 = np.frombuffer(raw[: held * 8], dtype="<u8")
+    slot = np.flatnonzero((s1 != 0) & (s1 & 1 == 0))
+    index = (s1[slot] >> np.uint64(1)) - np.uint64(1)
+    ok = (index & np.uint64(cap - 1)) == slot.astype(np.uint64)
+    ok &= index >= np.uint64(h["first_index"])
+    slot, index = slot[ok], index[ok]
+    words = np.zeros((0, 4), dtype="<u8")
+    if len(slot):
+        hi = int(slot.max()) + 1
+        body = pread(fd, hi * RECORD_BYTES, slots_at)
+        whole = len(body) // RECORD_BYTES
+        words = np.frombuffer(body[: whole * RECORD_BYTES], dtype="<u8").reshape(-1, 4)
+        keep = slot < whole
+        slot, index = slot[keep], index[keep]
+        # A live writer may have reused a slot while it was read: keep a record only if its
+        # state is still the same (the seqlock check of the C++ reader).
+        s2 = np.frombuffer(pread(fd, held * 8, states_at), dtype="<u8")
+        same = s2[slot] == s1[slot] if len(s2) == held else np.zeros(len(slot), bool)
+        slot, index = slot[same], index[same]
+        words = words[slot]
+    kind = ((words[:, 3] >> np.uint64(48)) & np.uint64(0xFF)).astype(np.uint8)
+    good = (kind >= BEGIN) & (kind <= (END if h["version"] == 1 else COUNTERS_RUSAGE))
+    if not good.all() and not counts.damaged:
+        counts.damaged = f"{int((~good).sum())} record(s) with an unknown kind"
+    words, index, kind = words[good], index[good], kind[good]
+    order = np.argsort(index, kind="stable")
+    words, index, kind = words[order], index[order], kind[order]
+    if len(index):
+        span = int(index[-1]) + 1 - int(h["first_index"])
+        counts.overwritten = max(0, span - cap)
+        counts.lost = span - len(index)
+    thread = (words[:, 3] & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+    edge, counters = split_counters(kind, thread, words[:, 0], words[:, 1], words[:, 2])
+    words, index, kind, thread = words[edge], index[edge], kind[edge], thread[edge]
+    w2, w3 = words[:, 2], words[:, 3]
+    return {
+        "index": index,
+        "counters": counters,
+        "mono_ns": words[:, 0].view(np.int64),
+        "kind": kind,
+        "thread_id": thread,
+        "stack_id": words[:, 1].copy(),
+        "depth": ((w3 >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.uint16),
+        "scope_id": (w2 & np.uint64(0xFFFFFFFF)).astype(np.int64),
+        "labels_id": (w2 >> np.uint64(32)).astype(np.int64),
+    }
+
+
+def split_counters(
+    kind: np.ndarray[Any, Any],
+    thread_id: np.ndarray[Any, Any],
+    w0: np.ndarray[Any, Any],
+    w1: np.ndarray[Any, Any],
+    w2: np.ndarray[Any, Any],
+) -> tuple[np.ndarray[Any, Any], dict[str, pa.Array]]:
+    """Edge counters: which records are edges, and each edge's own counters.
+
+    The arrays are an events log's records in index order (its first, second and third words as
+    unsigned 64-bit). A counters record (kind 3 or 4) belongs to the latest edge of its thread
+    before it (its writer wrote it right after that edge); one whose thread's previous record is
+    not an edge (that edge was lost) is dropped.
+
+    Returns
+    -------
+    tuple
+        A mask of the edges (kinds 1 and 2), and :data:`COUNTER_COLUMNS` as int64 arrays over
+        those edges, null where an edge has no counters (``minflt`` and the rest also where
+        they were not read: kind 3).
+    """
+    kind = np.asarray(kind, dtype=np.uint8)
+    edge = kind <= END
+    n_edges = int(edge.sum())
+    counted = np.flatnonzero(~edge)
+    # Per record, the record before it of the same thread (-1 for a thread's first).
+    order = np.argsort(thread_id, kind="stable")
+    prev = np.full(len(kind), -1, dtype=np.int64)
+    same = thread_id[order[1:]] == thread_id[order[:-1]] if len(order) else np.zeros(0, bool)
+    prev[order[1:][same]] = order[:-1][same]
+    owner = prev[counted]
+    ok = owner >= 0
+    ok[ok] = edge[owner[ok]]
+    counted, owner = counted[ok], owner[ok]
+    row = np.cumsum(edge) - 1  # a record's row among the edges
+    at = row[owner]
+    rusage = kind[counted] == COUNTERS_RUSAGE
+    lo = np.uint64(0xFFFFFFFF)
+    values = {
+        "cpu_ns": (w0[counted].view(np.int64), np.ones(len(counted), bool)),
+        "minflt": ((w1[counted] & lo).astype(np.int64), rusage),
+        "majflt": ((w1[counted] >> np.uint64(32)).astype(np.int64), rusage),
+        "nvcsw": ((w2[counted] & lo).astype(np.int64), rusage),
+        "nivcsw": ((w2[counted] >> np.uint64(32)).astype(np.int64), rusage),
+    }
+    out: dict[str, pa.Array] = {}
+    for name, (v, has) in values.items():
+        full = np.zeros(n_edges, dtype=np.int64)
+        known = np.zeros(n_edges, dtype=bool)
+        full[at[has]] = v[has]
+        known[at[has]] = True
+        out[name] = pa.array(full, pa.int64(), mask=~known)
+    return edge, out
