@@ -131,8 +131,9 @@ CHILD = textwrap.dedent(
     import os, signal, sys, time, ctypes
     import stroboscope
     how, path = sys.argv[1], sys.argv[2]
+    # No overhead budget: every row must hold both sources (a loaded machine may trip one).
     s = stroboscope.Sampler(0.001, sources={"memory": None, "process": None}, spool=path,
-                            segment_seconds=0.5, capacity=4096).start()
+                            segment_seconds=0.5, capacity=4096, max_overhead=None).start()
     time.sleep(1.2)
     print("ready", flush=True)
     time.sleep(0.2)
