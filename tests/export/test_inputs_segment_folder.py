@@ -64,7 +64,9 @@ def killed_record(tmp_path: Path) -> Iterator[Path]:
     _finish.prepare(s)  # as record prepares its sampler: segments become pieces
     with s:
         deadline = time.monotonic() + 60
-        while s.stats().rows_written < 1200 or (s.segments and s.segments.segments_written) < 3:
+        while (
+            s.stats().rows_written < 1200 or (s.segments.segments_written if s.segments else 0) < 3
+        ):
             assert time.monotonic() < deadline, "the sampler wrote too few pieces"
             time.sleep(0.02)
     s.close()

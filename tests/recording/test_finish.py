@@ -209,7 +209,9 @@ def test_the_training_recorders_long_run_writes_each_row_once(
     recorder.start()
     assert recorder.sampler is not None
     deadline = time.monotonic() + 60
-    while (recorder.sampler.segments and recorder.sampler.segments.segments_written) < 2:
+    segments = recorder.sampler.segments
+    while (segments.segments_written if segments else 0) < 2:
+        segments = recorder.sampler.segments
         assert time.monotonic() < deadline, "the recorder wrote too few segments"
         time.sleep(0.02)
     assert recorder.finish() == str(out)
