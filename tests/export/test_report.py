@@ -111,7 +111,7 @@ def test_scope_counts_without_pandas(run: Path, monkeypatch: pytest.MonkeyPatch)
     assert _row(text, "step")[1:3] == ["3", "0"]
     assert _row(text, "step")[3:] == [fmt_seconds(x) for x in (d.sum(), d.mean(), d.min(), d.max())]
     train = _row(text, "train")
-    assert train[1:3] == ["1", "1"] and train[3] == "-"  # still open: no duration
+    assert train[1:3] == ["0", "1"] and train[3] == "-"  # still open: no call, no duration
 
 
 def test_column_stats_text_counts_from_metadata_kinds() -> None:

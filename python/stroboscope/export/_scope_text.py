@@ -73,15 +73,16 @@ def scope_text(samples: pa.Table, intervals: pa.Table) -> str:
 
 
 def scope_counts(intervals: pa.Table) -> list[tuple[str, ...]]:
-    """Per scope name: calls, calls still open, and the total, mean, min and max duration of
-    the closed ones (the scope table when pandas is not installed; the figures of
+    """Per scope name: calls (closed ones, as :func:`~stroboscope.analysis.scope_summary.summary`
+    counts them), calls still open, and the total, mean, min and max duration of the closed
+    ones (the scope table when pandas is not installed; the figures of
     :func:`~stroboscope.analysis.scope_summary.name_durations`, the durations' one home)."""
     names, d = name_durations(intervals)
     rows = []
     for i, name in enumerate(names):
         closed, still_open = int(d["calls"][i]), int(d["open"][i])
         figures = (fmt_seconds(float(d[k][i]) if closed else None) for k in _COUNTS)
-        rows.append((printable(name), str(closed + still_open), str(still_open), *figures))
+        rows.append((printable(name), str(closed), str(still_open), *figures))
     return rows
 
 

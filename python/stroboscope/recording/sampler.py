@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from stroboscope._base.checks import check_bool, check_choice, check_file_dir, check_path
 from stroboscope._base.files import identity as file_identity
 from stroboscope._base.files import unlink_if_same
+from stroboscope.formats.dataset import PART_SECONDS
 from stroboscope.formats.pieces import index_path, pieces_path
 from stroboscope.formats.segments import segment_paths, segment_rows
 from stroboscope.formats.spool_header import FIELDS
@@ -128,7 +129,8 @@ class Sampler(CoreSampler):
         Job, host and rank of this process for ``dataset`` (default: detected from the
         environment, ``stroboscope.cluster.identity()``).
     segment_seconds : float
-        Interval of the spool's segment writer and of the dataset's parts (default 10 s); the
+        Interval of the spool's segment writer and of the dataset's parts (default
+        :data:`~stroboscope.formats.dataset.PART_SECONDS`, 10 s); the
         ring must hold at least twice that many rows.
     crash_safe : bool
         Start a watchdog process (:mod:`stroboscope.recording.watchdog`) that does nothing while
@@ -149,7 +151,7 @@ class Sampler(CoreSampler):
         spool: str | os.PathLike[str] | None = None,
         dataset: str | os.PathLike[str] | None = None,
         identity: Identity | None = None,
-        segment_seconds: float = 10.0,
+        segment_seconds: float = PART_SECONDS,
         crash_safe: bool = False,
         dump_path: str | os.PathLike[str] | None = None,
         dump_format: str = "csv",
