@@ -205,8 +205,8 @@ def test_alignment_matches_steps_by_time_not_by_call_index() -> None:
 
 def test_the_scope_table_counts_every_ranks_calls(dataset: Path) -> None:
     """Per scope name over the job's ranks: the ranks that called it, closed calls (as summary()
-    counts them), open calls and the closed calls' durations (4 ranks of 10 closed train_step calls and one open, 20 forward
-    calls of 1 µs and 5 data calls of 4 ms each)."""
+    counts them), open calls and the closed calls' durations (4 ranks of 10 closed train_step
+    calls and one open, 20 forward calls of 1 µs and 5 data calls of 4 ms each)."""
     report = build_cluster_report(dataset)
     header, rows, _ = scope_table(report, report.jobs[0])
     assert header == ("scope", "ranks", "calls", "open", "total", "mean", "min", "max")

@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from stroboscope._base.text import printable
 from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
-from stroboscope.analysis.scope_summary import name_durations, summary_columns
+from stroboscope.analysis.scope_durations import name_durations
+from stroboscope.analysis.scope_summary import summary_columns
 from stroboscope.export._recording import Recording
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def scope_counts(intervals: pa.Table) -> list[tuple[str, ...]]:
     """Per scope name: calls (closed ones, as :func:`~stroboscope.analysis.scope_summary.summary`
     counts them), calls still open, and the total, mean, min and max duration of the closed
     ones (the scope table when pandas is not installed; the figures of
-    :func:`~stroboscope.analysis.scope_summary.name_durations`, the durations' one home)."""
+    :func:`~stroboscope.analysis.scope_durations.name_durations`, the durations' one home)."""
     names, d = name_durations(intervals)
     rows = []
     for i, name in enumerate(names):
