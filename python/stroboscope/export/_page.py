@@ -1,7 +1,7 @@
 """The zooming view of the report page: Bokeh figures (one per panel of
 :func:`~stroboscope.export._groups.plot_groups`, all on one time axis) and a scope lane above
-them, with the readings embedded (:mod:`stroboscope.export._page_data`) and ``page.js``
-refilling the figures for the visible range on every zoom and pan.
+them, with the readings embedded (:mod:`stroboscope.export._page_data`) and the page's scripts
+(:data:`PAGE_SCRIPTS`) refilling the figures for the visible range on every zoom and pan.
 
 Bokeh (the ``report`` extra) is embedded whole: its core script (about 1.3 MB) is written into
 the page, so it opens offline. Bokeh over plotly: a quarter of the script (plotly.js is about
@@ -45,6 +45,11 @@ BORDER_LEFT = 100
 BORDER_RIGHT = 20
 PANEL_HEIGHT_PX = 190
 LANE_ROW_PX = 22
+PAGE_SCRIPTS = ("page_data.js", "page_bokeh.js", "page.js")
+"""The page's own scripts, package data of :mod:`stroboscope.export`, inlined in this order:
+the readings decoded and the points of a visible range (``page_data.js``), Bokeh's paint
+lightened (``page_bokeh.js``), and the figures refilled on every zoom and pan (``page.js``, which
+uses both)."""
 
 _CSS = (
     ".strobo-fig{margin:0 0 4px 0}"
@@ -311,7 +316,7 @@ def _figures(
 
 def page_view(series: list[Recording], align: str | None = None) -> str:
     """The zooming view of ``series`` as HTML (scripts inline): Bokeh, the figures, the
-    manifest and readings, and ``page.js``."""
+    manifest and readings, and the page's scripts (:data:`PAGE_SCRIPTS`)."""
     require_bokeh()
     from bokeh.document import Document
     from bokeh.embed import components
@@ -329,7 +334,8 @@ def page_view(series: list[Recording], align: str | None = None) -> str:
             doc.add_root(f[0])
     script, divs = components([f[0] for f in figures])
     bokeh_js = "\n".join(Resources(mode="inline", components=["bokeh"]).js_raw)
-    page_js = resources.files("stroboscope.export").joinpath("page.js").read_text()
+    package = resources.files("stroboscope.export")
+    page_js = [package.joinpath(name).read_text() for name in PAGE_SCRIPTS]
     note = (
         "Zoom with the mouse wheel (or the buttons), pan by dragging; every "
         "plot follows one time axis. Each value is drawn as "
@@ -355,6 +361,6 @@ def page_view(series: list[Recording], align: str | None = None) -> str:
             '<script type="application/octet-stream" id="strobo-data">'
             + base64.b64encode(packed).decode("ascii")
             + "</script>",
-            f"<script>{_script_text(page_js)}</script>",
+            *(f"<script>{_script_text(js)}</script>" for js in page_js),
         ]
     )

@@ -1,5 +1,5 @@
 """The data of the zooming page, encoded compactly for the browser to decode (one home of the
-format; ``page.js`` is its reader).
+format; ``page_data.js`` is its reader).
 
 What the page holds is every reading, as it was taken, so the reader can zoom to single rows:
 
@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 Array = np.ndarray[Any, Any]
 
 FORMAT = 1
-"""Version of the manifest and blob layout that ``page.js`` reads."""
+"""Version of the manifest and blob layout that ``page_data.js`` reads."""
 
 FLOAT32_RESOLUTION = 1e-3
 """float32 is used for a float column when its step at the column's largest magnitude is at
@@ -110,7 +110,7 @@ def _as_int32_steps(v: Array) -> Array | None:
 
 
 def encode_values(blob: Blob, values: pa.Array) -> dict[str, Any]:
-    """The readings' values of one column (no nulls): how ``page.js`` rebuilds them."""
+    """The readings' values of one column (no nulls): how ``page_data.js`` rebuilds them."""
     t = values.type
     big = pa.types.is_unsigned_integer(t) and (pc.max(values).as_py() or 0) >= 2**63
     if pa.types.is_integer(t) and not big:
