@@ -23,6 +23,8 @@ from stroboscope.sampling._plan import available_sources
 from stroboscope.sampling._schema import Column
 from stroboscope.sampling._stats import SamplerStats
 
+_CoreRows = _core.Frame  # (in the class, "_core" names the sampler's attribute)
+
 
 class SamplerRows:
     """The rows side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
@@ -39,7 +41,7 @@ class SamplerRows:
 
     if TYPE_CHECKING:  # the provenance side's (RunRecord); a stub here would shadow it
 
-        def _frame(self, rows: _core.Frame) -> Frame: ...
+        def _frame(self, rows: _CoreRows) -> Frame: ...
 
     def tick_now(self, n: int = 1) -> int:
         """Take ``n`` ticks at once on the calling thread, while the sampler is stopped.
