@@ -14,18 +14,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+from bench_common import cpu_model
 from stroboscope import _core
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def loop_ns(body: Callable[[int], None], n: int, repeats: int) -> float:

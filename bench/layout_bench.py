@@ -25,12 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
+from bench_common import cpu_model
 
 
 def _import_s(code: str, repeat: int) -> float:
@@ -87,7 +82,7 @@ def main() -> int:
     face = _import_s("import stroboscope", args.repeat)
     facade = _import_s("import stroboscope; stroboscope.Sampler", args.repeat)
     result: dict[str, object] = {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "import_numpy_pyarrow_s": floor,
         "import_stroboscope_s": face,

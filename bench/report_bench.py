@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from bench_common import cpu_model
 
 # (name, unit, kind, type, period in ms (0: every tick), generator)
 Gen = Any
@@ -232,16 +232,6 @@ def scope_table(mono: np.ndarray, seconds: float) -> pa.Table:
             "end_ns": pa.array(rows["end_ns"], pa.int64()),
         }
     )
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def build(run: Path, out: Path, static: bool) -> dict[str, float]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -24,18 +23,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench_common import cpu_model
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-def cpu_model() -> str:
-    """The CPU's model name (:func:`report_bench.cpu_model`; this script needs only the
-    standard library and a Chromium, so it runs where pyarrow is not installed)."""
-    try:
-        from report_bench import cpu_model as model
-    except ImportError:
-        return platform.processor() or "unknown"
-    return model()
 
 
 def measure(page: Path, height: int, zooms: int, profile: bool) -> dict[str, Any]:

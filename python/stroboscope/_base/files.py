@@ -257,6 +257,18 @@ def replace_private(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
+def pread_full(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes of ``fd`` at ``offset`` (fewer only where the file ends): ``os.pread``
+    until done, since one call may return less than asked."""
+    out = bytearray()
+    while len(out) < size:
+        chunk = os.pread(fd, size - len(out), offset + len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
 def identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
     """``(device, inode)`` of the file at ``path`` (a link itself, not followed); None if none."""
     try:

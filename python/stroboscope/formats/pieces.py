@@ -21,6 +21,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from stroboscope._base.files import pread_full
 from stroboscope.formats.spool_header import SpoolError, open_regular
 
 __all__ = [
@@ -109,7 +110,7 @@ def read_index(spool: str | os.PathLike[str], uid: int) -> tuple[list[Piece], st
             return [], None
         raise
     try:
-        data = _pread(fd, st.st_size, 0)
+        data = pread_full(fd, st.st_size, 0)
     finally:
         os.close(fd)
     pieces: list[Piece] = []
@@ -131,7 +132,7 @@ def read_piece(piece: Piece, uid: int) -> bytes:
     try:
         if piece.offset + piece.length > st.st_size:
             raise SpoolError(f"{piece} lies past the end of the file ({st.st_size} bytes)")
-        return _pread(fd, piece.length, piece.offset)
+        return pread_full(fd, piece.length, piece.offset)
     finally:
         os.close(fd)
 
@@ -145,19 +146,9 @@ def read_piece_range(piece: Piece, uid: int, offset: int, n: int) -> bytes:
     try:
         if piece.offset + piece.length > st.st_size:
             raise SpoolError(f"{piece} lies past the end of the file ({st.st_size} bytes)")
-        return _pread(fd, n, piece.offset + offset)
+        return pread_full(fd, n, piece.offset + offset)
     finally:
         os.close(fd)
-
-
-def _pread(fd: int, size: int, offset: int) -> bytes:
-    out = bytearray()
-    while len(out) < size:
-        chunk = os.pread(fd, size - len(out), offset + len(out))
-        if not chunk:
-            break
-        out += chunk
-    return bytes(out)
 
 
 def _open_append(path: str) -> int:

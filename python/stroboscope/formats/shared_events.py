@@ -52,13 +52,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from stroboscope._base.files import file_kind
+from stroboscope._base.files import file_kind, pread_full
 from stroboscope.formats.shared_events_records import (
     BEGIN,
     COUNTER_COLUMNS,
     END,
     RECORD_BYTES,
-    pread,
     read_records,
     split_counters,
 )
@@ -182,7 +181,7 @@ def _check_header(h: dict[str, Any]) -> str:
 def _strings(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> list[str]:
     """The file's strings by id, up to the first entry that is cut short or out of bounds."""
     used = min(h["strings_used"], h["strings_capacity"], max(0, size - h["strings"]))
-    raw = pread(fd, used, h["strings"]) if used > 0 else b""
+    raw = pread_full(fd, used, h["strings"]) if used > 0 else b""
     out: list[str] = []
     pos = 0
     while pos + 4 <= len(raw):
@@ -215,7 +214,7 @@ def read_events_file(path: str | os.PathLike[str]) -> tuple[pa.Table, FileCounts
         if not stat.S_ISREG(st.st_mode):
             counts.damaged = f"{file_kind(st.st_mode)}, not a regular file"
             return empty, counts
-        raw = pread(fd, HEADER_BYTES, 0)
+        raw = pread_full(fd, HEADER_BYTES, 0)
         if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
             counts.damaged = "no events header (not an events file, or cut short)"
             return empty, counts

@@ -11,11 +11,12 @@ and its header: :mod:`stroboscope.formats.shared_events`, which holds the whole 
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+
+from stroboscope._base.files import pread_full
 
 if TYPE_CHECKING:
     from stroboscope.formats.shared_events import FileCounts
@@ -27,7 +28,6 @@ __all__ = [
     "COUNTER_COLUMNS",
     "END",
     "RECORD_BYTES",
-    "pread",
     "read_records",
     "split_counters",
 ]
@@ -40,17 +40,6 @@ COUNTER_COLUMNS = ("cpu_ns", "minflt", "majflt", "nvcsw", "nivcsw")
 faults and voluntary and involuntary context switches."""
 
 
-def pread(fd: int, size: int, offset: int) -> bytes:
-    """``size`` bytes at ``offset`` (fewer where the file ends)."""
-    out = bytearray()
-    while len(out) < size:
-        chunk = os.pread(fd, size - len(out), offset + len(out))
-        if not chunk:
-            break
-        out += chunk
-    return bytes(out)
-
-
 def read_records(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> dict[str, Any]:
     """The published records of the file's ring, in index order, as arrays."""
     cap = int(h["capacity"])
@@ -58,7 +47,7 @@ def read_records(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> d
     held = max(0, min(cap, (size - states_at) // 8))  # states the file still has
     if held < cap and not counts.damaged:
         counts.damaged = f"cut short at byte {size} (states of slots {held} to {cap} missing)"
-    raw = pread(fd, held * 8, states_at)
+    raw = pread_full(fd, held * 8, states_at)
     held = len(raw) // 8
     s1 = np.frombuffer(raw[: held * 8], dtype="<u8")
     slot = np.flatnonzero((s1 != 0) & (s1 & 1 == 0))
@@ -69,14 +58,14 @@ def read_records(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> d
     words = np.zeros((0, 4), dtype="<u8")
     if len(slot):
         hi = int(slot.max()) + 1
-        body = pread(fd, hi * RECORD_BYTES, slots_at)
+        body = pread_full(fd, hi * RECORD_BYTES, slots_at)
         whole = len(body) // RECORD_BYTES
         words = np.frombuffer(body[: whole * RECORD_BYTES], dtype="<u8").reshape(-1, 4)
         keep = slot < whole
         slot, index = slot[keep], index[keep]
         # A live writer may have reused a slot while it was read: keep a record only if its
         # state is still the same (the seqlock check of the C++ reader).
-        s2 = np.frombuffer(pread(fd, held * 8, states_at), dtype="<u8")
+        s2 = np.frombuffer(pread_full(fd, held * 8, states_at), dtype="<u8")
         same = s2[slot] == s1[slot] if len(s2) == held else np.zeros(len(slot), bool)
         slot, index = slot[same], index[same]
         words = words[slot]

@@ -14,6 +14,7 @@ import struct
 from typing import Any
 
 from stroboscope._base import files as _files
+from stroboscope._base.files import pread_full
 from stroboscope.formats import spool_layout as _layout
 
 MAGIC = _layout.MAGIC
@@ -65,23 +66,13 @@ def open_regular(path: str, what: str, *, follow: bool = True) -> tuple[int, os.
     return _files.open_regular(path, what, follow=follow, error=SpoolError)
 
 
-def _pread(fd: int, size: int, offset: int) -> bytes:
-    out = b""
-    while len(out) < size:
-        chunk = os.pread(fd, size - len(out), offset + len(out))
-        if not chunk:
-            break
-        out += chunk
-    return out
-
-
 def read_header(path: str, fd: int, size: int) -> dict[str, Any]:
     """Every header field of the spool open on ``fd`` (``size`` bytes), checked against the layout
     and the file; SpoolError naming the file and the field otherwise. Reads the fixed header and
     the schema only."""
     if size == 0:
         raise SpoolError(f"{path} is empty (0 bytes): not a stroboscope spool")
-    fixed = _pread(fd, SCHEMA_OFFSET, 0)
+    fixed = pread_full(fd, SCHEMA_OFFSET, 0)
     if fixed[:8] != MAGIC[: min(8, len(fixed))]:
         raise SpoolError(
             f"{path} is not a stroboscope spool (starts with {fixed[:8]!r}, expected {MAGIC!r})"
@@ -149,7 +140,7 @@ def read_header(path: str, fd: int, size: int) -> dict[str, Any]:
             f"{path} has corrupt counters: fields write_begin {begin} and head {head} (write_begin "
             f"is head or head + 1)"
         )
-    h["fields"] = _read_schema(path, _pread(fd, schema_len, SCHEMA_OFFSET), ncols)
+    h["fields"] = _read_schema(path, pread_full(fd, schema_len, SCHEMA_OFFSET), ncols)
     h["uid"] = os.fstat(fd).st_uid
     return h
 
