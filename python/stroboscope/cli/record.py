@@ -15,6 +15,9 @@ every process it starts write their scope edges there, and the finish writes the
 intervals beside FILE (``<stem>.scopes.parquet``) and in the dataset, then removes the directory.
 A ``--pid`` process started with an events directory in its environment has it read likewise
 (and left in place).
+
+Here: the run itself (the gate, the loop, the finish). What it builds before it samples is in
+``cli/_record_setup.py``; what it says at the end, in ``cli/_record_summary.py``.
 """
 
 from __future__ import annotations
@@ -22,115 +25,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shlex
 import sys
 import time
-from typing import Any, NoReturn
+from typing import Any
 
-from stroboscope._base.checks import check_path
 from stroboscope._base.identity import Identity
 from stroboscope.analysis.column_stats import fmt_seconds
 from stroboscope.cli import _args, _dataset, _exporters
 from stroboscope.cli._command import Command, Events
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments, check_sender_specs
+from stroboscope.cli._record_setup import _build, _check_paths, _startup_lines
+from stroboscope.cli._record_summary import _print_summary, _scopes_line, _unwritten
 from stroboscope.cli._signals import WAIT_PERIOD_S, Signals, end_command, pause, say
 from stroboscope.cli._status import StatusLine, wanted
-from stroboscope.formats.dataset import part_seconds
-from stroboscope.formats.segments import segment_seconds
-from stroboscope.formats.spool_read import recover_parts, remove_spool
-from stroboscope.formats.writers import output_format
+from stroboscope.formats.spool_read import recover_parts
 from stroboscope.recording import _finish
 from stroboscope.recording.sampler import Sampler
-from stroboscope.recording.segments import SegmentStatus
-from stroboscope.recording.watchdog import DumpJob, Watchdog
-from stroboscope.sampling import SamplerStats
-from stroboscope.sampling._checks import check_capacity
-from stroboscope.scopes._outside import nvtx_taken_by
 
 FIRST_ROW_WAIT_S = 10.0
 """The longest the command is held back for the sampler's first row (seconds)."""
-
-
-def _check_paths(args: argparse.Namespace) -> tuple[str | None, str, str | None]:
-    """The output's format (None with ``--dataset`` alone), the spool, and the private
-    directory of a temporary spool (to remove at the end; None when there is none)."""
-    if args.output is None:
-        spool, private = _dataset.private_spool(args)
-        return None, spool, private
-    fmt = output_format(args.output)  # a bad suffix fails before anything is recorded
-    _args.check_output(args.output, args.force)
-    spool = f"{args.output}.spool" if args.spool is None else check_path("--spool", args.spool)
-    _args.check_output_not_spool(args.output, spool, "--spool")
-    return fmt, spool, None
-
-
-def _build(
-    args: argparse.Namespace,
-    pid: int | None,
-    spool: str,
-    fmt: str | None,
-    who: Identity | None,
-    exporters: contextlib.ExitStack,
-    events_dir: str | None = None,
-) -> tuple[Sampler, RecordPublisher | None, Watchdog | None]:
-    # The segment writer must drain before the ring wraps: every quarter of the ring, so the
-    # ring keeps three quarters in hand. A segment only when the ring needs it: a run the ring
-    # holds writes none, its rows go once to FILE (the dataset's parts: at most every 10 s).
-    ring_rows = check_capacity(args.capacity, "--capacity")
-    segment_s = (
-        segment_seconds(ring_rows, args.interval)
-        if args.dataset is None
-        else part_seconds(ring_rows, args.interval)
-    )
-    if who is None:
-        sampler = Sampler(
-            args.interval,
-            pid=pid,
-            sources=args.sources,
-            capacity=args.capacity,
-            spool=spool,
-            segment_seconds=segment_s,
-        )
-    else:  # a rank of a dataset: its role's sources (host-wide ones once per node)
-        sampler = _dataset.rank_sampler(
-            args, who, pid=pid, capacity=args.capacity, spool=spool, segment_seconds=segment_s
-        )
-    _finish.prepare(sampler)  # its last rows go from the ring to FILE, not to a segment first
-    if args.pid is not None:
-        sampler.provenance()  # --pid: its command line, read as soon as its files are open
-    publisher = None
-    try:
-        publisher = RecordPublisher.from_args(args, sampler.columns)
-        for line in _exporters.start(args, sampler, exporters):  # a port in use fails here
-            print(line, file=sys.stderr)
-        # If this process dies (SIGKILL, OOM, a crash), the watchdog writes FILE from the spool,
-        # then removes the spool as a clean run does (only once FILE is complete), so the next
-        # run on FILE is not blocked by it.
-        watchdog = None
-        if args.output is not None and fmt is not None:  # --dataset alone: parts, no FILE
-            job = DumpJob(
-                "spool",
-                spool,
-                dump=args.output,
-                format=fmt,
-                remove_source=not args.keep_spool,
-                events_dir=events_dir,  # the command's scopes, beside FILE
-            )
-            watchdog = Watchdog([job])
-            try:
-                watchdog.start()
-            except OSError as exc:  # its pipes and child process: out of descriptors, ...
-                raise OSError(
-                    exc.errno, f"cannot start the watchdog process that writes -o: {exc.strerror}"
-                ) from exc
-    except BaseException:
-        exporters.close()
-        if publisher is not None:
-            publisher.abandon()
-        sampler.close()
-        remove_spool(spool)  # this run made it and nothing was recorded
-        raise
-    return sampler, publisher, watchdog
 
 
 def _wait_first_row(sampler: Sampler, stop: Signals) -> None:
@@ -181,51 +94,6 @@ def _gone(pid: int, sampler: Sampler) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return True
     return state in ([b"Z"], [b"X"])
-
-
-def _print_summary(
-    args: argparse.Namespace,
-    fmt: str | None,
-    rows: int,
-    columns: int,
-    span_s: float,
-    sampled_s: float,
-    stats: SamplerStats,
-    summary: str,
-    segments: SegmentStatus | None = None,
-    dataset: SegmentStatus | None = None,
-    who: Identity | None = None,
-    scopes: str | None = None,
-) -> None:
-    where = f"{args.output} ({fmt})" if args.output is not None else f"{args.dataset} (dataset)"
-    print(
-        f"recorded {rows} rows x {columns} columns over {fmt_seconds(span_s)} (first to last "
-        f"row) to {where}"
-    )
-    print(
-        f"sampler: interval {fmt_seconds(args.interval)}, sampled for {fmt_seconds(sampled_s)}, "
-        f"ticks taken {stats.ticks_taken}, "
-        f"missed {stats.ticks_missed}, lateness p50/p99 "
-        f"{stats.lateness_p50_ns / 1e3:.1f}/{stats.lateness_p99_ns / 1e3:.1f} µs, "
-        f"cost/tick {stats.cost_mean_ns / 1e3:.1f} µs, "
-        f"sampler CPU {100 * stats.thread_cpu_ns / 1e9 / max(sampled_s, 1e-9):.2f} %, "
-        f"rows lost {stats.segment_rows_lost or 0}"
-    )
-    if segments is not None and segments.errors:
-        print(
-            f"segment writes failed {segments.errors} times (last: {segments.last_error}); "
-            f"the output was read from the spool, which held those rows"
-        )
-    if args.dataset is not None and dataset is not None and who is not None:
-        for line in _dataset.status_lines(args, who, dataset):
-            print(line)
-    for src in stats.sources:
-        if src.reason:
-            print(f"source {src.name}: {src.reason} ({src.failures} failed reads)")
-    if scopes is not None:
-        print(scopes)
-    print()
-    print(summary)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -380,56 +248,6 @@ def _record_with(
         None if events.dir is None else _scopes_line(args, done),
     )
     return exit_code
-
-
-def _scopes_line(args: argparse.Namespace, done: _finish.Finished) -> str:
-    """The summary's line on the scopes the recorded processes called."""
-    if done.scope_calls == 0:
-        return (
-            "scopes: none called (stroboscope.annotate, or NVTX ranges, in the command and the "
-            "processes it starts are recorded)"
-        )
-    where = [p for p in (done.scopes,) if p is not None]
-    if args.dataset is not None:
-        where.append(f"the scopes of dataset {args.dataset}")
-    return f"scopes: {done.scope_calls} calls recorded" + (
-        f" to {' and '.join(where)}" if where else ""
-    )
-
-
-def _unwritten(
-    exc: OSError, output: str, spool: str, rows: int, watchdog: Watchdog | None
-) -> NoReturn:
-    """FILE could not be written at the end: stop the watchdog (this process did not die; it
-    would try the same write again), keep the spool, and say how to recover the rows."""
-    if watchdog is not None:
-        watchdog.stop()
-    reason = exc.strerror or str(exc)
-    raise RuntimeError(
-        f"cannot write -o {output!r} ({reason}); the {rows} rows are safe in the spool "
-        f"{spool!r}: write them with: stroboscope recover {shlex.quote(spool)} -o FILE"
-    ) from None
-
-
-def _startup_lines(
-    args: argparse.Namespace, sampler: Sampler, command: Command | None, events: Events
-) -> None:
-    """What the recording is about to do, when it is not obvious from the command line."""
-    if events.env is not None and not args.no_nvtx:
-        other = nvtx_taken_by(events.env)
-        if other is not None:
-            say(
-                f"NVTX_INJECTION64_PATH is set to {other!r} (another tool's): the command's NVTX "
-                f"ranges go to it, not to this recording"
-            )
-    if command is None and args.pid is None:
-        if args.duration is None:
-            say("recording until Ctrl-C (use --duration S to stop by itself)")
-        if any(c.name.startswith("proc.") for c in sampler.columns):
-            say(
-                f"no --pid or command: the proc.* columns describe this recorder (pid "
-                f"{os.getpid()}); give --pid PID, or a command after --, to record another process"
-            )
 
 
 def add_parser(sub: Any) -> None:

@@ -1,8 +1,9 @@
 """The core sampler: argument checks and lifecycle around the C++ sampler thread.
 
 This is the facade over ``_core``: it validates, builds the sources, starts and stops the thread
-and copies rows out. Crash safety (segments beside a spool, a watchdog) is composed on top of it
-in :mod:`stroboscope.recording`.
+and copies rows out (that side, a mixin, in :mod:`stroboscope.sampling._sampler_rows`). Crash
+safety (segments beside a spool, a watchdog) is composed on top of it in
+:mod:`stroboscope.recording`.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 import os
 import threading
 from types import MappingProxyType, TracebackType
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import pyarrow as pa
 
 import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
-from stroboscope._base.checks import PathsArg, check_bool, check_int, check_new_file
+from stroboscope._base.checks import PathsArg, check_bool, check_new_file
 from stroboscope.sampling._checks import (
     DEFAULT_MAX_OVERHEAD,
     SourcesArg,
@@ -24,7 +25,6 @@ from stroboscope.sampling._checks import (
     check_interval,
     check_max_overhead,
     check_ring_bytes,
-    check_row_index,
     check_sources,
     check_window,
 )
@@ -33,16 +33,15 @@ from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._gpu import GpusArg, resolve_gpus
 from stroboscope.sampling._gpu_samples import GpuSamples
 from stroboscope.sampling._plan import (
-    available_sources,
     plan_sources,
     refuse_gpus_without_gpu_source,
     source_options,
 )
 from stroboscope.sampling._provenance import RunFacts
 from stroboscope.sampling._run import RunRecord
+from stroboscope.sampling._sampler_rows import SamplerRows
 from stroboscope.sampling._schema import TIME_COLUMN, Column
 from stroboscope.sampling._scope_log import ScopeRecording, check_edge_counters
-from stroboscope.sampling._stats import SamplerStats
 
 
 class SamplerOptions(TypedDict, total=False):
@@ -68,7 +67,7 @@ class SamplerOptions(TypedDict, total=False):
     edge_counters: bool | str
 
 
-class CoreSampler(ScopeRecording, EnergyWindows, RunRecord, GpuSamples):
+class CoreSampler(SamplerRows, ScopeRecording, EnergyWindows, RunRecord, GpuSamples):
     """Samples system, process and GPU metrics on a C++ thread into a ring buffer.
 
     The sampling room's sampler, without crash safety: a user makes :class:`stroboscope.Sampler`,
@@ -307,91 +306,6 @@ class CoreSampler(ScopeRecording, EnergyWindows, RunRecord, GpuSamples):
             return "<stroboscope.Sampler (not built)>"
         state = "closed" if self._closed else ("running" if self.running else "stopped")
         return f"<stroboscope.Sampler interval={self._interval:g}s pid={self._pid} {state}>"
-
-    # -- data --------------------------------------------------------------------------------
-
-    def tick_now(self, n: int = 1) -> int:
-        """Take ``n`` ticks at once on the calling thread, while the sampler is stopped.
-
-        Each tick reads every source due on it, exactly as the sampler thread would, and writes
-        one row (the tick counter advances, so per-source intervals hold). A deterministic way to
-        produce rows for tests and tools, with no sleeping and no thread. Returns the number of
-        rows written.
-
-        Raises
-        ------
-        RuntimeError
-            When the sampler is running or closed.
-        """
-        check_int("n", n, 1, 1 << 30, unit="ticks")
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("tick_now() on a closed Sampler")
-            if self._core.running:
-                raise RuntimeError("tick_now() needs a stopped Sampler: stop() it first")
-            before = int(self._core.stats()["rows_written"])
-            self._core.run_ticks_inline(n)
-            return int(self._core.stats()["rows_written"]) - before
-
-    def request_tick(self) -> None:
-        """Ask for one extra row now (an "edge row", e.g. at a scope's begin or end).
-
-        Lock-free and cheap (no Python lock, no GIL release); a no-op while not running. The
-        regular deadlines are unchanged; requests made before the row starts share it (counted in
-        ``stats().tick_requests``; the rows in ``ticks_requested``). Sources read every n > 1
-        ticks appear on an edge row only when due on the next regular tick, which then skips them.
-        """
-        self._core.request_tick()
-
-    def snapshot(self) -> Frame:
-        """A consistent copy of every row still in the ring (the rows are kept)."""
-        return self._frame(self._core.snapshot())
-
-    def drain(self) -> Frame:
-        """The rows written since the previous drain (or since the start)."""
-        return self._frame(self._core.drain())
-
-    def copy_since(self, first_row: int) -> Frame:
-        """The rows with index ``>= first_row`` still in the ring, for a consumer that keeps its
-        own cursor (moves no cursor; rows already overwritten are counted in ``rows_lost``)."""
-        return self._frame(self._core.copy_since(check_row_index("first_row", first_row)))
-
-    def stats(self) -> SamplerStats:
-        """The sampler's measurement of itself (see :class:`SamplerStats`)."""
-        return SamplerStats.from_core(self._core.stats(), self._details, **self._extra_stats())
-
-    def _extra_stats(self) -> dict[str, Any]:
-        return {"interval_s": self._interval, "pid": self._pid}
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The Arrow schema of this sampler's frames (``unit``/``kind`` in field metadata)."""
-        return self._schema
-
-    @property
-    def columns(self) -> list[Column]:
-        """The columns of this sampler's frames, with units, kinds and help."""
-        return list(self._columns)
-
-    @property
-    def ring_file(self) -> str | None:
-        """The file the ring lives in, when it lives in one."""
-        return self._ring_file
-
-    @property
-    def interval(self) -> float:
-        """Base sampling interval in seconds."""
-        return self._interval
-
-    @property
-    def pid(self) -> int:
-        """The monitored process id."""
-        return self._pid
-
-    @staticmethod
-    def available_sources() -> list[dict[str, Any]]:
-        """Every source: name, help, whether it is on by default and whether it works here."""
-        return available_sources()
 
     # -- the lifecycle registry's hooks ------------------------------------------------------
 
