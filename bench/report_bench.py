@@ -14,6 +14,7 @@ optimizer inside, a data loader on a second thread).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -234,22 +235,36 @@ def scope_table(mono: np.ndarray, seconds: float) -> pa.Table:
     )
 
 
+# Runs the command given after it in a child of its own and prints that child's rusage. The
+# peak RSS of a process forked from this one would count this process's pages (the 1-hour table
+# made in memory): the kernel keeps a forked child's high-water mark across exec. Forked from
+# this small interpreter instead, the command's peak is its own.
+_RUSAGE_OF = """
+import json, os, subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(child.pid, 0)
+print(json.dumps([os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime,
+                  usage.ru_maxrss]))
+"""
+
+
 def build(run: Path, out: Path, static: bool) -> dict[str, float]:
     """Run ``stroboscope report`` in a child: its wall and CPU time, peak RSS, the page's size."""
     cmd = [sys.executable, "-m", "stroboscope", "report", str(run), "-o", str(out)]
     if static:
         cmd.append("--static")
     t = time.perf_counter()
-    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
+    got = subprocess.run(
+        [sys.executable, "-c", _RUSAGE_OF, *cmd], capture_output=True, text=True, check=True
+    )
     wall = time.perf_counter() - t
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode:
-        raise SystemExit(f"{' '.join(cmd)} exited {child.returncode}")
+    code, cpu, maxrss_kib = json.loads(got.stdout)
+    if code:
+        raise SystemExit(f"{' '.join(cmd)} exited {code}")
     return {
         "seconds": wall,
-        "cpu_seconds": usage.ru_utime + usage.ru_stime,
-        "peak_bytes": usage.ru_maxrss * 1024,
+        "cpu_seconds": cpu,
+        "peak_bytes": maxrss_kib * 1024,
         "page_bytes": out.stat().st_size,
     }
 
