@@ -142,13 +142,15 @@ def test_dataset_parts_scopes_and_owner_are_fsynced_with_their_directory(
     synced: list[Synced], tmp_path: Path
 ) -> None:
     from stroboscope._base.identity import Identity
-    from stroboscope.formats import dataset
+    from stroboscope.formats import dataset, dataset_owner
 
     who = Identity(host="h", rank=0, job="j")
     part = Path(dataset.write_part(table(), tmp_path, identity=who, name="part-0001.parquet"))
     scopes = Path(dataset.write_scopes(SCOPES, tmp_path, identity=who, name="scopes-1.parquet"))
-    partition = Path(dataset.claim_partition(tmp_path, who, {"run": "r1", "pid": os.getpid()}))
-    for path in (part, scopes, partition / dataset.OWNER):
+    partition = Path(
+        dataset_owner.claim_partition(tmp_path, who, {"run": "r1", "pid": os.getpid()})
+    )
+    for path in (part, scopes, partition / dataset_owner.OWNER):
         assert_synced(synced, path)
         st = os.stat(path.parent)  # the new entry's directory too (a rename survives a crash)
         assert any((c.dev, c.ino) == (st.st_dev, st.st_ino) for c in synced), path.parent

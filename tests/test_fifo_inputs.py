@@ -166,7 +166,7 @@ def test_owner_record_and_namespace_file_that_are_fifos_are_ignored(tmp_path: Pa
     os.mkfifo('namespace')
     with open('regular', 'w') as f:
         f.write('team')
-    from stroboscope.formats.dataset import read_owner
+    from stroboscope.formats.dataset_owner import read_owner
     from stroboscope._base.identity import detect_identity
     print(read_owner('.'))
     for path in ('namespace', 'regular'):

@@ -19,7 +19,8 @@ import pytest
 import stroboscope
 from _dataset_ranks import SAMPLES_GLOB, rank_env
 from stroboscope._base.identity import Identity
-from stroboscope.formats.dataset import open_dataset, partition_dir, read_owner, write_part
+from stroboscope.formats.dataset import open_dataset, partition_dir, write_part
+from stroboscope.formats.dataset_owner import read_owner
 from stroboscope.recording.sampler import Sampler
 
 # DuckDB and polars are test extras: skipped, not failed, where they are missing.

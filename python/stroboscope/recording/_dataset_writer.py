@@ -32,14 +32,13 @@ import pyarrow.parquet as pq
 from stroboscope._base.files import regular_source
 from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.formats.dataset import (
-    claim_partition,
     ensure_root,
     partition,
     partition_dir,
-    release_partition,
     write_part,
     write_scopes,
 )
+from stroboscope.formats.dataset_owner import claim_partition, release_partition
 from stroboscope.formats.segments import FIRST_ROW_KEY
 from stroboscope.recording.segments import SegmentWriter
 from stroboscope.sampling._frame import Frame
