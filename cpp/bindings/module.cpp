@@ -11,4 +11,5 @@ PYBIND11_MODULE(_core, m) {
   stroboscope::bindings::register_gpu(m);
   stroboscope::bindings::register_spool(m);
   stroboscope::bindings::register_events(m);
+  stroboscope::bindings::register_scope_edges(m);
 }

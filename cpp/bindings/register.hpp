@@ -24,4 +24,5 @@ void register_sources(pybind11::module_& m);
 void register_gpu(pybind11::module_& m);
 void register_spool(pybind11::module_& m);
 void register_events(pybind11::module_& m);
+void register_scope_edges(pybind11::module_& m);
 }  // namespace stroboscope::bindings

@@ -127,7 +127,9 @@ def test_page_decodes_the_readings_of_the_table(run: Path, page: Path) -> None:
     m = _manifest(page.read_text())
     mono = table.column("mono_ns").to_numpy().astype(np.int64)
     t_us = np.rint((mono - mono[0]) / 1000.0)  # the page's time: µs after the first row
-    a, z = float(t_us[-150]) / 1e6, float(t_us[-1]) / 1e6
+    # half a µs outside the readings' whole µs: a bound at a reading itself, in seconds, comes
+    # back from a * 1e6 a hair above or below it (0.032745 * 1e6 = 32745.000000000004)
+    a, z = (float(t_us[-150]) - 0.5) / 1e6, (float(t_us[-1]) + 0.5) / 1e6
     with Browser(800, 600) as b:
         b.open(page.as_uri())
         b.eval("window.strobo.ready")

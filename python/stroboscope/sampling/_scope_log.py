@@ -34,9 +34,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Recorder",
+    "ScopeEdges",
     "ScopeRecording",
     "begin",
     "check_edge_counters",
+    "edges_mode",
+    "edges_setup",
     "end",
     "intern",
     "read",
@@ -61,6 +64,14 @@ strings = _core.events_strings
 """``strings(first=0) -> list[str]``: the interned texts, by id."""
 read = _core.events_read
 """``read(first, last=None)``: the log's edges from ``first`` on (an ``EventBatch``)."""
+ScopeEdges = _core.ScopeEdges
+"""The base of a scope whose ``__enter__``/``__exit__`` write its edges in C where nothing else
+is asked of them, and call its Python ``_enter_slow``/``_exit_slow`` otherwise."""
+edges_setup = _core.scope_edges_setup
+"""``edges_setup(stack_var, labels_var, frame_type, bind_asyncio)``: the scopes room's stack,
+once."""
+edges_mode = _core.scope_edges_mode
+"""``edges_mode(mode)``: 0 nothing records, 1 edges in C, 2 the Python path."""
 
 
 class Recorder(NamedTuple):

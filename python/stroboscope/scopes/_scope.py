@@ -1,9 +1,12 @@
 """A scope: a named region of code whose edges go into the events log, as a context manager and
 as a decorator (functions, methods, generators, coroutines, async generators).
 
-What one edge costs, in order: one attribute read when nothing records (the whole cost of a
-disabled scope besides the ``with``); otherwise the stack and labels from contextvars, one call
-into the extension that stamps CLOCK_MONOTONIC and the thread id in C++, and a new stack tuple.
+What one edge costs, in order: one check of the switchboard's mode when nothing records (the
+whole cost of a disabled scope besides the ``with``); otherwise the stack and labels from
+contextvars, the push that stamps CLOCK_MONOTONIC and the thread id in C++, and a new stack
+tuple. ``with`` takes both edges in C (``ScopeEdges``, the base class) for a named scope with no
+labels of its own and no NVTX range while nothing in Python waits on an edge; every other case
+runs :meth:`annotate._enter_slow` / ``_exit_slow`` here, which are the rules in full.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any, Callable, TypeVar, cast
 from stroboscope._base.checks import check_text
 from stroboscope._base.nvtx import nvtx_module as _nvtx_module
 from stroboscope.sampling import _scope_log
+from stroboscope.sampling._scope_log import ScopeEdges
 from stroboscope.scopes import _stack, _switchboard, nvtx_capture
 from stroboscope.scopes._stack import _LABELS, _STACK, LabelValue, OpenScope
 from stroboscope.scopes._stack import new_frame as _new_frame
@@ -28,7 +32,7 @@ _begin = _scope_log.begin  # the core's functions themselves: one C call per edg
 _end = _scope_log.end
 
 
-class annotate:
+class annotate(ScopeEdges):
     """A named region: its calls, durations and the metrics sampled while it ran.
 
     Parameters
@@ -75,6 +79,13 @@ class annotate:
         self._labels = _stack.check_labels(type(self).__name__ + "()", labels) if labels else {}
         self._scope_id = -1 if name is None else _stack.intern(name)
         self._label_ids: dict[int, int] = {}  # ambient labels id -> id with this scope's own
+        self._fast_id = self._edges_in_c()
+
+    def _edges_in_c(self) -> int:
+        """The name id with which ``with`` takes this scope's edges in C, or -1 (the Python
+        path): no name yet, labels of its own, or an NVTX range."""
+        plain = self._scope_id >= 0 and not self._labels and self._domain is None
+        return self._scope_id if plain else -1
 
     # -- the edges ---------------------------------------------------------------------------
 
@@ -139,7 +150,8 @@ class annotate:
 
     # -- context manager ---------------------------------------------------------------------
 
-    def __enter__(self) -> annotate:
+    def _enter_slow(self) -> annotate:
+        """``__enter__`` where C does not take it (``ScopeEdges``)."""
         if self._scope_id < 0:
             raise ValueError(
                 f"{type(self).__name__}() used as a context manager needs a name: "
@@ -149,7 +161,8 @@ class annotate:
             self._open()
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def _exit_slow(self, exc_type: object, exc: object, tb: object) -> None:
+        """``__exit__`` where C does not take it."""
         # A frame is on the stack only if something recorded when a scope opened; the
         # exception, if any, goes on unchanged.
         if self._domain is not None or _STACK.get():
@@ -175,13 +188,14 @@ class annotate:
         """This scope, or a copy named after ``fn`` when it has no name yet."""
         if self.name is not None:
             return self
-        named = object.__new__(type(self))
+        named = type(self).__new__(type(self))
         named.name = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
         named._color = self._color
         named._domain = self._domain
         named._labels = self._labels
         named._scope_id = _stack.intern(named.name)
         named._label_ids = {}
+        named._fast_id = named._edges_in_c()
         return named
 
     def _wrap_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -191,11 +205,8 @@ class annotate:
         def call(*args: Any, **kwargs: Any) -> Any:
             if plain and not st.recording:
                 return fn(*args, **kwargs)
-            self._open()
-            try:
+            with self:  # the edges in C where they can be
                 return fn(*args, **kwargs)
-            finally:
-                self._close()
 
         return call
 

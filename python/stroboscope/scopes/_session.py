@@ -59,14 +59,14 @@ def enable(interval: float = DEFAULT_INTERVAL, **options: Any) -> None:
             if _sampler is not None:
                 _sampler.close()
             _sampler = replacement
-        _switchboard.state.starter = None if _sampler.running else _start
+        _switchboard.state.set_starter(None if _sampler.running else _start)
         _switchboard.set_enabled(True)
 
 
 def disable() -> None:
     """Stop recording scopes by default; the session's rows stay readable (``summary()``)."""
     with _lock:
-        _switchboard.state.starter = None
+        _switchboard.state.set_starter(None)
         _switchboard.set_enabled(False)
         if _sampler is not None:
             _sampler.stop()
@@ -87,7 +87,7 @@ def _start() -> None:
     with _lock:
         if _switchboard.state.starter is None:  # another thread's scope got here first
             return
-        _switchboard.state.starter = None
+        _switchboard.state.set_starter(None)
         if _sampler is not None and _switchboard.state.enabled:
             _sampler.start()
 

@@ -98,6 +98,11 @@ def _bind_asyncio() -> tuple[Callable[[], Any], Callable[[], Any]] | None:
     return _asyncio
 
 
+# The C edges of a scope (``_scope_log.ScopeEdges``) push and pop the same frames on the same
+# stack, and take the stack id as stack_id() does.
+_scope_log.edges_setup(_STACK, _LABELS, OpenScope, _bind_asyncio)
+
+
 def current_stack() -> tuple[OpenScope, ...]:
     """The open scopes of this context, outermost first (a task's inherited ones included)."""
     return _STACK.get()

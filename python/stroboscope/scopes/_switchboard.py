@@ -24,7 +24,8 @@ from typing import Callable
 
 from stroboscope._base import lifecycle as _lifecycle
 from stroboscope.formats.shared_events import EVENTS_DIR_ENV
-from stroboscope.sampling._scope_log import Recorder, watch
+from stroboscope.sampling._scope_log import Recorder, edges_mode, watch
+from stroboscope.scopes import _stack as _stack  # the C edges' stack is set up before a mode
 
 __all__ = ["add_open_hook", "set_enabled", "state"]
 
@@ -52,7 +53,16 @@ class _State:
         self.starter: Callable[[], None] | None = None  # starts the default session's sampler
 
     def refresh(self) -> None:
+        """Derives ``recording``, and tells the scopes' C edges which path to take: none (nothing
+        records), C (nothing in Python waits on an edge), or the Python one."""
         self.recording = self.enabled or self.shared or bool(self.recorders)
+        python_waits = self.starter is not None or bool(self.edge_targets or self.open_hooks)
+        edges_mode(0 if not self.recording else 2 if python_waits else 1)
+
+    def set_starter(self, starter: Callable[[], None] | None) -> None:
+        """The default session's starter (the first scope after enable() calls it)."""
+        self.starter = starter
+        self.refresh()
 
 
 state = _State()
@@ -87,6 +97,7 @@ def add_open_hook(hook: Callable[[str], None]) -> Callable[[], None]:
     """Call ``hook(name)`` whenever a scope opens while events are recorded; returns a remover."""
     with _lock:
         state.open_hooks = (*state.open_hooks, hook)
+        state.refresh()
 
     def remove() -> None:
         with _lock:
@@ -94,6 +105,7 @@ def add_open_hook(hook: Callable[[str], None]) -> Callable[[], None]:
             if hook in hooks:
                 hooks.remove(hook)
             state.open_hooks = tuple(hooks)
+            state.refresh()
 
     return remove
 

@@ -1,0 +1,317 @@
+// A scope's two edges in C: `ScopeEdges`, the base class of stroboscope.annotate, whose
+// __enter__/__exit__ take the common case without running Python: a named scope with no labels
+// of its own and no NVTX range, while events are recorded and no Python waits on an edge (the
+// default session's starter, edge rows asked in this process, open hooks). Every other case
+// calls the class's Python `_enter_slow` / `_exit_slow`, which hold the scope's rules in full.
+//
+// The two paths keep one stack: the scopes room's ContextVar of open frames (its OpenScope
+// tuples) and its ambient labels, handed over once by `scope_edges_setup`; the stack id is the
+// running asyncio task's id(), else the thread's ident, as `_stack.stack_id()` gives it. The
+// switchboard says which path edges take (`scope_edges_mode`) whenever its state changes.
+// Measured: bench/shared_events_bench.py (a scope's enter + exit, in-process and shared).
+#include <pybind11/pybind11.h>
+#include <structmember.h>
+
+#include <cstdint>
+#include <string>
+
+#include "register.hpp"
+#include "stroboscope/events.hpp"
+
+namespace py = pybind11;
+
+namespace stroboscope::bindings {
+namespace {
+
+struct ScopeEdgesObject {
+  PyObject_HEAD
+  long long fast_id;  // the scope's interned name id where the C path may take its edges, else -1
+};
+
+enum Mode : int {
+  kOff = 0,     // nothing records: an edge writes nothing
+  kFast = 1,    // events recorded, nothing in Python waits on an edge
+  kPython = 2,  // events recorded, and Python has work at an edge: the slow path
+};
+
+// Set once by scope_edges_setup (strong references, kept for the process's life).
+struct Setup {
+  PyObject* stack_var = nullptr;      // ContextVar: tuple of open frames, outermost first
+  PyObject* labels_var = nullptr;     // ContextVar: (ambient labels dict, their interned id)
+  PyTypeObject* frame_type = nullptr; // OpenScope(owner, scope_id, labels_id, stack_id, depth)
+  PyObject* bind_asyncio = nullptr;   // () -> (asyncio._get_running_loop, current_task) or None
+  PyObject* get_loop = nullptr;       // bound once asyncio is imported
+  PyObject* current_task = nullptr;
+  PyObject* asyncio_name = nullptr;
+  PyObject* enter_slow = nullptr;     // method names of the Python path
+  PyObject* exit_slow = nullptr;
+  PyObject* close = nullptr;
+  int mode = kOff;
+};
+Setup g;
+
+constexpr Py_ssize_t kFrameStackId = 3;  // OpenScope's fields by index
+constexpr Py_ssize_t kFrameDepth = 4;
+constexpr Py_ssize_t kFrameLabelsId = 2;
+constexpr Py_ssize_t kFrameScopeId = 1;
+constexpr unsigned long kMaxDepth = 0xFFFF;  // the events log's depth is 16 bits
+
+// The stack a scope opened now belongs to: the running asyncio task, else this thread. False
+// with a Python error set.
+bool stack_id(std::uint64_t* out) {
+  if (g.get_loop == nullptr) {
+    // No event loop runs before asyncio is imported: one dict lookup until then.
+    PyObject* aio = PyDict_GetItemWithError(PyImport_GetModuleDict(), g.asyncio_name);
+    if (aio == nullptr && PyErr_Occurred() != nullptr) return false;
+    if (aio != nullptr) {
+      PyObject* bound = PyObject_CallNoArgs(g.bind_asyncio);
+      if (bound == nullptr) return false;
+      if (PyTuple_Check(bound) && PyTuple_GET_SIZE(bound) == 2) {
+        g.get_loop = Py_NewRef(PyTuple_GET_ITEM(bound, 0));
+        g.current_task = Py_NewRef(PyTuple_GET_ITEM(bound, 1));
+      }
+      Py_DECREF(bound);  // None: asyncio still importing, asked again at the next scope
+    }
+  }
+  if (g.get_loop != nullptr) {
+    PyObject* loop = PyObject_CallNoArgs(g.get_loop);
+    if (loop == nullptr) return false;
+    const bool running = loop != Py_None;
+    Py_DECREF(loop);
+    if (running) {
+      PyObject* task = PyObject_CallNoArgs(g.current_task);
+      if (task == nullptr) return false;
+      const bool is_task = task != Py_None;
+      *out = reinterpret_cast<std::uintptr_t>(task);  // id(task)
+      Py_DECREF(task);  // the loop holds it: its id stays the running task's
+      if (is_task) return true;
+    }
+  }
+  *out = PyThread_get_thread_ident();
+  return true;
+}
+
+// An unsigned field of a frame; false with a Python error set.
+bool frame_uint(PyObject* frame, Py_ssize_t i, unsigned long long* out) {
+  *out = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(frame, i));
+  return !(*out == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr);
+}
+
+bool is_frame(PyObject* obj) {
+  return Py_TYPE(obj) == g.frame_type && PyTuple_GET_SIZE(obj) == 5;
+}
+
+// The begin of a fast scope, as _open writes it: the edge, then its frame on the stack.
+// Returns self, nullptr with an error, or Py_None (borrowed) when the Python path must take it.
+PyObject* open_fast(ScopeEdgesObject* self) {
+  PyObject* stack = nullptr;
+  if (PyContextVar_Get(g.stack_var, nullptr, &stack) < 0) return nullptr;
+  PyObject* labels = nullptr;
+  if (PyContextVar_Get(g.labels_var, nullptr, &labels) < 0) {
+    Py_DECREF(stack);
+    return nullptr;
+  }
+  PyObject* result = Py_None;
+  PyObject* frame = nullptr;
+  PyObject* grown = nullptr;
+  std::uint64_t sid = 0;
+  unsigned long long depth = 0, lid = 0;
+  const bool shapes = PyTuple_Check(stack) && PyTuple_Check(labels) &&
+                      PyTuple_GET_SIZE(labels) == 2 &&
+                      (PyTuple_GET_SIZE(stack) == 0 ||
+                       is_frame(PyTuple_GET_ITEM(stack, PyTuple_GET_SIZE(stack) - 1)));
+  if (!shapes) goto done;  // not what the scopes room writes: its own path decides
+  result = nullptr;
+  if (!stack_id(&sid)) goto done;
+  if (const Py_ssize_t n = PyTuple_GET_SIZE(stack); n > 0) {
+    PyObject* top = PyTuple_GET_ITEM(stack, n - 1);
+    unsigned long long top_sid = 0;
+    if (!frame_uint(top, kFrameStackId, &top_sid)) goto done;
+    if (top_sid == sid) {
+      if (!frame_uint(top, kFrameDepth, &depth)) goto done;
+      ++depth;
+    }
+  }
+  lid = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(labels, 1));
+  if (lid == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) goto done;
+  if (depth > kMaxDepth || lid > 0xFFFFFFFFull) {
+    result = Py_None;  // the Python path refuses it, in its words
+    goto done;
+  }
+  frame = g.frame_type->tp_alloc(g.frame_type, 5);
+  grown = frame == nullptr ? nullptr : PyTuple_New(PyTuple_GET_SIZE(stack) + 1);
+  if (grown == nullptr) goto done;
+  {
+    PyObject* fields[5] = {Py_NewRef(reinterpret_cast<PyObject*>(self)),
+                           PyLong_FromLongLong(self->fast_id),
+                           Py_NewRef(PyTuple_GET_ITEM(labels, 1)),
+                           PyLong_FromUnsignedLongLong(sid), PyLong_FromUnsignedLongLong(depth)};
+    bool made = true;
+    for (Py_ssize_t i = 0; i < 5; ++i) {
+      made = made && fields[i] != nullptr;
+      PyTuple_SET_ITEM(frame, i, fields[i]);  // a NULL field is allowed in a tuple being freed
+    }
+    if (!made) goto done;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stack); ++i) {
+    PyTuple_SET_ITEM(grown, i, Py_NewRef(PyTuple_GET_ITEM(stack, i)));
+  }
+  PyTuple_SET_ITEM(grown, PyTuple_GET_SIZE(stack), frame);
+  frame = nullptr;  // grown owns it
+  EventLog::global().push(EventKind::kBegin, static_cast<std::uint32_t>(self->fast_id),
+                          static_cast<std::uint16_t>(depth), static_cast<std::uint32_t>(lid), sid);
+  if (PyObject* token = PyContextVar_Set(g.stack_var, grown); token != nullptr) {
+    Py_DECREF(token);
+    result = reinterpret_cast<PyObject*>(self);
+  }
+done:
+  Py_XDECREF(frame);
+  Py_XDECREF(grown);
+  Py_DECREF(labels);
+  Py_DECREF(stack);
+  return result;
+}
+
+PyObject* scope_enter(PyObject* obj, PyObject* /*unused*/) {
+  auto* self = reinterpret_cast<ScopeEdgesObject*>(obj);
+  if (self->fast_id >= 0 && g.mode == kOff) return Py_NewRef(obj);
+  if (self->fast_id >= 0 && g.mode == kFast) {
+    PyObject* got = open_fast(self);
+    if (got != Py_None) return got == nullptr ? nullptr : Py_NewRef(got);
+  }
+  return PyObject_CallMethodNoArgs(obj, g.enter_slow);
+}
+
+// The end of a fast scope: the top frame is its own (the common case) or the Python path
+// decides (nothing open here, or scopes left open above it).
+PyObject* scope_exit(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_Format(PyExc_TypeError, "__exit__() takes 3 arguments (exc_type, exc, tb), got %zd",
+                 nargs);
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<ScopeEdgesObject*>(obj);
+  if (self->fast_id < 0) {
+    PyObject* call[4] = {obj, args[0], args[1], args[2]};
+    return PyObject_VectorcallMethod(g.exit_slow, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     nullptr);
+  }
+  PyObject* stack = nullptr;
+  if (PyContextVar_Get(g.stack_var, nullptr, &stack) < 0) return nullptr;
+  if (!PyTuple_Check(stack) || PyTuple_GET_SIZE(stack) == 0) {
+    Py_DECREF(stack);
+    Py_RETURN_NONE;  // opened while nothing recorded: nothing to close
+  }
+  const Py_ssize_t n = PyTuple_GET_SIZE(stack);
+  PyObject* top = PyTuple_GET_ITEM(stack, n - 1);
+  if (!is_frame(top) || PyTuple_GET_ITEM(top, 0) != obj) {
+    Py_DECREF(stack);
+    PyObject* r = PyObject_CallMethodNoArgs(obj, g.close);  // misnested, or not ours
+    if (r == nullptr) return nullptr;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+  }
+  unsigned long long scope = 0, lid = 0, sid = 0, depth = 0;
+  PyObject* shrunk = nullptr;
+  if (frame_uint(top, kFrameScopeId, &scope) && frame_uint(top, kFrameLabelsId, &lid) &&
+      frame_uint(top, kFrameStackId, &sid) && frame_uint(top, kFrameDepth, &depth)) {
+    EventLog::global().push(EventKind::kEnd, static_cast<std::uint32_t>(scope),
+                            static_cast<std::uint16_t>(depth), static_cast<std::uint32_t>(lid),
+                            sid);
+    shrunk = PyTuple_GetSlice(stack, 0, n - 1);
+  }
+  Py_DECREF(stack);
+  if (shrunk == nullptr) return nullptr;
+  PyObject* token = PyContextVar_Set(g.stack_var, shrunk);
+  Py_DECREF(shrunk);
+  if (token == nullptr) return nullptr;
+  Py_DECREF(token);
+  Py_RETURN_NONE;
+}
+
+void scope_dealloc(PyObject* obj) {
+  PyTypeObject* type = Py_TYPE(obj);
+  type->tp_free(obj);
+  Py_DECREF(type);  // a heap type: its instances hold a reference
+}
+
+PyMethodDef g_methods[] = {
+    {"__enter__", reinterpret_cast<PyCFunction>(&scope_enter), METH_NOARGS,
+     "Open the scope (its begin edge), in C where nothing else is asked of it."},
+    {"__exit__",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&scope_exit)), METH_FASTCALL,
+     "Close the scope (its end edge); an exception goes on unchanged."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyMemberDef g_members[] = {
+    {"_fast_id", T_LONGLONG, offsetof(ScopeEdgesObject, fast_id), 0,
+     "The scope's name id where C takes its edges; -1: the Python path (_enter_slow)."},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyObject* scope_new(PyTypeObject* type, PyObject* /*args*/, PyObject* /*kwargs*/) {
+  PyObject* obj = type->tp_alloc(type, 0);
+  if (obj != nullptr) reinterpret_cast<ScopeEdgesObject*>(obj)->fast_id = -1;
+  return obj;
+}
+
+PyType_Slot g_slots[] = {
+    {Py_tp_methods, g_methods},
+    {Py_tp_members, g_members},
+    {Py_tp_new, reinterpret_cast<void*>(&scope_new)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(&scope_dealloc)},
+    {Py_tp_doc, const_cast<char*>("A scope's edges in C (the base of stroboscope.annotate).")},
+    {0, nullptr}};
+
+PyType_Spec g_spec = {"stroboscope._core.ScopeEdges", sizeof(ScopeEdgesObject), 0,
+                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, g_slots};
+
+}  // namespace
+
+void register_scope_edges(py::module_& m) {
+  m.add_object("ScopeEdges", py::reinterpret_steal<py::object>(PyType_FromSpec(&g_spec)));
+  m.def(
+      "scope_edges_setup",
+      [](const py::object& stack_var, const py::object& labels_var, const py::type& frame_type,
+         const py::object& bind_asyncio) {
+        if (!PyContextVar_CheckExact(stack_var.ptr()) ||
+            !PyContextVar_CheckExact(labels_var.ptr())) {
+          throw py::type_error("scope_edges_setup(): stack_var and labels_var must be ContextVars");
+        }
+        if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(frame_type.ptr()),
+                              &PyTuple_Type) ||
+            !PyCallable_Check(bind_asyncio.ptr())) {
+          throw py::type_error(
+              "scope_edges_setup(): frame_type must be a tuple type, bind_asyncio a callable");
+        }
+        if (g.stack_var != nullptr) {
+          throw std::runtime_error("scope_edges_setup(): already set up");
+        }
+        g.stack_var = Py_NewRef(stack_var.ptr());
+        g.labels_var = Py_NewRef(labels_var.ptr());
+        g.frame_type = reinterpret_cast<PyTypeObject*>(Py_NewRef(frame_type.ptr()));
+        g.bind_asyncio = Py_NewRef(bind_asyncio.ptr());
+        g.asyncio_name = PyUnicode_InternFromString("asyncio");
+        g.enter_slow = PyUnicode_InternFromString("_enter_slow");
+        g.exit_slow = PyUnicode_InternFromString("_exit_slow");
+        g.close = PyUnicode_InternFromString("_close");
+      },
+      py::arg("stack_var"), py::arg("labels_var"), py::arg("frame_type"),
+      py::arg("bind_asyncio"),
+      "Hand the scopes room's stack, labels, frame type and asyncio binder to ScopeEdges (once).");
+  m.def(
+      "scope_edges_mode",
+      [](int mode) {
+        if (mode < kOff || mode > kPython) {
+          throw py::value_error("scope_edges_mode(): mode must be 0 (off), 1 (fast) or 2 "
+                                "(Python), got " + std::to_string(mode));
+        }
+        if (mode == kFast && g.stack_var == nullptr) {
+          throw std::runtime_error("scope_edges_mode(): scope_edges_setup() first");
+        }
+        g.mode = mode;
+      },
+      py::arg("mode"),
+      "Which path scope edges take: 0 nothing records, 1 C, 2 the Python path.");
+}
+
+}  // namespace stroboscope::bindings
