@@ -214,11 +214,8 @@ class annotate(ScopeEdges):
         async def call(*args: Any, **kwargs: Any) -> Any:
             # The task's context holds the scope across its awaits: the region is the
             # coroutine's whole life, suspended time included, on this task's own stack.
-            self._open()
-            try:
+            with self:
                 return await fn(*args, **kwargs)
-            finally:
-                self._close()
 
         return call
 
@@ -230,13 +227,11 @@ class annotate(ScopeEdges):
             gen = fn(*args, **kwargs)
             how, arg = "send", None
             while True:
-                self._open()
-                try:
-                    value = gen.send(arg) if how == "send" else gen.throw(arg)
-                except StopIteration as stop:
-                    return stop.value
-                finally:
-                    self._close()
+                with self:
+                    try:
+                        value = gen.send(arg) if how == "send" else gen.throw(arg)
+                    except StopIteration as stop:
+                        return stop.value
                 try:
                     how, arg = "send", (yield value)
                 except GeneratorExit:
@@ -254,13 +249,11 @@ class annotate(ScopeEdges):
             agen = fn(*args, **kwargs)
             how, arg = "send", None
             while True:
-                self._open()
-                try:
-                    value = await (agen.asend(arg) if how == "send" else agen.athrow(arg))
-                except StopAsyncIteration:
-                    return
-                finally:
-                    self._close()
+                with self:
+                    try:
+                        value = await (agen.asend(arg) if how == "send" else agen.athrow(arg))
+                    except StopAsyncIteration:
+                        return
                 try:
                     how, arg = "send", (yield value)
                 except GeneratorExit:
