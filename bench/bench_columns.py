@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench_common import cpu_model, log, median
+from bench_common import UNBUDGETED, cpu_model, log, median
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_SOURCE = REPO / "tests" / "fake_nvml" / "fake_nvml.c"
@@ -75,7 +75,8 @@ import json, sys, time
 import stroboscope
 gpus = sys.argv[1] == "gpu"
 seconds = float(sys.argv[2])
-s = stroboscope.Sampler(0.001, gpus=list(range(8))) if gpus else stroboscope.Sampler(0.001)
+UNBUDGETED = json.loads(sys.argv[3])  # bench_common.UNBUDGETED
+s = stroboscope.Sampler(0.001, gpus=list(range(8)) if gpus else None, **UNBUDGETED)
 s.start()
 time.sleep(seconds)
 s.stop()
@@ -129,7 +130,14 @@ def run_tick(gpu: bool, seconds: float, library: Path, script: Path) -> dict[str
         env["STROBOSCOPE_NVML_LIBRARY"] = str(library)
         env["FAKE_NVML_SCRIPT"] = str(script)
     out = subprocess.run(
-        [sys.executable, "-c", TICK_CHILD, "gpu" if gpu else "plain", str(seconds)],
+        [
+            sys.executable,
+            "-c",
+            TICK_CHILD,
+            "gpu" if gpu else "plain",
+            str(seconds),
+            json.dumps(UNBUDGETED),
+        ],
         capture_output=True,
         text=True,
         env=env,

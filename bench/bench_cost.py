@@ -21,6 +21,7 @@ from typing import Any
 
 import stroboscope
 from bench_common import (
+    UNBUDGETED,
     BenchResult,
     Floor,
     OtherLoad,
@@ -64,7 +65,9 @@ def _time_call(fn: Any, seconds: float) -> float:
 def _make_sampler(cpu_window: float | None) -> stroboscope.Sampler:
     """A stopped sampler of the seed sources; ``cpu_window=None`` keeps the package default."""
     kwargs: dict[str, Any] = {} if cpu_window is None else {"cpu_window": cpu_window}
-    return stroboscope.Sampler(0.001, sources=SEED_SOURCES, capacity=1 << 16, **kwargs)
+    return stroboscope.Sampler(
+        0.001, sources=SEED_SOURCES, capacity=1 << 16, **kwargs, **UNBUDGETED
+    )
 
 
 def _split(
@@ -279,7 +282,7 @@ def _process_cpu_s() -> float:
 
 def _strobo_all_in(seconds: float) -> float:
     """ns of process CPU per row of the default set at 1 kHz, the main thread asleep."""
-    s = stroboscope.Sampler(0.001, capacity=1 << 16)
+    s = stroboscope.Sampler(0.001, capacity=1 << 16, **UNBUDGETED)
     try:
         c0 = _process_cpu_s()
         s.start()

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import stroboscope
 from bench_common import (
     QUIET_CORES,
+    UNBUDGETED,
     BenchResult,
     Floor,
     OtherLoad,
@@ -111,7 +112,7 @@ class _BusyModes:
 
     def strobo(self, n: int) -> dict[str, Any]:
         """The workload beside stroboscope at 1 kHz with the default sources."""
-        s = stroboscope.Sampler(0.001)
+        s = stroboscope.Sampler(0.001, **UNBUDGETED)
         j0 = cpu_jiffies()
         s.start()
         t0 = time.perf_counter()
@@ -312,7 +313,7 @@ def run_10khz(floor: Floor, repeats: int, seconds: float) -> BenchResult:
     psutil_rates: list[float] = []
     for r in range(repeats):
         log(f"bench 3: repeat {r + 1}/{repeats}")
-        s = stroboscope.Sampler(0.0001, sources=["process"], capacity=1 << 16)
+        s = stroboscope.Sampler(0.0001, sources=["process"], capacity=1 << 16, **UNBUDGETED)
         load = OtherLoad()
         j0 = cpu_jiffies()
         t0 = time.perf_counter()

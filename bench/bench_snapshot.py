@@ -19,7 +19,17 @@ import time
 
 import numpy as np
 import stroboscope
-from bench_common import BenchResult, OtherLoad, Row, fmt_bytes, fmt_ns, log, median, verdict
+from bench_common import (
+    UNBUDGETED,
+    BenchResult,
+    OtherLoad,
+    Row,
+    fmt_bytes,
+    fmt_ns,
+    log,
+    median,
+    verdict,
+)
 
 ROWS = 1 << 20
 TARGET_RATIO = 2.0
@@ -28,7 +38,7 @@ TARGET_RATIO = 2.0
 def run(repeats: int) -> BenchResult:
     """Fill the ring, then time ``repeats`` snapshots and as many copies; report medians."""
     res = BenchResult("4. snapshot of 1M rows to Arrow")
-    s = stroboscope.Sampler(0.001, capacity=ROWS)
+    s = stroboscope.Sampler(0.001, capacity=ROWS, **UNBUDGETED)
     log(f"bench 4: filling {ROWS:,} rows with run_ticks_inline (default sources)")
     fill_ns = s._core.run_ticks_inline(ROWS)
     st = s.stats()

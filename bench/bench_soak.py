@@ -17,7 +17,17 @@ import sys
 import time
 from typing import Any
 
-from bench_common import BENCH_DIR, BenchResult, OtherLoad, Row, fmt_bytes, log, rss_bytes, verdict
+from bench_common import (
+    BENCH_DIR,
+    UNBUDGETED,
+    BenchResult,
+    OtherLoad,
+    Row,
+    fmt_bytes,
+    log,
+    rss_bytes,
+    verdict,
+)
 
 TARGET_GROWTH_BYTES = 1 << 20
 
@@ -26,7 +36,7 @@ def soak(seconds: float, progress: bool = True) -> dict[str, Any]:
     """Run the soak in this process; returns baseline/end/max RSS, a trace and sampler stats."""
     import stroboscope
 
-    s = stroboscope.Sampler(0.001)
+    s = stroboscope.Sampler(0.001, **UNBUDGETED)
     s.start()
     t0 = time.monotonic()
     rows = lost = 0

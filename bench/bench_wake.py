@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import stroboscope
-from bench_common import OtherLoad, cpu_model, log
+from bench_common import UNBUDGETED, OtherLoad, cpu_model, log
 from bench_rate import busy_loop, calibrate
 from psutil_baseline import psutil_thread_cost
 
@@ -123,7 +123,7 @@ def _process_cpu_ns() -> int:
 def _strobo(interval: float, seconds: float, sources: Any = None) -> dict[str, Any]:
     """A sampler for ``seconds``, the main thread asleep: all-in CPU per tick and per source."""
     kw: dict[str, Any] = {} if sources is None else {"sources": sources}
-    s = stroboscope.Sampler(interval, capacity=1 << 16, **kw)
+    s = stroboscope.Sampler(interval, capacity=1 << 16, **kw, **UNBUDGETED)
     try:
         c0 = _process_cpu_ns()
         s.start()
@@ -211,7 +211,7 @@ def run_busy(floor: FloorLib, rounds: int, work_s: float) -> dict[str, Any]:
         other = OtherLoad()
         res["none"].append({"seconds": timed(), "other": other.cores()})
         other = OtherLoad()
-        s = stroboscope.Sampler(0.001, capacity=1 << 16)
+        s = stroboscope.Sampler(0.001, capacity=1 << 16, **UNBUDGETED)
         s.start()
         sec = timed()
         s.stop()

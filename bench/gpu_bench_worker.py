@@ -13,6 +13,8 @@ import time
 from functools import partial
 from typing import Any, Callable
 
+from bench_common import UNBUDGETED
+
 # The batch of nvmlDeviceGetFieldValues, as nvml_source_state.hpp builds it.
 FIELD_IDS = (186, 190, 83, 197, 198, 3, 4)  # power instant, limit, energy, PCIe tx/rx, ECC s/d
 # NVML codes after which the source stops asking (nvml_internal.hpp, classify()).
@@ -58,6 +60,7 @@ def measure_stroboscope(
         gpu_samples=False,
         gpus=gpus,
         capacity=1 << 16,
+        **UNBUDGETED,
     )
     before = set(_task_runtime_ns())
     reads0 = _fake_reads(fake)

@@ -48,6 +48,8 @@ from ctypes import byref, c_int, c_uint, c_ulonglong
 from functools import partial
 from typing import Any, Callable
 
+from bench_common import UNBUDGETED
+
 # bench/ is on sys.path when run as a script
 from gpu_bench_worker import _task_runtime_ns
 from gpu_check_latency import _ctypes_probe, _ns, check_latency, time_call
@@ -62,7 +64,7 @@ from gpu_nvml import NVML_SUCCESS, SAMPLE_KINDS, FieldValue, Nvml, Sample, value
 
 def check_rate(stroboscope: Any, interval: float, seconds: float, samples: bool) -> dict[str, Any]:
     """Run the gpu source polled every ``interval`` s; readings/s, age at copy, poll-thread CPU."""
-    s = stroboscope.Sampler(interval, sources={"gpu": interval}, gpu_samples=samples)
+    s = stroboscope.Sampler(interval, sources={"gpu": interval}, gpu_samples=samples, **UNBUDGETED)
     before = set(_task_runtime_ns())
     s.start()
     t0 = time.perf_counter()

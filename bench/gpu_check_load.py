@@ -17,6 +17,7 @@ import time
 from ctypes import byref, c_ulonglong
 from typing import Any
 
+from bench_common import UNBUDGETED
 from gpu_nvml import NVML_SUCCESS, Nvml  # bench/ is on sys.path when run as a script
 
 PROC_SOURCES = ["cpu", "memory", "network", "process"]
@@ -32,7 +33,7 @@ def check_tick(stroboscope: Any, seconds: float) -> list[dict[str, Any]]:
         ("/proc only", dict.fromkeys(PROC_SOURCES)),
         ("/proc + gpu every 10 ms", {**dict.fromkeys(PROC_SOURCES), "gpu": 0.01}),
     ):
-        s = stroboscope.Sampler(0.001, sources=sources, gpu_samples=False)
+        s = stroboscope.Sampler(0.001, sources=sources, gpu_samples=False, **UNBUDGETED)
         with s:
             time.sleep(seconds)
         st = s.stats()
@@ -70,7 +71,7 @@ def check_energy_windows(
 ) -> list[dict[str, Any]]:
     """Energy windows of the given lengths, ours beside the direct counter difference."""
     handles = [nv.device(i) for i in range(count)]
-    s = stroboscope.Sampler(0.001, sources={"gpu": 0.005}, gpu_samples=False)
+    s = stroboscope.Sampler(0.001, sources={"gpu": 0.005}, gpu_samples=False, **UNBUDGETED)
     rows = []
     print(
         "\n  | GPU | window ms | ours J | ± J | method | mean W | direct J (Zeus way) "

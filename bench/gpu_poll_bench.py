@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import OtherLoad, cpu_model, log, machine
+from bench_common import UNBUDGETED, OtherLoad, cpu_model, log, machine
 from gpu_bench import compile_fake
 from gpu_bench import fake_script as base_script
 from gpu_bench_worker import _task_runtime_ns
@@ -168,7 +168,9 @@ def measure_sampler(with_gpu: bool, opts: dict[str, Any]) -> dict[str, Any]:
         # In a mapping None means every tick: without --gpm-interval, the source's own plan.
         spec["gpu_gpm"] = opts["gpm_interval"] or _resolution_s("gpu_gpm")
     capacity = 1 << max(10, math.ceil(math.log2(opts["seconds"] / interval * 1.2 + 1)))
-    s = stroboscope.Sampler(interval, sources=spec, gpu_samples=with_gpu, capacity=capacity)
+    s = stroboscope.Sampler(
+        interval, sources=spec, gpu_samples=with_gpu, capacity=capacity, **UNBUDGETED
+    )
     before = set(_task_runtime_ns())
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     reads0 = _fake_calls("nvmlDeviceGetFieldValues", opts["devices"]) if with_gpu else None

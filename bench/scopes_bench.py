@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import stroboscope.scopes as scopes
+from bench_common import UNBUDGETED
 from stroboscope import _core
 from stroboscope.recording.sampler import Sampler
 
@@ -94,7 +95,9 @@ def _inside_fraction(edge_rows: bool, regions: int = 1000) -> float:
     """Share of 200 µs regions (200 µs apart) with a row inside them, sampling at 1 kHz."""
     import numpy as np
 
-    with Sampler(0.001, sources=["memory"], edge_rows=edge_rows, capacity=1 << 14) as s:
+    with Sampler(
+        0.001, sources=["memory"], edge_rows=edge_rows, capacity=1 << 14, **UNBUDGETED
+    ) as s:
         for _ in range(regions):
             with scopes.annotate("short"):
                 end = time.perf_counter() + 0.0002
@@ -130,7 +133,7 @@ def main() -> None:
         ("disabled: decorated call - plain call", _per_call_ns(_calls(decorated), n, reps) - plain)
     )
 
-    with Sampler(0.001, sources=["memory"], capacity=1 << 12):
+    with Sampler(0.001, sources=["memory"], capacity=1 << 12, **UNBUDGETED):
         rows.append(("enabled: with a kept scope", _per_call_ns(_with(kept), n, reps) - loop))
         rows.append(("enabled: with annotate('step')", _per_call_ns(_with_new, n, reps) - loop))
         scoped = _per_call_ns(_calls(decorated), n, reps)
@@ -147,7 +150,7 @@ def main() -> None:
         elapsed = time.perf_counter_ns() - t0
         batch = _core.events_read(first, _core.events_written())
         lost, kept_edges = int(batch.lost), len(batch)
-    with Sampler(0.001, sources=["memory"], capacity=1 << 12, edge_rows=True) as s:
+    with Sampler(0.001, sources=["memory"], capacity=1 << 12, edge_rows=True, **UNBUDGETED) as s:
         rows.append(
             (
                 "enabled + edge rows: with a kept scope",
