@@ -189,3 +189,26 @@ def test_a_dataset_rank_gets_the_commands_scopes(
     assert report.step == "step"
     (row,) = report.rows
     assert row.step is not None and row.step.count == 2
+
+
+def test_edges_a_lapped_events_ring_lost_are_counted_in_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A ring of 64 edges for the command's process, and 200 calls (400 edges) in it: the
+    # first 336 are overwritten before the end reads the file, and the summary says so.
+    monkeypatch.setenv("STROBOSCOPE_EVENTS_CAPACITY", "64")
+    calls = (
+        "import stroboscope\n"
+        "for _ in range(200):\n"
+        "    with stroboscope.annotate('s'):\n"
+        "        pass\n"
+    )
+    out = tmp_path / "run.parquet"
+    code = main(["record", "--interval", "0.01", "-o", str(out), "--", sys.executable, "-c", calls])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "scopes: 32 calls recorded to " in text
+    assert "; 336 scope edges lost (a process's events ring lapped" in text
+    assert "STROBOSCOPE_EVENTS_CAPACITY sets a larger ring" in text
+    prov = from_schema(pq.read_schema(tmp_path / "run.scopes.parquet")) or {}
+    assert prov["events"]["lost"] == 336 and prov["rows"] == 32

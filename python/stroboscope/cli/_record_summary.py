@@ -66,17 +66,27 @@ def _print_summary(
 
 
 def _scopes_line(args: argparse.Namespace, done: _finish.Finished) -> str:
-    """The summary's line on the scopes the recorded processes called."""
+    """The summary's line on the scopes the recorded processes called (and the edges lost)."""
+    from stroboscope.formats.shared_events import EVENTS_CAPACITY_ENV
+
+    lost = (
+        f"; {done.scope_edges_lost:,} scope edges lost (a process's events ring lapped before the "
+        f"end read it, or an edge was never finished): {EVENTS_CAPACITY_ENV} sets a larger ring"
+        if done.scope_edges_lost
+        else ""
+    )
     if done.scope_calls == 0:
         return (
             "scopes: none called (stroboscope.annotate, or NVTX ranges, in the command and the "
-            "processes it starts are recorded)"
+            "processes it starts are recorded)" + lost
         )
     where = [p for p in (done.scopes,) if p is not None]
     if args.dataset is not None:
         where.append(f"the scopes of dataset {args.dataset}")
-    return f"scopes: {done.scope_calls} calls recorded" + (
-        f" to {' and '.join(where)}" if where else ""
+    return (
+        f"scopes: {done.scope_calls} calls recorded"
+        + (f" to {' and '.join(where)}" if where else "")
+        + lost
     )
 
 

@@ -86,6 +86,9 @@ class Finished:
         scope was called, or there is no ``path``).
     scope_calls : int
         Scope calls recorded (rows of the scope intervals), in every process.
+    scope_edges_lost : int
+        Edges the shared events' reader counted lost (overwritten when a process's events ring
+        lapped before the end read it, dropped, or never published).
     """
 
     path: str | None
@@ -95,6 +98,7 @@ class Finished:
     span_s: float | None = None
     scopes: str | None = None
     scope_calls: int = 0
+    scope_edges_lost: int = 0
 
 
 def prepare(sampler: Sampler) -> None:
@@ -197,7 +201,9 @@ def finish(
         shutil.rmtree(events_dir, ignore_errors=True)
     path = None if output is None else os.fspath(output)
     text, span = (None, None) if figures is None else figures
-    return Finished(path, rows, columns, text, span, scopes, intervals.num_rows)
+    lost = _events_counts(intervals).get("lost", 0)
+    lost = lost if isinstance(lost, int) else 0
+    return Finished(path, rows, columns, text, span, scopes, intervals.num_rows, lost)
 
 
 def read_shared_intervals(events_dir: str | os.PathLike[str]) -> pa.Table:
