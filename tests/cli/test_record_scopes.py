@@ -18,6 +18,7 @@ import pytest
 from _scope_tables import intervals
 from stroboscope.cli import main
 from stroboscope.export.cluster_report import build_cluster_report
+from stroboscope.formats import shared_events_drain
 from stroboscope.formats.provenance import from_schema
 from stroboscope.formats.shared_events import EVENTS_DIR_ENV, NVTX_INJECTION_ENV
 from stroboscope.recording import _finish
@@ -191,24 +192,52 @@ def test_a_dataset_rank_gets_the_commands_scopes(
     assert row.step is not None and row.step.count == 2
 
 
+def _record_in_a_ring_of_64(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    drain_s: float,
+    bursts: int,
+    calls: int,
+) -> tuple[str, dict[str, Any]]:
+    """``record`` of a command whose process has a ring of 64 edges and makes ``bursts`` bursts
+    of ``calls`` calls 0.3 s apart, drained every ``drain_s``: the summary's scopes line and the
+    scopes file's provenance."""
+    monkeypatch.setenv("STROBOSCOPE_EVENTS_CAPACITY", "64")
+    monkeypatch.setattr(shared_events_drain, "DRAIN_INTERVAL_S", drain_s)
+    command = (
+        "import time, stroboscope\n"
+        f"for burst in range({bursts}):\n"
+        f"    for _ in range({calls}):\n"
+        "        with stroboscope.annotate('s'):\n"
+        "            pass\n"
+        f"    time.sleep(0.3 if burst < {bursts - 1} else 0)\n"
+    )
+    out = tmp_path / "run.parquet"
+    argv = ["record", "--interval", "0.01", "-o", str(out), "--", sys.executable, "-c", command]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    line = next(ln for ln in lines if ln.startswith("scopes: "))
+    return line, from_schema(pq.read_schema(tmp_path / "run.scopes.parquet")) or {}
+
+
 def test_edges_a_lapped_events_ring_lost_are_counted_in_the_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A ring of 64 edges for the command's process, and 200 calls (400 edges) in it: the
-    # first 336 are overwritten before the end reads the file, and the summary says so.
-    monkeypatch.setenv("STROBOSCOPE_EVENTS_CAPACITY", "64")
-    calls = (
-        "import stroboscope\n"
-        "for _ in range(200):\n"
-        "    with stroboscope.annotate('s'):\n"
-        "        pass\n"
-    )
-    out = tmp_path / "run.parquet"
-    code = main(["record", "--interval", "0.01", "-o", str(out), "--", sys.executable, "-c", calls])
-    assert code == 0
-    text = capsys.readouterr().out
-    assert "scopes: 32 calls recorded to " in text
-    assert "; 336 scope edges lost (a process's events ring lapped" in text
-    assert "STROBOSCOPE_EVENTS_CAPACITY sets a larger ring" in text
-    prov = from_schema(pq.read_schema(tmp_path / "run.scopes.parquet")) or {}
+    # 200 calls (400 edges) at once, polled only at the end: the first 336 are overwritten
+    # before the end reads the file, and the summary says so.
+    line, prov = _record_in_a_ring_of_64(tmp_path, monkeypatch, capsys, 3600.0, 1, 200)
+    assert line.startswith("scopes: 32 calls recorded to ")
+    assert "; 336 scope edges lost (a process's events ring lapped" in line
+    assert line.endswith("STROBOSCOPE_EVENTS_CAPACITY sets a larger ring")
     assert prov["events"]["lost"] == 336 and prov["rows"] == 32
+
+
+def test_the_commands_events_are_drained_while_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 5 bursts of 10 calls (20 edges) 0.3 s apart, polled every 50 ms: all 50 calls recorded,
+    # none lost.
+    line, prov = _record_in_a_ring_of_64(tmp_path, monkeypatch, capsys, 0.05, 5, 10)
+    assert line.startswith("scopes: 50 calls recorded to ") and "lost" not in line
+    assert prov["events"]["lost"] == 0 and prov["rows"] == 50

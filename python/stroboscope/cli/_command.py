@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from typing import Any
 
 from stroboscope.scopes._outside import command_environment
 
@@ -164,16 +165,29 @@ class Events:
         self.env: dict[str, str] | None = None
         self.dir: str | None = None
         self.owned = command
+        self._drain: Any = None  # an EventsDrain while the command's files are drained
         if command:
             self.dir = tempfile.mkdtemp(prefix="stroboscope-events-")
             self.env = command_environment(
                 self.dir, nvtx=not args.no_nvtx, edge_counters=args.edge_counters
             )
+            # The files are drained while the command runs: a ring that laps loses nothing
+            # a poll reached first.
+            from stroboscope.formats.shared_events_drain import EventsDrain
+
+            self._drain = EventsDrain(self.dir).start()
         elif args.pid is not None:
             self.dir = events_dir_of(args.pid)
 
+    def stop_drain(self) -> None:
+        """The last poll of the events files, before the end reads them (once)."""
+        if self._drain is not None:
+            self._drain.stop()
+            self._drain = None
+
     def remove(self) -> None:
         """Remove the directory if it is this run's (nothing otherwise, or when it is gone)."""
+        self.stop_drain()
         if self.owned and self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
 

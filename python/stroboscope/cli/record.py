@@ -216,6 +216,7 @@ def _record_with(
     # time, with what the sampler knows of the run (the spool's header does not).
     parts = sampler.dataset_status
     stranded = args.output is None and parts is not None and parts.rows_unwritten > 0
+    events.stop_drain()  # the command's edges drained once more, then read by the finish
     try:
         done = _finish.finish(
             sampler,

@@ -30,6 +30,10 @@ without records of kinds 3 and 4, is read too):
   work: not read).
 - strings: the interned strings by id (id 0 is ``""``), each a u32 byte length and its UTF-8.
 
+Beside a file, ``<file>.drained`` holds the records a recorder drained while the writer ran
+(:mod:`stroboscope.formats.shared_events_drain`); the reader takes them with the ring's, each
+index once, so a ring that lapped loses only what no poll reached.
+
 The records of the ring (slots and states) are decoded in
 :mod:`stroboscope.formats.shared_events_records`; this module reads the header, the strings and
 the files of a directory.
@@ -227,7 +231,7 @@ def read_events_file(path: str | os.PathLike[str]) -> tuple[pa.Table, FileCounts
         if why:
             counts.damaged = why
             return empty, counts
-        rec = read_records(fd, h, st.st_size, counts)
+        rec = read_records(fd, h, st.st_size, counts, _drained(p))
         strings = _strings(fd, h, st.st_size, counts)
     finally:
         os.close(fd)
@@ -249,6 +253,13 @@ def read_events_file(path: str | os.PathLike[str]) -> tuple[pa.Table, FileCounts
         schema=EVENTS_SCHEMA,
     )
     return table, counts
+
+
+def _drained(path: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
+    """What a recorder's drain kept of the file (:mod:`.shared_events_drain`), None without."""
+    from stroboscope.formats.shared_events_drain import read_drained
+
+    return read_drained(path)
 
 
 def events_files(path: str | os.PathLike[str]) -> list[str]:

@@ -28,7 +28,9 @@ __all__ = [
     "COUNTER_COLUMNS",
     "END",
     "RECORD_BYTES",
+    "decode_records",
     "read_records",
+    "ring_words",
     "split_counters",
 ]
 
@@ -40,8 +42,11 @@ COUNTER_COLUMNS = ("cpu_ns", "minflt", "majflt", "nvcsw", "nivcsw")
 faults and voluntary and involuntary context switches."""
 
 
-def read_records(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> dict[str, Any]:
-    """The published records of the file's ring, in index order, as arrays."""
+def ring_words(
+    fd: int, h: dict[str, Any], size: int, counts: FileCounts
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The published records of the file's ring as they lie: their indices (u64) and their four
+    words each (an ``(n, 4)`` u64 array), in slot order."""
     cap = int(h["capacity"])
     states_at, slots_at = int(h["states"]), int(h["slots"])
     held = max(0, min(cap, (size - states_at) // 8))  # states the file still has
@@ -69,6 +74,35 @@ def read_records(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> d
         same = s2[slot] == s1[slot] if len(s2) == held else np.zeros(len(slot), bool)
         slot, index = slot[same], index[same]
         words = words[slot]
+    return index, words
+
+
+def read_records(
+    fd: int,
+    h: dict[str, Any],
+    size: int,
+    counts: FileCounts,
+    drained: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None,
+) -> dict[str, Any]:
+    """The published records of the file's ring, with those a drain kept of it (``drained``:
+    indices and words, see :mod:`stroboscope.formats.shared_events_drain`), each index once, in
+    index order, as arrays."""
+    index, words = ring_words(fd, h, size, counts)
+    if drained is not None and len(drained[0]):
+        index = np.concatenate([drained[0], index])
+        words = np.concatenate([drained[1], words])
+        index, first = np.unique(index, return_index=True)  # the same record, read twice
+        words = words[first]
+    return decode_records(index, words, h, counts)
+
+
+def decode_records(
+    index: np.ndarray[Any, Any], words: np.ndarray[Any, Any], h: dict[str, Any], counts: FileCounts
+) -> dict[str, Any]:
+    """Records (distinct indices and their words) decoded, in index order; ``counts`` gets the
+    indices missing between the file's first index and its last record (``lost``) and, of
+    those, the ones a later lap of the ring overwrote (``overwritten``)."""
+    cap = int(h["capacity"])
     kind = ((words[:, 3] >> np.uint64(48)) & np.uint64(0xFF)).astype(np.uint8)
     good = (kind >= BEGIN) & (kind <= (END if h["version"] == 1 else COUNTERS_RUSAGE))
     if not good.all() and not counts.damaged:
@@ -77,9 +111,12 @@ def read_records(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> d
     order = np.argsort(index, kind="stable")
     words, index, kind = words[order], index[order], kind[order]
     if len(index):
-        span = int(index[-1]) + 1 - int(h["first_index"])
-        counts.overwritten = max(0, span - cap)
-        counts.lost = span - len(index)
+        first, last = int(h["first_index"]), int(index[-1])
+        counts.lost = last + 1 - first - len(index)
+        # Missing below the ring's oldest slot (last - cap + 1): overwritten by a later lap.
+        below = last + 1 - cap - first
+        if below > 0:
+            counts.overwritten = below - int(np.searchsorted(index, np.uint64(last + 1 - cap)))
     thread = (words[:, 3] & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
     edge, counters = split_counters(kind, thread, words[:, 0], words[:, 1], words[:, 2])
     words, index, kind, thread = words[edge], index[edge], kind[edge], thread[edge]

@@ -1,0 +1,244 @@
+"""Shared events, drained while their writers run: a recorder reads each events file's new
+records every second or so and appends them to a file beside it, so a process that writes more
+edges than its ring holds (NVTX ranges around every op of a long run can, in seconds) loses none
+that the drain reached before the ring lapped over them.
+
+- ``<events file>.drained`` (beside ``<pid>.<producer>[.<n>].sev``): records of five u64
+  (little-endian): the record's index, then its four words as the ring holds them
+  (:mod:`stroboscope.formats.shared_events_records`). Append-only, written by one drain; a
+  reader takes whole records (a torn tail is a write the drain did not finish) and each index
+  once (the end's read of the ring may hold the same records again).
+
+A poll reads the states of the ring from the slot after the last record it appended, a chunk at
+a time, while a chunk holds records newer than that: the work of a poll follows what was
+written since the previous one, not the ring's size. A record still being written is looked at
+again at the next polls (a writer killed there never publishes it: it is given up after two); a
+record the writer published after a poll passed its slot, or one overwritten before a poll
+reached it, is read at the end from the ring if it is still there, and counted lost otherwise.
+Never raises for a file's content; a file that cannot be read is skipped until the next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stroboscope._base.files import pread_full
+from stroboscope.formats.shared_events import (
+    FILE_SUFFIX,
+    HEADER_BYTES,
+    MAGIC,
+    _check_header,
+    _header,
+    events_files,
+)
+from stroboscope.formats.shared_events_records import RECORD_BYTES
+
+__all__ = ["DRAINED_SUFFIX", "DRAIN_INTERVAL_S", "EventsDrain", "FileDrain", "read_drained"]
+
+_LOG = logging.getLogger("stroboscope")
+
+DRAINED_SUFFIX = ".drained"
+_WORDS = 5  # index + the record's four words
+_FIRST_CHUNK, _CHUNK = 1 << 10, 1 << 16  # slots per read of the states: 8 KiB, growing to 512
+DRAIN_INTERVAL_S = 1.0
+"""Seconds between a recorder's polls of its events files (a ring of 2**20 edges laps in 10 s at
+100,000 edges a second)."""
+_HOLD_POLLS = 2  # polls a record being written is waited for
+
+
+def read_drained(events_file: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
+    """The records a drain kept of ``events_file`` (indices, ``(n, 4)`` words), None without."""
+    try:
+        with open(events_file + DRAINED_SUFFIX, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    whole = len(raw) // (8 * _WORDS)
+    rec = np.frombuffer(raw[: whole * 8 * _WORDS], dtype="<u8").reshape(-1, _WORDS)
+    return rec[:, 0].copy(), rec[:, 1:].copy()
+
+
+@dataclass
+class FileDrain:
+    """One events file's drain: where it stands in the ring, and its ``.drained`` file."""
+
+    path: str
+    fd: int = -1
+    out: int = -1
+    cap: int = 0
+    states: int = 0
+    slots: int = 0
+    next: int = -1  # the index after the last record appended (-1: header not read yet)
+    pending: dict[int, int] = field(default_factory=dict)  # index being written -> polls seen
+    appended: int = 0
+
+    def poll(self) -> int:
+        """Append the records published since the last poll; how many were appended."""
+        if self.next < 0 and not self._open():
+            return 0
+        got: list[np.ndarray[Any, Any]] = [self._retry_pending()]
+        pos, chunk = self.next, _FIRST_CHUNK  # a quiet file costs one small read
+        while pos < self.next + self.cap:
+            slot0 = pos & (self.cap - 1)
+            n = min(chunk, self.cap - slot0, self.next + self.cap - pos)  # each slot once
+            fresh, seen = self._chunk(slot0, n, self.next)
+            got.append(fresh)
+            if not seen:
+                break
+            pos += n
+            chunk = min(chunk * 8, _CHUNK)
+        records = np.concatenate(got) if got else np.zeros((0, _WORDS), "<u8")
+        if len(records):
+            os.write(self.out, records.astype("<u8").tobytes())
+            self.next = max(self.next, int(records[:, 0].max()) + 1)
+            self.appended += len(records)
+        return len(records)
+
+    def _open(self) -> bool:
+        """Read the header (the file's writer wrote its magic last) and open the output."""
+        try:
+            if self.fd < 0:
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            raw = pread_full(self.fd, HEADER_BYTES, 0)
+        except OSError:
+            return False
+        if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
+            return False  # not written whole yet: the next poll looks again
+        h = _header(raw)
+        if _check_header(h):
+            return False
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            self.out = os.open(self.path + DRAINED_SUFFIX, flags, 0o600)
+        except OSError:
+            return False
+        self.cap, self.states, self.slots = int(h["capacity"]), int(h["states"]), int(h["slots"])
+        self.next = int(h["first_index"])
+        return True
+
+    def _chunk(self, slot0: int, n: int, low: int) -> tuple[np.ndarray[Any, Any], bool]:
+        """Records published at slots [slot0, slot0 + n) with index >= ``low``, and whether the
+        chunk held any record that new (published or being written)."""
+        s1 = self._states(slot0, n)
+        if s1 is None:
+            return np.zeros((0, _WORDS), "<u8"), False
+        index = (s1 >> np.uint64(1)) - np.uint64(1)
+        mine = (s1 != 0) & (index >= np.uint64(low))
+        mine &= (index & np.uint64(self.cap - 1)) == np.arange(slot0, slot0 + n, dtype=np.uint64)
+        busy = mine & (s1 & np.uint64(1) == 1)
+        for i in index[busy].tolist():
+            self.pending.setdefault(int(i), 0)
+        at = np.flatnonzero(mine & ~busy)
+        return self._records(slot0, at, s1), bool(mine.any())
+
+    def _states(self, slot0: int, n: int) -> np.ndarray[Any, Any] | None:
+        try:
+            raw = pread_full(self.fd, n * 8, self.states + slot0 * 8)
+        except OSError:
+            return None
+        return np.frombuffer(raw[: len(raw) // 8 * 8], dtype="<u8")
+
+    def _records(
+        self, slot0: int, at: np.ndarray[Any, Any], s1: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]:
+        """The records at chunk offsets ``at``, kept only where their state did not change
+        while they were read (the writer may have lapped over them meanwhile)."""
+        if not len(at):
+            return np.zeros((0, _WORDS), "<u8")
+        hi = int(at.max()) + 1
+        try:
+            body = pread_full(self.fd, hi * RECORD_BYTES, self.slots + slot0 * RECORD_BYTES)
+        except OSError:
+            return np.zeros((0, _WORDS), "<u8")
+        whole = len(body) // RECORD_BYTES
+        at = at[at < whole]
+        words = np.frombuffer(body[: whole * RECORD_BYTES], dtype="<u8").reshape(-1, 4)[at]
+        s2 = self._states(slot0, hi)
+        if s2 is None or len(s2) < hi:
+            return np.zeros((0, _WORDS), "<u8")
+        same = s2[at] == s1[at]
+        out = np.empty((int(same.sum()), _WORDS), dtype="<u8")
+        out[:, 0] = (s1[at][same] >> np.uint64(1)) - np.uint64(1)
+        out[:, 1:] = words[same]
+        return out
+
+    def _retry_pending(self) -> np.ndarray[Any, Any]:
+        """The records that were being written at an earlier poll and are published now."""
+        got = []
+        for index, polls in list(self.pending.items()):
+            slot = index & (self.cap - 1)
+            s1 = self._states(slot, 1)
+            state = None if s1 is None or not len(s1) else int(s1[0])
+            if s1 is not None and state == (index + 1) << 1:
+                got.append(self._records(slot, np.zeros(1, np.int64), s1))
+                del self.pending[index]
+            elif state != ((index + 1) << 1) | 1 or polls + 1 >= _HOLD_POLLS:
+                del self.pending[index]  # overwritten, or its writer never finishes it
+            else:
+                self.pending[index] = polls + 1
+        return np.concatenate(got) if got else np.zeros((0, _WORDS), "<u8")
+
+    def close(self) -> None:
+        for fd in (self.fd, self.out):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self.out = -1
+
+
+class EventsDrain:
+    """Drains every events file of ``directory`` every ``interval`` seconds on a thread of its
+    own, until :meth:`stop` (which drains once more). A failing poll is logged once and never
+    stops the next, nor the recording."""
+
+    def __init__(self, directory: str, interval: float | None = None) -> None:
+        self.directory = directory
+        self.interval = DRAIN_INTERVAL_S if interval is None else interval
+        self.files: dict[str, FileDrain] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed = False
+
+    def start(self) -> EventsDrain:
+        self._thread = threading.Thread(
+            target=self._run, name="stroboscope-events-drain", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def poll(self) -> int:
+        """One pass over the directory's files; the records appended."""
+        total = 0
+        try:
+            for path in events_files(self.directory):
+                if path.endswith(FILE_SUFFIX):
+                    if path not in self.files:
+                        self.files[path] = FileDrain(path)
+                    total += self.files[path].poll()
+        except (OSError, ValueError) as exc:  # the directory went away: the end reads what is left
+            if not self._failed:
+                _LOG.warning(
+                    "stroboscope: the scope events of %s were not drained (%s)", self.directory, exc
+                )
+                self._failed = True
+        return total
+
+    def stop(self) -> int:
+        """Stop the thread and drain once more; the records appended in all."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self.poll()
+        for f in self.files.values():
+            f.close()
+        return sum(f.appended for f in self.files.values())

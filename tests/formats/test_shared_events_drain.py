@@ -1,0 +1,95 @@
+"""The shared events drained while their writer runs: a ring of 64 edges and 400 edges written
+in bursts, a poll between bursts: every edge reads back once, none lost; the same without the
+polls keeps the last 64. The drained file's torn tail, and a file whose header is not written
+yet, are waited for, never guessed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from _shared_events import start
+from stroboscope.formats.shared_events import (
+    EVENTS_CAPACITY_ENV,
+    read_events_dir,
+    read_events_file,
+)
+from stroboscope.formats.shared_events_drain import DRAINED_SUFFIX, EventsDrain, FileDrain
+
+# 10 bursts of 10 outer calls with an inner one each (40 edges, in a ring of 64); after each
+# the writer says so and waits for a line.
+BURSTS = """
+import sys, stroboscope
+for burst in range(10):
+    for i in range(10):
+        with stroboscope.annotate("outer"):
+            with stroboscope.annotate("inner", burst=burst):
+                pass
+    print(burst, flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _write(d: Path, poll: EventsDrain | None) -> None:
+    """The writer's 10 bursts (400 edges), ``poll`` drained after each."""
+    env = {EVENTS_CAPACITY_ENV: "64"}
+    os.environ.update(env)
+    try:
+        proc = start(BURSTS, d, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    finally:
+        del os.environ[EVENTS_CAPACITY_ENV]
+    assert proc.stdin is not None and proc.stdout is not None
+    with proc, proc.stdin, proc.stdout:
+        for burst in range(10):
+            assert proc.stdout.readline().strip() == str(burst)
+            if poll is not None:
+                assert poll.poll() == 40  # the burst's 40 edges
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        assert proc.wait(timeout=60) == 0
+
+
+def _counts(d: Path) -> dict[str, int]:
+    table = read_events_dir(d)
+    (counts,) = json.loads(table.schema.metadata[b"events_files"])
+    return {"rows": table.num_rows, **{k: counts[k] for k in ("lost", "overwritten")}}
+
+
+def test_a_drained_ring_loses_nothing_a_poll_reached(tmp_path: Path) -> None:
+    drained, plain = tmp_path / "drained", tmp_path / "plain"
+    drained.mkdir()
+    plain.mkdir()
+    drain = EventsDrain(str(drained))
+    _write(drained, drain)
+    assert drain.stop() == 400
+    assert _counts(drained) == {"rows": 400, "lost": 0, "overwritten": 0}
+    table = read_events_dir(drained).to_pydict()
+    assert table["scope"].count("inner") == 200
+    assert sorted(set(table["labels"])) == [""] + [f'{{"burst":"{b}"}}' for b in range(10)]
+    assert table["mono_ns"] == sorted(table["mono_ns"])
+    # the same writer, not drained: the ring's last 64 edges, the rest counted overwritten
+    _write(plain, None)
+    assert _counts(plain) == {"rows": 64, "lost": 336, "overwritten": 336}
+
+
+def test_the_drained_files_torn_tail_and_an_unwritten_header_are_waited_for(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "events"
+    d.mkdir()
+    drain = EventsDrain(str(d))
+    _write(d, drain)
+    drain.stop()
+    (events_file,) = [p for p in d.iterdir() if p.suffix == ".sev"]
+    with open(str(events_file) + DRAINED_SUFFIX, "ab") as f:
+        f.write(b"\x01\x02\x03")  # a write the drain did not finish
+    table, counts = read_events_file(events_file)
+    assert table.num_rows == 400 and counts.lost == 0
+    # a file whose writer has not written its header whole yet: nothing, and asked again
+    early = d / "99999.py.sev"
+    early.write_bytes(b"STRBSEV")
+    waiting = FileDrain(str(early))
+    assert waiting.poll() == 0 and waiting.next == -1
+    waiting.close()
