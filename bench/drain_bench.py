@@ -57,7 +57,9 @@ def main() -> None:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(args.seconds)],
-            env=env, stdout=subprocess.PIPE, text=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
         )
 
         def timed() -> None:
