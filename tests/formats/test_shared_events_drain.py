@@ -16,7 +16,8 @@ from stroboscope.formats.shared_events import (
     read_events_dir,
     read_events_file,
 )
-from stroboscope.formats.shared_events_drain import DRAINED_SUFFIX, EventsDrain, FileDrain
+from stroboscope.formats.shared_events_drain import EventsDrain, FileDrain
+from stroboscope.formats.shared_events_records import DRAINED_SUFFIX
 
 # 10 bursts of 10 outer calls with an inner one each (40 edges, in a ring of 64); after each
 # the writer says so and waits for a line.

@@ -62,6 +62,7 @@ from stroboscope.formats.shared_events_records import (
     COUNTER_COLUMNS,
     END,
     RECORD_BYTES,
+    read_drained,
     read_records,
     split_counters,
 )
@@ -231,7 +232,7 @@ def read_events_file(path: str | os.PathLike[str]) -> tuple[pa.Table, FileCounts
         if why:
             counts.damaged = why
             return empty, counts
-        rec = read_records(fd, h, st.st_size, counts, _drained(p))
+        rec = read_records(fd, h, st.st_size, counts, read_drained(p))
         strings = _strings(fd, h, st.st_size, counts)
     finally:
         os.close(fd)
@@ -253,13 +254,6 @@ def read_events_file(path: str | os.PathLike[str]) -> tuple[pa.Table, FileCounts
         schema=EVENTS_SCHEMA,
     )
     return table, counts
-
-
-def _drained(path: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
-    """What a recorder's drain kept of the file (:mod:`.shared_events_drain`), None without."""
-    from stroboscope.formats.shared_events_drain import read_drained
-
-    return read_drained(path)
 
 
 def events_files(path: str | os.PathLike[str]) -> list[str]:

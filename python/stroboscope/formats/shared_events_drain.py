@@ -3,11 +3,9 @@ records every second or so and appends them to a file beside it, so a process th
 edges than its ring holds (NVTX ranges around every op of a long run can, in seconds) loses none
 that the drain reached before the ring lapped over them.
 
-- ``<events file>.drained`` (beside ``<pid>.<producer>[.<n>].sev``): records of five u64
-  (little-endian): the record's index, then its four words as the ring holds them
-  (:mod:`stroboscope.formats.shared_events_records`). Append-only, written by one drain; a
-  reader takes whole records (a torn tail is a write the drain did not finish) and each index
-  once (the end's read of the ring may hold the same records again).
+The records go to ``<events file>.drained``, append-only, written by one drain (its layout and
+its reader: :data:`stroboscope.formats.shared_events_records.DRAINED_SUFFIX`); the reader of
+the events takes them with the ring's, each index once.
 
 A poll reads the states of the ring from the slot after the last record it appended, a chunk at
 a time, while a chunk holds records newer than that: the work of a poll follows what was
@@ -38,14 +36,12 @@ from stroboscope.formats.shared_events import (
     _header,
     events_files,
 )
-from stroboscope.formats.shared_events_records import RECORD_BYTES
+from stroboscope.formats.shared_events_records import DRAINED_SUFFIX, DRAINED_WORDS, RECORD_BYTES
 
-__all__ = ["DRAINED_SUFFIX", "DRAIN_INTERVAL_S", "EventsDrain", "FileDrain", "read_drained"]
+__all__ = ["DRAIN_INTERVAL_S", "EventsDrain", "FileDrain"]
 
 _LOG = logging.getLogger("stroboscope")
 
-DRAINED_SUFFIX = ".drained"
-_WORDS = 5  # index + the record's four words
 _FIRST_CHUNK, _CHUNK = 1 << 10, 1 << 16  # slots per read of the states: 8 KiB, growing to 512
 DRAIN_INTERVAL_S = 1.0
 """The longest wait between a recorder's polls of its events files, in seconds. A file written
@@ -54,18 +50,6 @@ scopes from one process writes over a million a second), down to :data:`_MIN_WAI
 _MIN_WAIT_S = 0.01
 _FILL = 0.25  # the share of a ring that may fill between two polls
 _HOLD_POLLS = 2  # polls a record being written is waited for
-
-
-def read_drained(events_file: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
-    """The records a drain kept of ``events_file`` (indices, ``(n, 4)`` words), None without."""
-    try:
-        with open(events_file + DRAINED_SUFFIX, "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    whole = len(raw) // (8 * _WORDS)
-    rec = np.frombuffer(raw[: whole * 8 * _WORDS], dtype="<u8").reshape(-1, _WORDS)
-    return rec[:, 0].copy(), rec[:, 1:].copy()
 
 
 @dataclass
@@ -97,7 +81,7 @@ class FileDrain:
                 break
             pos += n
             chunk = min(chunk * 8, _CHUNK)
-        records = np.concatenate(got) if got else np.zeros((0, _WORDS), "<u8")
+        records = np.concatenate(got) if got else np.zeros((0, DRAINED_WORDS), "<u8")
         if len(records):
             os.write(self.out, records.astype("<u8").tobytes())
             self.next = max(self.next, int(records[:, 0].max()) + 1)
@@ -131,7 +115,7 @@ class FileDrain:
         chunk held any record that new (published or being written)."""
         s1 = self._states(slot0, n)
         if s1 is None:
-            return np.zeros((0, _WORDS), "<u8"), False
+            return np.zeros((0, DRAINED_WORDS), "<u8"), False
         index = (s1 >> np.uint64(1)) - np.uint64(1)
         mine = (s1 != 0) & (index >= np.uint64(low))
         mine &= (index & np.uint64(self.cap - 1)) == np.arange(slot0, slot0 + n, dtype=np.uint64)
@@ -154,20 +138,20 @@ class FileDrain:
         """The records at chunk offsets ``at``, kept only where their state did not change
         while they were read (the writer may have lapped over them meanwhile)."""
         if not len(at):
-            return np.zeros((0, _WORDS), "<u8")
+            return np.zeros((0, DRAINED_WORDS), "<u8")
         hi = int(at.max()) + 1
         try:
             body = pread_full(self.fd, hi * RECORD_BYTES, self.slots + slot0 * RECORD_BYTES)
         except OSError:
-            return np.zeros((0, _WORDS), "<u8")
+            return np.zeros((0, DRAINED_WORDS), "<u8")
         whole = len(body) // RECORD_BYTES
         at = at[at < whole]
         words = np.frombuffer(body[: whole * RECORD_BYTES], dtype="<u8").reshape(-1, 4)[at]
         s2 = self._states(slot0, hi)
         if s2 is None or len(s2) < hi:
-            return np.zeros((0, _WORDS), "<u8")
+            return np.zeros((0, DRAINED_WORDS), "<u8")
         same = s2[at] == s1[at]
-        out = np.empty((int(same.sum()), _WORDS), dtype="<u8")
+        out = np.empty((int(same.sum()), DRAINED_WORDS), dtype="<u8")
         out[:, 0] = (s1[at][same] >> np.uint64(1)) - np.uint64(1)
         out[:, 1:] = words[same]
         return out
@@ -186,7 +170,7 @@ class FileDrain:
                 del self.pending[index]  # overwritten, or its writer never finishes it
             else:
                 self.pending[index] = polls + 1
-        return np.concatenate(got) if got else np.zeros((0, _WORDS), "<u8")
+        return np.concatenate(got) if got else np.zeros((0, DRAINED_WORDS), "<u8")
 
     def close(self) -> None:
         for fd in (self.fd, self.out):

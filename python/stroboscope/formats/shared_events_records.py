@@ -26,20 +26,41 @@ __all__ = [
     "COUNTERS",
     "COUNTERS_RUSAGE",
     "COUNTER_COLUMNS",
+    "DRAINED_SUFFIX",
+    "DRAINED_WORDS",
     "END",
     "RECORD_BYTES",
     "decode_records",
+    "read_drained",
     "read_records",
     "ring_words",
     "split_counters",
 ]
 
 RECORD_BYTES = 32
+DRAINED_SUFFIX = ".drained"
+"""Beside an events file, what a recorder drained of it while its writer ran
+(:mod:`stroboscope.formats.shared_events_drain`): records of ``DRAINED_WORDS`` u64, the index
+then the four words as the ring holds them."""
+DRAINED_WORDS = 5
 BEGIN, END, COUNTERS, COUNTERS_RUSAGE = 1, 2, 3, 4
 COUNTER_COLUMNS = ("cpu_ns", "minflt", "majflt", "nvcsw", "nivcsw")
 """An edge's own counters (edge counters; null where the edge has none): the thread's CPU clock
 (``CLOCK_THREAD_CPUTIME_ID`` ns) and, in mode ``rusage``, the low 32 bits of its minor and major
 faults and voluntary and involuntary context switches."""
+
+
+def read_drained(events_file: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
+    """The records a drain kept of ``events_file`` (indices, ``(n, 4)`` words), None without:
+    whole records only (a torn tail is a write the drain did not finish)."""
+    try:
+        with open(events_file + DRAINED_SUFFIX, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    whole = len(raw) // (8 * DRAINED_WORDS)
+    rec = np.frombuffer(raw[: whole * 8 * DRAINED_WORDS], dtype="<u8").reshape(-1, DRAINED_WORDS)
+    return rec[:, 0].copy(), rec[:, 1:].copy()
 
 
 def ring_words(
