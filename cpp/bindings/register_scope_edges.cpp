@@ -172,10 +172,16 @@ done:
   return result;
 }
 
+// Whether C takes this scope's edges: a name id the events log can hold (a value set by hand
+// outside [0, 2**32) sends the scope to the Python path, which writes its own `_scope_id`).
+bool takes_fast(const ScopeEdgesObject* self) {
+  return self->fast_id >= 0 && self->fast_id <= 0xFFFFFFFFll;
+}
+
 PyObject* scope_enter(PyObject* obj, PyObject* /*unused*/) {
   auto* self = reinterpret_cast<ScopeEdgesObject*>(obj);
-  if (self->fast_id >= 0 && g.mode == kOff) return Py_NewRef(obj);
-  if (self->fast_id >= 0 && g.mode == kFast) {
+  if (takes_fast(self) && g.mode == kOff) return Py_NewRef(obj);
+  if (takes_fast(self) && g.mode == kFast) {
     PyObject* got = open_fast(self);
     if (got != Py_None) return got == nullptr ? nullptr : Py_NewRef(got);
   }
@@ -191,7 +197,7 @@ PyObject* scope_exit(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   auto* self = reinterpret_cast<ScopeEdgesObject*>(obj);
-  if (self->fast_id < 0) {
+  if (!takes_fast(self)) {
     PyObject* call[4] = {obj, args[0], args[1], args[2]};
     return PyObject_VectorcallMethod(g.exit_slow, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                      nullptr);

@@ -9,15 +9,18 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
-from _shared_events import start
+import numpy as np
+import pytest
+from _shared_events import run, start
 from stroboscope.formats.shared_events import (
     EVENTS_CAPACITY_ENV,
     read_events_dir,
     read_events_file,
 )
 from stroboscope.formats.shared_events_drain import EventsDrain, FileDrain
-from stroboscope.formats.shared_events_records import DRAINED_SUFFIX
+from stroboscope.formats.shared_events_records import DRAINED_SUFFIX, read_drained
 
 # 10 bursts of 10 outer calls with an inner one each (40 edges, in a ring of 64); after each
 # the writer says so and waits for a line.
@@ -94,3 +97,73 @@ def test_the_drained_files_torn_tail_and_an_unwritten_header_are_waited_for(
     waiting = FileDrain(str(early))
     assert waiting.poll() == 0 and waiting.next == -1
     waiting.close()
+
+
+SCOPES = """
+import stroboscope
+for _ in range(550):
+    with stroboscope.annotate("s"):
+        pass
+"""
+
+
+def test_a_record_written_while_a_poll_reads_is_read_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 550 calls (1,100 edges) in a ring of 2,048; the first poll's first chunk of states is
+    # read as if the writer were at edge 1,000 then: the poll stops there, the next takes the
+    # rest, each edge once (a poll that went on from its later chunks skipped 1,000-1,023).
+    monkeypatch.setenv(EVENTS_CAPACITY_ENV, "2048")
+    run(SCOPES, tmp_path)
+    (events_file,) = tmp_path.glob("*.sev")
+    real = FileDrain._states
+    calls = [0]
+
+    def states(self: FileDrain, slot0: int, n: int) -> Any:
+        s = real(self, slot0, n)
+        calls[0] += 1
+        if calls[0] == 1 and s is not None:
+            s = s.copy()
+            s[max(0, 1000 - slot0) :] = 0
+        return s
+
+    drain = FileDrain(str(events_file))
+    monkeypatch.setattr(FileDrain, "_states", states)
+    assert drain.poll() == 1000
+    monkeypatch.setattr(FileDrain, "_states", real)
+    assert drain.poll() == 100 and drain.poll() == 0
+    drain.close()
+    index, _words = read_drained(str(events_file)) or (np.zeros(0), None)
+    assert sorted(index.tolist()) == list(range(1100))
+
+
+THREADS = """
+import threading, stroboscope
+s = stroboscope.annotate("t")
+def work():
+    for _ in range(50_000):
+        with s:
+            pass
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def test_four_threads_drained_while_they_write_every_edge_once(tmp_path: Path) -> None:
+    # 4 threads x 50,000 calls (400,000 edges, within the default ring), polled in a loop as
+    # they write: the drained file alone holds every edge, each once.
+    proc = start(THREADS, tmp_path)
+    drain = FileDrain("")
+    while not drain.path:
+        files = list(tmp_path.glob("*.sev"))
+        drain = FileDrain(str(files[0])) if files else drain
+    while proc.poll() is None:
+        drain.poll()
+    assert proc.wait() == 0
+    drain.poll()
+    drain.close()
+    index, _words = read_drained(drain.path) or (np.zeros(0), None)
+    assert len(index) == 400_000 and len(np.unique(index)) == 400_000

@@ -137,3 +137,14 @@ def test_each_case_takes_the_path_the_switchboard_says() -> None:
 def test_a_bad_exit_call_is_refused_in_words() -> None:
     with pytest.raises(TypeError, match=r"__exit__\(\) takes 3 arguments"):
         scopes.annotate("x").__exit__(None)  # type: ignore[call-arg]
+
+
+def test_a_name_id_out_of_the_logs_range_goes_to_the_python_path(sampler: Sampler) -> None:
+    a = scopes.annotate("a")
+    good = a._fast_id
+    a._fast_id = 2**32 + good + 1  # by hand: the log holds 32 bits; C would write good + 1
+    first = _core.events_written()
+    with a:
+        pass
+    got = _core.events_read(first).to_arrow().column("scope_id").to_pylist()
+    assert got == [good, good]  # the Python path writes the scope's own id

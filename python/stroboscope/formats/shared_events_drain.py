@@ -49,12 +49,20 @@ faster is polled sooner: when a quarter of its ring fills in that time (2**18 ed
 scopes from one process writes over a million a second), down to :data:`_MIN_WAIT_S`."""
 _MIN_WAIT_S = 0.01
 _FILL = 0.25  # the share of a ring that may fill between two polls
-_HOLD_POLLS = 2  # polls a record being written is waited for
+_HOLD_POLLS = 2  # polls a record being written, or an unwritten slot, is waited for
+_NONE = np.zeros((0, DRAINED_WORDS), "<u8")
 
 
 @dataclass
 class FileDrain:
-    """One events file's drain: where it stands in the ring, and its ``.drained`` file."""
+    """One events file's drain: where it stands in the ring, and its ``.drained`` file.
+
+    Every index below ``next`` was appended or given up; the ones among them still being
+    written at a poll wait in ``pending``. A poll appends the run of records that follows
+    ``next`` without a hole: it stops at the first slot not written yet, so a record written
+    while the poll reads is read by the next one (a slot that stays unwritten while later ones
+    are published, a writer killed between its claim and its write, is given up after
+    :data:`_HOLD_POLLS` polls). A writer that lapped the drain is read from the whole ring."""
 
     path: str
     fd: int = -1
@@ -62,8 +70,9 @@ class FileDrain:
     cap: int = 0
     states: int = 0
     slots: int = 0
-    next: int = -1  # the index after the last record appended (-1: header not read yet)
+    next: int = -1  # every index below was appended or given up (-1: header not read yet)
     pending: dict[int, int] = field(default_factory=dict)  # index being written -> polls seen
+    stuck: tuple[int, int] = (-1, 0)  # an unwritten slot with published ones after it, polls
     appended: int = 0
 
     def poll(self) -> int:
@@ -71,22 +80,68 @@ class FileDrain:
         if self.next < 0 and not self._open():
             return 0
         got: list[np.ndarray[Any, Any]] = [self._retry_pending()]
-        pos, chunk = self.next, _FIRST_CHUNK  # a quiet file costs one small read
-        while pos < self.next + self.cap:
-            slot0 = pos & (self.cap - 1)
-            n = min(chunk, self.cap - slot0, self.next + self.cap - pos)  # each slot once
-            fresh, seen = self._chunk(slot0, n, self.next)
+        chunk = _FIRST_CHUNK  # a quiet file costs one small read
+        start = self.next
+        while self.next < start + self.cap:
+            slot0 = self.next & (self.cap - 1)
+            n = min(chunk, self.cap - slot0, start + self.cap - self.next)  # each slot once
+            fresh, whole = self._chunk(slot0, n)
             got.append(fresh)
-            if not seen:
+            if not whole:
                 break
-            pos += n
             chunk = min(chunk * 8, _CHUNK)
-        records = np.concatenate(got) if got else np.zeros((0, DRAINED_WORDS), "<u8")
+        records = np.concatenate(got)
         if len(records):
             os.write(self.out, records.astype("<u8").tobytes())
-            self.next = max(self.next, int(records[:, 0].max()) + 1)
             self.appended += len(records)
         return len(records)
+
+    def _chunk(self, slot0: int, n: int) -> tuple[np.ndarray[Any, Any], bool]:
+        """The records of the run from ``next`` in slots [slot0, slot0 + n); ``next`` moves past
+        them. True when the whole chunk was taken (the run may go on in the next)."""
+        s1 = self._states(slot0, n)
+        if s1 is None or len(s1) < n:
+            return _NONE, False
+        expected = np.arange(self.next, self.next + n, dtype=np.uint64)
+        index = (s1 >> np.uint64(1)) - np.uint64(1)
+        written = (s1 != 0) & (index == expected)
+        if ((s1 != 0) & (index > expected)).any():
+            return self._resync(), False  # lapped: some slot holds a later lap already
+        busy = written & (s1 & np.uint64(1) == 1)
+        gap = np.flatnonzero(~written)
+        k = int(gap[0]) if len(gap) else n  # the run ends at the first slot not written yet
+        if k < n and written[k:].any():
+            # Written records after an unwritten slot: a writer between its claim and its
+            # write, for now; given up (lost) if it stays so.
+            at, polls = self.stuck
+            polls = polls + 1 if at == self.next + k else 1
+            self.stuck = (self.next + k, polls)
+            if polls >= _HOLD_POLLS:
+                self.stuck = (-1, 0)
+                k += 1  # given up: the run goes on after it
+                more = np.flatnonzero(~written[k:])
+                k = k + int(more[0]) if len(more) else n
+        for i in np.flatnonzero(busy[:k]).tolist():
+            self.pending[self.next + i] = 0
+        take = np.flatnonzero(written[:k] & ~busy[:k])
+        records = self._records(slot0, take, s1)
+        self.next += k
+        return records, k == n
+
+    def _resync(self) -> np.ndarray[Any, Any]:
+        """The writer lapped the drain: every published record of the whole ring from ``next``
+        on, and ``next`` after the latest (what lay between was overwritten)."""
+        s1 = self._states(0, self.cap)
+        if s1 is None or len(s1) < self.cap:
+            return _NONE
+        index = (s1 >> np.uint64(1)) - np.uint64(1)
+        mine = (s1 != 0) & (s1 & np.uint64(1) == 0) & (index >= np.uint64(self.next))
+        mine &= (index & np.uint64(self.cap - 1)) == np.arange(self.cap, dtype=np.uint64)
+        records = self._records(0, np.flatnonzero(mine), s1)
+        if len(records):
+            self.next = int(records[:, 0].max()) + 1
+        self.pending.clear()
+        return records
 
     def _open(self) -> bool:
         """Read the header (the file's writer wrote its magic last) and open the output."""
@@ -110,21 +165,6 @@ class FileDrain:
         self.next = int(h["first_index"])
         return True
 
-    def _chunk(self, slot0: int, n: int, low: int) -> tuple[np.ndarray[Any, Any], bool]:
-        """Records published at slots [slot0, slot0 + n) with index >= ``low``, and whether the
-        chunk held any record that new (published or being written)."""
-        s1 = self._states(slot0, n)
-        if s1 is None:
-            return np.zeros((0, DRAINED_WORDS), "<u8"), False
-        index = (s1 >> np.uint64(1)) - np.uint64(1)
-        mine = (s1 != 0) & (index >= np.uint64(low))
-        mine &= (index & np.uint64(self.cap - 1)) == np.arange(slot0, slot0 + n, dtype=np.uint64)
-        busy = mine & (s1 & np.uint64(1) == 1)
-        for i in index[busy].tolist():
-            self.pending.setdefault(int(i), 0)
-        at = np.flatnonzero(mine & ~busy)
-        return self._records(slot0, at, s1), bool(mine.any())
-
     def _states(self, slot0: int, n: int) -> np.ndarray[Any, Any] | None:
         try:
             raw = pread_full(self.fd, n * 8, self.states + slot0 * 8)
@@ -138,18 +178,18 @@ class FileDrain:
         """The records at chunk offsets ``at``, kept only where their state did not change
         while they were read (the writer may have lapped over them meanwhile)."""
         if not len(at):
-            return np.zeros((0, DRAINED_WORDS), "<u8")
+            return _NONE
         hi = int(at.max()) + 1
         try:
             body = pread_full(self.fd, hi * RECORD_BYTES, self.slots + slot0 * RECORD_BYTES)
         except OSError:
-            return np.zeros((0, DRAINED_WORDS), "<u8")
+            return _NONE
         whole = len(body) // RECORD_BYTES
         at = at[at < whole]
         words = np.frombuffer(body[: whole * RECORD_BYTES], dtype="<u8").reshape(-1, 4)[at]
         s2 = self._states(slot0, hi)
         if s2 is None or len(s2) < hi:
-            return np.zeros((0, DRAINED_WORDS), "<u8")
+            return _NONE
         same = s2[at] == s1[at]
         out = np.empty((int(same.sum()), DRAINED_WORDS), dtype="<u8")
         out[:, 0] = (s1[at][same] >> np.uint64(1)) - np.uint64(1)
@@ -170,7 +210,7 @@ class FileDrain:
                 del self.pending[index]  # overwritten, or its writer never finishes it
             else:
                 self.pending[index] = polls + 1
-        return np.concatenate(got) if got else np.zeros((0, DRAINED_WORDS), "<u8")
+        return np.concatenate(got) if got else _NONE
 
     def close(self) -> None:
         for fd in (self.fd, self.out):
