@@ -259,8 +259,12 @@ def replace_private(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
 
 def pread_full(fd: int, size: int, offset: int) -> bytes:
     """``size`` bytes of ``fd`` at ``offset`` (fewer only where the file ends): ``os.pread``
-    until done, since one call may return less than asked."""
-    out = bytearray()
+    until done, since one call may return less than asked (the first call's bytes as they
+    are when it returns them all: no copy)."""
+    first = os.pread(fd, size, offset)
+    if len(first) == size or not first:
+        return first
+    out = bytearray(first)
     while len(out) < size:
         chunk = os.pread(fd, size - len(out), offset + len(out))
         if not chunk:

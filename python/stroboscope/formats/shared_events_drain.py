@@ -7,12 +7,8 @@ The records go to ``<events file>.drained``, append-only, written by one drain (
 its reader: :data:`stroboscope.formats.shared_events_records.DRAINED_SUFFIX`); the reader of
 the events takes them with the ring's, each index once.
 
-A poll reads the states of the ring from the slot after the last record it appended, a chunk at
-a time, while a chunk holds records newer than that: the work of a poll follows what was
-written since the previous one, not the ring's size. A record still being written is looked at
-again at the next polls (a writer killed there never publishes it: it is given up after two); a
-record the writer published after a poll passed its slot, or one overwritten before a poll
-reached it, is read at the end from the ring if it is still there, and counted lost otherwise.
+A poll reads every slot's state (8 bytes a slot: 8 MiB for the default ring) and takes the
+published records of the slots whose state changed since the last poll (:class:`FileDrain`).
 Never raises for a file's content; a file that cannot be read is skipped until the next poll.
 """
 
@@ -42,27 +38,26 @@ __all__ = ["DRAIN_INTERVAL_S", "EventsDrain", "FileDrain"]
 
 _LOG = logging.getLogger("stroboscope")
 
-_FIRST_CHUNK, _CHUNK = 1 << 10, 1 << 16  # slots per read of the states: 8 KiB, growing to 512
 DRAIN_INTERVAL_S = 1.0
 """The longest wait between a recorder's polls of its events files, in seconds. A file written
-faster is polled sooner: when a quarter of its ring fills in that time (2**18 edges: a flood of
-scopes from one process writes over a million a second), down to :data:`_MIN_WAIT_S`."""
+faster is polled sooner: when an eighth of its ring fills in that time (2**17 edges: a flood of
+scopes from one process writes over a million a second), down to :data:`_MIN_WAIT_S`, and at
+once when a poll itself lasted that long."""
 _MIN_WAIT_S = 0.01
-_FILL = 0.25  # the share of a ring that may fill between two polls
-_HOLD_POLLS = 2  # polls a record being written, or an unwritten slot, is waited for
+_FILL = 0.125  # the share of a ring that may fill between two polls
 _NONE = np.zeros((0, DRAINED_WORDS), "<u8")
 
 
 @dataclass
 class FileDrain:
-    """One events file's drain: where it stands in the ring, and its ``.drained`` file.
+    """One events file's drain: the state it last saw in each slot of the ring, and its
+    ``.drained`` file.
 
-    Every index below ``next`` was appended or given up; the ones among them still being
-    written at a poll wait in ``pending``. A poll appends the run of records that follows
-    ``next`` without a hole: it stops at the first slot not written yet, so a record written
-    while the poll reads is read by the next one (a slot that stays unwritten while later ones
-    are published, a writer killed between its claim and its write, is given up after
-    :data:`_HOLD_POLLS` polls). A writer that lapped the drain is read from the whole ring."""
+    A poll reads every slot's state and looks only at the slots whose state changed since: it
+    takes each published record there once, whatever order the writers publish in, with nothing
+    to wait for or give up (a record still being written is taken by the poll that finds it
+    published; one that a later lap overwrote before any poll found it is lost, and counted so
+    by the reader). An idle file costs one read of its states and one comparison."""
 
     path: str
     fd: int = -1
@@ -70,78 +65,35 @@ class FileDrain:
     cap: int = 0
     states: int = 0
     slots: int = 0
-    next: int = -1  # every index below was appended or given up (-1: header not read yet)
-    pending: dict[int, int] = field(default_factory=dict)  # index being written -> polls seen
-    stuck: tuple[int, int] = (-1, 0)  # an unwritten slot with published ones after it, polls
+    first: int = 0  # the file's first index (a forked child's file starts at its parent's)
+    seen: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros(0, np.uint64))
     appended: int = 0
 
     def poll(self) -> int:
         """Append the records published since the last poll; how many were appended."""
-        if self.next < 0 and not self._open():
+        if not len(self.seen) and not self._open():
             return 0
-        got: list[np.ndarray[Any, Any]] = [self._retry_pending()]
-        chunk = _FIRST_CHUNK  # a quiet file costs one small read
-        start = self.next
-        while self.next < start + self.cap:
-            slot0 = self.next & (self.cap - 1)
-            n = min(chunk, self.cap - slot0, start + self.cap - self.next)  # each slot once
-            fresh, whole = self._chunk(slot0, n)
-            got.append(fresh)
-            if not whole:
-                break
-            chunk = min(chunk * 8, _CHUNK)
-        records = np.concatenate(got)
-        if len(records):
-            os.write(self.out, records.astype("<u8").tobytes())
-            self.appended += len(records)
-        return len(records)
-
-    def _chunk(self, slot0: int, n: int) -> tuple[np.ndarray[Any, Any], bool]:
-        """The records of the run from ``next`` in slots [slot0, slot0 + n); ``next`` moves past
-        them. True when the whole chunk was taken (the run may go on in the next)."""
-        s1 = self._states(slot0, n)
-        if s1 is None or len(s1) < n:
-            return _NONE, False
-        expected = np.arange(self.next, self.next + n, dtype=np.uint64)
-        index = (s1 >> np.uint64(1)) - np.uint64(1)
-        written = (s1 != 0) & (index == expected)
-        if ((s1 != 0) & (index > expected)).any():
-            return self._resync(), False  # lapped: some slot holds a later lap already
-        busy = written & (s1 & np.uint64(1) == 1)
-        gap = np.flatnonzero(~written)
-        k = int(gap[0]) if len(gap) else n  # the run ends at the first slot not written yet
-        if k < n and written[k:].any():
-            # Written records after an unwritten slot: a writer between its claim and its
-            # write, for now; given up (lost) if it stays so.
-            at, polls = self.stuck
-            polls = polls + 1 if at == self.next + k else 1
-            self.stuck = (self.next + k, polls)
-            if polls >= _HOLD_POLLS:
-                self.stuck = (-1, 0)
-                k += 1  # given up: the run goes on after it
-                more = np.flatnonzero(~written[k:])
-                k = k + int(more[0]) if len(more) else n
-        for i in np.flatnonzero(busy[:k]).tolist():
-            self.pending[self.next + i] = 0
-        take = np.flatnonzero(written[:k] & ~busy[:k])
-        records = self._records(slot0, take, s1)
-        self.next += k
-        return records, k == n
-
-    def _resync(self) -> np.ndarray[Any, Any]:
-        """The writer lapped the drain: every published record of the whole ring from ``next``
-        on, and ``next`` after the latest (what lay between was overwritten)."""
         s1 = self._states(0, self.cap)
         if s1 is None or len(s1) < self.cap:
-            return _NONE
-        index = (s1 >> np.uint64(1)) - np.uint64(1)
-        mine = (s1 != 0) & (s1 & np.uint64(1) == 0) & (index >= np.uint64(self.next))
-        mine &= (index & np.uint64(self.cap - 1)) == np.arange(self.cap, dtype=np.uint64)
-        records = self._records(0, np.flatnonzero(mine), s1)
+            return 0  # cut short, or gone: the end reads what the file holds
+        changed = np.flatnonzero(s1 != self.seen)
+        if not len(changed):
+            return 0
+        state = s1[changed]
+        index = (state >> np.uint64(1)) - np.uint64(1)
+        ok = (state != 0) & (state & np.uint64(1) == 0) & (index >= np.uint64(self.first))
+        ok &= (index & np.uint64(self.cap - 1)) == changed.astype(np.uint64)
+        self.seen[changed[~ok]] = state[~ok]  # being written, or not a record: looked at again
+        at = changed[ok]  # when its state changes
+        if not len(at):
+            return 0
+        records = self._records(int(at[0]), at - at[0], s1[at[0] :])
         if len(records):
-            self.next = int(records[:, 0].max()) + 1
-        self.pending.clear()
-        return records
+            os.write(self.out, records.tobytes())
+            index = records[:, 0]
+            self.seen[index & np.uint64(self.cap - 1)] = (index + np.uint64(1)) << np.uint64(1)
+            self.appended += len(records)
+        return len(records)
 
     def _open(self) -> bool:
         """Read the header (the file's writer wrote its magic last) and open the output."""
@@ -162,7 +114,8 @@ class FileDrain:
         except OSError:
             return False
         self.cap, self.states, self.slots = int(h["capacity"]), int(h["states"]), int(h["slots"])
-        self.next = int(h["first_index"])
+        self.first = int(h["first_index"])
+        self.seen = np.zeros(self.cap, dtype=np.uint64)  # 0: never written
         return True
 
     def _states(self, slot0: int, n: int) -> np.ndarray[Any, Any] | None:
@@ -175,10 +128,9 @@ class FileDrain:
     def _records(
         self, slot0: int, at: np.ndarray[Any, Any], s1: np.ndarray[Any, Any]
     ) -> np.ndarray[Any, Any]:
-        """The records at chunk offsets ``at``, kept only where their state did not change
-        while they were read (the writer may have lapped over them meanwhile)."""
-        if not len(at):
-            return _NONE
+        """The records at offsets ``at`` from ``slot0`` (``s1``: their states from there), kept
+        only where their state did not change while they were read (a writer may have lapped
+        over them meanwhile: the next poll takes the newer one)."""
         hi = int(at.max()) + 1
         try:
             body = pread_full(self.fd, hi * RECORD_BYTES, self.slots + slot0 * RECORD_BYTES)
@@ -195,22 +147,6 @@ class FileDrain:
         out[:, 0] = (s1[at][same] >> np.uint64(1)) - np.uint64(1)
         out[:, 1:] = words[same]
         return out
-
-    def _retry_pending(self) -> np.ndarray[Any, Any]:
-        """The records that were being written at an earlier poll and are published now."""
-        got = []
-        for index, polls in list(self.pending.items()):
-            slot = index & (self.cap - 1)
-            s1 = self._states(slot, 1)
-            state = None if s1 is None or not len(s1) else int(s1[0])
-            if s1 is not None and state == (index + 1) << 1:
-                got.append(self._records(slot, np.zeros(1, np.int64), s1))
-                del self.pending[index]
-            elif state != ((index + 1) << 1) | 1 or polls + 1 >= _HOLD_POLLS:
-                del self.pending[index]  # overwritten, or its writer never finishes it
-            else:
-                self.pending[index] = polls + 1
-        return np.concatenate(got) if got else _NONE
 
     def close(self) -> None:
         for fd in (self.fd, self.out):
@@ -240,9 +176,10 @@ class EventsDrain:
         return self
 
     def _run(self) -> None:
-        wait, last = self.interval, time.monotonic()
+        wait, last = _MIN_WAIT_S, time.monotonic()  # idle, the waits double up to interval
         while not self._stop.wait(wait):
             before = {path: f.appended for path, f in self.files.items()}
+            last_poll_start = time.monotonic()
             self.poll()
             now = time.monotonic()
             # The fastest file's rate since the last poll sets the next wait.
@@ -254,7 +191,10 @@ class EventsDrain:
                 default=0.0,
             ) / max(now - last, 1e-3)  # ring fills per second
             last = now
-            wait = self.interval if fastest <= 0 else min(self.interval, _FILL / fastest)
+            # at most twice the last wait: a writer that starts slowly is not left a second
+            wait = min(self.interval, 2 * wait, _FILL / fastest if fastest > 0 else self.interval)
+            if fastest * (now - last_poll_start) >= _FILL:  # the poll itself took that long
+                wait = 0.0
             wait = max(wait, _MIN_WAIT_S)
 
     def poll(self) -> int:
