@@ -33,9 +33,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stroboscope.scopes._outside import command_environment
+
+if TYPE_CHECKING:
+    from stroboscope.formats.shared_events_drain import EventsDrain
 
 log = logging.getLogger("stroboscope.cli")
 
@@ -165,7 +168,7 @@ class Events:
         self.env: dict[str, str] | None = None
         self.dir: str | None = None
         self.owned = command
-        self._drain: Any = None  # an EventsDrain while the command's files are drained
+        self._drain: EventsDrain | None = None  # while the command's files are drained
         if command:
             self.dir = tempfile.mkdtemp(prefix="stroboscope-events-")
             self.env = command_environment(
