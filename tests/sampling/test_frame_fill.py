@@ -63,7 +63,13 @@ def test_forward_fill_of_a_windowed_column_on_a_hand_built_frame() -> None:
 
 
 def test_forward_fill_carries_window_rates_of_a_real_sampler() -> None:
-    s = Sampler(0.001, sources=["cpu", "network"], cpu_window=0.1, rate_window=0.1)
+    s = Sampler(
+        0.001,
+        sources=["cpu", "network"],
+        cpu_window=0.1,
+        rate_window=0.1,
+        max_overhead=None,  # each source at its own period, never slowed mid-run
+    )
     try:
         s.start()
         deadline = time.monotonic() + 10.0

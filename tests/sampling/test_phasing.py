@@ -51,7 +51,13 @@ def _landed(s: Sampler) -> int:
 def test_gpu_reading_lands_just_before_its_tick(
     fake_gpu: None, interval: float, gpu_every: float
 ) -> None:
-    s = Sampler(interval, sources={"gpu": gpu_every}, gpu_samples=False, capacity=1 << 14)
+    s = Sampler(
+        interval,
+        sources={"gpu": gpu_every},
+        gpu_samples=False,
+        capacity=1 << 14,
+        max_overhead=None,  # the rates asked, never slowed mid-run
+    )
     # The readings a second asks for (25 to 50) and the poll made at start: wait for them to
     # land, not for a second to pass.
     readings = round(1.0 / gpu_every) + 1
@@ -91,7 +97,7 @@ def _tree_count(s: Sampler) -> int | None:
 
 def test_proc_tree_finds_children_while_sampling() -> None:
     me = psutil.Process()
-    s = Sampler(0.01, sources=["proc_tree"], capacity=1 << 12)
+    s = Sampler(0.01, sources=["proc_tree"], capacity=1 << 12, max_overhead=None)
     with s:
         assert eventually(lambda: _tree_count(s) is not None)
 
