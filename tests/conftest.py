@@ -19,6 +19,7 @@ from _fake_nvml import ScriptFn
 from _fake_proc import FakeProc
 from _paths import DATA, TESTS
 from stroboscope._base import lifecycle
+from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling import _child_events  # the private events directory of recorders
 from stroboscope.scopes import _stack
 from stroboscope.scopes import _switchboard as switchboard  # the scope events' switchboard
@@ -208,3 +209,15 @@ def fake_proc(tmp_path: Path) -> FakeProc:
     """A writable copy of the recorded ``/proc`` tree (``tests/_fake_proc.py``) in this test's
     directory; pass ``proc_root=str(fake_proc.root)`` and ``pid=PID``."""
     return FakeProc(tmp_path / "proc")
+
+
+@pytest.fixture
+def scope_sampler() -> Iterator[Sampler]:
+    """A running Sampler (5 ms, memory only) for the scopes tests: its scope tables are what
+    they read."""
+    s = Sampler(0.005, sources=["memory"])
+    s.start()
+    try:
+        yield s
+    finally:
+        s.close()

@@ -17,23 +17,13 @@ from stroboscope.recording.sampler import Sampler
 from stroboscope.scopes import _switchboard as _events
 
 
-@pytest.fixture
-def sampler() -> Iterator[Sampler]:
-    s = Sampler(0.005, sources=["memory"])
-    s.start()
-    try:
-        yield s
-    finally:
-        s.close()
-
-
 def _rows(s: Sampler) -> list[dict[str, Any]]:
     s.stop()
     rows: list[dict[str, Any]] = s.scope_intervals().to_pylist()
     return rows
 
 
-def test_names_paths_depths_and_exact_edges(sampler: Sampler) -> None:
+def test_names_paths_depths_and_exact_edges(scope_sampler: Sampler) -> None:
     @scopes.annotate()
     def outer() -> None:
         with scopes.annotate("inner"):
@@ -48,7 +38,7 @@ def test_names_paths_depths_and_exact_edges(sampler: Sampler) -> None:
     outer()
     assert Model().forward() == 7
     after = time.monotonic_ns()
-    rows = _rows(sampler)
+    rows = _rows(scope_sampler)
     qual = outer.__qualname__
     assert [(r["name"], r["path"], r["depth"]) for r in rows] == [
         (qual, qual, 0),
@@ -81,17 +71,17 @@ def test_a_context_manager_needs_a_name_and_bad_arguments_are_named() -> None:
         scopes.annotate("x", nvtx=3)  # type: ignore[arg-type]
 
 
-def test_an_exception_closes_the_scope_and_goes_on_unchanged(sampler: Sampler) -> None:
+def test_an_exception_closes_the_scope_and_goes_on_unchanged(scope_sampler: Sampler) -> None:
     err = KeyError("mine")
     with pytest.raises(KeyError) as caught, scopes.annotate("fails"):
         raise err
     assert caught.value is err
     assert scopes.current_stack() == ()
-    (row,) = _rows(sampler)
+    (row,) = _rows(scope_sampler)
     assert row["name"] == "fails" and row["end_ns"] is not None
 
 
-def test_labels_ambient_and_own(sampler: Sampler) -> None:
+def test_labels_ambient_and_own(scope_sampler: Sampler) -> None:
     with scopes.labels(module="resnet", backend="trt"):
         assert scopes.current_labels() == {"module": "resnet", "backend": "trt"}
         with scopes.labels(backend="onnx"), scopes.annotate("build", step=3):
@@ -99,14 +89,14 @@ def test_labels_ambient_and_own(sampler: Sampler) -> None:
         with scopes.annotate("plain"):
             pass
     assert scopes.current_labels() == {}
-    rows = _rows(sampler)
+    rows = _rows(scope_sampler)
     assert [(r["name"], r["module"], r["backend"], r["step"]) for r in rows] == [
         ("build", "resnet", "onnx", "3"),
         ("plain", "resnet", "trt", None),
     ]
 
 
-def test_threads_have_their_own_stacks(sampler: Sampler) -> None:
+def test_threads_have_their_own_stacks(scope_sampler: Sampler) -> None:
     ids: dict[str, int] = {}
     barrier = threading.Barrier(2)
 
@@ -122,7 +112,7 @@ def test_threads_have_their_own_stacks(sampler: Sampler) -> None:
         t.start()
     for t in threads:
         t.join()
-    rows = _rows(sampler)
+    rows = _rows(scope_sampler)
     by_thread = {tag: [r for r in rows if r["thread_id"] == tid] for tag, tid in ids.items()}
     for tag, mine in by_thread.items():
         assert [(r["path"], r["depth"]) for r in mine] == [
@@ -132,7 +122,7 @@ def test_threads_have_their_own_stacks(sampler: Sampler) -> None:
     assert len({r["stack_id"] for r in rows}) == 2
 
 
-def test_asyncio_tasks_have_their_own_stacks(sampler: Sampler) -> None:
+def test_asyncio_tasks_have_their_own_stacks(scope_sampler: Sampler) -> None:
     @scopes.annotate()
     async def step(i: int) -> int:
         with scopes.annotate("wait"):
@@ -144,7 +134,7 @@ def test_asyncio_tasks_have_their_own_stacks(sampler: Sampler) -> None:
             return list(await asyncio.gather(*(step(i) for i in range(3))))
 
     assert asyncio.run(main()) == [0, 1, 2]
-    rows = _rows(sampler)
+    rows = _rows(scope_sampler)
     steps = [r for r in rows if r["name"] == step.__qualname__]
     waits = [r for r in rows if r["name"] == "wait"]
     assert len(steps) == 3 and len(waits) == 3
@@ -156,7 +146,7 @@ def test_asyncio_tasks_have_their_own_stacks(sampler: Sampler) -> None:
     assert max(r["begin_ns"] for r in steps) < min(r["end_ns"] for r in steps)
 
 
-def test_generators_get_one_call_per_resume(sampler: Sampler) -> None:
+def test_generators_get_one_call_per_resume(scope_sampler: Sampler) -> None:
     @scopes.annotate()
     def numbers() -> Generator[int, int, None]:
         got = yield 1
@@ -170,7 +160,7 @@ def test_generators_get_one_call_per_resume(sampler: Sampler) -> None:
     assert gen.send(4) == 40
     with pytest.raises(StopIteration):
         next(gen)
-    rows = _rows(sampler)
+    rows = _rows(scope_sampler)
     assert [(r["name"], r["depth"]) for r in rows] == [
         (numbers.__qualname__, 0),
         ("between", 0),
@@ -179,7 +169,7 @@ def test_generators_get_one_call_per_resume(sampler: Sampler) -> None:
     ]
 
 
-def test_async_generators_and_throw(sampler: Sampler) -> None:
+def test_async_generators_and_throw(scope_sampler: Sampler) -> None:
     @scopes.annotate()
     async def ticks() -> Any:
         for i in range(2):
@@ -200,7 +190,7 @@ def test_async_generators_and_throw(sampler: Sampler) -> None:
     assert next(gen) == "ready"
     assert gen.throw(ValueError("x")) == "caught x"
     gen.close()
-    names = [r["name"] for r in _rows(sampler)]
+    names = [r["name"] for r in _rows(scope_sampler)]
     assert names.count(ticks.__qualname__) == 3  # two yields and the final resume
     assert names.count(catcher.__qualname__) == 2
 
@@ -242,9 +232,9 @@ def test_a_sampler_covers_only_its_own_runs() -> None:
         s.close()
 
 
-def test_a_scope_open_when_read_has_no_end(sampler: Sampler) -> None:
+def test_a_scope_open_when_read_has_no_end(scope_sampler: Sampler) -> None:
     with scopes.annotate("open"):
-        table = sampler.scope_intervals()
+        table = scope_sampler.scope_intervals()
     assert table.column("end_ns").to_pylist() == [None]
     assert table.schema.field("end_ns").type == pa.int64()
 

@@ -4,7 +4,6 @@ writes, edge for edge, and each case takes the path the switchboard's state says
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,16 +12,6 @@ from stroboscope import _core
 from stroboscope.recording.sampler import Sampler
 from stroboscope.scopes import _switchboard
 from stroboscope.scopes._stack import OpenScope, ambient
-
-
-@pytest.fixture
-def sampler() -> Iterator[Sampler]:
-    s = Sampler(0.005, sources=["memory"])
-    s.start()
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 class Counted(scopes.annotate):
@@ -77,7 +66,7 @@ def _workload(a: scopes.annotate, b: scopes.annotate) -> None:
     assert scopes.current_stack() == ()
 
 
-def test_c_edges_write_what_the_python_path_writes(sampler: Sampler) -> None:
+def test_c_edges_write_what_the_python_path_writes(scope_sampler: Sampler) -> None:
     a, b = scopes.annotate("a"), scopes.annotate("b")
     assert a._fast_id >= 0 and b._fast_id >= 0
     first = _core.events_written()
@@ -94,7 +83,7 @@ def test_c_edges_write_what_the_python_path_writes(sampler: Sampler) -> None:
     assert len(fast) == 2 * sum(1 for e in fast if e[0] == 1)
 
 
-def test_frames_made_in_c_are_the_stacks_own(sampler: Sampler) -> None:
+def test_frames_made_in_c_are_the_stacks_own(scope_sampler: Sampler) -> None:
     a = scopes.annotate("a")
     with scopes.labels(run="y"), a:
         (frame,) = scopes.current_stack()
@@ -139,7 +128,7 @@ def test_a_bad_exit_call_is_refused_in_words() -> None:
         scopes.annotate("x").__exit__(None)  # type: ignore[call-arg]
 
 
-def test_a_name_id_out_of_the_logs_range_goes_to_the_python_path(sampler: Sampler) -> None:
+def test_a_name_id_out_of_the_logs_range_goes_to_the_python_path(scope_sampler: Sampler) -> None:
     a = scopes.annotate("a")
     good = a._fast_id
     a._fast_id = 2**32 + good + 1  # by hand: the log holds 32 bits; C would write good + 1
