@@ -25,7 +25,6 @@ import numpy as np
 
 from stroboscope._base.files import pread_full
 from stroboscope.formats.shared_events import (
-    FILE_SUFFIX,
     HEADER_BYTES,
     MAGIC,
     _check_header,
@@ -201,11 +200,10 @@ class EventsDrain:
         """One pass over the directory's files; the records appended."""
         total = 0
         try:
-            for path in events_files(self.directory):
-                if path.endswith(FILE_SUFFIX):
-                    if path not in self.files:
-                        self.files[path] = FileDrain(path)
-                    total += self.files[path].poll()
+            for path in events_files(self.directory):  # the .sev files only
+                if path not in self.files:
+                    self.files[path] = FileDrain(path)
+                total += self.files[path].poll()
         except (OSError, ValueError) as exc:  # the directory went away: the end reads what is left
             if not self._failed:
                 _LOG.warning(
