@@ -1,6 +1,8 @@
 // Frame buffers: the reuse pool, the layout of one frame's buffer, the `time` column, nulls.
 #include "stroboscope/frame.hpp"
 
+#include "stroboscope/large_memory.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -71,7 +73,7 @@ std::uint64_t* FrameBufferPool::take(std::size_t words) {
   // Room to grow: drains of about the same number of rows then share one buffer.
   const std::size_t size = round_to_line(words + words / 8);
   if (size > SIZE_MAX / sizeof(std::uint64_t) - kHeaderWords) throw std::bad_alloc();
-  void* raw = std::aligned_alloc(64, (kHeaderWords + size) * sizeof(std::uint64_t));
+  void* raw = allocate_large((kHeaderWords + size) * sizeof(std::uint64_t), 64);
   if (raw == nullptr) throw std::bad_alloc();
   auto* header = static_cast<std::uint64_t*>(raw);
   header[0] = size;

@@ -29,7 +29,7 @@ struct Copy {
   std::uint64_t cell(std::size_t c, std::uint64_t i) const { return cells[c * rows + lead + i]; }
 };
 
-Copy copy_rows(const Ring& ring, std::uint64_t from, std::uint64_t to) {
+Copy copy_once(const Ring& ring, std::uint64_t from, std::uint64_t to, bool streaming) {
   Copy out;
   out.rows = Ring::copy_rows(from, to);
   CHECK_EQ(out.rows % 64, 0u);
@@ -43,10 +43,21 @@ Copy copy_rows(const Ring& ring, std::uint64_t from, std::uint64_t to) {
   for (std::size_t c = 0; c < ring.num_columns(); ++c) {
     dest.push_back(ColumnDest{&out.cells[c * out.rows], &out.validity[c * out.words]});
   }
-  out.first_intact = ring.copy(from, to, dest.data(), /*streaming=*/(from + to) % 2 == 1);
+  out.first_intact = ring.copy(from, to, dest.data(), streaming);
   CHECK_EQ(out.cells.back(), 0x5A5A5A5A5A5A5A5AULL);
   CHECK_EQ(out.validity.back(), 0x5A5A5A5A5A5A5A5AULL);
   return out;
+}
+
+// The copy both ways, cached stores and streaming ones (two loops of their own): with no
+// producer running both must give the same words, every cell and validity word of each block.
+Copy copy_rows(const Ring& ring, std::uint64_t from, std::uint64_t to) {
+  Copy cached = copy_once(ring, from, to, /*streaming=*/false);
+  const Copy streamed = copy_once(ring, from, to, /*streaming=*/true);
+  CHECK_EQ(streamed.first_intact, cached.first_intact);
+  CHECK(streamed.cells == cached.cells);
+  CHECK(streamed.validity == cached.validity);
+  return cached;
 }
 
 void push_row(Ring& ring, std::uint64_t j) {
@@ -201,7 +212,7 @@ void test_concurrent_consistency() {
     const std::uint64_t to = ring.written();
     const std::uint64_t from = ring.oldest(to);  // from the same reading: never above `to`
     if (to == from) return 0;
-    Copy c = copy_rows(ring, from, to);
+    Copy c = copy_once(ring, from, to, /*streaming=*/copies % 2 == 1);
     ++copies;
     CHECK(c.first_intact >= from && c.first_intact <= to);
     for (std::uint64_t j = c.first_intact; j < to; ++j) {

@@ -125,7 +125,8 @@ class Ring {
   // is consistent: rows in [from, returned) were overwritten while copying and must be left out,
   // like the rows of the first and last blocks outside [from, to). Never above `to`.
   // `streaming` writes `dest` with non-temporal stores (x86): for copies much larger than the
-  // caches, it saves reading every destination line before writing it.
+  // caches, it saves reading every destination line before writing it. Its cells must then be
+  // 16-byte aligned (the copy moves 16 bytes at a time).
   [[nodiscard]] std::uint64_t copy(std::uint64_t from, std::uint64_t to, const ColumnDest* dest,
                                    bool streaming = false) const noexcept;
 
