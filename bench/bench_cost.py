@@ -12,7 +12,6 @@ machine hits all of them alike, and compared by ratios taken within each round:
 from __future__ import annotations
 
 import inspect
-import os
 import resource
 import time
 import timeit
@@ -29,6 +28,7 @@ from bench_common import (
     fmt_ns,
     log,
     median,
+    process_cpu_ns,
     spread_pct,
     verdict,
 )
@@ -275,24 +275,19 @@ TARGET_ALL_IN_NS = 15_000.0
 TARGET_ALL_IN_PSUTIL = 25.0
 
 
-def _process_cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
 def _strobo_all_in(seconds: float) -> float:
     """ns of process CPU per row of the default set at 1 kHz, the main thread asleep."""
     s = stroboscope.Sampler(0.001, capacity=1 << 16, **UNBUDGETED)
     try:
-        c0 = _process_cpu_s()
+        c0 = process_cpu_ns()
         s.start()
         time.sleep(seconds)
         s.stop()
-        c1 = _process_cpu_s()
+        c1 = process_cpu_ns()
         rows = s.stats().rows_written
     finally:
         s.close()
-    return (c1 - c0) * 1e9 / max(1, rows)
+    return (c1 - c0) / max(1, rows)
 
 
 def _psutil_all_in(seconds: float) -> float:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import stroboscope
-from bench_common import UNBUDGETED, OtherLoad, cpu_model, log
+from bench_common import UNBUDGETED, OtherLoad, cpu_model, log, process_cpu_ns
 from bench_rate import busy_loop, calibrate
 from psutil_baseline import psutil_thread_cost
 
@@ -105,19 +105,14 @@ class FloorLib:
 
     def run(self, variant: str, tick_ns: int, seconds: float) -> dict[str, Any]:
         """Run the loop for ``seconds`` with the main thread asleep: process CPU per tick too."""
-        c0 = _process_cpu_ns()
+        c0 = process_cpu_ns()
         t, out = self.start(variant, tick_ns, seconds)
         t.join()
-        out["all_in_ns"] = (_process_cpu_ns() - c0) / max(1, out.get("taken", 0))
+        out["all_in_ns"] = (process_cpu_ns() - c0) / max(1, out.get("taken", 0))
         return out
 
     def close(self) -> None:
         self._dir.cleanup()
-
-
-def _process_cpu_ns() -> int:
-    t = os.times()
-    return int((t.user + t.system) * 1e9)
 
 
 def _strobo(interval: float, seconds: float, sources: Any = None) -> dict[str, Any]:
@@ -125,11 +120,11 @@ def _strobo(interval: float, seconds: float, sources: Any = None) -> dict[str, A
     kw: dict[str, Any] = {} if sources is None else {"sources": sources}
     s = stroboscope.Sampler(interval, capacity=1 << 16, **kw, **UNBUDGETED)
     try:
-        c0 = _process_cpu_ns()
+        c0 = process_cpu_ns()
         s.start()
         time.sleep(seconds)
         s.stop()
-        c1 = _process_cpu_ns()
+        c1 = process_cpu_ns()
         st = s.stats()
     finally:
         s.close()

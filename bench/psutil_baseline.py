@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable
 
 import psutil
+from bench_common import process_cpu_ns
 
 Sample = tuple[Any, ...]
 
@@ -129,7 +130,6 @@ def psutil_thread_cost(seconds: float, interval: float = 0.001) -> tuple[float, 
     main thread asleep: ns of process CPU per sample taken (all in: the wake, the reads, the
     interpreter), and the samples taken. Behind its deadline it skips, never bunches (as the
     C sampler does), so the two are measured on the same schedule."""
-    import os
 
     baseline = SeedSampler()
     stop = threading.Event()
@@ -147,14 +147,10 @@ def psutil_thread_cost(seconds: float, interval: float = 0.001) -> tuple[float, 
             else:
                 deadline = time.monotonic()  # behind: skip, never bunch
 
-    def cpu_ns() -> float:
-        t = os.times()
-        return (t.user + t.system) * 1e9
-
     t = threading.Thread(target=loop)
-    c0 = cpu_ns()
+    c0 = process_cpu_ns()
     t.start()
     time.sleep(seconds)
     stop.set()
     t.join()
-    return (cpu_ns() - c0) / max(1, count[0]), count[0]
+    return (process_cpu_ns() - c0) / max(1, count[0]), count[0]

@@ -257,7 +257,7 @@ void ProcessCpuClock::read_own(CpuReading* out) noexcept {
   out->own_at_ns = out->after_ns;
 }
 
-bool ProcessCpuClock::read(CpuReading* out) noexcept {
+bool ProcessCpuClock::read(CpuReading* out, bool want_own) noexcept {
   out->ran = 0;
   out->busy_threads = 0.0;
   out->own_ok = false;
@@ -271,7 +271,7 @@ bool ProcessCpuClock::read(CpuReading* out) noexcept {
     if (list_changed() && !rescan()) mode_.store(Mode::kNone, std::memory_order_relaxed);
     if (mode() == Mode::kThreadClocks) {
       (void)read_threads(out);  // a thread gone since the listing: its last sliver lost
-      read_own(out);
+      if (want_own) read_own(out);
       return true;
     }
     // Fell back during the rescan: the process clock starts a new baseline below.
@@ -280,8 +280,11 @@ bool ProcessCpuClock::read(CpuReading* out) noexcept {
     out->before_ns = stamp();
     const bool ok = clock_ns(process_clock_, &out->ns);
     out->after_ns = stamp();
-    read_own(out);  // another process: the reading thread alone, the monitor's cost
-    if (this_process_ && !include_own_ && out->own_ok) {
+    // Another process: the reading thread alone, the monitor's cost. This process: every read,
+    // since own_total_ must be current at each one to leave the own threads out.
+    const bool subtract = this_process_ && !include_own_;
+    if (want_own || subtract) read_own(out);
+    if (subtract && out->own_ok) {
       // Leave the own threads out: the sum of their CPU time since the first read (a new
       // reading thread per run starts its clock at 0: its first delta is taken from there).
       if (own_prev_ok_ && out->own_ns >= own_prev_) own_total_ += out->own_ns - own_prev_;

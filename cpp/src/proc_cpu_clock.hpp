@@ -100,9 +100,11 @@ class ProcessCpuClock {
 
   // CPU nanoseconds used since the first read (the delta is what matters), the number of threads
   // whose clock moved since the previous read (0 when unknown) and the span of the read. False
-  // when no clock works (the caller falls back to /proc/<pid>/stat ticks). Hot path: no
+  // when no clock works (the caller falls back to /proc/<pid>/stat ticks). `want_own`: read
+  // the own threads' clocks too (own_ns; one syscall each, so the caller asks once per window);
+  // the process clock of this process reads them anyway, to leave them out. Hot path: no
   // allocation.
-  [[nodiscard]] bool read(CpuReading* out) noexcept;
+  [[nodiscard]] bool read(CpuReading* out, bool want_own = true) noexcept;
 
   // Threads of the process at the latest read (thread-clock mode), own threads included.
   [[nodiscard]] std::size_t threads() const noexcept { return n_threads_; }

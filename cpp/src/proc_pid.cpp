@@ -116,13 +116,16 @@ class ProcessSource final : public Source {
     add_column("proc.self_cpu_pct", "%", DType::kFloat64, Kind::kRate,
                "CPU time of stroboscope's own threads in the sampling process (the sampler "
                "thread's CPU clock, plus the poll threads' where slow sources have them) per "
-               "wall time since the previous read; 100 per busy core: the monitor's own cost, "
-               "beside the workload's proc.cpu_pct. Null where the process CPU clocks are not "
-               "used (a recorded /proc tree).");
+               "wall time, over windows of at least cpu_window (their clocks are read once per "
+               "window: a system call each, which every tick would add to the cost it "
+               "measures; the cost of each tick is in stats()); 100 per busy core: the "
+               "monitor's own cost, beside the workload's proc.cpu_pct. Null where the process "
+               "CPU clocks are not used (a recorded /proc tree).");
     // Thread clocks: a value on every read; the coarser clocks: one per cpu_window.
     if (clock_->mode() != detail::ProcessCpuClock::Mode::kThreadClocks) {
       set_window(0, 1, cpu_window_ns_);
     }
+    set_window(kSelfCpuColumn, kSelfCpuColumn + 1, cpu_window_ns_);
   }
 
   // RSS changes on every page fault and the CPU clocks count nanoseconds: nothing to wait for.
@@ -134,7 +137,10 @@ class ProcessSource final : public Source {
                       "they can change on any tick."
                     : "RSS changes on any page fault and the CPU clocks count nanoseconds "
                       "(thread clocks are brought up to date at each read by the kernel's "
-                      "task_sched_runtime): every tick.";
+                      "task_sched_runtime): every tick. Except proc.self_cpu_pct, the "
+                      "monitor's own share: one value per cpu_window (cpu_window=0: every "
+                      "tick), since its clocks cost a system call each of the cost they "
+                      "measure, and the cost of each tick is in stats().";
   }
   // A run has a sampler thread of its own (found at its first read); ticks taken while stopped
   // run on the caller's thread, the user's. proc.self_cpu_pct starts a new baseline each run.
@@ -186,8 +192,10 @@ class ProcessSource final : public Source {
     // the span of its own reads (see cpu_pct_between), not the tick's time.
     detail::CpuReading cpu;
     Mode mode = Mode::kNone;
-    if (clock_ && clock_->read(&cpu)) mode = clock_->mode();
-    write_own(row, cpu);
+    // The own threads' clocks once per cpu_window (proc.self_cpu_pct), not on every read.
+    const bool want_own = !has_own_prev_ || now_ns - own_prev_at_ >= cpu_window_ns_;
+    if (clock_ && clock_->read(&cpu, want_own)) mode = clock_->mode();
+    if (want_own) write_own(row, cpu);
     // statm before stat: a process inside do_exit() reads zeros in statm once its address space
     // is gone, and a stat read after that always shows it exiting (procfs::pid_gone).
     procfs::PidStatm sm;
@@ -282,8 +290,8 @@ class ProcessSource final : public Source {
     window_threads_ = exact ? 0 : st.num_threads;  // the next window starts here
   }
 
-  // proc.self_cpu_pct: the own threads' CPU time since the previous read over the wall time
-  // between.
+  // proc.self_cpu_pct: the own threads' CPU time since their previous read (a window before)
+  // over the wall time between.
   void write_own(RowWriter& row, const detail::CpuReading& cpu) noexcept {
     if (!cpu.own_ok) {
       has_own_prev_ = false;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "../../cpp/src/proc_cpu_clock.hpp"
 #include "check.hpp"
@@ -25,11 +26,14 @@ int g_calls = 0;
 int g_preempt_after = -1;
 int g_spin_tid = 0;              // its CPU clock reads the fake time itself: 100 % busy
 std::int64_t g_other_cpu_ns = 0;  // any other thread: 5 µs more at each read of its clock
+std::int64_t g_own_reads = 0;     // reads of CLOCK_THREAD_CPUTIME_ID
 
 int fake_gettime(clockid_t id, timespec* ts) {
   std::int64_t v = g_now_ns;
   if (id == CLOCK_THREAD_CPUTIME_ID) {
-    v = 0;  // the reading thread's own clock, for proc.self_cpu_pct (read after the chain below)
+    // The reading thread's own clock, for proc.self_cpu_pct (read after the chain below): 50 µs
+    // more at each read of it.
+    v = (g_own_reads += 1) * 50'000;
   } else if (id != CLOCK_MONOTONIC) {
     // A thread CPU clock is (~tid << 3) | 6 (include/linux/posix-timers.h).
     const int tid = ~(static_cast<int>(id) >> 3);
@@ -95,6 +99,50 @@ void test_preempted_between_thread_clocks() {
   }
   stop = true;
   other.join();
+}
+
+// proc.self_cpu_pct costs a system call per own thread: the sampler thread's clock is read once
+// per cpu_window, not on every read, and the column holds a value at those reads only: the own
+// CPU time over the span between them.
+void test_own_clock_read_once_per_window() {
+  g_spin_tid = 0;
+  SourceOptions o;
+  o.pid = 0;
+  o.gettime = &fake_gettime;
+  o.cpu_window_ns = 10'000'000;
+  auto src = make_process_source(o);
+  src->on_start();  // a sampler's run: this thread reads, as the sampler thread would
+  Row r(*src);
+  g_own_reads = 0;
+  std::vector<std::int64_t> valued;
+  for (std::int64_t ms = 10; ms <= 40; ++ms) {
+    read_at(r, *src, ms * 1'000'000, -1);
+    if (!r.null("proc.self_cpu_pct")) {
+      valued.push_back(ms);
+      // 50 µs of own CPU between two reads of its clock, 10 ms apart.
+      CHECK_NEAR(r.f64("proc.self_cpu_pct"), 100.0 * 0.050 / 10.0, 1e-9);
+    }
+  }
+  // Read at 10 (the baseline), 20, 30 and 40 ms: the first read a window after the last one
+  // (whose stamp here is the tick's time: each fake call takes 1 µs after it).
+  CHECK_EQ(g_own_reads, 4);
+  CHECK_EQ(valued.size(), 3u);
+  if (valued.size() == 3) {
+    CHECK_EQ(valued[0], 20);
+    CHECK_EQ(valued[1], 30);
+    CHECK_EQ(valued[2], 40);
+  }
+  // cpu_window = 0: on every read, as before.
+  o.cpu_window_ns = 0;
+  auto every = make_process_source(o);
+  every->on_start();
+  Row e(*every);
+  g_own_reads = 0;
+  for (std::int64_t ms = 50; ms < 60; ++ms) read_at(e, *every, ms * 1'000'000, -1);
+  CHECK_EQ(g_own_reads, 10);
+  CHECK(!e.null("proc.self_cpu_pct"));
+  src->on_stop();
+  every->on_stop();
 }
 
 // Spins on the calling thread until its own CPU clock has moved by `ns`.
@@ -195,5 +243,6 @@ int main() {
   test_preempted_between_thread_clocks();
   test_thread_list_reread_only_when_it_changes();
   test_own_threads_left_out_unless_asked();
+  test_own_clock_read_once_per_window();
   TEST_MAIN_END();
 }
