@@ -51,7 +51,9 @@ std::size_t FrameBufferPool::size_of(const std::uint64_t* buffer) noexcept {
 }
 
 void FrameBufferPool::free_buffer(std::uint64_t* buffer) noexcept {
-  if (buffer != nullptr) std::free(buffer - kHeaderWords);
+  if (buffer != nullptr) {
+    free_large(buffer - kHeaderWords, (kHeaderWords + size_of(buffer)) * sizeof(std::uint64_t));
+  }
 }
 
 std::uint64_t* FrameBufferPool::take(std::size_t words) {

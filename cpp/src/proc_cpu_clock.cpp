@@ -20,6 +20,10 @@ namespace {
 constexpr std::size_t kMaxOwnThreads = 64;
 std::array<std::atomic<int>, kMaxOwnThreads> g_own_tids{};
 std::atomic<std::uint64_t> g_own_gen{0};
+// CPU time of own threads that have unregistered, ns: added by each as it leaves, so a sum of
+// the registered threads' clocks plus this never falls when one goes (own_ns is read a window
+// apart, and a thread gone in between would take its whole time out of the sum).
+std::atomic<std::uint64_t> g_own_retired_ns{0};
 
 int this_tid() noexcept { return static_cast<int>(::syscall(SYS_gettid)); }
 
@@ -41,6 +45,15 @@ void unregister_own_thread() noexcept {
   for (std::atomic<int>& slot : g_own_tids) {
     int mine = tid;
     if (slot.compare_exchange_strong(mine, 0, std::memory_order_acq_rel)) {
+      // Out of the registry first, then into the retired total: a read between the two misses
+      // this thread's time for one window (too low, or null where the sum falls), never counts
+      // it twice.
+      timespec ts{};
+      if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) {
+        g_own_retired_ns.fetch_add(static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000U +
+                                       static_cast<std::uint64_t>(ts.tv_nsec),
+                                   std::memory_order_acq_rel);
+      }
       g_own_gen.fetch_add(1, std::memory_order_acq_rel);
       return;
     }
@@ -247,9 +260,17 @@ void ProcessCpuClock::read_own(CpuReading* out) noexcept {
     out->own_at_ns = out->after_ns;
     return;
   }
+  if (!out->own_ok) {
+    out->own_ns = total;
+    out->own_at_ns = out->after_ns;
+    return;
+  }
+  // The retired total first: a thread that unregisters after this load and before its slot is
+  // read below is missed once (see unregister_own_thread), never counted twice.
+  total += g_own_retired_ns.load(std::memory_order_acquire);
   for (const std::atomic<int>& slot : g_own_tids) {
     const int tid = slot.load(std::memory_order_acquire);
-    if (tid == 0 || tid == reader_tid_ || !out->own_ok) continue;
+    if (tid == 0 || tid == reader_tid_) continue;
     std::uint64_t ns = 0;
     if (clock_ns(thread_cpu_clock(tid), &ns)) total += ns;  // one that just exited drops out
   }

@@ -116,9 +116,10 @@ class ProcessSource final : public Source {
     add_column("proc.self_cpu_pct", "%", DType::kFloat64, Kind::kRate,
                "CPU time of stroboscope's own threads in the sampling process (the sampler "
                "thread's CPU clock, plus the poll threads' where slow sources have them) per "
-               "wall time, over windows of at least cpu_window (their clocks are read once per "
-               "window: a system call each, which every tick would add to the cost it "
-               "measures; the cost of each tick is in stats()); 100 per busy core: the "
+               "wall time, over windows of at least cpu_window (with the thread clocks, their "
+               "clocks are read once per window: a system call each, which every tick would "
+               "add to the cost it measures; the cost of each tick is in stats()); 100 per "
+               "busy core: the "
                "monitor's own cost, beside the workload's proc.cpu_pct. Null where the process "
                "CPU clocks are not used (a recorded /proc tree).");
     // Thread clocks: a value on every read; the coarser clocks: one per cpu_window.
@@ -193,9 +194,14 @@ class ProcessSource final : public Source {
     detail::CpuReading cpu;
     Mode mode = Mode::kNone;
     // The own threads' clocks once per cpu_window (proc.self_cpu_pct), not on every read.
-    const bool want_own = !has_own_prev_ || now_ns - own_prev_at_ >= cpu_window_ns_;
+    // Windows in tick times, as the other windowed columns' (the stamp of the read lies a few
+    // µs after its tick: against it, a window would close one tick late).
+    const bool want_own = !has_own_prev_ || now_ns - own_prev_tick_ns_ >= cpu_window_ns_;
     if (clock_ && clock_->read(&cpu, want_own)) mode = clock_->mode();
-    if (want_own) write_own(row, cpu);
+    if (want_own) {
+      write_own(row, cpu);
+      own_prev_tick_ns_ = now_ns;
+    }
     // statm before stat: a process inside do_exit() reads zeros in statm once its address space
     // is gone, and a stat read after that always shows it exiting (procfs::pid_gone).
     procfs::PidStatm sm;
@@ -360,6 +366,7 @@ class ProcessSource final : public Source {
   bool has_own_prev_ = false;
   std::uint64_t own_prev_ns_ = 0;
   std::int64_t own_prev_at_ = 0;
+  std::int64_t own_prev_tick_ns_ = 0;  // the tick of the latest read of the own clocks
   int pid_ = 0;
   ProcFile stat_, statm_, status_, io_;
   bool io_readable_ = false;

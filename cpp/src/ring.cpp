@@ -111,7 +111,7 @@ Ring::Ring(std::size_t num_columns, std::uint64_t capacity)
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, bytes);  // touch every page now, not on the sampler's first lap
   blocks_ = static_cast<std::uint64_t*>(p);
-  release_ = [p] { std::free(p); };
+  release_ = [p, bytes] { free_large(p, bytes); };
 }
 
 Ring::Ring(std::size_t num_columns, std::uint64_t capacity, RingStorage storage)
@@ -213,8 +213,9 @@ std::uint64_t Ring::copy(std::uint64_t from, std::uint64_t to, const ColumnDest*
     copy_blocks<false>(from, to, dest);
   }
   // The seqlock re-check, once for the whole copy. If any cell copied above came from a row the
-  // producer started after our copy began, its acquire load (load_cell) makes this load see
-  // write_begin_ at least one past that row. write_begin_ == b means rows up to b - 1 may have
+  // producer started after our copy began, its acquire load (load_cell; on the streaming path a
+  // plain x86 load, in order with this one, and the fence at the end of copy_blocks) makes this
+  // load see write_begin_ at least one past that row. write_begin_ == b means rows up to b - 1 may have
   // been written, which reuses the slots of rows up to b - 1 - slots_: those are not intact.
   const std::uint64_t begun = write_begin_->load(std::memory_order_relaxed);
   const std::uint64_t first_intact = begun > slots_ ? begun - slots_ : 0;

@@ -1,5 +1,5 @@
-// Large buffers: huge-page aligned and advised above kHugeBytes, plain aligned below; the ring
-// of a 1M-row sampler lives in such a buffer.
+// Large buffers (the ring's storage, frame buffers): from kHugeBytes on a mapping of their own,
+// huge-page aligned and advised, unmapped when freed; below it plain aligned allocations.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +12,7 @@
 #include "stroboscope/large_memory.hpp"
 
 using stroboscope::allocate_large;
+using stroboscope::free_large;
 using stroboscope::kHugeBytes;
 using stroboscope::kHugePageBytes;
 
@@ -49,23 +50,25 @@ void test_large_buffers_are_huge_page_aligned_and_advised() {
   CHECK(p != nullptr);
   CHECK_EQ(reinterpret_cast<std::uintptr_t>(p) % kHugePageBytes, 0u);
   std::memset(p, 1, bytes);  // the whole size asked is usable
+  const std::string flags = vm_flags_of(p);
+  CHECK(!flags.empty());
   if (thp_available()) {
-    const std::string flags = vm_flags_of(p);
     CHECK(flags.find(" hg") != std::string::npos);  // VM_HUGEPAGE: madvise(MADV_HUGEPAGE) took
   } else {
     std::printf("transparent huge pages off: the advice is not checked\n");
   }
-  std::free(p);
+  free_large(p, bytes);
+  CHECK(vm_flags_of(p).empty());  // a mapping of its own, gone with it: no advice left behind
 }
 
 void test_small_buffers_are_plain() {
   void* p = allocate_large(4096, 64);
   CHECK(p != nullptr);
   CHECK_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u);
-  std::free(p);
+  free_large(p, 4096);
   void* q = allocate_large(0, 64);  // a zero size still gives a freeable pointer
   CHECK(q != nullptr);
-  std::free(q);
+  free_large(q, 0);
 }
 
 }  // namespace

@@ -350,8 +350,12 @@ void test_stop_wakes_and_precise_mode() {
   Sampler p(std::move(slots2), 1'000'000, 1024, {}, true);
   p.start();
   CHECK(eventually([&] { return p.stats().ticks_taken >= 20; }));
-  p.request_tick();
-  CHECK(eventually([&] { return p.stats().ticks_requested == 1; }));
+  // A request made just before a regular tick is served by that tick (no edge row): on a loaded
+  // machine that can happen to any one request, so ask until one gets an edge row of its own.
+  CHECK(eventually([&] {
+    p.request_tick();
+    return p.stats().ticks_requested >= 1;
+  }));
   p.stop();
   auto st = p.stats();
   CHECK(st.precise);

@@ -5,6 +5,7 @@
 // both of its clock reads happened, so a thread never reads above 100 %. Then the live clocks:
 // the thread list is re-read only when it may have changed, and stroboscope's own threads (the
 // reading thread, registered poll threads) are left out unless asked for.
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -106,6 +107,12 @@ void test_preempted_between_thread_clocks() {
 // CPU time over the span between them.
 void test_own_clock_read_once_per_window() {
   g_spin_tid = 0;
+  // A thread of the workload, so each read's stamps fall a few fake µs after its tick's time
+  // (as they do live): the windows are still counted in tick times.
+  std::atomic<bool> stop{false};
+  std::thread other([&stop] {
+    while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
   SourceOptions o;
   o.pid = 0;
   o.gettime = &fake_gettime;
@@ -119,12 +126,13 @@ void test_own_clock_read_once_per_window() {
     read_at(r, *src, ms * 1'000'000, -1);
     if (!r.null("proc.self_cpu_pct")) {
       valued.push_back(ms);
-      // 50 µs of own CPU between two reads of its clock, 10 ms apart.
+      // 50 µs of own CPU between two reads of its clock, 10 ms apart (their stamps are each
+      // the same few µs after their ticks).
       CHECK_NEAR(r.f64("proc.self_cpu_pct"), 100.0 * 0.050 / 10.0, 1e-9);
     }
   }
-  // Read at 10 (the baseline), 20, 30 and 40 ms: the first read a window after the last one
-  // (whose stamp here is the tick's time: each fake call takes 1 µs after it).
+  // Read at 10 (the baseline), 20, 30 and 40 ms: the first tick a window after the tick of the
+  // previous read (against the read's own stamp, 2 µs after its tick, 21 and 32 ms).
   CHECK_EQ(g_own_reads, 4);
   CHECK_EQ(valued.size(), 3u);
   if (valued.size() == 3) {
@@ -143,6 +151,15 @@ void test_own_clock_read_once_per_window() {
   CHECK(!e.null("proc.self_cpu_pct"));
   src->on_stop();
   every->on_stop();
+  stop = true;
+  other.join();
+}
+
+// Threads listed in /proc/self/task (its link count is 2 + the threads).
+std::size_t task_entries() {
+  struct stat st {};
+  if (::stat("/proc/self/task", &st) != 0) return 0;
+  return static_cast<std::size_t>(st.st_nlink) - 2;
 }
 
 // Spins on the calling thread until its own CPU clock has moved by `ns`.
@@ -186,6 +203,11 @@ void test_thread_list_reread_only_when_it_changes() {
   CHECK_EQ(c.rescans(), base + 2);
   step = 3;
   t.join();
+  // pthread_join returns when the kernel clears the thread's tid, during its exit; it leaves
+  // /proc/self/task a moment later (on a loaded machine, milliseconds).
+  for (int i = 0; i < 5000 && task_entries() != n0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   CHECK(c.read(&r));  // unregistered and gone
   CHECK(c.rescans() >= base + 3);
   CHECK_EQ(c.threads(), n0);
@@ -237,6 +259,33 @@ void test_own_threads_left_out_unless_asked() {
   }
 }
 
+// proc.self_cpu_pct sums cumulative clocks a window apart: a registered thread that leaves in
+// between must not take its time out of the sum (the value would read low, or be lost).
+void test_own_time_stays_when_a_registered_thread_leaves() {
+  detail::ProcessCpuClock c(static_cast<int>(::getpid()), "/proc/self/task", true);
+  c.set_running(true);
+  detail::CpuReading a, b, d;
+  CHECK(c.read(&a));
+  std::atomic<int> step{0};
+  std::thread poll([&step] {
+    register_own_thread();
+    spin_cpu(20'000'000);  // 20 ms of a registered thread
+    step = 1;
+    while (step.load() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    unregister_own_thread();
+  });
+  while (step.load() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(c.read(&b));
+  CHECK(b.own_ok);
+  CHECK(b.own_ns - a.own_ns >= 20'000'000u);
+  step = 2;
+  poll.join();
+  CHECK(c.read(&d));
+  CHECK(d.own_ok);
+  CHECK(d.own_ns >= b.own_ns);  // its 20 ms stay in the sum after it left
+  c.set_running(false);
+}
+
 }  // namespace
 
 int main() {
@@ -244,5 +293,6 @@ int main() {
   test_thread_list_reread_only_when_it_changes();
   test_own_threads_left_out_unless_asked();
   test_own_clock_read_once_per_window();
+  test_own_time_stays_when_a_registered_thread_leaves();
   TEST_MAIN_END();
 }

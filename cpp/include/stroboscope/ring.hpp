@@ -19,10 +19,11 @@
 // The producer (the sampler thread) never blocks: when the ring is full it overwrites the oldest
 // row. The consumer copies whole blocks and then checks, seqlock-style, which of the rows it
 // wanted the producer may have overwritten during the copy; those are reported so the caller can
-// leave them out (an Arrow offset, not a memmove). All cell accesses go through std::atomic_ref so
-// concurrent reads and writes of the same cell are well defined: release stores by the producer,
-// acquire loads by the consumer (plain moves on x86), which is also what lets ThreadSanitizer
-// check the protocol (it does not model fences).
+// leave them out (an Arrow offset, not a memmove). The producer's stores go through
+// std::atomic_ref (release), and so do the consumer's loads (acquire; plain moves on x86), which
+// is what lets ThreadSanitizer check the protocol (it does not model fences) - except a copy far
+// larger than the caches on x86 outside ThreadSanitizer, which moves 16 bytes a load and relies
+// on x86 keeping loads in order plus a compiler barrier before the re-check (ring.cpp).
 #pragma once
 
 #include <algorithm>
