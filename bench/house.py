@@ -64,6 +64,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench_common import OtherLoad, cpu_model, git_revision
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 HZ = os.sysconf("SC_CLK_TCK")
@@ -127,48 +129,14 @@ def fmt_bytes(n: float) -> str:
     return f"{sign}{n:.0f} B"
 
 
-class OtherLoad:
-    """Cores' worth of CPU other processes used over a window (/proc/stat busy time minus this
-    process's and its reaped children's; see bench_common.OtherLoad)."""
-
-    def __init__(self) -> None:
-        self._t0 = time.monotonic()
-        self._busy0 = self._busy_s()
-        self._own0 = self._own_s()
-
-    @staticmethod
-    def _busy_s() -> float:
-        with open("/proc/stat", "rb") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-        return (v[0] + v[1] + v[2] + v[5] + v[6]) / HZ
-
-    @staticmethod
-    def _own_s() -> float:
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
-
-    def cores(self) -> float:
-        wall = time.monotonic() - self._t0
-        others = (self._busy_s() - self._busy0) - (self._own_s() - self._own0)
-        return round(max(0.0, others / wall), 2) if wall > 0 else 0.0
-
-
 # -- the machine --------------------------------------------------------------------------------
 
 
 def machine() -> dict[str, Any]:
     """CPU model, cores, kernel, Python, the package measured and the checkout."""
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     info: dict[str, Any] = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "kernel": platform.release(),
         "python": platform.python_version(),
@@ -180,22 +148,7 @@ def machine() -> dict[str, Any]:
         info["package_dir"] = os.path.dirname(stroboscope.__file__ or "")
     except Exception as exc:  # the table says why
         info["stroboscope"] = f"not importable: {exc}"
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO_DIR), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        info["checkout"] = rev + (" + uncommitted changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        info["checkout"] = "unknown (no git)"
+    info["checkout"] = git_revision()
     return info
 
 
@@ -308,7 +261,7 @@ def snapshot(repeats: int) -> Figure:
         "ratio": ratio,
         "facade_ns_p10_p90": _p10_p90(facade_ns),
         "core_ns_p10_p90": _p10_p90(core_ns),
-        "other_cores": load.cores(),
+        "other_cores": round(load.cores(), 2),
         "rows": [
             (
                 "b. `Sampler.snapshot().to_arrow()`, 1,000 rows",
@@ -396,7 +349,7 @@ def first_scope(processes: int) -> Figure:
         "modules_imported_in_first_scope": imports,
         "modules_imported_by_first_lookup": lookup_imports,
         "runs": runs,
-        "other_cores": load.cores(),
+        "other_cores": round(load.cores(), 2),
         "rows": [
             (
                 "c. the first scope in a fresh process (Sampler running)",
@@ -506,7 +459,7 @@ def record(duration: float, where: str | None) -> Figure:
                     os.close(fd)
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
-            cores = load.cores()
+            cores = round(load.cores(), 2)
             so.seek(0)
             se.seek(0)
             stdout, stderr = so.read(), se.read()
@@ -602,7 +555,7 @@ def startup(repeats: int) -> Figure:
         "repeats": repeats,
         "median_s": m,
         "all_s": times,
-        "other_cores": load.cores(),
+        "other_cores": round(load.cores(), 2),
         "rows": [
             (
                 'e. `python -c "import stroboscope"`',
