@@ -53,7 +53,7 @@ void* allocate_large(std::size_t bytes, std::size_t align) noexcept {
 
 void free_large(void* p, std::size_t bytes) noexcept {
   if (p == nullptr) return;
-  if (bytes == 0 || bytes < kHugeBytes) {
+  if (bytes < kHugeBytes) {  // a size of 0 was allocated as `align` bytes: plain too
     std::free(p);
   } else {
     ::munmap(p, mapped_length(bytes));

@@ -255,24 +255,16 @@ void ProcessCpuClock::read_own(CpuReading* out) noexcept {
   // sampler thread (an inline tick on a caller's thread): nothing of ours to report.
   std::uint64_t total = 0;
   out->own_ok = reader_tid_ != 0 && clock_ns(CLOCK_THREAD_CPUTIME_ID, &total);
-  if (!this_process_) {
-    out->own_ns = total;
-    out->own_at_ns = out->after_ns;
-    return;
-  }
-  if (!out->own_ok) {
-    out->own_ns = total;
-    out->own_at_ns = out->after_ns;
-    return;
-  }
-  // The retired total first: a thread that unregisters after this load and before its slot is
-  // read below is missed once (see unregister_own_thread), never counted twice.
-  total += g_own_retired_ns.load(std::memory_order_acquire);
-  for (const std::atomic<int>& slot : g_own_tids) {
-    const int tid = slot.load(std::memory_order_acquire);
-    if (tid == 0 || tid == reader_tid_) continue;
-    std::uint64_t ns = 0;
-    if (clock_ns(thread_cpu_clock(tid), &ns)) total += ns;  // one that just exited drops out
+  if (this_process_ && out->own_ok) {
+    // The retired total first: a thread that unregisters after this load and before its slot
+    // is read below is missed once (see unregister_own_thread), never counted twice.
+    total += g_own_retired_ns.load(std::memory_order_acquire);
+    for (const std::atomic<int>& slot : g_own_tids) {
+      const int tid = slot.load(std::memory_order_acquire);
+      if (tid == 0 || tid == reader_tid_) continue;
+      std::uint64_t ns = 0;
+      if (clock_ns(thread_cpu_clock(tid), &ns)) total += ns;  // one that just exited drops out
+    }
   }
   out->own_ns = total;
   out->own_at_ns = out->after_ns;

@@ -119,9 +119,8 @@ class ProcessSource final : public Source {
                "wall time, over windows of at least cpu_window (with the thread clocks, their "
                "clocks are read once per window: a system call each, which every tick would "
                "add to the cost it measures; the cost of each tick is in stats()); 100 per "
-               "busy core: the "
-               "monitor's own cost, beside the workload's proc.cpu_pct. Null where the process "
-               "CPU clocks are not used (a recorded /proc tree).");
+               "busy core: the monitor's own cost, beside the workload's proc.cpu_pct. Null "
+               "where the process CPU clocks are not used (a recorded /proc tree).");
     // Thread clocks: a value on every read; the coarser clocks: one per cpu_window.
     if (clock_->mode() != detail::ProcessCpuClock::Mode::kThreadClocks) {
       set_window(0, 1, cpu_window_ns_);

@@ -29,6 +29,8 @@ std::string vm_flags_of(const void* p) {
     unsigned long hi = 0;
     char dash = 0;
     std::istringstream head(line);
+    // A mapping's line starts "lo-hi perms ..." (its first ':' is in the device, after a
+    // space); a field's line starts "Name:".
     if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
       inside = addr >= lo && addr < hi;
     } else if (inside && line.rfind("VmFlags:", 0) == 0) {
