@@ -118,10 +118,11 @@ def test_a_hanging_otlp_endpoint_does_not_stretch_the_recording(
         while True:
             try:
                 held.append(listener.accept()[0])
-            except OSError:  # closed below
+            except OSError:  # shut down below
                 return
 
-    threading.Thread(target=hold, daemon=True).start()
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
     out = tmp_path / "run.parquet"
     endpoint = f"{scheme}://127.0.0.1:{listener.getsockname()[1]}" + (
         "/v1/metrics" if scheme == "http" else ""
@@ -134,9 +135,12 @@ def test_a_hanging_otlp_endpoint_does_not_stretch_the_recording(
         )  # fmt: skip
         _, err = proc.communicate(timeout=120)
     finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone leaves it blocked)
+        holder.join(timeout=30)
         listener.close()
         for conn in held:
             conn.close()
+    assert not holder.is_alive()
     assert proc.returncode == 0, err
     mono = pq.read_table(out, columns=["mono_ns"]).column("mono_ns").to_pylist()
     span_s = (max(mono) - min(mono)) / 1e9

@@ -280,15 +280,16 @@ def _provenance(
 
 
 def _first_nonempty(parts: Iterator[pa.Table]) -> tuple[pa.Table | None, Iterator[pa.Table]]:
-    """The first part with a row (None when none has) and the parts from it on."""
+    """The first part with a row (None when none has) and the parts from it on (which let go
+    of each part once it is taken)."""
+
+    def again(box: list[pa.Table]) -> Iterator[pa.Table]:
+        yield box.pop()  # held by the box until taken, not after
+        yield from parts
+
     for part in parts:
         if part.num_rows:
-
-            def again(first: pa.Table = part) -> Iterator[pa.Table]:
-                yield first
-                yield from parts
-
-            return part, again()
+            return part, again([part])
     return None, iter(())
 
 
@@ -304,6 +305,7 @@ def write_output(
     first, parts = _first_nonempty(got.parts)
     ends = first.slice(0, 1) if first is not None else pa.table({})
     full = _provenance(prov, ends, got.rows, from_schema(got.schema) or {})
+    del first, ends  # the first part is let go once written, as every part is
     schema = got.schema.with_metadata(
         {**(got.schema.metadata or {}), PROVENANCE_KEY.encode(): dumps(full).encode()}
     )
