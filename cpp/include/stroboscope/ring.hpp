@@ -165,7 +165,8 @@ class Ring {
   std::uint64_t producer_next_ = 0;
   // Heap rings keep their counters here, on a cache line of their own, away from the consumer.
   alignas(64) std::atomic<std::uint64_t> own_counters_[2] = {};
-  alignas(64) char tail_pad_[64] = {};
+  // Keeps whatever follows the ring off the counters' line.
+  [[maybe_unused]] alignas(64) char tail_pad_[64] = {};
 };
 
 }  // namespace stroboscope
