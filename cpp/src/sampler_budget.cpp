@@ -134,12 +134,20 @@ void Sampler::keep_budget(std::int64_t now) noexcept {
     overhead_ppm_.store(share, std::memory_order_relaxed);  // a statistic only
     if (share > budget_ppm) {
       const std::int64_t decided = share;
+      const std::int64_t target = std::llround(static_cast<double>(budget_ppm) * kLowerTarget);
+      // What slowing sources cannot take away: the wake-ups at this interval, precise's spin,
+      // the pushes. When it alone is over the target, a source slowed past its resolution
+      // would lose data for a budget still unmet: only the steps that lose nothing are taken.
+      std::int64_t floor = share;
+      for (std::size_t s = 0; s < m; ++s) floor -= std::max<std::int64_t>(shares[s], 0);
+      const int passes = floor < target ? 2 : 1;
       bool changed = false;
-      while (share > std::llround(static_cast<double>(budget_ppm) * kLowerTarget)) {
+      while (share > target) {
         // The costliest source read faster than its resolution (slowing it loses nothing);
-        // only when none is left, the costliest of the others (below the cap).
+        // only when none is left, and slowing can meet the budget, the costliest of the
+        // others (below the cap).
         std::size_t pick = m;
-        for (int pass = 0; pass < 2 && pick == m; ++pass) {
+        for (int pass = 0; pass < passes && pick == m; ++pass) {
           for (std::size_t s = 0; s < m; ++s) {
             const std::int64_t next = source_interval_ns(s) * 2;
             const std::int64_t cap = pass == 0 ? resolution_ns_[s]

@@ -26,8 +26,9 @@
 // doubles the interval of the costliest source, again and again, until the estimate (each
 // doubling halves that source's share) is under kLowerTarget of the budget; each doubling is one
 // entry of the rate log. Sources read faster than their declared resolution are slowed first
-// (nothing is lost up to it); past its resolution, only when no such source is left, and the
-// entry says so (kBeyondResolution); no interval passes
+// (nothing is lost up to it); past its resolution, only when no such source is left and the
+// CPU the sources do not cost (the wake-ups, the spin) is under the target, and the entry says
+// so (kBeyondResolution); no interval passes
 // max(kBudgetMaxIntervalNs, its resolution, its first interval). After kRaiseAfterNs without a
 // change, if the CPU plus the cost of halving the cheapest slowed source's interval stays under
 // kRaiseTarget of the budget, it halves it (one step per kRaiseAfterNs: the hysteresis). No

@@ -35,6 +35,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from stroboscope._base.checks import check_seconds, describe
+from stroboscope._base.extras import require
 from stroboscope._base.ratelimit import RateLimitedLog
 
 logger = logging.getLogger("stroboscope.cluster")
@@ -343,15 +344,7 @@ def serve(
     """
     timeout = check_timeout(timeout)
     max_connections = check_max_connections(max_connections)
-    try:
-        from prometheus_client import make_wsgi_app
-    except ImportError as exc:
-        err = ImportError(
-            f"{who} needs prometheus_client, which is not installed ({exc}); "
-            "install it with: pip install 'stroboscope[prometheus]'"
-        )
-        err.name = exc.name
-        raise err from exc
+    make_wsgi_app = require("prometheus_client", who, "prometheus").make_wsgi_app
     try:
         infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _, _, _, sockaddr = infos[0]

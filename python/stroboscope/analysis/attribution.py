@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from stroboscope._base.extras import require
 from stroboscope.analysis._series import (
     F64,
     I64,
@@ -198,7 +199,10 @@ def attribute_trace(
     ValueError
         The trace has no ``baseTimeNanoseconds`` or no event of ``categories``; or none of its
         launches lies within the frame's rows (the message gives both spans in UTC).
+    ImportError
+        When pandas is not installed: the message names the extra that installs it.
     """
+    require("pandas", "attribute_trace()", "pandas")
     import pandas as pd
 
     samples = check_samples(samples)

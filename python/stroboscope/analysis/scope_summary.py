@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from stroboscope._base.extras import require
 from stroboscope.analysis._intervals import COUNTER_FIELDS, Intervals, check_intervals
 from stroboscope.analysis._series import (
     AMD_READ,
@@ -180,7 +181,13 @@ def summary(
         ``"counter and power integral"`` (some calls each). ``attrs["from_edges"]`` lists the
         columns computed from the scope edges alone (calls, durations, edge counters),
         ``attrs["from_rows"]`` those computed from the sampled rows inside the calls.
+
+    Raises
+    ------
+    ImportError
+        When pandas is not installed: the message names the extra that installs it.
     """
+    require("pandas", "the scope summary (summary())", "pandas")
     import pandas as pd
 
     samples = check_samples(samples)

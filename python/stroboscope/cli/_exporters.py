@@ -10,9 +10,9 @@ import contextlib
 import importlib
 from typing import Any
 
+from stroboscope._base.extras import missing_extra
 from stroboscope.cli._args import checked, seconds
 from stroboscope.sampling import CoreSampler as Sampler
-from stroboscope.senders._base import missing_extra
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from stroboscope._base import lifecycle as _lifecycle
 from stroboscope._base.checks import check_seconds, describe
+from stroboscope._base.extras import missing_extra
 from stroboscope._base.identity import Identity, detect_identity
 from stroboscope.cluster._otel_names import Gpu, Metric, plan_metrics
 from stroboscope.cluster._otel_window import Window
@@ -33,9 +34,7 @@ try:
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "stroboscope.cluster.otel needs the OpenTelemetry SDK: pip install 'stroboscope[otel]'"
-    ) from exc
+    raise missing_extra("stroboscope.cluster.otel", "otel", exc) from exc
 
 from stroboscope.cluster._otel_export import (
     GuardedExporter,

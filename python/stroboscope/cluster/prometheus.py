@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from stroboscope._base import lifecycle as _lifecycle
+from stroboscope._base.extras import require
 from stroboscope._base.http_server import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_PORT,
@@ -206,9 +207,8 @@ class PrometheusExporter:
         self._window_rows = 0
         self._log = RateLimitedLog(logger)
         self._closed = False
-        from prometheus_client import CollectorRegistry
-
-        self.registry = CollectorRegistry(auto_describe=False)
+        client = require("prometheus_client", "PrometheusExporter", "prometheus")
+        self.registry = client.CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         self._server, self._thread, self.port = serve(
             self.registry,

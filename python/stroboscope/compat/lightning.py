@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from stroboscope._base.checks import check_int
+from stroboscope._base.extras import missing_extra
 from stroboscope.compat._training import TrainingRecorder
 
 __all__ = ["LightningHooks", "StroboscopeCallback", "lightning_callback_base"]  # noqa: F822 (made on first use)
@@ -112,9 +113,7 @@ def lightning_callback_base() -> type:
         try:
             from pytorch_lightning import Callback
         except ImportError as exc:
-            raise ImportError(
-                "StroboscopeCallback needs PyTorch Lightning: pip install 'stroboscope[lightning]'"
-            ) from exc
+            raise missing_extra("StroboscopeCallback", "lightning", exc) from exc
     base: type = Callback
     return base
 

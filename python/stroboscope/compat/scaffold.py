@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 from stroboscope._base.checks import check_bool, check_choice, check_int, check_pid, check_seconds
+from stroboscope._base.extras import require
 from stroboscope._base.identity import detect_identity
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
@@ -293,12 +294,9 @@ class SystemMonitor:
     @property
     def proc(self) -> psutil.Process:
         """``psutil.Process`` of the monitored pid (needs psutil: ``stroboscope[psutil]``)."""
-        try:
-            import psutil
-        except ImportError as exc:
-            raise ImportError(
-                "SystemMonitor.proc needs psutil: pip install 'stroboscope[psutil]'"
-            ) from exc
+        require("psutil", "SystemMonitor.proc", "psutil")
+        import psutil
+
         return psutil.Process(pid=self._pid)
 
     # -- extras ------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from stroboscope._base.extras import missing_extra
 from stroboscope.compat._training import TrainingRecorder
 
 __all__ = ["StroboscopeTrainerCallback", "TrainerHooks", "add_to", "trainer_callback_base"]  # noqa: F822 (made on first use)
@@ -94,9 +95,7 @@ def trainer_callback_base() -> type:
     try:
         from transformers import TrainerCallback
     except ImportError as exc:
-        raise ImportError(
-            "StroboscopeTrainerCallback needs transformers: pip install 'stroboscope[transformers]'"
-        ) from exc
+        raise missing_extra("StroboscopeTrainerCallback", "transformers", exc) from exc
     base: type = TrainerCallback
     return base
 

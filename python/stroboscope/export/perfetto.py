@@ -23,6 +23,7 @@ from typing import Any, Union
 import numpy as np
 import pyarrow as pa
 
+from stroboscope._base.extras import require
 from stroboscope._base.files import replace_private
 from stroboscope.analysis._series import F64, I64
 from stroboscope.analysis.trace_data import TraceData, collect
@@ -39,13 +40,10 @@ _RECORD = 36
 
 
 def _protos() -> Any:
-    try:
-        from perfetto.protos.perfetto.trace import perfetto_trace_pb2
-        from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "write_perfetto_trace needs the 'perfetto' package: pip install 'stroboscope[trace]'"
-        ) from exc
+    require("perfetto", "write_perfetto_trace", "trace")
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2
+    from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
+
     return perfetto_trace_pb2, StreamingTraceProtoBuilder
 
 

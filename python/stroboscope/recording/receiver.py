@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from stroboscope._base import lifecycle as _lifecycle
 from stroboscope._base.checks import check_bool, check_file_dir, check_file_path, check_path
+from stroboscope._base.extras import require
 from stroboscope.formats.writers import write_table
 from stroboscope.recording._intake import Intake
 from stroboscope.recording.journal import (
@@ -238,12 +239,7 @@ class Receiver:
             When called before :meth:`start`.
         """
         self._require_started("get_metrics")
-        try:
-            import pandas  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "get_metrics() needs pandas: pip install 'stroboscope[pandas]'"
-            ) from exc
+        require("pandas", "get_metrics()", "pandas")
         with self._read_lock:
             table, _ = self._read_table(self._open_journal())
         df: pandas.DataFrame = table.to_pandas()

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stroboscope._base.extras import require
 from stroboscope.formats.provenance import PROVENANCE_KEY
 from stroboscope.sampling._provenance import RunFacts, attach, for_table, from_schema
 
@@ -305,12 +306,7 @@ class Frame:
     def to_pandas(self, *, fill: Fill = None) -> pandas.DataFrame:
         """Return a pandas DataFrame (nullable integer columns become float64 with NaN);
         ``fill`` as in :meth:`to_arrow`."""
-        try:
-            import pandas  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "to_pandas() needs pandas: pip install 'stroboscope[pandas]'"
-            ) from exc
+        require("pandas", "to_pandas()", "pandas")
         df: pandas.DataFrame = self.to_arrow(fill=fill).to_pandas()
         return df
 

@@ -159,7 +159,9 @@ class SamplerStats:
         The latest of them (up to 256), oldest first.
     budget_unmet : int
         Checks (4 a second) that found the sampler over its budget with no source left to slow:
-        every source at 1 s (or its resolution, if slower), or the cost is the wake-up itself.
+        every source at 1 s (or its resolution, if slower), or what the sources do not cost
+        (waking at the interval, ``precise``'s spin) is over the budget alone, when no source is
+        slowed past its resolution.
     """
 
     interval_ns: int

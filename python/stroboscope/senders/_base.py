@@ -156,13 +156,3 @@ def _flatten_into(out: dict[str, float], prefix: str, event: Mapping[str, Any], 
 def finite(value: float) -> bool:
     """Whether ``value`` is neither NaN nor infinite."""
     return math.isfinite(value)
-
-
-def missing_extra(what: str, extra: str, exc: ImportError) -> ImportError:
-    """An ImportError that says which extra installs the missing library."""
-    err = ImportError(
-        f"{what} needs a library that is not installed ({exc}); "
-        f"install it with: pip install 'stroboscope[{extra}]'"
-    )
-    err.name = exc.name
-    return err

@@ -16,7 +16,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from stroboscope._base.checks import check_str
-from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
+from stroboscope._base.extras import missing_extra
+from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 from stroboscope.senders._rank import RankLabel, rank_label
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ import re
 import threading
 from typing import Any
 
+from stroboscope._base.extras import missing_extra
 from stroboscope._base.http_server import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_PORT,
@@ -27,7 +28,7 @@ from stroboscope._base.http_server import (
     shutdown,
 )
 from stroboscope.analysis.prom_names import prom_name, unit_of
-from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
+from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 
 logger = logging.getLogger("stroboscope.senders")
 

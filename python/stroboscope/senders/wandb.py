@@ -23,7 +23,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event, missing_extra
+from stroboscope._base.extras import missing_extra
+from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 from stroboscope.senders._rank import RankLabel, rank_label
 
 TIME_KEY = "stroboscope.time_s"

@@ -1,0 +1,26 @@
+"""The one home of the optional libraries' message: what needs a library that is not installed,
+and the ``pip install 'stroboscope[EXTRA]'`` that installs it (the extras of ``pyproject.toml``)."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+def missing_extra(what: str, extra: str, exc: ImportError) -> ImportError:
+    """An ImportError that says that ``what`` needs a library that is not installed (``exc``,
+    the failed import) and which extra installs it."""
+    err = ImportError(
+        f"{what} needs a library that is not installed ({exc}); "
+        f"install it with: pip install 'stroboscope[{extra}]'"
+    )
+    err.name = exc.name
+    return err
+
+
+def require(module: str, what: str, extra: str) -> ModuleType:
+    """``module`` imported; when it is not installed, :func:`missing_extra`'s ImportError."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise missing_extra(what, extra, exc) from exc
