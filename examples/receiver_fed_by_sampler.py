@@ -57,6 +57,7 @@ def main() -> None:
         time.sleep(0.05)  # the receiver's thread takes the last rows off the queue
     receiver.stop()
     df = receiver.get_metrics()
+    os.makedirs(args.out, exist_ok=True)
     out = os.path.join(args.out, "receiver.csv")
     receiver.snapshot(out, reset_metrics=False)
     print(f"received {len(df)} windows from worker {proc.pid}; written to {out}")

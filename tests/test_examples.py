@@ -28,6 +28,8 @@ EXAMPLES = ROOT / "examples"
 
 
 def _run(name: str, out: Path, **env: str) -> str:
+    """Run an example with ``--out out``: a folder not made yet, as a user names it."""
+    assert not out.exists()
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / name), "--out", str(out)],
         capture_output=True,
@@ -68,15 +70,16 @@ def _wandb_history(run_file: Path) -> list[dict[str, Any]]:
 
 
 def test_system_monitor_with_wandb_offline(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "new"
     _needs("wandb")
     stdout = _run(
         "system_monitor_wandb.py",
-        tmp_path,
+        out,
         WANDB_MODE="offline",
         WANDB_CONFIG_DIR=str(tmp_path / "config"),
         WANDB_CACHE_DIR=str(tmp_path / "cache"),
     )
-    [run_file] = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+    [run_file] = list(out.glob("wandb/offline-run-*/run-*.wandb"))
     last_rss = float(stdout.split("process RSS ")[1].split()[0])
     # wandb's service process writes the run file on its own schedule: wait (bounded).
     deadline = time.monotonic() + 30
@@ -95,10 +98,11 @@ def test_system_monitor_with_wandb_offline(tmp_path: Path) -> None:
 
 
 def test_receiver_fed_by_a_sampler(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "new"
     pytest.importorskip("pandas")  # the receiver's get_metrics() is a DataFrame
-    stdout = _run("receiver_fed_by_sampler.py", tmp_path)
+    stdout = _run("receiver_fed_by_sampler.py", out)
     worker = int(stdout.split("from worker ")[1].split(";")[0])
-    with open(tmp_path / "receiver.csv", newline="") as f:
+    with open(out / "receiver.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [int(r["window"]) for r in rows] == list(range(8))
     assert {int(r["pid"]) for r in rows} == {worker} and worker != os.getpid()
@@ -108,40 +112,43 @@ def test_receiver_fed_by_a_sampler(tmp_path: Path) -> None:
 
 
 def test_torch_training_loop_with_scopes(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "new"
     _needs("torch", "pandas")
     for room in ("stroboscope.scopes", "stroboscope.analysis.scopes"):
         if importlib.util.find_spec(room) is None:
             pytest.skip(f"{room} (scopes and their summary) is not installed")
-    stdout = _run("torch_training_loop.py", tmp_path)
+    stdout = _run("torch_training_loop.py", out)
     for scope in ("epoch", "train_step", "forward", "backward", "optimizer", "validation"):
         assert scope in stdout
-    prov = from_schema(pq.read_schema(tmp_path / "run.parquet"))
-    assert prov is not None and prov["rows"] == pq.read_table(tmp_path / "run.parquet").num_rows
+    prov = from_schema(pq.read_schema(out / "run.parquet"))
+    assert prov is not None and prov["rows"] == pq.read_table(out / "run.parquet").num_rows
 
 
 def test_lightning_callback_example(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "new"
     _needs("torch", "lightning")
-    _run("lightning_callback.py", tmp_path)
-    [metrics] = list(tmp_path.glob("lightning_logs/version_*/metrics.csv"))
+    _run("lightning_callback.py", out)
+    [metrics] = list(out.glob("lightning_logs/version_*/metrics.csv"))
     with open(metrics, newline="") as f:
         logged = [r for r in csv.DictReader(f) if r.get("system/proc.rss_bytes")]
     # 2 epochs of 16 steps, a window every 4 steps (the trainer's log_every_n_steps) and the
     # last: each one the sampler took rows in (a few tiny steps may pass between two rows).
     steps = [int(r["step"]) for r in logged]
     assert steps and set(steps) <= {4, 8, 12, 16, 20, 24, 28, 32} and steps == sorted(steps)
-    table = pq.read_table(tmp_path / "run.parquet")
+    table = pq.read_table(out / "run.parquet")
     prov = from_schema(table.schema)
     assert prov is not None and prov["rows"] == table.num_rows
     assert prov["cmdline"][1].endswith("lightning_callback.py")  # the training process
 
 
 def test_transformers_callback_example(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "new"
     _needs("torch", "transformers", "accelerate")
-    stdout = _run("transformers_callback.py", tmp_path)
+    stdout = _run("transformers_callback.py", out)
     carried = int(stdout.split(" logs carry system metrics")[0].split()[-1])
     # 2 epochs of 8 steps, logging_steps=4: 4 training logs, 2 evaluations and the final one,
     # each carrying a window when the sampler took rows since the previous log.
     assert 1 <= carried <= 7
-    table = pq.read_table(tmp_path / "run.parquet")
+    table = pq.read_table(out / "run.parquet")
     prov = from_schema(table.schema)
     assert prov is not None and prov["rows"] == table.num_rows
