@@ -99,6 +99,11 @@ def test_missing_extra_keeps_the_failed_name() -> None:
     err = missing_extra("X", "y", ModuleNotFoundError("No module named 'z'", name="z"))
     assert (err.name, str(err)) == (
         "z",
-        "X needs a library that is not installed (No module named 'z'); "
-        "install it with: pip install 'stroboscope[y]'",
+        "X needs z, a library that is not installed; install it with: pip install 'stroboscope[y]'",
+    )
+    # Given its own message (a module of ours that needs the library), it says it once.
+    again = missing_extra("--option", "y", err)
+    assert str(again) == (
+        "--option needs z, a library that is not installed; "
+        "install it with: pip install 'stroboscope[y]'"
     )

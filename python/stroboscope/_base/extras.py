@@ -8,10 +8,12 @@ from types import ModuleType
 
 
 def missing_extra(what: str, extra: str, exc: ImportError) -> ImportError:
-    """An ImportError that says that ``what`` needs a library that is not installed (``exc``,
-    the failed import) and which extra installs it."""
+    """An ImportError that says that ``what`` needs a library that is not installed (the one
+    ``exc``, the failed import, names) and which extra installs it. Said once when ``exc`` is
+    already this message (a face that needs a module of ours that needs the library)."""
+    missing = f"{exc.name}, a library" if exc.name else f"a library ({exc})"
     err = ImportError(
-        f"{what} needs a library that is not installed ({exc}); "
+        f"{what} needs {missing} that is not installed; "
         f"install it with: pip install 'stroboscope[{extra}]'"
     )
     err.name = exc.name
