@@ -50,9 +50,13 @@ def test_the_command_options_and_errors(
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["straggler_rule"]["k"] == 3 and data["jobs"][0]["stragglers"] == [3]
     for args, text in (
-        (["--png", str(tmp_path / "p")], "png: not used by the report of a dataset"),
-        (["--columns", "cpu.*"], "columns: not used by the report of a dataset"),
-        (["--static"], "static: not used by the report of a dataset"),
+        (["--png", str(tmp_path / "p")], "--png: not used by the report of a dataset"),
+        (
+            ["--columns", "cpu.*", "--to", "5"],
+            "--columns, --to: not used by the report of a dataset "
+            "(it takes -o, --step, --straggler)",
+        ),
+        (["--static"], "--static: not used by the report of a dataset"),
         (["--straggler", "x"], "--straggler 'x': give K,PCT such as 3,5"),
         (["--straggler", "3,-1"], "pct must be a number >= 0, got -1.0"),
         (["--step", "nope"], "step 'nope': no rank called a scope of that name or path"),
@@ -276,3 +280,25 @@ def test_every_markdown_column_has_a_name_and_a_value(
     [ranks] = [t for t in tables if t[0][:2] == ["rank", "host"] and "median" in t[0]]
     flagged = [r[0] for r in ranks[1:] if "STRAGGLER" in r]
     assert flagged == (["3"] if straggler == "3,5" else [])
+
+
+def test_two_ranks_are_too_few_for_a_straggler(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    calls = pa.table(
+        {
+            "name": ["train_step"] * 2,
+            "path": ["train_step"] * 2,
+            "depth": pa.array([0, 0], pa.int32()),
+            "begin_ns": [10, 300_000_010],
+            "end_ns": [100_000_010, 400_000_010],
+        }
+    )
+    for rank in (0, 1):
+        who = Identity(host="gamma", rank=rank, local_rank=rank, world_size=2, job=JOB)
+        write_scopes(calls, root, identity=who, name="scopes-000001-000000.parquet")
+    report = build_cluster_report(root)
+    assert report.stragglers == []
+    assert report.notes[-1] == (
+        f"job {JOB}: 2 rank(s) with step times: a straggler needs 3 or more ranks to stand out "
+        "from the others"
+    )

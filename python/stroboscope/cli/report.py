@@ -59,13 +59,12 @@ def run_cluster(args: argparse.Namespace) -> int:
         write_cluster_report,
     )
 
-    unused = [
-        f
-        for f in ("columns", "start", "end", "scope", "scopes", "png", "align", "static")
-        if getattr(args, f)
-    ]
+    unused = [option for dest, option in args.runs_only if getattr(args, dest)]
     if unused:
-        raise ValueError(f"{', '.join(unused)}: not used by the report of a dataset (-o, --step)")
+        raise ValueError(
+            f"{', '.join(unused)}: not used by the report of a dataset "
+            f"(it takes {args.dataset_takes})"
+        )
     k, _, pct = (args.straggler or "3,5").partition(",")
     try:
         rule = StragglerRule(float(k), float(pct or 5))
@@ -93,49 +92,59 @@ def add_parser(sub: Any) -> None:
         "plots and no script); with --png, the plots as PNG files.",
     )
     p.add_argument("inputs", nargs="+", metavar="RUN", help="recordings to report on")
-    p.add_argument("-o", "--output", default=None, metavar="HTML", help="write the HTML report")
-    p.add_argument(
+    output = p.add_argument(
+        "-o", "--output", default=None, metavar="HTML", help="write the HTML report"
+    )
+    static = p.add_argument(
         "--static",
         action="store_true",
         help="-o: the page with PNG plots and no script, instead of the zooming page",
     )
-    p.add_argument("--png", default=None, metavar="DIR", help="write each plot as DIR/NAME.png")
-    p.add_argument(
+    png = p.add_argument(
+        "--png", default=None, metavar="DIR", help="write each plot as DIR/NAME.png"
+    )
+    columns = p.add_argument(
         "--columns",
         action="append",
         default=None,
         metavar="LIST",
         help="columns to show: names or patterns, comma-separated (cpu.*,gpu.0.power_w)",
     )
-    p.add_argument(
+    start = p.add_argument(
         "--from",
         dest="start",
         default=None,
         metavar="TIME",
         help="first time shown: seconds after the first row (30, 1.5s, 2m) or ISO-8601",
     )
-    p.add_argument("--to", dest="end", default=None, metavar="TIME", help="last time shown")
-    p.add_argument(
+    end = p.add_argument("--to", dest="end", default=None, metavar="TIME", help="last time shown")
+    scope = p.add_argument(
         "--scope", default=None, metavar="NAME", help="only the rows taken while NAME was open"
     )
-    p.add_argument(
+    scopes = p.add_argument(
         "--scopes",
         default=None,
         metavar="FILE",
         help="scope intervals (Parquet) for every input (default: <stem>.scopes.parquet)",
     )
-    p.add_argument(
+    align = p.add_argument(
         "--align",
         default=None,
         metavar="start|scope:NAME",
         help="overlay the runs on one relative time axis: each from its first row (start) or "
         "from the first call of the scope NAME (scope:NAME); default: one absolute axis",
     )
-    p.add_argument("--step", default=None, metavar="NAME", help="dataset: the step scope")
-    p.add_argument(
+    step = p.add_argument("--step", default=None, metavar="NAME", help="dataset: the step scope")
+    straggler = p.add_argument(
         "--straggler",
         default=None,
         metavar="K,PCT",
         help="dataset: a straggler's median step exceeds the ranks' by K robust SDs and PCT %%",
     )
-    p.set_defaults(func=run)
+    # What a dataset's report refuses and what it takes, by their options' own names.
+    runs_only = [static, png, columns, start, end, scope, scopes, align]
+    p.set_defaults(
+        func=run,
+        runs_only=[(a.dest, a.option_strings[0]) for a in runs_only],
+        dataset_takes=", ".join(a.option_strings[0] for a in (output, step, straggler)),
+    )

@@ -193,7 +193,7 @@ def _job_rows(
     if step is not None and len(medians) < 3:
         notes.append(
             f"job {job}: {len(medians)} rank(s) with step times: a straggler needs 3 or more "
-            f"ranks to stand out from"
+            f"ranks to stand out from the others"
         )
     alignment = align(starts)
     unc = {r.key: _int(r.clock.get("anchor_uncertainty_ns")) for r in ranks if r.key in starts}
