@@ -167,7 +167,16 @@ def recover_rows(path: Path) -> int:
 @pytest.mark.parametrize(
     ("name", "rank", "words"),
     [
-        ("m-{rank}.parquet", None, ["-o", "{rank}", "no rank", "RANK"]),
+        (
+            "m-{rank}.parquet",
+            None,
+            ["-o", "{rank}", "no rank", "RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)"],
+        ),
+        (
+            "m-{job}.parquet",
+            0,
+            ["{job}", "no job", "STROBOSCOPE_JOB, SLURM_JOB_ID, SLURM_JOBID, TORCHELASTIC_RUN_ID)"],
+        ),
         ("m-{gpu}.parquet", 0, ["-o", "{gpu}", "rank, local_rank, host, job"]),
         ("m-{}.parquet", 0, ["-o", "{}", "rank, local_rank, host, job"]),
         ("m-{rank.parquet", 0, ["-o", "expected '}'", "write a brace as {{"]),
@@ -182,6 +191,8 @@ def test_an_output_placeholder_that_cannot_be_filled_is_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _as_rank(monkeypatch, rank)
+    for job in ("STROBOSCOPE_JOB", "SLURM_JOB_ID", "SLURM_JOBID", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(job, raising=False)
     assert main(["record", "--duration", "0.2", "-o", str(tmp_path / name)]) == 2
     err = capsys.readouterr().err
     for word in words:

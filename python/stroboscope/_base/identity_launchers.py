@@ -16,7 +16,15 @@ from collections.abc import Mapping
 
 from stroboscope._base.files import read_regular
 
-__all__ = ["LAUNCHERS", "PROCESS_FIELDS", "job", "kubernetes", "process_fields"]
+__all__ = [
+    "JOB_VARIABLES",
+    "LAUNCHERS",
+    "PROCESS_FIELDS",
+    "job",
+    "kubernetes",
+    "process_fields",
+    "variables_of",
+]
 
 PROCESS_FIELDS = ("rank", "world_size", "local_rank", "local_world_size", "node_rank")
 """The fields a launcher's variables give (the int fields of an ``Identity``)."""
@@ -132,6 +140,22 @@ def process_fields(
                     break
         return name, found
     return None, {}
+
+
+JOB_VARIABLES = ("STROBOSCOPE_JOB", "SLURM_JOB_ID", "SLURM_JOBID", "TORCHELASTIC_RUN_ID")
+"""The variables :func:`job` reads, in its order."""
+
+
+def variables_of(field: str) -> tuple[str, ...]:
+    """The variables that give ``field`` (``"job"`` or one of :data:`PROCESS_FIELDS`), innermost
+    launcher first: what to name when none is set."""
+    if field == "job":
+        return JOB_VARIABLES
+    if field not in PROCESS_FIELDS:
+        raise ValueError(
+            f"field must be 'job' or one of {', '.join(PROCESS_FIELDS)}, got {field!r}"
+        )
+    return tuple(fields[field] for _, _, fields in LAUNCHERS if field in fields)
 
 
 def job(environ: Mapping[str, str]) -> tuple[str, str] | None:

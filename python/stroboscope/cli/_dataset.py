@@ -19,6 +19,7 @@ import tempfile
 from typing import Any
 
 from stroboscope._base.identity import Identity, detect_identity
+from stroboscope._base.identity_launchers import variables_of
 from stroboscope.formats.dataset import partition
 from stroboscope.recording.sampler import Sampler
 
@@ -76,8 +77,8 @@ def per_rank_output(args: argparse.Namespace) -> None:
         if values[name] is None:
             raise ValueError(
                 f"-o {text!r} names {{{name}}}, but this process has no {name.replace('_', ' ')}"
-                f" (none of the launcher variables that give it is set: RANK, LOCAL_RANK, "
-                f"SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_JOB_ID, ...)"
+                f" (none of the variables that give it is set: "
+                f"{', '.join(variables_of(name))})"
             )
     safe = {k: str(v).replace(os.sep, "_") for k, v in values.items() if v is not None}
     args.output = text.format(**safe)
