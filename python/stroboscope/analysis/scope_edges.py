@@ -21,9 +21,49 @@ import numpy as np
 import pyarrow as pa
 
 from stroboscope.analysis._intervals import COUNTER_FIELDS, INTERVAL_FIELDS, PROCESS_FIELDS
-from stroboscope.formats.shared_events import BEGIN, END, read_events_dir
+from stroboscope.formats.shared_events import BEGIN, END, read_events_dir, split_counters
 
 __all__ = ["pair_events", "shared_intervals", "with_shared"]
+
+
+def split_counter_records(table: pa.Table) -> pa.Table:
+    """The edges of ``table`` (the events log's records, in index order), with their own
+    counters as columns when the log has edge counters records (kinds 3 and 4)."""
+    kind = np.asarray(table.column("kind").to_numpy(), dtype=np.uint8)
+    if not (kind > END).any():
+        return table
+    w0 = np.asarray(table.column("mono_ns").to_numpy(), dtype=np.int64).view(np.uint64)
+    w1 = np.asarray(table.column("stack_id").to_numpy(), dtype=np.uint64)
+    lo = np.asarray(table.column("scope_id").to_numpy(), dtype=np.uint64)
+    hi = np.asarray(table.column("labels_id").to_numpy(), dtype=np.uint64)
+    thread = np.asarray(table.column("thread_id").to_numpy(), dtype=np.int64)
+    edge, counters = split_counters(kind, thread, w0, w1, lo | (hi << np.uint64(32)))
+    table = table.filter(pa.array(edge))
+    for name, values in counters.items():
+        table = table.append_column(name, values)
+    return table
+
+
+def recovered_intervals(events: pa.Table) -> pa.Table:
+    """The scope-intervals table of a spool's recovered events
+    (:func:`stroboscope.formats.spool_read.recover_events`: the log's records with ``scope`` and
+    ``labels`` resolved), as a live sampler's ``scope_intervals()`` gives it from its log. Its
+    metadata carries the events' counts as ``events_lost``, ``events_cut_bytes``."""
+    edges = split_counter_records(events)
+    ids = np.concatenate(
+        [_column(edges, "scope_id", np.int64), _column(edges, "labels_id", np.int64)]
+    )
+    texts = edges.column("scope").to_pylist() + edges.column("labels").to_pylist()
+    strings = [""] * (int(ids.max()) + 1 if len(ids) else 0)
+    for i, text in zip(ids.tolist(), texts):
+        if text is not None:
+            strings[i] = text
+    meta = {
+        k.removeprefix(b"stroboscope."): v
+        for k, v in (events.schema.metadata or {}).items()
+        if k.startswith(b"stroboscope.events_")
+    }
+    return pair_events(edges, strings).replace_schema_metadata(meta)
 
 
 def _column(events: pa.Table, name: str, dtype: Any) -> np.ndarray[Any, Any]:

@@ -1,13 +1,17 @@
-"""``stroboscope recover SPOOL -o FILE``: every row of a spool and its segments, to a file."""
+"""``stroboscope recover SPOOL -o FILE``: every row of a spool and its segments, to a file, and
+the scope calls of its events sidecar to ``<stem>.scopes.parquet`` beside it."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from stroboscope.analysis.scope_edges import recovered_intervals
 from stroboscope.cli import _args
+from stroboscope.formats.provenance import from_schema
 from stroboscope.formats.spool_read import recover_parts
 from stroboscope.formats.writers import output_format, write_parts
+from stroboscope.recording._finish import write_scopes_beside
 
 
 def run(args: argparse.Namespace) -> int:
@@ -17,6 +21,11 @@ def run(args: argparse.Namespace) -> int:
     got = recover_parts(args.spool)  # one segment in memory at a time, however long the run
     fmt = write_parts(got.schema, got.parts, args.output)
     print(f"recovered {got.rows} rows from {args.spool} to {args.output} ({fmt})")
+    # The scopes of its events sidecar, beside the rows as a clean end writes them.
+    intervals = recovered_intervals(got.events)
+    scopes = write_scopes_beside(intervals, args.output, from_schema(got.schema) or {})
+    if scopes is not None:
+        print(f"recovered {intervals.num_rows} scope calls to {scopes}")
     if got.rows_lost:
         print(
             f"{got.rows_lost} rows were lost (overwritten in the ring before a segment took them)"

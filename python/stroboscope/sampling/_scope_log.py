@@ -258,28 +258,6 @@ class _Children:
         return with_shared(own, shared, os.getpid())
 
 
-def _split_counters(table: pa.Table) -> pa.Table:
-    """The edges of ``table`` (the events log's records, in index order), with their own
-    counters as columns when the log has edge counters records (kinds 3 and 4)."""
-    import numpy as np
-
-    from stroboscope.formats.shared_events import END, split_counters
-
-    kind = np.asarray(table.column("kind").to_numpy(), dtype=np.uint8)
-    if not (kind > END).any():
-        return table
-    w0 = np.asarray(table.column("mono_ns").to_numpy(), dtype=np.int64).view(np.uint64)
-    w1 = np.asarray(table.column("stack_id").to_numpy(), dtype=np.uint64)
-    lo = np.asarray(table.column("scope_id").to_numpy(), dtype=np.uint64)
-    hi = np.asarray(table.column("labels_id").to_numpy(), dtype=np.uint64)
-    thread = np.asarray(table.column("thread_id").to_numpy(), dtype=np.int64)
-    edge, counters = split_counters(kind, thread, w0, w1, lo | (hi << np.uint64(32)))
-    table = table.filter(pa.array(edge))
-    for name, values in counters.items():
-        table = table.append_column(name, values)
-    return table
-
-
 class ScopeRecording:
     """The scope side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
 
@@ -320,6 +298,8 @@ class ScopeRecording:
         metadata ``events_lost`` counts edges the log overwrote before this read (its capacity
         is ``_core.events_stats()["capacity"]``).
         """
+        from stroboscope.analysis.scope_edges import split_counter_records
+
         tables, lost = [], 0
         now = int(written())
         for first, last in self._event_windows:
@@ -328,7 +308,7 @@ class ScopeRecording:
             tables.append(pa.table(batch))
         if not tables:
             tables.append(pa.table(_core.events_read(now, now)))
-        table = _split_counters(pa.concat_tables(tables))
+        table = split_counter_records(pa.concat_tables(tables))
         return table.replace_schema_metadata({b"events_lost": str(lost).encode()})
 
     def scope_intervals(self) -> pa.Table:

@@ -1,0 +1,67 @@
+"""``stroboscope recover SPOOL -o FILE`` after the recorder died: the scope calls of the spool's
+events sidecar are written beside the rows (``<stem>.scopes.parquet``), equal to the calls the
+sampler itself listed before it was killed, edge counters included."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from stroboscope.cli import main
+from stroboscope.formats.provenance import from_schema
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    import stroboscope
+    from stroboscope.recording.sampler import Sampler
+    s = Sampler(0.005, sources=["memory"], spool=sys.argv[1], segment_seconds=0.5,
+                capacity=4096, edge_counters="cpu").start()
+    for n in range(20):
+        with stroboscope.labels(phase="warmup" if n < 5 else "train"):
+            with stroboscope.annotate("step"):
+                with stroboscope.annotate("forward"):
+                    sum(range(20000))
+    with stroboscope.annotate("open"):  # still open when the recorder dies
+        while s.segments.events_written < 82:  # the writer appends them (no deadline on speed)
+            time.sleep(0.01)
+        calls = s.scope_intervals().select(["name", "path", "begin_ns", "end_ns", "phase",
+                                            "cpu_ns"])
+        print(json.dumps(calls.to_pydict()), flush=True)
+        time.sleep(60)
+    """
+)
+
+
+def test_recover_writes_the_scopes_of_the_events_sidecar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spool = tmp_path / "run.spool"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(spool)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    listed = json.loads(child.stdout.readline())
+    child.send_signal(signal.SIGKILL)
+    assert child.wait(timeout=30) == -signal.SIGKILL
+    child.stdout.close()
+    out = tmp_path / "rec.parquet"
+    assert main(["recover", str(spool), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    scopes = tmp_path / "rec.scopes.parquet"
+    assert f"recovered 41 scope calls to {scopes}" in printed
+    table = pq.read_table(scopes)
+    got = table.select(list(listed)).to_pydict()
+    assert got == listed
+    assert got["name"].count("step") == 20 and got["path"].count("step/forward") == 20
+    assert got["end_ns"][got["name"].index("open")] is None
+    assert all(c is not None and c >= 0 for c in got["cpu_ns"][:40])
+    prov = from_schema(table.schema)
+    assert prov is not None and prov["rows"] == 41
+    assert prov["pid"] == from_schema(pq.read_schema(out))["pid"]
