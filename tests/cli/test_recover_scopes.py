@@ -4,15 +4,12 @@ sampler itself listed before it was killed, edge counters included."""
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from _killed import kill_after_first_line
 from stroboscope.cli import main
 from stroboscope.formats.provenance import from_schema
 
@@ -43,14 +40,7 @@ def test_recover_writes_the_scopes_of_the_events_sidecar(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spool = tmp_path / "run.spool"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(spool)], stdout=subprocess.PIPE, text=True
-    )
-    assert child.stdout is not None
-    listed = json.loads(child.stdout.readline())
-    child.send_signal(signal.SIGKILL)
-    assert child.wait(timeout=30) == -signal.SIGKILL
-    child.stdout.close()
+    listed = kill_after_first_line(CHILD, str(spool))
     out = tmp_path / "rec.parquet"
     assert main(["recover", str(spool), "-o", str(out)]) == 0
     printed = capsys.readouterr().out

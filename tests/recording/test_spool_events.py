@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from _killed import kill_after_first_line
 from stroboscope import _core
 from stroboscope.formats import events_file
 from stroboscope.formats.spool_read import SpoolError, recover_events, recover_parts, remove_spool
@@ -48,14 +48,7 @@ CHILD = textwrap.dedent(
 
 def test_events_survive_a_sigkill_of_the_recording(tmp_path: Path) -> None:
     spool = tmp_path / "run.spool"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(spool)], stdout=subprocess.PIPE, text=True
-    )
-    assert child.stdout is not None
-    info = json.loads(child.stdout.readline())
-    child.send_signal(signal.SIGKILL)
-    assert child.wait(timeout=30) == -signal.SIGKILL
-    child.stdout.close()
+    info = kill_after_first_line(CHILD, str(spool))
     side = Path(str(spool) + ".events")
     assert side.stat().st_mode & 0o777 == 0o600
     got = recover_parts(spool)
