@@ -112,42 +112,45 @@ void Sampler::keep_budget(std::int64_t now) noexcept {
     while (i > oldest && now - cp_mono_[(i - 1) % kCheckpoints] <= span) --i;
     return i;
   };
-  const auto share_between = [&](std::uint64_t a, std::int64_t* cost_share_ppm) {
-    const std::size_t ra = a % kCheckpoints;
-    const auto dt = static_cast<double>(now - cp_mono_[ra]);
-    for (std::size_t s = 0; s < n; ++s) {
-      cost_share_ppm[s] = std::llround(
-          static_cast<double>(cp_cost_[row * n + s] - cp_cost_[ra * n + s]) / dt * 1e6);
-    }
-    return std::llround(static_cast<double>(cpu - cp_cpu_[ra]) / dt * 1e6);
-  };
-  const auto budget_ppm = std::llround(max_overhead_ * 1e6);
   // Per-source shares on the stack: the sampler thread must not allocate. A sampler has a
   // handful of sources; past kMaxBudgeted the rest are not budgeted (never the case in the
   // registry today).
   constexpr std::size_t kMaxBudgeted = 64;
   std::int64_t shares[kMaxBudgeted];
   const std::size_t m = std::min(n, kMaxBudgeted);
+  const auto share_between = [&](std::uint64_t a, std::int64_t* cost_share_ppm) {
+    const std::size_t ra = a % kCheckpoints;
+    const auto dt = static_cast<double>(now - cp_mono_[ra]);
+    for (std::size_t s = 0; s < m; ++s) {
+      cost_share_ppm[s] = std::llround(
+          static_cast<double>(cp_cost_[row * n + s] - cp_cost_[ra * n + s]) / dt * 1e6);
+    }
+    return std::llround(static_cast<double>(cpu - cp_cpu_[ra]) / dt * 1e6);
+  };
+  const auto budget_ppm = std::llround(max_overhead_ * 1e6);
   const std::uint64_t lower_from = back_to(kLowerWindowNs);
   if (lower_from < latest && now - cp_mono_[oldest % kCheckpoints] >= kLowerAfterNs) {
     std::int64_t share = share_between(lower_from, shares);
     overhead_ppm_.store(share, std::memory_order_relaxed);  // a statistic only
     if (share > budget_ppm) {
       const std::int64_t decided = share;
-      const std::int64_t target = std::llround(static_cast<double>(budget_ppm) * kLowerTarget);
       // What slowing sources cannot take away: the wake-ups at this interval, precise's spin,
-      // the pushes. When it alone is over the target, a source slowed past its resolution
-      // would lose data for a budget still unmet: only the steps that lose nothing are taken.
+      // the pushes (the sources' shares are the wall time of their reads, so a read preempted
+      // makes this low, never high). The sources are slowed until the estimate is under the
+      // target, or, when the floor leaves less than kFloorRoom of the budget under it, until
+      // they cost kFloorRoom of the budget above the floor: a cost they do not make never
+      // slows them to their caps, and a costly source is still slowed.
       std::int64_t floor = share;
       for (std::size_t s = 0; s < m; ++s) floor -= std::max<std::int64_t>(shares[s], 0);
-      const int passes = floor < target ? 2 : 1;
+      const std::int64_t goal =
+          std::max(std::llround(static_cast<double>(budget_ppm) * kLowerTarget),
+                   floor + std::llround(static_cast<double>(budget_ppm) * kFloorRoom));
       bool changed = false;
-      while (share > target) {
+      while (share > goal) {
         // The costliest source read faster than its resolution (slowing it loses nothing);
-        // only when none is left, and slowing can meet the budget, the costliest of the
-        // others (below the cap).
+        // only when none is left, the costliest of the others (below the cap).
         std::size_t pick = m;
-        for (int pass = 0; pass < passes && pick == m; ++pass) {
+        for (int pass = 0; pass < 2 && pick == m; ++pass) {
           for (std::size_t s = 0; s < m; ++s) {
             const std::int64_t next = source_interval_ns(s) * 2;
             const std::int64_t cap = pass == 0 ? resolution_ns_[s]
@@ -158,10 +161,7 @@ void Sampler::keep_budget(std::int64_t now) noexcept {
             if (pick == m || shares[s] > shares[pick]) pick = s;
           }
         }
-        if (pick == m) {
-          budget_unmet_.fetch_add(1, std::memory_order_relaxed);  // a count only
-          break;
-        }
+        if (pick == m) break;
         const std::int64_t old_ns = source_interval_ns(pick);
         const std::int64_t new_ns = old_ns * 2;
         set_source_interval(pick, new_ns);
@@ -173,6 +173,8 @@ void Sampler::keep_budget(std::int64_t now) noexcept {
         shares[pick] -= shares[pick] / 2;
         changed = true;
       }
+      // Over the budget still, by the estimate: every source at its cap, or the floor.
+      if (share > budget_ppm) budget_unmet_.fetch_add(1, std::memory_order_relaxed);
       if (changed) since_ = latest;
       return;
     }

@@ -24,11 +24,12 @@
 // cost (read time, or its poll thread's CPU), in a fixed ring of checkpoints. When its CPU over
 // the last kLowerWindowNs (at least kLowerAfterNs since the latest change) exceeds the budget, it
 // doubles the interval of the costliest source, again and again, until the estimate (each
-// doubling halves that source's share) is under kLowerTarget of the budget; each doubling is one
-// entry of the rate log. Sources read faster than their declared resolution are slowed first
-// (nothing is lost up to it); past its resolution, only when no such source is left and the
-// CPU the sources do not cost (the wake-ups, the spin) is under the target, and the entry says
-// so (kBeyondResolution); no interval passes
+// doubling halves that source's share) is under kLowerTarget of the budget, or, when the CPU the
+// sources do not cost (the wake-ups at the interval, precise's spin) leaves less than kFloorRoom
+// of the budget under that, until the sources cost kFloorRoom of the budget above it; each
+// doubling is one entry of the rate log. Sources read faster than their declared resolution are
+// slowed first (nothing is lost up to it); past its resolution, only when no such source is
+// left, and the entry says so (kBeyondResolution); no interval passes
 // max(kBudgetMaxIntervalNs, its resolution, its first interval). After kRaiseAfterNs without a
 // change, if the CPU plus the cost of halving the cheapest slowed source's interval stays under
 // kRaiseTarget of the budget, it halves it (one step per kRaiseAfterNs: the hysteresis). No
@@ -66,6 +67,7 @@ inline constexpr std::int64_t kLowerWindowNs = 2'000'000'000;
 inline constexpr std::int64_t kRaiseAfterNs = 5'000'000'000;
 inline constexpr std::int64_t kBudgetMaxIntervalNs = 1'000'000'000;
 inline constexpr double kLowerTarget = 0.9;
+inline constexpr double kFloorRoom = 0.25;
 inline constexpr double kRaiseTarget = 0.8;
 inline constexpr std::size_t kCheckpoints = 32;  // 8 s of checkpoints: > kRaiseAfterNs
 inline constexpr std::size_t kRateLogSize = 256;

@@ -158,10 +158,10 @@ class SamplerStats:
     rate_changes : tuple of RateChange
         The latest of them (up to 256), oldest first.
     budget_unmet : int
-        Checks (4 a second) that found the sampler over its budget with no source left to slow:
+        Checks (4 a second) that found the sampler over its budget after slowing what it could:
         every source at 1 s (or its resolution, if slower), or what the sources do not cost
-        (waking at the interval, ``precise``'s spin) is over the budget alone, when no source is
-        slowed past its resolution.
+        (waking at the interval, ``precise``'s spin) leaves them less than a quarter of the
+        budget (they are slowed until they cost that quarter above it, no further).
     """
 
     interval_ns: int
