@@ -47,6 +47,7 @@ def main() -> None:
     parser.add_argument("--out", default=".", help="directory for the logs and run.parquet")
     args = parser.parse_args()
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 16, generator=g)
     data = torch.utils.data.TensorDataset(x, x.sum(dim=1, keepdim=True))

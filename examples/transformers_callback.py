@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--out", default=".", help="directory for the trainer and run.parquet")
     args = parser.parse_args()
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     training = TrainingArguments(
         output_dir=str(out / "trainer"),
         num_train_epochs=2,

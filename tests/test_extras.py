@@ -28,10 +28,11 @@ class _NotInstalled(importlib.abc.MetaPathFinder):
 
 
 def _hide(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    # pyarrow finds pandas once per process and keeps what it found: found before it is hidden,
-    # so that the tests after this one still have it.
     pytest.importorskip(name)
-    pa.table({"a": [1]}).to_pandas()
+    if name == "pandas":
+        # pyarrow finds pandas once per process and keeps what it found: found before it is
+        # hidden, so that the tests after this one still have it.
+        pa.table({"a": [1]}).to_pandas()
     for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
         monkeypatch.delitem(sys.modules, mod)
     monkeypatch.setattr(sys, "meta_path", [_NotInstalled(name), *sys.meta_path])
@@ -93,6 +94,17 @@ def test_a_missing_library_is_named_with_its_extra(
 
 def test_require_returns_the_module_when_it_is_there() -> None:
     assert require("json", "anything", "none").dumps([1]) == "[1]"
+
+
+def test_a_library_that_fails_to_import_is_not_called_missing() -> None:
+    # An installed library too old for a name we import, or whose own import fails.
+    too_old = ImportError("cannot import name 'Thing' from 'lib.sub'", name="lib.sub")
+    err = missing_extra("X", "y", too_old)
+    assert str(err) == (
+        "X needs a library that failed to import (cannot import name 'Thing' from 'lib.sub'); "
+        "install or upgrade it with: pip install -U 'stroboscope[y]'"
+    )
+    assert str(missing_extra("--option", "y", err)) == str(err).replace("X", "--option", 1)
 
 
 def test_missing_extra_keeps_the_failed_name() -> None:

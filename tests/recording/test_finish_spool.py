@@ -86,15 +86,17 @@ class Watched:
         taken (the whole run held would grow by a part's bytes at each)."""
         assert len(self.part_bytes) > SEGMENTS  # the segments and the ring's rows
         assert self.kept and not any(self.kept), self.kept
-        # Taken before each segment (not the ring's rows, last) once the writer and the reader
-        # have their buffers: held is then the part being written, the one just read, and the
-        # writer's and reader's buffers, which follow the parts' sizes (segments cut at 0.5 s
-        # hold more rows on a busy machine) and the data (a cast, a validity bitmap). Bounded
-        # by three parts; the whole run held would be at least SEGMENTS - 3 more over these.
-        steady = self.held[2 : len(self.part_bytes) - 1]
-        assert len(steady) >= SEGMENTS - 2, self.held
+        # Taken as each segment is asked for, once the writer and the reader have their buffers
+        # (not the ring's rows, last: read before the watch began): held is then the part just
+        # read, the one being written (the writer's loop still holds it) and buffers that do
+        # not grow with the parts. Less those two parts, it stays within a part's bytes; the
+        # whole run held would grow by a part at each.
+        rest = [
+            self.held[k] - self.part_bytes[k] - self.part_bytes[k - 1]
+            for k in range(2, len(self.part_bytes) - 1)
+        ]
         part = float(np.median(self.part_bytes))
-        assert max(steady) - min(steady) < 3 * part, (self.held, self.part_bytes)
+        assert max(rest) - min(rest) < part, (self.held, self.part_bytes)
 
 
 def _whole(path: Path) -> pa.Table:

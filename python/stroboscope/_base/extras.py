@@ -8,15 +8,25 @@ from types import ModuleType
 
 
 def missing_extra(what: str, extra: str, exc: ImportError) -> ImportError:
-    """An ImportError that says that ``what`` needs a library that is not installed (the one
-    ``exc``, the failed import, names) and which extra installs it. Said once when ``exc`` is
-    already this message (a face that needs a module of ours that needs the library)."""
-    missing = f"{exc.name}, a library" if exc.name else f"a library ({exc})"
-    err = ImportError(
-        f"{what} needs {missing} that is not installed; "
-        f"install it with: pip install 'stroboscope[{extra}]'"
-    )
+    """An ImportError that says that ``what`` needs a library and which extra installs it:
+    one that is not installed (``exc`` a ModuleNotFoundError naming it), or one that failed to
+    import (a name it lacks: too old; its own import failed), with ``exc``'s words. Said once
+    when ``exc`` is already this message (a face that needs a module of ours that needs it)."""
+    problem = getattr(exc, "_stroboscope_problem", None)
+    if problem is None:
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            problem = (
+                f"{exc.name}, a library that is not installed; "
+                f"install it with: pip install 'stroboscope[{extra}]'"
+            )
+        else:
+            problem = (
+                f"a library that failed to import ({exc}); "
+                f"install or upgrade it with: pip install -U 'stroboscope[{extra}]'"
+            )
+    err = ImportError(f"{what} needs {problem}")
     err.name = exc.name
+    err._stroboscope_problem = problem  # type: ignore[attr-defined]
     return err
 
 

@@ -109,11 +109,11 @@ def lightning_callback_base() -> type:
     """
     try:
         from lightning.pytorch import Callback
-    except ImportError:
+    except ImportError as first:  # the package the extra installs: its error is the one told
         try:
             from pytorch_lightning import Callback
-        except ImportError as exc:
-            raise missing_extra("StroboscopeCallback", "lightning", exc) from exc
+        except ImportError:
+            raise missing_extra("StroboscopeCallback", "lightning", first) from first
     base: type = Callback
     return base
 

@@ -40,11 +40,10 @@ _RECORD = 36
 
 
 def _protos() -> Any:
-    require("perfetto", "write_perfetto_trace", "trace")
-    from perfetto.protos.perfetto.trace import perfetto_trace_pb2
-    from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
-
-    return perfetto_trace_pb2, StreamingTraceProtoBuilder
+    what, extra = "write_perfetto_trace", "trace"
+    protos = require("perfetto.protos.perfetto.trace.perfetto_trace_pb2", what, extra)
+    builder = require("perfetto.trace_builder.proto_builder", what, extra)
+    return protos, builder.StreamingTraceProtoBuilder
 
 
 def counter_records(t: I64, v: F64, uuid: int) -> bytes:

@@ -14,7 +14,6 @@ and its labels, torch's allocator figures read when a scope opens), the variable
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from stroboscope._base.checks import check_bool
+from stroboscope._base.extras import require
 from stroboscope.compat.aitune._dump import dump_to, write_csv
 from stroboscope.compat.aitune._rows import aitune_rows, empty_rows, stamp_readings, torch_memory
 from stroboscope.recording._scope_collector import COLLECT_EVERY_S as COLLECT_EVERY_S
@@ -65,7 +65,7 @@ def _make_sampler() -> Sampler:
     """The sampler behind a session: aitune's readings (host CPU and memory, every GPU)."""
     # The rows become a DataFrame later, possibly at interpreter exit, when nothing can be
     # imported any more (pandas starts a thread pool module): load it with the session.
-    importlib.import_module("pandas")
+    require("pandas", "aitune's hardware metrics", "pandas")
     from stroboscope.recording.sampler import Sampler
     from stroboscope.sampling import gpu_status
 
