@@ -57,3 +57,21 @@ def test_ring_rows_refuses_what_is_no_sampler_or_no_directory(tmp_path: Path) ->
         ring_rows(tmp_path, s).close()
         with pytest.raises(OSError):
             ring_rows(tmp_path, s)  # one doorbell per directory
+
+
+def test_scopes_are_attached_before_the_first_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whoever waits for the first row (the aitune session, on another thread than a slow
+    # start) finds the scopes it opens next recorded as this run's: the run's scope window and
+    # recorder exist before the thread runs, not after it took a row.
+    s = Sampler(0.01, sources=["memory"])
+    real = s._attach_scopes
+    running: list[bool] = []
+
+    def attach() -> None:
+        running.append(bool(s._core.running))
+        real()
+
+    monkeypatch.setattr(s, "_attach_scopes", attach)
+    with s:
+        pass
+    assert running == [False]

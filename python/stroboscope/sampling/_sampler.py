@@ -264,10 +264,17 @@ class CoreSampler(SamplerRows, ScopeRecording, EnergyWindows, RunRecord, GpuSamp
 
     # Hooks for what is composed on a sampler (stroboscope.recording): called with the lock held.
     def _start_locked(self) -> None:
-        self._core.start()
+        # Scopes are attached before the thread takes its first row: whoever waits for that
+        # row (the aitune session, from another thread) finds every scope opened after it
+        # recorded as this run's.
+        self._attach_scopes()
+        try:
+            self._core.start()
+        except BaseException:
+            self._detach_scopes()
+            raise
         if self._gpu_recorder is not None:
             self._gpu_recorder.start()
-        self._attach_scopes()
 
     def _stop_locked(self) -> None:
         self._detach_scopes()

@@ -270,7 +270,7 @@ class ScopeRecording:
         raise NotImplementedError  # the Sampler's
 
     def _attach_scopes(self) -> None:
-        """Called right after the thread starts: scopes opened from now on are this run's, in
+        """Called right before the thread starts: scopes opened from now on are this run's, in
         this process and in the processes it starts (:mod:`._child_events`)."""
         if self._event_windows and self._event_windows[-1][1] < 0:
             return  # start() of a running sampler
