@@ -76,12 +76,9 @@ def test_a_dataset_without_scopes(tmp_path: Path) -> None:
     assert "step: none (no rank recorded scopes)" in text and "stragglers: no step times" in text
 
 
-def test_a_rank_with_scopes_only_and_two_jobs(tmp_path: Path) -> None:
-    root = make_dataset(tmp_path / "ds")
-    make_dataset(root, job="j2")
-    # rank 4 of j1 wrote its scope calls but no rows, and no provenance with a clock
-    lone = Identity(host="gamma", rank=4, local_rank=0, world_size=5, job=JOB)
-    calls = pa.table(
+def _two_steps() -> pa.Table:
+    """Two 100 ms calls of train_step, 300 ms apart: a rank's scopes without rows."""
+    return pa.table(
         {
             "name": ["train_step"] * 2,
             "path": ["train_step"] * 2,
@@ -90,6 +87,14 @@ def test_a_rank_with_scopes_only_and_two_jobs(tmp_path: Path) -> None:
             "end_ns": [100_000_010, 400_000_010],
         }
     )
+
+
+def test_a_rank_with_scopes_only_and_two_jobs(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "ds")
+    make_dataset(root, job="j2")
+    # rank 4 of j1 wrote its scope calls but no rows, and no provenance with a clock
+    lone = Identity(host="gamma", rank=4, local_rank=0, world_size=5, job=JOB)
+    calls = _two_steps()
     write_scopes(calls, root, identity=lone, name="scopes-000001-000000.parquet")
     report = build_cluster_report(root)
     assert [j.job for j in report.jobs] == ["j1", "j2"]
@@ -284,15 +289,7 @@ def test_every_markdown_column_has_a_name_and_a_value(
 
 def test_two_ranks_are_too_few_for_a_straggler(tmp_path: Path) -> None:
     root = tmp_path / "ds"
-    calls = pa.table(
-        {
-            "name": ["train_step"] * 2,
-            "path": ["train_step"] * 2,
-            "depth": pa.array([0, 0], pa.int32()),
-            "begin_ns": [10, 300_000_010],
-            "end_ns": [100_000_010, 400_000_010],
-        }
-    )
+    calls = _two_steps()
     for rank in (0, 1):
         who = Identity(host="gamma", rank=rank, local_rank=rank, world_size=2, job=JOB)
         write_scopes(calls, root, identity=who, name="scopes-000001-000000.parquet")
