@@ -54,4 +54,5 @@ def test_recover_writes_the_scopes_of_the_events_sidecar(
     assert all(c is not None and c >= 0 for c in got["cpu_ns"][:40])
     prov = from_schema(table.schema)
     assert prov is not None and prov["rows"] == 41
-    assert prov["pid"] == from_schema(pq.read_schema(out))["pid"]
+    recording = from_schema(pq.read_schema(out))
+    assert recording is not None and prov["pid"] == recording["pid"]
