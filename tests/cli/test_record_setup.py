@@ -200,6 +200,23 @@ def test_an_output_placeholder_that_cannot_be_filled_is_refused(
     assert _tree(tmp_path) == []
 
 
+def test_torchruns_default_run_id_is_named_as_naming_no_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torchrun without --rdzv-id sets TORCHELASTIC_RUN_ID=none: set, yet no job. The error
+    says so rather than calling every variable unset."""
+    _as_rank(monkeypatch, 0)
+    for job in ("STROBOSCOPE_JOB", "SLURM_JOB_ID", "SLURM_JOBID"):
+        monkeypatch.delenv(job, raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    assert main(["record", "--duration", "0.2", "-o", str(tmp_path / "m-{job}.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "no job (none of STROBOSCOPE_JOB, SLURM_JOB_ID, SLURM_JOBID, TORCHELASTIC_RUN_ID" in err
+    assert "TORCHELASTIC_RUN_ID is torchrun's default 'none', which names no job" in err
+    assert "--rdzv-id" in err and "is set:" not in err
+    assert _tree(tmp_path) == []
+
+
 def test_one_output_for_several_ranks_is_warned_of(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -57,6 +57,9 @@ def test_the_command_options_and_errors(
             "(it takes -o, --step, --straggler)",
         ),
         (["--static"], "--static: not used by the report of a dataset"),
+        # given but false: refused all the same, not taken for absent
+        (["--png", ""], "--png: not used by the report of a dataset"),
+        (["--from", "0", "--to", "0"], "--from, --to: not used by the report of a dataset"),
         (["--straggler", "x"], "--straggler 'x': give K,PCT such as 3,5"),
         (["--straggler", "3,-1"], "pct must be a number >= 0, got -1.0"),
         (["--step", "nope"], "step 'nope': no rank called a scope of that name or path"),

@@ -24,6 +24,7 @@ __all__ = [
     "kubernetes",
     "process_fields",
     "variables_of",
+    "why_unset",
 ]
 
 PROCESS_FIELDS = ("rank", "world_size", "local_rank", "local_world_size", "node_rank")
@@ -145,6 +146,9 @@ def process_fields(
 JOB_VARIABLES = ("STROBOSCOPE_JOB", "SLURM_JOB_ID", "SLURM_JOBID", "TORCHELASTIC_RUN_ID")
 """The variables :func:`job` reads, in its order."""
 
+TORCHRUN_NO_RUN_ID = "none"
+"""``TORCHELASTIC_RUN_ID`` as torchrun sets it without ``--rdzv-id``: it names no job."""
+
 
 def variables_of(field: str) -> tuple[str, ...]:
     """The variables that give ``field`` (``"job"`` or one of :data:`PROCESS_FIELDS`), innermost
@@ -156,6 +160,19 @@ def variables_of(field: str) -> tuple[str, ...]:
             f"field must be 'job' or one of {', '.join(PROCESS_FIELDS)}, got {field!r}"
         )
     return tuple(fields[field] for _, _, fields in LAUNCHERS if field in fields)
+
+
+def why_unset(field: str, environ: Mapping[str, str]) -> str:
+    """Why ``field`` has no value in ``environ``: the variables that would give it, and one that
+    is set but names nothing (torchrun's default run id)."""
+    names = ", ".join(variables_of(field))
+    if field == "job" and environ.get("TORCHELASTIC_RUN_ID") == TORCHRUN_NO_RUN_ID:
+        return (
+            f"none of {names} gives it: TORCHELASTIC_RUN_ID is torchrun's default "
+            f"{TORCHRUN_NO_RUN_ID!r}, which names no job (give torchrun --rdzv-id, "
+            f"or set STROBOSCOPE_JOB)"
+        )
+    return f"none of the variables that give it is set: {names}"
 
 
 def job(environ: Mapping[str, str]) -> tuple[str, str] | None:
@@ -172,7 +189,7 @@ def job(environ: Mapping[str, str]) -> tuple[str, str] | None:
     if alias is not None:
         return alias, "SLURM_JOBID"
     run_id = _text(environ, "TORCHELASTIC_RUN_ID")
-    if run_id is not None and run_id != "none":
+    if run_id is not None and run_id != TORCHRUN_NO_RUN_ID:
         return run_id, "TORCHELASTIC_RUN_ID"
     return None
 

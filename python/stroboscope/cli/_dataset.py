@@ -19,7 +19,7 @@ import tempfile
 from typing import Any
 
 from stroboscope._base.identity import Identity, detect_identity
-from stroboscope._base.identity_launchers import variables_of
+from stroboscope._base.identity_launchers import why_unset
 from stroboscope.formats.dataset import partition
 from stroboscope.recording.sampler import Sampler
 
@@ -77,8 +77,7 @@ def per_rank_output(args: argparse.Namespace) -> None:
         if values[name] is None:
             raise ValueError(
                 f"-o {text!r} names {{{name}}}, but this process has no {name.replace('_', ' ')}"
-                f" (none of the variables that give it is set: "
-                f"{', '.join(variables_of(name))})"
+                f" ({why_unset(name, os.environ)})"
             )
     safe = {k: str(v).replace(os.sep, "_") for k, v in values.items() if v is not None}
     args.output = text.format(**safe)

@@ -59,7 +59,8 @@ def run_cluster(args: argparse.Namespace) -> int:
         write_cluster_report,
     )
 
-    unused = [option for dest, option in args.runs_only if getattr(args, dest)]
+    # given at all, even as "" or 0, is refused: compared with the option's default
+    unused = [option for dest, option, default in args.runs_only if getattr(args, dest) != default]
     if unused:
         raise ValueError(
             f"{', '.join(unused)}: not used by the report of a dataset "
@@ -145,6 +146,6 @@ def add_parser(sub: Any) -> None:
     runs_only = [static, png, columns, start, end, scope, scopes, align]
     p.set_defaults(
         func=run,
-        runs_only=[(a.dest, a.option_strings[0]) for a in runs_only],
+        runs_only=[(a.dest, a.option_strings[0], a.default) for a in runs_only],
         dataset_takes=", ".join(a.option_strings[0] for a in (output, step, straggler)),
     )

@@ -13,6 +13,7 @@ from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
 from stroboscope.export._ranks_figures import METRICS
 from stroboscope.export._ranks_plot import render_timeline
 from stroboscope.export._scope_text import SCOPE_HEADER, scope_counts
+from stroboscope.formats.partitions import NO_JOB
 from stroboscope.formats.provenance import iso_utc
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ def _sections(report: ClusterReport, table: Render, heading: Text, para: Text) -
     (which escapes the text in it: host, job and scope names come from the dataset)."""
     parts = [para(_step_line(report))]
     for job in report.jobs:
-        title = f"job {job.job}" if len(report.jobs) > 1 or job.job != "none" else "ranks"
+        title = f"job {job.job}" if len(report.jobs) > 1 or job.job != NO_JOB else "ranks"
         parts += [heading(title), table(rank_table(report, job))]
         parts += [para(line) for line in _verdict_lines(report, job)]
         scopes = scope_table(report, job)
