@@ -24,7 +24,9 @@ aitune column                        from                          dtype (unit)
 ``{i}`` is the NVML index, as in aitune. The GPU is read on its own thread, so a row between two
 readings carries the latest one (and the first rows of a session, before its first reading, that
 one). A null cell otherwise (a reading that failed) makes its integer column float64 with NaN,
-as pandas does for aitune's dicts. The torch figures are read when a
+as pandas does for aitune's dicts. ``host_cpu_percent`` is NaN on a row taken before the
+kernel's CPU tick counters moved since the row before it (an edge row right after a sample):
+psutil says 0.0 there, a figure no CPU time was counted for. The torch figures are read when a
 scope opens, and only once this process has initialised CUDA through torch; until then (or
 without torch) they are 0, which is what torch reports when CUDA is not initialised.
 """
