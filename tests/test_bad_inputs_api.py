@@ -20,6 +20,7 @@ from _refusals import Ctx, assert_refused, params
 from stroboscope._base.identity import Identity
 from stroboscope.compat import SystemMonitor
 from stroboscope.compat._training import TrainingRecorder
+from stroboscope.compat.aitune import snapshot as aitune_snapshot
 from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.zeus import ZeusMonitor
 from stroboscope.formats.dataset import write_part
@@ -192,6 +193,24 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         lambda ctx: energy_timeout("1"),
         TypeError,
         r"^timeout must be a number of seconds \(int or float\), got str '1'",
+    ),
+    (
+        "aitune-snapshot-None",
+        lambda ctx: aitune_snapshot(None),  # type: ignore[arg-type]
+        TypeError,
+        r"^path must be a str path or os\.PathLike, got None",
+    ),
+    (
+        "aitune-snapshot-empty",
+        lambda ctx: aitune_snapshot(""),
+        ValueError,
+        r"^path is an empty path; give a non-empty path",
+    ),
+    (
+        "aitune-snapshot-bytes",
+        lambda ctx: aitune_snapshot(b"x.csv"),  # type: ignore[arg-type]
+        TypeError,
+        r"^path must be a str path or os\.PathLike, got bytes b'x\.csv'",
     ),
     (
         "TrainingRecorder-interval-nan",

@@ -49,8 +49,10 @@ class DiskSource final : public Source {
           duplicate = true;  // the same path twice: measure it once
           break;
         }
-        throw std::runtime_error("disk paths '" + paths_[i] + "' and '" + path +
-                                 "' both map to the column prefix '" + prefix + "'");
+        // invalid_argument: a ValueError in Python, as the argument's other checks give
+        throw std::invalid_argument("disk_paths entries '" + paths_[i] + "' and '" + path +
+                                    "' both map to the column prefix '" + prefix +
+                                    "': keep one of them");
       }
       if (duplicate) continue;
       struct statvfs st{};

@@ -114,3 +114,19 @@ def test_the_readme_example_groups_by_name() -> None:
     assert by_name.loc["step", "total_s"] == pytest.approx(total)
     module = s.summary(by=["name", "module"])
     assert module.loc[("step", "resnet50"), "calls"] == 12
+
+
+def test_a_label_named_like_a_column_keeps_both() -> None:
+    """Labels ``calls`` and ``total_s`` (allowed: not columns of the scope tables) are index
+    levels ``label.calls`` and ``label.total_s``: ``reset_index()`` keeps the counts too."""
+    calls: list[Call] = [
+        ("s", "s", 1, 1, 0, k * 10 * MS, (k * 10 + 2) * MS, {"calls": "5", "total_s": "x"})
+        for k in range(3)
+    ]
+    for by in (None, ["calls"]):
+        df = summary(SAMPLES, intervals(calls), by=by)
+        flat = df.reset_index()
+        assert list(flat["calls"]) == [3] and list(flat["label.calls"]) == ["5"]
+        if by is None:
+            assert df.index.names == ["scope", "label.calls", "label.total_s"]
+            assert list(flat["total_s"]) == [pytest.approx(0.006)]

@@ -101,6 +101,20 @@ def test_a_name_is_required_in_a_with_statement(
         aitune.collect_hardware_metrics().__enter__()
     with pytest.raises(TypeError, match="name must be a str"):
         aitune.annotate(3)  # type: ignore[arg-type]
+    for make, words in (
+        (aitune.annotate, r"annotate: .* got function \(as a decorator, write @annotate\(\)"),
+        (
+            aitune.collect_hardware_metrics,
+            r"got function \(as a decorator, write @collect_hardware_metrics\(\) with paren",
+        ),
+        (scopes.annotate, r"^name must be .* \(as a decorator, write @annotate\(\) with"),
+        (
+            scopes.collect_hardware_metrics,
+            r"\(as a decorator, write @collect_hardware_metrics\(\) with parentheses\)",
+        ),
+    ):
+        with pytest.raises(TypeError, match=words):
+            make(test_a_name_is_required_in_a_with_statement)  # type: ignore[arg-type]  # no ()
     assert session._sampler is None  # nothing started
 
 

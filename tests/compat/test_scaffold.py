@@ -216,6 +216,42 @@ def test_flush_and_shutdown_publish() -> None:
     assert len(rec.events) == 3 and "cpu" in rec.events[2]
 
 
+class _StopsOnFirst(Recorder):
+    """A sender that shuts its monitor down, and flushes it, from inside ``publish``."""
+
+    monitor: SystemMonitor
+
+    def publish(self, event: StatsDict, **kwargs: Any) -> None:
+        super().publish(event)
+        if len(self.events) == 1:
+            t0 = time.monotonic()
+            self.monitor.flush()  # its own event cannot be taken while it runs: no wait
+            self.monitor.shutdown()
+            self.waited = time.monotonic() - t0
+
+
+def test_a_sender_may_shut_its_monitor_down(caplog: pytest.LogCaptureFixture) -> None:
+    """Called on the sender's own thread, shutdown does not join that thread (Python refuses
+    to): the sender is told to close, delivers what was queued, and closes once."""
+    rec = _StopsOnFirst()
+    rec.monitor = mon = monitor(rec, rate=0.2, flush_timeout=5.0)
+    workers = {t for t in threading.enumerate() if t.name.startswith("stroboscope-sender")}
+    mon.start()
+    rec.wait_for(1)
+    deadline = time.monotonic() + 10
+    while rec.closed == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "failed to publish" not in caplog.text and "cannot join" not in caplog.text
+    assert "did not take the flushed event" not in caplog.text
+    assert rec.closed == 1 and not mon.raw_sampler.running
+    assert rec.waited < 2.5  # flush did not wait its timeout for an event behind itself
+    assert len(rec.events) == 3  # the event, then flush's and shutdown's: delivered, then closed
+    left = {t for t in threading.enumerate() if t.name.startswith("stroboscope-sender")}
+    for thread in left - workers:
+        thread.join(5)
+        assert not thread.is_alive()
+
+
 def test_plain_callable_sender() -> None:
     events: list[dict[str, Any]] = []
     mon = monitor(events.append)

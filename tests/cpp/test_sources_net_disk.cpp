@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -199,6 +200,14 @@ void test_disk() {
   fs::create_directories(t.path("a_b"));
   bad.disk_paths = {t.path("a-b"), t.path("a_b")};
   CHECK(throws_with([&] { (void)make_source("disk", bad); }, "both map to the column prefix"));
+  bool invalid_argument = false;  // a ValueError in Python, like the argument's other checks
+  try {
+    (void)make_source("disk", bad);
+  } catch (const std::invalid_argument&) {
+    invalid_argument = true;
+  } catch (const std::exception&) {
+  }
+  CHECK(invalid_argument);
   bad.disk_paths = {};
   CHECK(throws_with([&] { (void)make_source("disk", bad); }, "at least one path"));
 }

@@ -205,3 +205,22 @@ def test_renamed_keys_are_counted(receiver: tuple[ParentReceiver, queue.Queue[An
     r.stop()
     assert r.stats()["rows_renamed"] == 1
     assert r.get_metrics().to_dict("records")[0]["1~2"] == "b"
+
+
+def test_a_text_column_spells_nan_and_infinities_as_a_float_column_does() -> None:
+    """A column of numbers and strings is text: a NaN in it is a null cell and an infinity
+    ``inf``/``-inf`` (pandas' CSV spellings), not JSON's ``NaN`` and ``-Infinity``; whether the
+    kinds meet in one block of the journal or in two."""
+    import math
+
+    from stroboscope.formats.journal_read import TableBuilder
+
+    rows = [{"a": 1, "b": math.inf}, {"a": math.nan}, {"a": -math.inf}, {"a": "txt"}]
+    parsed = parse_journal(encode_batch(rows).data)[0]
+    one = rows_to_table(parsed)
+    assert one.column("a").to_pylist() == ["1", None, "-inf", "txt"]
+    assert one.column("b").to_pylist() == [math.inf, None, None, None]
+    two = TableBuilder()
+    two.add_rows(parsed[:3])  # a float block (1, NaN, -inf), then a text one
+    two.add_rows(parsed[3:])
+    assert two.table().column("a").to_pylist() == ["1.0", None, "-inf", "txt"]

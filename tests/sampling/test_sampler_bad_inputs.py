@@ -28,6 +28,13 @@ def base(**kwargs: object) -> Callable[[Ctx], object]:
     return lambda ctx: CoreSampler(0.01, **kwargs)  # type: ignore[arg-type]
 
 
+def colliding_disks(ctx: Ctx) -> object:
+    """Two directories whose names give one column prefix (``disk.<...>a_b.``)."""
+    for name in ("a_b", "a/b"):
+        (ctx.tmp / name).mkdir(parents=True)
+    return CoreSampler(0.01, sources=["disk"], disk_paths=[ctx.tmp / "a_b", ctx.tmp / "a/b"])
+
+
 def spooled(spool: object) -> Callable[[Ctx], object]:
     """``stroboscope.Sampler`` (the recording one) with a spool."""
     return lambda ctx: stroboscope.Sampler(
@@ -243,6 +250,25 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         r"^disk_paths must be a sequence of directory paths \(str or os\.PathLike\), got int 5",
     ),
     (
+        "disk_paths-one-prefix",
+        colliding_disks,
+        ValueError,
+        r"^disk_paths entries '.*a_b' and '.*a/b' both map to the column prefix 'disk\..*a_b\.'"
+        r": keep one of them",
+    ),
+    (
+        "proc_root-missing",
+        lambda ctx: CoreSampler(0.01, sources=["memory"], proc_root=ctx.tmp / "absent"),
+        ValueError,
+        r"^proc_root '.*absent' is not an existing directory",
+    ),
+    (
+        "segment_seconds-nan-without-spool",
+        lambda ctx: stroboscope.Sampler(0.01, sources=["memory"], segment_seconds=math.nan),
+        ValueError,
+        r"^segment_seconds must be a finite number of seconds",
+    ),
+    (
         "proc_root-bytes",
         base(sources=["memory"], proc_root=b"/proc"),
         TypeError,
@@ -368,6 +394,14 @@ def test_path_objects_are_accepted_where_paths_are(tmp_path: Path) -> None:
     assert total == vfs.f_blocks * vfs.f_frsize
     single = CoreSampler(0.01, sources=["disk"], disk_paths=tmp_path)
     assert single.columns == CoreSampler(0.01, sources=["disk"], disk_paths=[tmp_path]).columns
+
+
+def test_one_directory_named_two_ways_is_measured_once(tmp_path: Path) -> None:
+    """``/x``, ``/x/`` and ``/x/y/..`` are one directory: one set of columns, not a refusal."""
+    (tmp_path / "y").mkdir()
+    once = CoreSampler(0.01, sources=["disk"], disk_paths=[tmp_path])
+    spelt: list[str | Path] = [tmp_path, f"{tmp_path}/", tmp_path / "y" / ".."]
+    assert CoreSampler(0.01, sources=["disk"], disk_paths=spelt).columns == once.columns
 
 
 def test_the_ring_bound_counts_what_the_ring_allocates() -> None:

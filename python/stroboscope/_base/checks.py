@@ -168,7 +168,8 @@ def native_path(name: str, value: object) -> bytes:
 
 
 def check_dir_paths(name: str, value: object) -> list[str]:
-    """One directory path or a sequence of them, each an existing directory."""
+    """One directory path or a sequence of them, each an existing directory, normalised
+    (``/tmp/`` and ``/tmp/x/..`` are ``/tmp``: one directory is named one way)."""
     if isinstance(value, (str, bytes, os.PathLike)):
         value = [value]
     if not isinstance(value, Iterable):
@@ -181,7 +182,7 @@ def check_dir_paths(name: str, value: object) -> list[str]:
         path = check_path(f"{name}[{i}]", entry)
         if not os.path.isdir(path):
             raise ValueError(f"{name} entry {path!r} is not an existing directory")
-        out.append(path)
+        out.append(os.path.normpath(path))
     if not out:
         raise ValueError(f"{name} must name at least one directory, got an empty sequence")
     return out

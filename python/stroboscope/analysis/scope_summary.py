@@ -147,7 +147,9 @@ def summary(
     -------
     pandas.DataFrame
         Indexed by ``scope`` (the path) and the label keys (null labels kept as NaN), or by the
-        ``by`` keys in their order (``scope`` for the path). Rows sort by their keys; a label
+        ``by`` keys in their order (``scope`` for the path); a label key that is also a column
+        below (a label ``calls=3``) is the level ``label.calls``, so that ``reset_index()``
+        keeps both. Rows sort by their keys; a label
         value that is a number sorts as a number (``2`` before ``10``, numbers before text).
         Columns:
 
@@ -211,6 +213,8 @@ def summary(
     cols.update(_gpu_levels(samples, g, attrs))
     attrs["from_edges"] = from_edges
     attrs["from_rows"] = [c for c in cols if c not in from_edges]
+    if any(name in cols for name in index.names):  # a label named like a column
+        index = index.set_names([f"label.{n}" if n in cols else n for n in index.names])
     df: pandas.DataFrame = pd.DataFrame(cols, index=index)
     df.attrs.update(attrs)
     return df

@@ -14,6 +14,7 @@ Standard library and pyarrow only: the watchdog child reads journals with it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -110,6 +111,9 @@ def _as_text(value: Any) -> str | None:
         return None
     if isinstance(value, str):
         return value
+    if isinstance(value, float) and not math.isfinite(value):
+        # a float column's spellings (null, inf, -inf), not JSON's NaN and -Infinity
+        return None if math.isnan(value) else repr(value)
     return json.dumps(value, separators=(",", ":"))
 
 

@@ -38,14 +38,16 @@ A journal is a UTF-8 text file in JSON Lines form:
 
 Reading a journal into a table: nested objects are flattened with dotted keys (``{"network":
 {"sent": 1}}`` → column ``network.sent``; names that come out equal, as ``{"x.y": 1, "x": {"y":
-2}}`` does, are made unique the same way as keys: ``x.y`` and ``x.y~2``, in the row's order,
-depth first), the columns are the union of all rows' keys in order of first appearance, a key
-missing from a row is null, a column of integers and floats is float64, and a column whose values
-Arrow cannot hold in one type (say numbers and strings), or holds only as lists, is written as
-text. The journal is read a block of about 256 KiB at a time (each block's rows become Arrow
-arrays before the next is read), so ``snapshot``, ``get_metrics`` and the crash dump hold the
-Arrow form of the rows, not the whole journal as Python objects; and they hold the receiver's
-lock only to take the journal's size, so rows keep being received meanwhile.
+2}}`` does, are made unique the same way as keys: ``x.y`` and ``x.y~2``, in the row's order, depth
+first), the columns are the union of all rows' keys in order of first appearance, a key missing from
+a row is null, a column of integers and floats is float64, and a column whose values Arrow cannot
+hold in one type (say numbers and strings), or holds only as lists, is written as text (a number as
+JSON writes it, but a NaN is a null cell and an infinity ``inf`` or ``-inf``, as pandas writes them:
+one spelling whatever the column's type). The journal is read a block of about 256 KiB at a time
+(each block's rows become Arrow arrays before the next is read), so ``snapshot``, ``get_metrics``
+and the crash dump hold the Arrow form of the rows, not the whole journal as Python objects; and
+they hold the receiver's lock only to take the journal's size, so rows keep being received
+meanwhile.
 
 The journal file is created with mode 0600, by default in a private directory made with
 :func:`tempfile.mkdtemp` (mode 0700), and removed when the receiver is garbage-collected or the

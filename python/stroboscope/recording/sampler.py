@@ -164,7 +164,8 @@ class Sampler(CoreSampler):
         check_choice("dump_format", dump_format, DUMP_FORMATS)
         if dump_path is not None:
             dump_path = check_path("dump_path", dump_path)  # bytes, "" or a NUL: refused
-        seg_s = 0.0
+        # checked even where nothing is written in parts: a bad value is a mistake either way
+        seg_s = check_interval("segment_seconds", segment_seconds)
         spool_path = ""
         who = check_identity(identity, dataset)  # checked (and detected) before anything is made
         if dataset is not None:
@@ -173,7 +174,6 @@ class Sampler(CoreSampler):
             # Checked before anything is made, so a bad value leaves no file behind.
             every = check_interval("interval", interval)
             cap = check_capacity(capacity)
-            seg_s = check_interval("segment_seconds", segment_seconds)
             if cap * every < 2 * seg_s:
                 raise ValueError(
                     f"segment_seconds={segment_seconds!r} needs a ring of at least "

@@ -27,6 +27,13 @@ logger = logging.getLogger("stroboscope")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+def bare_decorator_hint(name: object, caller: str) -> str:
+    """What to add to "name must be a str" when ``name`` is a function: ``@caller`` written
+    without its parentheses passes the function it decorates as the name."""
+    return f" (as a decorator, write @{caller}() with parentheses)" if callable(name) else ""
+
+
 _state = _switchboard.state
 _begin = _scope_log.begin  # the core's functions themselves: one C call per edge
 _end = _scope_log.end
@@ -60,7 +67,7 @@ class annotate(ScopeEdges):
         **labels: LabelValue,
     ) -> None:
         if name is not None and type(name) is not str:
-            hint = " (as a decorator, write @annotate() with parentheses)" if callable(name) else ""
+            hint = bare_decorator_hint(name, type(self).__name__)
             raise TypeError(f"name must be a str or None, not {type(name).__name__}{hint}")
         if name == "":
             raise ValueError("name must not be empty")

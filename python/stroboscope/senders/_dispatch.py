@@ -81,8 +81,13 @@ class SenderWorker:
     def wait(self, seq: int, timeout: float | None) -> bool:
         """Wait until the event numbered ``seq`` was handled (delivered, failed or dropped).
 
-        Returns False when ``timeout`` seconds passed first.
+        Returns False when ``timeout`` seconds passed first. Called by the sender itself (on
+        this worker's thread, where nothing queued is handled until the sender returns), it
+        returns True at once: the event is queued behind the call, and waiting would only
+        wait out the timeout.
         """
+        if threading.current_thread() is self._thread:
+            return True
         with self._cond:
             return self._cond.wait_for(lambda: self._handled(seq), timeout)
 
@@ -102,9 +107,13 @@ class SenderWorker:
         """Deliver what is queued, then call the sender's ``close()`` once; join the thread.
 
         Returns False when the worker did not finish within ``timeout`` seconds (it is left
-        running as a daemon thread and logged).
+        running as a daemon thread and logged). Called by the sender itself (on this worker's
+        thread, which cannot join itself), it only begins the close: the worker delivers what
+        is queued and closes the sender once the sender's call returns.
         """
         self.begin_close()
+        if threading.current_thread() is self._thread:
+            return True
         self._thread.join(timeout)
         if self._thread.is_alive():
             logger.warning(

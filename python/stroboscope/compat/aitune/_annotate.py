@@ -21,6 +21,7 @@ from typing import Any, Callable, TypeVar, cast
 import stroboscope.scopes as scopes
 from stroboscope._base.nvtx import nvtx_module as _nvtx
 from stroboscope.compat.aitune import _monitoring
+from stroboscope.scopes._scope import bare_decorator_hint
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=type)
@@ -30,7 +31,8 @@ NVTX_ANNOTATION_DOMAIN = "AITune"
 
 def _check_name(name: object, what: str) -> str | None:
     if name is not None and not isinstance(name, str):
-        raise TypeError(f"{what}: name must be a str or None, got {type(name).__name__}")
+        hint = bare_decorator_hint(name, what)
+        raise TypeError(f"{what}: name must be a str or None, got {type(name).__name__}{hint}")
     return name
 
 

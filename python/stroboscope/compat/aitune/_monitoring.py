@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from stroboscope._base.checks import check_bool
+from stroboscope._base.checks import check_bool, check_path
 from stroboscope._base.extras import require
 from stroboscope.compat.aitune._dump import dump_to, write_csv
 from stroboscope.compat.aitune._rows import aitune_rows, empty_rows, stamp_readings, torch_memory
@@ -147,6 +147,7 @@ class HardwareMetricsSession(ScopeCollector["pandas.DataFrame"]):
         return super().get_metrics()
 
     def snapshot(self, path: str | os.PathLike[str], reset_metrics: bool = True) -> None:
+        path = check_path("path", path)  # refused as given, active or not
         check_bool("reset_metrics", reset_metrics)
         if not self.write_rows(lambda rows: write_csv(rows, path), reset_metrics):
             logger.warning("Hardware metrics collection is not active; snapshot skipped.")
