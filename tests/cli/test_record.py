@@ -173,7 +173,7 @@ def test_recover_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         assert len(list(csv.DictReader(f))) == 25
     bad = tmp_path / "bad.spool"
     bad.write_bytes(b"")
-    assert main(["recover", str(bad), "-o", str(out)]) == 2
+    assert main(["recover", str(bad), "-o", str(tmp_path / "b.csv")]) == 2
     assert "is empty" in capsys.readouterr().err
 
 

@@ -244,3 +244,12 @@ def test_record_help_states_the_interval_bounds_the_checks_enforce() -> None:
     assert check_interval("i", float(low)) == MIN_INTERVAL_S  # the bounds themselves are taken
     with pytest.raises(ValueError, match="must be within"):
         check_interval("i", float(high) * 2)
+
+
+def test_a_slow_interval_records_to_a_file(tmp_path: Path) -> None:
+    """--interval 0.5 (a quarter of the default ring is hours): the segment length is capped
+    at the longest interval, not refused as a segment_seconds the user never gave."""
+    out = tmp_path / "slow.parquet"
+    args = ["record", "-q", "-o", str(out), "--interval", "0.5", "--duration", "1.2"]
+    assert main(args) == 0
+    assert pq.read_metadata(out).num_rows >= 2

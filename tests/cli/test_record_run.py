@@ -60,8 +60,21 @@ def test_an_unknown_command_fails_before_anything_is_made(
 ) -> None:
     out = tmp_path / "u.parquet"
     assert main(["record", "-o", str(out), "--", "no-such-command-here"]) == 2
-    assert "cannot run 'no-such-command-here'" in capsys.readouterr().err
+    assert "cannot run 'no-such-command-here': no such command" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+    script = tmp_path / "job.sh"  # there, but not executable: said so, not "no such command"
+    script.write_text("#!/bin/sh\n")
+    folder = tmp_path / "work"
+    folder.mkdir()
+    for given, why in (
+        (script, "it is not executable (chmod +x it"),
+        (folder, "it is a directory"),
+    ):
+        assert main(["record", "-o", str(out), "--", str(given)]) == 2
+        assert f"cannot run {str(given)!r}: {why}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh", "work"]
+    assert main(["record", "-o", str(out), "--job", "", "--", "true"]) == 2
+    assert "--job must be a non-empty str, got an empty str" in capsys.readouterr().err
 
 
 def test_setup_failure_after_the_sampler_leaves_no_spool(

@@ -180,6 +180,8 @@ def recover_rows(path: Path) -> int:
         ("m-{gpu}.parquet", 0, ["-o", "{gpu}", "rank, local_rank, host, job"]),
         ("m-{}.parquet", 0, ["-o", "{}", "rank, local_rank, host, job"]),
         ("m-{rank.parquet", 0, ["-o", "expected '}'", "write a brace as {{"]),
+        ("m-{rank!r}.parquet", 0, ["-o", "write a placeholder bare, as {rank} (no conversion"]),
+        ("m-{rank:>5}.parquet", 0, ["-o", "write a placeholder bare, as {rank}"]),
     ],
 )
 def test_an_output_placeholder_that_cannot_be_filled_is_refused(
@@ -198,6 +200,18 @@ def test_an_output_placeholder_that_cannot_be_filled_is_refused(
     for word in words:
         assert word in err, (word, err)
     assert _tree(tmp_path) == []
+
+
+def test_a_doubled_brace_is_a_brace_with_or_without_a_placeholder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _as_rank(monkeypatch, 1)
+    for name, written in (
+        ("n-{{rank}}.parquet", "n-{rank}.parquet"),
+        ("{{x}}-{rank}.pq", "{x}-1.pq"),
+    ):
+        assert main(["record", "-q", "--duration", "0.05", "-o", str(tmp_path / name)]) == 0
+        assert (tmp_path / written).exists(), _tree(tmp_path)
 
 
 def test_torchruns_default_run_id_is_named_as_naming_no_job(
@@ -229,3 +243,62 @@ def test_one_output_for_several_ranks_is_warned_of(
     assert "rank 0 of 4" in err and "every rank given the same -o" in err
     assert "{rank}" in err and "--dataset ROOT" in err
     assert out.exists()
+
+
+@pytest.mark.parametrize("command", ["record", "recover"])
+def test_the_files_written_with_the_output_are_checked_as_the_output_is(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An output's scope intervals (and a CSV's provenance sidecar) are written, or removed as
+    stale, with it: an existing one is refused without --force, a directory always, and
+    before anything is recorded (``recover`` refuses an existing output as ``record`` does)."""
+    spool = tmp_path / "in.spool"
+    s = Sampler(0.01, sources=["memory"], spool=spool, capacity=1024, segment_seconds=1)
+    s.tick_now(3)
+    s.close()
+
+    def run(out: Path, *more: str) -> int:
+        if command == "record":
+            return main(["record", "-q", "--duration", "0.05", "-o", str(out), *more])
+        return main(["recover", str(spool), "-o", str(out), *more])
+
+    old = tmp_path / "y.scopes.parquet"
+    old.write_bytes(b"another run's scopes")
+    before = _tree(tmp_path)
+    assert run(tmp_path / "y.parquet") == 2
+    err = capsys.readouterr().err
+    assert f"{str(old)!r}, the scope intervals of -o {str(tmp_path / 'y.parquet')!r}," in err
+    assert "already exists; give --force" in err
+    (tmp_path / "z.csv.meta.json").write_text("{}")
+    assert run(tmp_path / "z.csv") == 2
+    assert "the provenance sidecar of -o" in capsys.readouterr().err
+    (tmp_path / "d.scopes.parquet").mkdir()
+    for more in ([], ["--force"]):
+        assert run(tmp_path / "d.parquet", *more) == 2
+        err = capsys.readouterr().err
+        assert "d.scopes.parquet', the scope intervals of -o" in err
+        assert "is a directory; give a file path" in err
+    assert _tree(tmp_path) == sorted([*before, "z.csv.meta.json", "d.scopes.parquet"])
+    assert old.read_bytes() == b"another run's scopes"
+    if command == "recover":
+        (tmp_path / "w.parquet").write_bytes(b"precious")
+        assert run(tmp_path / "w.parquet") == 2
+        assert (
+            "-o" in capsys.readouterr().err and (tmp_path / "w.parquet").read_bytes() == b"precious"
+        )
+    assert run(tmp_path / "y.parquet", "--force") == 0
+    assert not old.exists() or old.read_bytes() != b"another run's scopes"  # as --force asks
+
+
+def test_a_spool_named_like_a_file_written_with_the_output_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Removing the spool at the end would delete the scope intervals or the sidecar."""
+    for out, spool, what in (
+        ("y.parquet", "y.scopes.parquet", "the scope intervals of the output too"),
+        ("x.csv", "x.csv.meta.json", "the provenance sidecar of the output too"),
+    ):
+        args = ["record", "-q", "--duration", "0.05", "-o", str(tmp_path / out)]
+        assert main([*args, "--spool", str(tmp_path / spool)]) == 2
+        assert f"--spool {str(tmp_path / spool)!r} is {what}" in capsys.readouterr().err
+    assert _tree(tmp_path) == []

@@ -37,7 +37,7 @@ CHILD = textwrap.dedent(
 
 
 def test_recover_writes_the_scopes_of_the_events_sidecar(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     spool = tmp_path / "run.spool"
     listed = kill_after_first_line(CHILD, str(spool))
@@ -56,3 +56,23 @@ def test_recover_writes_the_scopes_of_the_events_sidecar(
     assert prov is not None and prov["rows"] == 41
     recording = from_schema(pq.read_schema(out))
     assert recording is not None and prov["pid"] == recording["pid"]
+    assert "torn or damaged" not in caplog.text  # whole: nothing to say
+    # The last byte flipped (its chunk fails its check): the calls in that chunk are left
+    # out, and said to be.
+    side = Path(f"{spool}.events")
+    data = bytearray(side.read_bytes())
+    data[-1] ^= 0xFF
+    side.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["recover", str(spool), "-o", str(tmp_path / "cut.parquet")]) == 0
+    printed = capsys.readouterr().out
+    said = [r.getMessage() for r in caplog.records if "torn or damaged" in r.getMessage()]
+    assert len(said) == 1 and str(spool) in said[0], said
+    cut = tmp_path / "cut.scopes.parquet"
+    if cut.exists():  # calls in chunks before the damaged one are kept
+        table = pq.read_table(cut)
+        assert table.num_rows < 41 and f"recovered {table.num_rows} scope calls" in printed
+        left = int(table.schema.metadata[b"stroboscope.events_cut_bytes"])
+        assert f"the last {left} bytes of its events file" in said[0] and left > 0
+    else:
+        assert "scope calls" not in printed

@@ -69,3 +69,43 @@ def test_an_unwritable_output_is_named_as_the_user_gave_it(
     ), err
     assert ".tmp" not in err and ".x.html." not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.parquet"]
+
+
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-o naming the recording read, its scope table, or the --scopes file (also through a
+    link or a relative part) would replace what the report reads: refused, nothing written."""
+    scopes = tmp_path / "tiny.scopes.parquet"
+    scopes.write_bytes(b"kept")
+    given = tmp_path / "given.parquet"
+    given.write_bytes(b"kept too")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path, target_is_directory=True)
+    before = tiny.read_bytes()
+    for out, extra, words in (
+        (tiny, [], f"is the input {str(tiny)!r}"),
+        (tmp_path / "x" / ".." / "tiny.parquet", [], "is the input"),
+        (link / "tiny.parquet", [], "is the input"),
+        (scopes, [], f"is the scope intervals of the input {str(tiny)!r}"),
+        (given, ["--scopes", str(given)], f"is the input {str(given)!r}"),
+    ):
+        (tmp_path / "x").mkdir(exist_ok=True)
+        assert main(["report", str(tiny), *extra, "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "writing there would destroy it" in err, err
+    assert tiny.read_bytes() == before
+    assert scopes.read_bytes() == b"kept" and given.read_bytes() == b"kept too"
+
+
+def test_a_csv_recording_is_named_as_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """record writes CSV too; report reads Parquet: the message says which, and what to do."""
+    out = tmp_path / "r.csv"
+    assert main(["record", "-q", "-o", str(out), "--duration", "0.05"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{out} is a CSV file: report reads Parquet recordings and spools" in err
+    assert "record with -o RUN.parquet" in err and "not a recording" not in err

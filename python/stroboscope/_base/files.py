@@ -273,6 +273,17 @@ def pread_full(fd: int, size: int, offset: int) -> bytes:
     return bytes(out)
 
 
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file: equal once symlinks, ``..`` and relative parts are
+    resolved (also for paths that do not exist yet), or hard links to one inode."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
     """``(device, inode)`` of the file at ``path`` (a link itself, not followed); None if none."""
     try:

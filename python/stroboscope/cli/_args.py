@@ -13,7 +13,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stroboscope._base.checks import check_pid, check_seconds
+from stroboscope._base.checks import check_pid, check_seconds, check_str
+from stroboscope._base.files import same_file
 from stroboscope.sampling._checks import (
     MAX_INTERVAL_S,
     MIN_INTERVAL_S,
@@ -129,44 +130,40 @@ def checked(convert: Converter) -> type[argparse.Action]:
     return Checked
 
 
-def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
-    """Whether two paths name one file: equal once symlinks, ``..`` and relative parts are
-    resolved (also for paths that do not exist yet), or hard links to one inode."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def check_output(output: str, force: bool) -> None:
-    """Refuse ``-o FILE`` in a directory that does not exist, a directory as FILE, and an
-    existing FILE unless ``--force`` (it would be replaced without a word)."""
+    """Refuse ``-o FILE`` in a directory that does not exist, a directory as FILE or as a file
+    written with it (its scope intervals, a CSV's provenance sidecar), and an existing one of
+    them unless ``--force`` (it would be replaced, or removed as stale, without a word)."""
+    from stroboscope.formats.writers import companions  # pyarrow: when needed
+
     full = os.path.abspath(output)
     parent = os.path.dirname(full)
     if not os.path.isdir(parent):
         raise ValueError(
             f"-o {output!r}: directory {parent!r} does not exist; create it or give another path"
         )
-    if os.path.isdir(full):
-        raise ValueError(f"-o {output!r} is a directory; give a file path")
-    if os.path.lexists(full) and not force:
-        raise ValueError(
-            f"-o {output!r} already exists; give --force to replace it, or another path"
-        )
+    for what, path in companions(output).items():
+        name = f"-o {output!r}" if not what else f"{path!r}, {what} -o {output!r},"
+        if os.path.isdir(path):
+            raise ValueError(f"{name} is a directory; give a file path")
+        if os.path.lexists(path) and not force:
+            raise ValueError(f"{name} already exists; give --force to replace it, or another path")
 
 
 def check_output_not_spool(output: str, spool: str, spool_option: str) -> None:
     """Refuse an output file that is the spool (once links and relative parts are resolved) or
     is named like one of its segments: writing it would destroy rows, and removing the spool
     afterwards would delete the output."""
-    if same_file(spool, output):
-        raise ValueError(
-            f"{spool_option} {spool!r} is the output file too (-o {output!r}, once links and "
-            f"relative parts are resolved): give two different paths"
-        )
     from stroboscope.formats.segments import is_segment_name  # numpy, pyarrow: when needed
+    from stroboscope.formats.writers import companions
+
+    for what, path in companions(output).items():
+        if same_file(spool, path):
+            name = "the output file too" if not what else f"{what} the output too"
+            raise ValueError(
+                f"{spool_option} {spool!r} is {name} (-o {output!r}, once links and "
+                f"relative parts are resolved): give two different paths"
+            )
 
     if is_segment_name(os.path.realpath(output), os.path.realpath(spool)):
         raise ValueError(
@@ -247,6 +244,7 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--job",
         default=None,
+        action=checked(lambda option, text: check_str(option, text, empty=False)),
         metavar="NAME",
         help="job id of the dataset's partition (default: STROBOSCOPE_JOB, SLURM_JOB_ID, ... "
         "else 'none')",

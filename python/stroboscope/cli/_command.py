@@ -98,7 +98,12 @@ class Command:
     def __init__(self, argv: list[str], env: Mapping[str, str] | None = None) -> None:
         path = None if env is None else env.get("PATH")
         if shutil.which(argv[0], path=path) is None:
-            raise ValueError(f"record: cannot run {argv[0]!r}: no such command")
+            why = "no such command"
+            if os.sep in argv[0] and os.path.isdir(argv[0]):
+                why = "it is a directory"
+            elif os.sep in argv[0] and os.path.exists(argv[0]):
+                why = "it is not executable (chmod +x it, or run it through its interpreter)"
+            raise ValueError(f"record: cannot run {argv[0]!r}: {why}")
         gate_r, self._gate_w = os.pipe()
         try:
             self._proc = subprocess.Popen(

@@ -48,9 +48,17 @@ def per_rank_output(args: argparse.Namespace) -> None:
         return
     text = os.fspath(args.output)
     try:
-        names = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+        fields = [f for f in string.Formatter().parse(text) if f[1] is not None]
     except ValueError as exc:  # a lone brace
         raise ValueError(f"-o {text!r}: {exc} (write a brace as {{{{ or }}}})") from None
+    for _, name, spec, conversion in fields:
+        if spec or conversion:  # {rank!r}, {rank:>5}: not a file name anyone means
+            raise ValueError(
+                f"-o {text!r}: write a placeholder bare, as {{{name}}} (no conversion or format)"
+            )
+    names = {name for _, name, _, _ in fields if name is not None}
+    if not names:
+        args.output = text = text.format()  # "{{" is a brace, with or without a placeholder
     unknown = sorted(names - set(OUTPUT_FIELDS))
     if unknown:
         raise ValueError(

@@ -26,7 +26,7 @@ from stroboscope.formats.writers import output_format
 from stroboscope.recording import _finish
 from stroboscope.recording.sampler import Sampler
 from stroboscope.recording.watchdog import DumpJob, Watchdog
-from stroboscope.sampling._checks import check_capacity
+from stroboscope.sampling._checks import MAX_INTERVAL_S, check_capacity
 from stroboscope.scopes._outside import nvtx_taken_by
 
 
@@ -57,7 +57,8 @@ def _build(
     # holds writes none, its rows go once to FILE (the dataset's parts: at most every 10 s).
     ring_rows = check_capacity(args.capacity, "--capacity")
     segment_s = (
-        segment_seconds(ring_rows, args.interval)
+        # at most the longest interval a Sampler takes: a 1 Hz ring would ask for hours
+        segment_seconds(ring_rows, args.interval, most=MAX_INTERVAL_S)
         if args.dataset is None
         else part_seconds(ring_rows, args.interval)
     )

@@ -17,7 +17,8 @@ from stroboscope.recording._finish import write_scopes_beside
 def run(args: argparse.Namespace) -> int:
     """The ``recover`` command; returns the exit code."""
     output_format(args.output)  # a bad suffix fails before the spool is read
-    _args.check_output_not_spool(args.output, args.spool, "SPOOL")
+    _args.check_output_not_spool(args.output, args.spool, "SPOOL")  # said first: the worse
+    _args.check_output(args.output, args.force)
     got = recover_parts(args.spool)  # one segment in memory at a time, however long the run
     fmt = write_parts(got.schema, got.parts, args.output)
     print(f"recovered {got.rows} rows from {args.spool} to {args.output} ({fmt})")
@@ -40,4 +41,9 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("recover", help="write every row of a spool (and its segments) to a file")
     p.add_argument("spool", help="the spool file (Sampler(spool=...) or record's FILE.spool)")
     p.add_argument("-o", "--output", required=True, help=".parquet/.pq or .csv")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing output file (and the scope intervals beside it)",
+    )
     p.set_defaults(func=run)

@@ -25,9 +25,8 @@ def run(args: argparse.Namespace) -> int:
 
     if len(args.inputs) == 1 and is_dataset(args.inputs[0]):
         return run_cluster(args)
-    check_outputs(
-        args.output, args.png, args.static
-    )  # before any work: a bad -o is not said after the text
+    read = [*args.inputs, *([args.scopes] if args.scopes else [])]
+    check_outputs(args.output, args.png, args.static, read)  # before any work
     with lean_memory_pool():  # column after column read and freed: a pool that gives pages back
         report = build_report(
             args.inputs,

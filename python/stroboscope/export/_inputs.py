@@ -30,7 +30,7 @@ from stroboscope.formats.pieces import pieces_spool, read_index, read_piece
 from stroboscope.formats.segments import parse_segment_name
 from stroboscope.formats.spool_header import SpoolError
 from stroboscope.formats.spool_layout import MAGIC
-from stroboscope.formats.writers import SCOPES_SUFFIX, scopes_path
+from stroboscope.formats.writers import SCOPES_SUFFIX, output_format, scopes_path
 
 SCOPE_COLUMNS = ("name", "begin_ns", "end_ns")
 """The scope-intervals columns a report needs (see the contract's full schema)."""
@@ -136,6 +136,11 @@ def _open_file(
             return recover_table(path)[0], None
         if not head:
             raise ValueError(f"{path} is empty (0 bytes): not a recording")
+        if head[:4] != b"PAR1" and output_format(path, default="parquet") == "csv":
+            raise ValueError(
+                f"{path} is a CSV file: report reads Parquet recordings and spools, not CSV "
+                f"(its columns' units and kinds are not in it); record with -o RUN.parquet"
+            )
         if head[:4] != b"PAR1":
             raise ValueError(
                 f"{path} is not a recording: neither a Parquet file nor a stroboscope spool "

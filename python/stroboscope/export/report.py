@@ -18,12 +18,18 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from stroboscope._base.checks import check_path
-from stroboscope._base.files import check_replaceable, file_kind, replace_private, why_unreachable
+from stroboscope._base.files import (
+    check_replaceable,
+    file_kind,
+    replace_private,
+    same_file,
+    why_unreachable,
+)
 from stroboscope._base.text import printable
 from stroboscope.analysis.column_stats import (
     TIME_COLUMNS,
@@ -54,6 +60,7 @@ from stroboscope.export._select import (
     split_patterns,
     time_origins,
 )
+from stroboscope.formats.writers import companions
 
 __all__ = [
     "Report",
@@ -266,14 +273,33 @@ def check_png_dir(directory: str | os.PathLike[str]) -> str:
     return d
 
 
+def check_not_an_input(
+    output: str, inputs: Sequence[str | os.PathLike[str]], option: str = "-o"
+) -> None:
+    """Refuse an output that is one of ``inputs`` or a file written with one (its scope
+    intervals, its provenance sidecar), once links and relative parts are resolved: writing
+    there would destroy what the report reads."""
+    for given in inputs:
+        for what, path in companions(given).items():
+            if same_file(output, path):
+                name = f"{what} the input" if what else "the input"
+                raise ValueError(
+                    f"{option} {output!r} is {name} {os.fspath(given)!r} (once links and "
+                    f"relative parts are resolved): writing there would destroy it; give "
+                    f"another path"
+                )
+
+
 def check_outputs(
     html: str | os.PathLike[str] | None,
     png: str | os.PathLike[str] | None,
     static: bool = False,
+    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> None:
-    """Check ``-o`` and ``--png`` (and that plots can be drawn) before a report is built."""
+    """Check ``-o`` and ``--png`` (and that plots can be drawn) before a report is built;
+    ``-o`` may not be one of ``inputs`` (the recordings and scope tables read)."""
     if html is not None:
-        check_output_path(html)
+        check_not_an_input(check_output_path(html), inputs)
     if png is not None:
         check_png_dir(png)
     if html is not None or png is not None:

@@ -315,9 +315,10 @@ def read_beside(spool: str, anchor_ns: int, uid: int, *, strict: bool = True) ->
     :data:`ERROR_KEY` when the sidecar is damaged); no rows when there is no sidecar.
 
     A sidecar whose magic was cut short has no events: ``ERROR_KEY`` says so (and a warning,
-    when ``strict``). One that is not an events file (or not the spool owner's, or not a regular
-    file) raises :class:`SpoolError` when ``strict``; otherwise it is treated as that too (the
-    rows of a spool never depend on its events: :func:`damage_beside` warns of it).
+    when ``strict``); a torn or damaged tail is left out with a warning. One that is not an
+    events file (or not the spool owner's, or not a regular file) raises :class:`SpoolError`
+    when ``strict``; otherwise it is treated as that too (the rows of a spool never depend on
+    its events: :func:`damage_beside` warns of it).
     """
     side = events_path(spool)
     if not os.path.lexists(side):
@@ -331,6 +332,13 @@ def read_beside(spool: str, anchor_ns: int, uid: int, *, strict: bool = True) ->
             got = read(side, uid)
         except SpoolError as exc:
             got = EventsRead(SCHEMA.empty_table(), 0, 0, _unreadable(exc))
+    if got.cut_bytes and got.damage is None:  # said, not only counted in the metadata
+        _LOG.warning(
+            "scope events of %s: the last %d bytes of its events file were torn or damaged "
+            "and left out, with the scope calls they held",
+            spool,
+            got.cut_bytes,
+        )
     meta = {
         b"stroboscope.events_lost": str(got.lost).encode(),
         b"stroboscope.events_cut_bytes": str(got.cut_bytes).encode(),

@@ -84,6 +84,17 @@ def scopes_path(path: str | os.PathLike[str]) -> str:
     return text + SCOPES_SUFFIX
 
 
+def companions(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The files a recording ``path`` is written as, keyed by what each is of it: the recording
+    itself (key ``""``), its scope intervals (:func:`scopes_path`) and, for a CSV file, its
+    provenance sidecar (:func:`sidecar_path`)."""
+    text = os.fspath(path)
+    files = {"": text, "the scope intervals of": scopes_path(text)}
+    if output_format(text, default="parquet") == "csv":
+        files["the provenance sidecar of"] = sidecar_path(text)
+    return files
+
+
 def write_sidecar(schema: pa.Schema, path: str | os.PathLike[str]) -> str | None:
     """Write the provenance in ``schema``'s metadata beside the CSV file ``path`` (whole, 0600)
     and return the sidecar's path; without provenance, remove a stale sidecar and return None."""
