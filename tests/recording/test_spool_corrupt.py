@@ -61,6 +61,8 @@ SPOOL_CASES: list[tuple[str, Callable[[bytes], bytes], str]] = [
     ("created 0", _put("created_ns", 0), "field created_ns"),
     ("anchor 2^63-1", _put("anchor_ns", 2**63 - 1), "field anchor_ns"),
     ("anchor -2^63", _put("anchor_ns", -(2**63)), "field anchor_ns"),
+    ("anchor -1 (booted before 1970)", _put("anchor_ns", -1), "field anchor_ns"),
+    ("anchor 0", _put("anchor_ns", 0), "field anchor_ns"),
     ("unknown dtype", lambda b: b.replace(b"\tfloat64\t", b"\tfloat99\t", 1), "dtype 'float99'"),
     ("unknown kind", lambda b: b.replace(b"\tgauge\n", b"\tgauje\n", 1), "kind 'gauje'"),
     ("schema not UTF-8", lambda b: b[:192] + b"\xff\xfe" + b[194:], "corrupt schema"),

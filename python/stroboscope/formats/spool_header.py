@@ -129,9 +129,12 @@ def read_header(path: str, fd: int, size: int) -> dict[str, Any]:
     created, anchor = h["created_ns"], h["anchor_ns"]
     if not 0 < created < MAX_NS:
         raise corrupt("created_ns", created, "(a UTC time in ns between 1970 and 2116)")
-    # anchor = realtime - monotonic, and monotonic >= 0 when the spool was created.
-    if not created - MAX_NS < anchor <= created + CLOCK_SLACK_NS:
-        raise corrupt("anchor_ns", anchor, f"(the creation time {created} minus an uptime)")
+    # anchor = realtime - monotonic: the boot's UTC time, after 1970 and before the creation
+    # (monotonic >= 0 when the spool was created); -1 would put every row in 1970.
+    if not 0 < anchor <= created + CLOCK_SLACK_NS:
+        raise corrupt(
+            "anchor_ns", anchor, f"(the creation time {created} minus an uptime, after 1970)"
+        )
     begin, head = h["write_begin"], h["head"]
     if head >= MAX_COUNTER:
         raise corrupt("head", head, f"(a row counter below {MAX_COUNTER})")
