@@ -192,3 +192,22 @@ def test_record_reports_failed_segment_writes_and_keeps_every_row(
     assert "segment writes failed" in printed and "No space left on device" in printed
     recorded = int(re.search(r"recorded (\d+) rows", printed).group(1))  # type: ignore[union-attr]
     assert recorded >= 1 and pq.read_table(out).num_rows == recorded  # from the spool
+
+
+def test_recover_of_a_spool_still_written_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A look at a run still going is allowed, and said to be only the rows so far."""
+    from stroboscope import Sampler
+
+    spool = tmp_path / "live.spool"
+    s = Sampler(0.01, sources=["memory"], spool=spool, capacity=1024, segment_seconds=1)
+    s.tick_now(4)
+    out = tmp_path / "live.parquet"
+    assert main(["recover", str(spool), "-o", str(out)]) == 0
+    got = capsys.readouterr()
+    assert f"{spool} is still being written (pid {os.getpid()}): these are its rows so far" in (
+        got.err
+    )
+    assert "recovered 4 rows" in got.out
+    s.close()

@@ -4,11 +4,13 @@ the scope calls of its events sidecar to ``<stem>.scopes.parquet`` beside it."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from stroboscope.analysis.scope_edges import recovered_intervals
 from stroboscope.cli import _args
 from stroboscope.formats.provenance import from_schema
+from stroboscope.formats.spool_header import spool_in_use
 from stroboscope.formats.spool_read import recover_parts
 from stroboscope.formats.writers import output_format, write_parts
 from stroboscope.recording._finish import write_scopes_beside
@@ -19,6 +21,13 @@ def run(args: argparse.Namespace) -> int:
     output_format(args.output)  # a bad suffix fails before the spool is read
     _args.check_output_not_spool(args.output, args.spool, "SPOOL")  # said first: the worse
     _args.check_output(args.output, args.force)
+    writer = spool_in_use(args.spool)
+    if writer is not None:  # read all the same: a look at a run still going is a fair ask
+        print(
+            f"stroboscope recover: note: {args.spool} is still being written (pid {writer}): "
+            f"these are its rows so far",
+            file=sys.stderr,
+        )
     got = recover_parts(args.spool)  # one segment in memory at a time, however long the run
     fmt = write_parts(got.schema, got.parts, args.output)
     print(f"recovered {got.rows} rows from {args.spool} to {args.output} ({fmt})")

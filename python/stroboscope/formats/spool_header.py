@@ -9,7 +9,9 @@ the field.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import stat
 import struct
 from typing import Any
 
@@ -179,3 +181,22 @@ def _read_schema(path: str, raw: bytes, ncols: int) -> list[tuple[str, str, str,
                 f"{', '.join(KINDS)})"
             )
     return fields
+
+
+def spool_in_use(path: str) -> int | None:
+    """The pid in the header of a spool a live recording holds (its ``flock``), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            head = os.pread(fd, 4, FIELDS["pid"][0])
+            return int.from_bytes(head, "little") if len(head) == 4 else 0
+        return None
+    finally:
+        os.close(fd)

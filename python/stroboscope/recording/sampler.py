@@ -9,11 +9,9 @@ recorded row if this process dies. This is the ``stroboscope.Sampler`` of the pa
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import math
 import os
 import shutil
-import stat
 import tempfile
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -24,7 +22,7 @@ from stroboscope._base.files import unlink_if_same
 from stroboscope.formats.dataset import PART_SECONDS
 from stroboscope.formats.pieces import index_path, pieces_path
 from stroboscope.formats.segments import segment_paths, segment_rows
-from stroboscope.formats.spool_header import FIELDS
+from stroboscope.formats.spool_header import spool_in_use
 from stroboscope.formats.spool_read import remove_spool
 from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
 from stroboscope.recording._finish import DUMP_FORMATS as DUMP_FORMATS  # the one list, re-exported
@@ -38,27 +36,6 @@ if TYPE_CHECKING:
 
     from stroboscope._base.identity import Identity
     from stroboscope.sampling import SamplerOptions
-
-_PID_OFFSET = FIELDS["pid"][0]
-
-
-def _spool_in_use(path: str) -> int | None:
-    """The pid in the header of a spool a live recording holds (its flock), else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            head = os.pread(fd, 4, _PID_OFFSET)
-            return int.from_bytes(head, "little") if len(head) == 4 else 0
-        return None
-    finally:
-        os.close(fd)
 
 
 def check_spool_dir(spool: str | os.PathLike[str]) -> str:
@@ -75,7 +52,7 @@ def check_spool(spool: str | os.PathLike[str]) -> str:
     check_spool_dir(path)
     if os.path.isdir(path):
         raise ValueError(f"spool {os.fspath(spool)!r} is a directory; give a file path")
-    pid = _spool_in_use(path)
+    pid = spool_in_use(path)
     if pid is not None:
         raise ValueError(
             f"spool {os.fspath(spool)!r} is in use by a running recording (pid {pid}): give "
