@@ -302,3 +302,25 @@ def test_a_spool_named_like_a_file_written_with_the_output_is_refused(
         assert main([*args, "--spool", str(tmp_path / spool)]) == 2
         assert f"--spool {str(tmp_path / spool)!r} is {what}" in capsys.readouterr().err
     assert _tree(tmp_path) == []
+
+
+def test_the_spool_takes_the_placeholders_the_output_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every rank runs the same command: --spool 'q-{rank}.spool' is each rank's own spool,
+    checked by the same rules as -o (an unknown name is refused before anything is made)."""
+    _as_rank(monkeypatch, 2)
+    spool = tmp_path / "q-{rank}.spool"
+    out = tmp_path / "m-{rank}.parquet"
+    argv = ["record", "-q", "--duration", "0.05", "-o", str(out), "--spool", str(spool)]
+    (tmp_path / "q-2.spool").write_bytes(b"this rank's stale spool")
+    assert main(argv) == 2  # the spool the rank would use is the filled name
+    assert f"{str(tmp_path / 'q-2.spool')!r} (or its segments or events) already exists" in (
+        capsys.readouterr().err
+    )
+    (tmp_path / "q-2.spool").unlink()
+    assert main(argv) == 0
+    assert _tree(tmp_path) == ["m-2.parquet"]  # the spool, q-2.spool, removed once written
+    assert main([*argv[:-1], str(tmp_path / "q-{gpu}.spool"), "--force"]) == 2
+    assert "--spool" in capsys.readouterr().err
+    assert _tree(tmp_path) == ["m-2.parquet"]

@@ -170,8 +170,10 @@ def test_bad_inputs_exit_2_naming_the_problem(
     ("args", "message"),
     [
         (["--columns", "cpu.util_pct,nope.*"], "--columns: 'nope.*' matches no column"),
-        (["--from", "1h"], "is outside the run: the run spans"),
-        (["--to", "2001-01-01T00:00:00Z"], "is outside the run"),
+        (["--from", "1h"], "--from 1h (20"),
+        (["--from", "1h"], ") is after the run's last row: the run spans"),
+        (["--to", "2001-01-01T00:00:00Z"], "--to 2001-01-01T00:00:00Z (2001-01-01T00:00:00"),
+        (["--to", "2001-01-01T00:00:00Z"], ") is before the run's first row: the run spans"),
         (["--from", "0.5s", "--to", "0.1s"], "--from (0.5s) is after --to (0.1s)"),
         (["--from", "yesterday"], "--from must be seconds after the run's start"),
         (["--scope", "nope"], "--scope 'nope' is not a scope of the recording(s); they have: "),

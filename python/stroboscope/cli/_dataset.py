@@ -39,56 +39,73 @@ OUTPUT_FIELDS = ("rank", "local_rank", "host", "job")
 
 
 def per_rank_output(args: argparse.Namespace) -> None:
-    """Put this process's rank, local rank, host or job into ``-o FILE`` where it names them in
-    braces (``-o metrics-{rank}.parquet``: under a launcher every rank runs the same command).
-    Without braces, a run that is one of several ranks is warned that every rank given the same
-    ``-o`` writes the same file. ValueError for a name other than :data:`OUTPUT_FIELDS` or a
-    value this process does not have."""
-    if args.output is None:
-        return
-    text = os.fspath(args.output)
+    """Put this process's rank, local rank, host or job into ``-o FILE`` and ``--spool PATH``
+    where they name them in braces (``-o metrics-{rank}.parquet``: under a launcher every rank
+    runs the same command). Without braces, a run that is one of several ranks is warned that
+    every rank given the same ``-o`` writes the same file. ValueError for a name other than
+    :data:`OUTPUT_FIELDS`, a conversion or format, or a value this process does not have."""
+    given = {
+        option: os.fspath(value)
+        for option, value in (("-o", args.output), ("--spool", args.spool))
+        if value is not None
+    }
+    names = {option: _placeholders(option, text) for option, text in given.items()}
+    try:
+        who: Identity | None = detect_identity(job=args.job)
+    except ValueError:
+        if any(names.values()):
+            raise
+        who = None  # conflicting rank variables: a plain -o still records
+    filled = {option: _fill(option, text, names[option], who) for option, text in given.items()}
+    args.output = filled.get("-o", args.output)
+    args.spool = filled.get("--spool", args.spool)
+    several = who is not None and (who.world_size or 1) > 1 and args.dataset is None
+    if "-o" in given and not names["-o"] and several:
+        assert who is not None
+        print(
+            f"stroboscope record: rank {who.rank} of {who.world_size} writes "
+            f"{filled['-o']!r}, as does every rank given the same -o: name one file per "
+            f"rank with -o 'NAME-{{rank}}.parquet', or record every rank with --dataset ROOT",
+            file=sys.stderr,
+        )
+
+
+def _placeholders(option: str, text: str) -> set[str]:
+    """The names ``text`` holds in braces, each one of :data:`OUTPUT_FIELDS` and bare."""
     try:
         fields = [f for f in string.Formatter().parse(text) if f[1] is not None]
     except ValueError as exc:  # a lone brace
-        raise ValueError(f"-o {text!r}: {exc} (write a brace as {{{{ or }}}})") from None
+        raise ValueError(f"{option} {text!r}: {exc} (write a brace as {{{{ or }}}})") from None
     for _, name, spec, conversion in fields:
         if spec or conversion:  # {rank!r}, {rank:>5}: not a file name anyone means
             raise ValueError(
-                f"-o {text!r}: write a placeholder bare, as {{{name}}} (no conversion or format)"
+                f"{option} {text!r}: write a placeholder bare, as {{{name}}} (no conversion "
+                f"or format)"
             )
     names = {name for _, name, _, _ in fields if name is not None}
-    if not names:
-        args.output = text = text.format()  # "{{" is a brace, with or without a placeholder
     unknown = sorted(names - set(OUTPUT_FIELDS))
     if unknown:
         raise ValueError(
-            f"-o {text!r} names {{{unknown[0]}}}: a file name may hold "
+            f"{option} {text!r} names {{{unknown[0]}}}: a file name may hold "
             f"{{{', '.join(OUTPUT_FIELDS)}}} in braces (this process's values)"
         )
-    try:
-        who = detect_identity(job=args.job)
-    except ValueError:
-        if names:
-            raise
-        return  # conflicting rank variables: a plain -o still records
+    return names
+
+
+def _fill(option: str, text: str, names: set[str], who: Identity | None) -> str:
+    """``text`` with ``names`` put in from ``who`` ("{{" is a brace, with or without them)."""
     if not names:
-        if (who.world_size or 1) > 1 and args.dataset is None:
-            print(
-                f"stroboscope record: rank {who.rank} of {who.world_size} writes {text!r}, as "
-                f"does every rank given the same -o: name one file per rank with "
-                f"-o 'NAME-{{rank}}.parquet', or record every rank with --dataset ROOT",
-                file=sys.stderr,
-            )
-        return
+        return text.format()
+    assert who is not None  # detect_identity raised otherwise
     values = {"rank": who.rank, "local_rank": who.local_rank, "host": who.host, "job": who.job}
     for name in sorted(names):
         if values[name] is None:
             raise ValueError(
-                f"-o {text!r} names {{{name}}}, but this process has no {name.replace('_', ' ')}"
-                f" ({why_unset(name, os.environ)})"
+                f"{option} {text!r} names {{{name}}}, but this process has no "
+                f"{name.replace('_', ' ')} ({why_unset(name, os.environ)})"
             )
     safe = {k: str(v).replace(os.sep, "_") for k, v in values.items() if v is not None}
-    args.output = text.format(**safe)
+    return text.format(**safe)
 
 
 def rank_sampler(args: argparse.Namespace, who: Identity, **kwargs: Any) -> Sampler:

@@ -119,11 +119,12 @@ def select_time(series: list[Recording], start: str | None, end: str | None) -> 
     )
     if start is not None and end is not None and lo > hi:
         raise ValueError(f"--from ({start}) is after --to ({end}): {run}")
-    if lo > last or hi < first:
-        raise ValueError(
-            f"the time range {iso_ms(lo)} to {iso_ms(hi)} (--from {start}, --to {end}) is outside "
-            f"the run: {run}"
-        )
+    # Only the option that missed is named (an absent one is the run's own end, not "None"):
+    # lo > last needs --from, hi < first needs --to.
+    if lo > last:
+        raise ValueError(f"--from {start} ({iso_ms(lo)}) is after the run's last row: {run}")
+    if hi < first:
+        raise ValueError(f"--to {end} ({iso_ms(hi)}) is before the run's first row: {run}")
     out = []
     for s in series:
         t = s.held.column("time").cast(pa.int64())
