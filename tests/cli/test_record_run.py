@@ -247,3 +247,31 @@ def test_the_command_starts_with_the_signal_dispositions_a_shell_gives(tmp_path:
     )
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
         assert not ignored & (1 << (sig - 1)), sig
+
+
+def test_record_makes_no_events_directory_for_its_own_sampler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """record's only children are the command (its scopes have a directory of their own) and
+    the watchdog: its sampler makes no directory for children, which a SIGKILL would leave in
+    the temporary folder. A sampler started afterwards in the same process still makes one."""
+    from stroboscope import Sampler
+    from stroboscope.sampling import _child_events
+
+    made: list[str | None] = []
+    real = _child_events._make_dir
+
+    def counted(last: str | None) -> str | None:
+        path = real(last)
+        made.append(path)
+        return path
+
+    monkeypatch.setattr(_child_events, "_make_dir", counted)
+    monkeypatch.delenv("STROBOSCOPE_EVENTS_DIR", raising=False)
+    for n, tail in enumerate(([], ["--", sys.executable, "-c", "pass"])):
+        out = tmp_path / f"r{n}.parquet"
+        assert main(["record", "-q", "--duration", "0.05", "-o", str(out), *tail]) == 0
+    assert made == []
+    with Sampler(0.01, sources=["memory"]):
+        assert len(made) == 1 and made[0] is not None and os.path.isdir(made[0])
+    assert not os.path.exists(made[0])

@@ -41,6 +41,7 @@ from stroboscope.cli._status import StatusLine, wanted
 from stroboscope.formats.spool_read import recover_parts
 from stroboscope.recording import _finish
 from stroboscope.recording.sampler import Sampler
+from stroboscope.sampling import _child_events
 
 FIRST_ROW_WAIT_S = 10.0
 """The longest the command is held back for the sampler's first row (seconds)."""
@@ -138,7 +139,8 @@ def _record(
 ) -> int:
     events = Events(args, bool(command_argv))
     try:
-        return _record_with(args, command_argv, fmt, spool, stop, who, events)
+        with _child_events.declined():  # the sampler here makes no directory of its own
+            return _record_with(args, command_argv, fmt, spool, stop, who, events)
     finally:
         events.remove()  # read by the finish; here when it did not come to that
 

@@ -22,10 +22,12 @@ process reads only its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 
 import pyarrow as pa
 
@@ -33,7 +35,7 @@ import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
 from stroboscope.formats.shared_events import EVENTS_DIR_ENV, FILE_SUFFIX
 
-__all__ = ["acquire", "owned_dir", "read", "release"]
+__all__ = ["acquire", "declined", "owned_dir", "read", "release"]
 
 
 class _Owner:
@@ -45,6 +47,7 @@ class _Owner:
         self.users = 0
         self.pid = os.getpid()
         self.last: str | None = None  # the name of the latest directory (made again if free)
+        self.declined = 0  # > 0: this process's children are not read (see declined())
 
     def _at_exit(self) -> None:
         # A recorder still running at exit: its directory goes with the process that made it.
@@ -60,6 +63,7 @@ class _Owner:
         self.users = 0
         self.pid = os.getpid()
         self.last = None
+        self.declined = 0
 
 
 _owner = _Owner()
@@ -77,7 +81,7 @@ def acquire() -> str | None:
     (or the directory cannot be made)."""
     with _owner.lock:
         if _owner.dir is None:
-            if os.environ.get(EVENTS_DIR_ENV):
+            if _owner.declined or os.environ.get(EVENTS_DIR_ENV):
                 return None  # the user's, or an outside recorder's: not ours to take
             path = _make_dir(_owner.last)
             if path is None:
@@ -87,6 +91,20 @@ def acquire() -> str | None:
             _owner.dir = _owner.last = path
         _owner.users += 1
         return _owner.dir
+
+
+@contextlib.contextmanager
+def declined() -> Iterator[None]:
+    """While inside, a recorder that starts makes no directory for this process's children:
+    ``stroboscope record``, whose only children are the command (its scopes have a directory
+    of their own) and the watchdog. A directory made for nothing would outlive a SIGKILL."""
+    with _owner.lock:
+        _owner.declined += 1
+    try:
+        yield
+    finally:
+        with _owner.lock:
+            _owner.declined -= 1
 
 
 def _make_dir(last: str | None) -> str | None:
