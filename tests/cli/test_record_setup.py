@@ -313,7 +313,7 @@ def test_the_spool_takes_the_placeholders_the_output_takes(
     spool = tmp_path / "q-{rank}.spool"
     out = tmp_path / "m-{rank}.parquet"
     argv = ["record", "-q", "--duration", "0.05", "-o", str(out), "--spool", str(spool)]
-    (tmp_path / "q-2.spool").write_bytes(b"this rank's stale spool")
+    (tmp_path / "q-2.spool").write_bytes(b"STROBSPL: this rank's stale spool")
     assert main(argv) == 2  # the spool the rank would use is the filled name
     assert f"{str(tmp_path / 'q-2.spool')!r} (or its segments or events) already exists" in (
         capsys.readouterr().err

@@ -247,6 +247,24 @@ def test_an_existing_spool_is_never_overwritten(tmp_path: Path) -> None:
     assert len(recover(path)) == 5  # the first recording is intact
 
 
+def test_an_existing_file_that_is_no_spool_is_named_as_such(tmp_path: Path) -> None:
+    """recover is no advice for a Parquet file or a device given as the spool."""
+    data = tmp_path / "run.parquet"
+    data.write_bytes(b"PAR1 rows of another run")
+    cut = tmp_path / "cut.spool"  # a spool whose first write stopped inside the magic
+    cut.write_bytes(b"STROB")
+    fifo = tmp_path / "pipe.spool"
+    os.mkfifo(fifo)
+    for given, words in (
+        (data, "exists and is not a spool: a spool is a new file; give another path"),
+        (fifo, "exists and is a FIFO: a spool is a new file"),
+        (cut, "already exists: recover it"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            Sampler(0.01, sources=["memory"], spool=given, capacity=256, segment_seconds=1)
+    assert data.read_bytes() == b"PAR1 rows of another run"
+
+
 FORK_CHILD = textwrap.dedent(
     """
     import os, sys, time

@@ -12,17 +12,19 @@ import contextlib
 import math
 import os
 import shutil
+import stat
 import tempfile
 import weakref
 from typing import TYPE_CHECKING, Any
 
 from stroboscope._base.checks import check_bool, check_choice, check_file_dir, check_path
+from stroboscope._base.files import file_kind, unlink_if_same
 from stroboscope._base.files import identity as file_identity
-from stroboscope._base.files import unlink_if_same
 from stroboscope.formats.dataset import PART_SECONDS
 from stroboscope.formats.pieces import index_path, pieces_path
 from stroboscope.formats.segments import segment_paths, segment_rows
 from stroboscope.formats.spool_header import spool_in_use
+from stroboscope.formats.spool_layout import MAGIC
 from stroboscope.formats.spool_read import remove_spool
 from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
 from stroboscope.recording._finish import DUMP_FORMATS as DUMP_FORMATS  # the one list, re-exported
@@ -36,6 +38,25 @@ if TYPE_CHECKING:
 
     from stroboscope._base.identity import Identity
     from stroboscope.sampling import SamplerOptions
+
+
+def _not_a_spool(path: str) -> str | None:
+    """What the existing ``path`` is when it is no spool (None: absent, or it starts like one)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return f"is {file_kind(st.st_mode)}"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC))
+    except OSError:
+        return None
+    # a start of the magic only: a spool whose first write was cut short (recover says so)
+    return None if MAGIC.startswith(head) or head == MAGIC else "is not a spool"
 
 
 def check_spool_dir(spool: str | os.PathLike[str]) -> str:
@@ -65,6 +86,12 @@ def check_spool(spool: str | os.PathLike[str]) -> str:
         raise ValueError(  # no spool: recover cannot read them, so it is no advice
             f"spool {os.fspath(spool)!r} does not exist, but segments or an events sidecar of "
             f"one do ({path}.seg-*.parquet, {path}.events): remove them, or give another path"
+        )
+    other = None if segments else _not_a_spool(path)
+    if other is not None:  # recover is no advice for a file that is no spool
+        raise ValueError(
+            f"spool {os.fspath(spool)!r} exists and {other}: a spool is a new file; give "
+            f"another path"
         )
     if os.path.lexists(path) or segments or os.path.lexists(path + ".events"):
         # Starting over would truncate a recording nobody has recovered yet, and its segments
