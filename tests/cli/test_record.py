@@ -202,12 +202,12 @@ def test_recover_of_a_spool_still_written_says_so(
 
     spool = tmp_path / "live.spool"
     s = Sampler(0.01, sources=["memory"], spool=spool, capacity=1024, segment_seconds=1)
-    s.tick_now(4)
-    out = tmp_path / "live.parquet"
-    assert main(["recover", str(spool), "-o", str(out)]) == 0
-    got = capsys.readouterr()
-    assert f"{spool} is still being written (pid {os.getpid()}): these are its rows so far" in (
-        got.err
-    )
-    assert "recovered 4 rows" in got.out
-    s.close()
+    try:
+        s.tick_now(4)
+        out = tmp_path / "live.parquet"
+        assert main(["recover", str(spool), "-o", str(out)]) == 0
+        got = capsys.readouterr()
+        said = f"{spool} is still being written (pid {os.getpid()}): these are its rows so far"
+        assert said in got.err and "recovered 4 rows" in got.out
+    finally:
+        s.close()

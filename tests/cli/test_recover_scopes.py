@@ -10,8 +10,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from _killed import kill_after_first_line
+from stroboscope.analysis.scope_edges import recovered_intervals
 from stroboscope.cli import main
 from stroboscope.formats.provenance import from_schema
+from stroboscope.formats.spool_read import recover_events
 
 CHILD = textwrap.dedent(
     """
@@ -56,7 +58,7 @@ def test_recover_writes_the_scopes_of_the_events_sidecar(
     assert prov is not None and prov["rows"] == 41
     recording = from_schema(pq.read_schema(out))
     assert recording is not None and prov["pid"] == recording["pid"]
-    assert "torn or damaged" not in caplog.text  # whole: nothing to say
+    assert "or still being written" not in caplog.text  # whole: nothing to say
     # The last byte flipped (its chunk fails its check): the calls in that chunk are left
     # out, and said to be.
     side = Path(f"{spool}.events")
@@ -66,13 +68,16 @@ def test_recover_writes_the_scopes_of_the_events_sidecar(
     capsys.readouterr()
     assert main(["recover", str(spool), "-o", str(tmp_path / "cut.parquet")]) == 0
     printed = capsys.readouterr().out
-    said = [r.getMessage() for r in caplog.records if "torn or damaged" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "or still being written" in r.getMessage()]
     assert len(said) == 1 and str(spool) in said[0], said
+    events = recover_events(spool)  # what the sidecar still holds, and the bytes cut
+    left = int(events.schema.metadata[b"stroboscope.events_cut_bytes"])
+    assert left > 0 and f"the last {left} bytes of its events file" in said[0]
+    kept = recovered_intervals(events).num_rows
+    assert kept < 41
     cut = tmp_path / "cut.scopes.parquet"
-    if cut.exists():  # calls in chunks before the damaged one are kept
-        table = pq.read_table(cut)
-        assert table.num_rows < 41 and f"recovered {table.num_rows} scope calls" in printed
-        left = int(table.schema.metadata[b"stroboscope.events_cut_bytes"])
-        assert f"the last {left} bytes of its events file" in said[0] and left > 0
+    if kept:  # calls in chunks before the damaged one are kept
+        assert pq.read_table(cut).num_rows == kept
+        assert f"recovered {kept} scope calls" in printed
     else:
-        assert "scope calls" not in printed
+        assert not cut.exists() and "scope calls" not in printed

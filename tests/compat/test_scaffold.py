@@ -229,6 +229,10 @@ class _StopsOnFirst(Recorder):
             self.monitor.shutdown()
             self.waited = time.monotonic() - t0
 
+    def close(self) -> None:
+        time.sleep(0.3)  # a slow close: a shutdown that returned early would miss it
+        super().close()
+
 
 def test_a_sender_may_shut_its_monitor_down(caplog: pytest.LogCaptureFixture) -> None:
     """Called on the sender's own thread, shutdown does not join that thread (Python refuses
@@ -239,8 +243,9 @@ def test_a_sender_may_shut_its_monitor_down(caplog: pytest.LogCaptureFixture) ->
     mon.start()
     rec.wait_for(1)
     deadline = time.monotonic() + 10
-    while rec.closed == 0 and time.monotonic() < deadline:
+    while not mon._closed and time.monotonic() < deadline:  # the sender's shutdown began
         time.sleep(0.01)
+    mon.shutdown()  # from another thread: waits for the last events and the sender's close
     assert "failed to publish" not in caplog.text and "cannot join" not in caplog.text
     assert "did not take the flushed event" not in caplog.text
     assert rec.closed == 1 and not mon.raw_sampler.running

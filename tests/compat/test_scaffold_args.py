@@ -55,6 +55,24 @@ def test_a_publish_period_of_an_hour_is_taken() -> None:
         mon.shutdown()
 
 
+def test_a_crash_safe_monitor_at_one_hertz_is_taken(tmp_path: Path) -> None:
+    """A quarter of a 65,536-row ring at 1 s is 16,384 s: the segment length it asks for is
+    capped at the longest one a Sampler takes, not refused as a value the user never gave."""
+    mon = SystemMonitor(
+        os.getpid(),
+        Recorder(),
+        2,
+        interval=1.0,
+        capacity=65536,
+        crash_safe=True,
+        dump_path=tmp_path / "dump.csv",
+    )
+    try:
+        assert mon.raw_sampler.segments is not None
+    finally:
+        mon.shutdown()
+
+
 @pytest.mark.parametrize(("capacity", "part_s"), [(None, 10.0), (2000, 5.0), (100_000, 10.0)])
 def test_a_datasets_parts_follow_the_datasets_one_rule(
     capacity: int | None, part_s: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -208,9 +208,9 @@ def test_renamed_keys_are_counted(receiver: tuple[ParentReceiver, queue.Queue[An
 
 
 def test_a_text_column_spells_nan_and_infinities_as_a_float_column_does() -> None:
-    """A column of numbers and strings is text: a NaN in it is a null cell and an infinity
-    ``inf``/``-inf`` (pandas' CSV spellings), not JSON's ``NaN`` and ``-Infinity``; whether the
-    kinds meet in one block of the journal or in two."""
+    """A column of numbers and strings is text: NaN and the infinities in it are ``nan``,
+    ``inf`` and ``-inf``, as a float column's cells are in CSV, not JSON's ``NaN`` and
+    ``-Infinity``; whether the kinds meet in one block of the journal or in two."""
     import math
 
     from stroboscope.formats.journal_read import TableBuilder
@@ -218,9 +218,10 @@ def test_a_text_column_spells_nan_and_infinities_as_a_float_column_does() -> Non
     rows = [{"a": 1, "b": math.inf}, {"a": math.nan}, {"a": -math.inf}, {"a": "txt"}]
     parsed = parse_journal(encode_batch(rows).data)[0]
     one = rows_to_table(parsed)
-    assert one.column("a").to_pylist() == ["1", None, "-inf", "txt"]
+    assert one.column("a").to_pylist() == ["1", "nan", "-inf", "txt"]
     assert one.column("b").to_pylist() == [math.inf, None, None, None]
     two = TableBuilder()
     two.add_rows(parsed[:3])  # a float block (1, NaN, -inf), then a text one
     two.add_rows(parsed[3:])
-    assert two.table().column("a").to_pylist() == ["1.0", None, "-inf", "txt"]
+    # the first block a float column (1 is 1.0 there), then text: its cells as CSV spells them
+    assert two.table().column("a").to_pylist() == ["1.0", "nan", "-inf", "txt"]

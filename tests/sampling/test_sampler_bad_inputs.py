@@ -397,10 +397,12 @@ def test_path_objects_are_accepted_where_paths_are(tmp_path: Path) -> None:
 
 
 def test_one_directory_named_two_ways_is_measured_once(tmp_path: Path) -> None:
-    """``/x``, ``/x/`` and ``/x/y/..`` are one directory: one set of columns, not a refusal."""
+    """``/x``, ``/x/``, ``/x/y/..`` and a link to ``/x`` are one directory: measured once,
+    under the first spelling (not refused as two paths of one column prefix)."""
     (tmp_path / "y").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path, target_is_directory=True)
     once = CoreSampler(0.01, sources=["disk"], disk_paths=[tmp_path])
-    spelt: list[str | Path] = [tmp_path, f"{tmp_path}/", tmp_path / "y" / ".."]
+    spelt: list[str | Path] = [tmp_path, f"{tmp_path}/", tmp_path / "y" / "..", tmp_path / "link"]
     assert CoreSampler(0.01, sources=["disk"], disk_paths=spelt).columns == once.columns
 
 

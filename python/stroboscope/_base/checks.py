@@ -168,8 +168,8 @@ def native_path(name: str, value: object) -> bytes:
 
 
 def check_dir_paths(name: str, value: object) -> list[str]:
-    """One directory path or a sequence of them, each an existing directory, normalised
-    (``/tmp/`` and ``/tmp/x/..`` are ``/tmp``: one directory is named one way)."""
+    """One directory path or a sequence of them, each an existing directory, each directory
+    once (``/tmp``, ``/tmp/`` and a link to it are one: the first spelling is kept)."""
     if isinstance(value, (str, bytes, os.PathLike)):
         value = [value]
     if not isinstance(value, Iterable):
@@ -178,11 +178,15 @@ def check_dir_paths(name: str, value: object) -> list[str]:
             f"{describe(value)}"
         )
     out: list[str] = []
+    seen: set[tuple[int, int]] = set()
     for i, entry in enumerate(value):
         path = check_path(f"{name}[{i}]", entry)
         if not os.path.isdir(path):
             raise ValueError(f"{name} entry {path!r} is not an existing directory")
-        out.append(os.path.normpath(path))
+        st = os.stat(path)
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            out.append(path)
     if not out:
         raise ValueError(f"{name} must name at least one directory, got an empty sequence")
     return out

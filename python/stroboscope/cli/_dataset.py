@@ -49,6 +49,8 @@ def per_rank_output(args: argparse.Namespace) -> None:
         for option, value in (("-o", args.output), ("--spool", args.spool))
         if value is not None
     }
+    if not given:
+        return
     names = {option: _placeholders(option, text) for option, text in given.items()}
     try:
         who: Identity | None = detect_identity(job=args.job)

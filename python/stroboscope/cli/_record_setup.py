@@ -20,13 +20,12 @@ from stroboscope.cli._command import Command, Events
 from stroboscope.cli._publish import RecordPublisher
 from stroboscope.cli._signals import say
 from stroboscope.formats.dataset import part_seconds
-from stroboscope.formats.segments import segment_seconds
 from stroboscope.formats.spool_read import remove_spool
 from stroboscope.formats.writers import output_format
 from stroboscope.recording import _finish
-from stroboscope.recording.sampler import Sampler
+from stroboscope.recording.sampler import Sampler, ring_segment_seconds
 from stroboscope.recording.watchdog import DumpJob, Watchdog
-from stroboscope.sampling._checks import MAX_INTERVAL_S, check_capacity
+from stroboscope.sampling._checks import check_capacity
 from stroboscope.scopes._outside import nvtx_taken_by
 
 
@@ -57,8 +56,7 @@ def _build(
     # holds writes none, its rows go once to FILE (the dataset's parts: at most every 10 s).
     ring_rows = check_capacity(args.capacity, "--capacity")
     segment_s = (
-        # at most the longest interval a Sampler takes: a 1 Hz ring would ask for hours
-        segment_seconds(ring_rows, args.interval, most=MAX_INTERVAL_S)
+        ring_segment_seconds(ring_rows, args.interval)
         if args.dataset is None
         else part_seconds(ring_rows, args.interval)
     )

@@ -26,9 +26,8 @@ from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
 from stroboscope.compat._ranked import rank_aware
 from stroboscope.formats.dataset import part_capacity, part_seconds
-from stroboscope.formats.segments import segment_seconds
 from stroboscope.recording._publisher import DRAIN_PERIOD_S, WindowPublisher
-from stroboscope.recording.sampler import DUMP_FORMATS, Sampler
+from stroboscope.recording.sampler import DUMP_FORMATS, Sampler, ring_segment_seconds
 from stroboscope.sampling import available_sources, net_dev_totals
 from stroboscope.sampling._checks import check_capacity, check_interval
 from stroboscope.sampling._plan import natural_every
@@ -204,7 +203,7 @@ class SystemMonitor:
                 crash_safe=True,
                 dump_path=dump_path,
                 dump_format=dump_format,
-                segment_seconds=segment_seconds(capacity, interval),
+                segment_seconds=ring_segment_seconds(capacity, interval),
             )
         if dataset is not None:
             if given_capacity is None:  # a ring that holds full-length parts
@@ -241,6 +240,7 @@ class SystemMonitor:
         self._fanout = Fanout(fed, max_pending)
         self._lock = threading.Lock()  # start/shutdown
         self._closed = False
+        self._last_published = threading.Event()  # shutdown's last window is in the senders
 
     # -- the compatible surface --------------------------------------------------------------
 
@@ -262,17 +262,21 @@ class SystemMonitor:
     def shutdown(self) -> None:
         """Publish the last window, stop sampling, close every sender once and join the threads.
 
-        A second call does nothing.
+        A second call only waits for the senders: after a shutdown a sender began from its
+        own ``publish()``, it is the call that waits for the last events and ``close()``.
         """
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+            again, self._closed = self._closed, True
+        if again:  # once the first call has published its last window
+            self._last_published.wait(self._flush_timeout)
+            self._fanout.close(self._flush_timeout)
+            return
         self._publisher.stop()
         self._core.stop()
         try:
             self._publisher.publish()
         finally:
+            self._last_published.set()
             self._core.close()
             self._fanout.close(self._flush_timeout)
 

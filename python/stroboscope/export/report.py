@@ -277,16 +277,15 @@ def check_not_an_input(
     output: str, inputs: Sequence[str | os.PathLike[str]], option: str = "-o"
 ) -> None:
     """Refuse an output that is one of ``inputs`` or a file written with one (its scope
-    intervals, its provenance sidecar), once links and relative parts are resolved: writing
-    there would destroy what the report reads."""
+    intervals, its provenance sidecar), once links and relative parts are resolved: the page
+    would replace what the report reads."""
     for given in inputs:
         for what, path in companions(given).items():
             if same_file(output, path):
                 name = f"{what} the input" if what else "the input"
                 raise ValueError(
-                    f"{option} {output!r} is {name} {os.fspath(given)!r} (once links and "
-                    f"relative parts are resolved): writing there would destroy it; give "
-                    f"another path"
+                    f"{option} {output!r} is {name} {os.fspath(given)!r} (the same file once "
+                    f"links and relative parts are resolved): give another path for the report"
                 )
 
 

@@ -334,8 +334,8 @@ def read_beside(spool: str, anchor_ns: int, uid: int, *, strict: bool = True) ->
             got = EventsRead(SCHEMA.empty_table(), 0, 0, _unreadable(exc))
     if got.cut_bytes and got.damage is None:  # said, not only counted in the metadata
         _LOG.warning(
-            "scope events of %s: the last %d bytes of its events file were torn or damaged "
-            "and left out, with the scope calls they held",
+            "scope events of %s: the last %d bytes of its events file were torn, damaged or "
+            "still being written, and were left out with the scope calls they held",
             spool,
             got.cut_bytes,
         )

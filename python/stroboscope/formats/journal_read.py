@@ -112,8 +112,8 @@ def _as_text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, float) and not math.isfinite(value):
-        # a float column's spellings (null, inf, -inf), not JSON's NaN and -Infinity
-        return None if math.isnan(value) else repr(value)
+        # a float column's spellings in CSV (nan, inf, -inf), not JSON's NaN and -Infinity
+        return repr(value)
     return json.dumps(value, separators=(",", ":"))
 
 

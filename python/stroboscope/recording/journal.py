@@ -42,8 +42,8 @@ Reading a journal into a table: nested objects are flattened with dotted keys (`
 first), the columns are the union of all rows' keys in order of first appearance, a key missing from
 a row is null, a column of integers and floats is float64, and a column whose values Arrow cannot
 hold in one type (say numbers and strings), or holds only as lists, is written as text (a number as
-JSON writes it, but a NaN is a null cell and an infinity ``inf`` or ``-inf``, as pandas writes them:
-one spelling whatever the column's type). The journal is read a block of about 256 KiB at a time
+JSON writes it, but NaN and the infinities as ``nan``, ``inf`` and ``-inf``, as a float column's
+cells are written to CSV). The journal is read a block of about 256 KiB at a time
 (each block's rows become Arrow arrays before the next is read), so ``snapshot``, ``get_metrics``
 and the crash dump hold the Arrow form of the rows, not the whole journal as Python objects; and
 they hold the receiver's lock only to take the journal's size, so rows keep being received

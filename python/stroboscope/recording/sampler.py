@@ -22,7 +22,7 @@ from stroboscope._base.files import file_kind, unlink_if_same
 from stroboscope._base.files import identity as file_identity
 from stroboscope.formats.dataset import PART_SECONDS
 from stroboscope.formats.pieces import index_path, pieces_path
-from stroboscope.formats.segments import segment_paths, segment_rows
+from stroboscope.formats.segments import segment_paths, segment_rows, segment_seconds
 from stroboscope.formats.spool_header import spool_in_use
 from stroboscope.formats.spool_layout import MAGIC
 from stroboscope.formats.spool_read import remove_spool
@@ -31,13 +31,20 @@ from stroboscope.recording._finish import DUMP_FORMATS as DUMP_FORMATS  # the on
 from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.watchdog import DumpJob, Watchdog
 from stroboscope.sampling import CoreSampler
-from stroboscope.sampling._checks import check_capacity, check_interval
+from stroboscope.sampling._checks import MAX_INTERVAL_S, check_capacity, check_interval
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11; only for mypy here
 
     from stroboscope._base.identity import Identity
     from stroboscope.sampling import SamplerOptions
+
+
+def ring_segment_seconds(capacity: int, interval: float) -> float:
+    """The segment length a ring of ``capacity`` rows taken every ``interval`` seconds asks for
+    (:func:`stroboscope.formats.segments.segment_seconds`), at most the longest
+    ``segment_seconds`` a Sampler takes: a large ring at 1 Hz would ask for hours."""
+    return segment_seconds(capacity, interval, most=MAX_INTERVAL_S)
 
 
 def _not_a_spool(path: str) -> str | None:

@@ -134,7 +134,7 @@ def source_options(
     options = _core.SourceOptions()
     # bytes: a root whose name is not UTF-8 reaches the C++ side as it is on disk
     root = native_path("proc_root", proc_root)
-    if not os.path.isdir(root):  # every source reads under it: named here, not by a source
+    if not os.path.isdir(root):  # a root that is not there: named here, not by a source
         raise ValueError(f"proc_root {os.fsdecode(root)!r} is not an existing directory")
     options.proc_root = root
     options.sys_root = native_path("sys_root", sys_root)

@@ -200,15 +200,16 @@ class Fanout:
         """Deliver queued events, close every sender exactly once and join the workers.
 
         The workers are closed together, so ``timeout`` (seconds) bounds the whole call.
-        Calling it again does nothing.
+        Calling it again closes nothing more but joins the workers still running: a close
+        begun by a sender (on its own worker's thread, which cannot join itself) is waited
+        for by the next call from another thread.
         """
         timeout = check_timeout("timeout", timeout)
         with self._lock:
-            if self._closed:
-                return True
-            self._closed = True
-        for w in self.workers:
-            w.begin_close()
+            first, self._closed = not self._closed, True
+        if first:
+            for w in self.workers:
+                w.begin_close()
         deadline = None if timeout is None else time.monotonic() + timeout
         ok = True
         for w in self.workers:
