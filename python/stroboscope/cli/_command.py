@@ -99,10 +99,12 @@ class Command:
         path = None if env is None else env.get("PATH")
         if shutil.which(argv[0], path=path) is None:
             why = "no such command"
-            if os.sep in argv[0] and os.path.isdir(argv[0]):
-                why = "it is a directory"
-            elif os.sep in argv[0] and os.path.exists(argv[0]):
-                why = "it is not executable (chmod +x it, or run it through its interpreter)"
+            if os.sep in argv[0] and os.path.exists(argv[0]):  # a path: it is there, but
+                why = (
+                    "it is a directory"
+                    if os.path.isdir(argv[0])
+                    else "it is not executable (chmod +x it, or run it through its interpreter)"
+                )
             raise ValueError(f"record: cannot run {argv[0]!r}: {why}")
         gate_r, self._gate_w = os.pipe()
         try:

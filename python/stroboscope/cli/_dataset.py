@@ -61,9 +61,9 @@ def per_rank_output(args: argparse.Namespace) -> None:
     filled = {option: _fill(option, text, names[option], who) for option, text in given.items()}
     args.output = filled.get("-o", args.output)
     args.spool = filled.get("--spool", args.spool)
-    several = who is not None and (who.world_size or 1) > 1 and args.dataset is None
-    if "-o" in given and not names["-o"] and several:
-        assert who is not None
+    if "-o" not in given or names["-o"] or who is None:
+        return
+    if (who.world_size or 1) > 1 and args.dataset is None:
         print(
             f"stroboscope record: rank {who.rank} of {who.world_size} writes "
             f"{filled['-o']!r}, as does every rank given the same -o: name one file per "

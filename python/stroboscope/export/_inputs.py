@@ -136,12 +136,12 @@ def _open_file(
             return recover_table(path)[0], None
         if not head:
             raise ValueError(f"{path} is empty (0 bytes): not a recording")
-        if head[:4] != b"PAR1" and output_format(path, default="parquet") == "csv":
-            raise ValueError(
-                f"{path} is a CSV file: report reads Parquet recordings and spools, not CSV "
-                f"(its columns' units and kinds are not in it); record with -o RUN.parquet"
-            )
         if head[:4] != b"PAR1":
+            if output_format(path, default="parquet") == "csv":
+                raise ValueError(
+                    f"{path} is a CSV file: report reads Parquet recordings and spools, not CSV "
+                    f"(its columns' units and kinds are not in it); record with -o RUN.parquet"
+                )
             raise ValueError(
                 f"{path} is not a recording: neither a Parquet file nor a stroboscope spool "
                 f"(it starts with {head!r}); give a .parquet recording, a spool, a segment "

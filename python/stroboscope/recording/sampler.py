@@ -63,7 +63,7 @@ def _not_a_spool(path: str) -> str | None:
     except OSError:
         return None
     # a start of the magic only: a spool whose first write was cut short (recover says so)
-    return None if MAGIC.startswith(head) or head == MAGIC else "is not a spool"
+    return None if MAGIC.startswith(head) else "is not a spool"
 
 
 def check_spool_dir(spool: str | os.PathLike[str]) -> str:
