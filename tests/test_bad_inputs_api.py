@@ -18,12 +18,13 @@ import pytest
 import stroboscope
 from _refusals import Ctx, assert_refused, params
 from stroboscope._base.identity import Identity
-from stroboscope.compat import SystemMonitor
+from stroboscope.compat import SystemMonitor, aitune
 from stroboscope.compat._training import TrainingRecorder
 from stroboscope.compat.aitune import snapshot as aitune_snapshot
 from stroboscope.compat.lightning import LightningHooks
 from stroboscope.compat.zeus import ZeusMonitor
 from stroboscope.formats.dataset import write_part
+from stroboscope.formats.writers import write_parquet
 from stroboscope.senders._base import as_sender
 from stroboscope.senders._dispatch import SenderWorker
 
@@ -109,6 +110,38 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
     ),
     ("write_part-empty", empty_part, ValueError, r"^table has no rows: a part holds at least one"),
     (
+        "write_parquet-compression-int",
+        lambda ctx: write_parquet(pa.table({"a": [1]}), "x.parquet", compression=5),  # type: ignore[arg-type]
+        TypeError,
+        r"^compression must be a Parquet codec \('none', 'snappy', 'gzip', 'brotli', 'lz4', "
+        r"'zstd'\) that this pyarrow has, got int 5",
+    ),
+    (
+        "write_parquet-compression-unknown",
+        lambda ctx: write_parquet(pa.table({"a": [1]}), "x.parquet", compression="zip"),
+        ValueError,
+        r"^compression must be a Parquet codec \('none', .*'zstd'\) that this pyarrow has, got "
+        r"str 'zip'",
+    ),
+    (
+        "provenance-command-int",
+        lambda ctx: stroboscope.Sampler(0.01, sources=["memory"]).provenance(command=5),  # type: ignore[arg-type]
+        TypeError,
+        r"^command must be None or a list of str \(the command line\), got int 5",
+    ),
+    (
+        "provenance-command-str",
+        lambda ctx: stroboscope.Sampler(0.01, sources=["memory"]).provenance(command="ls -l"),  # type: ignore[arg-type]
+        TypeError,
+        r"^command must be None or a list of str \(the command line\), got str 'ls -l'",
+    ),
+    (
+        "provenance-command-item",
+        lambda ctx: stroboscope.Sampler(0.01, sources=["memory"]).provenance(command=["ls", 5]),  # type: ignore[list-item]
+        TypeError,
+        r"^command\[1\] must be a str \(one word of the command line\), got int 5",
+    ),
+    (
         "Identity-rank-negative",
         lambda ctx: Identity("h", rank=-3),
         ValueError,
@@ -156,6 +189,61 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         lambda ctx: stroboscope.annotate("step", scope_depth=1),
         ValueError,
         r"^annotate\(\): label 'scope_depth' is a column of the scope tables",
+    ),
+    (
+        "annotate-color-unknown",
+        lambda ctx: stroboscope.annotate("step", color="notacolour"),
+        ValueError,
+        r"^color must be None, an ARGB int in \[0, 0xFFFFFFFF\], one of nvtx's colour names "
+        r"\('blue', .*\), '#rrggbb' or '#rrggbbaa'.*, got str 'notacolour'",
+    ),
+    (
+        "annotate-color-int-range",
+        lambda ctx: stroboscope.annotate("step", color=2**32),
+        ValueError,
+        r"^color must be None, an ARGB int in \[0, 0xFFFFFFFF\].*, got int 4294967296",
+    ),
+    (
+        "annotate-color-negative",
+        lambda ctx: stroboscope.annotate(color=-1),  # the decorator form: refused as made
+        ValueError,
+        r"^color must be None, an ARGB int .*, got int -1",
+    ),
+    (
+        "annotate-color-float",
+        lambda ctx: stroboscope.annotate("step", color=1.5),  # type: ignore[arg-type]
+        TypeError,
+        r"^color must be None, an ARGB int .*, got float 1.5",
+    ),
+    (
+        "annotate-color-bool",
+        lambda ctx: stroboscope.annotate("step", color=True),
+        TypeError,
+        r"^color must be None, an ARGB int .*, got bool True",
+    ),
+    (
+        "annotate-label-nan",
+        lambda ctx: stroboscope.annotate("step", loss=math.nan),
+        ValueError,
+        r"^annotate\(\): label loss=nan must be a str, a bool, an int or a finite float",
+    ),
+    (
+        "labels-label-inf",
+        lambda ctx: stroboscope.labels(lr=-math.inf),
+        ValueError,
+        r"^labels\(\): label lr=-inf must be a str, a bool, an int or a finite float",
+    ),
+    (
+        "aitune-annotate-color",
+        lambda ctx: aitune.annotate("step", color="notacolour"),
+        ValueError,
+        r"^color must be None, an ARGB int .*, got str 'notacolour'",
+    ),
+    (
+        "aitune-annotate_with_nvtx-color",
+        lambda ctx: aitune.annotate_with_nvtx(color=2**40),
+        ValueError,
+        r"^color must be None, an ARGB int .*, got int 1099511627776",
     ),
     (
         "labels-key-surrogate",

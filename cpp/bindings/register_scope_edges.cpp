@@ -10,10 +10,12 @@
 // switchboard says which path edges take (`scope_edges_mode`) whenever its state changes.
 // Measured: bench/shared_events_bench.py (a scope's enter + exit, in-process and shared).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <structmember.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "register.hpp"
 #include "stroboscope/events.hpp"
@@ -26,6 +28,12 @@ namespace {
 struct ScopeEdgesObject {
   PyObject_HEAD
   long long fast_id;  // the scope's interned name id where the C path may take its edges, else -1
+  // Where this scope was last opened while events were recorded (0: not open, or closed): its
+  // stack, depth and labels id, so that an exit in another thread (whose stack does not hold
+  // the frame) can write the end on the stack that opened it (_close, the Python path).
+  unsigned long long open_sid;
+  unsigned long long open_depth;
+  unsigned long long open_lid;
 };
 
 enum Mode : int {
@@ -47,8 +55,20 @@ struct Setup {
   PyObject* exit_slow = nullptr;
   PyObject* close = nullptr;
   int mode = kOff;
+  // Stacks holding a frame that another thread closed (scope_edges_pending): a scope opened on
+  // one takes the Python path, which takes the stale frame off first. Usually none.
+  static constexpr int kMaxPending = 64;
+  std::uint64_t pending[kMaxPending] = {};
+  int n_pending = 0;
 };
 Setup g;
+
+bool is_pending(std::uint64_t sid) {
+  for (int i = 0; i < g.n_pending; ++i) {
+    if (g.pending[i] == sid) return true;
+  }
+  return false;
+}
 
 constexpr Py_ssize_t kFrameStackId = 3;  // OpenScope's fields by index
 constexpr Py_ssize_t kFrameDepth = 4;
@@ -123,6 +143,10 @@ PyObject* open_fast(ScopeEdgesObject* self) {
   if (!shapes) goto done;  // not what the scopes room writes: its own path decides
   result = nullptr;
   if (!stack_id(&sid)) goto done;
+  if (g.n_pending > 0 && is_pending(sid)) {
+    result = Py_None;  // a frame here was closed in another thread: the Python path prunes it
+    goto done;
+  }
   if (const Py_ssize_t n = PyTuple_GET_SIZE(stack); n > 0) {
     PyObject* top = PyTuple_GET_ITEM(stack, n - 1);
     unsigned long long top_sid = 0;
@@ -162,6 +186,9 @@ PyObject* open_fast(ScopeEdgesObject* self) {
                           static_cast<std::uint16_t>(depth), static_cast<std::uint32_t>(lid), sid);
   if (PyObject* token = PyContextVar_Set(g.stack_var, grown); token != nullptr) {
     Py_DECREF(token);
+    self->open_sid = sid;
+    self->open_depth = depth;
+    self->open_lid = lid;
     result = reinterpret_cast<PyObject*>(self);
   }
 done:
@@ -206,7 +233,11 @@ PyObject* scope_exit(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
   if (PyContextVar_Get(g.stack_var, nullptr, &stack) < 0) return nullptr;
   if (!PyTuple_Check(stack) || PyTuple_GET_SIZE(stack) == 0) {
     Py_DECREF(stack);
-    Py_RETURN_NONE;  // opened while nothing recorded: nothing to close
+    if (self->open_sid == 0) Py_RETURN_NONE;  // opened while nothing recorded: nothing to close
+    PyObject* r = PyObject_CallMethodNoArgs(obj, g.close);  // opened in another thread
+    if (r == nullptr) return nullptr;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
   }
   const Py_ssize_t n = PyTuple_GET_SIZE(stack);
   PyObject* top = PyTuple_GET_ITEM(stack, n - 1);
@@ -221,9 +252,12 @@ PyObject* scope_exit(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
   PyObject* shrunk = nullptr;
   if (frame_uint(top, kFrameScopeId, &scope) && frame_uint(top, kFrameLabelsId, &lid) &&
       frame_uint(top, kFrameStackId, &sid) && frame_uint(top, kFrameDepth, &depth)) {
-    EventLog::global().push(EventKind::kEnd, static_cast<std::uint32_t>(scope),
-                            static_cast<std::uint16_t>(depth), static_cast<std::uint32_t>(lid),
-                            sid);
+    if (depth <= kMaxDepth) {  // deeper: its begin was not written either (counted there)
+      EventLog::global().push(EventKind::kEnd, static_cast<std::uint32_t>(scope),
+                              static_cast<std::uint16_t>(depth), static_cast<std::uint32_t>(lid),
+                              sid);
+    }
+    self->open_sid = 0;
     shrunk = PyTuple_GetSlice(stack, 0, n - 1);
   }
   Py_DECREF(stack);
@@ -252,11 +286,21 @@ PyMethodDef g_methods[] = {
 PyMemberDef g_members[] = {
     {"_fast_id", T_LONGLONG, offsetof(ScopeEdgesObject, fast_id), 0,
      "The scope's name id where C takes its edges; -1: the Python path (_enter_slow)."},
+    {"_open_sid", T_ULONGLONG, offsetof(ScopeEdgesObject, open_sid), 0,
+     "The stack id this scope was last opened on while recorded; 0: not open."},
+    {"_open_depth", T_ULONGLONG, offsetof(ScopeEdgesObject, open_depth), 0,
+     "Its depth there."},
+    {"_open_lid", T_ULONGLONG, offsetof(ScopeEdgesObject, open_lid), 0,
+     "Its labels id there."},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyObject* scope_new(PyTypeObject* type, PyObject* /*args*/, PyObject* /*kwargs*/) {
   PyObject* obj = type->tp_alloc(type, 0);
-  if (obj != nullptr) reinterpret_cast<ScopeEdgesObject*>(obj)->fast_id = -1;
+  if (obj != nullptr) {
+    auto* self = reinterpret_cast<ScopeEdgesObject*>(obj);
+    self->fast_id = -1;
+    self->open_sid = self->open_depth = self->open_lid = 0;
+  }
   return obj;
 }
 
@@ -318,6 +362,19 @@ void register_scope_edges(py::module_& m) {
       },
       py::arg("mode"),
       "Which path scope edges take: 0 nothing records, 1 C, 2 the Python path.");
+  m.def(
+      "scope_edges_pending",
+      [](const std::vector<std::uint64_t>& sids) {
+        if (sids.size() > static_cast<std::size_t>(Setup::kMaxPending)) {
+          throw py::value_error("scope_edges_pending(): at most " +
+                                std::to_string(Setup::kMaxPending) + " stacks, got " +
+                                std::to_string(sids.size()));
+        }
+        for (std::size_t i = 0; i < sids.size(); ++i) g.pending[i] = sids[i];
+        g.n_pending = static_cast<int>(sids.size());
+      },
+      py::arg("sids"),
+      "The stacks holding a frame another thread closed: their scopes take the Python path.");
 }
 
 }  // namespace stroboscope::bindings

@@ -131,16 +131,22 @@ bool EventLog::ensure_ring() noexcept {
         counters_.store(counters_from_env(), std::memory_order_relaxed);
       }
       // A recorder may size its command's rings: $STROBOSCOPE_EVENTS_CAPACITY (records, a power
-      // of two in [2, 2**32]; anything else is ignored). Before any event: nothing uses mask_.
+      // of two in [2, sev::kMaxCapacity]; anything else is ignored). A file's ring is never
+      // larger than that (a larger configure() is brought down to it: its readers refuse more).
+      // Before any event: nothing uses mask_.
       if (const char* cap = std::getenv(kEventsCapacityEnv); cap != nullptr) {
         char* end = nullptr;
         const unsigned long long c = std::strtoull(cap, &end, 10);
-        if (end != cap && *end == '\0' && valid_capacity(c)) {
+        if (end != cap && *end == '\0' && valid_capacity(c) && c <= sev::kMaxCapacity) {
           capacity_ = c;
           mask_ = c - 1;
-          bytes = static_cast<std::size_t>(capacity_) * (sizeof(Slot) + 8);
         }
       }
+      if (capacity_ > sev::kMaxCapacity) {
+        capacity_ = sev::kMaxCapacity;
+        mask_ = capacity_ - 1;
+      }
+      bytes = static_cast<std::size_t>(capacity_) * (sizeof(Slot) + 8);
       // relaxed: fork_floor_ is written only in the child's atfork handler, before any thread.
       file_ = open_event_file(dir, producer_, capacity_,
                               fork_floor_.load(std::memory_order_relaxed), strings_);

@@ -95,6 +95,28 @@ char* map_doorbell(int dir_fd) noexcept {
   return static_cast<char*>(map);
 }
 
+// Whether the directory is one this process may write its events into: owned by its
+// effective user and writable by nobody else. A directory another user made (after ours was
+// removed, under the same name) or that anyone may write into is refused, said once on stderr
+// (not the hot path: a log's first event).
+bool directory_is_ours(int dir_fd, const char* dir) noexcept {
+  struct stat st{};
+  if (::fstat(dir_fd, &st) != 0) return false;
+  if (st.st_uid == ::geteuid() && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0) return true;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true, std::memory_order_relaxed)) {  // a flag, ordering nothing
+    char msg[512];
+    const int n = std::snprintf(
+        msg, sizeof msg,
+        "stroboscope: scope events are not written into %s: the directory %s (owner uid %ld, "
+        "mode %03o)\n",
+        dir, st.st_uid != ::geteuid() ? "is another user's" : "may be written by other users",
+        static_cast<long>(st.st_uid), static_cast<unsigned>(st.st_mode & 0777));
+    if (n > 0) (void)!::write(2, msg, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof msg - 1));
+  }
+  return false;
+}
+
 }  // namespace
 
 bool reserve_event_chunk(const EventFile& f, std::uint64_t first, std::uint64_t count) noexcept {
@@ -108,19 +130,32 @@ EventFile* open_event_file(const char* dir, const char* producer, std::uint64_t 
                            std::uint64_t first_index,
                            const std::vector<std::string>& strings) noexcept {
   if (dir == nullptr || !valid_producer(producer)) return nullptr;
+  if (capacity < 2 || capacity > sev::kMaxCapacity) return nullptr;
   const std::uint64_t ring = capacity * (sev::kRecordBytes + 8);
   const std::uint64_t total = sev::kHeaderBytes + ring + sev::kStringsBytes;
-  const int dir_fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir_fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (dir_fd < 0) return nullptr;
+  if (!directory_is_ours(dir_fd, dir)) {
+    ::close(dir_fd);
+    return nullptr;
+  }
   std::string name;
   const int fd = create_exclusive(dir_fd, producer, name);
   if (fd < 0) {
     ::close(dir_fd);
     return nullptr;
   }
-  // From here a failure removes the file: a headerless one would only be counted as damaged.
+  // From here a failure empties the file and renames it `<name>.failed` (a name and no block:
+  // that much a full disk still takes), so the recorder counts a process whose events it will
+  // not see; removed when even that cannot be done.
   const auto fail = [&]() -> EventFile* {
-    ::unlinkat(dir_fd, name.c_str(), 0);
+    (void)::ftruncate(fd, 0);
+    char failed[128];
+    const int n = std::snprintf(failed, sizeof failed, "%s%s", name.c_str(), sev::kFailedSuffix);
+    if (n <= 0 || static_cast<std::size_t>(n) >= sizeof failed ||
+        ::renameat(dir_fd, name.c_str(), dir_fd, failed) != 0) {
+      ::unlinkat(dir_fd, name.c_str(), 0);
+    }
     ::close(fd);
     ::close(dir_fd);
     return nullptr;

@@ -94,7 +94,8 @@ def test_by_path_and_chosen_labels() -> None:
 
 @pytest.mark.parametrize("by", ["nope", ["name", "name"], [], 3, ["name", None]])
 def test_bad_by_names_the_argument(by: object) -> None:
-    with pytest.raises(ValueError, match=r"by must be one of \['path', 'name', 'phase', 'step'\]"):
+    accepted = r"\['path', 'name', 'phase', 'step', 'function'\]"
+    with pytest.raises(ValueError, match=r"by must be one of " + accepted):
         summary(SAMPLES, intervals(steps()), by=by)  # type: ignore[arg-type]
 
 
@@ -130,3 +131,21 @@ def test_a_label_named_like_a_column_keeps_both() -> None:
         if by is None:
             assert df.index.names == ["scope", "label.calls", "label.total_s"]
             assert list(flat["total_s"]) == [pytest.approx(0.006)]
+
+
+@pytest.mark.parametrize("by", [5, 2.5, {"name": 1}.keys()])
+def test_a_samplers_summary_names_a_bad_by(by: object) -> None:
+    # The sampler's own summary looks into ``by`` (for "function") before the table math does:
+    # what is neither a name nor a list of names is refused there in the same words.
+    s = stroboscope.Sampler(0.01, sources=["memory"])
+    s.start()
+    try:
+        with stroboscope.annotate("x"):
+            pass
+    finally:
+        s.stop()
+    try:
+        with pytest.raises(ValueError, match=r"by must be one of \['path', 'name'.* got "):
+            s.summary(by=by)  # type: ignore[arg-type]
+    finally:
+        s.close()

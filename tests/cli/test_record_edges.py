@@ -94,6 +94,33 @@ def test_an_existing_output_is_refused_unless_forced(
     assert pq.read_table(out).num_rows >= 1
 
 
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "sidecar symlink"])
+def test_a_forced_output_that_cannot_be_replaced_is_refused_before_the_command_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], planted: str
+) -> None:
+    """``--force`` replaces a regular file only: a symlink or a FIFO at ``-o`` (or at a file
+    written with it) is refused at the start, by the rule the final write uses, before the
+    command runs, not after the whole run was recorded."""
+    suffix = ".csv" if planted == "sidecar symlink" else ".parquet"
+    out = tmp_path / f"m{suffix}"
+    target = tmp_path / "theirs"
+    target.write_bytes(b"theirs")
+    at = tmp_path / "m.csv.meta.json" if planted == "sidecar symlink" else out
+    if planted == "fifo":
+        os.mkfifo(at)
+    else:
+        at.symlink_to(target)
+    ran = tmp_path / "ran"
+    command = [sys.executable, "-c", f"open({str(ran)!r}, 'w').close()"]
+    assert main(["record", "--force", "-o", str(out), "--", *command]) == 2
+    err = capsys.readouterr().err
+    assert str(at) in err and ("symbolic link" in err or "FIFO" in err), err
+    assert not ran.exists()  # refused before the command ran
+    assert target.read_bytes() == b"theirs"
+    assert at.is_symlink() if planted != "fifo" else at.is_fifo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([at.name, "theirs"])
+
+
 def test_an_unknown_source_is_refused_before_anything_is_said_or_made(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -220,10 +247,11 @@ def test_an_output_that_cannot_be_written_keeps_the_rows_and_says_how_to_recover
     ), said
     assert ".tmp" not in said and "watchdog" not in said and "parent" not in said, said
     rows = int(said.split("; the ")[1].split()[0])
-    assert said.endswith(
+    assert (
         f"are safe in the spool {str(spool)!r}: write them with: "
-        f"stroboscope recover {spool} -o FILE"
-    )
+        f"stroboscope recover {spool} -o FILE; the command's scope events are kept in "
+    ) in said, said
+    assert said.endswith("(recover reads them)"), said
     out = tmp_path / "recovered.parquet"
     assert main(["recover", str(spool), "-o", str(out)]) == 0
     assert pq.read_table(out).num_rows == rows >= 1

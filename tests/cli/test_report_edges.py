@@ -109,3 +109,15 @@ def test_a_csv_recording_is_named_as_csv(
     err = capsys.readouterr().err
     assert f"{out} is a CSV file: report reads Parquet recordings and spools" in err
     assert "record with -o RUN.parquet" in err and "not a recording" not in err
+
+
+@pytest.mark.parametrize("value", ["a,b", "3,5"])
+def test_straggler_on_a_recording_is_refused_and_its_value_checked(
+    tiny: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    assert main(["report", str(tiny), "--straggler", value]) == 2
+    err = capsys.readouterr().err
+    if value == "a,b":  # the value is checked first, as for a dataset
+        assert "--straggler 'a,b': give K,PCT such as 3,5" in err, err
+    else:
+        assert "--straggler: used by the report of a dataset only" in err, err

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -464,3 +465,34 @@ def test_counting_descriptors_takes_none_of_the_recorders() -> None:
     got, left = out.stdout.split()
     assert got == "5", out.stdout  # every free descriptor went to the recorder
     assert int(left) < 1  # and the server sees none left to accept with
+
+
+def test_only_a_scrape_of_the_metrics_path_collects(started: Any) -> None:
+    """Any other path (``/health``, ``/``, ``/favicon.ico``, ``/metricsx``) is answered 404
+    without running a collection: the exporter's window moves on a real scrape only."""
+    collections: list[int] = []
+
+    class Counting:
+        def collect(self) -> list[Any]:
+            collections.append(1)
+            return [GaugeMetricFamily("strobe_collections", "collections", value=len(collections))]
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(Counting())
+    server, thread, port = serve(reg, 0, "127.0.0.1", who="test")
+    try:
+        base = scrape_url("127.0.0.1", port).removesuffix("/metrics")
+        for path in ("/health", "/", "/favicon.ico", "/metricsx", "/metrics/x", "/x/metrics"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(base + path, timeout=30)
+            assert info.value.code == 404, path
+            assert b"/metrics" in info.value.read()
+            info.value.close()
+        assert collections == []
+        with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+            assert b"strobe_collections 1.0" in r.read()
+        with urllib.request.urlopen(base + "/metrics?a=1", timeout=30) as r:
+            assert b"strobe_collections 2.0" in r.read()
+        assert collections == [1, 1]
+    finally:
+        shutdown(server, thread)

@@ -197,6 +197,26 @@ void test_no_directory() {
   CHECK_EQ(lenient.read(0, UINT64_MAX).columns.size(), 1u);
 }
 
+// A directory others may write into is refused (nothing made there: the strict log drops, the
+// lenient one keeps its events in memory); so is a ring beyond the largest a reader takes.
+void test_directory_not_ours_alone() {
+  const std::string dir = make_dir();
+  CHECK(!dir.empty());
+  CHECK_EQ(chmod(dir.c_str(), 0777), 0);
+  EventLog strict(64, "nvtx", dir.c_str(), false);
+  strict.push(EventKind::kBegin, 0, 0, 0, 0);
+  CHECK_EQ(strict.stats().dropped, 1u);
+  EventLog lenient(64, "py", dir.c_str(), true);
+  lenient.push(EventKind::kBegin, 0, 0, 0, 0);
+  CHECK_EQ(lenient.read(0, UINT64_MAX).columns.size(), 1u);
+  CHECK(list_dir(dir).empty());
+  CHECK_EQ(chmod(dir.c_str(), 0700), 0);
+  CHECK(stroboscope::open_event_file(dir.c_str(), "py", sev::kMaxCapacity * 2, 0, {}) ==
+        nullptr);
+  CHECK(list_dir(dir).empty());
+  remove_dir(dir);
+}
+
 // fork: the child leaves the parent's file alone and writes a file of its own on its first
 // event, with the strings it inherited (same ids) and its indices going on from the fork.
 void test_fork_child_file() {
@@ -377,6 +397,7 @@ int main() {
   test_threads_into_file();
   test_file_ring_laps();
   test_no_directory();
+  test_directory_not_ours_alone();
   test_process_writers();
   test_doorbell();
   test_doorbell_wakes_sleeper();

@@ -16,6 +16,8 @@ from stroboscope.analysis.column_stats import fmt_value
 from stroboscope.cli import main
 from stroboscope.export.report import build_report
 from stroboscope.formats.segments import segment_paths
+from stroboscope.formats.stacks import write_stacks
+from stroboscope.formats.writers import companions, scopes_path
 from stroboscope.recording.spool import recover
 
 
@@ -99,6 +101,45 @@ def test_partitioned_dataset_gives_one_series_per_host_and_rank(
         assert re.split(r"\s{2,}", row)[4] == fmt_value(sent * 11, "bytes")  # 11 steps of sent
     assert (tmp_path / "r.html").read_text().count("[job=7 host=") == 0  # labels are in the PNGs
     assert "<h2>job=7 host=b rank=2</h2>" in (tmp_path / "r.html").read_text()
+
+
+def test_files_kept_beside_a_recording_are_not_read_as_recordings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A folder (a dataset partition, or a plain folder) holding a recording with its scope
+    intervals and stacks beside it (the names ``companions()`` gives) reads as that recording:
+    the companions are not rows of it."""
+    mono = [1_000, 2_000]
+    samples = pa.table(
+        {
+            "mono_ns": mono,
+            "pid": [1, 1],
+            "tid": [1, 1],
+            "stack_id": [0, 0],
+            "cpu_ns": [5, 5],
+            "thread": ["main", "main"],
+        }
+    )
+    frames = pa.table(
+        {"stack_id": [0], "depth": [0], "function": ["f"], "file": ["f.py"], "line": [1]}
+    )
+    table = _recorded(tmp_path, 6, 10)
+    for folder in (tmp_path / "dataset" / "job=7" / "host=a" / "rank=0", tmp_path / "plain"):
+        folder.mkdir(parents=True)
+        run = folder / "part-0.parquet"
+        pq.write_table(table, run)
+        write_stacks(samples, frames, run)
+        pq.write_table(pa.table({"name": ["x"]}), scopes_path(run))
+        assert sorted(companions(run).values())[:4] == sorted(
+            str(p) for p in folder.iterdir()
+        )  # every file there is the recording or one of its companions
+        given = folder.parents[2] if "job=7" in str(folder) else folder
+        caplog.clear()
+        got = build_report([str(given)]).series
+        assert caplog.records == []  # no rows "left out": none of the companions was read
+        assert len(got) == 1
+        assert got[0].table.column_names == table.column_names
+        assert got[0].table.column("mono_ns").to_pylist() == table.column("mono_ns").to_pylist()
 
 
 def test_several_files_are_several_series(tmp_path: Path) -> None:

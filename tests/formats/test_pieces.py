@@ -143,3 +143,36 @@ def test_only_a_pieces_file_is_appended_to(tmp_path: Path) -> None:
         append_piece(encode_piece(_table(0)), str(link), 0, 10)
     assert not (tmp_path / "elsewhere").exists()
     assert pieces_mod.is_pieces_path(str(link))
+
+
+def test_a_piece_is_on_disk_before_its_index_record_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pieces file is fsynced after each piece is written and before its record is
+    appended (a record never names bytes a power cut can take); the index is fsynced too."""
+    spool = tmp_path / "r.spool"
+    real = os.fsync
+    synced: list[tuple[str, int, int]] = []  # (file, its size, the index's size) at each fsync
+
+    def fsync(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        index = os.path.getsize(index_path(spool)) if os.path.exists(index_path(spool)) else 0
+        synced.append((name, os.fstat(fd).st_size, index))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    data = _append(spool, 0)
+    pieces, index = os.path.realpath(pieces_path(spool)), os.path.realpath(index_path(spool))
+    assert (pieces, len(data), 0) in synced  # the whole piece, before any record
+    assert synced[-1] == (index, INDEX_RECORD.size, INDEX_RECORD.size)
+    assert [name for name, _, _ in synced].index(pieces) < len(synced) - 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_pieces_file_of_another_user_is_never_appended_to(tmp_path: Path) -> None:
+    path = Path(pieces_path(tmp_path / "r.spool"))
+    path.write_bytes(b"theirs")
+    os.chown(path, 65534, 65534)  # nobody's
+    with pytest.raises(OSError, match="not a regular file of this user"):
+        append_piece(encode_piece(_table(0)), str(path), 0, 10)
+    assert path.read_bytes() == b"theirs"

@@ -14,8 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 from _shared_events import run, start
+from stroboscope.formats import shared_events_drain
 from stroboscope.formats.shared_events import (
     EVENTS_CAPACITY_ENV,
+    drained_dir,
+    open_dir,
     read_events_dir,
     read_events_file,
 )
@@ -55,6 +58,12 @@ def _write(d: Path, poll: EventsDrain | None) -> None:
         assert proc.wait(timeout=60) == 0
 
 
+def _keep(d: Path) -> int:
+    """The drain's own directory of events directory ``d``, made and opened."""
+    os.mkdir(drained_dir(d), 0o700)
+    return open_dir(drained_dir(d), private=True)
+
+
 def _counts(d: Path) -> dict[str, int]:
     table = read_events_dir(d)
     (counts,) = json.loads(table.schema.metadata[b"events_files"])
@@ -63,8 +72,8 @@ def _counts(d: Path) -> dict[str, int]:
 
 def test_a_drained_ring_loses_nothing_a_poll_reached(tmp_path: Path) -> None:
     drained, plain = tmp_path / "drained", tmp_path / "plain"
-    drained.mkdir()
-    plain.mkdir()
+    drained.mkdir(mode=0o700)
+    plain.mkdir(mode=0o700)
     drain = EventsDrain(str(drained))
     _write(drained, drain)
     assert drain.stop() == 400
@@ -82,15 +91,17 @@ def test_the_drained_files_torn_tail_and_an_unwritten_header_are_waited_for(
     tmp_path: Path,
 ) -> None:
     d = tmp_path / "events"
-    d.mkdir()
+    d.mkdir(mode=0o700)
     drain = EventsDrain(str(d))
     _write(d, drain)
     drain.stop()
     (events_file,) = [p for p in d.iterdir() if p.suffix == ".sev"]
-    with open(str(events_file) + DRAINED_SUFFIX, "ab") as f:
+    kept = Path(drained_dir(d)) / (events_file.name + DRAINED_SUFFIX)
+    assert kept.stat().st_size > 0  # the drain's copy, out of the events directory
+    with open(kept, "ab") as f:
         f.write(b"\x01\x02\x03")  # a write the drain did not finish
     table, counts = read_events_file(events_file)
-    assert table.num_rows == 400 and counts.lost == 0
+    assert table.num_rows == 400 and counts.lost == 0 and counts.damaged == ""
     # a file whose writer has not written its header whole yet: nothing, and asked again
     early = d / "99999.py.sev"
     early.write_bytes(b"STRBSEV")
@@ -127,14 +138,18 @@ def test_a_record_written_while_a_poll_reads_is_read_by_the_next(
             s[max(0, 1000 - slot0) :] = 0
         return s
 
-    drain = FileDrain(str(events_file))
+    keep = _keep(tmp_path)
+    drain = FileDrain(str(events_file), keep_fd=keep)
     monkeypatch.setattr(FileDrain, "_states", states)
+    # The writer ended already; the first read stands for one made while it still wrote.
+    monkeypatch.setattr(shared_events_drain, "_alive", lambda pid: True)
     assert drain.poll() == 1000
     monkeypatch.setattr(FileDrain, "_states", real)
     assert drain.poll() == 100 and drain.poll() == 0
     drain.close()
-    index, _words = read_drained(str(events_file)) or (np.zeros(0), None)
-    assert sorted(index.tolist()) == list(range(1100))
+    index, _words, why = read_drained(events_file.name, keep) or (np.zeros(0), None, "none")
+    os.close(keep)
+    assert sorted(index.tolist()) == list(range(1100)) and why == ""
 
 
 THREADS = """
@@ -156,14 +171,16 @@ def test_four_threads_drained_while_they_write_every_edge_once(tmp_path: Path) -
     # 4 threads x 50,000 calls (400,000 edges, within the default ring), polled in a loop as
     # they write: the drained file alone holds every edge, each once.
     proc = start(THREADS, tmp_path)
+    keep = _keep(tmp_path)
     drain = FileDrain("")
     while not drain.path:
         files = list(tmp_path.glob("*.sev"))
-        drain = FileDrain(str(files[0])) if files else drain
+        drain = FileDrain(str(files[0]), keep_fd=keep) if files else drain
     while proc.poll() is None:
         drain.poll()
     assert proc.wait() == 0
     drain.poll()
     drain.close()
-    index, _words = read_drained(drain.path) or (np.zeros(0), None)
+    index, _words, _why = read_drained(os.path.basename(drain.path), keep) or (np.zeros(0), 0, 0)
+    os.close(keep)
     assert len(index) == 400_000 and len(np.unique(index)) == 400_000

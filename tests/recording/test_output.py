@@ -124,3 +124,28 @@ def test_a_finish_that_dies_before_the_rename_leaves_every_row_to_recover(
     assert after.column("mono_ns").equals(before.column("mono_ns"))
     s.close()
     remove_spool(path)
+
+
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_the_joined_file_is_not_renamed_over_what_appeared_at_the_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hard_links: bool
+) -> None:
+    """``_publish`` checks the output again just before the rename (a link or a FIFO put there
+    after the join began is never replaced), with hard links or without."""
+    pieces = tmp_path / "run.spool.seg-pieces"
+    pieces.write_bytes(b"PAR1 the joined pieces PAR1")
+    target = tmp_path / "kept.txt"
+    target.write_text("theirs")
+    out = tmp_path / "out.parquet"
+    out.symlink_to(target)
+    if not hard_links:
+
+        def no_link(src: str, dst: str) -> None:
+            raise OSError(1, "Operation not permitted", dst)
+
+        monkeypatch.setattr(os, "link", no_link)
+    with pytest.raises(OSError, match="symbolic link"):
+        _output._publish(str(pieces), str(out))
+    assert out.is_symlink() and target.read_text() == "theirs"
+    assert pieces.read_bytes() == b"PAR1 the joined pieces PAR1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt", "out.parquet", pieces.name]

@@ -36,8 +36,12 @@ def test_watchdog_process_is_clean_and_detached(
             watchdog.start()
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         names = {e.split(b"=", 1)[0].decode() for e in environ if e}
-        assert names <= {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"}, names
+        temp = {"TMPDIR", "TEMP", "TMP"}
+        assert names <= {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", *temp}, names
         assert "PYTHONPATH" in names
+        # the parent's temporary directory (where its private events directory is)
+        for name in temp & set(os.environ):
+            assert f"{name}={os.environ[name]}".encode() in environ
         fds = {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
         extra = {fd: target for fd, target in fds.items() if fd > 2}
         assert all(t.startswith("pipe:") or "pidfd" in t for t in extra.values()), extra
@@ -200,3 +204,33 @@ def test_a_csv_dump_of_a_spool_has_its_provenance_sidecar(tmp_path: Path) -> Non
     journal.write_bytes(b'{"id":0}\n')
     _watchdog_child.run_job(_resolve(DumpJob("journal", journal, tmp_path / "dump.csv")), 4242)
     assert not side.exists()
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "directory"])
+def test_a_dump_path_that_is_no_regular_file_is_refused_and_the_rows_kept(
+    tmp_path: Path, planted: str
+) -> None:
+    """A symlink, a FIFO or a directory at a job's dump path is never replaced nor written
+    through (the package's rule for every file it writes): the dump fails naming the path, the
+    source (which still holds the rows, even with ``remove_source``) is kept, and the log line
+    says where the rows are."""
+    journal = tmp_path / "j.jsonl"
+    journal.write_bytes(b'{"id":0}\n{"id":1}\n')
+    target = tmp_path / "theirs.csv"
+    target.write_bytes(b"theirs")
+    dump = tmp_path / "dump.csv"
+    if planted == "symlink":
+        dump.symlink_to(target)
+    elif planted == "fifo":
+        os.mkfifo(dump)
+    job = _resolve(DumpJob("journal", journal, dump, "csv", remove_source=True))
+    if planted == "directory":  # made after the job was resolved (else it names a folder)
+        dump.mkdir()
+    with pytest.raises(OSError, match=r"dump\.csv") as info:
+        _watchdog_child.run_job(job, 4242)
+    assert target.read_bytes() == b"theirs"
+    assert {"symlink": dump.is_symlink, "fifo": dump.is_fifo, "directory": dump.is_dir}[planted]()
+    assert journal.read_bytes() == b'{"id":0}\n{"id":1}\n'
+    assert not list(tmp_path.glob(".dump.csv.*"))  # no temporary file left either
+    line = _watchdog_child.failure_line(job, 4242, info.value)
+    assert f"the rows are still in {journal}" in line and str(dump) in line, line

@@ -263,6 +263,19 @@ BAD_INPUTS: list[tuple[str, Callable[[Ctx], object], type[Exception], str]] = [
         r"^proc_root '.*absent' is not an existing directory",
     ),
     (
+        "sys_root-missing",
+        lambda ctx: CoreSampler(0.01, sources=["memory"], sys_root=ctx.tmp / "absent"),
+        ValueError,
+        r"^sys_root '.*absent' is not an existing directory; give the directory that stands "
+        r"for /sys \(default '/sys'\)",
+    ),
+    (
+        "cgroup_root-missing",
+        lambda ctx: CoreSampler(0.01, sources=["memory"], cgroup_root=str(ctx.tmp / "no-cg")),
+        ValueError,
+        r"^cgroup_root '.*no-cg' is not an existing directory; .*'/sys/fs/cgroup'",
+    ),
+    (
         "segment_seconds-nan-without-spool",
         lambda ctx: stroboscope.Sampler(0.01, sources=["memory"], segment_seconds=math.nan),
         ValueError,

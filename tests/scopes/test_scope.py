@@ -273,3 +273,50 @@ def test_one_nvtx_loader_serves_annotate_and_aitunes_ranges(
         ("pop", None, "stroboscope"),
         ("open", "theirs", "AITune"),
     ]
+
+
+def test_every_accepted_colour_opens_a_range_as_nvtx_resolves_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A colour is checked when the scope is made, and what the range then gets is a value the
+    real ``nvtx`` resolves (its own colour table, no matplotlib) to the ARGB colour asked for;
+    aitune's ranges take the same check."""
+    import contextlib
+    import sys
+    import types
+
+    colors = pytest.importorskip("nvtx.colors")
+    from stroboscope._base.nvtx import nvtx_module
+    from stroboscope.compat.aitune import annotate_with_nvtx
+
+    got: list[object] = []
+    fake = types.ModuleType("nvtx")
+    fake.push_range = lambda message, color, domain: got.append(color)  # type: ignore[attr-defined]
+    fake.pop_range = lambda domain: None  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def annotate(message: str, color: object, domain: str) -> Iterator[None]:
+        got.append(color)
+        yield
+
+    fake.annotate = annotate  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "nvtx", fake)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what nvtx resolves without it
+    nvtx_module.cache_clear()
+    asked = {
+        None: None,
+        "green": 0x008000,  # nvtx's own table: no alpha
+        0x80FF8800: 0x80FF8800,
+        "#ff8800": 0xFFFF8800,
+        "#FF880080": 0x80FF8800,
+    }
+    try:
+        for color in asked:
+            with scopes.annotate("mine", nvtx=True, color=color):
+                pass
+            with annotate_with_nvtx("theirs", color=color):
+                pass
+    finally:
+        nvtx_module.cache_clear()
+    resolved = [None if c is None else colors.color_to_hex.__wrapped__(c) for c in got]
+    assert resolved == [argb for argb in asked.values() for _ in range(2)]

@@ -159,3 +159,30 @@ def test_tasks_have_their_own_stacks_when_asyncio_comes_after_the_first_scopes()
         "rows": [["before", 0], ["main", 0], ["task", 0], ["task", 0]],
         "task_stacks": 2,
     }
+
+
+def test_a_scope_while_nothing_records_loads_no_table_library() -> None:
+    """A process that only annotates (nothing records) never pays for pyarrow, pandas or numpy
+    (about 0.2 s together): the scopes load the extension, not the tables. Labels, of a scope
+    or ambient, are checked against the names of the scope tables' columns, which need no table
+    library either."""
+    got = _run(
+        """
+        import json, sys, stroboscope
+        with stroboscope.annotate("first"):
+            with stroboscope.annotate("inner"):
+                pass
+        with stroboscope.labels(phase="train"):
+            with stroboscope.annotate("labelled", step=1):
+                pass
+        try:
+            stroboscope.annotate("refused", scope_depth=1)  # still a column of the tables
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("a reserved label was taken")
+        heavy = sorted(m for m in ("pyarrow", "pandas", "numpy") if m in sys.modules)
+        print(json.dumps({"heavy": heavy, "core": "stroboscope._core" in sys.modules}))
+        """
+    )
+    assert got == {"heavy": [], "core": True}

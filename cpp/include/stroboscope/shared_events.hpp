@@ -55,6 +55,11 @@
 // the flag. So the command makes one system call per sleep of the waiter, and every begin has a
 // row asked after it (the protocol: shared_events_doorbell.cpp).
 //
+// Beside a file, a recorder's drain writes `<file>.drained` (the records it took) and
+// `<file>.header` (the header as it first read it); a process that could not make its file
+// leaves `<file>.failed` (kFailedSuffix). A process writes only into a directory owned by its
+// effective user that no other user may write into.
+//
 // The Python reader is stroboscope/formats/shared_events.py (its docstring repeats this layout).
 #pragma once
 
@@ -87,6 +92,14 @@ inline constexpr std::size_t kRecordBytes = 32;
 inline constexpr std::size_t kProducerBytes = 32;
 // The strings area (reserved on disk): room for tens of thousands of names and label sets.
 inline constexpr std::uint64_t kStringsBytes = std::uint64_t{4} << 20;
+// The largest ring of an events file (records): a 640 MiB file, whose 128 MiB of states a
+// recorder's drain reads at every poll. A reader refuses a header that claims more (or a larger
+// strings area): no writer made it. $STROBOSCOPE_EVENTS_CAPACITY beyond it is ignored.
+inline constexpr std::uint64_t kMaxCapacity = std::uint64_t{1} << 24;
+// A process that could not make its events file (no space, a file-size limit) leaves an empty
+// `<its file's name>.failed` there instead, so its recorder counts it: its scopes were not
+// written there (the "py" log keeps them in memory, the others drop them).
+inline constexpr const char* kFailedSuffix = ".failed";
 // Header fields (byte offsets, see above).
 inline constexpr std::size_t kOffVersion = 8;
 inline constexpr std::size_t kOffHeaderBytes = 12;
@@ -140,7 +153,10 @@ struct EventFile {
 
 // Makes `<dir>/<pid>.<producer>[.<n>].sev` (0600, O_EXCL, O_NOFOLLOW), reserves and maps it,
 // writes the header and `strings` (ids 0.. in order; strings[0] must be "" or strings empty).
-// nullptr when it cannot (no such directory, a full disk, ...). Not the hot path.
+// nullptr when it cannot: no such directory; a directory that is not this user's, or that
+// others may write into (its events would go where another user reads or replaces them: said
+// once on stderr); a capacity beyond kMaxCapacity; a full disk (then the file is left empty
+// as `<name>.failed`, see kFailedSuffix). Not the hot path.
 [[nodiscard]] EventFile* open_event_file(const char* dir, const char* producer,
                                          std::uint64_t capacity, std::uint64_t first_index,
                                          const std::vector<std::string>& strings) noexcept;

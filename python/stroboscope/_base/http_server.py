@@ -360,7 +360,7 @@ def serve(
         raise OSError(
             exc.errno, f"{who} cannot serve /metrics on port {port} of {addr}: {exc.strerror}"
         ) from exc
-    server.set_app(make_wsgi_app(registry))
+    server.set_app(_metrics_only(make_wsgi_app(registry)))
     # The serve loop checks the deadlines between selects: a few times per timeout.
     poll = min(0.5, timeout / 4)
     thread = threading.Thread(
@@ -370,10 +370,32 @@ def serve(
     return server, thread, int(server.server_port)
 
 
+METRICS_PATH = "/metrics"
+"""The one path a scrape reads (:func:`scrape_url`); every other path is answered 404."""
+
+
+def _metrics_only(app: Any) -> Any:
+    """``app`` (a WSGI application that collects on every call) served at
+    :data:`METRICS_PATH` alone: any other path (``/health``, ``/``, ``/favicon.ico``) gets a
+    404 without calling it, so only a scrape runs a collection (an exporter's window moves)."""
+
+    def routed(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") == METRICS_PATH:
+            return app(environ, start_response)
+        body = f"not found: the metrics are at {METRICS_PATH}\n".encode()
+        start_response(
+            "404 Not Found",
+            [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+    return routed
+
+
 def scrape_url(addr: str, port: int) -> str:
     """``http://addr:port/metrics`` (an IPv6 address in brackets)."""
     host = f"[{addr}]" if ":" in addr else addr
-    return f"http://{host}:{port}/metrics"
+    return f"http://{host}:{port}{METRICS_PATH}"
 
 
 def shutdown(server: Any, thread: threading.Thread) -> None:

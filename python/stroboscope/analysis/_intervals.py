@@ -18,47 +18,34 @@ import numpy as np
 import pyarrow as pa
 
 from stroboscope.analysis._series import I64
-
-INTERVAL_FIELDS = [
-    pa.field("name", pa.string()),
-    pa.field("path", pa.string()),
-    pa.field("thread_id", pa.int64()),
-    pa.field("stack_id", pa.uint64()),
-    pa.field("depth", pa.int32()),
-    pa.field("begin_ns", pa.int64()),
-    pa.field("end_ns", pa.int64()),
-]
-"""The scope-intervals table's columns before its labels, with their types."""
-
-BASE_COLUMNS = tuple(f.name for f in INTERVAL_FIELDS)
-
-PROCESS_FIELDS = [pa.field("pid", pa.int64()), pa.field("producer", pa.string())]
-"""Columns the intervals of several processes add after :data:`INTERVAL_FIELDS` (the shared
-events of a recorded command): the writer's pid and producer (``py``, ``nvtx``). Not labels."""
-
-COUNTER_FIELDS = [
-    pa.field(name, pa.int64()) for name in ("cpu_ns", "minflt", "majflt", "nvcsw", "nivcsw")
-]
-"""Columns the intervals add after :data:`INTERVAL_FIELDS` when their edges carry the opening
-thread's own counters (edge counters, ``stroboscope.enable(edge_counters=...)``): per call, the
-thread's CPU time (ns, exact: read by the thread at both edges), and in mode ``rusage`` its minor
-and major faults and voluntary and involuntary context switches; null where an edge has none.
-Not labels."""
-
-SCOPE_COLUMNS = ("scope", "scope_name", "thread_id", "stack_id", "scope_depth")
-"""The columns :func:`~stroboscope.analysis.scopes.samples_by_scope` adds to the samples."""
-
-RESERVED_LABELS = frozenset(
-    {
-        *BASE_COLUMNS,
-        *SCOPE_COLUMNS,
-        *(f.name for f in PROCESS_FIELDS),
-        *(f.name for f in COUNTER_FIELDS),
-        "time",
-        "mono_ns",
-    }
+from stroboscope.analysis.scope_columns import (
+    BASE_COLUMNS,
+    COUNTER_COLUMNS,
+    INTERVAL_COLUMNS,
+    PROCESS_COLUMNS,
+    RESERVED_LABELS,
 )
-"""Names a label may not take: columns of the scope tables and of the samples."""
+from stroboscope.analysis.scope_columns import SCOPE_COLUMNS as SCOPE_COLUMNS  # analysis.scopes'
+
+
+def _fields(columns: tuple[tuple[str, str], ...]) -> list[pa.Field]:
+    """The Arrow fields of ``(name, type name)`` columns."""
+    return [pa.field(name, pa.type_for_alias(type_name)) for name, type_name in columns]
+
+
+INTERVAL_FIELDS = _fields(INTERVAL_COLUMNS)
+"""The scope-intervals table's columns before its labels, with their types (their names and
+types: :data:`stroboscope.analysis.scope_columns.INTERVAL_COLUMNS`)."""
+
+PROCESS_FIELDS = _fields(PROCESS_COLUMNS)
+"""Columns the intervals of several processes add after :data:`INTERVAL_FIELDS`
+(:data:`~stroboscope.analysis.scope_columns.PROCESS_COLUMNS`). Not labels."""
+
+COUNTER_FIELDS = _fields(COUNTER_COLUMNS)
+"""Columns the intervals add after :data:`INTERVAL_FIELDS` when their edges carry the opening
+thread's own counters (:data:`~stroboscope.analysis.scope_columns.COUNTER_COLUMNS`). Not
+labels."""
+
 OPEN_END = np.iinfo(np.int64).max
 
 

@@ -199,7 +199,9 @@ class Events:
         """Remove the directory if it is this run's (nothing otherwise, or when it is gone)."""
         self.stop_drain()
         if self.owned and self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            from stroboscope.formats.shared_events import remove_events_dir
+
+            remove_events_dir(self.dir)  # with what the drain kept beside it
 
 
 def events_dir_of(pid: int) -> str | None:
@@ -216,5 +218,6 @@ def events_dir_of(pid: int) -> str | None:
     for entry in environ.split(b"\0"):
         if entry.startswith(key):
             path = os.fsdecode(entry[len(key) :])
-            return path if os.path.isdir(path) else None
+            # resolved: its reader opens the directory itself, never through a link
+            return os.path.realpath(path) if os.path.isdir(path) else None
     return None

@@ -7,7 +7,7 @@ overlaid on a relative time axis with ``--align``). On a dataset root
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stroboscope.export.report import (
     build_report,
@@ -18,6 +18,9 @@ from stroboscope.export.report import (
     write_pngs,
 )
 
+if TYPE_CHECKING:
+    from stroboscope.export.cluster_report import StragglerRule
+
 
 def run(args: argparse.Namespace) -> int:
     """The ``report`` command; returns the exit code."""
@@ -25,6 +28,14 @@ def run(args: argparse.Namespace) -> int:
 
     if len(args.inputs) == 1 and is_dataset(args.inputs[0]):
         return run_cluster(args)
+    for dest, option in (("straggler", "--straggler"), ("step", "--step")):
+        if getattr(args, dest) is not None:  # checked as a dataset's report checks it, then
+            if dest == "straggler":
+                _straggler_rule(args.straggler)
+            raise ValueError(
+                f"{option}: used by the report of a dataset only (a partitioned directory); "
+                f"{', '.join(map(repr, args.inputs))} is not one"
+            )
     read = [*args.inputs, *([args.scopes] if args.scopes else [])]
     check_outputs(args.output, args.png, args.static, read)  # before any work
     with lean_memory_pool():  # column after column read and freed: a pool that gives pages back
@@ -53,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
 def run_cluster(args: argparse.Namespace) -> int:
     """``report ROOT`` on a dataset: every rank side by side (``-o`` .html, .md or .json)."""
     from stroboscope.export.cluster_report import (
-        StragglerRule,
         build_cluster_report,
         write_cluster_report,
     )
@@ -65,13 +75,7 @@ def run_cluster(args: argparse.Namespace) -> int:
             f"{', '.join(unused)}: not used by the report of a dataset "
             f"(it takes {args.dataset_takes})"
         )
-    k, _, pct = (args.straggler or "3,5").partition(",")
-    try:
-        rule = StragglerRule(float(k), float(pct or 5))
-    except ValueError as exc:
-        raise ValueError(
-            f"--straggler {args.straggler!r}: give K,PCT such as 3,5 ({exc})"
-        ) from None
+    rule = _straggler_rule(args.straggler)
     if args.output is not None:
         check_output_path(args.output)  # before any work
     report = build_cluster_report(args.inputs[0], step=args.step, rule=rule)
@@ -148,3 +152,14 @@ def add_parser(sub: Any) -> None:
         runs_only=[(a.dest, a.option_strings[0], a.default) for a in runs_only],
         dataset_takes=", ".join(a.option_strings[0] for a in (output, step, straggler)),
     )
+
+
+def _straggler_rule(value: str | None) -> StragglerRule:
+    """``--straggler K,PCT`` (default 3,5) as a rule; ValueError naming the option and value."""
+    from stroboscope.export.cluster_report import StragglerRule
+
+    k, _, pct = (value or "3,5").partition(",")
+    try:
+        return StragglerRule(float(k), float(pct or 5))
+    except ValueError as exc:
+        raise ValueError(f"--straggler {value!r}: give K,PCT such as 3,5 ({exc})") from None

@@ -129,6 +129,10 @@ class _Collector:
 class PrometheusExporter:
     """Serve a running sampler's metrics at ``/metrics`` for Prometheus, summarised per scrape.
 
+    Only a request for ``/metrics`` is a scrape: it summarises the rows since the previous one
+    (the window). Any other path (``/health``, ``/``, ``/favicon.ico``) is answered 404 and
+    leaves the window alone.
+
     Parameters
     ----------
     sampler : stroboscope.Sampler

@@ -13,6 +13,7 @@ table beside a recording (``<stem>.scopes.parquet``) or given by the caller is a
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +31,9 @@ from stroboscope.formats.pieces import pieces_spool, read_index, read_piece
 from stroboscope.formats.segments import parse_segment_name
 from stroboscope.formats.spool_header import SpoolError
 from stroboscope.formats.spool_layout import MAGIC
-from stroboscope.formats.writers import SCOPES_SUFFIX, output_format, scopes_path
+from stroboscope.formats.writers import is_companion, output_format, scopes_path
+
+_LOG = logging.getLogger("stroboscope.report")
 
 SCOPE_COLUMNS = ("name", "begin_ns", "end_ns")
 """The scope-intervals columns a report needs (see the contract's full schema)."""
@@ -89,9 +92,26 @@ def _recording_rows(table: pa.Table, what: str) -> np.ndarray[Any, Any] | None:
             )
         table = table.take(pa.array(picked))
     mono = table.column("mono_ns").to_numpy(zero_copy_only=False)
-    if len(mono) > 1 and not bool(np.all(np.diff(mono) >= 0)):
+    steps = np.diff(mono)
+    back = int(np.count_nonzero(steps < 0))
+    if back:
         order = np.argsort(mono, kind="stable")
         picked = order if picked is None else picked[order]
+        steps = np.diff(mono[order])
+    repeated = int(np.count_nonzero(steps == 0))
+    untimed = rows - len(mono)
+    if back or repeated or untimed:  # a recorder writes none of these: said, with the counts
+        said = [
+            f"{back} times mono_ns goes back (the rows are sorted)" if back else "",
+            f"{repeated} row(s) repeat the mono_ns of the row before (kept)" if repeated else "",
+            f"{untimed} row(s) have no mono_ns or time (left out)" if untimed else "",
+        ]
+        _LOG.warning(
+            "%s: of its %d rows, %s: not as a recorder writes them",
+            what,
+            rows,
+            "; ".join(t for t in said if t),
+        )
     return picked
 
 
@@ -160,7 +180,7 @@ def _open_file(
 def scopes_beside(path: Path) -> Path | None:
     """``<stem>.scopes.parquet`` beside a recording ``<stem>.parquet`` when it exists (the
     name :func:`stroboscope.formats.writers.scopes_path` gives)."""
-    if not path.name.lower().endswith((".parquet", ".pq")) or path.name.endswith(SCOPES_SUFFIX):
+    if not path.name.lower().endswith((".parquet", ".pq")) or is_companion(path.name):
         return None
     candidate = Path(scopes_path(path))
     return candidate if candidate.is_file() else None
@@ -256,12 +276,13 @@ def _read_segments(directory: Path, base: str, segments: list[Path]) -> pa.Table
 def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, bytes] | None]]:
     import pyarrow.dataset as ds
 
-    # Recordings only: not scope tables kept beside them, nor hidden or temporary files.
+    # Recordings only: not the files kept beside them (scopes, stacks), nor hidden or temporary
+    # files.
     files = sorted(
         str(f)
         for f in directory.rglob("*.parquet")
         if f.is_file()
-        and not f.name.endswith(SCOPES_SUFFIX)
+        and not is_companion(f.name)
         and not any(part.startswith((".", "_")) for part in f.relative_to(directory).parts)
     )
     if not files:
@@ -269,6 +290,9 @@ def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, byte
             f"{directory} holds no recording: no .parquet file in it or below it (give a "
             f"recording, a spool, a segment folder or a partitioned dataset directory)"
         )
+    if not all(_utf8(f) for f in files):  # pyarrow's dataset takes UTF-8 names only
+        table, first = _read_files(directory, files)
+        return _by_partition(directory, table, first)
     try:
         dataset = ds.dataset(
             files,
@@ -282,8 +306,15 @@ def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, byte
         ) from None
     with regular_source(dataset.files[0], "recording") as src:
         first = pq.read_schema(src)
-    keys = [n for n in dataset.schema.names if n not in first.names]
-    table = dataset.to_table()
+    return _by_partition(directory, dataset.to_table(), first)
+
+
+def _by_partition(
+    directory: Path, table: pa.Table, first: pa.Schema
+) -> list[tuple[str, pa.Table, dict[bytes, bytes] | None]]:
+    """The rows of a dataset (its files' columns and the partition keys, ``first`` the first
+    file's schema), one table per combination of partition values."""
+    keys = [n for n in table.schema.names if n not in first.names]
     if not keys:
         return [(directory.name or str(directory), table, first.metadata)]
     out = []
@@ -298,6 +329,50 @@ def _read_dataset(directory: Path) -> list[tuple[str, pa.Table, dict[bytes, byte
             part = part.cast(first)
         out.append((" ".join(f"{k}={combo[k]}" for k in keys), part, first.metadata))
     return out
+
+
+def _utf8(name: str) -> bool:
+    """Whether ``name`` (a path as Python decodes it) is UTF-8, as pyarrow needs its paths."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:  # a byte that is not UTF-8, held as a lone surrogate
+        return False
+    return True
+
+
+def _read_files(directory: Path, files: list[str]) -> tuple[pa.Table, pa.Schema]:
+    """The rows of a dataset whose file names are not all UTF-8, read a file at a time through
+    its descriptor, with its partition keys (``key=value`` folders, values %-decoded and whole
+    numbers as int32, as pyarrow's hive partitioning reads them; a byte that is not UTF-8
+    shown as ``\\xff``), and the first file's schema. A ValueError naming a file that cannot
+    be read."""
+    import urllib.parse
+
+    tables: list[pa.Table] = []
+    found: list[dict[str, str]] = []
+    for name in files:
+        try:
+            with regular_source(name, "recording") as src:
+                tables.append(pq.read_table(src))
+        except (pa.ArrowException, OSError) as exc:
+            raise ValueError(f"{name!r} is not a readable Parquet file: {exc}") from None
+        folders = Path(name).relative_to(directory).parts[:-1]
+        found.append(dict(f.split("=", 1) for f in folders if "=" in f))
+    first = tables[0].schema
+    keys = [k for k in dict.fromkeys(k for f in found for k in f) if k not in first.names]
+    for k in keys:
+        values = [urllib.parse.unquote(f.get(k, ""), errors="surrogateescape") for f in found]
+        whole = all(v.isascii() and v.lstrip("-").isdigit() for v in values)
+        for i, v in enumerate(values):
+            cell: object = int(v) if whole else os.fsencode(v).decode(errors="backslashreplace")
+            typ = pa.int32() if whole else pa.string()
+            tables[i] = tables[i].append_column(k, pa.array([cell] * tables[i].num_rows, typ))
+    try:
+        return pa.concat_tables(tables, promote_options="default"), first
+    except pa.ArrowException as exc:
+        raise ValueError(
+            f"{directory} is not a readable dataset of Parquet recordings: {exc}"
+        ) from None
 
 
 def read_input(path: str | os.PathLike[str], patterns: list[str] | None = None) -> list[Recording]:

@@ -20,8 +20,10 @@ before it is intact, and the bytes left out are counted, never guessed at.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import stat
 import struct
 import zlib
 from array import array
@@ -31,6 +33,7 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 
+from stroboscope.formats.shared_events_env import PRIVATE_DIR_PREFIX
 from stroboscope.formats.spool_header import SpoolError, open_regular
 
 _LOG = logging.getLogger("stroboscope.recording")
@@ -81,6 +84,77 @@ from the interned strings (null for an id whose string the file does not hold)."
 def events_path(spool: str) -> str:
     """The sidecar of ``spool``."""
     return spool + ".events"
+
+
+EVENTS_DIR_NOTE = ".events-dir"
+"""Beside a spool of ``stroboscope record -- CMD``: a text file (0600) naming the directory the
+command's processes write their scope events into (:mod:`stroboscope.formats.shared_events`),
+so that ``recover`` reads them when the recorder and its watchdog both died; removed at a clean
+end, with the directory."""
+EVENTS_DIR_PREFIX = PRIVATE_DIR_PREFIX
+"""How an events directory that stroboscope makes is named (in the temporary directory)."""
+
+
+def events_dir_note(spool: str) -> str | None:
+    """The directory ``spool``'s note names, as written (None without a readable note)."""
+    try:
+        fd = os.open(spool + EVENTS_DIR_NOTE, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = os.read(fd, 4097)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    text = os.fsdecode(raw).strip()
+    return text if text and len(raw) <= 4096 and "\0" not in text else None
+
+
+def write_events_dir_note(spool: str, directory: str) -> None:
+    """Write ``spool``'s note naming ``directory`` (0600, never over another file); a note that
+    cannot be written is no error (only a double kill needs it)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(spool + EVENTS_DIR_NOTE, flags, 0o600)
+    except OSError:
+        return
+    try:
+        os.write(fd, os.fsencode(os.path.abspath(directory)) + b"\n")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_events_dir_note(spool: str) -> None:
+    """Remove ``spool``'s note (if any)."""
+    with contextlib.suppress(OSError):
+        os.unlink(spool + EVENTS_DIR_NOTE)
+
+
+def events_dir_of_spool(spool: str) -> str | None:
+    """The events directory ``spool``'s note names, when it (or its drain's directory, where
+    the command removed it) is one this user's stroboscope made: named
+    :data:`EVENTS_DIR_PREFIX`..., a directory (not a link), owned by this user and open to
+    nobody else (0700). None otherwise: a note never leads a reader, or ``recover``'s removal,
+    anywhere else."""
+    path = events_dir_note(spool)
+    if path is None or not os.path.basename(path).startswith(EVENTS_DIR_PREFIX):
+        return None
+    from stroboscope.formats.shared_events import drained_dir
+
+    # The command may have removed its directory: what the drain kept beside it is read then.
+    for where in (path, drained_dir(path)):
+        try:
+            st = os.lstat(where)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+            return path
+    return None
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,29 @@ def footer_metadata(meta: Struct) -> dict[bytes, bytes]:
     return out
 
 
+def footer_span(meta: Struct) -> tuple[int, int]:
+    """The bytes a footer's row groups name: the first byte of its first column chunk and the
+    end of the last chunk, page index or bloom filter (``(4, 4)`` when it has no chunk). A
+    file written whole by pyarrow has its chunks from byte 4 up to its footer."""
+    start, end = None, 4
+    for rg in meta[_FM_ROW_GROUPS].value.values:
+        for cc in rg[_RG_COLUMNS].value.values:
+            spans = []
+            cmd = cc[_CC_META].value if _CC_META in cc else {}
+            first = [cmd[f].value for f in (9, 11) if f in cmd]  # data, dictionary page
+            if first and 7 in cmd:  # total_compressed_size
+                spans.append((min(first), min(first) + cmd[7].value))
+            if 14 in cmd and 15 in cmd:  # bloom filter offset, length
+                spans.append((cmd[14].value, cmd[14].value + cmd[15].value))
+            for at, n in ((_CC_OFFSET_INDEX, 5), (_CC_COLUMN_INDEX, 7)):
+                if at in cc and n in cc:
+                    spans.append((cc[at].value, cc[at].value + cc[n].value))
+            for a, b in spans:
+                start = a if start is None else min(start, a)
+                end = max(end, b)
+    return (4 if start is None else start), end
+
+
 def footer_of_schema(schema: pa.Schema, compression: str = "zstd") -> Struct:
     """The footer pyarrow writes for ``schema`` (metadata included) with no rows: the schema
     elements, key-value metadata (``ARROW:schema`` with it), writer and column orders a file of

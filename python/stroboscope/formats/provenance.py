@@ -232,7 +232,7 @@ def recovered(
     header: Mapping[str, Any],
     *,
     rows: int,
-    rows_lost: int,
+    rows_lost: int | None,
     segments: Sequence[Any],
     rest: pa.Table,
     segment_time: Callable[[Any, bool], int | None] | None = None,
@@ -240,7 +240,8 @@ def recovered(
     """The provenance of rows recovered from a spool (``header``: its fields, see
     ``formats/spool_layout.py``) and its Parquet ``segments`` (those whose rows are kept, in
     order), followed by ``rest`` (the spool's own rows): the pid, the interval, the clock anchor,
-    the spool's creation time, first and last row, rows and rows lost. The rest is listed under
+    the spool's creation time, first and last row, rows and rows lost (None: rows were lost
+    that nothing counts; ``rows_lost_unknown`` is then true). The rest is listed under
     ``missing``: a spool's header keeps no more. ``segment_time(segment, last)`` reads a
     segment's first or last time (default: a segment file's, by its path)."""
     time_of = _segment_time if segment_time is None else segment_time
@@ -264,6 +265,7 @@ def recovered(
         else iso_utc(int(header["created_ns"])),
         "rows": rows,
         "rows_lost": rows_lost,
+        **({"rows_lost_unknown": True} if rows_lost is None else {}),
         **span_facts(first, last),
         "missing": list(RECOVERED_MISSING),
     }

@@ -15,6 +15,7 @@ layout of a recording that ends in one output): both are read the same way here.
 from __future__ import annotations
 
 import glob
+import mmap
 import os
 import re
 from collections.abc import Sequence
@@ -26,7 +27,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stroboscope._base.files import fd_source
-from stroboscope.formats.pieces import Piece, open_owned, read_piece
+from stroboscope.formats.parquet_footer import (
+    footer_metadata,
+    footer_rows,
+    footer_span,
+    read_footer_of,
+)
+from stroboscope.formats.pieces import Piece, open_owned, pieces_path, read_piece
 from stroboscope.formats.spool_header import SpoolError
 
 Segment = str | Piece
@@ -134,6 +141,25 @@ def _parquet(seg: Segment, uid: int, read: Any) -> Any:
         raise SpoolError(f"segment {seg} cannot be read as Parquet: {exc}") from None
 
 
+def segment_schema(seg: Segment, uid: int) -> pa.Schema:
+    """A segment's columns, from its footer alone (SpoolError when it cannot be read)."""
+    schema: pa.Schema = _parquet(seg, uid, lambda pf: pf.metadata.schema.to_arrow_schema())
+    return schema
+
+
+def claimed_rows(seg: Segment, uid: int) -> tuple[int, int] | None:
+    """The rows ``[first, end)`` a segment that cannot be read should have held: a piece's
+    from its index record, a file's from its footer when that reads; None when unknown."""
+    if isinstance(seg, Piece):
+        return seg.first_row, seg.first_row + seg.rows
+    try:
+        meta, n = _parquet(seg, uid, lambda pf: (pf.schema_arrow.metadata, pf.metadata.num_rows))
+        raw = (meta or {}).get(FIRST_ROW_KEY, b"").decode("ascii", "replace")
+    except SpoolError:
+        return None
+    return (int(raw), int(raw) + n) if _ROW_INDEX_RE.fullmatch(raw) else None
+
+
 def check_schema(seg: Segment, schema: pa.Schema, want: list[tuple[str, pa.DataType]]) -> None:
     got = [(fld.name, fld.type) for fld in schema]
     if got != want:
@@ -198,6 +224,57 @@ def first_row(seg: Segment, metadata: dict[bytes, bytes] | None, rows: int, head
             f"{head} rows its spool's head field counts"
         )
     return first
+
+
+SCAN_TRIES = 64
+"""Ends tried for one candidate piece when a pieces file is read without its index (each
+``PAR1`` after its start whose footer reads; a piece's own data rarely holds one)."""
+
+
+def scan_pieces(spool: str | os.PathLike[str], uid: int, start: int, number: int) -> list[Piece]:
+    """The complete pieces in the spool's pieces file from byte ``start`` on, found by their
+    own bytes, for a pieces file whose index is missing, empty, damaged or behind (a crash
+    between a piece and its record): each is a whole Parquet file (``PAR1`` at both ends, a
+    footer whose column chunks run from byte 4 up to it, a ``stroboscope.first_row``), and
+    bytes that are none (a torn append, a joined footer) are passed over. Numbered from
+    ``number``. SpoolError when the file is not a regular file of ``uid``."""
+    path = pieces_path(spool)
+    fd, st = open_owned(path, "pieces file", uid)
+    try:
+        if st.st_size <= start:
+            return []
+        data = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    found: list[Piece] = []
+    with data:
+        at = data.find(b"PAR1", start)
+        while at >= 0:
+            end = data.find(b"PAR1", at + 8)
+            for _ in range(SCAN_TRIES):
+                if end < 0:
+                    break
+                size = end + 4 - at
+
+                def read(offset: int, n: int, at: int = at) -> bytes:
+                    return data[at + offset : at + offset + n]
+
+                try:
+                    meta = read_footer_of(read, size)
+                    footer = size - 8 - int.from_bytes(read(size - 8, 4), "little")
+                    raw = footer_metadata(meta).get(FIRST_ROW_KEY, b"")
+                    if footer_span(meta) == (4, footer) and _ROW_INDEX_RE.fullmatch(raw.decode()):
+                        rows = footer_rows(meta)
+                        found.append(Piece(path, number + len(found), at, size, int(raw), rows))
+                        break
+                except (ValueError, KeyError, IndexError, AttributeError, TypeError):
+                    pass  # not a whole piece that ends here (FooterError is a ValueError)
+                end = data.find(b"PAR1", end + 1)
+            if found and found[-1].offset == at:
+                at = data.find(b"PAR1", at + found[-1].length)
+            else:
+                at = data.find(b"PAR1", at + 1)
+    return found
 
 
 def check_clock(seg: Segment, table: pa.Table, anchor_ns: int) -> None:

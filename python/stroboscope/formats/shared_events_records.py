@@ -11,6 +11,10 @@ and its header: :mod:`stroboscope.formats.shared_events`, which holds the whole 
 
 from __future__ import annotations
 
+import os
+import stat
+import struct
+import zlib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,11 +30,13 @@ __all__ = [
     "COUNTERS",
     "COUNTERS_RUSAGE",
     "COUNTER_COLUMNS",
+    "DRAINED_MAGIC",
     "DRAINED_SUFFIX",
     "DRAINED_WORDS",
     "END",
     "RECORD_BYTES",
     "decode_records",
+    "drained_batch",
     "read_drained",
     "read_records",
     "ring_words",
@@ -39,10 +45,14 @@ __all__ = [
 
 RECORD_BYTES = 32
 DRAINED_SUFFIX = ".drained"
-"""Beside an events file, what a recorder drained of it while its writer ran
-(:mod:`stroboscope.formats.shared_events_drain`): records of ``DRAINED_WORDS`` u64, the index
-then the four words as the ring holds them."""
+"""What a recorder drained of an events file while its writer ran, kept in the drain's own
+directory (:func:`stroboscope.formats.shared_events.drained_dir`, out of the command's events
+directory) as ``<events file name>.drained``: :data:`DRAINED_MAGIC`, then checked batches of
+records of ``DRAINED_WORDS`` u64, the index then the four words as the ring holds them."""
 DRAINED_WORDS = 5
+DRAINED_MAGIC = b"STRBDRN1"
+"""The first 8 bytes of a ``.drained`` file; then batches, each a u32 record count, the
+u32 CRC-32 of the records' bytes, and the records (:func:`drained_batch`)."""
 BEGIN, END, COUNTERS, COUNTERS_RUSAGE = 1, 2, 3, 4
 COUNTER_COLUMNS = ("cpu_ns", "minflt", "majflt", "nvcsw", "nivcsw")
 """An edge's own counters (edge counters; null where the edge has none): the thread's CPU clock
@@ -50,17 +60,64 @@ COUNTER_COLUMNS = ("cpu_ns", "minflt", "majflt", "nvcsw", "nivcsw")
 faults and voluntary and involuntary context switches."""
 
 
-def read_drained(events_file: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
-    """The records a drain kept of ``events_file`` (indices, ``(n, 4)`` words), None without:
-    whole records only (a torn tail is a write the drain did not finish)."""
+def drained_batch(records: np.ndarray[Any, Any]) -> bytes:
+    """One batch of a ``.drained`` file: ``records`` (``(n, DRAINED_WORDS)`` u64, n > 0) behind
+    their count and CRC-32 (:data:`DRAINED_MAGIC` opens the file)."""
+    data = np.ascontiguousarray(records, dtype="<u8").tobytes()
+    return _BATCH.pack(len(records), zlib.crc32(data)) + data
+
+
+def read_drained(
+    name: str, dir_fd: int | None = None
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str] | None:
+    """The records a drain kept of the events file ``name`` (its ``.drained`` copy, relative to
+    ``dir_fd``): indices, ``(n, 4)`` words and why some were not read ("" when all were); None
+    without a copy. Read up to the first batch that is cut short (a write the drain did not
+    finish: not damage) or fails its check (said); a file without :data:`DRAINED_MAGIC` is not
+    a drain's and is refused in words. Never blocks on a FIFO."""
     try:
-        with open(events_file + DRAINED_SUFFIX, "rb") as f:
-            raw = f.read()
+        fd = os.open(name + DRAINED_SUFFIX, _READ, dir_fd=dir_fd)
     except OSError:
         return None
-    whole = len(raw) // (8 * DRAINED_WORDS)
-    rec = np.frombuffer(raw[: whole * 8 * DRAINED_WORDS], dtype="<u8").reshape(-1, DRAINED_WORDS)
-    return rec[:, 0].copy(), rec[:, 1:].copy()
+    rec = 8 * DRAINED_WORDS
+    parts: list[bytes] = []
+    why = ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if pread_full(fd, len(DRAINED_MAGIC), 0) != DRAINED_MAGIC:
+            why = "its drained copy is not one a drain wrote (no drained header): not read"
+            return _NO_WORDS[0], _NO_WORDS[1], why
+        at = len(DRAINED_MAGIC)
+        while at + _BATCH.size <= st.st_size:
+            n, crc = _BATCH.unpack(pread_full(fd, _BATCH.size, at))
+            if n == 0 or n > MAX_BATCH:
+                why = f"its drained copy is damaged at byte {at} (a batch of {n} records)"
+                break
+            if at + _BATCH.size + n * rec > st.st_size:
+                break  # cut short: a write the drain did not finish
+            data = pread_full(fd, n * rec, at + _BATCH.size)
+            if len(data) != n * rec or zlib.crc32(data) != crc:
+                why = f"its drained copy is damaged at byte {at} (checksum)"
+                break
+            parts.append(data)
+            at += _BATCH.size + n * rec
+    except OSError as exc:
+        why = f"its drained copy could not be read whole ({exc.strerror or exc})"
+    finally:
+        os.close(fd)
+    raw = b"".join(parts)
+    words = np.frombuffer(raw, dtype="<u8").reshape(-1, DRAINED_WORDS)
+    return words[:, 0].copy(), words[:, 1:].copy(), why
+
+
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
+_BATCH = struct.Struct("<II")  # records in the batch, CRC-32 of their bytes
+MAX_BATCH = 1 << 24
+"""The most records one batch of a ``.drained`` file holds (a drain appends at most a ring's
+worth per poll; the largest ring a writer makes: ``shared_events.MAX_CAPACITY``)."""
+_NO_WORDS = (np.zeros(0, np.uint64), np.zeros((0, 4), "<u8"))
 
 
 def ring_words(

@@ -61,6 +61,11 @@ class SpoolError(ValueError):
     """A file that is not a readable spool: the message says what is wrong with it."""
 
 
+class SchemaError(SpoolError):
+    """A spool whose header reads but whose schema text does not (its columns can be taken
+    from its segments instead: :func:`read_header`'s ``fields``)."""
+
+
 def open_regular(path: str, what: str, *, follow: bool = True) -> tuple[int, os.stat_result]:
     """An fd open for reading on ``path`` and its stat, when it is a regular file
     (:func:`stroboscope._base.files.open_regular`: ``O_NONBLOCK``, ``fstat``; ``O_NOFOLLOW`` unless
@@ -68,10 +73,14 @@ def open_regular(path: str, what: str, *, follow: bool = True) -> tuple[int, os.
     return _files.open_regular(path, what, follow=follow, error=SpoolError)
 
 
-def read_header(path: str, fd: int, size: int) -> dict[str, Any]:
+def read_header(
+    path: str, fd: int, size: int, fields: list[tuple[str, str, str, str]] | None = None
+) -> dict[str, Any]:
     """Every header field of the spool open on ``fd`` (``size`` bytes), checked against the layout
     and the file; SpoolError naming the file and the field otherwise. Reads the fixed header and
-    the schema only."""
+    the schema only. ``fields`` (name, unit, dtype, kind per column, as the schema text holds
+    them) stand for a schema text that cannot be read (:class:`SchemaError`), when there are
+    as many as the header's columns: ``h["schema_error"]`` then says what was wrong."""
     if size == 0:
         raise SpoolError(f"{path} is empty (0 bytes): not a stroboscope spool")
     fixed = pread_full(fd, SCHEMA_OFFSET, 0)
@@ -145,7 +154,12 @@ def read_header(path: str, fd: int, size: int) -> dict[str, Any]:
             f"{path} has corrupt counters: fields write_begin {begin} and head {head} (write_begin "
             f"is head or head + 1)"
         )
-    h["fields"] = _read_schema(path, pread_full(fd, schema_len, SCHEMA_OFFSET), ncols)
+    try:
+        h["fields"] = _read_schema(path, pread_full(fd, schema_len, SCHEMA_OFFSET), ncols)
+    except SchemaError as exc:
+        if fields is None or len(fields) != ncols:
+            raise
+        h["fields"], h["schema_error"] = list(fields), str(exc)
     h["uid"] = os.fstat(fd).st_uid
     return h
 
@@ -154,33 +168,57 @@ def _read_schema(path: str, raw: bytes, ncols: int) -> list[tuple[str, str, str,
     try:
         text = raw.decode()
     except UnicodeDecodeError:
-        raise SpoolError(f"{path} has a corrupt schema (not UTF-8)") from None
+        raise SchemaError(f"{path} has a corrupt schema (not UTF-8)") from None
     lines = [tuple(ln.split("\t")) for ln in text.splitlines()]
     if len(lines) != ncols or any(len(f) != 4 for f in lines):
-        raise SpoolError(
+        raise SchemaError(
             f"{path} has a corrupt schema ({len(lines)} lines for header field columns = {ncols})"
         )
     fields: list[tuple[str, str, str, str]] = [(f[0], f[1], f[2], f[3]) for f in lines]
     if fields[0][0] != "mono_ns" or fields[0][2] != "int64":
-        raise SpoolError(f"{path} has a corrupt schema (the first column must be mono_ns, int64)")
+        raise SchemaError(f"{path} has a corrupt schema (the first column must be mono_ns, int64)")
     seen: set[str] = set()
     for name, _unit, dtype, kind in fields:
         if not name or name in seen or name == "time":
-            raise SpoolError(
+            raise SchemaError(
                 f"{path} has a corrupt schema (column name {name!r} empty or repeated)"
             )
         seen.add(name)
         if dtype not in DTYPES:
-            raise SpoolError(
+            raise SchemaError(
                 f"{path} has a corrupt schema (column {name!r} has dtype {dtype!r}; known: "
                 f"{', '.join(DTYPES)})"
             )
         if kind not in KINDS:
-            raise SpoolError(
+            raise SchemaError(
                 f"{path} has a corrupt schema (column {name!r} has kind {kind!r}; known: "
                 f"{', '.join(KINDS)})"
             )
     return fields
+
+
+def counted_rows(path: str) -> int | None:
+    """The rows a spool's header counts (its ``head``) when the header cannot be read whole
+    (a damaged schema, size or row): read when the magic, the format version and the
+    counters still agree (``write_begin`` is ``head`` or ``head + 1``, below
+    :data:`MAX_COUNTER`); None otherwise (how many rows the spool held is then unknown)."""
+    try:
+        fd, _st = open_regular(path, "spool")
+    except SpoolError:
+        return None
+    try:
+        fixed = os.pread(fd, SCHEMA_OFFSET, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(fixed) < SCHEMA_OFFSET or fixed[:8] != MAGIC:
+        return None
+    version = struct.unpack_from("<I", fixed, FIELDS["version"][0])[0]
+    begin, head = COUNTERS.unpack_from(fixed, COUNTERS_OFFSET)
+    if version not in VERSIONS_READ or head >= MAX_COUNTER or begin not in (head, head + 1):
+        return None
+    return int(head)
 
 
 def spool_in_use(path: str) -> int | None:

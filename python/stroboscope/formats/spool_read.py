@@ -28,32 +28,41 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from stroboscope._base.checks import check_path, describe
 from stroboscope.formats import events_file
-from stroboscope.formats.pieces import index_path, pieces_path, read_index
+from stroboscope.formats.pieces import Piece, index_path, pieces_path, read_index
 from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, recovered, time_cell_ns
 from stroboscope.formats.segments import (
     FIRST_ROW_KEY,
     Segment,
     check_clock,
     check_order,
+    claimed_rows,
     first_row,
     header_from_segments,
     read_segment,
+    scan_pieces,
     segment_extent,
     segment_paths,
     segment_temp_glob,
 )
-from stroboscope.formats.spool_header import MAGIC, VERSION, SpoolError
+from stroboscope.formats.spool_columns import fields_from_segments, names_from_segments
+from stroboscope.formats.spool_header import MAGIC, VERSION, SchemaError, SpoolError, counted_rows
 from stroboscope.formats.spool_ring import read_ring, read_spool
+from stroboscope.formats.stacks_sidecar import remove_sidecar
 
 __all__ = [
     "FIRST_ROW_KEY",
+    "LOST_CAUSES",
+    "LOST_TO_KEY",
     "MAGIC",
+    "NOTES_KEY",
     "ROWS_LOST_KEY",
+    "ROWS_LOST_UNKNOWN_KEY",
     "SKIPPED_KEY",
     "VERSION",
     "Recovered",
@@ -66,15 +75,36 @@ __all__ = [
 ]
 
 ROWS_LOST_KEY = "stroboscope.rows_lost"
-"""Metadata of recovered rows: how many rows the ring overwrote before a segment took them."""
+"""Metadata of recovered rows: how many rows recorded are not in them (by cause:
+:data:`LOST_TO_KEY`; most often overwritten in the ring before a segment took them)."""
+ROWS_LOST_UNKNOWN_KEY = "stroboscope.rows_lost_unknown"
+"""Metadata of recovered rows, ``"true"`` when rows were lost that nothing counts (the spool's
+header is damaged: the rows only its ring held): :data:`ROWS_LOST_KEY` is then absent, never a
+0 that no one counted (the provenance's ``rows_lost`` is null, ``rows_lost_unknown`` true)."""
 SKIPPED_KEY = "stroboscope.segments_skipped"
 """Metadata of recovered rows: why segment files were left out (see :class:`Recovered`)."""
+NOTES_KEY = "stroboscope.recovery_notes"
+"""Metadata of recovered rows: damage read around with no row lost to it (:class:`Recovered`)."""
+LOST_TO_KEY = "stroboscope.rows_lost_to"
+"""Metadata of recovered rows: how many rows each cause lost (:data:`LOST_CAUSES`' words)."""
+LOST_CAUSES = {
+    "overwritten": "overwritten in the ring before a segment took them",
+    "segments": "in segments left out (damaged or not of this recording)",
+    "unplaced": "overwritten in the ring or in segments left out whose rows cannot be told",
+    "spool": "held only by the ring of the damaged spool",
+}
+"""Why rows were lost (:attr:`Recovered.lost_to`'s keys), in words."""
 _LOG = logging.getLogger("stroboscope.recording")
 
 
 def _skip(skipped: list[str], spool: str, why: str) -> None:
     skipped.append(why)
     _LOG.warning("recovering %s, left out: %s (every other row is recovered)", spool, why)
+
+
+def _note(notes: list[str], spool: str, what: str) -> None:
+    notes.append(what)
+    _LOG.warning("recovering %s: %s", spool, what)
 
 
 @dataclass(frozen=True)
@@ -90,7 +120,8 @@ class Recovered:
     rows : int
         Rows the parts hold in all.
     rows_lost : int
-        Rows overwritten in the ring before a segment could take them.
+        Rows the spool's counters count that are not in the parts: ``rows + rows_lost`` is
+        every row recorded (when the counters can be read).
     parts : iterator of pyarrow.Table
         The rows in order, each part cast to ``schema``: the segments' new rows, then the
         spool's. Reading a part checks it again (a segment that changed since the plan, or rows
@@ -115,6 +146,30 @@ class Recovered:
     parts: Iterator[pa.Table]
     read_events: Callable[[], pa.Table] = events_file.SCHEMA.empty_table
     skipped: list[str] = dataclasses.field(default_factory=list)
+    lost_to: dict[str, int] = dataclasses.field(default_factory=dict)
+    """``rows_lost`` by cause (:data:`LOST_CAUSES`: the ring overwrote them, a segment left out
+    held them, the damaged spool's ring held them); also the metadata
+    ``stroboscope.rows_lost_to``."""
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """Damage read around with no row lost to it (a pieces index missing, a schema text
+    damaged); also the metadata ``stroboscope.recovery_notes``, and a warning."""
+    rows_lost_unknown: bool = False
+    """Rows were lost that nothing counts (the spool's header damaged: the rows only its ring
+    held); ``rows_lost`` counts only the others. The metadata then holds
+    :data:`ROWS_LOST_UNKNOWN_KEY`, not :data:`ROWS_LOST_KEY`."""
+
+    def lost_words(self) -> str:
+        """``rows_lost`` said with its causes (``"12 rows were lost (12 overwritten in the ring
+        before a segment took them)"``); empty when none was."""
+        more = (
+            "rows held only by the ring of the damaged spool were lost (how many is unknown)"
+            if self.rows_lost_unknown
+            else ""
+        )
+        if not self.rows_lost:
+            return more
+        causes = "; ".join(f"{n} {LOST_CAUSES[cause]}" for cause, n in self.lost_to.items())
+        return f"{self.rows_lost} rows were lost ({causes})" + (f"; and {more}" if more else "")
 
     @functools.cached_property
     def events(self) -> pa.Table:
@@ -129,6 +184,14 @@ def recover_parts(
     parts to write one at a time (``stroboscope recover`` and ``record`` stream them to their
     output). :func:`recover_table` is the same rows as one frame. With ``columns``, the parts hold
     only those (and ``time`` and ``mono_ns``, always), read alone from each segment.
+
+    Every row the spool's counters count is either recovered or counted in ``rows_lost``, by
+    cause (:attr:`Recovered.lost_to`): a segment is decoded (the columns the parts hold) when
+    the rows are planned, so one whose footer reads but whose data does not is left out then,
+    never counted as recovered; a pieces file whose index is missing, empty or damaged is read
+    by its own bytes; a spool whose schema text is damaged has its columns taken from its
+    segments; a spool whose ring cannot be read has the rows only it held counted by its
+    header's counters, when they can be read.
 
     Raises
     ------
@@ -146,59 +209,80 @@ def recover_parts(
     # Segments listed before the spool's counters are read: on a live recording, every segment
     # listed then holds rows the counters already count.
     skipped: list[str] = []  # why each file left out was (a damaged file never stops the rest)
+    notes: list[str] = []  # damage read around, no row lost to it
     segments: list[Segment] = [str(seg) for seg in segment_paths(p)]
-    segments += _pieces(p, skipped)
-    try:
-        spool, first_spool_row, h = read_ring(p, 0)
-    except SpoolError as exc:
-        if not segments or not os.path.lexists(p):
-            raise
-        # A damaged header loses the ring's rows, not the segments' (which hold the columns).
-        h = header_from_segments(p, segments, str(exc))
-        spool, first_spool_row = h.pop("schema").empty_table(), 0
+    segments += _pieces(p, skipped, notes)
+    spool, first_spool_row, h, damage = _ring(p, segments, notes)
+    want = [(f.name, f.type) for f in spool.schema]
+    named = names_from_segments(segments, h["uid"], want)
+    if named is not None:  # the spool's column names are not its segments': its text changed
+        differ = next(f"{w[0]!r} where they name {n[0]!r}" for w, n in zip(want, named) if w != n)
+        _note(
+            notes,
+            p,
+            f"{p} names a column {differ} (same types; its schema text is damaged): the "
+            "segments' names are used, and every row is kept",
+        )
+        spool = spool.rename_columns([n for n, _ in named])
+        want = named
+    keep = None
+    if columns is not None:
+        unknown = [c for c in columns if c not in spool.schema.names]
+        if unknown:
+            raise ValueError(
+                f"columns {unknown} are not columns of the spool {p}; its columns: "
+                f"{', '.join(spool.schema.names)}"
+            )
+        keep = [f.name for f in spool.schema if f.name in {"time", "mono_ns", *columns}]
+    plan, next_row, rows, gaps, left_out = _plan(p, segments, h, want, keep, skipped)
+    lost_to: dict[str, int] = {}
+    lost_unknown = False  # rows were lost that nothing counts
+    if damage is not None:  # the ring's rows are lost: those after the segments' are counted
+        ring_error, counted = damage
+        if counted is None:
+            lost_unknown = True
+            why = "how many is unknown: its header's counters cannot be read either"
+        else:
+            only_ring = max(0, counted - next_row)
+            if only_ring:
+                lost_to["spool"] = only_ring
+            why = f"{only_ring} rows, by the {counted} its header's counters count"
         _skip(
             skipped,
             p,
-            f"{exc}: its segments' rows are recovered, those only its ring held are lost "
-            "(how many is unknown)",
+            f"{ring_error}: its segments' rows are recovered, those only its ring held are "
+            f"lost ({why})",
         )
-    want = [(f.name, f.type) for f in spool.schema]
-    plan: list[tuple[Segment, int, int]] = []  # (segment, first row, rows to skip)
-    next_row = 0
-    lost = 0
-    rows = 0
-    last_mono = -1
-    for seg in segments:  # a segment's footer and clock only: its rows are read later
-        try:
-            first, n = segment_extent(seg, h, want)
-            skip = max(0, next_row - first)
-            if skip < n:
-                clock = read_segment(seg, h["uid"], want, ["time", "mono_ns"]).slice(skip)
-                check_clock(seg, clock, h["anchor_ns"])
-                last_mono = check_order(seg, clock, last_mono)
-        except SpoolError as exc:
-            _skip(skipped, p, str(exc))
-            continue
-        if first > next_row:
-            lost += first - next_row
-        if skip < n:
-            plan.append((seg, first, skip))
-            rows += n - skip
-        next_row = max(next_row, first + n)
+    elif first_spool_row > next_row:
+        gaps.append((next_row, first_spool_row))
     spool_from = max(next_row, first_spool_row)
-    lost += max(0, first_spool_row - next_row)
     rest = spool.slice(spool_from - first_spool_row)
     rows += rest.num_rows
+    gap = sum(b - a for a, b in gaps)
+    in_left_out = _overlap(gaps, [e for e in left_out if e is not None])
+    for cause, n in (
+        ("segments", in_left_out),
+        ("unplaced" if None in left_out else "overwritten", gap - in_left_out),
+    ):
+        if n:
+            lost_to[cause] = n
+    lost = sum(lost_to.values())
     # What the spool's header tells of the run (the rest is listed as missing in it).
     prov = recovered(
         h,
         rows=rows,
-        rows_lost=lost,
+        rows_lost=None if lost_unknown else lost,
         segments=[s for s, _, _ in plan],
         rest=rest,
         segment_time=functools.partial(_segment_time, uid=h["uid"], want=want),
     )
-    meta = {ROWS_LOST_KEY: str(lost), PROVENANCE_KEY: dumps(prov)}
+    meta = {PROVENANCE_KEY: dumps(prov)}
+    if lost_unknown:  # never a number nobody counted: the key is absent, and this says why
+        meta[ROWS_LOST_UNKNOWN_KEY] = "true"
+    else:
+        meta[ROWS_LOST_KEY] = str(lost)
+    if lost_to:
+        meta[LOST_TO_KEY] = "; ".join(f"{n} {LOST_CAUSES[c]}" for c, n in lost_to.items())
     # The events are read when asked for (Recovered.events); a damaged sidecar is said now and
     # never stops the rows.
     error = events_file.damage_beside(p, h["uid"])
@@ -206,16 +290,10 @@ def recover_parts(
         meta[events_file.ERROR_KEY.decode()] = error
     if skipped:
         meta[SKIPPED_KEY] = "; ".join(skipped)
+    if notes:
+        meta[NOTES_KEY] = "; ".join(notes)
     schema = spool.schema.with_metadata(meta)
-    keep = None
-    if columns is not None:
-        unknown = [c for c in columns if c not in schema.names]
-        if unknown:
-            raise ValueError(
-                f"columns {unknown} are not columns of the spool {p}; its columns: "
-                f"{', '.join(schema.names)}"
-            )
-        keep = [f.name for f in schema if f.name in {"time", "mono_ns", *columns}]
+    if keep is not None:
         schema = pa.schema([schema.field(n) for n in keep], metadata=schema.metadata)
         rest = rest.select(keep)
 
@@ -231,29 +309,145 @@ def recover_parts(
             except SpoolError as exc:  # damaged since the plan: its rows are lost, not the rest
                 _skip(skipped, p, f"{exc} (after the rows were counted)")
                 continue
-            yield part.cast(schema)
+            yield part.rename_columns(schema.names).cast(schema)
         check_order(p, rest, last_mono)
         yield rest.cast(schema)
 
     events = functools.partial(events_file.read_beside, p, h["anchor_ns"], h["uid"], strict=False)
-    return Recovered(schema, rows, lost, parts(), events, skipped)
+    return Recovered(schema, rows, lost, parts(), events, skipped, lost_to, notes, lost_unknown)
 
 
-def _pieces(spool: str, skipped: list[str]) -> list[Segment]:
-    """The pieces the spool's index names (owned by this process's user, as the spool is
-    checked to be later: a piece of another owner is refused when it is read)."""
+def _ring(
+    p: str, segments: list[Segment], notes: list[str]
+) -> tuple[pa.Table, int, dict[str, Any], tuple[SpoolError, int | None] | None]:
+    """The spool's ring read (its rows, the first one's index, its header), and None; or, for a
+    spool whose ring cannot be read but whose segments can, no rows, a header taken from the
+    segments, and the error with the rows its header's counters count (None: unknown). A
+    spool whose schema text alone is damaged is read with its segments' columns."""
     try:
-        uid = os.lstat(index_path(spool)).st_uid
+        spool, first, h = read_ring(p, 0)
+        return spool, first, h, None
+    except SchemaError as exc:
+        error: SpoolError = exc
+        fields = fields_from_segments(segments, p)
+        if fields is not None:
+            try:
+                spool, first, h = read_ring(p, 0, fields)
+            except SpoolError as again:
+                error = again
+            else:
+                _note(
+                    notes,
+                    p,
+                    f"{exc}: its columns are taken from its segments (every row its ring holds "
+                    "is recovered)",
+                )
+                return spool, first, h, None
+    except SpoolError as exc:
+        error = exc
+    if not segments or not os.path.lexists(p):
+        raise error
+    # A damaged header loses the ring's rows, not the segments' (which hold the columns).
+    h = header_from_segments(p, segments, str(error))
+    return h.pop("schema").empty_table(), 0, h, (error, counted_rows(p))
+
+
+def _plan(
+    p: str,
+    segments: list[Segment],
+    h: dict[str, Any],
+    want: list[tuple[str, pa.DataType]],
+    keep: list[str] | None,
+    skipped: list[str],
+) -> tuple[list[tuple[Segment, int, int]], int, int, list[tuple[int, int]], list[Any]]:
+    """The segments to read, in order: ``(segment, first row, rows to skip)``; the row after
+    the last one they hold; the rows they give; the ranges of rows no segment gives (before
+    the ring's); and the rows each segment left out should have held (``(first, end)``, None
+    when unknown)."""
+    plan: list[tuple[Segment, int, int]] = []
+    gaps: list[tuple[int, int]] = []
+    left_out: list[tuple[int, int] | None] = []
+    next_row = rows = 0
+    last_mono = -1
+    for seg in segments:
+        try:
+            first, n = segment_extent(seg, h, want)
+            skip = max(0, next_row - first)
+            if skip < n:
+                # Decoded now (the columns the parts hold): a segment whose footer reads but
+                # whose data does not is left out here, its rows counted lost, not recovered.
+                table = read_segment(seg, h["uid"], want, keep).slice(skip)
+                check_clock(seg, table, h["anchor_ns"])
+                last_mono = check_order(seg, table, last_mono)
+                del table
+        except SpoolError as exc:
+            _skip(skipped, p, str(exc))
+            left_out.append(claimed_rows(seg, h["uid"]))
+            continue
+        if first > next_row:
+            gaps.append((next_row, first))
+        if skip < n:
+            plan.append((seg, first, skip))
+            rows += n - skip
+        next_row = max(next_row, first + n)
+    return plan, next_row, rows, gaps, left_out
+
+
+def _overlap(gaps: list[tuple[int, int]], extents: list[tuple[int, int]]) -> int:
+    """Rows of ``gaps`` that some of ``extents`` (row ranges ``[first, end)``) cover."""
+    covered = 0
+    for a, b in gaps:
+        marks = sorted((max(a, x), min(b, y)) for x, y in extents if x < b and y > a)
+        at = a
+        for x, y in marks:
+            x = max(x, at)
+            if y > x:
+                covered += y - x
+                at = y
+    return covered
+
+
+def _pieces(spool: str, skipped: list[str], notes: list[str]) -> list[Segment]:
+    """The pieces of the spool's pieces file (owned by this process's user, as the spool is
+    checked to be later: a piece of another owner is refused when it is read): those its index
+    names, then those after them found by reading the file itself (its index missing, empty,
+    damaged, or a crash between a piece and its record), with a note."""
+    index, pieces_file = index_path(spool), pieces_path(spool)
+    try:
+        uid = os.lstat(pieces_file if os.path.lexists(pieces_file) else index).st_uid
     except OSError:
         return []
+    indexed: list[Piece] = []
+    damage = None
     try:
-        pieces, damage = read_index(spool, uid)
+        indexed, damage = read_index(spool, uid)
     except SpoolError as exc:
-        _skip(skipped, spool, str(exc))
-        return []
-    if damage is not None:
+        damage = str(exc)
+    found: list[Piece] = []
+    if os.path.lexists(pieces_file):
+        start = max((p.offset + p.length for p in indexed), default=0)
+        try:
+            found = scan_pieces(spool, uid, start, len(indexed))
+        except SpoolError as exc:
+            _skip(skipped, spool, str(exc))
+    if damage is not None and not found:
         _skip(skipped, spool, damage)
-    return list(pieces)
+    if found:
+        if damage is not None:
+            why = damage
+        elif not os.path.lexists(index):
+            why = f"{index} is missing"
+        elif not indexed:
+            why = f"{index} names no piece"
+        else:
+            why = f"{index} names fewer pieces than its file holds (a crash before a record)"
+        rows = sum(p.rows for p in found)
+        _note(
+            notes,
+            spool,
+            f"{why}: {len(found)} piece(s) with {rows} rows found by reading {pieces_file} itself",
+        )
+    return [*indexed, *found]
 
 
 def _segment_time(
@@ -286,8 +480,9 @@ def recover_table(path: str | os.PathLike[str]) -> tuple[pa.Table, int]:
 
     :func:`stroboscope.recording.spool.recover` is the same rows as a frame. Columns ``time``,
     ``mono_ns`` and the metrics; the schema metadata ``stroboscope.rows_lost``
-    (:data:`ROWS_LOST_KEY`) counts rows overwritten in the ring before a segment could take
-    them, and ``stroboscope.provenance`` says what the spool's header tells of the run.
+    (:data:`ROWS_LOST_KEY`) counts the rows recorded that are not in the table (by cause:
+    :data:`LOST_TO_KEY`), and ``stroboscope.provenance`` says what the spool's header tells
+    of the run.
 
     Raises
     ------
@@ -303,12 +498,15 @@ def recover_table(path: str | os.PathLike[str]) -> tuple[pa.Table, int]:
 
 
 def remove_spool(path: str | os.PathLike[str]) -> None:
-    """Delete a spool, its segments (files, or pieces and their index) and events sidecar (once
-    their rows are written elsewhere), and the temporary file of a segment whose writer died
+    """Delete a spool, its segments (files, or pieces and their index), events sidecar, the
+    note naming a command's events directory and the stacks streams (once their rows are
+    written elsewhere), and the temporary file of a segment whose writer died
     half-way (``.NAME.seg-*.tmp``)."""
     for p in [*segment_paths(path), *map(Path, glob.glob(segment_temp_glob(path)))]:
         p.unlink(missing_ok=True)
     Path(pieces_path(path)).unlink(missing_ok=True)
     Path(index_path(path)).unlink(missing_ok=True)
     Path(events_file.events_path(os.fspath(path))).unlink(missing_ok=True)
+    events_file.remove_events_dir_note(os.fspath(path))  # a recorded command's directory, named
+    remove_sidecar(path)  # the stacks a --stacks recording drained beside it
     Path(path).unlink(missing_ok=True)

@@ -42,11 +42,15 @@ def read_spool(path: str | os.PathLike[str], *, from_row: int = 0) -> tuple[pa.T
     return table, first
 
 
-def read_ring(p: str, from_row: int) -> tuple[pa.Table, int, dict[str, Any]]:
-    """:func:`read_spool`, and the spool's header as it was read."""
+def read_ring(
+    p: str, from_row: int, fields: list[tuple[str, str, str, str]] | None = None
+) -> tuple[pa.Table, int, dict[str, Any]]:
+    """:func:`read_spool`, and the spool's header as it was read (``fields``: the columns
+    to read the ring with when its schema text cannot be read, see
+    :func:`~stroboscope.formats.spool_header.read_header`)."""
     fd, st = open_regular(p, "spool")
     try:
-        h = read_header(p, fd, st.st_size)
+        h = read_header(p, fd, st.st_size, fields)
         try:
             data = mmap.mmap(fd, h["total_size"], prot=mmap.PROT_READ)
         except (OSError, ValueError) as exc:

@@ -12,12 +12,12 @@ line for the watchdog's log.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from stroboscope.formats.provenance import from_schema
+from stroboscope.formats.shared_events import remove_events_dir
 from stroboscope.formats.writers import output_format, sidecar_path
 from stroboscope.recording._finish import _read_events, write_scopes_beside
 
@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"scope events in {events_dir} could not be read (kept there)")
         return 0
     path = write_scopes_beside(shared, dump, _provenance(dump))
-    shutil.rmtree(events_dir, ignore_errors=True)
+    remove_events_dir(events_dir)  # with what its drain kept beside it
     print(f"{shared.num_rows} scope calls" + (f" written to {path}" if path else ""))
     return 0
 

@@ -18,9 +18,9 @@ segment is not what its writer wrote.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -89,6 +89,9 @@ class Finished:
     scope_edges_lost : int
         Edges the shared events' reader counted lost (overwritten when a process's events ring
         lapped before the end read it, dropped, or never published).
+    scope_files_damaged : tuple of str
+        ``"FILE: why"`` for each events file the reader did not read whole or skipped (and a
+        directory removed), those of processes that could not make theirs left out.
     """
 
     path: str | None
@@ -99,6 +102,7 @@ class Finished:
     scopes: str | None = None
     scope_calls: int = 0
     scope_edges_lost: int = 0
+    scope_files_damaged: tuple[str, ...] = ()
 
 
 def prepare(sampler: Sampler) -> None:
@@ -180,6 +184,9 @@ def finish(
     prov = sampler.provenance(command=None if command is None else list(command))
     units = {c.name: c.unit for c in sampler.columns}
     shared = None if events_dir is None else _read_events(events_dir)
+    if shared is not None and _events_counts(shared).get("unmade"):
+        # processes whose scopes could not be written at all: the recording says so too
+        prov = {**prov, "events": _events_counts(shared)}
     intervals = with_shared(sampler.scope_intervals(), shared)
     try:
         clean = Clean(writer, spool, rest)
@@ -198,12 +205,32 @@ def finish(
     if not keep_spool:
         remove_spool(spool)
     if events_dir is not None and remove_events:
-        shutil.rmtree(events_dir, ignore_errors=True)
+        from stroboscope.formats.shared_events import remove_events_dir
+
+        remove_events_dir(events_dir)  # with what its drain kept beside it
     path = None if output is None else os.fspath(output)
     text, span = (None, None) if figures is None else figures
-    lost = _events_counts(intervals).get("lost", 0)
+    counts = _events_counts(intervals)
+    lost = counts.get("lost", 0)
     lost = lost if isinstance(lost, int) else 0
-    return Finished(path, rows, columns, text, span, scopes, intervals.num_rows, lost)
+    damaged = _damaged_files(counts.get("files"))
+    return Finished(path, rows, columns, text, span, scopes, intervals.num_rows, lost, damaged)
+
+
+def _damaged_files(files: object) -> tuple[str, ...]:
+    """``"FILE: why"`` for each file the shared events' ``events_files`` JSON says was damaged
+    or skipped (not those whose process could not make one: said on their own)."""
+    from stroboscope.formats.shared_events import UNMADE
+
+    try:
+        listed = json.loads(files) if isinstance(files, str) else []
+    except ValueError:
+        return ()
+    return tuple(
+        f"{c.get('file')}: {c['damaged']}"
+        for c in listed
+        if isinstance(c, dict) and c.get("damaged") and c["damaged"] != UNMADE
+    )
 
 
 def read_shared_intervals(events_dir: str | os.PathLike[str]) -> pa.Table:

@@ -26,6 +26,7 @@ from stroboscope.formats.segments import segment_paths, segment_rows, segment_se
 from stroboscope.formats.spool_header import spool_in_use
 from stroboscope.formats.spool_layout import MAGIC
 from stroboscope.formats.spool_read import remove_spool
+from stroboscope.formats.stacks_sidecar import StacksSidecar
 from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
 from stroboscope.recording._finish import DUMP_FORMATS as DUMP_FORMATS  # the one list, re-exported
 from stroboscope.recording.segments import SegmentStatus, SegmentWriter
@@ -209,6 +210,11 @@ class Sampler(CoreSampler):
             cap_rows = segment_rows(int(self._core.stats()["capacity"]))
             if spool_path:
                 self._segments = SegmentWriter(self._core, spool_path, seg_s, cap_rows)
+            # Stacks (stacks=): each drained batch also goes beside the spool, for recover.
+            self._stacks_sidecar: StacksSidecar | None = None
+            if spool_path and self._temp_spool_dir is None and self._stacks is not None:
+                self._stacks_sidecar = StacksSidecar(spool_path)
+                self._stacks.on_batch = self._stacks_sidecar.write
             self._dataset: DatasetWriter | None = None
             self._identity = who
             if dataset is not None and who is not None:
@@ -288,13 +294,22 @@ class Sampler(CoreSampler):
         return self._watchdog
 
     def _start_locked(self) -> None:
-        if self._watchdog is not None and not self._watchdog.running:
+        starts_watchdog = self._watchdog is not None and not self._watchdog.running
+        if self._watchdog is not None and starts_watchdog:
             self._watchdog.start()  # before the first row: a death from now on is dumped
-        super()._start_locked()
-        if self._segments is not None:
-            self._segments.start()
-        if self._dataset is not None:
-            self._dataset.start()
+        try:
+            super()._start_locked()
+            if self._segments is not None:
+                self._segments.start()
+            if self._dataset is not None:
+                self._dataset.start()
+        except BaseException:
+            # A start that fails half-way stops what it started: nothing runs after it raised
+            # (close(), collection or the process's exit then remove a private spool).
+            self._stop_locked()
+            if self._watchdog is not None and starts_watchdog:
+                self._watchdog.stop()  # a normal end: it dumps nothing
+            raise
 
     def _stop_locked(self) -> None:
         super()._stop_locked()
@@ -304,7 +319,21 @@ class Sampler(CoreSampler):
             self._dataset.stop()
 
     def _close_locked(self) -> None:
-        self._cleanup()  # a normal end: the watchdog dumps nothing; a private spool goes
+        if self._stacks_sidecar is not None:
+            self._stacks_sidecar.close()  # after the last drain (stop)
+        self._run_cleanup()  # a normal end: the watchdog dumps nothing; a private spool goes
+
+    def _run_cleanup(self) -> None:
+        """Run :func:`_cleanup_recording` once (a no-op when it ran or was detached). Called
+        through ``detach()``, not the finalizer itself: at the process's exit ``weakref``'s own
+        exit hook (registered after ours, so run before it) marks every finalizer shut down, and
+        calling one then does nothing, which would leave the sampler running and its private
+        spool behind."""
+        cleanup = getattr(self, "_cleanup", None)  # absent when __init__ failed half-way
+        detached = None if cleanup is None else cleanup.detach()
+        if detached is not None:
+            _, func, args, kwargs = detached
+            func(*args, **kwargs)
 
     def _extra_stats(self) -> dict[str, Any]:
         extra = super()._extra_stats()
@@ -314,9 +343,8 @@ class Sampler(CoreSampler):
         return extra
 
     def _at_exit(self) -> None:
-        cleanup = getattr(self, "_cleanup", None)  # absent when __init__ failed half-way
-        if cleanup is not None and os.getpid() == self._owner_pid:
-            cleanup()
+        if getattr(self, "_cleanup", None) is not None and os.getpid() == self._owner_pid:
+            self._run_cleanup()
         else:
             super()._at_exit()
 

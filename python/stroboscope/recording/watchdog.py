@@ -31,14 +31,18 @@ absolute, and the numbers of the descriptors it inherits (``pass_fds``; all othe
 The watchdog runs in its own session (``start_new_session=True``) and ignores SIGINT, SIGTERM and
 SIGHUP, so Ctrl-C in a terminal or a signal to the parent's process group does not take it down
 with the parent. Its environment holds only ``PATH``, ``PYTHONPATH`` (the parent's ``sys.path``,
-so it imports the same stroboscope) and ``LD_LIBRARY_PATH`` when the parent had one.
+so it imports the same stroboscope), ``TMPDIR``, ``TEMP`` and ``TMP`` where the parent has them
+(its temporary directory: a dead parent's private events directory is removed from there) and
+``LD_LIBRARY_PATH`` when the parent had one.
 
 Dumps are written to a hidden temporary file in the destination directory (mode 0600) and renamed
 into place, so a dump file that exists is complete. The destination is ``DumpJob.dump``, else the
 parent's ``STROBOSCOPE_DUMP_PATH`` (a file, or an existing directory to put the default name in),
 else ``stroboscope-dump-YYYYmmdd-HHMMSS-<parent pid>.csv`` (``.parquet``) in the parent's working
 directory at :meth:`Watchdog.start`; a default name never replaces an existing file (``-1``,
-``-2``, … are appended instead).
+``-2``, … are appended instead), and a named one replaces only a regular file (a symbolic link,
+FIFO or directory there is refused, as by every writer of the package: the log line says so and
+that the rows are still in the source, which is kept).
 """
 
 from __future__ import annotations
@@ -96,7 +100,9 @@ class DumpJob:
     source : str or os.PathLike
         The spool or journal file.
     dump : str or os.PathLike, optional
-        The dump file (replaced if it exists), or an existing directory to put a default-named
+        The dump file (a regular file there is replaced; a symbolic link, FIFO or directory
+        put there is refused when the dump is written, the source kept), or an existing
+        directory to put a default-named
         dump in. Default: ``$STROBOSCOPE_DUMP_PATH`` (the same choices), else a timestamped file
         in the working directory (see the module documentation). Its directory must exist.
     format : {"csv", "parquet"}
@@ -163,6 +169,8 @@ def _child_env() -> dict[str, str]:
         "PATH": os.environ.get("PATH", os.defpath),
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(p for p in path if os.path.exists(p))),
     }
+    # the parent's temporary directory, as tempfile finds it (no file made to look for it)
+    env.update({k: os.environ[k] for k in ("TMPDIR", "TEMP", "TMP") if os.environ.get(k)})
     if os.environ.get("LD_LIBRARY_PATH"):
         env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
     return env

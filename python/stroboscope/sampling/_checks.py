@@ -5,12 +5,13 @@ source names) or describe its ring; the generic checks (numbers, bools, text, pa
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
 import stroboscope._core as _core
-from stroboscope._base.checks import as_seconds, describe
+from stroboscope._base.checks import as_seconds, describe, native_path
 
 MIN_INTERVAL_S = _core.MIN_INTERVAL_NS / 1e9
 MAX_INTERVAL_S = _core.MAX_INTERVAL_NS / 1e9
@@ -22,6 +23,43 @@ MAX_RING_BYTES = 1 << 30
 MAX_ROW_INDEX = (1 << 63) - 1
 
 SourcesArg = Union[Sequence[str], Mapping[str, Union[float, None]], None]
+
+
+ROOTS = {"proc_root": "/proc", "sys_root": "/sys", "cgroup_root": "/sys/fs/cgroup"}
+"""The sources' file-system roots and their defaults (``Sampler(proc_root=...)``)."""
+
+
+def check_root(name: str, value: object) -> bytes:
+    """A sources' root (``proc_root``, ``sys_root``, ``cgroup_root``) as the bytes the C++ side
+    takes: a root the caller gives must be an existing directory (a typo would give null
+    columns with no word); a default one that this machine lacks (no cgroup file system in
+    a container) is left to the sources, which say what they cannot read. ``/proc`` is needed
+    always."""
+    root = native_path(name, value)
+    given = root != os.fsencode(ROOTS[name])
+    if (given or name == "proc_root") and not os.path.isdir(root):
+        raise ValueError(
+            f"{name} {os.fsdecode(root)!r} is not an existing directory; give the directory "
+            f"that stands for {ROOTS[name]} (default {ROOTS[name]!r})"
+        )
+    return root
+
+
+def check_command(command: object) -> list[str] | None:
+    """``provenance(command=...)``: None, or the command line as a list of str (a str alone is
+    refused: one word or a whole line, it cannot tell)."""
+    if command is None:
+        return None
+    if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple)):
+        raise TypeError(
+            f"command must be None or a list of str (the command line), got {describe(command)}"
+        )
+    for i, word in enumerate(command):
+        if not isinstance(word, str):
+            raise TypeError(
+                f"command[{i}] must be a str (one word of the command line), got {describe(word)}"
+            )
+    return list(command)
 
 
 def check_interval(name: str, value: object) -> float:

@@ -18,6 +18,11 @@ forkserver, a persistent worker that has not written yet) still reaches it. A va
 set already (by the user, or by ``stroboscope record`` running this process) is left as it is,
 never replaced or removed: the children's scopes then go to that directory's recorder, and this
 process reads only its own.
+
+The directory's name carries the pid of the process that made it
+(``stroboscope-events-<pid>-...``): one whose maker died without removing it (a SIGKILL) is
+removed by the next recorder of this user that makes a directory here, once no process has that
+pid (only this user's directories, 0700, by that name).
 """
 
 from __future__ import annotations
@@ -28,12 +33,19 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
-from stroboscope.formats.shared_events import EVENTS_DIR_ENV, FILE_SUFFIX
+from stroboscope.formats.shared_events_env import (
+    EVENTS_DIR_ENV,
+    FILE_SUFFIX,
+    PRIVATE_DIR_PREFIX,
+    remove_private_dirs,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["acquire", "declined", "owned_dir", "read", "release"]
 
@@ -118,10 +130,36 @@ def _make_dir(last: str | None) -> str | None:
             return last
         except OSError:
             pass
-    try:
-        return tempfile.mkdtemp(prefix="stroboscope-events-")  # 0700
+    _remove_dead_dirs()
+    try:  # 0700; the maker's pid in the name (see _remove_dead_dirs)
+        return tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
     except OSError:
         return None
+
+
+_PREFIX = PRIVATE_DIR_PREFIX
+
+
+def _remove_dead_dirs() -> None:
+    """Remove the private events directories of recording processes that died without removing
+    theirs (a SIGKILL; their watchdog removes them too): in the temporary directory, named for a
+    pid that no process has now, owned by this user and open to nobody else. (``stroboscope
+    record``'s own directories carry no pid: their spool names them, and ``recover`` removes
+    them.)"""
+    remove_private_dirs(lambda pid: not _process_exists(pid))
+
+
+def _process_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists (any user's: a pid reused since is left alone)."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def release(path: str | None) -> None:

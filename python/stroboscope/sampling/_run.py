@@ -18,6 +18,7 @@ from typing import Any
 
 import stroboscope._core as _core
 from stroboscope._base.ratelimit import RateLimitedLog
+from stroboscope.sampling._checks import check_command
 from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._plan import value_holds_ns
 from stroboscope.sampling._provenance import RunFacts, counters, gather, read_cmdline
@@ -123,10 +124,11 @@ class RunRecord:
         given; and takes in the overhead budget's rate changes made since (``budget``). Frames
         made before keep the facts they were made with.
         """
+        command = check_command(command)
         fresh = self._run is None
         run = self._follow_budget()
         if command is not None:
-            run = run.with_command(list(command))
+            run = run.with_command(command)
         elif not fresh:
             cmdline = read_cmdline(self._pid)
             if cmdline is not None and cmdline != run.facts["cmdline"]:

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from typing import Any, Callable, TypeVar, cast
 
 from stroboscope._base.checks import check_text
+from stroboscope._base.nvtx import check_color
 from stroboscope._base.nvtx import nvtx_module as _nvtx_module
+from stroboscope._base.ratelimit import RateLimitedLog
 from stroboscope.sampling import _scope_log
 from stroboscope.sampling._scope_log import ScopeEdges
 from stroboscope.scopes import _stack, _switchboard, nvtx_capture
@@ -38,6 +41,54 @@ _state = _switchboard.state
 _begin = _scope_log.begin  # the core's functions themselves: one C call per edge
 _end = _scope_log.end
 
+MAX_DEPTH = 0xFFFF
+"""The deepest nesting the events log holds (its depth is 16 bits): a scope opened deeper is
+kept on its stack (so the scopes around it close right) but not written, counted
+(:func:`too_deep`) and said once a minute at most."""
+_too_deep = [0]
+_say_too_deep = RateLimitedLog(logger)
+_say_elsewhere = RateLimitedLog(logger)
+
+# Frames that a thread other than the one that opened them closed (their end is written there,
+# on their own stack): by stack id, (owner, depth) of each, taken off that stack by its next
+# scope (whose edges take the Python path meanwhile: _scope_log.edges_pending). At most
+# _MAX_ELSEWHERE stacks (the oldest forgotten: its frame stays, as before this was kept).
+_elsewhere: dict[int, list[tuple[object, int]]] = {}
+_elsewhere_lock = threading.Lock()
+_MAX_ELSEWHERE = 64
+
+
+def too_deep() -> int:
+    """How many scopes were opened deeper than :data:`MAX_DEPTH` in this process (not written)."""
+    return _too_deep[0]
+
+
+def _closed_elsewhere(sid: int, owner: object, depth: int) -> None:
+    with _elsewhere_lock:
+        _elsewhere.setdefault(sid, []).append((owner, depth))
+        while len(_elsewhere) > _MAX_ELSEWHERE:
+            del _elsewhere[next(iter(_elsewhere))]
+        _scope_log.edges_pending(list(_elsewhere))
+
+
+def _prune(stack: tuple[OpenScope, ...]) -> tuple[OpenScope, ...]:
+    """``stack`` without the frames of this stack that another thread closed (and the stack
+    forgotten as pending: a copy of it in another context keeps its frame)."""
+    sid = _stack.stack_id()
+    with _elsewhere_lock:
+        closed = _elsewhere.pop(sid, None)
+        if closed is None:
+            return stack
+        _scope_log.edges_pending(list(_elsewhere))
+    kept = tuple(
+        f
+        for f in stack
+        if f.stack_id != sid or not any(o is f.owner and d == f.depth for o, d in closed)
+    )
+    if len(kept) != len(stack):
+        _STACK.set(kept)
+    return kept
+
 
 class annotate(ScopeEdges):
     """A named region: its calls, durations and the metrics sampled while it ran.
@@ -48,7 +99,9 @@ class annotate(ScopeEdges):
         The scope's name; as a decorator, the function's ``__qualname__`` when omitted. A context
         manager needs one (``ValueError`` otherwise).
     color : str or int, optional
-        The NVTX range colour (only used with ``nvtx``).
+        The NVTX range colour (only used with ``nvtx``): an ARGB int, one of nvtx's colour
+        names, ``'#rrggbb'`` or ``'#rrggbbaa'`` (:func:`stroboscope._base.nvtx.check_color`);
+        any other value is refused here, never when the scope is entered.
     nvtx : bool or str
         Also open an NVTX range (domain ``"stroboscope"``, or the domain given as a string) when
         the ``nvtx`` package can be imported; nothing otherwise.
@@ -74,7 +127,7 @@ class annotate(ScopeEdges):
         if name is not None:
             check_text("name", name)  # refused here, not when the scope tables are written
         self.name = name
-        self._color = color
+        self._color = check_color(color)  # refused here, never when the range opens
         if nvtx is False:
             self._domain: str | None = None
         elif isinstance(nvtx, (bool, str)):
@@ -102,6 +155,8 @@ class annotate(ScopeEdges):
             if st.starter is not None:
                 st.starter()  # the default session starts on its first scope
             stack = _STACK.get()
+            if _elsewhere:
+                stack = _prune(stack)
             sid = _stack.stack_id()
             depth = stack[-1].depth + 1 if stack and stack[-1].stack_id == sid else 0
             amb, lid = _LABELS.get()
@@ -110,8 +165,12 @@ class annotate(ScopeEdges):
                 if own is None:
                     own = self._label_ids[lid] = _stack.labels_id({**amb, **self._labels})
                 lid = own
-            _begin(self._scope_id, depth, lid, sid)
+            if depth <= MAX_DEPTH:
+                _begin(self._scope_id, depth, lid, sid)
+            else:
+                self._too_deep()
             _STACK.set((*stack, _new_frame((self, self._scope_id, lid, sid, depth))))
+            self._open_sid, self._open_depth, self._open_lid = sid, depth, lid
             for target in st.edge_targets:
                 target()
             if st.open_hooks:
@@ -123,20 +182,59 @@ class annotate(ScopeEdges):
         if self._domain is not None:
             self._nvtx_pop()
         stack = _STACK.get()
+        if _elsewhere:
+            stack = _prune(stack)
         if stack and stack[-1].owner is self:
             top = stack[-1]
-            _end(top.scope_id, top.depth, top.labels_id, top.stack_id)
+            if top.depth <= MAX_DEPTH:
+                _end(top.scope_id, top.depth, top.labels_id, top.stack_id)
             _STACK.set(stack[:-1])
+            self._open_sid = 0
         elif any(f.owner is self for f in stack):
             self._close_misnested(stack)
+        elif self._open_sid:
+            self._close_elsewhere()
         # else: opened while nothing recorded, so there is nothing to close
 
     def _close_misnested(self, stack: tuple[OpenScope, ...]) -> None:
         """Scopes left open above this one (entered by hand, never exited) end with it."""
         last = max(i for i, f in enumerate(stack) if f.owner is self)
         for frame in reversed(stack[last:]):
-            _end(frame.scope_id, frame.depth, frame.labels_id, frame.stack_id)
+            if frame.depth <= MAX_DEPTH:
+                _end(frame.scope_id, frame.depth, frame.labels_id, frame.stack_id)
+            if isinstance(frame.owner, ScopeEdges):
+                frame.owner._open_sid = 0
         _STACK.set(stack[:last])
+
+    def _close_elsewhere(self) -> None:
+        """Exited in another thread (or task) than the one it was entered in, whose stack holds
+        its frame: its end goes on that stack now, and that stack's next scope takes the frame
+        off (so it nests nothing more). Said once a minute at most; never raises."""
+        sid, depth, lid = self._open_sid, self._open_depth, self._open_lid
+        self._open_sid = 0
+        if sid == _stack.stack_id():
+            return  # its frame is gone from this very stack already (a copied context's)
+        if depth <= MAX_DEPTH:
+            _end(self._scope_id, depth, lid, sid)
+        _closed_elsewhere(sid, self, depth)
+        _say_elsewhere(
+            logging.WARNING,
+            "stroboscope: scope %r was exited in another thread (or task) than the one it was "
+            "entered in: it is closed there, and the scopes opened after it where it was "
+            "entered are not nested under it",
+            self.name,
+        )
+
+    def _too_deep(self) -> None:
+        _too_deep[0] += 1
+        _say_too_deep(
+            logging.WARNING,
+            "stroboscope: scope %r is nested deeper than %d scopes, the most the events log "
+            "holds: it is not recorded (nor any scope deeper; %d so far)",
+            self.name,
+            MAX_DEPTH,
+            _too_deep[0],
+        )
 
     def _call_hooks(self, hooks: tuple[Callable[[str], None], ...]) -> None:
         for hook in hooks:
@@ -170,9 +268,9 @@ class annotate(ScopeEdges):
 
     def _exit_slow(self, exc_type: object, exc: object, tb: object) -> None:
         """``__exit__`` where C does not take it."""
-        # A frame is on the stack only if something recorded when a scope opened; the
-        # exception, if any, goes on unchanged.
-        if self._domain is not None or _STACK.get():
+        # A frame is on the stack only if something recorded when a scope opened (or on the
+        # stack of another thread: _open_sid); the exception, if any, goes on unchanged.
+        if self._domain is not None or _STACK.get() or self._open_sid:
             self._close()
 
     # -- decorator ---------------------------------------------------------------------------

@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
+import math
 import sys
 import threading
 from typing import Any, Callable, NamedTuple, Union
 
 from stroboscope._base.checks import check_text
-from stroboscope.analysis._intervals import RESERVED_LABELS
+from stroboscope.analysis.scope_columns import RESERVED_LABELS
 from stroboscope.sampling import _scope_log
 
 LabelValue = Union[str, int, float, bool]
@@ -109,18 +110,24 @@ def current_stack() -> tuple[OpenScope, ...]:
 
 
 def check_labels(where: str, labels: dict[str, Any]) -> dict[str, str]:
-    """Labels as strings; a reserved key or a value that is not a plain scalar is refused."""
+    """Labels as strings; a reserved key, a value that is not a plain scalar and a float that is
+    not finite are refused (when the scope or labels are made: entering them never raises)."""
+    reserved = RESERVED_LABELS  # names only: no table library is loaded for them
     out: dict[str, str] = {}
     for key, value in labels.items():
-        if key in RESERVED_LABELS:
+        if key in reserved:
             raise ValueError(
                 f"{where}: label {key!r} is a column of the scope tables; reserved names are "
-                f"{sorted(RESERVED_LABELS)}"
+                f"{sorted(reserved)}"
             )
         if not isinstance(value, (str, int, float)):  # bool is an int
             raise TypeError(
                 f"{where}: label {key}={value!r} must be a str, int, float or bool, "
                 f"not {type(value).__name__}"
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(
+                f"{where}: label {key}={value!r} must be a str, a bool, an int or a finite float"
             )
         out[check_text(f"{where}: label name", key)] = check_text(
             f"{where}: label {key}", str(value)

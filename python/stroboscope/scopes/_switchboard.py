@@ -23,7 +23,7 @@ import threading
 from typing import Callable
 
 from stroboscope._base import lifecycle as _lifecycle
-from stroboscope.formats.shared_events import EVENTS_DIR_ENV
+from stroboscope.formats.shared_events_env import EVENTS_DIR_ENV
 from stroboscope.sampling._scope_log import Recorder, edges_mode, watch
 from stroboscope.scopes import _stack as _stack  # the C edges' stack is set up before a mode
 

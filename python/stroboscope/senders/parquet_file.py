@@ -10,8 +10,9 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
-from stroboscope._base.checks import check_file_path, check_int, describe
+from stroboscope._base.checks import check_file_path, check_int
 from stroboscope._base.files import open_private
+from stroboscope.formats.writers import check_codec
 from stroboscope.senders._base import BuiltinSender, StatsDict, flatten_event
 
 logger = logging.getLogger("stroboscope.senders")
@@ -53,7 +54,7 @@ class ParquetSender(BuiltinSender):
         self._rows_per_group = min(
             check_int("rows_per_group", rows_per_group, 1, unit="rows"), rows_per_file
         )
-        self._compression = _check_codec(compression)
+        self._compression = check_codec(compression)  # here, not in the worker thread
         import pyarrow.parquet  # noqa: F401 - fail here, not on the first write
 
         self.paths: list[Path] = []
@@ -135,18 +136,3 @@ class ParquetSender(BuiltinSender):
 
     def __repr__(self) -> str:
         return f"ParquetSender({str(self.path)!r})"
-
-
-_CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
-
-
-def _check_codec(compression: object) -> str:
-    """A Parquet codec this pyarrow can write, refused here rather than at the first row group
-    (in the sender's worker thread, which only logs)."""
-    accepted = f"compression must be a Parquet codec {_CODECS} that this pyarrow has, got "
-    if not isinstance(compression, str):
-        raise TypeError(accepted + describe(compression))
-    name = compression.lower()
-    if name not in _CODECS or (name != "none" and not pa.Codec.is_available(name)):
-        raise ValueError(accepted + describe(compression))
-    return name

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, Callable, TypeVar, cast
 
 import stroboscope.scopes as scopes
+from stroboscope._base.nvtx import check_color
 from stroboscope._base.nvtx import nvtx_module as _nvtx
 from stroboscope.compat.aitune import _monitoring
 from stroboscope.scopes._scope import bare_decorator_hint
@@ -119,7 +120,7 @@ class annotate_with_nvtx:
 
     def __init__(self, name: str | None = None, color: str | int | None = None) -> None:
         self.name = _check_name(name, "annotate_with_nvtx")
-        self.color = color
+        self.color = check_color(color)  # refused here, never when the range opens
         self._open: list[contextlib.AbstractContextManager[Any]] = []
 
     def _range(self, name: str) -> contextlib.AbstractContextManager[Any]:
@@ -167,7 +168,7 @@ class annotate:
 
     def __init__(self, name: str | None = None, color: str | int | None = None) -> None:
         self.name = _check_name(name, "annotate")
-        self.color = color
+        self.color = check_color(color)  # refused here, never when the range opens
         self._open: list[tuple[annotate_with_nvtx, collect_hardware_metrics]] = []
 
     def __enter__(self) -> annotate:
