@@ -71,6 +71,7 @@ REAL_LIBRARY = "libnvidia-ml.so.1"
 INNER_SOURCES = (
     *sorted(p.name for p in (REPO / "cpp" / "src").glob("nvml_*.cpp")),
     "proc_file.cpp",
+    "shared_library.cpp",  # the dlopen loader NVML and amdsmi share
     "proc_pid_parse.cpp",
 )
 

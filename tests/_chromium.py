@@ -6,7 +6,6 @@ page printed or threw. No library beyond the standard one; skips (or fails, wher
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import subprocess
@@ -33,39 +32,61 @@ class Browser:
     """
 
     def __init__(self, width: int = 1280, height: int = 1600, path: str | None = None) -> None:
+        # The browser first: without it the test skips before anything is made that would then
+        # leak (a profile directory, pipes: a ResourceWarning, an error under filterwarnings).
+        program = path or chromium()
+        self._open: set[int] = set()  # our pipe ends not closed yet
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._to_w = -1
         self._dir = tempfile.TemporaryDirectory(prefix="strobo-chromium-")
-        # fds 3 and 4 of the child: it reads commands from 3 and writes replies to 4
-        self._to_r, self._to_w = os.pipe()
-        self._from_r, self._from_w = os.pipe()
-        r3, w4 = os.dup(self._to_r), os.dup(self._from_w)
-        args = [
-            path or chromium(),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--no-first-run",
-            "--remote-debugging-pipe",
-            f"--user-data-dir={self._dir.name}",
-            f"--window-size={width},{height}",
-            "about:blank",
-        ]
+        try:
+            # fds 3 and 4 of the child: it reads commands from 3 and writes replies to 4
+            to_r, self._to_w = self._pipe()
+            self._from_r, from_w = self._pipe()
+            head = [program, f"--user-data-dir={self._dir.name}", f"--window-size={width},{height}"]
+            self._proc = self._launch(head, to_r, from_w)
+            self._close(to_r)  # the child's ends, now the child's alone
+            self._close(from_w)
+            self._start(width, height)
+        except BaseException:
+            self.close()  # a browser that did not come up leaves nothing behind either
+            raise
+
+    def _pipe(self) -> tuple[int, int]:
+        r, w = os.pipe()
+        self._open.update((r, w))
+        return r, w
+
+    def _close(self, fd: int) -> None:
+        if fd in self._open:
+            self._open.discard(fd)
+            os.close(fd)
+
+    def _launch(self, head: list[str], r3: int, w4: int) -> subprocess.Popen[bytes]:
+        """Start the browser with ``r3`` as its fd 3 and ``w4`` as its fd 4."""
 
         def fds() -> None:
             os.dup2(r3, 3)
             os.dup2(w4, 4)
 
-        self._proc = subprocess.Popen(
-            args,
+        return subprocess.Popen(
+            [
+                *head,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--no-first-run",
+                "--remote-debugging-pipe",
+                "about:blank",
+            ],
             preexec_fn=fds,
             close_fds=False,  # fds 3 and 4 are made in preexec_fn; close_fds would close them
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        os.close(r3)
-        os.close(w4)
-        os.close(self._to_r)
-        os.close(self._from_w)
+
+    def _start(self, width: int, height: int) -> None:
         self._buf = b""
         self._id = 0
         self._events: list[dict[str, Any]] = []
@@ -93,15 +114,16 @@ class Browser:
         self.close()
 
     def close(self) -> None:
-        """End the browser and remove its profile."""
-        with contextlib.suppress(OSError):
-            os.close(self._to_w)
-        try:
-            self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        os.close(self._from_r)
+        """End the browser (closing its command pipe ends it) and remove its profile."""
+        self._close(self._to_w)
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        for fd in list(self._open):
+            self._close(fd)
         self._dir.cleanup()
 
     def _read(self, timeout: float) -> dict[str, Any]:

@@ -76,9 +76,29 @@ void register_frame(py::module_& m) {
                              })
       .def_property_readonly("first_row", &Frame::first_row)
       .def_property_readonly("rows_lost", &Frame::rows_lost)
-      // (first time, last time, first mono_ns) in ns, each None where that cell is null; None
-      // for a frame without rows: what a frame's provenance reads of its rows, without
-      // importing them.
+      // [(columns, starts, complete)]: per source of a sampler's frame, its columns as
+      // (name, window_ns) pairs, the mono_ns of each of its reads that failed after one that did
+      // not (FailedReads), oldest first, and whether that log goes back to its first read (else
+      // only to starts[0]). Empty for other frames.
+      .def_property_readonly("failed_reads",
+                             [](const Frame& f) {
+                               py::list out;
+                               const auto& cols = f.columns();
+                               for (const FrameFailedReads& src : f.failed_reads()) {
+                                 py::list names;
+                                 for (std::size_t i = 0; i < src.columns; ++i) {
+                                   const std::size_t c = src.first_column + i;
+                                   if (c >= cols.size()) break;
+                                   names.append(py::make_tuple(cols[c].spec.name,
+                                                               cols[c].spec.window_ns));
+                                 }
+                                 py::list starts;
+                                 for (std::int64_t t : src.failed.starts) starts.append(t);
+                                 out.append(py::make_tuple(py::tuple(names), py::tuple(starts),
+                                                           src.failed.complete));
+                               }
+                               return out;
+                             })
       .def_property_readonly("edges",
                              [](const Frame& f) -> py::object {
                                const auto& cols = f.columns();

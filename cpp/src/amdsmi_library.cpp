@@ -8,45 +8,12 @@
 #include <mutex>
 #include <string>
 
+#include "shared_library.hpp"
 #include "stroboscope/amdsmi.hpp"
 #include "stroboscope/nvml.hpp"
 
 namespace stroboscope {
 namespace {
-
-// dlsym returns void*; POSIX guarantees that converting it to the function pointer type works.
-template <typename Fn>
-void assign(Fn* slot, void* sym) noexcept {
-  *slot = reinterpret_cast<Fn>(sym);
-}
-
-// Handles stay open for the life of the process; keyed by the path opened.
-std::mutex& handles_mutex() {
-  static std::mutex m;
-  return m;
-}
-void* open_library(const std::string& path, std::string* error) {
-  static std::map<std::string, void*> handles;
-  std::lock_guard<std::mutex> lock(handles_mutex());
-  auto it = handles.find(path);
-  if (it != handles.end()) return it->second;
-  if (path.find('/') != std::string::npos) {  // as NVML's loader: no dlopen of a FIFO or device
-    std::string why = not_regular_reason(path);
-    if (!why.empty()) {
-      *error = path + " is " + why;
-      return nullptr;
-    }
-  }
-  dlerror();  // clear a stale error so the text below is this call's
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    const char* e = dlerror();
-    *error = e != nullptr ? e : "dlopen failed without an error text";
-    return nullptr;
-  }
-  handles.emplace(path, h);
-  return h;
-}
 
 std::mutex& current_mutex() {
   static std::mutex m;
@@ -98,7 +65,7 @@ void AmdSmiLibrary::load() {
   const char* env = std::getenv(kAmdSmiLibraryEnv);
   path_ = (env != nullptr && *env != '\0') ? env : kAmdSmiDefaultLibrary;
   std::string error;
-  void* h = open_library(path_, &error);
+  void* h = detail::open_shared_library(path_, &error);
   if (h == nullptr) {
     reason_ = "cannot open " + path_ + " (set " + kAmdSmiLibraryEnv + " to its path): " + error;
     return;
@@ -129,17 +96,17 @@ void AmdSmiLibrary::load() {
       missing += (missing.empty() ? "" : ", ") + std::string(w.name);
     }
   }
-  assign(&fn_.init, found[0]);
-  assign(&fn_.shut_down, found[1]);
-  assign(&fn_.get_socket_handles, found[2]);
-  assign(&fn_.get_processor_handles, found[3]);
-  assign(&fn_.status_code_to_string, found[4]);
-  assign(&fn_.get_gpu_activity, found[5]);
-  assign(&fn_.get_gpu_memory_usage, found[6]);
-  assign(&fn_.get_gpu_memory_total, found[7]);
-  assign(&fn_.get_temp_metric, found[8]);
-  assign(&fn_.get_clock_info, found[9]);
-  assign(&fn_.get_energy_count, found[10]);
+  detail::assign_symbol(&fn_.init, found[0]);
+  detail::assign_symbol(&fn_.shut_down, found[1]);
+  detail::assign_symbol(&fn_.get_socket_handles, found[2]);
+  detail::assign_symbol(&fn_.get_processor_handles, found[3]);
+  detail::assign_symbol(&fn_.status_code_to_string, found[4]);
+  detail::assign_symbol(&fn_.get_gpu_activity, found[5]);
+  detail::assign_symbol(&fn_.get_gpu_memory_usage, found[6]);
+  detail::assign_symbol(&fn_.get_gpu_memory_total, found[7]);
+  detail::assign_symbol(&fn_.get_temp_metric, found[8]);
+  detail::assign_symbol(&fn_.get_clock_info, found[9]);
+  detail::assign_symbol(&fn_.get_energy_count, found[10]);
   if (!missing.empty()) {
     reason_ = path_ + " lacks required amdsmi symbol(s): " + missing;
     return;

@@ -201,6 +201,7 @@ std::shared_ptr<Frame> FrameBuilder::finish(std::uint64_t first_intact,
                                          static_cast<std::int64_t>(off), first_intact,
                                          rows_lost + (first_intact - from_), buffer_, pool_));
   buffer_ = nullptr;
+  frame->failed_reads_ = std::move(failed_reads_);
   return std::shared_ptr<Frame>(std::move(frame));
 }
 

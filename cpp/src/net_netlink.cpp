@@ -21,6 +21,7 @@
 #include "stroboscope/counter_slots.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/netlink.hpp"
+#include "network_source.hpp"
 
 namespace stroboscope {
 namespace netlink {
@@ -101,13 +102,10 @@ namespace {
 constexpr std::size_t kMaxLinks = 256;
 constexpr std::size_t kReplyBytes = 64 * 1024;
 
-class NetlinkNetworkSource final : public Source {
+class NetlinkNetworkSource final : public detail::NetworkSource {
  public:
   explicit NetlinkNetworkSource(const SourceOptions& opts)
-      : Source("network"),
-        include_lo_(opts.net_include_loopback),
-        read_every_ns_(detail::byte_counter_read_every_ns(opts.rate_window_ns)),
-        totals_(opts.rate_window_ns),
+      : NetworkSource(opts),
         reply_(kReplyBytes),
         links_(kMaxLinks),
         slots_(kMaxLinks) {
@@ -123,36 +121,11 @@ class NetlinkNetworkSource final : public Source {
       ::close(fd_);
       throw std::runtime_error("rtnetlink RTM_GETSTATS is not answered here");
     }
-    const std::string which = include_lo_ ? "all interfaces, lo included," : "all interfaces but lo";
-    add_column("net.sent_bytes", "bytes", DType::kInt64, Kind::kCounter,
-               "Bytes sent by " + which + " since the first reading (by default one exact "
-                   "value per rate_window + 5 %: the resolution table).");
-    add_column("net.recv_bytes", "bytes", DType::kInt64, Kind::kCounter,
-               "Bytes received by " + which + " since the first reading (by default one "
-                   "exact value per rate_window + 5 %).");
-    add_column("net.sent_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
-               "Bytes sent per second by " + which +
-                   " since the previous value (windows of at least rate_window; the default "
-                   "read period of rate_window + 5 % loses no value of it).");
-    add_column("net.recv_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
-               "Bytes received per second by " + which +
-                   " since the previous value (windows of at least rate_window; the default "
-                   "read period of rate_window + 5 % loses no value of it).");
-    set_window(2, 4, opts.rate_window_ns);  // the two *_per_s columns
   }
   ~NetlinkNetworkSource() override {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // The kernel adds to these counters on any packet or request; they are read once per rate
-  // window by default (see byte_counter_read_every_ns).
-  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
-    return read_every_ns_;
-  }
-  [[nodiscard]] const char* resolution_reason() const noexcept override {
-    return read_every_ns_ > 0 ? detail::kByteCounterResolutionReason
-                              : "rate_window 0: the counters can change on any tick; every tick.";
-  }
   [[nodiscard]] const char* interface() const noexcept override { return "rtnetlink"; }
 
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
@@ -220,9 +193,6 @@ class NetlinkNetworkSource final : public Source {
     return !r->malformed;
   }
 
-  bool include_lo_;
-  std::int64_t read_every_ns_;
-  detail::CounterTotals totals_;
   int fd_ = -1;
   unsigned lo_index_ = 0;
   std::uint32_t seq_ = 0;

@@ -5,56 +5,14 @@
 
 #include <cstdlib>
 #include <initializer_list>
-#include <map>
 #include <mutex>
 #include <string>
 
+#include "shared_library.hpp"
 #include "stroboscope/nvml.hpp"
 
 namespace stroboscope {
 namespace {
-
-// dlsym returns void*; POSIX guarantees that converting it to the function pointer type works.
-template <typename Fn>
-void assign(Fn* slot, void* sym) noexcept {
-  *slot = reinterpret_cast<Fn>(sym);
-}
-
-// Handles stay open for the life of the process (see NvmlLibrary); keyed by the path opened.
-std::mutex& handles_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::map<std::string, void*>& handles() {
-  static std::map<std::string, void*> h;
-  return h;
-}
-
-// Opens `path` (or returns the handle opened before). On failure returns nullptr and `*error`
-// holds dlerror's text.
-void* open_library(const std::string& path, std::string* error) {
-  std::lock_guard<std::mutex> lock(handles_mutex());
-  auto it = handles().find(path);
-  if (it != handles().end()) return it->second;
-  // A path (not a soname to search): a FIFO would make dlopen wait forever, a directory or a
-  // device is no library. Refused with what it is, before dlopen opens it.
-  if (path.find('/') != std::string::npos) {
-    std::string why = not_regular_reason(path);
-    if (!why.empty()) {
-      *error = path + " is " + why;
-      return nullptr;
-    }
-  }
-  dlerror();  // clear a stale error so the text below is this call's
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    const char* e = dlerror();
-    *error = e != nullptr ? e : "dlopen failed without an error text";
-    return nullptr;
-  }
-  handles().emplace(path, h);
-  return h;
-}
 
 std::mutex& current_mutex() {
   static std::mutex m;
@@ -131,7 +89,7 @@ void NvmlLibrary::load() {
   path_ = (env != nullptr && env[0] != '\0') ? env : kNvmlDefaultLibrary;
 
   std::string dl_error;
-  void* handle = open_library(path_, &dl_error);
+  void* handle = detail::open_shared_library(path_, &dl_error);
   if (handle == nullptr) {
     reason_ = "cannot load the NVML library " + path_ + ": " + dl_error;
     if (env == nullptr || env[0] == '\0') {
@@ -153,7 +111,7 @@ void NvmlLibrary::load() {
       dlerror();
       void* p = dlsym(handle, name);
       if (p != nullptr) {
-        assign(slot, p);
+        detail::assign_symbol(slot, p);
         sym.resolved = name;
         if (version != nullptr) *version = v;
         break;

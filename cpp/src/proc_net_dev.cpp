@@ -16,6 +16,7 @@
 #include "stroboscope/counter_slots.hpp"
 #include "stroboscope/linux_sources.hpp"
 #include "stroboscope/procfs.hpp"
+#include "network_source.hpp"
 
 namespace stroboscope {
 namespace procfs {
@@ -61,46 +62,18 @@ namespace {
 
 constexpr std::size_t kMaxInterfaces = 256;
 
-class NetworkSource final : public Source {
+class ProcNetDevSource final : public detail::NetworkSource {
  public:
-  explicit NetworkSource(const SourceOptions& opts)
-      : Source("network"),
-        include_lo_(opts.net_include_loopback),
-        read_every_ns_(detail::byte_counter_read_every_ns(opts.rate_window_ns)),
-        totals_(opts.rate_window_ns),
+  explicit ProcNetDevSource(const SourceOptions& opts)
+      : NetworkSource(opts),
         file_(detail::open_required(detail::join_path(opts.proc_root, "net/dev"),
                                     "network interface counters")),
         scratch_(kMaxInterfaces),
         slots_(kMaxInterfaces) {
     int err = 0;
     if (!file_.read(&err)) throw std::runtime_error("cannot read " + file_.path());
-    const std::string which = include_lo_ ? "all interfaces, lo included," : "all interfaces but lo";
-    add_column("net.sent_bytes", "bytes", DType::kInt64, Kind::kCounter,
-               "Bytes sent by " + which + " since the first reading (by default one exact "
-                   "value per rate_window + 5 %: the resolution table).");
-    add_column("net.recv_bytes", "bytes", DType::kInt64, Kind::kCounter,
-               "Bytes received by " + which + " since the first reading (by default one "
-                   "exact value per rate_window + 5 %).");
-    add_column("net.sent_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
-               "Bytes sent per second by " + which +
-                   " since the previous value (windows of at least rate_window; the default "
-                   "read period of rate_window + 5 % loses no value of it).");
-    add_column("net.recv_bytes_per_s", "bytes/s", DType::kFloat64, Kind::kRate,
-               "Bytes received per second by " + which +
-                   " since the previous value (windows of at least rate_window; the default "
-                   "read period of rate_window + 5 % loses no value of it).");
-    set_window(2, 4, opts.rate_window_ns);  // the two *_per_s columns
   }
 
-  // The kernel adds to these counters on any packet or request; they are read once per rate
-  // window by default (see byte_counter_read_every_ns).
-  [[nodiscard]] std::int64_t natural_resolution_ns() const noexcept override {
-    return read_every_ns_;
-  }
-  [[nodiscard]] const char* resolution_reason() const noexcept override {
-    return read_every_ns_ > 0 ? detail::kByteCounterResolutionReason
-                              : "rate_window 0: the counters can change on any tick; every tick.";
-  }
   [[nodiscard]] const char* interface() const noexcept override { return "/proc/net/dev"; }
 
   void read(RowWriter row, std::int64_t now_ns) noexcept override {
@@ -130,9 +103,6 @@ class NetworkSource final : public Source {
   }
 
  private:
-  bool include_lo_;
-  std::int64_t read_every_ns_;
-  detail::CounterTotals totals_;
   ProcFile file_;
   std::vector<procfs::NetDevCounters> scratch_;
   detail::CounterSlots slots_;
@@ -150,7 +120,7 @@ std::unique_ptr<Source> make_network_source(const SourceOptions& opts) {
       // no rtnetlink statistics here (Linux < 4.7, a seccomp filter): the text file below
     }
   }
-  return std::make_unique<NetworkSource>(opts);
+  return std::make_unique<ProcNetDevSource>(opts);
 }
 
 }  // namespace stroboscope

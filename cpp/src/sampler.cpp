@@ -71,6 +71,7 @@ Sampler::Sampler(std::vector<SourceSlot> sources, std::int64_t interval_ns,
     offset += slot.source->columns().size();
   }
   next_due_.assign(sources_.size(), 0);
+  failed_reads_ = std::make_unique<FailedReads[]>(sources_.size());
   source_ns_ = std::make_unique<std::atomic<std::uint64_t>[]>(sources_.size());
   init_budget(interval_ns);
   row_cells_.assign(columns_.size(), 0);
@@ -199,11 +200,13 @@ void Sampler::tick(std::uint64_t k, std::int64_t now, bool edge) noexcept {
   for (std::size_t s = 0; s < sources_.size(); ++s) {
     if (k < next_due_[s]) continue;
     const SourceSlot& slot = sources_[s];
+    const std::uint64_t failures = slot.source->failures();
     const std::int64_t t0 = mono_ns();
     slot.source->read(RowWriter(&row_cells_[offsets_[s]], &row_valid_[offsets_[s]],
                                 slot.source->columns().size()),
                       now);
     const std::int64_t t1 = mono_ns();
+    failed_reads_[s].record(slot.source->failures() != failures, now);
     // Single writer; relaxed load + store so stats() can read an untorn total.
     source_ns_[s].store(source_ns_[s].load(std::memory_order_relaxed) +
                             static_cast<std::uint64_t>(t1 - t0),
@@ -296,6 +299,13 @@ std::shared_ptr<Frame> Sampler::copy_rows(std::uint64_t from, std::uint64_t to,
   // Metric columns of the frame = ring columns (mono_ns first); the frame adds `time` in front.
   // Its buffer comes from the pool when a previous frame's is free again.
   FrameBuilder frame(columns_, from, to, frame_pool_);
+  std::vector<FrameFailedReads> logs(sources_.size());
+  for (std::size_t s = 0; s < sources_.size(); ++s) {
+    // Ring column offsets_[s] is frame column offsets_[s] + 1 (the frame adds `time` in front).
+    logs[s] = FrameFailedReads{offsets_[s] + 1, sources_[s].source->columns().size(),
+                               failed_reads_[s].copy()};
+  }
+  frame.set_failed_reads(std::move(logs));
   const std::uint64_t first_intact = ring_->copy(from, to, frame.ring_destinations().data(),
                                                  frame.copy_bytes() >= kStreamingBytes);
   return std::move(frame).finish(first_intact, anchor_offset_ns_.load(std::memory_order_relaxed),

@@ -363,10 +363,58 @@ void test_stop_wakes_and_precise_mode() {
   CHECK_EQ(st.rows_written, st.ticks_taken + st.ticks_requested);
 }
 
+// A frame says when each source's reads began to fail (the row's mono_ns of the first failed
+// read after a good one): what Frame.to_arrow(fill="forward") needs to tell a null after a
+// failed read from one on a tick the source was not due (a late tick before a delayed read).
+void test_failed_reads_in_frames() {
+  auto s = make(1'000'000, 64);
+  s->run_ticks_inline(21);  // a fails on reads 7, 14 and 21 (rows 6, 13, 20); b never fails
+  auto f = s->snapshot();
+  const auto& logs = f->failed_reads();
+  CHECK_EQ(logs.size(), 2u);
+  CHECK_EQ(logs[0].first_column, 2u);  // time, mono_ns, then a.*
+  CHECK_EQ(logs[0].columns, 3u);
+  CHECK_EQ(logs[1].first_column, 5u);
+  CHECK(logs[0].failed.complete);
+  CHECK_EQ(logs[0].failed.starts.size(), 3u);
+  const std::int64_t rows[] = {6, 13, 20};
+  for (std::size_t i = 0; i < 3 && i < logs[0].failed.starts.size(); ++i) {
+    CHECK_EQ(logs[0].failed.starts[i], cell_i64(f->columns()[1], rows[i]));
+    CHECK(!is_valid(f->columns()[2], rows[i]));
+  }
+  CHECK(logs[1].failed.starts.empty());
+  CHECK(logs[1].failed.complete);
+}
+
+// A run of failures is one entry; past kSize runs the oldest go and the log says so.
+void test_failed_reads_log_keeps_the_latest_runs() {
+  FailedReads log;
+  log.record(false, 1);
+  log.record(true, 2);
+  log.record(true, 3);  // the same run
+  log.record(false, 4);
+  log.record(true, 5);
+  FailedReadStarts got = log.copy();
+  CHECK(got.complete);
+  CHECK(got.starts == (std::vector<std::int64_t>{2, 5}));
+  const auto runs = static_cast<std::int64_t>(FailedReads::kSize) + 10;
+  for (std::int64_t t = 10; t < 10 + 2 * runs; t += 2) {  // ok at t, failed at t + 1
+    log.record(false, t);
+    log.record(true, t + 1);
+  }
+  got = log.copy();
+  CHECK(!got.complete);
+  CHECK_EQ(got.starts.size(), FailedReads::kSize);
+  CHECK_EQ(got.starts.back(), 10 + 2 * runs - 1);
+  CHECK_EQ(got.starts.front(), 10 + 2 * (runs - static_cast<std::int64_t>(FailedReads::kSize)) + 1);
+}
+
 }  // namespace
 
 int main() {
   test_inline_ticks_and_frame_content();
+  test_failed_reads_in_frames();
+  test_failed_reads_log_keeps_the_latest_runs();
   test_thread_deadlines_and_drain();
   test_slow_source_skips_ticks();
   test_overwrite_and_lost_rows();

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("matplotlib")  # the report extra: the page's plots and the PNGs
 import PIL.Image as PIL_Image  # Pillow comes with matplotlib (the report and test extras)
-from _binaries import binary
+from _chromium import chromium
 from _report_run import record_run
 from stroboscope._base.files import replace_private
 from stroboscope.analysis.column_stats import fmt_value
@@ -173,10 +173,6 @@ def test_png_plots_match_the_html(run: Path, page: Path, monkeypatch: pytest.Mon
     assert checked["cpu"] >= 5, checked  # the GPU's few readings may all lie under the legend
 
 
-def _chromium() -> str:
-    return binary("chromium", "chromium-browser", install="apt-get install chromium")
-
-
 def test_page_opens_in_headless_chromium(page: Path, tmp_path: Path) -> None:
     # A copy with a checking script appended: the page itself has no script. The script logs
     # how many plot images decoded (complete, with a natural size), which Chromium prints.
@@ -191,7 +187,7 @@ def test_page_opens_in_headless_chromium(page: Path, tmp_path: Path) -> None:
     width, height = 1280, 2400
     got = subprocess.run(
         [
-            _chromium(),
+            chromium(),
             "--headless",
             "--no-sandbox",
             "--disable-gpu",

@@ -59,7 +59,7 @@ namespace stroboscope {
 
 struct EventFile;  // shared_events.hpp
 
-// kCounters, kEdgeCountersRusage: the opening thread's own counters at the edge just before it (edge
+// kCounters, kCountersRusage: the opening thread's own counters at the edge just before it (edge
 // counters, opt-in, set_counters()), written by the same thread right after its edge, so a
 // reader pairs it with the latest edge of that thread before it. Its four words: thread CPU ns
 // (CLOCK_THREAD_CPUTIME_ID) | minor faults + major faults << 32 | voluntary + involuntary
@@ -143,7 +143,7 @@ class EventLog {
   void push(EventKind kind, std::uint32_t scope_id, std::uint16_t depth, std::uint32_t labels_id,
             std::uint64_t stack_id) noexcept;
 
-  // Edge counters (kCounters above): 0 off (the default), kCountersCpu, or kEdgeCountersCpu |
+  // Edge counters (kCounters above): 0 off (the default), kEdgeCountersCpu, or kEdgeCountersCpu |
   // kEdgeCountersRusage. Any thread, any time; edges pushed after it carry them. A shared log whose
   // ring is made while this is 0 takes $STROBOSCOPE_EDGE_COUNTERS ("cpu", "rusage"; "" or "0"
   // off; anything else is ignored: off).
@@ -196,6 +196,8 @@ class EventLog {
     // tid (32 bits) + depth << 32 + kind << 48.
     std::uint64_t words[4];
   };
+  // The records are the shared file's layout too (shared_events.hpp: 4 u64 words each).
+  static_assert(sizeof(Slot) == 32 && alignof(Slot) == 8, "an event record is 4 packed words");
   [[nodiscard]] bool ensure_ring() noexcept;
   // The push with edge counters (push() with counters_ set): the edge, then its counters record.
   void push_counted(EventKind kind, std::uint32_t scope_id, std::uint16_t depth,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "stroboscope/column.hpp"
+#include "stroboscope/failed_reads.hpp"
 #include "stroboscope/ring.hpp"
 
 namespace stroboscope {
@@ -48,6 +49,13 @@ class FrameBufferPool {
 
  private:
   std::atomic<std::uint64_t*> slots_[kKeep] = {};
+};
+
+// One source's columns in a frame, and when its reads began to fail (FailedReads).
+struct FrameFailedReads {
+  std::size_t first_column = 0;  // frame column index (0 is `time`, 1 is `mono_ns`)
+  std::size_t columns = 0;
+  FailedReadStarts failed;
 };
 
 struct FrameColumn {
@@ -82,6 +90,11 @@ class Frame {
   [[nodiscard]] std::uint64_t first_row() const noexcept { return first_row_; }
   // Rows that were wanted but overwritten before they were copied.
   [[nodiscard]] std::uint64_t rows_lost() const noexcept { return rows_lost_; }
+  // Per source of a sampler's frame, when its reads began to fail (copied when the frame was
+  // made); empty for frames built without (FrameBuilder::set_failed_reads).
+  [[nodiscard]] const std::vector<FrameFailedReads>& failed_reads() const noexcept {
+    return failed_reads_;
+  }
 
  private:
   friend class FrameBuilder;
@@ -96,6 +109,7 @@ class Frame {
   std::uint64_t rows_lost_;
   std::uint64_t* buffer_;                  // every column's cells and validity
   std::shared_ptr<FrameBufferPool> pool_;  // where buffer_ goes back (null: freed)
+  std::vector<FrameFailedReads> failed_reads_;
 };
 
 // Builds one Frame from a ring copy of rows [from, to): takes a buffer from `pool` (or allocates
@@ -114,6 +128,10 @@ class FrameBuilder {
   // columns 1, 2, ...
   [[nodiscard]] const std::vector<ColumnDest>& ring_destinations() const noexcept {
     return dest_;
+  }
+  // The frame's sources' failed-read logs, handed to the Frame by finish().
+  void set_failed_reads(std::vector<FrameFailedReads> logs) noexcept {
+    failed_reads_ = std::move(logs);
   }
   // Bytes the ring copy writes (to choose streaming stores for large copies).
   [[nodiscard]] std::size_t copy_bytes() const noexcept;
@@ -137,6 +155,7 @@ class FrameBuilder {
   std::vector<std::uint64_t*> cells_;     // per frame column
   std::vector<std::uint64_t*> validity_;  // per frame column (time: unused, it shares mono's)
   std::vector<ColumnDest> dest_;
+  std::vector<FrameFailedReads> failed_reads_;
 };
 
 }  // namespace stroboscope

@@ -144,6 +144,15 @@ class Ring {
 
   static constexpr std::size_t kGroupWords = kGroupColumns * kBlockRows + kGroupColumns;
 
+  // The layout above, pinned. A validity word holds the bits of one block's rows, which is
+  // exactly one Arrow bitmap word; a column's run and a group (its runs and its validity words)
+  // are whole cache lines, so every run starts on a line; and a group's validity words fill one
+  // line.
+  static_assert(kBlockRows == 64, "one 64-bit validity word per column per block");
+  static_assert(kBlockRows * sizeof(std::uint64_t) % 64 == 0, "a column's run is whole lines");
+  static_assert(kGroupColumns * sizeof(std::uint64_t) == 64, "a group's validity words: a line");
+  static_assert(kGroupWords * sizeof(std::uint64_t) % 64 == 0, "a group is whole cache lines");
+
   template <bool kStreaming>
   void copy_blocks(std::uint64_t from, std::uint64_t to, const ColumnDest* dest) const noexcept;
 
@@ -168,5 +177,11 @@ class Ring {
   // Keeps whatever follows the ring off the counters' line.
   [[maybe_unused]] alignas(64) char tail_pad_[64] = {};
 };
+
+// The two producer counters may live in a mapped file (the spool's header, RingStorage): as
+// plain 8-byte words that every process maps alike, never a lock.
+static_assert(sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t) &&
+                  std::atomic<std::uint64_t>::is_always_lock_free,
+              "the ring's counters are lock-free 8-byte words, in memory or in a mapped file");
 
 }  // namespace stroboscope

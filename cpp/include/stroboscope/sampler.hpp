@@ -48,6 +48,7 @@
 
 #include "stroboscope/clock.hpp"
 #include "stroboscope/column.hpp"
+#include "stroboscope/failed_reads.hpp"
 #include "stroboscope/frame.hpp"
 #include "stroboscope/histogram.hpp"
 #include "stroboscope/ring.hpp"
@@ -234,6 +235,7 @@ class Sampler {
   std::vector<SourceSlot> sources_;
   std::vector<std::size_t> offsets_;            // first ring column of each source
   std::vector<std::uint64_t> next_due_;         // tick index each source is next due on
+  std::unique_ptr<FailedReads[]> failed_reads_;  // per source: when its reads began to fail
   std::unique_ptr<std::atomic<std::uint64_t>[]> source_ns_;  // per-source read time
   std::vector<ColumnSpec> columns_;
   std::int64_t interval_ns_;

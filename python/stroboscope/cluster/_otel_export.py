@@ -141,7 +141,6 @@ class GuardedExporter(MetricExporter):
         self.consecutive_failures = 0
         self.retry_at = 0.0  # time.monotonic() before which exports are skipped
         self.last_error: str | None = None
-        self.last_success_mono: float | None = None
         self.final = False  # set by close(): the last export is tried whatever the backoff
 
     def backoff_s(self) -> float:
@@ -170,7 +169,6 @@ class GuardedExporter(MetricExporter):
                 self.ok += 1
                 self.consecutive_failures = 0
                 self.retry_at = 0.0
-                self.last_success_mono = time.monotonic()
             else:
                 self.failed += 1
                 self.consecutive_failures += 1

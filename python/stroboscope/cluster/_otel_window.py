@@ -61,8 +61,6 @@ class Window:
         self.windows = 0
         self.rows = 0
         self.rows_lost = 0
-        self.last_rows = 0
-        self.last_first_row = 0
         self.closed = False
 
     @property
@@ -76,7 +74,6 @@ class Window:
         table = frame.to_arrow()
         n = table.num_rows
         self.rows_lost += frame.rows_lost
-        self.last_first_row = frame.first_row
         self._cursor = frame.first_row + n if n else max(self._cursor, frame.first_row)
         self._summary = window_stats(table, self._wanted)
         for name, s in self._summary.items():
@@ -85,7 +82,6 @@ class Window:
             self._integrate(table, name, frame.first_row)
         self.windows += 1
         self.rows += n
-        self.last_rows = n
         self._served = set()
         return frame
 

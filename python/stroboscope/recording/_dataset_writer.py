@@ -160,7 +160,6 @@ class DatasetWriter(SegmentWriter):
         self._scopes_path: str | None = None
         self._scopes_table: pa.Table | None = None  # the intervals last written
         self._given: pa.Table | None = None  # the intervals finish() gave (a command's too)
-        self.scope_errors = 0
         self._released = False  # the owner file given back (nothing was recorded)
 
     def start(self) -> None:
@@ -291,7 +290,6 @@ class DatasetWriter(SegmentWriter):
                     attach(table, prov), self.root, identity=self.identity, name=name
                 )
             except Exception as exc:
-                self.scope_errors += 1
                 self._log(
                     logging.WARNING,
                     "scope intervals of dataset %s not written (%s: %s)",

@@ -38,13 +38,26 @@ def _core_frame() -> type:
     return _core.Frame
 
 
-def forward_filled(table: pa.Table, within_ns: Mapping[str, int] | None = None) -> pa.Table:
+def forward_filled(
+    table: pa.Table,
+    within_ns: Mapping[str, int] | None = None,
+    failed_reads: Sequence[_core.FailedReads] = (),
+) -> pa.Table:
     """``table`` with each numeric column's nulls replaced by the last value before them.
 
     ``within_ns`` (column -> ns) limits the fill of a column to rows less than that long after
-    its last value (by ``mono_ns``): the rows in which its source was not due. A null further
-    from the last value is a read that failed (or a process that exited) and stays null.
-    Columns it does not name are filled without a limit.
+    its last value (by ``mono_ns``): the rows in which its source was not due. Columns it does
+    not name are filled without a limit.
+
+    ``failed_reads`` (``_core.Frame.failed_reads``: per source, its columns as
+    ``(name, window_ns)``, the ``mono_ns`` of each of its reads that failed after one that did
+    not, and whether that log is complete) tells which nulls follow a failed read. For a column
+    whose source it names, a value is carried on to the column's next value however late that
+    comes (missed ticks delay a read past its period), except from a failed read of its source
+    on, and, for a column without a window, except past the limit once its source was read again
+    without a value for it (the reading said "none", as ``threads.top3.tid`` when fewer threads
+    ran). For other columns a null past the limit is taken for a failed read (or a process that
+    exited) and stays null.
     """
     limits = within_ns or {}
     mono = (
@@ -52,7 +65,14 @@ def forward_filled(table: pa.Table, within_ns: Mapping[str, int] | None = None) 
         if limits and "mono_ns" in table.column_names
         else None
     )
-    columns = []
+    # per column: its source, and whether it is written once per window (a null read of a
+    # windowed column is "not due" too)
+    sources: dict[str, tuple[_Source, bool]] = {}
+    for columns, starts, complete in failed_reads:
+        source = _Source(table, [name for name, _ in columns], starts, complete)
+        for name, window in columns:
+            sources[name] = (source, window > 0)
+    out = []
     for field, column in zip(table.schema, table.columns):
         numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
         if numeric and column.null_count and column.null_count < len(column):
@@ -60,18 +80,81 @@ def forward_filled(table: pa.Table, within_ns: Mapping[str, int] | None = None) 
             if limit is None or mono is None:
                 column = pc.fill_null_forward(column)
             else:
-                column = _fill_within(column, mono, limit)
-        columns.append(column)
-    return pa.Table.from_arrays(columns, schema=table.schema)
+                column = _fill_within(
+                    table, field.name, mono, limit, *sources.get(field.name, (None, False))
+                )
+        out.append(column)
+    return pa.Table.from_arrays(out, schema=table.schema)
 
 
-def _fill_within(column: pa.ChunkedArray, mono: np.ndarray[Any, Any], limit: int) -> pa.Array:
-    """Forward fill of ``column`` into rows less than ``limit`` ns after the value they take."""
-    valid = column.is_valid().to_numpy(zero_copy_only=False)
+def _valid(table: pa.Table, name: str) -> np.ndarray[Any, Any]:
+    return np.asarray(table.column(name).is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+class _Source:
+    """What the fill knows of one source of a sampler's frame: its columns, when its reads
+    began to fail, and (computed once, for all its columns) the rows it wrote a value in."""
+
+    def __init__(
+        self, table: pa.Table, names: list[str], starts: Sequence[int], complete: bool
+    ) -> None:
+        self.table, self.names, self.complete = table, names, complete
+        self.failed_at = np.asarray(starts, dtype=np.int64)
+        self._read: np.ndarray[Any, Any] | None = None
+
+    def read(self) -> np.ndarray[Any, Any]:
+        """Rows in which any of its columns holds a value (reads that succeeded)."""
+        if self._read is None:
+            read = np.zeros(self.table.num_rows, dtype=bool)
+            for name in self.names:
+                if name in self.table.column_names:
+                    read |= _valid(self.table, name)
+            self._read = read
+        return self._read
+
+
+def _last_true(flags: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Per row, the index of the last row at or before it where ``flags`` holds (-1: none)."""
+    return np.maximum.accumulate(np.where(flags, np.arange(len(flags)), -1))
+
+
+def _fill_within(
+    table: pa.Table,
+    name: str,
+    mono: np.ndarray[Any, Any],
+    limit: int,
+    source: _Source | None,
+    windowed: bool,
+) -> pa.Array:
+    """Forward fill of column ``name`` (see :func:`forward_filled`): into rows less than
+    ``limit`` ns after the value they take, and with its source's log of failed reads, on to the
+    next value unless a read failed in between."""
+    column = table.column(name)
+    valid = _valid(table, name)
     rows = np.arange(len(valid))
-    last = np.maximum.accumulate(np.where(valid, rows, -1))  # row of the value each row takes
+    last = _last_true(valid)  # row of the value each row takes
     take = np.maximum(last, 0)
-    fill = ~valid & (last >= 0) & (mono - mono[take] < limit)
+    since = mono[take]  # time of that value
+    fill = ~valid & (last >= 0) & (mono - since < limit)
+    if source is not None:
+        failed_at = source.failed_at
+        # a failed read in (value, row]: the row is after a failed read
+        failed = np.searchsorted(failed_at, mono, "right") > np.searchsorted(
+            failed_at, since, "right"
+        )
+        # the log says nothing of failures before its oldest kept entry: past the limit, a
+        # value older than that is not carried (a failure it kept counts all the same)
+        if source.complete:
+            known = np.full(len(valid), True)
+        elif len(failed_at):
+            known = since >= failed_at[0]
+        else:
+            known = np.full(len(valid), False)
+        carried = ~valid & (last >= 0) & known & ~failed
+        if not windowed:
+            # not past a read since the value that gave none for this column
+            carried &= _last_true(source.read()) == last
+        fill = (fill & ~failed) | carried
     filled = column.combine_chunks().take(pa.array(np.where(fill, take, rows)))
     return pa.array(filled.to_numpy(zero_copy_only=False), type=column.type, mask=~(valid | fill))
 
@@ -106,9 +189,10 @@ class Frame:
         ``counted`` are the sampler's counters when the frame was made
         (:func:`stroboscope.sampling._provenance.counters`). The frame adds its rows' facts.
     fill_within_ns : mapping of str to int, optional
-        Per column, how long after its last value a null is "not due" (``fill="forward"``
-        fills it) rather than a failed read (left null). A :class:`Sampler` gives each source's
-        read period; without it every null is filled.
+        Per column, how long after its last value a null is surely "not due"
+        (``fill="forward"`` fills it; past that it uses the core frame's log of failed reads,
+        :func:`forward_filled`). A :class:`Sampler` gives each source's read period; without it
+        every null is filled.
     """
 
     __slots__ = ("_counted", "_fill_within", "_first_row", "_lost", "_rows", "_run")
@@ -281,14 +365,16 @@ class Frame:
         ----------
         fill : None or "forward"
             ``None`` keeps nulls where they are. ``"forward"`` carries each numeric column's
-            last value into the null rows after it until the next reading of that column was
-            due: the source's next read (a source read every n ticks, at its natural
-            resolution), or for a rate or share written once per window (``cpu_window``,
-            ``rate_window``: cpu %, bytes/s, PSI) the end of the next window, so such a column
-            has a value in every row: the value a reader would have seen then. A null at or
-            past that is a read that failed, or a process that exited, and stays null; so do
-            the rows before a column's first value. (Frames of a sampler know each column's
-            period and window; a recovered table does not, and every null is filled there.)
+            last value into the null rows after it, up to its next reading: the source's next
+            read (a source read every n ticks, at its natural resolution), or for a rate or
+            share written once per window (``cpu_window``, ``rate_window``: cpu %, bytes/s,
+            PSI) the next window's value, however late missed ticks make it; so such a column
+            has a value in every row: the value a reader would have seen then. Rows from a
+            failed read of the source on (or a process that exited) stay null, as do the rows
+            before a column's first value, and a column that its source's read left without a
+            value (``threads.top3.tid`` when fewer threads ran) past its period. (Frames of a
+            sampler know each column's period and window and each source's failed reads; a
+            recovered table does not, and every null is filled there.)
         """
         if fill not in (None, "forward"):
             raise ValueError(f"fill must be None or 'forward', got {fill!r}")
@@ -301,7 +387,10 @@ class Frame:
                 text = self._run.encoded(self._counted, table, self._lost, edges)
                 # The core's schema has metadata only on its fields: nothing to keep here.
                 table = table.replace_schema_metadata({_KEY: text.encode()})
-        return table if fill is None else forward_filled(table, self._fill_within)
+        if fill is None:
+            return table
+        failed = () if isinstance(self._rows, pa.Table) else self._rows.failed_reads
+        return forward_filled(table, self._fill_within, failed)
 
     def to_pandas(self, *, fill: Fill = None) -> pandas.DataFrame:
         """Return a pandas DataFrame (nullable integer columns become float64 with NaN);

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import stroboscope._core as _core
-from stroboscope._base.checks import PathsArg, check_dir_paths, check_pid, native_path
+from stroboscope._base.checks import PathsArg, check_dir_paths, check_pid
 from stroboscope._core import default_source_names as default_source_names  # for cluster/
 from stroboscope._core import source_names as source_names  # (re-exported: the facade's)
+from stroboscope.sampling._checks import check_root
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,8 @@ class SourcePlan:
     fill_within_ns : dict of str to int
         Per column, how long after its last value a null means "not due" (until its next
         reading, :func:`value_holds_ns`, less half a tick of lateness):
-        ``Frame.to_arrow(fill="forward")`` fills those nulls and leaves later ones (failed
-        reads) null.
+        ``Frame.to_arrow(fill="forward")`` fills those nulls, and later ones up to the next
+        reading unless the frame's log says a read failed (``forward_filled``).
     """
 
     specs: list[tuple[str, int]]
@@ -133,12 +134,10 @@ def source_options(
     """The checked arguments every source needs (the roots, the pid, the disk paths)."""
     options = _core.SourceOptions()
     # bytes: a root whose name is not UTF-8 reaches the C++ side as it is on disk
-    root = native_path("proc_root", proc_root)
-    if not os.path.isdir(root):  # a root that is not there: named here, not by a source
-        raise ValueError(f"proc_root {os.fsdecode(root)!r} is not an existing directory")
+    root = check_root("proc_root", proc_root)  # not there: named here, not by a source
     options.proc_root = root
-    options.sys_root = native_path("sys_root", sys_root)
-    options.cgroup_root = native_path("cgroup_root", cgroup_root)
+    options.sys_root = check_root("sys_root", sys_root)
+    options.cgroup_root = check_root("cgroup_root", cgroup_root)
     options.pid = check_pid(pid, os.fsdecode(root))
     options.disk_paths = [os.fsencode(p) for p in check_dir_paths("disk_paths", disk_paths)]
     return options
