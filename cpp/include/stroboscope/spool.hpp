@@ -16,6 +16,10 @@
 //   56   u32      pid of the writer
 //   60   u32      rows per block B (kBlockRows = 64)
 //   64   u64      total file size
+//   72   u64[7]   reserved for the recorder's figures (ticks, cost, rows lost), written by its
+//                 Python side under a sequence word (python/stroboscope/formats/spool_stats.py,
+//                 whose layout lives in formats/spool_layout.py): the core leaves them zero and
+//                 never writes them
 //   128  u64      write_begin: j + 1 is stored before row j's cells are written
 //   136  u64      head: j + 1 is stored after row j is complete (rows [0, head) were written)
 //   192  char[S]  schema: one line per column, "name\tunit\tdtype\tkind\n"

@@ -8,6 +8,11 @@ side wrote; when the layout changes there, that test prints this file's new text
 Version 2 keeps the ring in row blocks of ``BLOCK_ROWS`` rows (each column's cells of the block
 contiguous, then one validity word per column); version 1, the layout before it, kept one array
 per column and is still read (``V1_FIELDS``; see ``spool_cells``).
+
+``STATS_FIELDS`` are the recorder's figures (:mod:`stroboscope.formats.spool_stats`), in bytes
+72 to 127 of the header: bytes the core reserves, leaves zero and never writes, written by the
+recorder's Python side. Their home is here, not in the C++ core, which has no part in them;
+spools written before them hold zeros there ("not published"), so they need no new version.
 """
 
 MAGIC = b"STROBSPL"
@@ -34,3 +39,14 @@ FIELDS = (
 )
 # Version 1: the same header, except that offset 60 held the validity words per column.
 V1_FIELDS = tuple(("words", 60, "I") if f[0] == "block_rows" else f for f in FIELDS)
+# The recorder's figures: a sequence word (0: never published; odd while being written), then
+# seven u64 words under it.
+STATS_FIELDS = (
+    ("stats_seq", 72, "Q"),
+    ("ticks_taken", 80, "Q"),
+    ("ticks_missed", 88, "Q"),
+    ("rows_lost", 96, "Q"),
+    ("cost_mean_ns", 104, "Q"),
+    ("cost_p99_ns", 112, "Q"),
+    ("thread_cpu_ns", 120, "Q"),
+)

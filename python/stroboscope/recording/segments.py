@@ -31,6 +31,7 @@ renames it to the output, so those rows are not written again either.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -49,6 +50,7 @@ from stroboscope.formats.segments import (
     segment_path,
     stored_schema,
 )
+from stroboscope.formats.spool_stats import StatsPublisher
 from stroboscope.formats.writers import write_parquet
 from stroboscope.recording._events_write import EventsSink
 from stroboscope.sampling._frame import Frame
@@ -160,6 +162,7 @@ class SegmentWriter:
         self.events_errors = 0
         self._keep_rest = False  # set by keep_rest(): stop() writes no last segment
         self._pieces: str | None = None  # set by use_pieces(): the file segments go to
+        self._stats_out: StatsPublisher | None = None  # the figures a live view reads
         self._written: list[Written] = []
 
     def status(self) -> SegmentStatus:
@@ -181,6 +184,10 @@ class SegmentWriter:
             return
         if self._events is None:
             self._events = EventsSink(events_path(self._spool))
+        if self._stats_out is None:
+            # No figures in the spool when it cannot be opened: a live view infers them.
+            with contextlib.suppress(OSError):
+                self._stats_out = StatsPublisher(self._spool)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="stroboscope-segments", daemon=True)
         self._thread.start()
@@ -194,8 +201,11 @@ class SegmentWriter:
         """
         self._join_thread()
         self.append_events()
-        if self._keep_rest or self._last_flush():
-            return
+        try:
+            if self._keep_rest or self._last_flush():
+                return
+        finally:
+            self._publish_last()
         _LOG.warning(
             "%d rows of %s are in no segment (%s); they stay in the spool: "
             "`stroboscope recover %s -o FILE` reads them",
@@ -274,7 +284,9 @@ class SegmentWriter:
         while not self._stop.wait(retry_in or poll):
             self.append_events()
             try:
-                pending = int(self._core.stats()["rows_written"]) - self._cursor
+                stats = self._core.stats()
+                pending = int(stats["rows_written"]) - self._cursor
+                self._publish(stats)
             except Exception:  # the sampler closing under us: nothing to decide this round
                 continue
             if retry_in or time.monotonic() - last >= self._seconds or pending >= self._rows:
@@ -302,6 +314,26 @@ class SegmentWriter:
                     type(exc).__name__,
                     exc,
                 )
+
+    def _publish(self, stats: dict[str, object]) -> None:
+        """The sampler's figures and :attr:`rows_lost` into the spool's header, for a view that
+        follows the spool (:mod:`stroboscope.formats.spool_stats`); a failure stops publishing."""
+        if self._stats_out is None:
+            return
+        try:
+            self._stats_out.publish(stats, self.rows_lost)
+        except OSError:
+            self._stats_out.close()
+            self._stats_out = None
+
+    def _publish_last(self) -> None:
+        """The stopped sampler's last figures (after the last segment), then no more."""
+        # A sampler closing under us: the figures of the last poll stay.
+        with contextlib.suppress(Exception):
+            self._publish(self._core.stats())
+        if self._stats_out is not None:
+            self._stats_out.close()
+            self._stats_out = None
 
     def _try_flush(self) -> bool:
         try:
