@@ -12,4 +12,5 @@ PYBIND11_MODULE(_core, m) {
   stroboscope::bindings::register_spool(m);
   stroboscope::bindings::register_events(m);
   stroboscope::bindings::register_scope_edges(m);
+  stroboscope::bindings::register_stacks(m);
 }

@@ -25,4 +25,5 @@ void register_gpu(pybind11::module_& m);
 void register_spool(pybind11::module_& m);
 void register_events(pybind11::module_& m);
 void register_scope_edges(pybind11::module_& m);
+void register_stacks(pybind11::module_& m);
 }  // namespace stroboscope::bindings

@@ -69,6 +69,61 @@ TREE_CGROUP_CASES: dict[str, str] = {
 MAX_RECORD = 0xFFFF
 
 
+def _tiny_elf() -> bytes:
+    """A minimal ELF64 shared object: one PT_LOAD, a .dynsym and a .symtab, each naming
+    ``_PyRuntime`` and ``Py_Version`` (the names the stack reader looks up), and their strings."""
+    strtab = b"\0_PyRuntime\0Py_Version\0"
+    sym = struct.Struct("<IBBHQQ")  # Elf64_Sym: name, info, other, shndx, value, size
+    syms = sym.pack(0, 0, 0, 0, 0, 0) + sym.pack(1, 0x11, 0, 1, 0x4000, 64)
+    syms += sym.pack(12, 0x11, 0, 1, 0x4040, 4)
+    ehdr, phdr, shdr = 64, 56, 64
+    str_at = ehdr + phdr
+    sym_at = str_at + len(strtab)
+    sh_at = sym_at + len(syms)
+    shn = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr
+    sections = shn.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    sections += shn.pack(0, 3, 0, 0, str_at, len(strtab), 0, 0, 1, 0)  # SHT_STRTAB
+    sections += shn.pack(0, 11, 0, 0, sym_at, len(syms), 1, 1, 8, sym.size)  # SHT_DYNSYM
+    sections += shn.pack(0, 2, 0, 0, sym_at, len(syms), 1, 1, 8, sym.size)  # SHT_SYMTAB
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    header = ident + struct.pack(
+        "<HHIQQQIHHHHHH", 3, 62, 1, 0, ehdr, sh_at, 0, ehdr, phdr, 1, shdr, 4, 0
+    )
+    load = struct.pack("<IIQQQQQQ", 1, 5, 0, 0x1000, 0x1000, sh_at, sh_at, 0x1000)
+    return header + load + strtab + syms + sections
+
+
+def _str_object(kind: int, ascii: bool, text: str) -> bytes:
+    """A compact str object in CPython 3.12's layout (fuzz_py_unicode.cpp), prefixed by the
+    output room byte that harness reads first."""
+    data_at = 40 if ascii else 56
+    cps = [ord(c) for c in text]
+    obj = bytearray(data_at + (len(cps) + 1) * kind)
+    struct.pack_into("<q", obj, 16, len(cps))
+    struct.pack_into("<I", obj, 32, (kind << 2) | 0x20 | (0x40 if ascii else 0) | 0x80)
+    for i, cp in enumerate(cps):
+        obj[data_at + i * kind : data_at + (i + 1) * kind] = cp.to_bytes(kind, "little")
+    return bytes([200]) + bytes(obj)
+
+
+# The stack reader's harnesses: seeds made here, none recorded under tests/data.
+GENERATED_SEEDS: dict[str, tuple[bytes, ...]] = {
+    "fuzz_py_elf": (_tiny_elf(),),
+    "fuzz_py_maps": (
+        b"55d0c0a00000-55d0c0a02000 r--p 00000000 fe:00 260131     /usr/bin/python3.11\n"
+        b"7f1e2c000000-7f1e2c021000 rw-p 00000000 00:00 0 \n"
+        b"7f1e2d400000-7f1e2d600000 r-xp 00200000 fe:00 1234   /lib/libpython3.11.so.1.0\n"
+        b"7ffc1c5e7000-7ffc1c608000 rw-p 00000000 00:00 0                  [stack]\n",
+    ),
+    "fuzz_py_unicode": (
+        _str_object(1, True, "module.<locals>.f"),
+        _str_object(1, False, "caf\u00e9"),
+        _str_object(2, False, "\u03bbx"),
+        _str_object(4, False, "\U0001f600"),
+    ),
+}
+
+
 def _write_unique(out: Path, content: bytes) -> None:
     """Store ``content`` under its hash (duplicates collapse, as in a libFuzzer corpus)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -132,10 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     for case in sorted(p for p in (DATA / "proc").iterdir() if p.is_dir()):
         cg = TREE_CGROUP_CASES.get(case.name)
         _write_unique(out / "fuzz_trees", _tree_seed(case, DATA / "cgroup" / cg if cg else None))
+    for harness, seeds in GENERATED_SEEDS.items():
+        for seed in seeds:
+            _write_unique(out / harness, seed)
     # Inputs that once crashed a harness stay in its corpus: each run replays them first.
     for crash in sorted(REGRESSIONS.glob("*/*")):
         _write_unique(out / crash.parent.name, crash.read_bytes())
-    for harness in (*PARSER_SEEDS, "fuzz_trees"):
+    for harness in (*PARSER_SEEDS, "fuzz_trees", *GENERATED_SEEDS):
         print(f"{harness}: {len(list((out / harness).iterdir()))} seeds")
     return 0
 

@@ -40,6 +40,7 @@ from stroboscope.analysis._series import (
 )
 from stroboscope.analysis.energy import gpu_windows
 from stroboscope.analysis.scope_durations import durations, name_durations
+from stroboscope.analysis.scope_functions import FUNCTION_KEY, by_function
 
 if TYPE_CHECKING:
     import pandas
@@ -125,10 +126,16 @@ def summary_columns(names: Sequence[str]) -> list[str]:
 
 
 def summary(
-    samples: pa.Table, intervals: pa.Table, *, by: str | Sequence[str] | None = None
+    samples: pa.Table,
+    intervals: pa.Table,
+    *,
+    by: str | Sequence[str] | None = None,
+    stacks: Sequence[pa.Table] | None = None,
+    weight: str | None = None,
 ) -> pandas.DataFrame:
     """One row per scope path and labels (or per ``by``): durations, and CPU, memory, GPU,
-    power and energy.
+    power and energy; or, with ``"function"`` in ``by``, each such row broken down by the
+    functions the sampled Python stacks ran in it.
 
     Parameters
     ----------
@@ -141,7 +148,17 @@ def summary(
         name, wherever it was opened) and/or label keys. ``by="name"`` gives one row per scope
         name regardless of labels; ``by=["path", "phase"]`` groups by the path and one label.
         Default: the path and every label key (a label set per call, such as ``step=step``,
-        then gives a row per value).
+        then gives a row per value). ``"function"`` among them (``by="function"``,
+        ``by=["name", "function"]``) breaks each row of the other keys (the default ones when
+        it is alone) down by function: see *Returns* below.
+    stacks : (pyarrow.Table, pyarrow.Table), optional
+        With ``"function"`` in ``by``: the stack samples and the interned stacks
+        (:mod:`stroboscope.formats.stacks`; a ``Sampler(stacks=True)``'s ``stacks()``, or
+        ``read_stacks("run.parquet")`` for a recording).
+    weight : str, optional
+        With ``"function"`` in ``by``: what a stack sample weighs,
+        ``"cpu"`` (default: its thread's CPU time), ``"wall"`` or a metric column of
+        ``samples`` (:func:`stroboscope.analysis.stacks.sample_weights` states the rules).
 
     Returns
     -------
@@ -184,10 +201,25 @@ def summary(
         columns computed from the scope edges alone (calls, durations, edge counters),
         ``attrs["from_rows"]`` those computed from the sampled rows inside the calls.
 
+        With ``"function"`` in ``by``, one row per group of calls and function that a stack
+        sample inside the group's closed calls ran (the samples of the thread that ran a call,
+        taken while it was open: :func:`stroboscope.analysis.select_samples`), indexed by the
+        group's keys then ``function``, ``file`` and ``line`` (its first line), each group's
+        functions by total weight, largest first: ``self`` (the weight of the samples whose
+        leaf frame is the function), ``total`` (of those it is on, once however deep it
+        recurses), ``self_share`` and ``total_share`` (of the group's weight, 0 to 1), and
+        ``samples`` (the samples it is on). ``attrs["weight"]``, ``attrs["unit"]`` (``ns`` for
+        ``cpu`` and ``wall``) and ``attrs["rule"]`` say what the weights are. A group no stack
+        sample fell in has no row.
+
     Raises
     ------
     ImportError
         When pandas is not installed: the message names the extra that installs it.
+    ValueError
+        A key of ``by`` the intervals do not have; ``"function"`` without ``stacks``; ``stacks``
+        or ``weight`` without ``"function"`` in ``by``; a weight that is neither ``cpu``,
+        ``wall`` nor a metric column of ``samples``.
     """
     require("pandas", "the scope summary (summary())", "pandas")
     import pandas as pd
@@ -195,7 +227,18 @@ def summary(
     samples = check_samples(samples)
     iv = check_intervals(intervals)
     keys = _group_keys(by, iv.labels)
+    functions = FUNCTION_KEY in keys
+    if not functions and (stacks is not None or weight is not None):
+        given = "stacks" if stacks is not None else f"weight={weight!r}"
+        raise ValueError(
+            f"{given} breaks a scope down by function: add 'function' to by (by='function', "
+            f"or by={[*(keys if by is not None else ['path']), FUNCTION_KEY]!r}); got by={by!r}"
+        )
+    if functions:
+        keys = [k for k in keys if k != FUNCTION_KEY] or _group_keys(None, iv.labels)
     code, index = _group(iv.table.select(keys).to_pandas(), keys)
+    if functions:
+        return by_function(samples, iv, code, index, stacks, weight or "cpu")
     g = _Groups(iv, code, len(index))
     cols: dict[str, object] = dict(durations(iv.begin, iv.end, iv.closed, code, g.count))
     cols["exclusive_s"] = _exclusive(iv, g)
@@ -249,7 +292,7 @@ def _group_keys(by: object, labels: list[str]) -> list[str]:
     if by is None:
         return ["path", *labels]
     chosen = [by] if isinstance(by, str) else by
-    accepted = ["path", "name", *labels]
+    accepted = ["path", "name", *labels, FUNCTION_KEY]
     if (
         not isinstance(chosen, (list, tuple))
         or not chosen

@@ -1,5 +1,5 @@
 """The ``stroboscope`` command, one module per subcommand: ``record``, ``recover``, ``report``,
-``info``.
+``info``, ``top``, ``stacks``.
 
 Each module only parses and prints; the work is done by the package's API. A command imports
 only its own module (``stroboscope info`` does not load what ``record`` or ``report`` need, nor
@@ -27,7 +27,7 @@ __all__ = ["build_parser", "main"]
 
 #: The subcommands, in the order ``--help`` lists them; each is ``stroboscope.cli.<name>``, whose
 #: ``add_parser(sub)`` adds its parser.
-COMMANDS = ("record", "recover", "report", "info")
+COMMANDS = ("record", "recover", "report", "info", "top", "stacks")
 
 __getattr__, __dir__ = face(__name__, __all__)
 

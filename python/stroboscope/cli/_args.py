@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stroboscope._base.checks import check_pid, check_seconds, check_str
-from stroboscope._base.files import same_file
+from stroboscope._base.files import check_replaceable, same_file
 from stroboscope.sampling._checks import (
     MAX_INTERVAL_S,
     MIN_INTERVAL_S,
@@ -49,6 +49,14 @@ def seconds(option: str, text: str) -> float:
 def interval(option: str, text: str) -> float:
     """A sampling interval in seconds, within the sampler's bounds (``--interval``)."""
     return check_interval(option, _number(option, text, "a number of seconds"))
+
+
+def stacks(option: str, text: str) -> bool | float:
+    """``--stacks``: True alone (``on``), else a positive, finite number of seconds (whether it
+    is a whole multiple of ``--interval`` is the sampler's check)."""
+    if text == "on":
+        return True
+    return seconds(option, text)
 
 
 def _integer(option: str, text: str, what: str) -> int:
@@ -148,6 +156,10 @@ def check_output(output: str, force: bool) -> None:
             raise ValueError(f"{name} is a directory; give a file path")
         if os.path.lexists(path) and not force:
             raise ValueError(f"{name} already exists; give --force to replace it, or another path")
+        try:  # the rule the final write applies (a regular file only), said before any work
+            check_replaceable(path)
+        except OSError as exc:
+            raise ValueError(f"{name} {exc.strerror}") from None
 
 
 def check_output_not_spool(output: str, spool: str, spool_option: str) -> None:
@@ -264,6 +276,18 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         "however short (STROBOSCOPE_EDGE_COUNTERS in its environment; default off)",
     )
     parser.add_argument(
+        "--stacks",
+        nargs="?",
+        const="on",
+        default=False,
+        action=checked(stacks),
+        metavar="SECONDS",
+        help="also read every Python thread's stack of the command and of its child processes "
+        "on the samples' clock (--stacks: every --interval, no faster than 1 ms; --stacks=S: "
+        "every S seconds, a whole multiple of --interval), written beside FILE as "
+        "STEM.stacks.parquet and STEM.stack_frames.parquet (CPython 3.11/3.12 on Linux)",
+    )
+    parser.add_argument(
         "--keep-spool",
         action="store_true",
         help="keep the spool and its segments after writing FILE",
@@ -273,6 +297,12 @@ def add_record_arguments(parser: argparse.ArgumentParser) -> None:
         "--quiet",
         action="store_true",
         help="no live status line (it is drawn only when stderr is a terminal anyway)",
+    )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="show the live view (stroboscope top, the live extra) in place of the status "
+        "line; q leaves it (the recording goes on), Ctrl-C ends the recording",
     )
     parser.add_argument(
         "command",

@@ -68,8 +68,11 @@ def _build(
             capacity=args.capacity,
             spool=spool,
             segment_seconds=segment_s,
+            stacks=args.stacks,
         )
     else:  # a rank of a dataset: its role's sources (host-wide ones once per node)
+        if args.stacks:
+            raise ValueError("--stacks is written beside -o FILE; a --dataset rank has none yet")
         sampler = _dataset.rank_sampler(
             args, who, pid=pid, capacity=args.capacity, spool=spool, segment_seconds=segment_s
         )

@@ -38,7 +38,16 @@ from stroboscope.cli._record_setup import _build, _check_paths, _startup_lines
 from stroboscope.cli._record_summary import _print_summary, _scopes_line, _unwritten
 from stroboscope.cli._signals import WAIT_PERIOD_S, Signals, end_command, pause, say
 from stroboscope.cli._status import StatusLine, wanted
+from stroboscope.cli.top import check_live, start_view, stop_view
+from stroboscope.formats.events_file import (
+    events_dir_note,
+    remove_events_dir_note,
+    write_events_dir_note,
+)
+from stroboscope.formats.shared_events import check_events_capacity, unmade_files
 from stroboscope.formats.spool_read import recover_parts
+from stroboscope.formats.stacks import remove_stacks, stack_threads, write_stacks
+from stroboscope.formats.stacks_sidecar import write_sidecar_stacks
 from stroboscope.recording import _finish
 from stroboscope.recording.sampler import Sampler
 from stroboscope.sampling import _child_events
@@ -115,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"the output file is required: give -o FILE (or --dataset ROOT){hint}")
     if command_argv and args.pid is not None:
         raise ValueError("record: give either --pid or a command after --, not both")
+    if args.live:
+        check_live()  # a terminal and the live extra, before anything starts
+    if command_argv:  # a ring size its processes would not take, said before anything runs
+        check_events_capacity(os.environ)
     who = _dataset.check(args)  # conflicting rank variables fail before anything is made
     _dataset.per_rank_output(args)  # -o NAME-{rank}.parquet: this rank's own file
     fmt, spool, private = _check_paths(args)
@@ -142,7 +155,10 @@ def _record(
         with _child_events.declined():  # the sampler here makes no directory of its own
             return _record_with(args, command_argv, fmt, spool, stop, who, events)
     finally:
-        events.remove()  # read by the finish; here when it did not come to that
+        if os.path.lexists(spool) and events_dir_note(spool) is not None:
+            events.stop_drain()  # the end failed: kept with the spool, for recover to read
+        else:
+            events.remove()  # read by the finish; here when it did not come to that
 
 
 def _record_with(
@@ -170,14 +186,21 @@ def _record_with(
         if command is not None:  # setup failed: the command never runs
             command.kill()
         raise
+    if events.owned and events.dir is not None:  # where recover finds the command's scopes
+        write_events_dir_note(spool, events.dir)
     if not args.quiet:  # every option and path is checked, the sampler built: now say what runs
         _startup_lines(args, sampler, command, events)
     started = time.monotonic()
     sampled_s: float | None = None  # seconds sampled, once sampling stopped before the end
     exit_code = 0
-    status = StatusLine(sys.stderr, sampler, enabled=wanted(sys.stderr, args.quiet))
+    status = StatusLine(
+        sys.stderr, sampler, enabled=wanted(sys.stderr, args.quiet) and not args.live
+    )
+    view = None
     try:
         sampler.start()
+        if args.live:
+            view = start_view(spool)  # reads the spool as `stroboscope top` does
         if command is not None:
             _wait_first_row(sampler, stop)  # the command's first instant is recorded
             if stop.signum is None:
@@ -205,6 +228,7 @@ def _record_with(
             command.kill()  # it never runs unrecorded
         raise
     finally:
+        stop_view(view)
         status.clear()
         sampler.stop()  # the recording ends here, not after a slow endpoint's last flush
         exporters.close()  # the last window goes out while the sampler still holds it
@@ -218,8 +242,14 @@ def _record_with(
     # time, with what the sampler knows of the run (the spool's header does not).
     parts = sampler.dataset_status
     stranded = args.output is None and parts is not None and parts.rows_unwritten > 0
-    events.stop_drain()  # the command's edges drained once more, then read by the finish
+    unmade = 0  # processes of the command that could not make their events file
+    if args.output is not None:
+        # FILE's stacks beside it, from the spool's sidecar (before the finish removes the
+        # sidecar with the spool; the sampler is stopped: its last batch is in it).
+        _stacks_beside(args, sampler, command_argv)
     try:
+        events.stop_drain()  # the command's edges drained once more, then read by the finish
+        unmade = 0 if events.dir is None else len(unmade_files(events.dir))
         done = _finish.finish(
             sampler,
             args.output,
@@ -230,10 +260,13 @@ def _record_with(
             events_dir=events.dir,
             remove_events=events.owned,
         )
-    except OSError as exc:
-        if args.output is None:
+        remove_events_dir_note(spool)  # the events are read (and their directory gone)
+    except Exception as exc:  # the rows are in the spool: say how to write them
+        if args.output is None and isinstance(exc, OSError):
             raise
-        _unwritten(exc, args.output, spool, recover_parts(spool).rows, watchdog)
+        got = recover_parts(spool)  # the rows it holds, and those lost (a full disk)
+        kept = events.dir if events.owned and events_dir_note(spool) is not None else None
+        _unwritten(exc, args.output, spool, got.rows, watchdog, got.lost_words(), kept)
     if stranded and exit_code == 0:
         exit_code = 1
     _print_summary(
@@ -248,9 +281,37 @@ def _record_with(
         sampler.segments,
         sampler.dataset_status,
         sampler.identity,  # with the job id a single-process run was given
-        None if events.dir is None else _scopes_line(args, done),
+        None if events.dir is None else _scopes_line(args, done, unmade),
     )
     return exit_code
+
+
+def _stacks_beside(args: argparse.Namespace, sampler: Sampler, command_argv: list[str]) -> None:
+    """``--stacks``: the stack tables beside FILE; without it, stale ones of an earlier run on
+    the same FILE removed."""
+    if not args.stacks:
+        remove_stacks(args.output)
+        return
+    provenance = sampler.provenance(command=command_argv or None)
+    # Every sample is in the spool's sidecar (the sampler keeps only the latest in memory):
+    # streamed from there, a batch at a time, however long the run.
+    done = write_sidecar_stacks(args.spool_path, args.output, provenance=provenance)
+    if done is None:  # no sidecar (not expected of a recording: its spool always has one)
+        samples, frames = sampler.stacks()
+        done = samples.num_rows, write_stacks(samples, frames, args.output, provenance=provenance)
+    rows, paths = done
+    if not args.quiet:
+        stats = sampler.stats().stacks
+        skipped = (
+            ""
+            if stats is None or not stats.skipped
+            else (f"; not read: {', '.join(f'pid {pid} ({why})' for pid, why in stats.skipped)}")
+        )
+        threads, processes = stack_threads(paths[0])
+        say(
+            f"stacks: {rows} samples of {threads} threads in {processes} process(es) "
+            f"-> {paths[0]}{skipped}"
+        )
 
 
 def add_parser(sub: Any) -> None:

@@ -1,7 +1,8 @@
 """The zooming view of the report page: Bokeh figures (one per panel of
 :func:`~stroboscope.export._groups.plot_groups`, all on one time axis) and a scope lane above
 them, with the readings embedded (:mod:`stroboscope.export._page_data`) and the page's scripts
-(:data:`PAGE_SCRIPTS`) refilling the figures for the visible range on every zoom and pan.
+(:data:`PAGE_SCRIPTS`) refilling the figures for the visible range on every zoom and pan; under
+them, the flame graph of each recording with stacks (:mod:`stroboscope.export._flame`).
 
 Bokeh (the ``report`` extra) is embedded whole: its core script (about 1.3 MB) is written into
 the page, so it opens offline. Bokeh over plotly: a quarter of the script (plotly.js is about
@@ -24,6 +25,7 @@ import pyarrow.compute as pc
 from stroboscope.analysis.column_stats import column_kind
 from stroboscope.export._downsample import GAP_FACTOR, STALL_FACTOR
 from stroboscope.export._figure import MissingExtraError
+from stroboscope.export._flame import flame_figure, flame_html, flame_manifest
 from stroboscope.export._groups import (
     SCOPE_PALETTE,
     _int_column,
@@ -49,7 +51,7 @@ PAGE_SCRIPTS = ("page_data.js", "page_bokeh.js", "page.js")
 """The page's own scripts, package data of :mod:`stroboscope.export`, inlined in this order:
 the readings decoded and the points of a visible range (``page_data.js``), Bokeh's paint
 lightened (``page_bokeh.js``), and the figures refilled on every zoom and pan (``page.js``, which
-uses both)."""
+uses both). A page with stacks has ``flame.js`` (:mod:`._flame`) before ``page.js``."""
 
 _CSS = (
     ".strobo-fig{margin:0 0 4px 0}"
@@ -176,6 +178,7 @@ def page_data(
             if members:
                 panels.append((group, label, members))
     scopes = _scopes(blob, series, origins)
+    flames, flame_notes = flame_manifest(blob, series, origins)
     manifest = {
         "format": FORMAT,
         "x0": x0,
@@ -187,6 +190,9 @@ def page_data(
         "lines": lines,
         "scopes": scopes,
     }
+    if flames or flame_notes:  # a page without stacks is as it was
+        manifest["flames"] = flames
+        manifest["flame_notes"] = flame_notes
     return manifest, blob.packed(), panels
 
 
@@ -328,14 +334,21 @@ def page_view(series: list[Recording], align: str | None = None) -> str:
         return '<p class="note">No column to plot.</p>'
     manifest["figures"] = [{"lines": ids, "lane": lane} for _, _, ids, lane in figures]
     manifest["palette"] = list(PALETTE)  # the dots' colours, each its line's
+    flames = manifest.get("flames", [])
+    flame_figs = [
+        flame_figure(k, f["rows"], WIDTH_PX, BORDER_LEFT, BORDER_RIGHT)
+        for k, f in enumerate(flames)
+    ]
     doc = Document()
     with doc.models.freeze():  # the models are collected once, not once per root
-        for f in figures:
-            doc.add_root(f[0])
-    script, divs = components([f[0] for f in figures])
+        for p in [f[0] for f in figures] + flame_figs:
+            doc.add_root(p)
+    script, all_divs = components([f[0] for f in figures] + flame_figs)
+    divs, flame_divs = all_divs[: len(figures)], all_divs[len(figures) :]
     bokeh_js = "\n".join(Resources(mode="inline", components=["bokeh"]).js_raw)
     package = resources.files("stroboscope.export")
-    page_js = [package.joinpath(name).read_text() for name in PAGE_SCRIPTS]
+    names = [*PAGE_SCRIPTS[:-1], "flame.js", PAGE_SCRIPTS[-1]] if flames else PAGE_SCRIPTS
+    page_js = [package.joinpath(name).read_text() for name in names]
     note = (
         "Zoom with the mouse wheel (or the buttons), pan by dragging; every "
         "plot follows one time axis. Each value is drawn as "
@@ -356,6 +369,7 @@ def page_view(series: list[Recording], align: str | None = None) -> str:
                 f'<div class="strobo-fig" data-fig="{i}">{legend}{div}</div>'
                 for i, ((_, legend, _, _), div) in enumerate(zip(figures, divs))
             ),
+            *flame_html(manifest.get("flame_notes", []), flames, flame_divs),
             script,
             f'<script type="application/json" id="strobo-manifest">{_json(manifest)}</script>',
             '<script type="application/octet-stream" id="strobo-data">'

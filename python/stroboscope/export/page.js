@@ -39,6 +39,8 @@
       visible: false,
       at: null,
     }));
+    // the flame graphs of the stacks (flame.js, in the page only when a recording has stacks)
+    const flames = m.flames && P.flames ? P.flames(m, data, doc, S) : null;
     const label = document.querySelector('.strobo-range');
     const view = { a: m.x0, b: m.x1 };
     let shown = null;
@@ -79,6 +81,7 @@
         fill(f);
         shown.figures++;
       }
+      if (flames) flames.view(view.a, view.b);
       if (label) label.textContent = view.a.toFixed(3) + ' s to ' + view.b.toFixed(3) + ' s (' + fmtDur(view.b - view.a) + ' shown)';
       S.redraws++;
       S.lastComputeMs = performance.now() - t0;

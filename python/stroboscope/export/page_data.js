@@ -185,7 +185,7 @@
       name: array(buf, sc.name), path: array(buf, sc.path),
       names: sc.names, paths: sc.paths, colors: sc.colors, lanes: sc.lanes,
     };
-    return { series, lines, scopes };
+    return { series, lines, scopes, buf };  // buf: the flame graph's arrays (flame.js)
   }
 
   // points of one line over the visible [a, b] s, at about W pixels
@@ -288,6 +288,7 @@
   }
 
   P.decode = decode;
+  P.array = array;
   P.linePoints = linePoints;
   P.lanePoints = lanePoints;
   P.lowerBound = lowerBound;

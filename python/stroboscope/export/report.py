@@ -7,7 +7,8 @@ self-contained HTML page, and as PNG plots.
 >>> write_pngs(report, "plots/")               # one PNG per plot
 
 The HTML holds a zooming view of every value (Bokeh and the readings embedded: from the whole
-run down to single rows, offline), its tables and the run's metadata; ``static=True`` writes
+run down to single rows, offline), a flame graph of the Python stacks kept beside a recording
+(:mod:`stroboscope.export._flame`), its tables and the run's metadata; ``static=True`` writes
 the page with the plots as embedded PNG images instead and no script (for papers and CI logs,
 like the PNG files). Plots need matplotlib and bokeh (``pip install 'stroboscope[report]'``);
 the text does not.

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import pyarrow as pa
 
-from stroboscope._base.checks import check_path
+from stroboscope._base.checks import check_path, describe
 from stroboscope._base.files import replace_private
 from stroboscope.formats.provenance import PROVENANCE_KEY, dumps, from_schema
 
@@ -32,6 +32,11 @@ SIDECAR_SUFFIX = ".meta.json"
 SCOPES_SUFFIX = ".scopes.parquet"
 """A recording's scope intervals beside it: ``<stem>`` + this (``run.parquet`` ->
 ``run.scopes.parquet``)."""
+STACKS_SUFFIX = ".stacks.parquet"
+"""A recording's stack samples beside it (:mod:`stroboscope.formats.stacks`): ``<stem>`` + this
+(``run.parquet`` -> ``run.stacks.parquet``)."""
+STACK_FRAMES_SUFFIX = ".stack_frames.parquet"
+"""A recording's interned stacks beside it: ``<stem>`` + this."""
 _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 
 
@@ -52,16 +57,33 @@ def output_format(path: str | os.PathLike[str], *, default: str | None = None) -
     raise ValueError(f"output path {os.fspath(path)!r} must end in .parquet, .pq or .csv")
 
 
+CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
+"""The Parquet codecs a writer takes (those this pyarrow was built with)."""
+
+
+def check_codec(compression: object) -> str:
+    """A Parquet codec of :data:`CODECS` this pyarrow can write (any case), lower-cased;
+    TypeError or ValueError naming the argument, the value and the codecs otherwise."""
+    accepted = f"compression must be a Parquet codec {CODECS} that this pyarrow has, got "
+    if not isinstance(compression, str):
+        raise TypeError(accepted + describe(compression))
+    name = compression.lower()
+    if name not in CODECS or (name != "none" and not pa.Codec.is_available(name)):
+        raise ValueError(accepted + describe(compression))
+    return name
+
+
 def write_parquet(
     table: pa.Table, path: str | os.PathLike[str], *, compression: str = "zstd"
 ) -> None:
     """Write an Arrow table as Parquet (units kept as field metadata) to a file created 0600.
 
-    ``compression`` is any codec pyarrow accepts (``"zstd"``, ``"snappy"``, ``"gzip"``,
-    ``"none"``, ...); an unknown one raises before ``path`` is touched.
+    ``compression`` is a codec of :data:`CODECS` (:func:`check_codec`); any other value
+    raises before ``path`` is touched.
     """
     import pyarrow.parquet as pq
 
+    compression = check_codec(compression)
     path = check_path("path", path)
     with replace_private(path) as f:
         pq.write_table(table, f, compression=compression)
@@ -72,27 +94,62 @@ def sidecar_path(path: str | os.PathLike[str]) -> str:
     return os.fspath(path) + SIDECAR_SUFFIX
 
 
-def scopes_path(path: str | os.PathLike[str]) -> str:
-    """Where the scope intervals of the recording ``path`` go: its name without its format's
-    suffix (``.parquet``, ``.pq``, ``.csv``, any case) + :data:`SCOPES_SUFFIX`; a name with
-    another suffix keeps it (``run.data`` -> ``run.data.scopes.parquet``)."""
+def beside(path: str | os.PathLike[str], suffix: str) -> str:
+    """The name of a file kept beside the recording ``path``: its name without its format's
+    suffix (``.parquet``, ``.pq``, ``.csv``, any case) + ``suffix``; a name with another suffix
+    keeps it (``run.data`` -> ``run.data`` + ``suffix``)."""
     text = os.fspath(path)
     lower = text.lower()
-    for suffix in _SUFFIXES:
-        if lower.endswith(suffix) and len(text) > len(suffix):
-            return text[: -len(suffix)] + SCOPES_SUFFIX
-    return text + SCOPES_SUFFIX
+    for known in _SUFFIXES:
+        if lower.endswith(known) and len(text) > len(known):
+            return text[: -len(known)] + suffix
+    return text + suffix
+
+
+def scopes_path(path: str | os.PathLike[str]) -> str:
+    """Where the scope intervals of the recording ``path`` go: :func:`beside` it,
+    :data:`SCOPES_SUFFIX` (``run.parquet`` -> ``run.scopes.parquet``)."""
+    return beside(path, SCOPES_SUFFIX)
+
+
+def stacks_path(path: str | os.PathLike[str]) -> str:
+    """Where the stack samples of the recording ``path`` go: :func:`beside` it,
+    :data:`STACKS_SUFFIX`."""
+    return beside(path, STACKS_SUFFIX)
+
+
+def stack_frames_path(path: str | os.PathLike[str]) -> str:
+    """Where the interned stacks of the recording ``path`` go: :func:`beside` it,
+    :data:`STACK_FRAMES_SUFFIX`."""
+    return beside(path, STACK_FRAMES_SUFFIX)
 
 
 def companions(path: str | os.PathLike[str]) -> dict[str, str]:
     """The files a recording ``path`` is written as, keyed by what each is of it: the recording
-    itself (key ``""``), its scope intervals (:func:`scopes_path`) and, for a CSV file, its
+    itself (key ``""``), its scope intervals (:func:`scopes_path`), its stack samples and
+    interned stacks (:func:`stacks_path`, :func:`stack_frames_path`) and, for a CSV file, its
     provenance sidecar (:func:`sidecar_path`)."""
     text = os.fspath(path)
-    files = {"": text, "the scope intervals of": scopes_path(text)}
+    files = {
+        "": text,
+        "the scope intervals of": scopes_path(text),
+        "the stack samples of": stacks_path(text),
+        "the interned stacks of": stack_frames_path(text),
+    }
     if output_format(text, default="parquet") == "csv":
         files["the provenance sidecar of"] = sidecar_path(text)
     return files
+
+
+COMPANION_SUFFIXES = (SCOPES_SUFFIX, STACKS_SUFFIX, STACK_FRAMES_SUFFIX, SIDECAR_SUFFIX)
+"""How the names of the files :func:`companions` keeps beside a recording end."""
+
+
+def is_companion(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a file kept beside a recording (its scope intervals, stack
+    samples, interned stacks or provenance sidecar: :func:`companions`), not a recording: what
+    every reader that lists the recordings of a folder leaves out."""
+    return os.fspath(path).endswith(COMPANION_SUFFIXES)
 
 
 def write_sidecar(schema: pa.Schema, path: str | os.PathLike[str]) -> str | None:

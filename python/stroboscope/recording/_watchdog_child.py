@@ -130,24 +130,29 @@ def write_dump_parts(
     """Write the ``parts`` (tables of ``schema``) one after another where a resolved job says (a
     complete file or none); return the path."""
     fmt = job["format"]
-    path = job["dump"] or os.path.join(job["dump_dir"], default_dump_name(fmt, parent_pid))
-    directory, name = os.path.split(path)
+    from stroboscope._base.files import replace_private
     from stroboscope.formats.writers import write_sidecar, write_stream
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory or None)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write_stream(schema, parts, f, fmt)
-            f.flush()
-            os.fsync(f.fileno())  # on disk before the rename makes it the dump
-        if job["dump"]:
-            os.replace(tmp, path)
-        else:
-            path = _publish_unique(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    if job["dump"]:
+        path: str = job["dump"]
+        # Only a regular file (or nothing) is replaced, checked before anything is written and
+        # again before the rename: a symlink, FIFO or directory there is refused, never used.
+        with replace_private(path) as out:
+            write_stream(schema, parts, out, fmt)  # fsynced before the rename makes it the dump
+    else:
+        path = os.path.join(job["dump_dir"], default_dump_name(fmt, parent_pid))
+        directory, name = os.path.split(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory or None)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write_stream(schema, parts, f, fmt)
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename makes it the dump
+            path = _publish_unique(tmp, path)  # a new name: never replaces anything
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
     if fmt == "csv":
         write_sidecar(schema, path)  # the provenance, as every CSV output has it
     return path
@@ -157,7 +162,11 @@ def run_job(job: dict[str, Any], parent_pid: int) -> str:
     """Dump one resolved job (the same code for every kind); return the log line."""
     schema, parts, rows, note = _load(job)
     path = write_dump_parts(schema, parts, job, parent_pid)
-    if job.get("remove_source"):
+    stacks_kept = False
+    if job["kind"] == "spool":
+        stacks_note, stacks_kept = _stacks_beside(job["source"], path, schema)
+        note += stacks_note
+    if job.get("remove_source") and not stacks_kept:
         if job["kind"] == "spool":
             from stroboscope.formats.spool_read import remove_spool
 
@@ -173,6 +182,35 @@ def run_job(job: dict[str, Any], parent_pid: int) -> str:
     return (
         f"parent {parent_pid} died; wrote {rows} rows of {job['kind']} "
         f"{job['source']} to {path} ({job['format']}){note}"
+    )
+
+
+def _stacks_beside(spool: str, dump: str, schema: pa.Schema) -> tuple[str, bool]:
+    """Write the stacks a ``--stacks`` recording drained beside ``spool`` (its sidecar) beside
+    ``dump``, a batch at a time; return a note for the log line and whether the spool must be
+    kept (the stacks could not be written: ``stroboscope recover`` still can)."""
+    from stroboscope.formats.provenance import from_schema
+    from stroboscope.formats.stacks_sidecar import write_sidecar_stacks
+
+    try:
+        prov = from_schema(schema)
+    except ValueError:
+        prov = None
+    try:
+        done = write_sidecar_stacks(spool, dump, provenance=prov)
+    except Exception as exc:
+        return f"; stacks not written ({type(exc).__name__}: {exc}), kept beside {spool}", True
+    return ("", False) if done is None else (f"; {done[0]} stack samples to {done[1][0]}", False)
+
+
+def failure_line(job: dict[str, Any], parent_pid: int, exc: BaseException) -> str:
+    """The log line of a dump that failed (``exc``): why, and where the rows still are (a
+    failed job never removes its source)."""
+    how = f" (stroboscope recover {job['source']} -o FILE writes them)"
+    return (
+        f"parent {parent_pid} died; could not dump {job['kind']} {job['source']}: "
+        f"{type(exc).__name__}: {exc}; the rows are still in {job['source']}"
+        f"{how if job['kind'] == 'spool' else ''}"
     )
 
 
@@ -226,11 +264,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             _log(run_job(job, parent_pid))
         except Exception as exc:
             failed += 1
-            _log(
-                f"parent {parent_pid} died; could not dump {job['kind']} {job['source']}: "
-                f"{type(exc).__name__}: {exc}"
-            )
+            _log(failure_line(job, parent_pid, exc))
+    _remove_events_dirs(parent_pid)
     return 1 if failed else 0
+
+
+def _remove_events_dirs(parent_pid: int) -> None:
+    """Remove the dead parent's private events directories (where its children wrote their
+    scopes; a recorder reads them at its stop, which never came): named for its pid, this
+    user's, 0700 (:func:`stroboscope.formats.shared_events_env.remove_private_dirs`)."""
+    from stroboscope.formats.shared_events_env import remove_private_dirs
+
+    for path in remove_private_dirs(lambda pid: pid == parent_pid):
+        _log(f"removed the events directory {path} of parent {parent_pid}")
 
 
 if __name__ == "__main__":

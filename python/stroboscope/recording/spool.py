@@ -30,8 +30,10 @@ def recover(path: str | os.PathLike[str]) -> Frame:
     -------
     Frame
         Columns ``time``, ``mono_ns`` and the metrics, as a live sampler's frames have them.
-        ``rows_lost`` (also the schema metadata ``stroboscope.rows_lost``) counts rows
-        overwritten in the ring before a segment could take them (never silently dropped).
+        ``rows_lost`` (also the schema metadata ``stroboscope.rows_lost``, by cause in
+        ``stroboscope.rows_lost_to``) counts the rows recorded that are not in it: overwritten
+        in the ring before a segment could take them, in a damaged segment, or held only by a
+        damaged spool's ring (never silently dropped).
 
     Raises
     ------

@@ -8,6 +8,7 @@ safety (segments beside a spool, a watchdog) is composed on top of it in
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from types import MappingProxyType, TracebackType
@@ -42,6 +43,8 @@ from stroboscope.sampling._run import RunRecord
 from stroboscope.sampling._sampler_rows import SamplerRows
 from stroboscope.sampling._schema import TIME_COLUMN, Column
 from stroboscope.sampling._scope_log import ScopeRecording, check_edge_counters
+from stroboscope.sampling._stacks import StackRecorder, check_stacks
+from stroboscope.sampling._stats import SamplerStats
 
 
 class SamplerOptions(TypedDict, total=False):
@@ -65,6 +68,7 @@ class SamplerOptions(TypedDict, total=False):
     cgroup_root: str | os.PathLike[str]
     edge_rows: bool
     edge_counters: bool | str
+    stacks: bool | float | None
 
 
 class CoreSampler(SamplerRows, ScopeRecording, EnergyWindows, RunRecord, GpuSamples):
@@ -116,6 +120,9 @@ class CoreSampler(SamplerRows, ScopeRecording, EnergyWindows, RunRecord, GpuSamp
         (exporters, the dataset writer, the scope collector) run under the user's interpreter
         and GIL, and stay in ``proc.cpu_pct``; ticks taken with ``tick_now`` run on the
         caller's thread, the user's. Another process (``pid=``) has none of them.
+        With ``stacks``, the package's own Python threads in this process (the stacks drain
+        thread, the publisher, the writers: any thread whose first function is the package's)
+        are likewise left out of the stack samples unless this is True.
     gpu_samples : bool
         With the ``gpu`` source, also collect every sample the driver buffered (power, GPU and
         memory utilisation, SM and memory clocks) at the driver's own resolution; see
@@ -151,6 +158,13 @@ class CoreSampler(SamplerRows, ScopeRecording, EnergyWindows, RunRecord, GpuSamp
         also its ``getrusage(RUSAGE_THREAD)`` faults and context switches. ``"off"`` (or False,
         the default) adds nothing to a scope's cost. The setting is the process's events log's:
         the strongest asked by the samplers running at once.
+    stacks : bool or float
+        Also read every Python thread's stack of the sampled process and of its descendants
+        (forked workers, launched ranks) on CLOCK_MONOTONIC, the clock of ``mono_ns``, from a
+        C++ thread of its own that never pauses them: ``True`` = every ``interval`` but no
+        faster than 1 ms; a number = that many seconds, a whole multiple of ``interval``;
+        ``False`` (default) = off, at no cost. Read with :meth:`stacks`; the reader's own
+        counts are ``stats().stacks``. CPython 3.11/3.12 on Linux (docs/stacks.md).
     """
 
     def __init__(
@@ -176,6 +190,7 @@ class CoreSampler(SamplerRows, ScopeRecording, EnergyWindows, RunRecord, GpuSamp
         cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
         edge_rows: bool = False,
         edge_counters: bool | str = False,
+        stacks: bool | float | None = False,
     ) -> None:
         # Every argument is checked here, before anything is allocated or created.
         self._interval = check_interval("interval", interval)
@@ -195,6 +210,7 @@ class CoreSampler(SamplerRows, ScopeRecording, EnergyWindows, RunRecord, GpuSamp
         self._event_windows = []
         gpu_every_s = check_interval("gpu_sample_interval", gpu_sample_interval)
         want_precise = check_bool("precise", precise)
+        stacks_every = check_stacks(stacks, self._interval)
         self._max_overhead = check_max_overhead(max_overhead)
         defaults = list(_core.default_source_names(options))
         asked = check_sources(sources, self._interval, defaults)
@@ -226,6 +242,11 @@ class CoreSampler(SamplerRows, ScopeRecording, EnergyWindows, RunRecord, GpuSamp
         wanted = want_gpu_samples and any(name == "gpu" for name, _ in specs)
         self._open_gpu_samples(devices, labels, gpu_every_s if wanted else None)
         self._owner_pid = os.getpid()
+        self._stacks = (
+            None
+            if stacks_every is None
+            else StackRecorder(stacks_every, self._pid, options.include_own_threads)
+        )
         self._lock = threading.Lock()
         self._closed = False
         self._columns = [TIME_COLUMN] + [Column(**c) for c in self._core.columns()]
@@ -275,17 +296,49 @@ class CoreSampler(SamplerRows, ScopeRecording, EnergyWindows, RunRecord, GpuSamp
             raise
         if self._gpu_recorder is not None:
             self._gpu_recorder.start()
+        if self._stacks is not None:
+            self._stacks.start()
 
     def _stop_locked(self) -> None:
         self._detach_scopes()
         self._core.stop()
         if self._gpu_recorder is not None:
             self._gpu_recorder.stop()
+        if self._stacks is not None:
+            self._stacks.stop()
         if self._core.rate_changes_total != self.__dict__.get("_rates_seen", 0):
             self._follow_budget()  # the budget's latest changes: to the provenance and the log
 
     def _close_locked(self) -> None:
         pass
+
+    def stacks(self) -> tuple[pa.Table, pa.Table]:
+        """Every Python thread's stacks read so far: ``(samples, frames)`` tables in the
+        schemas of :mod:`stroboscope.formats.stacks` (``SAMPLES_SCHEMA``, ``FRAMES_SCHEMA``).
+
+        A frame names a function (``function`` its qualified name, ``file``, ``line`` its
+        first line), not the line running in it. Samples are kept in memory up to
+        ``stroboscope.sampling._stacks.MAX_KEPT_SAMPLES`` (the oldest dropped past it, counted
+        in ``stats().stacks.samples_discarded``).
+
+        Raises
+        ------
+        ValueError
+            The sampler was made without ``stacks=``.
+        """
+        if self._stacks is None:
+            raise ValueError(
+                "this Sampler reads no stacks: make it with stacks=True (or stacks=SECONDS)"
+            )
+        return self._stacks.tables()
+
+    def stats(self) -> SamplerStats:
+        """The sampler's measurement of itself (see :class:`SamplerStats`); ``stacks`` holds
+        the stack reader's (None without ``stacks=``)."""
+        stats = super().stats()
+        if self._stacks is None:
+            return stats
+        return dataclasses.replace(stats, stacks=self._stacks.stats())
 
     @property
     def running(self) -> bool:
@@ -326,3 +379,5 @@ class CoreSampler(SamplerRows, ScopeRecording, EnergyWindows, RunRecord, GpuSamp
         self._core.forget_thread_after_fork()
         if self._gpu_recorder is not None:
             self._gpu_recorder.forget_thread_after_fork()
+        if self._stacks is not None:
+            self._stacks.after_fork_in_child()

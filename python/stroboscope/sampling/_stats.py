@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
+
+if TYPE_CHECKING:
+    from stroboscope.sampling._stacks import StackStats
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,8 @@ class SamplerStats:
         every source at 1 s (or its resolution, if slower), or what the sources do not cost
         (waking at the interval, ``precise``'s spin) leaves them less than a quarter of the
         budget (they are slowed until they cost that quarter above it, no further).
+    stacks : StackStats or None
+        The stack reader's own counts (``Sampler(stacks=...)``); None without stacks.
     """
 
     interval_ns: int
@@ -199,6 +206,7 @@ class SamplerStats:
     rate_changes_total: int = 0
     rate_changes: tuple[RateChange, ...] = ()
     budget_unmet: int = 0
+    stacks: StackStats | None = None
 
     @classmethod
     def from_core(
@@ -232,6 +240,81 @@ class SamplerStats:
     def as_dict(self) -> dict[str, Any]:
         """Plain dicts and lists (for JSON, logging)."""
         return asdict(self)
+
+    def __str__(self) -> str:
+        """The figures for a terminal, a few lines and a table of the sources (``repr`` keeps
+        every field on one line)."""
+        state = "running" if self.running else "stopped"
+        mode = ", precise" if self.precise else ""
+        lines = [f"sampler {state}: every {_ns(self.interval_ns)}{mode}, pid {self.pid}"]
+
+        def line(what: str, text: str) -> None:
+            lines.append(f"  {what:<11}{text}")
+
+        line(
+            "ticks",
+            f"{self.ticks_taken:,} taken, {self.ticks_missed:,} missed of "
+            f"{self.ticks_scheduled:,}; {self.ticks_requested:,} edge rows for "
+            f"{self.tick_requests:,} requests",
+        )
+        line(
+            "lateness",
+            f"p50 {_ns(self.lateness_p50_ns)}, p99 {_ns(self.lateness_p99_ns)}, "
+            f"max {_ns(self.lateness_max_ns)}",
+        )
+        line(
+            "cost/tick",
+            f"mean {_ns(self.cost_mean_ns)}, p99 {_ns(self.cost_p99_ns)}, "
+            f"max {_ns(self.cost_max_ns)}",
+        )
+        cpu = f"sampler thread {_ns(self.thread_cpu_ns)}"
+        if self.threads_cpu_ns != self.thread_cpu_ns:
+            cpu += f", with poll threads {_ns(self.threads_cpu_ns)}"
+        line("cpu time", cpu)
+        if self.max_overhead > 0:
+            now = "-" if self.overhead is None else f"{self.overhead:.1%}"
+            line(
+                "budget",
+                f"{self.max_overhead:.1%} of a core, using {now}; "
+                f"{self.rate_changes_total} rate changes (rate_changes), "
+                f"{self.budget_unmet} checks unmet",
+            )
+        line(
+            "rows",
+            f"{self.rows_written:,} written, {self.rows_overwritten:,} overwritten, "
+            f"{self.rows_lost:,} lost; ring of {self.capacity:,} rows x {self.num_columns} "
+            f"columns, {fmt_value(self.ring_bytes, 'bytes')}B",
+        )
+        if self.segments_written is not None:
+            line(
+                "spool",
+                f"{self.segments_written} segments written, "
+                f"{self.segment_rows_lost or 0:,} rows lost before one took them",
+            )
+        line("clock", f"anchor within {_ns(self.clock_anchor_uncertainty_ns)}")
+        if self.process_exited:
+            line("process", f"{self.pid} has exited")
+        rows: list[tuple[str, ...]] = [
+            (
+                s.name,
+                s.interface or "-",
+                s.reason or "-",
+                _ns(s.interval_ns or s.every * self.interval_ns),
+                f"{s.reads:,}",
+                f"{s.failures:,}",
+                _ns(s.cost_ns),
+            )
+            for s in self.sources
+        ]
+        header = ("source", "interface", "latest failure", "every", "reads", "failures", "cost")
+        table = text_table(header, rows, left=3)
+        lines += ["  " + row for row in table.splitlines()]
+        return "\n".join(lines)
+
+
+def _ns(ns: float) -> str:
+    """Nanoseconds in the package's human units (``1.5 ms``)."""
+    return "0" if ns == 0 else fmt_seconds(ns / 1e9)
 
 
 def _said_by(details: Mapping[str, Any] | None) -> dict[str, Any]:

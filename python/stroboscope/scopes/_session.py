@@ -101,9 +101,10 @@ def _need_session() -> Sampler:
     return _sampler
 
 
-def summary(*, by: str | Sequence[str] | None = None) -> pd.DataFrame:
-    """Per-scope figures of the default session (see :meth:`stroboscope.Sampler.summary`)."""
-    return _need_session().summary(by=by)
+def summary(*, by: str | Sequence[str] | None = None, weight: str | None = None) -> pd.DataFrame:
+    """Per-scope figures of the default session, or with ``by="function"`` each scope by
+    function (see :meth:`stroboscope.Sampler.summary`)."""
+    return _need_session().summary(by=by, weight=weight)
 
 
 def samples_by_scope() -> pa.Table:
