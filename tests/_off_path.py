@@ -1,6 +1,7 @@
-"""Run the tests that drive an optional program (Chromium, Prometheus: :func:`_binaries.binary`)
-with those programs off the PATH, as on a machine that lacks them: each such test must skip with
-its reason and leave nothing behind (``filterwarnings=error`` turns a leaked file into an error).
+"""Run the tests that drive an optional program (Chromium, Prometheus, tmux:
+:func:`_binaries.binary`) with those programs off the PATH, as on a machine that lacks them:
+each such test must skip with its reason and leave nothing behind (``filterwarnings=error``
+turns a leaked file into an error).
 
 ``python tests/_off_path.py [pytest arguments]`` (``.ci/run`` does, after installing them for the
 main run). The test files are found, not listed: those that call ``binary`` themselves or import
@@ -26,7 +27,7 @@ from _binaries import REQUIRE_VARIABLE
 TESTS = Path(__file__).resolve().parent
 
 # Every name under which a test looks a program up (the first argument of each binary() call).
-OPTIONAL = ("chromium", "chromium-browser", "prometheus")
+OPTIONAL = ("chromium", "chromium-browser", "prometheus", "tmux")
 
 
 def _imports(tree: ast.AST) -> set[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import stroboscope
+from _binaries import binary
 from _live_spools import write_spool
 from stroboscope.cli import top
 from stroboscope.formats.spool_live import live_spools
@@ -214,8 +214,8 @@ def test_bad_paths_and_options_are_named(tmp_path: Path) -> None:
     assert got.returncode == 2 and "--interval" in got.stderr
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_the_command_in_a_terminal_draws_and_quits(tmp_path: Path) -> None:
+    binary("tmux", install="apt-get install tmux")
     spool = tmp_path / "t.spool"
     s = stroboscope.Sampler(0.001, sources=["cpu", "memory"], spool=spool)
     s.start()
@@ -268,9 +268,9 @@ def test_pid_samples_the_process_here_with_the_samplers_figures(tmp_path: Path) 
     assert not os.path.exists(folder)  # its private spool went with it
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 @pytest.mark.parametrize("leave", ["q", "C-c"])
 def test_record_live_shows_the_view_in_its_terminal(tmp_path: Path, leave: str) -> None:
+    binary("tmux", install="apt-get install tmux")
     script = tmp_path / "work.py"
     script.write_text(WORK)
     out = tmp_path / "live.parquet"
