@@ -160,7 +160,10 @@ class Browser:
         msg: dict[str, Any] = {"id": self._id, "method": method, "params": params}
         if session:
             msg["sessionId"] = self._session
-        os.write(self._to_w, json.dumps(msg).encode() + b"\0")
+        try:
+            os.write(self._to_w, json.dumps(msg).encode() + b"\0")
+        except BrokenPipeError:  # it exited before it read: as when it closes its pipe later
+            raise RuntimeError("chromium closed its pipe") from None
         while True:
             reply = self._read(timeout)
             if reply.get("id") == self._id:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import stroboscope
 from stroboscope.formats.stacks import FRAMES_SCHEMA, SAMPLES_SCHEMA, check_stacks
@@ -126,10 +127,13 @@ def test_truth_in_this_process() -> None:
     with stroboscope.Sampler(0.001, sources=FEW_SOURCES, stacks=True) as sampler:
         time.sleep(0.05)
         clocks = ns["main"]()
-    samples, frames = sampler.stacks()  # stopped: every sample drained
+    every, frames = sampler.stacks()  # stopped: every sample drained
     stats = sampler.stats().stacks
-    assert samples.schema == SAMPLES_SCHEMA and frames.schema == FRAMES_SCHEMA
-    check_stacks(samples, frames)  # S2's reader's checks: one consistent set of stacks
+    assert every.schema == SAMPLES_SCHEMA and frames.schema == FRAMES_SCHEMA
+    check_stacks(every, frames)  # the stored form's checks: one consistent set of stacks
+    # The tree of this process is read: a Python child an earlier test left running here (a
+    # multiprocessing resource tracker or forkserver) has samples too; the truth is ours.
+    samples = every.filter(pc.equal(every["pid"], os.getpid()))
     names = ["alpha", "beta", "gamma"]
     cpu = attributed(samples, frames, names)
     got = shares(cpu)
@@ -143,8 +147,8 @@ def test_truth_in_this_process() -> None:
     assert count_of(samples, frames, "gamma") > 100  # present: in the wall weight
     # (A read may fail as a thread ends: its data stack is unmapped under the reader.)
     assert stats is not None
-    assert stats.samples == samples.num_rows + stats.dropped + stats.own_left_out
-    assert set(samples["pid"].to_pylist()) == {os.getpid()}
+    assert stats.samples == every.num_rows + stats.dropped + stats.own_left_out
+    assert samples.num_rows > 0.5 * every.num_rows
     truth_tids = {t for t, n in zip(samples["tid"].to_pylist(), samples["stack_id"].to_pylist())}
     assert len(truth_tids) >= 4  # main, alpha, beta, gamma (the drain thread, ours: left out)
     # Python 3.11 leaves OS thread names alone: each thread has the process's comm.
