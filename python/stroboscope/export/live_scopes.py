@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from stroboscope.export._ranks import Rank
 from stroboscope.export._ranks_steps import StepStats, closed_calls, step_stats
-from stroboscope.export.live_series import KEEP_NS, _Grow
+from stroboscope.export.live_series import KEEP_NS, GrowingColumns
 from stroboscope.formats.events_live import Edges
 
 Array = np.ndarray[Any, Any]
@@ -37,7 +37,7 @@ class ScopeTracker:
         self._threads: list[ThreadKey] = []
         self._thread_code: dict[ThreadKey, int] = {}
         # closed calls: begin, end (ns), name code, depth, thread code; in order of their end
-        self._closed = _Grow((np.int64, np.int64, np.int64, np.int64, np.int64))
+        self._closed = GrowingColumns((np.int64, np.int64, np.int64, np.int64, np.int64))
         self.unpaired = 0  # ends whose begin was never seen
 
     def _name(self, name: str) -> int:

@@ -29,7 +29,7 @@ _EIGHTHS = " ▁▂▃▄▅▆▇█"
 _CHARS = np.array(list(_EIGHTHS))
 
 
-class _Grow:
+class GrowingColumns:
     """Columns of numbers appended at the end and trimmed at the front, in amortised O(1)."""
 
     def __init__(self, dtypes: tuple[Any, ...]) -> None:
@@ -65,8 +65,8 @@ class Series:
 
     def __init__(self, unit: str) -> None:
         self.unit = unit
-        self._raw = _Grow((np.int64, np.float64))
-        self._buckets = _Grow((np.int64, np.float64, np.float64))
+        self._raw = GrowingColumns((np.int64, np.float64))
+        self._buckets = GrowingColumns((np.int64, np.float64, np.float64))
         self.last: tuple[int, float] | None = None  # (mono_ns, value) of the newest cell
 
     def add(self, mono_ns: Array, values: Array) -> None:
