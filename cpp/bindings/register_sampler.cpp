@@ -1,4 +1,4 @@
-// Sampler: construction from source names, lifecycle, snapshot/drain, self-measurement.
+// Sampler: construction from built sources, lifecycle, snapshot/drain, self-measurement.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -25,20 +25,8 @@ struct ReleaseGilDeleter {
   }
 };
 
-std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler(
-    const std::vector<std::pair<std::string, std::uint32_t>>& specs, std::int64_t interval_ns,
-    std::uint64_t capacity, const SourceOptions& opts, const std::string& spool_path,
-    bool precise, double max_overhead) {
-  // Building sources may dlopen NVML and call nvmlInit: not with the GIL held.
-  // releasing gil here is safe, we don't manipulate refcounts
-  py::gil_scoped_release release;
-  std::vector<SourceSlot> slots = build_source_slots(specs, interval_ns, opts);
-  return std::unique_ptr<Sampler, ReleaseGilDeleter>(
-      new Sampler(std::move(slots), interval_ns, capacity, spool_path, precise, max_overhead));
-}
-
-// The same from sources built already (_core.build_source): the Sampler takes them, so each
-// source is built once. A source taken before, or listed twice, is refused before any is taken.
+// A Sampler from sources built already (_core.build_source): it takes them, so each source is
+// built once. A source taken before, or listed twice, is refused before any is taken.
 std::unique_ptr<Sampler, ReleaseGilDeleter> make_sampler_built(
     const std::vector<std::pair<std::shared_ptr<BuiltSource>, std::uint32_t>>& specs,
     std::int64_t interval_ns, std::uint64_t capacity, const std::string& spool_path,
@@ -149,9 +137,6 @@ void register_sampler(py::module_& m) {
       .def(py::init(&make_sampler_built), py::arg("sources"), py::arg("interval_ns"),
            py::arg("capacity"), py::arg("spool_path") = "", py::arg("precise") = false,
            py::arg("max_overhead") = 0.0)
-      .def(py::init(&make_sampler), py::arg("sources"), py::arg("interval_ns"),
-           py::arg("capacity"), py::arg("options"), py::arg("spool_path") = "",
-           py::arg("precise") = false, py::arg("max_overhead") = 0.0)
       .def("start", &Sampler::start, release_gil())
       .def("stop", &Sampler::stop, release_gil())
       .def_property_readonly("running", &Sampler::running)

@@ -1,5 +1,5 @@
 # Type stubs for the private C++ extension (hand-written; keep in step with cpp/bindings/).
-from typing import Any, Callable, overload
+from typing import Any, Callable
 
 MIN_INTERVAL_NS: int
 MAX_INTERVAL_NS: int
@@ -53,23 +53,11 @@ class BuiltSource:
 def build_source(name: str, options: SourceOptions) -> BuiltSource: ...
 
 class Sampler:
-    @overload
     def __init__(
         self,
         sources: list[tuple[BuiltSource, int]],
         interval_ns: int,
         capacity: int,
-        spool_path: str | bytes = "",
-        precise: bool = False,
-        max_overhead: float = 0.0,
-    ) -> None: ...
-    @overload
-    def __init__(
-        self,
-        sources: list[tuple[str, int]],
-        interval_ns: int,
-        capacity: int,
-        options: SourceOptions,
         spool_path: str | bytes = "",
         precise: bool = False,
         max_overhead: float = 0.0,
@@ -161,8 +149,15 @@ class ScopeEdges:
     _open_sid: int  # the stack it was last opened on while recorded, 0: not open
     _open_depth: int
     _open_lid: int
+    _labels_cache: int  # (ambient labels id << 32) | its merged labels id; 2**64 - 1: none
+    _has_labels: bool  # labels of its own: C writes _labels_cache's id when the ambient matches
     def __enter__(self) -> Any: ...
     def __exit__(self, exc_type: object, exc: object, tb: object, /) -> None: ...
+    # The scope's own labels as strs, their merged id in _labels_cache while recorded; None:
+    # the Python path (a name not in checked_names, a value it does not take plainly).
+    def _take_labels(
+        self, labels: dict[str, Any], checked_names: set[str] | frozenset[str], /
+    ) -> dict[str, str] | None: ...
 
 def scope_edges_setup(
     stack_var: Any, labels_var: Any, frame_type: type, bind_asyncio: Callable[[], Any]

@@ -86,12 +86,12 @@ def test_a_long_window_keeps_its_begin_seen_by_a_later_call(nvml: ScriptFn) -> N
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # 3 readings after the begin, still in the ring
             reads = s.snapshot().to_arrow().column("gpu.read_mono_ns").drop_null().to_pylist()
-            if sum(x > s._open_energy_windows()["long"].begin_ns for x in reads) >= 3:
+            if sum(x > s._energy.opened["long"].begin_ns for x in reads) >= 3:
                 break
             time.sleep(0.001)
         with s.energy_window("short"):  # this call keeps the rows around "long"'s begin
             pass
-        kept = s._open_energy_windows()["long"].edge
+        kept = s._energy.opened["long"].edge
         assert kept is not None
         # The ring went round once and a quarter: the kept rows and the window's first rows
         # after them are gone from it.

@@ -29,6 +29,14 @@ TWO = (
     f"set 0 energy {counter(1000)}\nset 1 energy {counter(3000)}\n"
 )
 
+# Counters that move with CLOCK_MONOTONIC (100 W and 300 W, a step every 2 ms): a test that
+# waits on a loaded machine never runs them out of steps (60 scripted values last 0.3 s at the
+# monitor's 5 ms poll, and a window's end then waited for a step that never came).
+CLOCK_TWO = (
+    "devices 2\nset 0 power_limit 100000000\nset 1 power_limit 100000000\n"
+    "energy_clock 0 2000 100000\nenergy_clock 1 2000 300000\n"
+)
+
 
 def hand_energy_j(table: pa.Table, gpu: int, a: int, b: int) -> float:
     """The counter linear between the first readings of its values (docs/energy.md)."""
@@ -56,7 +64,7 @@ def wait_readings(sampler: Sampler, n: int) -> None:
 
 
 def test_windows_like_zeus(nvml: ScriptFn) -> None:
-    nvml(TWO)
+    nvml(CLOCK_TWO)
     with ZeusMonitor(timeout=30) as monitor:
         assert monitor.gpu_indices == [0, 1]
         assert monitor.sampler is not None
@@ -102,7 +110,7 @@ def test_window_keys_cancel_and_reset(nvml: ScriptFn) -> None:
         monitor.reset_windows()
         with pytest.raises(ValueError, match="does not exist"):
             monitor.end_window("c")
-        assert monitor.sampler is not None and not monitor.sampler._open_energy_windows()
+        assert monitor.sampler is not None and not monitor.sampler.open_energy_windows
         with pytest.raises(TypeError, match="key must be a str"):
             monitor.begin_window(3)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="sync_execution must be True or False, got"):

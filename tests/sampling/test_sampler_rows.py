@@ -170,3 +170,51 @@ def test_byte_rates_use_windows_of_at_least_rate_window(tmp_path: Path) -> None:
     # Totals are still on every row: the bytes since the first read.
     assert table.column("net.sent_bytes").to_pylist() == [100 * i for i in range(30)]
     assert table.column("disk.write_bytes").to_pylist() == [4096 * i for i in range(30)]
+
+
+# --- the rows part on its own (RingReader over a bare core) -----------------------------------
+
+
+def test_the_ring_reader_copies_what_its_ticks_wrote(fake_proc: FakeProc) -> None:
+    from _sampler_core import bare_core
+    from stroboscope.sampling._frame import Frame
+    from stroboscope.sampling._sampler_rows import RingReader
+
+    core, plan = bare_core(fake_proc, {"memory": 1}, interval=0.01)
+    rows = RingReader(core, interval=0.01, pid=PID, details=plan.details, ring_file=None)
+    assert [c.name for c in rows.columns] == ["time", *[c["name"] for c in core.columns()]]
+    assert rows.schema.names == [c.name for c in rows.columns]
+    assert (rows.interval, rows.pid, rows.ring_file) == (0.01, PID, None)
+    assert rows.tick(3) == 3
+    assert rows.tick(2) == 2
+    available = Frame(rows.snapshot()).to_arrow().column("mem.available_bytes").to_pylist()
+    assert available == [24057104 * 1024] * 5  # MemAvailable of the recorded meminfo
+    assert len(Frame(rows.drain()).to_arrow()) == 5
+    assert len(Frame(rows.drain()).to_arrow()) == 0  # the cursor moved
+    rows.tick(1)
+    assert Frame(rows.copy_since(3)).to_arrow().num_rows == 3  # rows 3, 4 and 5
+    stats = rows.stats(segments_written=7)
+    assert (stats.rows_written, stats.interval_s, stats.pid) == (6, 0.01, PID)
+    assert stats.segments_written == 7
+    assert stats.source("memory").every == 1
+    with pytest.raises(ValueError, match="n must be"):
+        rows.tick(0)
+    with pytest.raises(ValueError, match="first_row"):
+        rows.copy_since(-1)
+    core.start()
+    try:
+        with pytest.raises(RuntimeError, match="needs a stopped Sampler"):
+            rows.tick(1)
+    finally:
+        core.stop()
+
+
+def test_the_sampler_hands_its_rows_part_the_ring_it_reads(fake_proc: FakeProc) -> None:
+    s = Sampler(0.01, sources={"memory": None}, proc_root=str(fake_proc.root), pid=PID)
+    s.tick_now(4)
+    assert s.snapshot().to_arrow().num_rows == 4
+    assert s.columns == s._rows.columns and s.schema == s._rows.schema
+    assert (s.interval, s.pid, s.ring_file) == (0.01, PID, None)
+    s.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        s.tick_now(1)

@@ -39,8 +39,7 @@ from stroboscope._base.checks import (
     describe,
 )
 from stroboscope.sampling import CoreSampler as Sampler
-from stroboscope.sampling._checks import check_capacity, check_interval
-from stroboscope.sampling._energy import EnergyWindow, SyncFn, check_sync
+from stroboscope.sampling import EnergyWindow, SyncFn, check_capacity, check_interval, check_sync
 
 if TYPE_CHECKING:
     from stroboscope.analysis.energy import WindowEnergy
@@ -116,10 +115,10 @@ def _check_indices(name: str, value: object) -> list[int] | None:
 def _check_cuda_labels(sampler: Sampler, cuda: list[int]) -> None:
     """A caller's sampler must label its GPU columns by CUDA index (``gpus="cuda"``) where
     ``CUDA_VISIBLE_DEVICES`` makes CUDA's numbering differ from NVML's; ValueError otherwise."""
-    from stroboscope.sampling._gpu import resolve_gpus
+    from stroboscope.sampling import resolve_gpus
 
     devices, _ = resolve_gpus("cuda")  # NVML index of each CUDA ordinal ([]: the same numbering)
-    labels: dict[int, int] = dict(getattr(sampler, "_gpu_labels", {}) or {})
+    labels = sampler.gpu_labels
     wrong = [c for c in cuda if c < len(devices) and labels.get(devices[c], devices[c]) != c]
     if wrong:
         raise ValueError(
@@ -300,7 +299,7 @@ class ZeusMonitor:
             return Measurement(elapsed, {i: 0.0 for i in self.gpu_indices})
         name = f"zeus:{id(self)}:{key}"
         if cancel:
-            self._sampler._open_energy_windows().pop(name, None)
+            self._sampler.discard_energy_window(name)
             if sync is not None:
                 sync()
             return Measurement(0.0, {i: 0.0 for i in self.gpu_indices})

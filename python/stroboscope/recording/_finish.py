@@ -30,9 +30,8 @@ import pyarrow as pa
 from stroboscope.formats.provenance import attach
 from stroboscope.formats.spool_header import SpoolError
 from stroboscope.formats.spool_read import remove_spool
-from stroboscope.formats.writers import FORMATS, scopes_path, write_parquet
+from stroboscope.formats.writers import scopes_path, write_parquet
 from stroboscope.recording._output import (
-    SUMMARY_COLUMNS,
     Clean,
     column_stats_of,
     spool_column_stats,
@@ -46,11 +45,10 @@ if TYPE_CHECKING:
     from stroboscope.recording.watchdog import Watchdog
 
 __all__ = [
-    "DUMP_FORMATS",
-    "SUMMARY_COLUMNS",
     "Finished",
     "finish",
     "prepare",
+    "read_events",
     "read_shared_intervals",
     "spool_column_stats",
     "with_shared",
@@ -59,9 +57,6 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger("stroboscope.recording")
-
-DUMP_FORMATS = tuple(sorted(FORMATS))
-"""The formats a recording can be written in: the writers' (listed alphabetically)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +115,7 @@ def prepare(sampler: Sampler) -> None:
 
 def _writer(sampler: Sampler) -> SegmentWriter | None:
     # The recording room's own sampler: its segment writer is the finish's business.
-    return sampler._segments
+    return sampler.segment_writer
 
 
 def finish(
@@ -175,7 +170,7 @@ def finish(
     """
     writer = _writer(sampler)
     spool = sampler.spool
-    if writer is None or spool is None or sampler._temp_spool_dir is not None:
+    if writer is None or spool is None or sampler.spool_is_private:
         # A private spool (crash_safe without spool=) goes with the sampler's close.
         raise ValueError("finish needs a sampler with a spool (Sampler(spool=PATH))")
     writer.keep_rest()
@@ -183,7 +178,7 @@ def finish(
     rest = writer.take_rest()  # before the provenance, which counts the rows the ring lost
     prov = sampler.provenance(command=None if command is None else list(command))
     units = {c.name: c.unit for c in sampler.columns}
-    shared = None if events_dir is None else _read_events(events_dir)
+    shared = None if events_dir is None else read_events(events_dir)
     if shared is not None and _events_counts(shared).get("unmade"):
         # processes whose scopes could not be written at all: the recording says so too
         prov = {**prov, "events": _events_counts(shared)}
@@ -197,7 +192,7 @@ def finish(
         full = dict(prov)
         figures = spool_column_stats(spool, units) if column_stats else None
     scopes = None if output is None else write_scopes_beside(intervals, output, full)
-    dataset = sampler._dataset
+    dataset = sampler.dataset_writer
     if dataset is not None and shared is not None and shared.num_rows:
         dataset.write_scope_intervals(intervals)  # its rank's scopes file, the command's too
     if watchdog is not None:
@@ -241,7 +236,7 @@ def read_shared_intervals(events_dir: str | os.PathLike[str]) -> pa.Table:
     return shared_intervals(events_dir)
 
 
-def _read_events(events_dir: str | os.PathLike[str]) -> pa.Table | None:
+def read_events(events_dir: str | os.PathLike[str]) -> pa.Table | None:
     """:func:`read_shared_intervals`, or None (with a warning naming the directory and why)
     when they cannot be read: the rows are written all the same."""
     try:

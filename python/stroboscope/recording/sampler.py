@@ -27,18 +27,22 @@ from stroboscope.formats.spool_header import spool_in_use
 from stroboscope.formats.spool_layout import MAGIC
 from stroboscope.formats.spool_read import remove_spool
 from stroboscope.formats.stacks_sidecar import StacksSidecar
+from stroboscope.formats.writers import FORMATS
 from stroboscope.recording._dataset_writer import DatasetWriter, check_identity
-from stroboscope.recording._finish import DUMP_FORMATS as DUMP_FORMATS  # the one list, re-exported
 from stroboscope.recording.segments import SegmentStatus, SegmentWriter
 from stroboscope.recording.watchdog import DumpJob, Watchdog
-from stroboscope.sampling import CoreSampler
-from stroboscope.sampling._checks import MAX_INTERVAL_S, check_capacity, check_interval
+from stroboscope.sampling import MAX_INTERVAL_S, CoreSampler, check_capacity, check_interval
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11; only for mypy here
 
     from stroboscope._base.identity import Identity
     from stroboscope.sampling import SamplerOptions
+
+
+DUMP_FORMATS = tuple(sorted(FORMATS))
+"""The formats a recording can be written in (``dump_format``, the watchdog's dump and
+:func:`stroboscope.recording.finish`'s output): the writers' (listed alphabetically)."""
 
 
 def ring_segment_seconds(capacity: int, interval: float) -> float:
@@ -195,6 +199,7 @@ class Sampler(CoreSampler):
             if spool is not None:
                 spool_path = check_spool(spool)
         self._temp_spool_dir: str | None = None
+        self._identity = who  # before the core sampler's set-up, which reads ``identity``
         if crash_safe and spool is None:
             self._temp_spool_dir = tempfile.mkdtemp(prefix="stroboscope-")  # 0700, ours
             spool_path = os.path.join(self._temp_spool_dir, "sampler.spool")
@@ -216,7 +221,6 @@ class Sampler(CoreSampler):
                 self._stacks_sidecar = StacksSidecar(spool_path)
                 self._stacks.on_batch = self._stacks_sidecar.write
             self._dataset: DatasetWriter | None = None
-            self._identity = who
             if dataset is not None and who is not None:
                 self._dataset = DatasetWriter(self._core, self, dataset, who, seg_s, cap_rows)
             self._watchdog: Watchdog | None = None
@@ -239,7 +243,7 @@ class Sampler(CoreSampler):
             # the spool this run created, only if the name still holds that very file.
             self._segments = None
             self._dataset = None
-            self.__dict__.pop("_core", None)
+            self._release_core()
             unlink_if_same(spool_path, made)
             self._remove_temp_dir()
             raise
@@ -292,6 +296,29 @@ class Sampler(CoreSampler):
     def watchdog(self) -> Watchdog | None:
         """The watchdog of a ``crash_safe`` sampler (None otherwise)."""
         return self._watchdog
+
+    # What the end of a recording (stroboscope.recording.finish) takes over from the sampler.
+    # Documented internals: for the recording room's own end, not for users.
+
+    @property
+    def segment_writer(self) -> SegmentWriter | None:
+        """The writer of the spool's segments (None without a spool, or in a forked child).
+
+        For :func:`stroboscope.recording.finish`, which ends the recording through it."""
+        return self._segments
+
+    @property
+    def dataset_writer(self) -> DatasetWriter | None:
+        """The writer of the dataset's parts (None without ``dataset``, or in a forked child).
+
+        For :func:`stroboscope.recording.finish`, which adds the command's scopes to it."""
+        return self._dataset
+
+    @property
+    def spool_is_private(self) -> bool:
+        """Whether the spool is this sampler's private temporary one (``crash_safe`` without
+        ``spool``), removed by :meth:`close`: nothing else may end the recording in it."""
+        return self._temp_spool_dir is not None
 
     def _start_locked(self) -> None:
         starts_watchdog = self._watchdog is not None and not self._watchdog.running

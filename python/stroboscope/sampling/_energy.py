@@ -30,12 +30,11 @@ import pyarrow as pa
 
 import stroboscope._core as _core
 from stroboscope._base.checks import check_timeout, describe
-from stroboscope.analysis._series import cells, int64_cells, read_times
+from stroboscope.analysis import cells, int64_cells, read_times
 from stroboscope.sampling._frame import Frame
 
 if TYPE_CHECKING:
     from stroboscope.analysis.energy import WindowEnergy
-    from stroboscope.sampling._stats import SamplerStats
 
 SyncFn = Callable[[], object]
 I64 = npt.NDArray[np.int64]
@@ -177,23 +176,26 @@ def check_sync(sync: object) -> SyncFn | None:
 
 
 class EnergyWindows:
-    """The energy-window side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
+    """The energy windows of one sampler, a part of :class:`stroboscope.sampling.CoreSampler`:
+    the windows open now and how each is ended.
 
-    _core: _core.Sampler
-    _interval: float
+    Parameters
+    ----------
+    core : _core.Sampler
+        The sampler's ring and thread (rows are copied from it; edge rows asked of it).
+    interval : float
+        The sampler's base interval (s).
+    """
 
-    def stats(self) -> SamplerStats:
-        raise NotImplementedError  # the Sampler's
-
-    def _open_energy_windows(self) -> dict[str, _Open]:
-        opened: dict[str, _Open] | None = self.__dict__.get("_energy_open")
-        if opened is None:
-            opened = self.__dict__["_energy_open"] = {}
-        return opened
+    def __init__(self, core: _core.Sampler, interval: float) -> None:
+        self._core = core
+        self._interval = interval
+        self.opened: dict[str, _Open] = {}
+        """The open windows by key (another thread may add one while a window ends)."""
 
     def _gpu_every(self) -> int:
         """Ticks between the GPU source's readings (gpu, or amd_gpu; ValueError without one)."""
-        every = [s.every for s in self.stats().sources if s.name in _SOURCES]
+        every = [int(s["every"]) for s in self._core.stats()["sources"] if s["name"] in _SOURCES]
         if not every:
             raise ValueError(
                 "this Sampler has no 'gpu' (or 'amd_gpu') source: energy windows read its "
@@ -226,7 +228,7 @@ class EnergyWindows:
         """Keep the rows around each open window's begin (up to 16 readings after it, at least
         2), so a window outliving the ring keeps its begin (done at every begin and end)."""
         written = int(self._core.stats()["rows_written"])
-        for w in list(self._open_energy_windows().values()):  # another thread may add one
+        for w in list(self.opened.values()):  # another thread may add one
             if w.edge_readings >= _EDGE_READINGS:
                 continue
             row = self._row_of_begin(w.begin_ns, w.written)
@@ -241,16 +243,14 @@ class EnergyWindows:
                 w.edge, w.edge_next_row = table.slice(0, last + 1), first + last + 1
                 w.edge_readings = n
 
-    def begin_energy_window(
-        self, key: str = "", *, sync: SyncFn | None = None, restart: bool = False
-    ) -> int:
+    def begin(self, key: str = "", *, sync: SyncFn | None = None, restart: bool = False) -> int:
         """Open the energy window ``key``; returns its begin (``time.monotonic_ns()``).
 
         ``sync`` is called first (e.g. ``torch.cuda.synchronize``) so queued GPU work is not
         counted in; ``restart=True`` replaces an open window of that name instead of raising.
         """
         name, fn = _check_key(key), check_sync(sync)
-        opened = self._open_energy_windows()
+        opened = self.opened
         if name in opened and not restart:
             raise ValueError(f"energy window {name!r} is already open (restart=True replaces it)")
         if not self._core.running:
@@ -268,7 +268,7 @@ class EnergyWindows:
         opened[name] = _Open(begin, int(self._core.stats()["rows_written"]), tail)
         return begin
 
-    def end_energy_window(
+    def end(
         self,
         key: str = "",
         *,
@@ -286,7 +286,7 @@ class EnergyWindows:
         """
         name, fn = _check_key(key), check_sync(sync)
         timeout = check_timeout("timeout", timeout)
-        opened = self._open_energy_windows()
+        opened = self.opened
         if name not in opened:
             raise ValueError(f"energy window {name!r} is not open (open: {sorted(opened)})")
         if fn is not None:
@@ -340,8 +340,12 @@ class EnergyWindows:
             self._core.request_tick()  # the next poll's reading lands in a row at once
             time.sleep(_PAUSE_S)
 
+    def discard(self, key: str = "") -> None:
+        """Forget the open window ``key`` without ending it (nothing when it is not open)."""
+        self.opened.pop(key, None)
+
     @contextmanager
-    def energy_window(
+    def window(
         self,
         key: str = "",
         *,
@@ -349,16 +353,16 @@ class EnergyWindows:
         timeout: float | None = None,
         max_power_w: float | None = None,
     ) -> Iterator[EnergyWindow]:
-        """``with sampler.energy_window() as w: ...`` then ``w.joules`` ({gpu: J}),
+        """``with windows.window() as w: ...`` then ``w.joules`` ({gpu: J}),
         ``w.uncertainty_j`` and ``w.gpus`` (the details): begin and end around the block
-        (see :meth:`begin_energy_window`, :meth:`end_energy_window`)."""
-        window = EnergyWindow(_check_key(key), self.begin_energy_window(key, sync=sync))
+        (see :meth:`begin`, :meth:`end`)."""
+        window = EnergyWindow(_check_key(key), self.begin(key, sync=sync))
         try:
             yield window
         except BaseException:
-            self._open_energy_windows().pop(key, None)
+            self.discard(key)
             raise
-        done = self.end_energy_window(key, sync=sync, timeout=timeout, max_power_w=max_power_w)
+        done = self.end(key, sync=sync, timeout=timeout, max_power_w=max_power_w)
         window.end_ns, window.gpus = done.end_ns, done.gpus
         window.waited_s, window.reading_after_end = done.waited_s, done.reading_after_end
         window.note = done.note

@@ -1,6 +1,6 @@
-"""The driver's buffered GPU samples of a sampler (a mixin of
-:class:`stroboscope.sampling.CoreSampler`): the recorder that reads them on its own thread, the
-labels of the devices, and :meth:`GpuSamples.gpu_samples`, their long table."""
+"""The driver's buffered GPU samples of a sampler, a part of
+:class:`stroboscope.sampling.CoreSampler`: the recorder that reads them on its own thread, the
+labels of the devices, and :meth:`GpuSamples.frame`, their long table."""
 
 from __future__ import annotations
 
@@ -14,36 +14,50 @@ _BUFFERED = 1 << 18  # samples the recorder keeps between two reads
 
 
 class GpuSamples:
-    """The driver-sample side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
+    """The devices' column labels and, when asked, the recorder of their buffered samples.
 
-    _gpu_recorder: _core.GpuSampleRecorder | None
-    _gpu_labels: dict[int, int]
+    Parameters
+    ----------
+    devices : sequence of int
+        NVML indices of the ``gpu`` source's devices (empty: every device NVML sees, as the
+        recorder finds them).
+    labels : sequence of str
+        The column label of each of ``devices`` (``gpu.LABEL.*``); empty: the NVML index.
+    every_s : float or None
+        Read the driver's sample buffers every ``every_s`` seconds on the recorder's own thread
+        (its devices then give the labels); None: no recorder.
+    """
 
-    def _open_gpu_samples(
-        self, devices: Sequence[int], labels: Sequence[str], every_s: float | None
-    ) -> None:
-        """The devices' column labels (NVML index -> the label of ``gpu.LABEL.*``, for the
-        provenance and the exporters) and, with ``every_s``, the recorder of their buffered
-        samples, read every ``every_s`` seconds (its devices then give the labels)."""
-        self._gpu_recorder = None
+    def __init__(self, devices: Sequence[int], labels: Sequence[str], every_s: float | None):
         found = list(devices)
+        self.recorder: _core.GpuSampleRecorder | None = None
         if every_s is not None:
-            self._gpu_recorder = _core.GpuSampleRecorder(found, round(every_s * 1e9), _BUFFERED)
-            found = list(self._gpu_recorder.devices)
-        self._gpu_labels = {idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(found)}
+            self.recorder = _core.GpuSampleRecorder(found, round(every_s * 1e9), _BUFFERED)
+            found = list(self.recorder.devices)
+        self.labels: dict[int, int] = {
+            idx: (int(labels[i]) if labels else idx) for i, idx in enumerate(found)
+        }
+        """NVML index -> the label of ``gpu.LABEL.*`` (for the provenance and the exporters)."""
 
-    def gpu_samples(self, *, drain: bool = False) -> Frame:
-        """Every GPU sample the driver buffered, at the driver's own resolution, in long form.
+    def start(self) -> None:
+        """Start the recorder's thread (nothing without a recorder)."""
+        if self.recorder is not None:
+            self.recorder.start()
 
-        Columns: ``time`` (``timestamp[ns, UTC]``, the driver's timestamp), ``mono_ns`` (the same
-        instant on the clock of :func:`time.monotonic_ns`), ``gpu`` (the device's column label),
-        ``kind`` (``power_w``, ``gpu_util_pct``, ``mem_util_pct``, ``sm_clock_mhz``,
-        ``mem_clock_mhz``) and ``value``. NVML utilisation is an average over the driver's own
-        window (1/6 s to 1 s depending on the GPU). With ``drain=True`` only rows not returned
-        by an earlier drain. Empty without the ``gpu`` source.
-        """
-        recorder = self._gpu_recorder
-        if recorder is None:
+    def stop(self) -> None:
+        """Stop and join the recorder's thread; its samples are kept."""
+        if self.recorder is not None:
+            self.recorder.stop()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child, forget the recorder's thread (only the forking thread is there)."""
+        if self.recorder is not None:
+            self.recorder.forget_thread_after_fork()
+
+    def frame(self, *, drain: bool = False) -> Frame:
+        """The buffered samples in long form (see :meth:`CoreSampler.gpu_samples`); with
+        ``drain=True`` only those not returned by an earlier drain. Empty without a recorder."""
+        if self.recorder is None:
             return Frame(gpu_sample_table({}, {}))
-        rows = recorder.take() if drain else recorder.peek()
-        return Frame(gpu_sample_table(rows, self._gpu_labels), rows_lost=int(rows["dropped"]))
+        rows = self.recorder.take() if drain else self.recorder.peek()
+        return Frame(gpu_sample_table(rows, self.labels), rows_lost=int(rows["dropped"]))

@@ -1,7 +1,7 @@
-"""The run a sampler records: its provenance (gathered once), the counters each frame carries, and
-the overhead budget's rate changes, which reach the provenance and the log as they are seen.
+"""The run a sampler records: its provenance (gathered once) and the overhead budget's rate
+changes, which reach the provenance, the frames' fill limits and the log as they are seen.
 
-The provenance side of :class:`stroboscope.sampling.CoreSampler` (a mixin): the budget is kept in
+A part of :class:`stroboscope.sampling.CoreSampler` (:class:`RunRecord`): the budget is kept in
 C++ on the sampler thread (``_core.Sampler``'s rate log); here a rate change made since the last
 look becomes a new :class:`RunFacts` (frames made before keep theirs) and one rate-limited log
 line. The look is one atomic load, made when rows or stats are read and at stop, so no Python
@@ -11,23 +11,17 @@ thread wakes for the budget.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from types import MappingProxyType
 from typing import Any
 
-import stroboscope._core as _core
 from stroboscope._base.ratelimit import RateLimitedLog
-from stroboscope.sampling._checks import check_command
-from stroboscope.sampling._frame import Frame
 from stroboscope.sampling._plan import value_holds_ns
-from stroboscope.sampling._provenance import RunFacts, counters, gather, read_cmdline
-from stroboscope.sampling._schema import Column
+from stroboscope.sampling._provenance import RunFacts, gather, read_cmdline
 from stroboscope.sampling._stats import RateChange, SamplerStats
 
 logger = logging.getLogger("stroboscope")
-
-_CoreRows = _core.Frame  # (in the class, "_core" names the sampler's attribute)
 
 
 def describe_change(change: RateChange) -> str:
@@ -39,52 +33,109 @@ def describe_change(change: RateChange) -> str:
 
 
 class RunRecord:
-    """The provenance side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
+    """The run a sampler records, a part of :class:`stroboscope.sampling.CoreSampler`: its
+    facts (gathered once), the budget's rate changes seen so far and the forward-fill limits of
+    the frames made from now on.
 
-    _core: _core.Sampler
-    _interval: float
-    _pid: int
-    _columns: list[Column]
-    _gpu_labels: dict[int, int]
-    _fill_within: MappingProxyType[str, int]
-    _details: Mapping[str, Mapping[str, Any]]
-    _run: RunFacts | None
-    _max_overhead: float
+    It holds no reference to its sampler: the sampler's measurement of itself is handed in as
+    ``stats`` (a callable, called only when needed) where a method needs it.
 
-    def stats(self) -> SamplerStats:
-        raise NotImplementedError  # the Sampler's
+    Parameters
+    ----------
+    interval : float
+        The sampler's base interval (s).
+    pid : int
+        The sampled process.
+    column_names : sequence of str
+        The names of the sampler's frame columns.
+    gpu_labels : mapping of int to int
+        NVML index -> column label of the sampler's GPUs.
+    details : mapping
+        What ``_core.source_details`` said of each source (its columns and value windows).
+    fill_within : mapping of str to int
+        The forward-fill limit (ns) of each column as planned.
+    max_overhead : float
+        The overhead budget (a share of one core; 0: none).
+    """
 
-    def _extra_stats(self) -> dict[str, Any]:
-        raise NotImplementedError  # the Sampler's
+    def __init__(
+        self,
+        *,
+        interval: float,
+        pid: int,
+        column_names: Sequence[str],
+        gpu_labels: Mapping[int, int],
+        details: Mapping[str, Mapping[str, Any]],
+        fill_within: Mapping[str, int],
+        max_overhead: float,
+    ) -> None:
+        self._interval = interval
+        self._pid = pid
+        self._column_names = list(column_names)
+        self._gpu_labels = dict(gpu_labels)
+        self._details = details
+        self._max_overhead = max_overhead
+        self._fill_within = MappingProxyType(dict(fill_within))  # shared by its frames
+        self._facts: RunFacts | None = None
+        self._rates_seen = 0  # the budget's rate changes taken in so far
+        self._rates_log = RateLimitedLog(logger)
+        self.identity: object = None
+        """Job, host and rank the run records as (None: none); read when the facts are
+        gathered."""
 
-    def _frame(self, rows: _CoreRows) -> Frame:
-        run = self._run_facts()
-        if self._core.rate_changes_total != self.__dict__.get("_rates_seen", 0):
-            run = self._follow_budget()  # one atomic load when nothing changed
-        return Frame._of_sampler(rows, run, self._counters(), self._fill_within)
+    @property
+    def gathered(self) -> bool:
+        """Whether the run's facts were gathered."""
+        return self._facts is not None
 
-    def _counters(self) -> tuple[int, int, int]:
-        """``(ticks_taken, ticks_missed, rows_lost)`` now: what a frame's provenance counts."""
-        return counters(self._core.counters(), self._extra_stats())
+    @property
+    def fill_within(self) -> MappingProxyType[str, int]:
+        """The forward-fill limit (ns) of each column for the frames made now."""
+        return self._fill_within
 
-    def _follow_budget(self, stats: SamplerStats | None = None) -> RunFacts:
+    def budget_changed(self, rate_changes_total: int) -> bool:
+        """Whether the budget made rate changes (``_core.Sampler.rate_changes_total``, one atomic
+        load) not taken in yet."""
+        return rate_changes_total != self._rates_seen
+
+    def facts(self, stats: Callable[[], SamplerStats]) -> RunFacts:
+        """The run's provenance, gathered on first use (from ``stats()``) and then kept."""
+        run = self._facts
+        if run is None:
+            now = stats()
+            run = self._facts = gather(
+                pid=self._pid,
+                interval_s=self._interval,
+                sources=now.sources,
+                interfaces={s.name: getattr(s, "interface", None) for s in now.sources},
+                column_names=self._column_names,
+                gpu_labels=self._gpu_labels,
+                identity=self.identity,
+                anchor_uncertainty_ns=now.clock_anchor_uncertainty_ns,
+                command=read_cmdline(self._pid),
+                max_overhead=self._max_overhead,
+            )
+        return run
+
+    def current(self, stats: Callable[[], SamplerStats], rate_changes_total: int) -> RunFacts:
+        """The facts a frame made now carries: gathered, with the budget's changes so far."""
+        run = self.facts(stats)
+        if self.budget_changed(rate_changes_total):
+            run = self.follow_budget(stats)  # one atomic load when nothing changed
+        return run
+
+    def follow_budget(self, stats: Callable[[], SamplerStats]) -> RunFacts:
         """The run's facts with the budget's rate changes so far; new ones are logged once
         (rate-limited: the first at once, then one line a minute with a count)."""
-        stats = stats or self.stats()
-        seen = int(self.__dict__.get("_rates_seen", 0))
-        self.__dict__["_rates_seen"] = stats.rate_changes_total
-        run = self._run_facts()
-        if stats.rate_changes_total == seen:
+        now = stats()
+        seen, self._rates_seen = self._rates_seen, now.rate_changes_total
+        run = self.facts(lambda: now)
+        if now.rate_changes_total == seen:
             return run
-        fresh = stats.rate_changes[
-            max(0, len(stats.rate_changes) - (stats.rate_changes_total - seen)) :
-        ]
-        log = self.__dict__.get("_rates_log")
-        if log is None:
-            log = self.__dict__["_rates_log"] = RateLimitedLog(logger)
+        fresh = now.rate_changes[max(0, len(now.rate_changes) - (now.rate_changes_total - seen)) :]
         if fresh:
             beyond = any(c.reason == "over_budget_beyond_resolution" for c in fresh)
-            log(
+            self._rates_log(
                 logging.WARNING if beyond else logging.INFO,
                 "%d rate change(s) to keep the sampler within %.1f%% of a core "
                 "(latest: %s); see Sampler.stats().rate_changes",
@@ -92,9 +143,9 @@ class RunRecord:
                 self._max_overhead * 100,
                 describe_change(fresh[-1]),
             )
-        self._fill_within = self._fill_for(stats.rate_changes)
-        run = self._run = run.with_budget(
-            self._max_overhead, [asdict(c) for c in stats.rate_changes], stats.rate_changes_total
+        self._fill_within = self._fill_for(now.rate_changes)
+        run = self._facts = run.with_budget(
+            self._max_overhead, [asdict(c) for c in now.rate_changes], now.rate_changes_total
         )
         return run
 
@@ -114,42 +165,19 @@ class RunRecord:
                 fill[col["name"]] = max(fill.get(col["name"], 0), held)
         return MappingProxyType(fill)
 
-    def provenance(self, *, command: list[str] | None = None) -> dict[str, Any]:
-        """What this sampler knows of its run, as a JSON-able dict that frames and outputs
-        carry (see :func:`stroboscope.sampling._provenance.provenance`).
-
-        The run's facts are gathered once (at :meth:`start`, or by the first frame); each call
-        here reads the monitored process's command line again (it may ``exec``) and keeps the
-        last successful read, unless ``command`` (the command line as the caller knows it) is
-        given; and takes in the overhead budget's rate changes made since (``budget``). Frames
-        made before keep the facts they were made with.
-        """
-        command = check_command(command)
-        fresh = self._run is None
-        run = self._follow_budget()
+    def latest(
+        self, stats: Callable[[], SamplerStats], command: list[str] | None = None
+    ) -> RunFacts:
+        """The facts :meth:`CoreSampler.provenance` gives: gathered (see :meth:`facts`), with the
+        budget's changes so far and the command line: ``command`` where given (kept for this
+        answer only), else the process's read again (it may ``exec``), the last successful read
+        kept."""
+        fresh = self._facts is None
+        run = self.follow_budget(stats)
         if command is not None:
-            run = run.with_command(command)
-        elif not fresh:
+            return run.with_command(command)
+        if not fresh:
             cmdline = read_cmdline(self._pid)
             if cmdline is not None and cmdline != run.facts["cmdline"]:
-                run = self._run = run.with_command(cmdline)
-        return run.provenance(self._counters())
-
-    def _run_facts(self) -> RunFacts:
-        """The run's provenance, gathered on first use and then kept."""
-        run = self._run
-        if run is None:
-            stats = self.stats()
-            run = self._run = gather(
-                pid=self._pid,
-                interval_s=self._interval,
-                sources=stats.sources,
-                interfaces={s.name: getattr(s, "interface", None) for s in stats.sources},
-                column_names=[c.name for c in self._columns],
-                gpu_labels=self._gpu_labels,
-                identity=getattr(self, "identity", None),
-                anchor_uncertainty_ns=stats.clock_anchor_uncertainty_ns,
-                command=read_cmdline(self._pid),
-                max_overhead=self._max_overhead,
-            )
+                run = self._facts = run.with_command(cmdline)
         return run

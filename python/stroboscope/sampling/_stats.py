@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
+from stroboscope._base.text import fmt_seconds, fmt_value, text_table
 
 if TYPE_CHECKING:
     from stroboscope.sampling._stacks import StackStats
