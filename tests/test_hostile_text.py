@@ -86,7 +86,7 @@ ALLOWED = {
     "body": set(), "h1": set(), "h2": set(), "h3": set(), "p": {"class"}, "table": set(),
     "thead": set(), "tbody": set(), "tr": set(), "th": set(), "td": {"class"},
     "pre": {"class"}, "ul": set(), "li": set(), "figure": {"id", "class"},
-    "img": {"alt", "width", "height", "src"},
+    "img": {"alt", "width", "height", "src"}, "details": {"class"}, "summary": set(),
 }  # fmt: skip
 
 

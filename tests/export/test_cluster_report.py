@@ -21,7 +21,7 @@ from _cluster_dataset import (
     step_ms,
 )
 from stroboscope.cli import main
-from stroboscope.export._ranks_render import scope_table
+from stroboscope.export._ranks_report import scope_table
 from stroboscope.export.cluster_report import (
     StragglerRule,
     build_cluster_report,

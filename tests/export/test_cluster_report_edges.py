@@ -15,7 +15,7 @@ from stroboscope._base.identity import Identity
 from stroboscope.cli import main
 from stroboscope.export._ranks import Rank
 from stroboscope.export._ranks_figures import GpuChoice, gpu_choice
-from stroboscope.export._ranks_render import rank_table
+from stroboscope.export._ranks_report import rank_table
 from stroboscope.export.cluster_report import build_cluster_report, write_cluster_report
 from stroboscope.formats.dataset import ensure_root, write_scopes
 

@@ -31,14 +31,14 @@ MONO0 = 1_000_000_000
 def figures(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, tuple[Figure, bytes]]]:
     """Every figure the report saves, with its PNG, by plot key."""
     seen: dict[str, tuple[Figure, bytes]] = {}
-    original = _plots._png
+    original = _plots.figure_png
 
     def keep(fig: Figure, key: str, title: str) -> _plots.Plot:
         plot = original(fig, key, title)
         seen[key] = (fig, plot.png)
         return plot
 
-    monkeypatch.setattr(_plots, "_png", keep)
+    monkeypatch.setattr(_plots, "figure_png", keep)
     yield seen
 
 

@@ -23,7 +23,7 @@ import PIL.Image as PIL_Image  # Pillow comes with matplotlib (the report and te
 from _chromium import chromium
 from _report_run import record_run
 from stroboscope._base.files import replace_private
-from stroboscope.analysis.column_stats import fmt_value
+from stroboscope._base.text import fmt_value
 from stroboscope.cli import main
 from stroboscope.export import report as report_mod
 from stroboscope.export._plots import MissingExtraError
@@ -77,14 +77,14 @@ def _figures(run: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     from stroboscope.export import _plots
 
     drawn: dict[str, Any] = {}
-    save = _plots._png
+    save = _plots.figure_png
 
     def capture(fig: Any, key: str, title: str) -> Any:
         plot = save(fig, key, title)  # laid out and saved: its transforms are the PNG's
         drawn[key] = (fig, plot.png)
         return plot
 
-    monkeypatch.setattr(_plots, "_png", capture)
+    monkeypatch.setattr(_plots, "figure_png", capture)
     report_mod.build_report([str(run)]).plots()
     return drawn
 

@@ -38,15 +38,15 @@ ROWS = 60
 def figures(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Figure]]:
     """Every figure the report saves, kept after it is rendered."""
     seen: list[Figure] = []
-    original = _plots._png
+    original = _plots.figure_png
 
     def keep(fig: Figure, key: str, title: str) -> _plots.Plot:
         plot = original(fig, key, title)
         seen.append(fig)
         return plot
 
-    monkeypatch.setattr(_plots, "_png", keep)
-    monkeypatch.setattr(_ranks_plot, "_png", keep)
+    monkeypatch.setattr(_plots, "figure_png", keep)
+    monkeypatch.setattr(_ranks_plot, "figure_png", keep)
     yield seen
 
 

@@ -40,7 +40,7 @@ def _texts(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[Any]]:
     """Record every text and line of each figure the report draws."""
     texts: list[str] = []
     lines: list[Any] = []
-    real = _plots._png
+    real = _plots.figure_png
 
     def spy(fig: Any, key: str, title: str) -> _plots.Plot:
         for ax in fig.axes:
@@ -48,7 +48,7 @@ def _texts(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[Any]]:
             lines.extend(ax.get_lines())
         return real(fig, key, title)
 
-    monkeypatch.setattr(_plots, "_png", spy)
+    monkeypatch.setattr(_plots, "figure_png", spy)
     return texts, lines
 
 

@@ -9,12 +9,11 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stroboscope._base.text import fmt_seconds, fmt_value
 from stroboscope.analysis.column_stats import (
     IDENTIFIER,
     ColumnStats,
     data_span_s,
-    fmt_seconds,
-    fmt_value,
 )
 from stroboscope.export._recording import Recording
 from stroboscope.export._select import iso_ms

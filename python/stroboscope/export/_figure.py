@@ -9,6 +9,7 @@ state or GUI backend is touched.
 from __future__ import annotations
 
 import io
+import math
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ PANEL_HEIGHT_IN = 2.4
 LEFT_PX, RIGHT_PX = 100, 24
 """Margins of every time plot (pixels): the same in every figure, so their time axes line up
 whatever the width of their tick labels."""
-TOP_PX, BOTTOM_PX, LEGEND_PX, GAP_PX = 34, 40, 14, 16
+TOP_PX, BOTTOM_PX, LEGEND_PX, GAP_PX = 34, 40, 15, 16
 """Title band, x-axis labels, one row of a figure legend and the space between panels
 (pixels)."""
 
@@ -61,7 +62,7 @@ DRAWABLE = 1e300
 """Largest magnitude drawn: matplotlib's axis margins and ticks overflow near 1.8e308."""
 
 
-def _figure(panels: int, sharex: bool = True) -> tuple[Figure, list[Axes]]:
+def stacked_figure(panels: int, sharex: bool = True) -> tuple[Figure, list[Axes]]:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(WIDTH_PX / DPI, 0.6 + PANEL_HEIGHT_IN * panels), dpi=DPI)
@@ -109,35 +110,70 @@ _FIXED: weakref.WeakSet[Figure] = weakref.WeakSet()
 """Figures laid out with the fixed margins of the time plots (not by ``tight_layout``)."""
 
 
-def _time_figure(heights_in: list[float], legend_rows: int = 0) -> Figure:
+def time_figure(
+    heights_in: list[float], legend_rows: int = 0, panel_legend_rows: list[int] | None = None
+) -> Figure:
     """A figure of panels (``heights_in`` inches each) on one time axis, with the margins of
     every time plot (:data:`LEFT_PX`...): their axes line up from figure to figure; room for
-    ``legend_rows`` rows of a figure legend above them."""
+    ``legend_rows`` rows of a figure legend above them, and for ``panel_legend_rows[i]`` rows
+    of panel ``i``'s own legend above that panel (outside its axes: a legend never covers
+    data, see :func:`legend_above`)."""
     from matplotlib.figure import Figure
 
+    rows = panel_legend_rows or [0] * len(heights_in)
     legend_px = LEGEND_PX * legend_rows
+    panels_px = [DPI * h for h in heights_in]
     gaps_px = GAP_PX * (len(heights_in) - 1)
-    height_px = TOP_PX + legend_px + BOTTOM_PX + gaps_px + DPI * sum(heights_in)
+    height_px = TOP_PX + legend_px + BOTTOM_PX + gaps_px + sum(panels_px) + LEGEND_PX * sum(rows)
     fig = Figure(figsize=(WIDTH_PX / DPI, height_px / DPI), dpi=DPI)
-    fig.subplots(
-        len(heights_in),
-        1,
-        sharex=True,
-        squeeze=False,
-        gridspec_kw={
-            "height_ratios": heights_in,
-            "left": LEFT_PX / WIDTH_PX,
-            "right": 1 - RIGHT_PX / WIDTH_PX,
-            "top": 1 - (TOP_PX + legend_px) / height_px,
-            "bottom": BOTTOM_PX / height_px,
-            "hspace": GAP_PX / (DPI * sum(heights_in) / len(heights_in)),
-        },
-    )
+    left, width = LEFT_PX / WIDTH_PX, 1 - (LEFT_PX + RIGHT_PX) / WIDTH_PX
+    top = height_px - TOP_PX - legend_px
+    axes: list[Axes] = []
+    for panel_px, panel_rows in zip(panels_px, rows):
+        top -= LEGEND_PX * panel_rows
+        bottom = top - panel_px
+        rect = (left, bottom / height_px, width, panel_px / height_px)
+        axes.append(fig.add_axes(rect, sharex=axes[0] if axes else None))
+        top = bottom - GAP_PX
+    for ax in axes[:-1]:  # one time axis: its labels under the last panel only
+        ax.tick_params(axis="x", labelbottom=False)
     _FIXED.add(fig)
     return fig
 
 
-def _png(fig: Figure, key: str, title: str) -> Plot:
+LEGEND_COLUMNS = 4
+"""Entries per row of a panel's legend (the longest column names fit 4 to a row)."""
+
+
+def legend_rows(entries: int, columns: int = LEGEND_COLUMNS) -> int:
+    """Rows a panel's legend of ``entries`` takes (``columns`` to a row)."""
+    return -(-entries // columns)
+
+
+def legend_above(ax: Axes, columns: int = LEGEND_COLUMNS) -> None:
+    """The legend of ``ax`` above its axes, outside them (in the rows
+    :func:`time_figure` left for it, ``columns`` entries to a row): it covers no data
+    whatever the data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    ax.legend(
+        handles,
+        labels,
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncol=min(len(handles), columns),
+        fontsize=7,
+        frameon=False,
+        borderaxespad=0.1,
+        borderpad=0.0,
+        handlelength=1.6,
+        columnspacing=1.2,
+        labelspacing=0.15,
+    )
+
+
+def figure_png(fig: Figure, key: str, title: str) -> Plot:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)  # the figure draws on Agg: no GUI backend, no pyplot
@@ -162,11 +198,17 @@ def tick_texts(values: list[float], unit: str) -> list[str]:
     step = min(steps) if steps else 0.0
     big = max(abs(v) for v in vals)
     scale, suffix = 1.0, ""
-    if unit.split(" ")[0] in ("bytes", "bytes/s"):
+    binary = is_bytes(unit)
+    if binary:
         for size, name in ((1 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
             if big >= size:
                 scale, suffix = float(size), f" {name}"
                 break
+    exact = 0  # decimals that write every tick of a binary step exactly (256 Ki in Mi: 0.25)
+    if binary and step > 0:
+        while exact < 12 and any(abs(round(v / scale, exact) - v / scale) > 1e-9 * step / scale
+                                 for v in vals):  # fmt: skip
+            exact += 1
     out = []
     for v in vals:
         x = v / scale
@@ -177,12 +219,51 @@ def tick_texts(values: list[float], unit: str) -> list[str]:
             text = f"{x:.{digits}g}"
         else:
             decimals = int(np.clip(np.ceil(-np.log10(step / scale) - 1e-9), 0, 12))
-            text = f"{x:.{decimals}f}"
+            text = f"{x:.{max(decimals, exact)}f}"
         if float(text) == 0:  # no "-0", and no unit on nothing
-            out.append(text.lstrip("-"))
+            out.append("0" if binary else text.lstrip("-"))
             continue
         out.append(text + suffix)
     return out
+
+
+def is_bytes(unit: str) -> bool:
+    """Whether a panel of ``unit`` (its label, ``bytes · host``) holds bytes or bytes/s."""
+    return unit.split(" ")[0] in ("bytes", "bytes/s")
+
+
+BYTE_INTERVALS = 8
+"""A byte axis has at most this many intervals between its ticks (and more than half of it)."""
+
+
+def byte_ticks(lo: float, hi: float, most: int = BYTE_INTERVALS) -> list[float]:
+    """Ticks of a byte axis from ``lo`` to ``hi``: the multiples of the smallest power of two
+    (``2**k`` bytes, 4 Gi, 256 Ki...) that cuts the span into at most ``most`` intervals, so
+    every tick is a round binary value. ``byteTicks`` in ``page_data.js`` is the same rule for
+    the zooming page."""
+    span = hi - lo
+    if not (np.isfinite(span) and span > 0):
+        return [lo] if np.isfinite(lo) else []
+    step = 2.0 ** math.ceil(math.log2(span / most))
+    first, last = math.ceil(lo / step), math.floor(hi / step)
+    return [k * step for k in range(first, last + 1)]
+
+
+def byte_locator() -> Any:
+    """A matplotlib tick locator placing :func:`byte_ticks`."""
+    from matplotlib.ticker import Locator
+
+    class ByteLocator(Locator):
+        def __call__(self) -> Any:
+            assert self.axis is not None  # set by the axis the locator is given to
+            lo, hi = self.axis.get_view_interval()
+            return self.tick_values(lo, hi)
+
+        def tick_values(self, vmin: float, vmax: float) -> Any:
+            lo, hi = min(vmin, vmax), max(vmin, vmax)
+            return byte_ticks(lo, hi)
+
+    return ByteLocator()
 
 
 def value_formatter(unit: str) -> Any:
@@ -204,11 +285,13 @@ MIN_SPAN = 1e-3
 moves by less (``disk.used_pct`` by 1e-6 %) is drawn as the flat line it is to a reader."""
 
 
-def _value_axis(ax: Axes, lo: float, hi: float, unit: str) -> None:
+def value_axis(ax: Axes, lo: float, hi: float, unit: str) -> None:
     """The y-axis of a panel whose drawn values span ``[lo, hi]``: one tick with the value
     and a flat line for a constant, a span at least :data:`MIN_SPAN` of the magnitude for
     a series that barely moves, labels by :func:`value_formatter`."""
     ax.yaxis.set_major_formatter(value_formatter(unit))
+    if is_bytes(unit):
+        ax.yaxis.set_major_locator(byte_locator())
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return
     big = max(abs(lo), abs(hi))

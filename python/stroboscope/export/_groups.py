@@ -15,7 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope.analysis.column_stats import IDENTIFIER, TIME_COLUMNS, column_kind, column_unit
+from stroboscope._base.text import fmt_value
+from stroboscope.analysis.column_stats import (
+    IDENTIFIER,
+    TIME_COLUMNS,
+    column_kind,
+    column_unit,
+)
 from stroboscope.export._recording import Recording
 
 _NOT_PLOTTED = re.compile(r"\.read_mono_ns$|\.clock_event_reasons$")
@@ -83,6 +89,39 @@ def panel_label(name: str, unit: str, kind: str) -> str:
     elif scale:
         text = f"{text} · {scale}"
     return f"{text} (total since start)" if kind == "counter" else text
+
+
+_WHOLE = re.compile(r"(^|\.)(mem_)?total_bytes$")
+"""Columns that are the whole the other columns of their panel are parts of: the memory
+installed (``mem.total_bytes``), a GPU's memory, the filesystem's size."""
+WHOLE_LEGEND_COLUMNS = 2
+"""Entries per row of the legend of a panel with a whole: their texts are long."""
+WHOLE_COLOR = "#555555"
+"""The colour of a whole's reference line (dashed), on both pages."""
+
+
+def whole_of(columns: Sequence[str]) -> str | None:
+    """The column of a panel's ``columns`` that is the whole the others are parts of (drawn as
+    a dashed reference line, the value axis from 0, every other column said as a share of
+    it); None where the panel has no such column or nothing else."""
+    wholes = [c for c in columns if _WHOLE.search(c)]
+    return wholes[0] if len(wholes) == 1 and len(columns) > 1 else None
+
+
+def line_label(name: str, lo: float, hi: float, whole: float | None, unit: str) -> str:
+    """A line's legend text in a panel with a whole (:func:`whole_of`): the range of its
+    readings ``lo`` to ``hi`` and, against the ``whole``'s largest reading, their share:
+    ``mem.used_bytes: 580.00 Mi to 612.00 Mi (2.4 to 2.6 % of the total)``; the whole's own
+    line (``whole`` None) is said to be the total."""
+    unit = unit.split(" ")[0]  # a panel's label: "bytes · host"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return name
+    span = fmt_value(lo, unit) if lo == hi else f"{fmt_value(lo, unit)} to {fmt_value(hi, unit)}"
+    if whole is None or not np.isfinite(whole) or whole <= 0:
+        return f"{name}: {span} (the total)"
+    a, b = 100 * lo / whole, 100 * hi / whole
+    share = f"{a:.1f}" if f"{a:.1f}" == f"{b:.1f}" else f"{a:.1f} to {b:.1f}"
+    return f"{name}: {span} ({share} % of the total)"
 
 
 def plot_groups(schema: pa.Schema) -> list[Group]:
@@ -172,8 +211,8 @@ def lane_rows(series: Sequence[Recording]) -> list[tuple[int, int, int, str]]:
     for i, s in enumerate(series):
         if s.scopes is None or not s.scopes.num_rows:
             continue
-        tids = _int_column(s.scopes, "thread_id")
-        depths = _int_column(s.scopes, "depth")
+        tids = int_column(s.scopes, "thread_id")
+        depths = int_column(s.scopes, "depth")
         pairs = sorted(set(zip(tids.tolist(), depths.tolist())))
         threads = len({t for t, _ in pairs})
         for tid, depth in pairs:
@@ -197,7 +236,7 @@ def scope_calls(
     at the last row), names, thread ids and depths, in the table's order."""
     assert s.scopes is not None
     last = int(pc.max(s.held.column("mono_ns")).as_py())
-    begin = _int_column(s.scopes, "begin_ns")
+    begin = int_column(s.scopes, "begin_ns")
     end = np.asarray(
         pc.fill_null(s.scopes.column("end_ns"), last).to_numpy(zero_copy_only=False), np.int64
     )
@@ -205,10 +244,10 @@ def scope_calls(
     x0 = (begin + shift) / 1e9
     x1 = (np.maximum(end, begin) + shift) / 1e9
     names = [str(n) for n in s.scopes.column("name").to_pylist()]
-    return x0, x1, names, _int_column(s.scopes, "thread_id"), _int_column(s.scopes, "depth")
+    return x0, x1, names, int_column(s.scopes, "thread_id"), int_column(s.scopes, "depth")
 
 
-def _int_column(table: pa.Table, name: str) -> np.ndarray[Any, Any]:
+def int_column(table: pa.Table, name: str) -> np.ndarray[Any, Any]:
     if name not in table.column_names:
         return np.zeros(table.num_rows, np.int64)
     return np.asarray(pc.fill_null(table.column(name), 0).to_numpy(zero_copy_only=False), np.int64)

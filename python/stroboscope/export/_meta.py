@@ -70,6 +70,33 @@ def metadata_items(metadata: dict[str, str]) -> list[tuple[str, str]]:
     return items
 
 
+KEY_FACTS = (
+    ("host", "host"),
+    ("pid", "pid"),
+    ("recorded by", "recorded_by"),
+    ("stroboscope", "stroboscope_version"),
+    ("from", "start_time"),
+    ("to", "end_time"),
+    ("every", "interval_s"),
+    ("rows", "rows"),
+    ("rows lost", "rows_lost"),
+    ("ticks missed", "ticks_missed"),
+)
+"""The provenance's facts a reader looks for first, by top-level key, with their names."""
+
+
+def key_facts(metadata: dict[str, str]) -> list[tuple[str, str]]:
+    """The :data:`KEY_FACTS` the provenance has (not null), as ``(name, value)``; the command
+    line, when recorded, as one text."""
+    prov = provenance(metadata) or {}
+    out = [(name, prov[key]) for name, key in KEY_FACTS if prov.get(key) is not None]
+    text = [(n, f"{v} s" if n == "every" else str(v)) for n, v in out]
+    cmd = prov.get("cmdline")
+    if isinstance(cmd, list) and cmd:
+        text.append(("command", " ".join(str(c) for c in cmd)))
+    return text
+
+
 def _walk(value: Any, path: str) -> list[tuple[str, Any]]:
     out = [(path, value)]
     if isinstance(value, dict):

@@ -24,18 +24,21 @@ import pyarrow.compute as pc
 
 from stroboscope.analysis.column_stats import column_kind
 from stroboscope.export._downsample import GAP_FACTOR, STALL_FACTOR
-from stroboscope.export._figure import MissingExtraError
+from stroboscope.export._figure import MissingExtraError, is_bytes
 from stroboscope.export._flame import flame_figure, flame_html, flame_manifest
 from stroboscope.export._groups import (
     SCOPE_PALETTE,
-    _int_column,
+    WHOLE_COLOR,
+    int_column,
     lane_rows,
+    line_label,
     plot_groups,
     scope_colors,
     scope_names,
+    whole_of,
 )
 from stroboscope.export._page_data import FORMAT, Array, Blob, encode_column, encode_time
-from stroboscope.export._plots import _schema, time_span_s
+from stroboscope.export._plots import largest, time_span_s, union_schema
 from stroboscope.export._recording import Recording
 from stroboscope.export._select import align_text, time_origins
 
@@ -54,7 +57,12 @@ lightened (``page_bokeh.js``), and the figures refilled on every zoom and pan (`
 uses both). A page with stacks has ``flame.js`` (:mod:`._flame`) before ``page.js``."""
 
 _CSS = (
-    ".strobo-fig{margin:0 0 4px 0}"
+    ".strobo-fig{margin:0 0 4px 0;position:relative}"
+    # every panel says it is being drawn until its data is (page.js sets data-state)
+    ".strobo-status{position:absolute;inset:0;display:flex;align-items:center;"
+    "justify-content:center;background:rgba(255,255,255,.8);color:#555;font-size:13px;z-index:4}"
+    '.strobo-fig[data-state="drawn"] .strobo-status{display:none}'
+    '.strobo-fig[data-state="error"] .strobo-status{color:#b00020;background:#fff5f5}'
     f".legend{{font-size:11px;margin:6px 0 0 {BORDER_LEFT}px}}"
     ".legend .key{margin-right:12px;white-space:nowrap}"
     ".legend i{display:inline-block;width:14px;height:3px;margin:0 4px 3px 0;vertical-align:middle}"
@@ -69,9 +77,19 @@ for (const t of ticks) m = Math.max(m, Math.abs(t));
 let i = 0, s = 1;
 while (m / s >= 1024 && i < u.length - 1) { s *= 1024; i++; }
 const d = ticks.length > 1 ? Math.abs(ticks[1] - ticks[0]) / s : 1;
-const dec = d > 0 ? Math.min(Math.max(0, -Math.floor(Math.log10(d))), 9) : 0;
-return (tick / s).toFixed(dec) + (i ? " " + u[i] : "");
+let dec = d > 0 ? Math.min(Math.max(0, -Math.floor(Math.log10(d))), 9) : 0;
+// binary steps in a larger unit (256 Ki in Mi: 0.25) are written exactly, every tick alike
+const off = (t) => Math.abs(+(t / s).toFixed(dec) - t / s) > 1e-9 * d;
+while (dec < 12 && ticks.some(off)) dec++;
+const text = (tick / s).toFixed(dec);
+return +text === 0 ? "0" : text + (i ? " " + u[i] : "");
 """
+_BYTES_TICKER = """
+const P = window.stroboPage;
+return P && P.byteTicks ? P.byteTicks(cb_data.start, cb_data.end) : [];
+"""
+"""A byte axis's ticks: round binary values (``byteTicks`` in ``page_data.js``, the rule of
+:func:`~stroboscope.export._figure.byte_ticks`)."""
 
 
 def require_bokeh() -> None:
@@ -115,7 +133,7 @@ def _scopes(blob: Blob, series: list[Recording], origins: list[int]) -> dict[str
         begin = sc.column("begin_ns").to_numpy(zero_copy_only=False).astype(np.int64) + shift
         end = pc.fill_null(sc.column("end_ns"), last).to_numpy(zero_copy_only=False)
         end = end.astype(np.int64) + shift
-        tid, depth = _int_column(sc, "thread_id"), _int_column(sc, "depth")
+        tid, depth = int_column(sc, "thread_id"), int_column(sc, "depth")
         lane = np.array(
             [lane_of.get((si, int(t), int(d)), -1) for t, d in zip(tid, depth)], np.int32
         )
@@ -144,7 +162,8 @@ def page_data(
     series: list[Recording], align: str | None = None
 ) -> tuple[dict[str, Any], bytes, list[Any]]:
     """The manifest, the compressed readings and the panels (group, unit label, and the
-    ``(line id, series index, column)`` of each line) of ``series``, on the time axis of
+    ``(line id, series index, column, legend text, is the panel's whole)`` of each line) of
+    ``series``, on the time axis of
     ``align`` (:func:`~stroboscope.export._select.time_origins`)."""
     origins = time_origins(series, align)
     x0, x1 = time_span_s(series, origins)
@@ -160,8 +179,11 @@ def page_data(
         )
     lines: list[dict[str, Any]] = []
     panels = []
-    for group in plot_groups(_schema(series)):
+    many = len(series) > 1
+    for group in plot_groups(union_schema(series)):
         for label, columns in group.panels:
+            whole = whole_of(columns)
+            total = largest(series, whole)
             members = []
             for si, s in enumerate(series):
                 for col in columns:
@@ -174,7 +196,12 @@ def page_data(
                         continue
                     k = len(lines)
                     lines.append({"id": k, "series": si, "column": col, **enc})
-                    members.append((k, si, col))
+                    text = f"{col} [{s.label}]" if many else col
+                    if whole is not None:  # each part against the whole (the static plots')
+                        mm = pc.min_max(s.column(col))
+                        lo, hi = float(mm["min"].as_py()), float(mm["max"].as_py())
+                        text = line_label(text, lo, hi, None if col == whole else total, label)
+                    members.append((k, si, col, text, col == whole))
             if members:
                 panels.append((group, label, members))
     scopes = _scopes(blob, series, origins)
@@ -196,15 +223,17 @@ def page_data(
     return manifest, blob.packed(), panels
 
 
+def _color(i: int, member: tuple[Any, ...]) -> str:
+    """The colour of a panel's ``i``-th line: the palette's, a whole's grey."""
+    return WHOLE_COLOR if member[4] else PALETTE[i % len(PALETTE)]
+
+
 def _legend(members: list[Any], series: list[Recording]) -> str:
     """A panel's legend as HTML (Bokeh's own legend re-lays itself out on every redraw)."""
-    many = len(series) > 1
     items = []
-    for i, (_, si, col) in enumerate(members):
-        name = f"{col} [{series[si].label}]" if many else col
+    for i, m in enumerate(members):
         items.append(
-            f'<span class="key"><i style="background:{PALETTE[i % len(PALETTE)]}"></i>'
-            f"{html.escape(name)}</span>"
+            f'<span class="key"><i style="background:{_color(i, m)}"></i>{html.escape(m[3])}</span>'
         )
     return '<div class="legend">' + "".join(items) + "</div>"
 
@@ -216,7 +245,14 @@ def _figures(
     per panel. Each figure is a root of its own with its own time range, which ``page.js``
     keeps equal to the others' (a figure out of view is brought up to date when it scrolls
     into view, so a zoom redraws only what the reader sees)."""
-    from bokeh.models import ColumnDataSource, CustomJS, CustomJSTickFormatter, HoverTool, Range1d
+    from bokeh.models import (
+        ColumnDataSource,
+        CustomJS,
+        CustomJSTicker,
+        CustomJSTickFormatter,
+        HoverTool,
+        Range1d,
+    )
     from bokeh.plotting import figure
 
     x0, x1 = manifest["x0"], manifest["x1"]
@@ -293,16 +329,25 @@ def _figures(
         # one renderer for every line of the figure (a renderer costs each zoom's redraw its
         # own paint), each line in its colour and drawn in the legend's order; the readings
         # marked where few are in view, likewise
-        colors = [PALETTE[i % len(PALETTE)] for i in range(len(members))]
+        colors = [_color(i, m) for i, m in enumerate(members)]
+        dashes = ["dashed" if m[4] else "solid" for m in members]
         src = ColumnDataSource(
-            {"xs": [[0.0]] * len(members), "ys": [[0.0]] * len(members), "color": colors},
+            {
+                "xs": [[0.0]] * len(members),
+                "ys": [[0.0]] * len(members),
+                "color": colors,
+                "dash": dashes,
+            },
             name=f"lines-{len(out)}",
         )
-        p.multi_line("xs", "ys", source=src, color="color", line_width=1.2)
+        p.multi_line("xs", "ys", source=src, color="color", line_dash="dash", line_width=1.2)
+        if any(m[4] for m in members):  # from 0: how much of the whole each part takes
+            p.y_range.start = 0
         dots = ColumnDataSource({"x": [], "y": [], "color": []}, name=f"dots-{len(out)}")
         p.scatter("x", "y", source=dots, color="color", size=4)
-        if label.split(" ")[0] in ("bytes", "bytes/s"):
+        if is_bytes(label):
             p.yaxis.formatter = CustomJSTickFormatter(code=_BYTES_TICKS)
+            p.yaxis.ticker = CustomJSTicker(major_code=_BYTES_TICKER, minor_code="return [];")
         p.yaxis.axis_label = label
         p.yaxis.axis_label_text_font_size = "8pt"
         title = f"<b>{html.escape(group.title)}</b>: {html.escape(label)} "
@@ -366,7 +411,8 @@ def page_view(series: list[Recording], align: str | None = None) -> str:
             '<button type="button" data-zoom="out">zoom out</button> '
             '<span class="strobo-range"></span></div>',
             *(
-                f'<div class="strobo-fig" data-fig="{i}">{legend}{div}</div>'
+                f'<div class="strobo-fig" data-fig="{i}" data-state="loading">{legend}{div}'
+                '<div class="strobo-status" role="status">drawing…</div></div>'
                 for i, ((_, legend, _, _), div) in enumerate(zip(figures, divs))
             ),
             *flame_html(manifest.get("flame_notes", []), flames, flame_divs),

@@ -25,25 +25,32 @@ from stroboscope.export._figure import (
     DPI,
     DRAWABLE,
     LEFT_PX,
+    LEGEND_COLUMNS,
     PANEL_HEIGHT_IN,
     RIGHT_PX,
     TOP_PX,
     WIDTH_PX,
     MissingExtraError,
     Plot,
-    _figure,
-    _png,
-    _time_figure,
-    _value_axis,
+    figure_png,
+    legend_above,
+    legend_rows,
     require_matplotlib,
+    stacked_figure,
+    time_figure,
+    value_axis,
 )
 from stroboscope.export._groups import (
+    WHOLE_COLOR,
+    WHOLE_LEGEND_COLUMNS,
     Group,
     lane_rows,
+    line_label,
     plot_groups,
     scope_calls,
     scope_colors,
     scope_names,
+    whole_of,
 )
 from stroboscope.export._recording import Recording
 from stroboscope.export._select import align_text, time_origins
@@ -51,7 +58,7 @@ from stroboscope.export._select import align_text, time_origins
 __all__ = [
     "MissingExtraError",
     "Plot",
-    "_png",
+    "figure_png",
     "render_plots",
     "require_matplotlib",
     "time_origin",
@@ -59,7 +66,7 @@ __all__ = [
 ]
 
 
-def _schema(series: list[Recording]) -> pa.Schema:
+def union_schema(series: list[Recording]) -> pa.Schema:
     try:
         return pa.unify_schemas([s.schema for s in series])
     except (pa.ArrowException, ValueError):
@@ -131,7 +138,7 @@ def _draw_lane(
     palette = list(colors.values())
     entries = min(len(colors), MAX_LEGEND) + (len(colors) > MAX_LEGEND)
     ncol = min(entries, 6)
-    fig = _time_figure([LANE_ROW_IN * len(rows) + 0.3], legend_rows=-(-entries // ncol))
+    fig = time_figure([LANE_ROW_IN * len(rows) + 0.3], legend_rows=-(-entries // ncol))
     ax = fig.axes[0]
     axes_px = fig.get_figwidth() * DPI * (1 - (LEFT_PX + RIGHT_PX) / WIDTH_PX)
     px_per_s = axes_px / max(xlim[1] - xlim[0], 1e-12)
@@ -178,7 +185,7 @@ def _draw_lane(
         labelspacing=0.2,
     )
     fig.suptitle("Scopes", fontsize=11, x=0.01, ha="left")
-    return _png(fig, "scopes", "Scopes")
+    return figure_png(fig, "scopes", "Scopes")
 
 
 def _draw_group(
@@ -188,11 +195,21 @@ def _draw_group(
     xlim: tuple[float, float],
     xlabel: str,
 ) -> Plot:
-    fig = _time_figure([PANEL_HEIGHT_IN] * len(group.panels))
+    columns_per_row = [
+        LEGEND_COLUMNS if whole_of(cols) is None else WHOLE_LEGEND_COLUMNS
+        for _, cols in group.panels
+    ]
+    entries = [sum(c in s.column_names for s in series for c in cols) for _, cols in group.panels]
+    fig = time_figure(
+        [PANEL_HEIGHT_IN] * len(group.panels),
+        panel_legend_rows=[legend_rows(n, k) for n, k in zip(entries, columns_per_row)],
+    )
     axes = fig.axes
     many = len(series) > 1
-    for ax, (label, columns) in zip(axes, group.panels):
+    for ax, (label, columns), per_row in zip(axes, group.panels, columns_per_row):
         lo, hi = np.inf, -np.inf
+        whole = whole_of(columns)
+        total = largest(series, whole)
         for s, t0 in zip(series, origins):
             x_all = s.held.column("time").cast(pa.int64())
             first = int(pc.min(x_all).as_py())
@@ -236,7 +253,12 @@ def _draw_group(
                 x -= t0
                 xs, ys, alone = step_path(x, y, rate, WIDTH_PX, first - t0, last - t0, rows)
                 name = f"{col} [{s.label}]" if many else col
+                if whole is not None:  # each part against the whole, the whole a reference
+                    of = None if col == whole else total
+                    name = line_label(name, float(y.min()), float(y.max()), of, label)
                 (line,) = ax.plot(xs / 1e9, ys, linewidth=0.9, label=name)
+                if col == whole:
+                    line.set(color=WHOLE_COLOR, linestyle="--")
                 lo, hi = min(lo, float(y.min())), max(hi, float(y.max()))
                 if alone.any():  # a reading between two gaps: a dot, not an invisible line
                     ax.plot(
@@ -249,16 +271,25 @@ def _draw_group(
                         color=line.get_color(), alpha=0.8,
                     )  # fmt: skip
         ax.set_ylabel(label, fontsize=8)
-        _value_axis(ax, lo, hi, label)
+        value_axis(ax, lo, hi, label)
+        if whole is not None and lo >= 0:  # from 0: how much of the whole each takes is seen
+            ax.set_ylim(bottom=0.0)
         ax.grid(True, alpha=0.3)
         ax.tick_params(labelsize=8)
-        if ax.get_legend_handles_labels()[0]:
-            lines = len(ax.get_legend_handles_labels()[0])
-            ax.legend(fontsize=7, loc="upper left", ncol=min(4, 1 + lines // 6), framealpha=0.6)
+        legend_above(ax, per_row)
     axes[-1].set_xlabel(xlabel, fontsize=8)
     axes[-1].set_xlim(*xlim)
     fig.suptitle(group.title, fontsize=11, x=0.01, ha="left")
-    return _png(fig, group.key, group.title)
+    return figure_png(fig, group.key, group.title)
+
+
+def largest(series: list[Recording], column: str | None) -> float | None:
+    """The largest reading of ``column`` over ``series`` (None: no column, no reading)."""
+    if column is None:
+        return None
+    peaks = [pc.max(s.column(column)).as_py() for s in series if column in s.column_names]
+    peaks = [float(v) for v in peaks if v is not None]
+    return max(peaks) if peaks else None
 
 
 def row_spacing_ns(series: Recording) -> np.ndarray[Any, Any]:
@@ -267,13 +298,13 @@ def row_spacing_ns(series: Recording) -> np.ndarray[Any, Any]:
     return np.diff(mono)
 
 
-def _draw_timing(
+def draw_timing(
     series: list[Recording], lateness: dict[str, tuple[list[float], list[int]]]
 ) -> Plot | None:
     panels = [s for s in series if s.num_rows > 1]
     if not panels and not lateness:
         return None
-    fig, axes = _figure(1 + bool(lateness), sharex=False)
+    fig, axes = stacked_figure(1 + bool(lateness), sharex=False)
     ax = axes[0]
     for s in panels:
         gaps_ms = row_spacing_ns(s) / 1e6
@@ -283,7 +314,7 @@ def _draw_timing(
     ax.set_yscale("log")
     ax.set_xlabel("time between consecutive rows (ms), from the data", fontsize=8)
     ax.set_ylabel("rows", fontsize=8)
-    ax.legend(fontsize=7)
+    legend_above(ax)
     if lateness:
         ax2 = axes[1]
         for label, (upper_us, counts) in lateness.items():
@@ -292,9 +323,9 @@ def _draw_timing(
         ax2.set_xscale("log")
         ax2.set_xlabel("sampler's wake-up lateness (µs, upper bound of each bin)", fontsize=8)
         ax2.set_ylabel("ticks", fontsize=8)
-        ax2.legend(fontsize=7)
+        legend_above(ax2)
     fig.suptitle("Sampler timing", fontsize=11, x=0.01, ha="left")
-    return _png(fig, "timing", "Sampler timing")
+    return figure_png(fig, "timing", "Sampler timing")
 
 
 def render_plots(
@@ -314,8 +345,10 @@ def render_plots(
     lane = _draw_lane(series, origins, xlim, xlabel)
     if lane is not None:
         plots.append(lane)
-    plots += [_draw_group(g, series, origins, xlim, xlabel) for g in plot_groups(_schema(series))]
-    timing = _draw_timing(series, lateness or {})
+    plots += [
+        _draw_group(g, series, origins, xlim, xlabel) for g in plot_groups(union_schema(series))
+    ]
+    timing = draw_timing(series, lateness or {})
     if timing is not None:
         plots.append(timing)
     return plots

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,20 +24,16 @@ import numpy as np
 from stroboscope._base.files import replace_private
 from stroboscope.export._ranks import Key, Rank, load_ranks
 from stroboscope.export._ranks_figures import (
-    Figure,
-    HostClock,
     figures,
     gpu_choice,
     host_clock,
     lag_uncertainty,
     wanted,
 )
-from stroboscope.export._ranks_render import render_html, render_markdown, render_text
+from stroboscope.export._ranks_report import ClusterReport, JobSummary, RankRow
 from stroboscope.export._ranks_steps import (
-    Alignment,
     StepStats,
     StragglerRule,
-    Verdict,
     align,
     choose_step,
     judge,
@@ -47,127 +42,6 @@ from stroboscope.export._ranks_steps import (
 )
 
 __all__ = ["ClusterReport", "StragglerRule", "build_cluster_report", "write_cluster_report"]
-FORMAT = "stroboscope-cluster-report"
-
-
-@dataclass(frozen=True)
-class RankRow:
-    """One rank's figures: identity, step times, resources, verdict and clock."""
-
-    job: str
-    host: str
-    rank: int
-    local_rank: int | None
-    step: StepStats | None
-    gpus: str
-    figures: dict[str, Figure]
-    straggler: bool
-    anchor_ns: int | None
-    lag_ns: int | None
-    lag_uncertainty_ns: int | None
-
-    @property
-    def key(self) -> Key:
-        """``(job, host, rank)``."""
-        return (self.job, self.host, self.rank)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able."""
-        out = {k: v for k, v in self.__dict__.items() if k not in ("step", "figures")}
-        out["step"] = None if self.step is None else self.step.to_dict()
-        out["figures"] = {k: f.to_dict() for k, f in self.figures.items()}
-        return out
-
-
-@dataclass(frozen=True)
-class JobSummary:
-    """What holds for one job: the straggler verdict, the step alignment, the hosts' clocks."""
-
-    job: str
-    verdict: Verdict
-    alignment: Alignment
-    clocks: list[HostClock]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able (ranks named by number)."""
-        a = self.alignment
-        return {
-            "job": self.job,
-            "median_step_s": self.verdict.center_s,
-            "mad_s": self.verdict.mad_s,
-            "straggler_threshold_s": self.verdict.threshold_s,
-            "stragglers": [k[2] for k in self.verdict.stragglers],
-            "alignment": {
-                "steps_compared": a.steps,
-                "skew_median_ns": a.skew_median_ns,
-                "skew_max_ns": a.skew_max_ns,
-            },
-            "hosts": [c.to_dict() for c in self.clocks],
-        }
-
-
-@dataclass
-class ClusterReport:
-    """The cross-rank report of a dataset (see the module docstring).
-
-    Attributes
-    ----------
-    root : str
-    step : str or None
-        The scope name (or path) taken as the step; None when no rank recorded scopes.
-    step_given : bool
-        Whether the caller named it (else: the most frequent depth-0 scope).
-    rule : StragglerRule
-    rows : list of RankRow
-        One per rank, by job then rank.
-    jobs : list of JobSummary
-    notes : list of str
-        What the figures could not use, and why.
-    """
-
-    root: str
-    step: str | None
-    step_given: bool
-    rule: StragglerRule
-    rows: list[RankRow]
-    jobs: list[JobSummary]
-    notes: list[str]
-    ranks: list[Rank] = field(default_factory=list, repr=False)
-
-    @property
-    def stragglers(self) -> list[RankRow]:
-        """The rows of the ranks named stragglers, slowest first within each job."""
-        by_key = {r.key: r for r in self.rows}
-        return [by_key[k] for j in self.jobs for k in j.verdict.stragglers]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The whole report as JSON-able data (what ``-o FILE.json`` writes)."""
-        from stroboscope._base.version import __version__
-
-        return {
-            "format": FORMAT,
-            "version": 1,
-            "stroboscope_version": __version__,
-            "root": self.root,
-            "step": {"name": self.step, "given": self.step_given},
-            "straggler_rule": self.rule.to_dict(),
-            "jobs": [j.to_dict() for j in self.jobs],
-            "ranks": [r.to_dict() for r in self.rows],
-            "notes": list(self.notes),
-        }
-
-    def text(self) -> str:
-        """The terminal report."""
-        return render_text(self)
-
-    def markdown(self) -> str:
-        """The report as Markdown (pipe tables)."""
-        return render_markdown(self)
-
-    def html(self) -> str:
-        """The report as one self-contained HTML page (with the step timeline plot when
-        matplotlib is installed)."""
-        return render_html(self)
 
 
 def _job_rows(

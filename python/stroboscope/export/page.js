@@ -2,7 +2,10 @@
 // with the points of the visible range (stroboscope/export/page_data.js decodes the readings and
 // computes the points; page_bokeh.js lightens Bokeh's paint; both run before this one).
 // window.strobo is the hook tests and benchmarks drive: ready (a promise), zoom(a, b) (ms until
-// the next frame is drawn), readings(id, a, b) (the decoded readings in [a, b] s), shown().
+// the next frame is drawn), readings(id, a, b) (the decoded readings in [a, b] s), shown(),
+// drawn() (a promise: every figure, in view or not, shows the current range). Each figure's
+// data-state says loading, drawn or error (its status text why); the ones in view are drawn
+// first, the others when the browser is idle.
 (function () {
   'use strict';
   const S = (window.strobo = { ready: null, redraws: 0, lastRedrawMs: null, error: null, moved: null });
@@ -44,30 +47,51 @@
     const label = document.querySelector('.strobo-range');
     const view = { a: m.x0, b: m.x1 };
     let shown = null;
-    function fill(f) {
+    // each figure says what it shows (data-state, the page's CSS): loading until its data is
+    // drawn, drawn, or error with why
+    function state(f, s, why) {
+      f.el.dataset.state = s;
+      const status = f.el.querySelector('.strobo-status');
+      if (status) status.textContent = s === 'error' ? 'could not draw this plot: ' + why : 'drawing…';
+    }
+    function current(f) { return f.at && f.at.a === view.a && f.at.b === view.b; }
+    function fill(f, counted = true) {
+      try {
+        fillData(f, counted);
+      } catch (e) {
+        state(f, 'error', String(e && e.message ? e.message : e));
+        f.at = { a: view.a, b: view.b };
+        throw e;
+      }
+      const at = f.at;
+      requestAnimationFrame(() => { if (f.at === at && f.el.dataset.state !== 'error') state(f, 'drawn'); });
+    }
+    function fillData(f, counted) {
       const a = view.a, b = view.b;
       if (f.range.start !== a || f.range.end !== b) f.range.setv({ start: a, end: b });
       const xs = [], ys = [], dx = [], dy = [], dc = [];
       f.lines.forEach((l, i) => {
         const p = linePoints(l, data.series[l.series], a, b, W);
-        shown.points += p.xs.length;
+        if (counted) shown.points += p.xs.length;
         // typed arrays: Bokeh takes them as they are (a plain array is searched for models)
         xs.push(Float64Array.from(p.xs));
         ys.push(Float64Array.from(p.ys));
         if (p.dots) {
-          const c = PALETTE[i % PALETTE.length];
+          const c = f.src ? f.src.data.color[i] : PALETTE[i % PALETTE.length];
           for (let k = 0; k < p.dots.xs.length; k++) { dx.push(p.dots.xs[k]); dy.push(p.dots.ys[k]); dc.push(c); }
         }
       });
-      if (f.src) f.src.data = { xs, ys, color: f.src.data.color };
+      if (f.src) f.src.data = { xs, ys, color: f.src.data.color, dash: f.src.data.dash };
       if (f.dots && (dx.length || f.dots.data.x.length))
         f.dots.data = { x: Float64Array.from(dx), y: Float64Array.from(dy), color: dc };
       if (f.lane) {
         const lp = lanePoints(data.scopes, a, b, W);
         f.lane[0].data = lp.q;
         f.lane[1].data = lp.txt;
-        shown.scopes = lp.q.name.length;
-        shown.labels = lp.txt.text.slice();
+        if (counted) {
+          shown.scopes = lp.q.name.length;
+          shown.labels = lp.txt.text.slice();
+        }
       }
       f.at = { a, b };
     }
@@ -77,15 +101,51 @@
       if (!shown || shown.a !== view.a || shown.b !== view.b)
         shown = { a: view.a, b: view.b, points: 0, scopes: 0, labels: [], figures: 0 };
       for (const f of figs) {
-        if (!f.visible || (f.at && f.at.a === view.a && f.at.b === view.b)) continue;
+        if (current(f)) continue;
+        if (!f.visible) {
+          if (f.at && f.el.dataset.state === 'drawn') state(f, 'loading'); // an old range
+          continue;
+        }
         fill(f);
         shown.figures++;
       }
+      idle();
       if (flames) flames.view(view.a, view.b);
       if (label) label.textContent = view.a.toFixed(3) + ' s to ' + view.b.toFixed(3) + ' s (' + fmtDur(view.b - view.a) + ' shown)';
       S.redraws++;
       S.lastComputeMs = performance.now() - t0;
     }
+    // the figures out of view, one at a time when the browser is idle: the whole page is
+    // drawn soon after the part in view (a screenshot of the whole page shows every plot)
+    let idling = false;
+    const later = window.requestIdleCallback || ((cb) => setTimeout(cb, 16));
+    let whole = null;
+    function idle() {
+      if (idling) return;
+      const next = figs.find((f) => !current(f));
+      if (!next) {
+        if (whole) { whole.done(); whole = null; }
+        return;
+      }
+      idling = true;
+      later(() => {
+        idling = false;
+        const f = figs.find((g) => !current(g));
+        if (f) fill(f, false);
+        idle();
+      });
+    }
+    // a promise resolved when every figure shows the current range
+    S.drawn = () => {
+      if (figs.every(current)) return frame().then(() => true);
+      if (!whole) {
+        let done;
+        const p = new Promise((res) => { done = res; });
+        whole = { p, done: () => frame().then(() => done(true)) };
+      }
+      idle();
+      return whole.p;
+    };
     let pending = false;
     function schedule() {
       if (pending) return;
@@ -144,6 +204,12 @@
   S.ready = start().catch((e) => {
     S.error = String(e && e.stack ? e.stack : e);
     console.error('stroboscope page: ' + S.error);
+    // every figure not drawn says so, and why, instead of a blank plot
+    for (const el of document.querySelectorAll('.strobo-fig:not([data-state="drawn"])')) {
+      el.dataset.state = 'error';
+      const status = el.querySelector('.strobo-status');
+      if (status) status.textContent = 'could not draw this plot: ' + String(e && e.message ? e.message : e);
+    }
     throw e;
   });
 })();

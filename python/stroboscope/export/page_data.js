@@ -287,7 +287,20 @@
     return { q, txt };
   }
 
+  // Ticks of a byte axis over [lo, hi]: the multiples of the smallest power of two (2^k bytes:
+  // 4 Gi, 256 Ki...) that cuts the span into at most `most` intervals, each a round binary
+  // value; the rule of the static plots (stroboscope/export/_figure.py, byte_ticks).
+  function byteTicks(lo, hi, most = 8) {
+    const span = hi - lo;
+    if (!(span > 0) || !isFinite(span)) return isFinite(lo) ? [lo] : [];
+    const step = Math.pow(2, Math.ceil(Math.log2(span / most)));
+    const out = [];
+    for (let k = Math.ceil(lo / step), last = Math.floor(hi / step); k <= last; k++) out.push(k * step);
+    return out;
+  }
+
   P.decode = decode;
+  P.byteTicks = byteTicks;
   P.array = array;
   P.linePoints = linePoints;
   P.lanePoints = lanePoints;

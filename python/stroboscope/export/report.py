@@ -31,20 +31,19 @@ from stroboscope._base.files import (
     same_file,
     why_unreachable,
 )
-from stroboscope._base.text import printable
+from stroboscope._base.text import printable, text_table
 from stroboscope.analysis.column_stats import (
     TIME_COLUMNS,
     ColumnStats,
     column_stats,
     column_stats_text,
-    text_table,
 )
 from stroboscope.export import _meta
 from stroboscope.export._compare import compare_table
 from stroboscope.export._html import render_html
 from stroboscope.export._inputs import read_inputs
 from stroboscope.export._page import page_view, require_bokeh
-from stroboscope.export._plots import Plot, _draw_timing, render_plots, require_matplotlib
+from stroboscope.export._plots import Plot, draw_timing, render_plots, require_matplotlib
 from stroboscope.export._recording import Recording
 from stroboscope.export._scope_text import (
     ScopeTable,
@@ -153,7 +152,7 @@ class Report:
 
     def html(self) -> str:
         """The whole page: the zooming view, the sampler's timing, the tables."""
-        timing = _draw_timing(self.series, self.lateness())
+        timing = draw_timing(self.series, self.lateness())
         view = page_view(self.series, self.align)
         plots = [] if timing is None else [timing]
         return render_html(

@@ -1,23 +1,147 @@
-"""The cross-rank report as text, Markdown and HTML: the same tables in three dresses."""
+"""The cross-rank report (:mod:`stroboscope.export.cluster_report` builds it): its rows, its
+jobs, the report itself, and the report as text, Markdown and HTML: the same tables in three
+dresses, which are the report's own methods."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
-from stroboscope._base.text import printable
-from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
-from stroboscope.export._html import _CSS, _esc, _figure_html, table_html
-from stroboscope.export._ranks_figures import METRICS
+from stroboscope._base.text import fmt_seconds, fmt_value, printable, text_table
+from stroboscope.export._html import PAGE_CSS, esc, figure_html, table_html
+from stroboscope.export._ranks import Key, Rank
+from stroboscope.export._ranks_figures import METRICS, Figure, HostClock
 from stroboscope.export._ranks_plot import render_timeline
+from stroboscope.export._ranks_steps import Alignment, StepStats, StragglerRule, Verdict
 from stroboscope.export._scope_text import SCOPE_HEADER, scope_counts
 from stroboscope.formats.partitions import NO_JOB
 from stroboscope.formats.provenance import iso_utc
 
-if TYPE_CHECKING:
-    from stroboscope.export.cluster_report import ClusterReport, JobSummary
+FORMAT = "stroboscope-cluster-report"
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One rank's figures: identity, step times, resources, verdict and clock."""
+
+    job: str
+    host: str
+    rank: int
+    local_rank: int | None
+    step: StepStats | None
+    gpus: str
+    figures: dict[str, Figure]
+    straggler: bool
+    anchor_ns: int | None
+    lag_ns: int | None
+    lag_uncertainty_ns: int | None
+
+    @property
+    def key(self) -> Key:
+        """``(job, host, rank)``."""
+        return (self.job, self.host, self.rank)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("step", "figures")}
+        out["step"] = None if self.step is None else self.step.to_dict()
+        out["figures"] = {k: f.to_dict() for k, f in self.figures.items()}
+        return out
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """What holds for one job: the straggler verdict, the step alignment, the hosts' clocks."""
+
+    job: str
+    verdict: Verdict
+    alignment: Alignment
+    clocks: list[HostClock]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able (ranks named by number)."""
+        a = self.alignment
+        return {
+            "job": self.job,
+            "median_step_s": self.verdict.center_s,
+            "mad_s": self.verdict.mad_s,
+            "straggler_threshold_s": self.verdict.threshold_s,
+            "stragglers": [k[2] for k in self.verdict.stragglers],
+            "alignment": {
+                "steps_compared": a.steps,
+                "skew_median_ns": a.skew_median_ns,
+                "skew_max_ns": a.skew_max_ns,
+            },
+            "hosts": [c.to_dict() for c in self.clocks],
+        }
+
+
+@dataclass
+class ClusterReport:
+    """The cross-rank report of a dataset (see the module docstring).
+
+    Attributes
+    ----------
+    root : str
+    step : str or None
+        The scope name (or path) taken as the step; None when no rank recorded scopes.
+    step_given : bool
+        Whether the caller named it (else: the most frequent depth-0 scope).
+    rule : StragglerRule
+    rows : list of RankRow
+        One per rank, by job then rank.
+    jobs : list of JobSummary
+    notes : list of str
+        What the figures could not use, and why.
+    """
+
+    root: str
+    step: str | None
+    step_given: bool
+    rule: StragglerRule
+    rows: list[RankRow]
+    jobs: list[JobSummary]
+    notes: list[str]
+    ranks: list[Rank] = field(default_factory=list, repr=False)
+
+    @property
+    def stragglers(self) -> list[RankRow]:
+        """The rows of the ranks named stragglers, slowest first within each job."""
+        by_key = {r.key: r for r in self.rows}
+        return [by_key[k] for j in self.jobs for k in j.verdict.stragglers]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole report as JSON-able data (what ``-o FILE.json`` writes)."""
+        from stroboscope._base.version import __version__
+
+        return {
+            "format": FORMAT,
+            "version": 1,
+            "stroboscope_version": __version__,
+            "root": self.root,
+            "step": {"name": self.step, "given": self.step_given},
+            "straggler_rule": self.rule.to_dict(),
+            "jobs": [j.to_dict() for j in self.jobs],
+            "ranks": [r.to_dict() for r in self.rows],
+            "notes": list(self.notes),
+        }
+
+    def text(self) -> str:
+        """The terminal report."""
+        return render_text(self)
+
+    def markdown(self) -> str:
+        """The report as Markdown (pipe tables)."""
+        return render_markdown(self)
+
+    def html(self) -> str:
+        """The report as one self-contained HTML page (with the step timeline plot when
+        matplotlib is installed)."""
+        return render_html(self)
+
 
 Table = tuple[tuple[str, ...], list[tuple[str, ...]], int]
 """Header, rows, and how many first columns are text (left-aligned)."""
@@ -253,25 +377,26 @@ def render_html(report: ClusterReport) -> str:
         return table_html(*t)
 
     def para(text: str) -> str:
-        return f"<p>{_esc(text)}</p>"
+        return f"<p>{esc(text)}</p>"
 
     title = f"stroboscope cluster report: {report.root}"
-    parts = _sections(report, table, lambda t: f"<h2>{_esc(t)}</h2>", para)
+    parts = _sections(report, table, lambda t: f"<h2>{esc(t)}</h2>", para)
     try:
-        plot = render_timeline(report)
-        figure = [] if plot is None else ["<h2>Steps on one clock</h2>", _figure_html(plot)]
+        slow = {r.key for r in report.rows if r.straggler}
+        plot = render_timeline(report.step, report.ranks, slow)
+        figure = [] if plot is None else ["<h2>Steps on one clock</h2>", figure_html(plot)]
     except ImportError as exc:
-        figure = [f'<p class="note">No plot: {_esc(exc)}</p>']
+        figure = [f'<p class="note">No plot: {esc(exc)}</p>']
     body = [
-        f"<h1>{_esc(title)}</h1>",
-        f'<p class="note">Made by stroboscope {_esc(__version__)} from {len(report.rows)} '
+        f"<h1>{esc(title)}</h1>",
+        f'<p class="note">Made by stroboscope {esc(__version__)} from {len(report.rows)} '
         f"ranks.</p>",
         *parts,
         *figure,
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{_esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+        f"<title>{esc(title)}</title><style>{PAGE_CSS}</style></head>\n<body>\n"
         + "\n".join(body)
         + "\n</body></html>\n"
     )
