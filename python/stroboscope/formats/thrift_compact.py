@@ -9,6 +9,10 @@ protocol's specification: field headers carry a delta from the previous field id
 zigzag varint id, integers are zigzag varints (i8: one raw byte), doubles 8 bytes little-endian,
 binary a varint length and the bytes, lists and sets a header of size and element type, maps a
 varint size then one byte of key and value types, booleans of a field in the field header's type.
+
+For large structs read for a few fields, :func:`skip` walks a value without building it, and a
+struct or list can be written in parts (:func:`field_header`, :func:`list_header` from the
+count, then each element's own bytes, :func:`write_fields`): bytes copied as read stay the same.
 """
 
 from __future__ import annotations
@@ -20,17 +24,28 @@ from typing import Any
 __all__ = [
     "BINARY",
     "BOOL",
+    "FALSE",
     "I16",
     "I32",
     "I64",
     "LIST",
+    "STOP",
     "STRUCT",
+    "TRUE",
     "Field",
     "Seq",
     "Struct",
     "ThriftError",
+    "field_header",
+    "list_header",
     "read_struct",
+    "read_value",
+    "read_varint",
+    "skip",
+    "write_fields",
     "write_struct",
+    "write_value",
+    "zigzag_bytes",
 ]
 
 STOP = 0
@@ -48,6 +63,7 @@ MAP = 11
 STRUCT = 12
 BOOL = TRUE
 """The type a boolean :class:`Field` is kept with (its value says which header it gets)."""
+_INTS = frozenset((I16, I32, I64))  # zigzag varints
 _MAX_DEPTH = 64
 _DOUBLE = struct.Struct("<d")
 
@@ -172,6 +188,14 @@ def read_struct(data: bytes | memoryview, pos: int = 0) -> tuple[Struct, int]:
     return reader.struct(0), reader.pos
 
 
+def read_value(data: bytes | memoryview, pos: int, typ: int) -> tuple[Any, int]:
+    """The value of wire type ``typ`` at ``data[pos:]`` (as in :class:`Field`) and the position
+    after it: one field's value read alone."""
+    reader = _Reader(data)
+    reader.pos = pos
+    return reader.value(typ, 0), reader.pos
+
+
 class _Writer:
     def __init__(self) -> None:
         self.out = bytearray()
@@ -223,8 +247,7 @@ class _Writer:
         else:
             raise ThriftError(f"unknown type {typ}")
 
-    def struct(self, fields: Struct) -> None:
-        last = 0
+    def struct(self, fields: Struct, last: int = 0) -> None:
         for fid, f in fields.items():
             typ = (TRUE if f.value else FALSE) if f.type in (TRUE, FALSE) else f.type
             if 0 < fid - last <= 15:
@@ -243,3 +266,139 @@ def write_struct(fields: Struct) -> bytes:
     writer = _Writer()
     writer.struct(fields)
     return bytes(writer.out)
+
+
+def write_value(typ: int, value: Any) -> bytes:
+    """The value ``value`` of wire type ``typ`` encoded (the inverse of :func:`read_value`)."""
+    writer = _Writer()
+    writer.value(typ, value)
+    return bytes(writer.out)
+
+
+def write_fields(fields: Struct, last: int = 0) -> bytes:
+    """``fields`` encoded as a part of a struct: the first header's id delta counted from the
+    field ``last`` written before them, no STOP after them (a struct written in parts)."""
+    writer = _Writer()
+    writer.struct(fields, last)
+    return bytes(writer.out[:-1])
+
+
+def zigzag_bytes(n: int, bits: int) -> bytes:
+    """The integer ``n`` of an ``i{bits}`` field (16, 32 or 64) as its zigzag varint.
+    ThriftError when it does not fit."""
+    writer = _Writer()
+    writer.zigzag(n, bits)
+    return bytes(writer.out)
+
+
+def field_header(fid: int, last: int, typ: int) -> bytes:
+    """The header of field ``fid`` of wire type ``typ`` written after the field ``last`` (a
+    delta of 1-15 in the header's byte, else the id after it)."""
+    if 0 < fid - last <= 15:
+        return bytes((((fid - last) << 4) | typ,))
+    return bytes((typ,)) + zigzag_bytes(fid, 16)
+
+
+def list_header(n: int, elem: int) -> bytes:
+    """The header of a list of ``n`` elements of wire type ``elem``: a list written element by
+    element (each a value's bytes, a struct's own encoding) once its size is known."""
+    if n < 0:
+        raise ThriftError(f"a list cannot have {n} elements")
+    if n < 15:
+        return bytes(((n << 4) | elem,))
+    writer = _Writer()
+    writer.varint(n)
+    return bytes((0xF0 | elem,)) + writer.out
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The unsigned varint at ``data[pos:]`` and the position after it."""
+    out = shift = 0
+    end = len(data)
+    while True:
+        if pos >= end:
+            raise ThriftError(f"the struct ends early, at byte {pos}")
+        b = data[pos]
+        pos += 1
+        out |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return out, pos
+        shift += 7
+        if shift > 63:
+            raise ThriftError(f"a varint longer than 10 bytes at byte {pos}")
+
+
+def skip(data: bytes, pos: int, typ: int, depth: int = 0) -> int:
+    """The position after the value of wire type ``typ`` at ``data[pos:]``, walked without
+    building it (a boolean as a list's element: its byte; as a field: nothing, its value is in
+    the header's type). ThriftError when the bytes end early or hold an unknown type."""
+    try:
+        return _skip(data, pos, typ, depth)
+    except IndexError:
+        raise ThriftError(f"the struct ends early, past byte {pos}") from None
+
+
+def _skip(data: bytes, pos: int, typ: int, depth: int) -> int:
+    # Varints walked in line (no call per integer): most of a Parquet footer is integers.
+    if typ in _INTS:
+        while data[pos] & 0x80:
+            pos += 1
+        return pos + 1
+    if depth > _MAX_DEPTH:
+        raise ThriftError(f"structs nested deeper than {_MAX_DEPTH} at byte {pos}")
+    if typ == STRUCT:
+        while True:
+            head = data[pos]
+            pos += 1
+            if head == STOP:
+                return pos
+            if not head & 0xF0:  # the id follows as a zigzag varint
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            t = head & 0x0F
+            if t in _INTS:
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            elif t == BINARY:
+                n, pos = read_varint(data, pos)
+                pos += n
+            elif t not in (TRUE, FALSE):
+                pos = _skip(data, pos, t, depth + 1)
+    if typ == BINARY:
+        n, pos = read_varint(data, pos)
+        if pos + n > len(data):
+            raise ThriftError(f"{n} bytes asked at byte {pos}, past the end")
+        return pos + n
+    if typ in (LIST, SET):
+        head = data[pos]
+        pos += 1
+        size, elem = head >> 4, head & 0x0F
+        if size == 15:
+            size, pos = read_varint(data, pos)
+        if size > len(data) - pos:  # every element takes at least a byte
+            raise ThriftError(f"a list of {size} elements at byte {pos}, past the end")
+        if elem in _INTS:
+            for _ in range(size):
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            return pos
+        for _ in range(size):
+            pos = _skip(data, pos, elem, depth + 1)
+        return pos
+    if typ in (TRUE, FALSE, BYTE):
+        return pos + 1
+    if typ == DOUBLE:
+        return pos + 8
+    if typ == MAP:
+        size, pos = read_varint(data, pos)
+        if size:
+            kinds = data[pos]
+            pos += 1
+            for _ in range(size):
+                pos = _skip(data, pos, kinds >> 4, depth + 1)
+                pos = _skip(data, pos, kinds & 0x0F, depth + 1)
+        return pos
+    raise ThriftError(f"unknown type {typ} at byte {pos}")

@@ -17,8 +17,8 @@ recover`` reads them), which gives the same rows too.
 
 :func:`write_output` and :func:`spool_column_stats` are that recovery path: the spool's parts
 (:func:`stroboscope.formats.spool_read.recover_parts`) streamed into the output, one segment in
-memory at a time, and the metric columns read a few at a time for
-:func:`stroboscope.analysis.column_stats.column_stats_text`.
+memory at a time, and read again a segment at a time for the column statistics
+(:func:`stroboscope.analysis.column_stats.column_stats_streamed`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import contextlib
 import logging
 import os
 import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -36,11 +36,10 @@ from stroboscope._base.files import check_replaceable
 from stroboscope.formats import events_file
 from stroboscope.formats.parquet_footer import (
     FooterError,
-    footer_metadata,
+    FooterJoin,
+    footer_bytes,
+    footer_bytes_of,
     footer_of_schema,
-    footer_rows,
-    joined_footer,
-    read_footer_of,
 )
 from stroboscope.formats.pieces import (
     Piece,
@@ -60,7 +59,6 @@ from stroboscope.formats.segments import (
 )
 from stroboscope.formats.spool_header import SpoolError
 from stroboscope.formats.spool_read import ROWS_LOST_KEY, recover_parts
-from stroboscope.formats.thrift_compact import Struct
 from stroboscope.formats.writers import output_format, write_parts
 
 if TYPE_CHECKING:
@@ -69,8 +67,6 @@ if TYPE_CHECKING:
 
 _LOG = logging.getLogger("stroboscope.recording")
 
-SUMMARY_COLUMNS = 8
-"""Metric columns read at once for the column statistics (memory: their cells of every row)."""
 _CLOCK = ["time", "mono_ns"]
 
 
@@ -91,7 +87,9 @@ class Clean:
         head = rest.first_row + len(rest)
         h = {"uid": self.uid, "head": head}
         self.segments: list[Segment] = [w.path for w in written]
-        self.footers: dict[int, Struct] = {}  # of each piece, by its number: read once
+        # The pieces' row groups, moved into the joined footer as each footer is read: all
+        # that is kept of the footers (a footer parsed whole is ~200 kB of objects a piece).
+        self.footers = FooterJoin()
         if self.pieces_file is not None and written:
             pieces, damage = read_index(spool, self.uid)
             if damage is not None or len(pieces) != len(written):
@@ -100,12 +98,11 @@ class Clean:
         for seg, w in zip(self.segments, written):  # footers only: a changed segment is refused
             if isinstance(seg, Piece):  # its schema is checked when the footers are joined
                 try:
-                    meta = self._footer(seg)
-                    first = footer_metadata(meta).get(FIRST_ROW_KEY)
-                    extent = (None if first is None else int(first), footer_rows(meta))
+                    rows, meta = self.footers.add(self._footer(seg), seg.offset)
+                    first = meta.get(FIRST_ROW_KEY)
+                    extent = (None if first is None else int(first), rows)
                 except (FooterError, KeyError, AttributeError, ValueError) as exc:
                     raise SpoolError(f"segment {seg} cannot be read: {exc}") from None
-                self.footers[seg.number] = meta
             else:
                 extent = segment_extent(seg, h, self.want)
             if extent != (w.first_row, w.rows):
@@ -132,16 +129,21 @@ class Clean:
         rest = self.rest if keep is None else self.rest.select(keep)
         yield rest.replace_schema_metadata(None).cast(schema)
 
-    def read(self, columns: Sequence[str]) -> pa.Table:
-        """Every row of ``time``, ``mono_ns`` and ``columns``, as one table (from the output
-        once the pieces were joined into it)."""
-        if self.joined_to is not None:
-            import pyarrow.parquet as pq
+    def read(self, columns: Sequence[str] | None) -> Iterator[pa.Table]:
+        """Every row of ``time``, ``mono_ns`` and ``columns`` (every column for None), a part
+        at a time: :meth:`parts`, or the output's row groups once the pieces were joined
+        into it."""
+        if self.joined_to is None:
+            yield from self.parts(columns)
+            return
+        import pyarrow.parquet as pq
 
+        keep = None
+        if columns is not None:
             keep = [n for n in self.schema.names if n in {*_CLOCK, *columns}]
-            return pq.read_table(self.joined_to, columns=keep).replace_schema_metadata(None)
-        tables = list(self.parts(columns))
-        return pa.concat_tables(tables) if tables else pa.table({})
+        with pq.ParquetFile(self.joined_to) as joined:
+            for group in range(joined.num_row_groups):
+                yield joined.read_row_group(group, columns=keep).replace_schema_metadata(None)
 
     def ends(self) -> pa.Table:
         """The first and the last row's ``time`` and ``mono_ns`` (no row when there is none)."""
@@ -178,30 +180,29 @@ class Clean:
         assert self.pieces_file is not None
         out = os.fspath(output)
         check_replaceable(out)
-        pieces = [seg for seg in self.segments if isinstance(seg, Piece)]
-        if self.rest.num_rows:
-            meta = {FIRST_ROW_KEY: str(self.rest_first).encode()}
-            rest = self.rest.replace_schema_metadata(None).cast(self.schema)
-            data = encode_piece(rest.replace_schema_metadata(meta))
-            at = append_piece(data, self.pieces_file, self.rest_first, rest.num_rows)
-            n = len(pieces)
-            pieces.append(Piece(self.pieces_file, n, at, len(data), self.rest_first, len(rest)))
         try:
-            footers = [(p.offset, self.footers.get(p.number) or self._footer(p)) for p in pieces]
-            tail = joined_footer(footers, footer_of_schema(schema))
+            if self.rest.num_rows:  # the last piece, its footer taken from the bytes appended
+                meta = {FIRST_ROW_KEY: str(self.rest_first).encode()}
+                rest = self.rest.replace_schema_metadata(None).cast(self.schema)
+                data = encode_piece(rest.replace_schema_metadata(meta))
+                at = append_piece(data, self.pieces_file, self.rest_first, rest.num_rows)
+                self.footers.add(footer_bytes(data), at)
+                del data, rest
+            tail = self.footers.footer(footer_of_schema(schema))
         except FooterError as exc:
             raise SpoolError(f"the pieces of {self.pieces_file} cannot be joined: {exc}") from None
         append_tail(self.pieces_file, tail)  # on disk (fsync) before it takes the name
         _publish(self.pieces_file, out)
         self.joined_to = out
 
-    def _footer(self, piece: Piece) -> Struct:
-        """The footer of ``piece``, its tail alone read (FooterError when it is not one)."""
+    def _footer(self, piece: Piece) -> memoryview:
+        """The footer of ``piece`` (its Thrift bytes), its tail alone read (FooterError when
+        it is not one)."""
 
         def read(offset: int, n: int) -> bytes:
             return read_piece_range(piece, self.uid, offset, n)
 
-        return read_footer_of(read, piece.length)
+        return footer_bytes_of(read, piece.length)
 
 
 def same_filesystem(a: str, b: str) -> bool:
@@ -269,7 +270,7 @@ def _provenance(
     time and clock anchor and the last row's time from ``ends`` (the first and last row, or
     the first alone with the last row's time from the spool's own provenance, ``recovered``),
     and the row count."""
-    from stroboscope.sampling._provenance import for_table
+    from stroboscope.sampling import for_table
 
     out = for_table(prov, ends)
     out["rows"] = rows
@@ -314,33 +315,42 @@ def write_output(
 
 
 def column_stats_of(
-    read: Callable[[Sequence[str]], pa.Table], names: Sequence[str], units: Mapping[str, str]
+    read: Callable[[Sequence[str] | None], Iterable[pa.Table]],
+    names: Sequence[str],
+    units: Mapping[str, str],
 ) -> tuple[str, float]:
-    """The column statistics of every row, ``read`` giving ``time``, ``mono_ns`` and a few metric
-    ``names`` at a time, and the seconds from the first to the last row."""
-    from stroboscope.analysis.column_stats import column_stats, column_stats_text, data_span_s
+    """The column statistics of every row of the metric columns ``names``, ``read`` giving
+    ``time``, ``mono_ns`` and the columns asked a part at a time (a segment, a row group), and
+    the seconds from the first to the last row. One part in memory at a time
+    (:func:`stroboscope.analysis.column_stats.column_stats_streamed`)."""
+    from stroboscope.analysis.column_stats import column_stats_streamed, stats_text
 
-    base = read([])
-    figures = []
-    for at in range(0, len(names), SUMMARY_COLUMNS):
-        table = read(names[at : at + SUMMARY_COLUMNS])
-        figures += column_stats(table, units)
-        del table
-    return column_stats_text(base, units, stats=figures), data_span_s(base)
+    def parts(columns: Sequence[str] | None) -> Iterator[pa.Table]:
+        for part in read(names if columns is None else columns):
+            yield part
+            del part
+            # What Arrow's allocator kept of this part would stay for the rest of the process.
+            pa.default_memory_pool().release_unused()
+
+    rows, figures = column_stats_streamed(parts, units)
+    return stats_text(rows, figures), rows.span_s
 
 
 def spool_column_stats(
     spool: str | os.PathLike[str], units: Mapping[str, str]
 ) -> tuple[str, float]:
     """The text of :func:`stroboscope.analysis.column_stats.column_stats_text` for every row of
-    ``spool``, read :data:`SUMMARY_COLUMNS` metric columns at a time, and the seconds from its
-    first to its last row."""
+    ``spool``, read a part (a segment) at a time, and the seconds from its first to its last
+    row."""
 
-    def read(columns: Sequence[str]) -> pa.Table:
-        got = recover_parts(spool, columns=list(columns))
-        return pa.Table.from_batches(
-            [b for part in got.parts for b in part.to_batches()], schema=got.schema
-        )
+    def read(columns: Sequence[str] | None) -> Iterator[pa.Table]:
+        got = recover_parts(spool, columns=columns)
+        empty = True
+        for part in got.parts:
+            empty = False
+            yield part
+        if empty:  # the columns all the same, with no row
+            yield pa.Table.from_batches([], schema=got.schema)  # (empty_table loads pandas)
 
     names = [f.name for f in recover_parts(spool).schema if f.name not in _CLOCK]
     return column_stats_of(read, names, units)
