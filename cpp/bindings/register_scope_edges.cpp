@@ -1,6 +1,6 @@
 // A scope's two edges in C: `ScopeEdges`, the base class of stroboscope.annotate, whose
-// __enter__/__exit__ take the common case without running Python: a named scope with no labels
-// of its own and no NVTX range, while events are recorded and no Python waits on an edge (the
+// __enter__/__exit__ take the common case without running Python: a named scope with no NVTX
+// range (with labels of its own: once their id for the ambient labels is known), while events are recorded and no Python waits on an edge (the
 // default session's starter, edge rows asked in this process, open hooks). Every other case
 // calls the class's Python `_enter_slow` / `_exit_slow`, which hold the scope's rules in full.
 //
@@ -8,13 +8,19 @@
 // tuples) and its ambient labels, handed over once by `scope_edges_setup`; the stack id is the
 // running asyncio task's id(), else the thread's ident, as `_stack.stack_id()` gives it. The
 // switchboard says which path edges take (`scope_edges_mode`) whenever its state changes.
-// Measured: bench/shared_events_bench.py (a scope's enter + exit, in-process and shared).
+// A scope's own labels are checked, written and interned in one call too (`_take_labels`).
+// Measured: bench/shared_events_bench.py (a scope's enter + exit, in-process and shared),
+// bench/bench_scope_labels.py (a labelled scope beside an unlabelled one).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <structmember.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "register.hpp"
@@ -34,7 +40,15 @@ struct ScopeEdgesObject {
   unsigned long long open_sid;
   unsigned long long open_depth;
   unsigned long long open_lid;
+  // A scope with labels of its own writes the id of its labels merged with the ambient ones:
+  // (ambient id << 32) | merged id, as the Python path last made it (one member, so that one
+  // attribute store replaces both halves at once); kNoLabels: none made yet. The C path takes
+  // a labelled scope only when the ambient id matches; otherwise the Python path makes it.
+  unsigned long long labels_cache;
+  char has_labels;  // the scope has labels of its own (set once, when it is made)
 };
+
+constexpr unsigned long long kNoLabels = ~0ull;  // never a match: no id is 0xFFFFFFFF
 
 enum Mode : int {
   kOff = 0,     // nothing records: an edge writes nothing
@@ -158,6 +172,13 @@ PyObject* open_fast(ScopeEdgesObject* self) {
   }
   lid = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(labels, 1));
   if (lid == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) goto done;
+  if (self->has_labels != 0) {
+    if ((self->labels_cache >> 32) != lid) {
+      result = Py_None;  // its merged labels for these ambient ones are made in Python
+      goto done;
+    }
+    lid = self->labels_cache & 0xFFFFFFFFull;
+  }
   if (depth > kMaxDepth || lid > 0xFFFFFFFFull) {
     result = Py_None;  // the Python path refuses it, in its words
     goto done;
@@ -168,7 +189,8 @@ PyObject* open_fast(ScopeEdgesObject* self) {
   {
     PyObject* fields[5] = {Py_NewRef(reinterpret_cast<PyObject*>(self)),
                            PyLong_FromLongLong(self->fast_id),
-                           Py_NewRef(PyTuple_GET_ITEM(labels, 1)),
+                           self->has_labels != 0 ? PyLong_FromUnsignedLongLong(lid)
+                                                 : Py_NewRef(PyTuple_GET_ITEM(labels, 1)),
                            PyLong_FromUnsignedLongLong(sid), PyLong_FromUnsignedLongLong(depth)};
     bool made = true;
     for (Py_ssize_t i = 0; i < 5; ++i) {
@@ -269,6 +291,177 @@ PyObject* scope_exit(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+// -- a scope's own labels, taken in one call (`_take_labels`) ----------------------------------
+//
+// `annotate("step", step=step)` makes a new label set on every call: checking it, writing its
+// stored text and interning that in one C call costs what the scope's edges cost, where the
+// Python path (check_labels, encode_labels, events_intern) cost twice that. The rules stay in
+// Python: C takes only the cases whose answer is plain (a name the scopes room already checked,
+// a str UTF-8 can encode, an int, a bool, a finite float, each of its exact type) and hands
+// every other one back (None), so that the Python path refuses it in its own words.
+
+// Appends `text` as JSON writes it with ensure_ascii (json.encoder.encode_basestring_ascii):
+// quoted; '"', '\\', \b \f \n \r \t as two-character escapes; every other code point outside
+// ' '..'~' as \uXXXX in lower-case hex, one past U+FFFF as its UTF-16 surrogate pair.
+void append_json_str(std::string& out, PyObject* text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const auto u4 = [&out](unsigned c) {
+    const char esc[6] = {'\\', 'u', kHex[(c >> 12) & 0xF], kHex[(c >> 8) & 0xF],
+                         kHex[(c >> 4) & 0xF], kHex[c & 0xF]};
+    out.append(esc, 6);
+  };
+  const int kind = PyUnicode_KIND(text);
+  const void* data = PyUnicode_DATA(text);
+  const Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+  out.push_back('"');
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const Py_UCS4 c = PyUnicode_READ(kind, data, i);
+    if (c >= ' ' && c <= '~' && c != '\\' && c != '"') {
+      out.push_back(static_cast<char>(c));
+      continue;
+    }
+    switch (c) {
+      case '\\': out.append("\\\\", 2); break;
+      case '"': out.append("\\\"", 2); break;
+      case '\b': out.append("\\b", 2); break;
+      case '\f': out.append("\\f", 2); break;
+      case '\n': out.append("\\n", 2); break;
+      case '\r': out.append("\\r", 2); break;
+      case '\t': out.append("\\t", 2); break;
+      default:
+        if (c >= 0x10000) {
+          const Py_UCS4 v = c - 0x10000;
+          u4(0xD800 | ((v >> 10) & 0x3FF));
+          u4(0xDC00 | (v & 0x3FF));
+        } else {
+          u4(c);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+// A label value as check_labels stores it (a new reference), nullptr with no error set when
+// the Python path must decide (a type it does not take plainly, a float that is not finite, a
+// str UTF-8 cannot encode, an int too long for str()), nullptr with an error set on failure.
+PyObject* label_text(PyObject* value) {
+  PyTypeObject* kind = Py_TYPE(value);
+  if (kind == &PyUnicode_Type) {
+    Py_ssize_t n = 0;
+    if (PyUnicode_AsUTF8AndSize(value, &n) == nullptr) {  // a lone surrogate: said in Python
+      PyErr_Clear();
+      return nullptr;
+    }
+    return Py_NewRef(value);
+  }
+  if (kind == &PyFloat_Type && !std::isfinite(PyFloat_AS_DOUBLE(value))) return nullptr;
+  if (kind == &PyLong_Type || kind == &PyBool_Type || kind == &PyFloat_Type) {
+    PyObject* text = PyObject_Str(value);
+    if (text == nullptr && PyErr_ExceptionMatches(PyExc_ValueError)) {
+      PyErr_Clear();  // more digits than str() writes: Python raises it, as before
+    }
+    return text;
+  }
+  return nullptr;
+}
+
+// Label sets made on this thread: their (name, value) strs (borrowed) and stored text, kept
+// for the next call so that a scope made in a loop allocates nothing here.
+thread_local std::vector<std::pair<PyObject*, PyObject*>> t_pairs;
+thread_local std::string t_text;
+
+// The stored text of `own` over `ambient` (both str -> str), as encode_labels writes
+// {**ambient, **own}, in t_text; false when a key or value is not an exact str (Python's).
+bool encode_merged(PyObject* own, PyObject* ambient) {
+  t_pairs.clear();
+  PyObject* key = nullptr;
+  PyObject* value = nullptr;
+  for (Py_ssize_t pos = 0; PyDict_Next(own, &pos, &key, &value);) t_pairs.emplace_back(key, value);
+  for (Py_ssize_t pos = 0; PyDict_Next(ambient, &pos, &key, &value);) {
+    if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(value)) return false;
+    const int shadowed = PyDict_Contains(own, key);
+    if (shadowed < 0) {
+      PyErr_Clear();
+      return false;
+    }
+    if (shadowed == 0) t_pairs.emplace_back(key, value);
+  }
+  // Keys in code point order, as sorted() puts them (all exact strs: the compare cannot fail).
+  std::sort(t_pairs.begin(), t_pairs.end(), [](const auto& a, const auto& b) {
+    return PyUnicode_Compare(a.first, b.first) < 0;
+  });
+  t_text.clear();
+  t_text.push_back('{');
+  for (const auto& [k, v] : t_pairs) {
+    if (t_text.size() > 1) t_text.push_back(',');
+    append_json_str(t_text, k);
+    t_text.push_back(':');
+    append_json_str(t_text, v);
+  }
+  t_text.push_back('}');
+  return true;
+}
+
+// ScopeEdges._take_labels(labels, checked_names): the scope's own labels as check_labels makes
+// them (a new dict of strs), marked as its own (_has_labels); while events are recorded also
+// the id of them merged with the ambient labels, in _labels_cache. None: the Python path takes
+// them (check_labels, then _merged_labels_id), which refuses bad ones in its words.
+PyObject* scope_take_labels(PyObject* obj, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyDict_Check(args[0]) || !PyAnySet_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "_take_labels() takes (labels: dict, checked_names: set or frozenset)");
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<ScopeEdgesObject*>(obj);
+  PyObject* labels = args[0];
+  PyObject* out = PyDict_New();
+  if (out == nullptr) return nullptr;
+  PyObject* key = nullptr;
+  PyObject* value = nullptr;
+  for (Py_ssize_t pos = 0; PyDict_Next(labels, &pos, &key, &value);) {
+    const int known = PyUnicode_CheckExact(key) ? PySet_Contains(args[1], key) : 0;
+    PyObject* text = known == 1 ? label_text(value) : nullptr;
+    if (text == nullptr) {
+      Py_DECREF(out);
+      if (known < 0 || PyErr_Occurred() != nullptr) return nullptr;
+      Py_RETURN_NONE;  // a name not checked yet, or a value the Python path decides
+    }
+    const int set = PyDict_SetItem(out, key, text);
+    Py_DECREF(text);
+    if (set < 0) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+  }
+  self->has_labels = 1;
+  if (g.mode == kOff || g.labels_var == nullptr) return out;  // the id is made when entered
+  PyObject* ambient = nullptr;
+  if (PyContextVar_Get(g.labels_var, nullptr, &ambient) < 0) {
+    Py_DECREF(out);
+    return nullptr;
+  }
+  if (PyTuple_Check(ambient) && PyTuple_GET_SIZE(ambient) == 2 &&
+      PyDict_Check(PyTuple_GET_ITEM(ambient, 0)) &&
+      encode_merged(out, PyTuple_GET_ITEM(ambient, 0))) {
+    const unsigned long long lid = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(ambient, 1));
+    if (lid == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
+      PyErr_Clear();  // not an id of ours: the Python path makes it when the scope is entered
+    } else if (lid < 0xFFFFFFFFull) {
+      try {
+        const std::uint32_t id = EventLog::global().intern(t_text);
+        self->labels_cache = lid << 32 | id;  // one store: both halves at once
+      } catch (const std::exception& e) {
+        Py_DECREF(ambient);
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+        return nullptr;
+      }
+    }
+  }
+  Py_DECREF(ambient);
+  return out;
+}
+
 void scope_dealloc(PyObject* obj) {
   PyTypeObject* type = Py_TYPE(obj);
   type->tp_free(obj);
@@ -281,6 +474,11 @@ PyMethodDef g_methods[] = {
     {"__exit__",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&scope_exit)), METH_FASTCALL,
      "Close the scope (its end edge); an exception goes on unchanged."},
+    {"_take_labels",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&scope_take_labels)),
+     METH_FASTCALL,
+     "The scope's own labels as strs (and, while recorded, their merged id in _labels_cache); "
+     "None: the Python path takes them."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyMemberDef g_members[] = {
@@ -292,6 +490,10 @@ PyMemberDef g_members[] = {
      "Its depth there."},
     {"_open_lid", T_ULONGLONG, offsetof(ScopeEdgesObject, open_lid), 0,
      "Its labels id there."},
+    {"_labels_cache", T_ULONGLONG, offsetof(ScopeEdgesObject, labels_cache), 0,
+     "(ambient labels id << 32) | id of the scope's labels merged with them; all ones: none."},
+    {"_has_labels", T_BOOL, offsetof(ScopeEdgesObject, has_labels), 0,
+     "Whether the scope has labels of its own (the C path then writes _labels_cache's id)."},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyObject* scope_new(PyTypeObject* type, PyObject* /*args*/, PyObject* /*kwargs*/) {
@@ -300,6 +502,8 @@ PyObject* scope_new(PyTypeObject* type, PyObject* /*args*/, PyObject* /*kwargs*/
     auto* self = reinterpret_cast<ScopeEdgesObject*>(obj);
     self->fast_id = -1;
     self->open_sid = self->open_depth = self->open_lid = 0;
+    self->labels_cache = kNoLabels;
+    self->has_labels = 0;
   }
   return obj;
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 
@@ -215,26 +216,40 @@ constexpr std::uint32_t kMaxStrings = std::numeric_limits<std::uint32_t>::max();
 }  // namespace
 
 std::uint32_t EventLog::intern(std::string_view text) {
+  const std::uint64_t hash = std::hash<std::string_view>{}(text);
   std::lock_guard lock(strings_mutex_);
-  if (!ids_) {
-    ids_ = std::make_unique<std::unordered_map<std::string, std::uint32_t>>();
+  if (table_.empty()) {
+    table_.resize(std::size_t{1} << 10);
     strings_.emplace_back();
-    ids_->emplace(std::string(), 0);
+    place(std::hash<std::string_view>{}(std::string_view()), 0);
   }
-  const std::string key(text);
-  if (auto it = ids_->find(key); it != ids_->end()) return it->second;
+  const std::size_t mask = table_.size() - 1;
+  for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
+    const InternSlot& slot = table_[i];
+    if (slot.id_plus_one == 0) break;  // not held: a miss
+    if (slot.hash == hash && strings_[slot.id_plus_one - 1] == text) return slot.id_plus_one - 1;
+  }
   if (strings_.size() >= kMaxStrings) throw std::length_error("event string table is full");
   const auto id = static_cast<std::uint32_t>(strings_.size());
-  strings_.push_back(key);
-  try {
-    ids_->emplace(key, id);
-  } catch (...) {
-    strings_.pop_back();
-    throw;
+  if ((strings_.size() + 1) * 2 > table_.size()) {  // keep it at most half full
+    std::vector<InternSlot> grown(table_.size() * 2);  // bad_alloc: nothing changed yet
+    table_.swap(grown);
+    for (const InternSlot& slot : grown) {
+      if (slot.id_plus_one != 0) place(slot.hash, slot.id_plus_one - 1);
+    }
   }
+  strings_.emplace_back(text);  // bad_alloc: the table does not name it yet
+  place(hash, id);
   // A shared log's file gets it too (file_ is set under this mutex); a full area is counted.
-  if (file_ != nullptr) (void)append_event_string(*file_, key);
+  if (file_ != nullptr) (void)append_event_string(*file_, text);
   return id;
+}
+
+void EventLog::place(std::uint64_t hash, std::uint32_t id) noexcept {
+  const std::size_t mask = table_.size() - 1;
+  std::size_t i = hash & mask;
+  while (table_[i].id_plus_one != 0) i = (i + 1) & mask;
+  table_[i] = InternSlot{hash, id + 1};
 }
 
 std::vector<std::string> EventLog::strings(std::uint32_t first) const {

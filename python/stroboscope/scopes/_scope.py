@@ -5,8 +5,13 @@ What one edge costs, in order: one check of the switchboard's mode when nothing 
 whole cost of a disabled scope besides the ``with``); otherwise the stack and labels from
 contextvars, the push that stamps CLOCK_MONOTONIC and the thread id in C++, and a new stack
 tuple. ``with`` takes both edges in C (``ScopeEdges``, the base class) for a named scope with no
-labels of its own and no NVTX range while nothing in Python waits on an edge; every other case
-runs :meth:`annotate._enter_slow` / ``_exit_slow`` here, which are the rules in full.
+NVTX range while nothing in Python waits on an edge; every other case runs
+:meth:`annotate._enter_slow` / ``_exit_slow`` here, which are the rules in full. A scope with
+labels of its own takes the C path once the id of its labels merged with the ambient ones is
+made (``_labels_cache``): when it is made while something records (``annotate("step",
+step=step)`` in a loop: a new label set on every call; checked, written and interned in one C
+call, ``ScopeEdges._take_labels``, which leaves to :func:`_stack.check_labels` every case it
+does not take plainly), else on its first entry, in Python.
 """
 
 from __future__ import annotations
@@ -20,10 +25,15 @@ from stroboscope._base.checks import check_text
 from stroboscope._base.nvtx import check_color
 from stroboscope._base.nvtx import nvtx_module as _nvtx_module
 from stroboscope._base.ratelimit import RateLimitedLog
-from stroboscope.sampling import _scope_log
-from stroboscope.sampling._scope_log import ScopeEdges
+from stroboscope.sampling import (
+    ScopeEdges,
+    events_begin,
+    events_end,
+    events_intern,
+    scope_edges_pending,
+)
 from stroboscope.scopes import _stack, _switchboard, nvtx_capture
-from stroboscope.scopes._stack import _LABELS, _STACK, LabelValue, OpenScope
+from stroboscope.scopes._stack import LABELS_VAR, STACK_VAR, LabelValue, OpenScope, encode_labels
 from stroboscope.scopes._stack import new_frame as _new_frame
 
 logger = logging.getLogger("stroboscope")
@@ -38,8 +48,13 @@ def bare_decorator_hint(name: object, caller: str) -> str:
 
 
 _state = _switchboard.state
-_begin = _scope_log.begin  # the core's functions themselves: one C call per edge
-_end = _scope_log.end
+_begin = events_begin  # the core's functions themselves: one C call per edge
+_end = events_end
+_intern_text = events_intern  # a label set's id: its text's (a hit is ~0.1 us)
+_interned = _stack._interned  # a name found here was checked when it was interned
+_names_checked = _stack._names_checked  # label names that passed _stack.check_labels
+_NO_LABELS: dict[str, str] = {}  # shared by every scope without labels of its own; never changed
+_NO_CACHE = (1 << 64) - 1  # _labels_cache: no merged labels id made yet
 
 MAX_DEPTH = 0xFFFF
 """The deepest nesting the events log holds (its depth is 16 bits): a scope opened deeper is
@@ -51,7 +66,7 @@ _say_elsewhere = RateLimitedLog(logger)
 
 # Frames that a thread other than the one that opened them closed (their end is written there,
 # on their own stack): by stack id, (owner, depth) of each, taken off that stack by its next
-# scope (whose edges take the Python path meanwhile: _scope_log.edges_pending). At most
+# scope (whose edges take the Python path meanwhile: scope_edges_pending). At most
 # _MAX_ELSEWHERE stacks (the oldest forgotten: its frame stays, as before this was kept).
 _elsewhere: dict[int, list[tuple[object, int]]] = {}
 _elsewhere_lock = threading.Lock()
@@ -68,7 +83,7 @@ def _closed_elsewhere(sid: int, owner: object, depth: int) -> None:
         _elsewhere.setdefault(sid, []).append((owner, depth))
         while len(_elsewhere) > _MAX_ELSEWHERE:
             del _elsewhere[next(iter(_elsewhere))]
-        _scope_log.edges_pending(list(_elsewhere))
+        scope_edges_pending(list(_elsewhere))
 
 
 def _prune(stack: tuple[OpenScope, ...]) -> tuple[OpenScope, ...]:
@@ -79,14 +94,14 @@ def _prune(stack: tuple[OpenScope, ...]) -> tuple[OpenScope, ...]:
         closed = _elsewhere.pop(sid, None)
         if closed is None:
             return stack
-        _scope_log.edges_pending(list(_elsewhere))
+        scope_edges_pending(list(_elsewhere))
     kept = tuple(
         f
         for f in stack
         if f.stack_id != sid or not any(o is f.owner and d == f.depth for o, d in closed)
     )
     if len(kept) != len(stack):
-        _STACK.set(kept)
+        STACK_VAR.set(kept)
     return kept
 
 
@@ -109,7 +124,7 @@ class annotate(ScopeEdges):
         Labels of this scope, added to the ambient :func:`stroboscope.labels`.
     """
 
-    __slots__ = ("_color", "_domain", "_label_ids", "_labels", "_scope_id", "name")
+    __slots__ = ("_color", "_domain", "_labels", "_scope_id", "name")
 
     def __init__(
         self,
@@ -119,15 +134,19 @@ class annotate(ScopeEdges):
         nvtx: bool | str = False,
         **labels: LabelValue,
     ) -> None:
-        if name is not None and type(name) is not str:
-            hint = bare_decorator_hint(name, type(self).__name__)
-            raise TypeError(f"name must be a str or None, not {type(name).__name__}{hint}")
-        if name == "":
-            raise ValueError("name must not be empty")
-        if name is not None:
-            check_text("name", name)  # refused here, not when the scope tables are written
+        # A name already interned was checked then (a scope made on every call pays a lookup).
+        scope_id = _interned.get(name) if type(name) is str else None
+        if scope_id is None:
+            if name is not None and type(name) is not str:
+                hint = bare_decorator_hint(name, type(self).__name__)
+                raise TypeError(f"name must be a str or None, not {type(name).__name__}{hint}")
+            if name == "":
+                raise ValueError("name must not be empty")
+            if name is not None:
+                check_text("name", name)  # refused here, not when the scope tables are written
+                scope_id = _stack.intern(name)
         self.name = name
-        self._color = check_color(color)  # refused here, never when the range opens
+        self._color = None if color is None else check_color(color)  # refused here, not later
         if nvtx is False:
             self._domain: str | None = None
         elif isinstance(nvtx, (bool, str)):
@@ -136,15 +155,38 @@ class annotate(ScopeEdges):
             raise TypeError(f"nvtx must be a bool or a domain name (str), not {nvtx!r}")
         if self._domain is not None and nvtx_capture.ranges_recorded_here():
             self._domain = None  # our NVTX capture would record this scope a second time
-        self._labels = _stack.check_labels(type(self).__name__ + "()", labels) if labels else {}
-        self._scope_id = -1 if name is None else _stack.intern(name)
-        self._label_ids: dict[int, int] = {}  # ambient labels id -> id with this scope's own
+        self._scope_id = -1 if scope_id is None else scope_id
+        if labels:
+            # Checked, written and interned in one C call (with the id of them merged with the
+            # ambient labels while something records, so that C takes the edges:
+            # _labels_cache); None for a name not checked yet or a value the rules below decide.
+            own = self._take_labels(labels, _names_checked)
+            if own is None:
+                own = _stack.check_labels(type(self).__name__ + "()", labels)
+                self._has_labels = True
+                if _state.recording:
+                    self._labels = own
+                    self._merged_labels_id(LABELS_VAR.get())
+            self._labels = own
+        else:
+            self._labels = _NO_LABELS
         self._fast_id = self._edges_in_c()
+
+    def _merged_labels_id(self, ambient: tuple[dict[str, str], int]) -> int:
+        """The id of this scope's labels over the ``ambient`` ones (labels and their id), kept
+        in ``_labels_cache`` for the next edge, C's or Python's. One store replaces both halves
+        at once: a scope entered on two threads under other ambient labels never pairs one's
+        ambient id with the other's merged id."""
+        amb, lid = ambient
+        own = _intern_text(encode_labels({**amb, **self._labels} if amb else self._labels))
+        if lid < 0xFFFFFFFF and own <= 0xFFFFFFFF:  # the log's ids are 32 bits
+            self._labels_cache = lid << 32 | own
+        return own
 
     def _edges_in_c(self) -> int:
         """The name id with which ``with`` takes this scope's edges in C, or -1 (the Python
-        path): no name yet, labels of its own, or an NVTX range."""
-        plain = self._scope_id >= 0 and not self._labels and self._domain is None
+        path): no name yet, or an NVTX range."""
+        plain = self._scope_id >= 0 and self._domain is None
         return self._scope_id if plain else -1
 
     # -- the edges ---------------------------------------------------------------------------
@@ -154,22 +196,23 @@ class annotate(ScopeEdges):
         if st.recording:
             if st.starter is not None:
                 st.starter()  # the default session starts on its first scope
-            stack = _STACK.get()
+            stack = STACK_VAR.get()
             if _elsewhere:
                 stack = _prune(stack)
             sid = _stack.stack_id()
             depth = stack[-1].depth + 1 if stack and stack[-1].stack_id == sid else 0
-            amb, lid = _LABELS.get()
+            ambient = LABELS_VAR.get()
+            lid = ambient[1]
             if self._labels:
-                own = self._label_ids.get(lid)
-                if own is None:
-                    own = self._label_ids[lid] = _stack.labels_id({**amb, **self._labels})
-                lid = own
+                cached = self._labels_cache
+                lid = (
+                    cached & 0xFFFFFFFF if cached >> 32 == lid else self._merged_labels_id(ambient)
+                )
             if depth <= MAX_DEPTH:
                 _begin(self._scope_id, depth, lid, sid)
             else:
                 self._too_deep()
-            _STACK.set((*stack, _new_frame((self, self._scope_id, lid, sid, depth))))
+            STACK_VAR.set((*stack, _new_frame((self, self._scope_id, lid, sid, depth))))
             self._open_sid, self._open_depth, self._open_lid = sid, depth, lid
             for target in st.edge_targets:
                 target()
@@ -181,14 +224,14 @@ class annotate(ScopeEdges):
     def _close(self) -> None:
         if self._domain is not None:
             self._nvtx_pop()
-        stack = _STACK.get()
+        stack = STACK_VAR.get()
         if _elsewhere:
             stack = _prune(stack)
         if stack and stack[-1].owner is self:
             top = stack[-1]
             if top.depth <= MAX_DEPTH:
                 _end(top.scope_id, top.depth, top.labels_id, top.stack_id)
-            _STACK.set(stack[:-1])
+            STACK_VAR.set(stack[:-1])
             self._open_sid = 0
         elif any(f.owner is self for f in stack):
             self._close_misnested(stack)
@@ -204,7 +247,7 @@ class annotate(ScopeEdges):
                 _end(frame.scope_id, frame.depth, frame.labels_id, frame.stack_id)
             if isinstance(frame.owner, ScopeEdges):
                 frame.owner._open_sid = 0
-        _STACK.set(stack[:last])
+        STACK_VAR.set(stack[:last])
 
     def _close_elsewhere(self) -> None:
         """Exited in another thread (or task) than the one it was entered in, whose stack holds
@@ -270,7 +313,7 @@ class annotate(ScopeEdges):
         """``__exit__`` where C does not take it."""
         # A frame is on the stack only if something recorded when a scope opened (or on the
         # stack of another thread: _open_sid); the exception, if any, goes on unchanged.
-        if self._domain is not None or _STACK.get() or self._open_sid:
+        if self._domain is not None or STACK_VAR.get() or self._open_sid:
             self._close()
 
     # -- decorator ---------------------------------------------------------------------------
@@ -298,8 +341,8 @@ class annotate(ScopeEdges):
         named._color = self._color
         named._domain = self._domain
         named._labels = self._labels
+        named._has_labels = self._has_labels
         named._scope_id = _stack.intern(named.name)
-        named._label_ids = {}
         named._fast_id = named._edges_in_c()
         return named
 

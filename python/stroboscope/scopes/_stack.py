@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import json
 import math
 import sys
 import threading
+from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any, Callable, NamedTuple, Union
 
 from stroboscope._base.checks import check_text
 from stroboscope.analysis.scope_columns import RESERVED_LABELS
-from stroboscope.sampling import _scope_log
+from stroboscope.sampling import events_intern, scope_edges_setup
 
 LabelValue = Union[str, int, float, bool]
 
@@ -41,11 +41,11 @@ new_frame: Callable[[tuple[object, int, int, int, int]], OpenScope] = functools.
 )
 
 
-_STACK: contextvars.ContextVar[tuple[OpenScope, ...]] = contextvars.ContextVar(
+STACK_VAR: contextvars.ContextVar[tuple[OpenScope, ...]] = contextvars.ContextVar(
     "stroboscope_scopes", default=()
 )
 # The ambient labels and their interned id (0: no labels).
-_LABELS: contextvars.ContextVar[tuple[dict[str, str], int]] = contextvars.ContextVar(
+LABELS_VAR: contextvars.ContextVar[tuple[dict[str, str], int]] = contextvars.ContextVar(
     "stroboscope_labels", default=({}, 0)
 )
 
@@ -67,7 +67,7 @@ def intern(text: str) -> int:
     with _intern_lock:
         found = _interned.get(text)
         if found is None:
-            found = _interned[text] = int(_scope_log.intern(text))
+            found = _interned[text] = int(events_intern(text))
     return found
 
 
@@ -99,27 +99,55 @@ def _bind_asyncio() -> tuple[Callable[[], Any], Callable[[], Any]] | None:
     return _asyncio
 
 
-# The C edges of a scope (``_scope_log.ScopeEdges``) push and pop the same frames on the same
-# stack, and take the stack id as stack_id() does.
-_scope_log.edges_setup(_STACK, _LABELS, OpenScope, _bind_asyncio)
+# The C edges of a scope (``stroboscope.sampling.ScopeEdges``) push and pop the same frames on
+# the same stack, and take the stack id as stack_id() does.
+scope_edges_setup(STACK_VAR, LABELS_VAR, OpenScope, _bind_asyncio)
 
 
 def current_stack() -> tuple[OpenScope, ...]:
     """The open scopes of this context, outermost first (a task's inherited ones included)."""
-    return _STACK.get()
+    return STACK_VAR.get()
+
+
+# Label names already checked (not reserved, valid Unicode): a scope made on every call, as
+# ``annotate("step", step=step)`` is, checks its names once. Bounded: past it, names are checked
+# each time (a program that makes names by the thousand).
+_names_checked: set[str] = set()
+_MAX_NAMES_CHECKED = 4096
+
+
+def _check_name(where: str, key: str) -> None:
+    if key in RESERVED_LABELS:  # names only: no table library is loaded for them
+        raise ValueError(
+            f"{where}: label {key!r} is a column of the scope tables; reserved names are "
+            f"{sorted(RESERVED_LABELS)}"
+        )
+    check_text(f"{where}: label name", key)
+    if len(_names_checked) < _MAX_NAMES_CHECKED:
+        _names_checked.add(key)
 
 
 def check_labels(where: str, labels: dict[str, Any]) -> dict[str, str]:
     """Labels as strings; a reserved key, a value that is not a plain scalar and a float that is
-    not finite are refused (when the scope or labels are made: entering them never raises)."""
-    reserved = RESERVED_LABELS  # names only: no table library is loaded for them
+    not finite are refused (when the scope or labels are made: entering them never raises).
+
+    An ``int`` or ``bool`` is its ``str()``, ASCII by construction; other values are checked in
+    full (the messages name ``where``, built only when one is raised)."""
     out: dict[str, str] = {}
     for key, value in labels.items():
-        if key in reserved:
-            raise ValueError(
-                f"{where}: label {key!r} is a column of the scope tables; reserved names are "
-                f"{sorted(reserved)}"
-            )
+        if key not in _names_checked:
+            _check_name(where, key)
+        kind = type(value)
+        if kind is int or kind is bool:
+            out[key] = str(value)
+            continue
+        if kind is str:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                check_text(f"{where}: label {key}", value)  # raises, naming it
+            out[key] = value
+            continue
         if not isinstance(value, (str, int, float)):  # bool is an int
             raise TypeError(
                 f"{where}: label {key}={value!r} must be a str, int, float or bool, "
@@ -129,22 +157,45 @@ def check_labels(where: str, labels: dict[str, Any]) -> dict[str, str]:
             raise ValueError(
                 f"{where}: label {key}={value!r} must be a str, a bool, an int or a finite float"
             )
-        out[check_text(f"{where}: label name", key)] = check_text(
-            f"{where}: label {key}", str(value)
-        )
+        out[key] = check_text(f"{where}: label {key}", str(value))
     return out
 
 
+_label_heads: dict[str, str] = {}  # '{"key":' by key, for a label set of one label
+
+
+def encode_labels(labels: dict[str, str]) -> str:
+    """The stored text of a label set, the one the events log interns and a reader decodes
+    with ``json.loads``: a JSON object, keys sorted, no spaces, non-ASCII escaped (what
+    ``json.dumps(labels, sort_keys=True, separators=(",", ":"))`` writes), made without the
+    encoder's set-up (about 2 us a call; this is a few hundred ns)."""
+    if len(labels) == 1:
+        ((key, value),) = labels.items()
+        head = _label_heads.get(key)
+        if head is None:
+            head = "{" + _json_str(key) + ":"
+            if len(_label_heads) < _MAX_NAMES_CHECKED:
+                _label_heads[key] = head
+        return head + _json_str(value) + "}"
+    pairs = [f"{_json_str(k)}:{_json_str(v)}" for k, v in sorted(labels.items())]
+    return "{" + ",".join(pairs) + "}"
+
+
+_intern_text = events_intern
+
+
 def labels_id(labels: dict[str, str]) -> int:
-    """The interned id of a label set (0 for none)."""
+    """The interned id of a label set (0 for none). Straight from the log's table (a hit there
+    is ~0.1 us): a label set that changes on every call, as ``step=step`` does, is not kept a
+    second time on the Python side."""
     if not labels:
         return 0
-    return intern(json.dumps(labels, sort_keys=True, separators=(",", ":")))
+    return int(_intern_text(encode_labels(labels)))
 
 
 def ambient() -> tuple[dict[str, str], int]:
     """The ambient labels of this context and their id."""
-    return _LABELS.get()
+    return LABELS_VAR.get()
 
 
 class labels:
@@ -162,15 +213,15 @@ class labels:
         self._tokens: list[contextvars.Token[tuple[dict[str, str], int]]] = []
 
     def __enter__(self) -> dict[str, str]:
-        outer, _ = _LABELS.get()
+        outer, _ = LABELS_VAR.get()
         merged = {**outer, **self._labels}
-        self._tokens.append(_LABELS.set((merged, labels_id(merged))))
+        self._tokens.append(LABELS_VAR.set((merged, labels_id(merged))))
         return merged
 
     def __exit__(self, *exc: object) -> None:
-        _LABELS.reset(self._tokens.pop())
+        LABELS_VAR.reset(self._tokens.pop())
 
 
 def current_labels() -> dict[str, str]:
     """A copy of the ambient labels of this context."""
-    return dict(_LABELS.get()[0])
+    return dict(LABELS_VAR.get()[0])
