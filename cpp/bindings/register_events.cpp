@@ -97,19 +97,26 @@ py::array column_view(const std::vector<T>& v, const std::shared_ptr<EventRead>&
   return py::array_t<T>(static_cast<py::ssize_t>(v.size()), v.data(), base);
 }
 
-// One record batch in the contract's schema, its buffers shared with the batch (pyarrow reads
-// numpy arrays without nulls in place).
+// One column over the batch's numpy view, without a copy. Array.from_buffers, not pa.array():
+// pa.array() asks whether its input is a pandas object, which imports pandas (about 40 MiB of a
+// recorder that never uses it: bench/bench_recorder_rss.py). The vector's type is the column's.
+py::object arrow_column(const py::module_& pa, const char* type, const py::array& values) {
+  return pa.attr("Array").attr("from_buffers")(
+      pa.attr(type)(), values.size(), py::make_tuple(py::none(), pa.attr("py_buffer")(values)));
+}
+
+// One record batch in the contract's schema, its buffers shared with the batch.
 py::object record_batch(const std::shared_ptr<EventRead>& b) {
   py::module_ pa = py::module_::import("pyarrow");
   const auto& c = b->columns;
   py::list arrays;
-  arrays.append(pa.attr("array")(column_view(c.mono_ns, b), pa.attr("int64")()));
-  arrays.append(pa.attr("array")(column_view(c.kind, b), pa.attr("uint8")()));
-  arrays.append(pa.attr("array")(column_view(c.thread_id, b), pa.attr("int64")()));
-  arrays.append(pa.attr("array")(column_view(c.scope_id, b), pa.attr("uint32")()));
-  arrays.append(pa.attr("array")(column_view(c.depth, b), pa.attr("uint16")()));
-  arrays.append(pa.attr("array")(column_view(c.labels_id, b), pa.attr("uint32")()));
-  arrays.append(pa.attr("array")(column_view(c.stack_id, b), pa.attr("uint64")()));
+  arrays.append(arrow_column(pa, "int64", column_view(c.mono_ns, b)));
+  arrays.append(arrow_column(pa, "uint8", column_view(c.kind, b)));
+  arrays.append(arrow_column(pa, "int64", column_view(c.thread_id, b)));
+  arrays.append(arrow_column(pa, "uint32", column_view(c.scope_id, b)));
+  arrays.append(arrow_column(pa, "uint16", column_view(c.depth, b)));
+  arrays.append(arrow_column(pa, "uint32", column_view(c.labels_id, b)));
+  arrays.append(arrow_column(pa, "uint64", column_view(c.stack_id, b)));
   py::list names;
   for (const char* n :
        {"mono_ns", "kind", "thread_id", "scope_id", "depth", "labels_id", "stack_id"}) {

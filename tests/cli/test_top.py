@@ -106,8 +106,9 @@ def test_a_running_record_is_watched_then_killed(tmp_path: Path) -> None:
 
 
 def test_the_footer_shows_the_recorders_own_figures(tmp_path: Path) -> None:
-    # A 64-row ring at 1 kHz loses rows between the segment writer's looks: the recorder's own
-    # rows lost (and missed ticks) are non-zero, and the view cannot infer them from the rows.
+    # A 64-row ring at 1 kHz may lose rows between the segment writer's looks (it did on a
+    # loaded machine; the writer now mostly keeps up), and ticks are missed under any load: the
+    # recorder's own figures, which the view cannot infer from the rows, are shown as they are.
     out = tmp_path / "run.parquet"
     rec = subprocess.Popen(
         [
@@ -142,7 +143,6 @@ def test_the_footer_shows_the_recorders_own_figures(tmp_path: Path) -> None:
             ("lost", line.split("rows lost ")[1].split()[0]),
         )
     )
-    assert figures["lost"] > 0, line  # the ring was too small: rows were lost
 
     def shown(footer: str) -> tuple[int, int, int]:
         missed, of = footer.split("ticks missed ")[1].split(" · ")[0].split(" of ")
@@ -157,7 +157,7 @@ def test_the_footer_shows_the_recorders_own_figures(tmp_path: Path) -> None:
     # summary's; the last rows (taken at the finish) can only add to the rows lost.
     missed, scheduled, lost = shown(after)
     assert (missed, scheduled) == (figures["missed"], figures["taken"] + figures["missed"])
-    assert 0 < lost <= figures["lost"] and figures["lost"] - lost <= 64, (after, line)
+    assert lost <= figures["lost"] and figures["lost"] - lost <= 64, (after, line)
 
 
 def test_no_terminal_is_refused_with_exit_2_and_no_escape_codes(tmp_path: Path) -> None:

@@ -13,16 +13,17 @@ file is not counted.
 
 from __future__ import annotations
 
-import math
+import hashlib
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stroboscope._base.text import printable
+from stroboscope._base.text import fmt_rate, fmt_seconds, fmt_value, text_table
 
 TIME_COLUMNS = ("time", "mono_ns")
 """Columns every recording has that are not metrics."""
@@ -102,94 +103,304 @@ def _median_spacing_s(mono: np.ndarray) -> float | None:
     return float(np.median(gaps, overwrite_input=True)) / 1e9
 
 
+Parts = Callable[[Sequence[str] | None], Iterable[pa.Table]]
+"""Every row of a recording in order, a part (a row group, a segment) at a time: called with
+metric column names, the parts hold ``time``, ``mono_ns`` and those columns (every column for
+None). Called once for the figures, then again for each narrowing of a median spacing."""
+
+_BINS = 1 << 16
+"""Bins of a pass that narrows a median spacing (each pass divides its range by this)."""
+_COLLECT = 1 << 16
+"""Spacings few enough to be kept and sorted in the last pass of a median."""
+
+
+@dataclass(frozen=True)
+class RowsFigures:
+    """The rows of a table summarised: how many, the seconds from the first to the last row
+    (``mono_ns``; 0.0 with fewer than two) and the median time between two rows (seconds;
+    None with fewer than two)."""
+
+    rows: int
+    span_s: float
+    every_s: float | None
+
+
+def _numpy(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+    """A numeric column's values as numpy (the cells of null rows are arbitrary) and which
+    rows are not null (None: all), read from its buffers: ``to_numpy`` loads pandas (35-45
+    MiB in ``record``'s process), pyarrow's pandas shim on its first conversion."""
+    dtype = np.dtype(f"{'f' if pa.types.is_floating(col.type) else 'i'}{col.type.bit_width // 8}")
+    if pa.types.is_unsigned_integer(col.type):
+        dtype = np.dtype(f"u{dtype.itemsize}")
+    values: list[np.ndarray] = []
+    valid: list[np.ndarray] = []
+    for chunk in col.chunks:
+        n, at = len(chunk), chunk.offset
+        bits, data = chunk.buffers()[:2]
+        if data is None:
+            values.append(np.zeros(n, dtype))
+        else:
+            values.append(np.frombuffer(data, dtype, count=n, offset=at * dtype.itemsize))
+        if col.null_count:
+            if chunk.null_count and bits is not None:
+                raw = np.frombuffer(bits, np.uint8)
+                valid.append(np.unpackbits(raw, count=at + n, bitorder="little")[at:].view(bool))
+            else:
+                valid.append(np.ones(n, bool))
+    if not values:
+        return np.empty(0, dtype), None
+    whole = values[0] if len(values) == 1 else np.concatenate(values)
+    return whole, None if not valid else valid[0] if len(valid) == 1 else np.concatenate(valid)
+
+
+def _readings(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+    """A column's readings as float64 (no null, no NaN) and which rows hold them (None: all)."""
+    raw, valid = _numpy(col)
+    if valid is not None:
+        valid = valid.copy()  # changed below, where NaN
+        raw = raw[valid]
+    values = np.asarray(raw, np.float64)
+    nan = np.isnan(values)
+    if nan.any():
+        values = values[~nan]
+        if valid is None:
+            valid = ~nan
+        else:
+            valid[np.flatnonzero(valid)[nan]] = False
+    if valid is not None and valid.all():
+        valid = None
+    return values, valid
+
+
+class _Spacing:
+    """The spacings (``mono_ns`` differences) of one set of rows, fed a part at a time: their
+    count and extremes, then the exact median by narrowing passes (a histogram of the range
+    that holds the middle, until one value is left or few enough to sort)."""
+
+    def __init__(self, column: str | None) -> None:
+        self.column = column  # whose readings mark the rows (None: every row)
+        self.prev: int | None = None
+        self.n = 0
+        self.lo = self.hi = 0
+        self.ranks: list[list[Any]] = []  # [rank, lo, hi, below, inside, value, bins|kept]
+
+    def gaps(self, mono: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
+        """The spacings that end in this part (the first from the last reading before it)."""
+        at = mono if valid is None else mono[valid]
+        if not len(at):
+            return at
+        if self.prev is None:
+            gaps = np.diff(at)
+        else:
+            gaps = np.diff(at, prepend=np.asarray([self.prev], at.dtype))
+        self.prev = int(at[-1])
+        return gaps
+
+    def count(self, gaps: np.ndarray) -> None:
+        if len(gaps):
+            lo, hi = int(gaps.min()), int(gaps.max())
+            self.lo, self.hi = (lo, hi) if not self.n else (min(self.lo, lo), max(self.hi, hi))
+            self.n += len(gaps)
+
+    def start(self) -> None:
+        """The ranks of the middle (one or two), each over the whole range."""
+        self.prev = None
+        if self.n:
+            middle = [self.n // 2] if self.n % 2 else [self.n // 2 - 1, self.n // 2]
+            self.ranks = [[r, self.lo, self.hi, 0, self.n, None, None] for r in middle]
+            for rank in self.ranks:
+                if self.lo == self.hi:
+                    rank[5] = self.lo
+
+    def open(self) -> bool:
+        return any(r[5] is None for r in self.ranks)
+
+    def feed(self, gaps: np.ndarray) -> None:
+        """One part's spacings into each open rank's histogram or kept values."""
+        for rank in self.ranks:
+            _, lo, hi, _, inside, value, got = rank
+            if value is not None:
+                continue
+            sel = gaps[(gaps >= lo) & (gaps <= hi)]
+            if inside <= _COLLECT:
+                rank[6] = (got or []) + [sel]
+            else:
+                width = -(-(hi - lo + 1) // _BINS)
+                counts = np.bincount((sel - lo) // width, minlength=-(-(hi - lo + 1) // width))
+                rank[6] = counts if got is None else got + counts
+
+    def narrow(self) -> None:
+        """After a pass: each open rank's value, or its range narrowed to one bin."""
+        self.prev = None
+        for rank in self.ranks:
+            r, lo, hi, below, inside, value, got = rank
+            if value is not None:
+                continue
+            if inside <= _COLLECT:
+                kept = np.sort(np.concatenate(got)) if got else np.empty(0, np.int64)
+                rank[5] = int(kept[r - below])
+                continue
+            width = -(-(hi - lo + 1) // _BINS)
+            cum = np.cumsum(got)
+            b = int(np.searchsorted(cum, r - below, side="right"))
+            below += int(cum[b - 1]) if b else 0
+            lo += b * width
+            rank[1:7] = [lo, min(hi, lo + width - 1), below, int(got[b]), None, None]
+            if rank[1] == rank[2]:
+                rank[5] = lo
+
+    def median_s(self) -> float | None:
+        """The median spacing in seconds (None with no spacing), as ``np.median`` gives it."""
+        if not self.ranks:
+            return None
+        middle = np.asarray([r[5] for r in self.ranks], np.int64)
+        return float(np.mean(middle)) / 1e9
+
+
+class _Figures:
+    """One metric column's running figures over the parts."""
+
+    def __init__(self, name: str, unit: str, kind: str) -> None:
+        self.name, self.unit, self.kind = name, unit, kind
+        self.samples = 0
+        self.sums: list[float] = []  # one a part, added at the end
+        self.scaled: list[float] = []  # the same of values / 2**64 (a sum that overflowed)
+        self.finite = True
+        self.min = self.max = self.first = self.last = 0.0
+        self.first_mono: int | None = None
+        self.last_mono: int | None = None
+        self.ids: dict[float, int] = {}
+        self.rows = hashlib.blake2b(digest_size=16)  # which rows hold a reading
+        self.spacing: _Spacing | None = None
+
+    def add(self, values: np.ndarray, valid: np.ndarray | None, mono: np.ndarray | None) -> None:
+        n = len(values)
+        mark = b"A" if valid is None else b"M" + np.packbits(valid).tobytes()
+        self.rows.update(mark + str(len(values) if valid is None else len(valid)).encode())
+        if not n:
+            return
+        if mono is not None:
+            at = mono if valid is None else mono[valid]
+            if self.first_mono is None:
+                self.first_mono = int(at[0])
+            self.last_mono = int(at[-1])
+        if not self.samples:
+            self.first, self.min, self.max = float(values[0]), np.inf, -np.inf
+        self.samples += n
+        self.last = float(values[-1])
+        if self.kind == IDENTIFIER:
+            distinct, counts = np.unique(values, return_counts=True)
+            for v, c in zip(distinct.tolist(), counts.tolist()):
+                self.ids[v] = self.ids.get(v, 0) + c
+            return
+        self.min = min(self.min, float(np.min(values)))
+        self.max = max(self.max, float(np.max(values)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.sums.append(float(np.sum(values)))
+        self.finite = self.finite and bool(np.isfinite(values).all())
+        if self.finite:
+            self.scaled.append(float(np.sum(values / 2.0**64)))
+
+    def stats(self, rows: int) -> ColumnStats:
+        every = None if self.spacing is None else self.spacing.median_s()
+        if not self.samples:
+            return ColumnStats(
+                self.name, self.unit, self.kind, rows, 0, None, None, None, None, None
+            )
+        if self.kind == IDENTIFIER:
+            top = max(sorted(self.ids), key=lambda v: self.ids[v])  # the smallest of the most
+            return ColumnStats(
+                self.name, self.unit, IDENTIFIER, rows, self.samples, every, None, None, None,
+                self.last, distinct=len(self.ids), mode=float(top), mode_samples=self.ids[top],
+            )  # fmt: skip
+        total = rate = None
+        if self.kind == "counter":
+            total = self.last - self.first
+            if self.first_mono is not None and self.last_mono is not None and self.samples > 1:
+                span = (self.last_mono - self.first_mono) / 1e9
+                rate = total / span if span > 0 else None
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean = float(np.sum(np.asarray(self.sums)) / self.samples)
+            if np.isinf(mean) and self.finite:  # the sum overflowed, the mean does not
+                mean = float(np.sum(np.asarray(self.scaled)) / self.samples * 2.0**64)
+        return ColumnStats(
+            self.name, self.unit, self.kind, rows, self.samples, every, mean, self.min, self.max,
+            self.last, total, rate,
+        )  # fmt: skip
+
+
 def column_stats(table: pa.Table, units: Mapping[str, str] | None = None) -> list[ColumnStats]:
     """The figures of every metric column of ``table`` (all but ``time`` and ``mono_ns``).
 
     ``units`` overrides the units of the field metadata (``record`` passes the sampler's).
     """
-    out: list[ColumnStats] = []
-    has_mono = "mono_ns" in table.column_names
-    all_mono = table.column("mono_ns").to_numpy(zero_copy_only=False) if has_mono else None
-    every_row: list[float | None] = []  # the spacing of all rows, computed once when needed
-    for field in table.schema:
-        name = field.name
-        if name in TIME_COLUMNS or not (
-            pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
-        ):
-            continue
-        unit = (units or {}).get(name) or column_unit(field)
-        kind = column_kind(field)
-        # One column at a time, its readings only: a column read every 10th row costs a tenth
-        # of the table's rows here, not a filled copy of all of them.
-        col = table.column(name)
-        valid = None
-        if col.null_count:
-            valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), bool)
-            col = col.drop_null()
-        values = np.asarray(col.to_numpy(zero_copy_only=False), np.float64)
-        del col
-        nan = np.isnan(values)
-        mono = all_mono
-        if all_mono is not None and valid is None and not nan.any():
-            if not every_row:
-                every_row.append(_median_spacing_s(all_mono))
-            every = every_row[0]
-        else:
-            if nan.any():
-                values = values[~nan]
-                if valid is None:
-                    valid = ~nan
-                else:
-                    valid[np.flatnonzero(valid)[nan]] = False
-            mono = None if all_mono is None or valid is None else all_mono[valid]
-            every = None if mono is None else _median_spacing_s(mono)
-        if len(values) == 0:
-            out.append(
-                ColumnStats(name, unit, kind, table.num_rows, 0, None, None, None, None, None)
-            )
-            continue
-        if kind == IDENTIFIER:
-            out.append(_identifier(name, unit, table.num_rows, values, every))
-            continue
-        total = rate = None
-        if kind == "counter":
-            total = float(values[-1] - values[0])
-            if mono is not None and len(values) > 1:
-                span = (int(mono[-1]) - int(mono[0])) / 1e9
-                rate = total / span if span > 0 else None
-        with np.errstate(over="ignore"):
-            mean = float(np.mean(values))
-        if np.isinf(mean) and np.isfinite(values).all():
-            mean = float(np.sum(values / len(values)))  # the sum overflowed, the mean does not
-        out.append(
-            ColumnStats(
-                name,
-                unit,
-                kind,
-                table.num_rows,
-                len(values),
-                every,
-                mean,
-                float(np.min(values)),
-                float(np.max(values)),
-                float(values[-1]),
-                total,
-                rate,
-            )
-        )
-    return out
+    return column_stats_streamed(lambda _columns: (table,), units)[1]
 
 
-def _identifier(
-    name: str, unit: str, rows: int, values: np.ndarray, every: float | None
-) -> ColumnStats:
-    """An identifier column's figures: distinct values, the most frequent and the last."""
-    distinct, counts = np.unique(values, return_counts=True)
-    top = int(np.argmax(counts))  # the first of the largest counts: the smallest value
-    return ColumnStats(
-        name, unit, IDENTIFIER, rows, len(values), every, None, None, None, float(values[-1]),
-        distinct=len(distinct), mode=float(distinct[top]), mode_samples=int(counts[top]),
-    )  # fmt: skip
+def column_stats_streamed(
+    parts: Parts, units: Mapping[str, str] | None = None
+) -> tuple[RowsFigures, list[ColumnStats]]:
+    """The figures of the rows and of every metric column of a table given a part at a time
+    (:data:`Parts`), as :func:`column_stats` gives them for the whole table: the same counts,
+    extremes, last values, totals, identifiers and median spacings; the mean is the parts'
+    sums added, which can differ from the mean of the whole table in its last bits.
+
+    Memory: a part's columns, and for each set of rows that hold readings (columns read at
+    the same rows share one) at most two histograms of 2**16 bins or 2**16 spacings. Time:
+    one pass over every column, then a pass over ``mono_ns`` and a column of each such set
+    whose median spacing is not known yet (typically two or three; at most five).
+    """
+    figures: list[_Figures] = []
+    every_row = _Spacing(None)
+    all_rows = hashlib.blake2b(digest_size=16)  # what a column read in every row has
+    rows, lo, hi, has_mono = 0, 0, 0, False
+    for part in parts(None):
+        if not figures and not rows:
+            has_mono = "mono_ns" in part.column_names
+            for field in part.schema:
+                if field.name in TIME_COLUMNS or not (
+                    pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+                ):
+                    continue
+                unit = (units or {}).get(field.name) or column_unit(field)
+                figures.append(_Figures(field.name, unit, column_kind(field)))
+        mono = None
+        if has_mono and part.num_rows:
+            mono = _numpy(part.column("mono_ns"))[0]
+            every_row.count(every_row.gaps(mono, None))
+            lo, hi = (int(mono.min()), int(mono.max())) if not rows else (
+                min(lo, int(mono.min())), max(hi, int(mono.max())))  # fmt: skip
+        rows += part.num_rows
+        all_rows.update(b"A" + str(part.num_rows).encode())
+        for f in figures:
+            values, valid = _readings(part.column(f.name))
+            f.add(values, valid, mono)
+            if mono is not None:
+                if f.spacing is None:
+                    f.spacing = _Spacing(f.name)
+                f.spacing.count(f.spacing.gaps(mono, valid))
+        del part, mono
+    # Columns read at the same rows have the same spacings: one median for them all.
+    spacings: dict[bytes, _Spacing] = {}
+    if has_mono and rows:
+        spacings[all_rows.digest()] = every_row
+    for f in figures:
+        if f.spacing is not None:
+            f.spacing = spacings.setdefault(f.rows.digest(), f.spacing)
+    for s in spacings.values():
+        s.start()
+    while any(s.open() for s in spacings.values()):
+        open_ = [s for s in spacings.values() if s.open()]
+        for part in parts([s.column for s in open_ if s.column is not None]):
+            mono = _numpy(part.column("mono_ns"))[0]
+            for s in open_:
+                valid = None if s.column is None else _readings(part.column(s.column))[1]
+                s.feed(s.gaps(mono, valid))
+            del part, mono
+        for s in open_:
+            s.narrow()
+    span = (hi - lo) / 1e9 if rows > 1 and has_mono else 0.0
+    return RowsFigures(rows, span, every_row.median_s()), [f.stats(rows) for f in figures]
 
 
 def data_span_s(table: pa.Table) -> float:
@@ -198,43 +409,6 @@ def data_span_s(table: pa.Table) -> float:
         return 0.0
     mm = pc.min_max(table.column("mono_ns"))
     return (int(mm["max"].as_py()) - int(mm["min"].as_py())) / 1e9
-
-
-def fmt_value(value: float | None, unit: str) -> str:
-    """A value for a table: bytes in Ki/Mi/Gi, large and tiny numbers in 3 significant digits."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    magnitude = abs(value)
-    if unit in ("bytes", "bytes/s"):
-        for scale, suffix in ((1 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
-            if magnitude >= scale:
-                return f"{value / scale:.2f} {suffix}"
-        return f"{value:.0f}"
-    if magnitude >= 1e6 or (magnitude < 1e-2 and magnitude != 0):
-        return f"{value:.3g}"
-    return f"{value:.2f}"
-
-
-def fmt_seconds(seconds: float | None) -> str:
-    """``0.001`` → ``"1 ms"``, ``2.5`` → ``"2.5 s"``; ``"-"`` for None."""
-    if seconds is None:
-        return "-"
-    if seconds >= 999.5:
-        return f"{seconds:.0f} s"
-    seconds = float(f"{seconds:.3g}")  # rounded first: 0.9999 ms is "1 ms", not "1e+03 µs"
-    if seconds >= 1:
-        return f"{seconds:.3g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} µs"
-
-
-def fmt_rate(value: float | None, unit: str) -> str:
-    """A counter's rate: ``"1.50 Mi/s"`` for bytes, ``"3.00 mJ/s"`` for another unit."""
-    text = fmt_value(value, unit)
-    if text == "-":
-        return text
-    return f"{text}/s" if unit == "bytes" else f"{text} {unit}/s".replace(" /s", "/s")
 
 
 LEVEL_HEADER = ("column", "unit", "kind", "samples", "every", "mean", "min", "max", "last")
@@ -302,24 +476,6 @@ def counter_rows(stats: list[ColumnStats]) -> list[tuple[str, ...]]:
     ]
 
 
-def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> str:
-    """Columns padded to their widest cell; the first ``left`` columns left-aligned; control
-    characters in a cell escaped (:func:`printable`), so each row stays one line."""
-    header = tuple(printable(h) for h in header)
-    rows = [tuple(printable(v) for v in r) for r in rows]
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    for r in rows:
-        cells = [
-            (v.ljust(w) if i < left else v.rjust(w)) for i, (v, w) in enumerate(zip(r, widths))
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
 SAMPLES_NOTE = (
     "samples: rows holding a value, of all rows; every: median time between them. A source read "
     "every n-th tick fills every n-th row, a rate needs two readings (its first is empty), and a "
@@ -343,13 +499,18 @@ def column_stats_text(
     """
     if stats is None:
         stats = column_stats(table, units)
-    span = data_span_s(table)
     spacing = None
     if "mono_ns" in table.column_names:
         spacing = _median_spacing_s(table.column("mono_ns").to_numpy(zero_copy_only=False))
+    return stats_text(RowsFigures(table.num_rows, data_span_s(table), spacing), stats)
+
+
+def stats_text(rows: RowsFigures, stats: list[ColumnStats]) -> str:
+    """The text of :func:`column_stats_text` from figures already computed (of a table read a
+    part at a time: :func:`column_stats_streamed`)."""
     parts = [
-        f"{table.num_rows} rows over {span:.3f} s of data (first to last row), "
-        f"one every {fmt_seconds(spacing)} (median)"
+        f"{rows.rows} rows over {rows.span_s:.3f} s of data (first to last row), "
+        f"one every {fmt_seconds(rows.every_s)} (median)"
     ]
     levels = level_rows(stats)
     if levels:

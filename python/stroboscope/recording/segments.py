@@ -53,7 +53,7 @@ from stroboscope.formats.segments import (
 from stroboscope.formats.spool_stats import StatsPublisher
 from stroboscope.formats.writers import write_parquet
 from stroboscope.recording._events_write import EventsSink
-from stroboscope.sampling._frame import Frame
+from stroboscope.sampling import Frame
 
 if TYPE_CHECKING:
     import stroboscope._core as _core
@@ -392,3 +392,7 @@ class SegmentWriter:
             self._written.append(Written(final, frame.first_row, len(frame)))
             self.segments_written += 1
             self.rows_unwritten = 0
+            del frame, table
+            # Arrow's allocator keeps what a segment freed for the next one: a recorder that
+            # wakes once a segment would hold it for the whole run (bench/bench_recorder_rss.py).
+            pa.default_memory_pool().release_unused()
