@@ -221,7 +221,7 @@ def _read_child(path: str) -> None:
     import resource
 
     import pyarrow.csv as pacsv
-    from stroboscope.recording.journal import read_journal
+    from stroboscope.compat.aitune._journal import read_journal
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0 = time.perf_counter()
@@ -238,7 +238,7 @@ def bench_read(n: int) -> int:
     """Write a journal of ``n`` rows, read it in a fresh process, print one line of results."""
     import subprocess
 
-    from stroboscope.recording.journal import encode_rows
+    from stroboscope.compat.aitune._journal import encode_rows
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "journal.jsonl")

@@ -100,8 +100,8 @@ def clean_up() -> None:
             REGISTERED[kind][2](obj)
         except Exception as exc:  # clean up the rest; the test fails anyway
             print(f"could not end {obj!r}: {exc!r}")
-    _stack._STACK.set(())
-    _stack._LABELS.set(({}, 0))
+    _stack.STACK_VAR.set(())
+    _stack.LABELS_VAR.set(({}, 0))
     scopes.disable()  # also stops the default session's sampler
     if _child_events.owned_dir() is not None:  # a sampler stopped without its detach
         _child_events._at_exit()

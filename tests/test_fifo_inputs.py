@@ -120,7 +120,7 @@ def test_the_cli_refuses_a_fifo_with_one_line(
 API_CASES = [
     (
         "read_journal",
-        "from stroboscope.recording import read_journal\nread_journal('fifo')",
+        "from stroboscope.compat.aitune import read_journal\nread_journal('fifo')",
         "journal fifo " + FIFO_WORDS,
     ),
     (

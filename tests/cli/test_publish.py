@@ -34,7 +34,7 @@ def test_record_publisher_windows(
     from _fake_proc import PID
     from stroboscope import Sampler
     from stroboscope.cli._publish import RecordPublisher, add_sender_arguments
-    from stroboscope.recording import _publisher
+    from stroboscope.compat import _publisher
 
     # The publisher's clock is a script and the sampler ticks deterministically on a recorded
     # /proc whose counters we advance: which window each row falls in, and so every published

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from stroboscope.analysis.column_stats import fmt_seconds
+from stroboscope._base.text import fmt_seconds
 from stroboscope.cli import main
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

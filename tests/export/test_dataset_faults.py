@@ -383,7 +383,7 @@ def test_a_part_renamed_into_place_before_a_failure_is_neither_rewritten_nor_blo
     # same name again (refused for ever: a part is never replaced) nor write those rows twice.
     import stroboscope.formats.dataset as dataset_module
 
-    real = dataset_module._fsync_dir
+    real = dataset_module.fsync_dir
     failures = iter([True])
 
     def flaky(directory: str) -> None:
@@ -395,7 +395,7 @@ def test_a_part_renamed_into_place_before_a_failure_is_neither_rewritten_nor_blo
     s = Sampler(0.01, sources=["memory"], dataset=tmp_path, identity=who, segment_seconds=300)
     try:
         s.tick_now(3)
-        monkeypatch.setattr(dataset_module, "_fsync_dir", flaky)
+        monkeypatch.setattr(dataset_module, "fsync_dir", flaky)
         writer = s._dataset  # the recording's dataset writer
         assert writer is not None
         with pytest.raises(OSError, match="fsync failed once"):

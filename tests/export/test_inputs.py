@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from _fake_proc import PID, FakeProc
 from stroboscope import Sampler
-from stroboscope.analysis.column_stats import fmt_value
+from stroboscope._base.text import fmt_value
 from stroboscope.cli import main
 from stroboscope.export.report import build_report
 from stroboscope.formats.segments import segment_paths

@@ -12,12 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _report_run import INLINE_ROWS, SENT_PER_ROW, record_run
-from stroboscope.analysis.column_stats import (
-    column_stats,
-    column_stats_text,
-    fmt_seconds,
-    fmt_value,
-)
+from stroboscope._base.text import fmt_seconds, fmt_value
+from stroboscope.analysis.column_stats import column_stats, column_stats_text
 from stroboscope.cli import main
 from stroboscope.export.report import build_report
 

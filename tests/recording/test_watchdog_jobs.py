@@ -131,8 +131,8 @@ def test_journal_job_reads_a_block_at_a_time(
     """The crash dump of a journal goes through the block reader (issue 9, item 14): with blocks
     of a few rows, the dump still holds the union of the columns, a column that turns from
     integers to floats as float64, and every row once; damaged lines are counted in the log."""
+    from stroboscope.compat.aitune._journal import encode_rows
     from stroboscope.formats import journal_read
-    from stroboscope.recording.journal import encode_rows
 
     rows: list[dict[str, Any]] = [{"id": i, "v": i if i < 50 else i + 0.5} for i in range(100)]
     rows[70]["late"] = "x"

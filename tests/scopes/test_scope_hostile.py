@@ -91,7 +91,7 @@ def _at_depth(depth: int) -> Any:
     minutes): the token that takes it off again."""
     below = scopes.annotate("below")
     frame = _stack.new_frame((below, below._scope_id, 0, _stack.stack_id(), depth))
-    return _stack._STACK.set((frame,))
+    return _stack.STACK_VAR.set((frame,))
 
 
 def test_nesting_deeper_than_the_log_holds_never_raises(
@@ -111,7 +111,7 @@ def test_nesting_deeper_than_the_log_holds_never_raises(
             with scopes.annotate("sibling"):
                 pass
     finally:
-        _stack._STACK.reset(token)
+        _stack.STACK_VAR.reset(token)
     with scopes.annotate("top"):
         pass
     rows = _rows(scope_sampler)

@@ -5,8 +5,9 @@ Shared by the Chrome JSON writer and the Perfetto protobuf writer, so both show 
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,7 @@ from stroboscope.analysis._series import (
     mono,
     series,
 )
-from stroboscope.formats.chrome_trace import default_base, trace_events, write_trace
+from stroboscope.formats.chrome_trace import us_text, write_trace
 
 _NOT_METRICS = ("time", "mono_ns", GPU_READ)
 
@@ -113,6 +114,47 @@ def collect(
         finite = np.isfinite(s.v)
         counters.append(Series(c, s.t[finite] + anchor, s.v[finite]))
     return TraceData(os.getpid() if pid is None else int(pid), anchor, slices, counters)
+
+
+def trace_events(data: TraceData, base_ns: int, process_name: str) -> Iterator[str]:
+    """The trace events as JSON texts, times relative to ``base_ns``."""
+    pid = data.pid
+    dumps = json.dumps
+    yield dumps(
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process_name}}
+    )
+    s = data.slices
+    for tid in sorted(set(s.thread.tolist())):
+        yield dumps(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pid,
+                "tid": tid,
+                "args": {"name": f"thread {tid}"},
+            }
+        )
+    begin = (s.begin - base_ns).tolist()
+    dur = (s.end - s.begin).tolist()
+    tids = s.thread.tolist()
+    for b, d, name, tid, args in zip(begin, dur, s.name, tids, s.args):
+        yield (
+            f'{{"ph": "X", "cat": "scope", "name": {dumps(name)}, "pid": {pid}, "tid": {tid}, '
+            f'"ts": {us_text(b)}, "dur": {us_text(d)}, "args": {dumps(args)}}}'
+        )
+    for c in data.counters:
+        head = f'{{"ph": "C", "cat": "metric", "name": {dumps(c.name)}, "pid": {pid}, "ts": '
+        mid = f', "args": {{{dumps(c.name)}: '
+        for t, v in zip((c.t - base_ns).tolist(), c.v.tolist()):
+            yield f"{head}{us_text(t)}{mid}{v!r}}}}}"
+
+
+def default_base(data: TraceData) -> int:
+    """The earliest time in the trace, rounded down to a whole second (as torch does)."""
+    starts = [int(data.slices.begin.min())] if len(data.slices.begin) else []
+    starts += [int(c.t[0]) for c in data.counters if len(c.t)]
+    first = min(starts) if starts else 0
+    return first - first % 1_000_000_000
 
 
 def write_chrome_trace(

@@ -81,7 +81,7 @@ class _Partial:
         return Stats(self.count, mean, self.maximum, self.last)
 
 
-def column_stats(column: Column) -> Stats | None:
+def window_column_stats(column: Column) -> Stats | None:
     """:class:`Stats` of ``column``'s valid cells; None when it has none (or a mean not finite)."""
     part = _Partial()
     part.fold(column)
@@ -93,7 +93,7 @@ def window_stats(table: pa.Table, names: Iterable[str]) -> dict[str, Stats]:
     out: dict[str, Stats] = {}
     present = set(table.column_names)
     for name in names:
-        if name in present and (stats := column_stats(table.column(name))) is not None:
+        if name in present and (stats := window_column_stats(table.column(name))) is not None:
             out[name] = stats
     return out
 

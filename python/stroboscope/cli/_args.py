@@ -15,7 +15,7 @@ from typing import Any
 
 from stroboscope._base.checks import check_pid, check_seconds, check_str
 from stroboscope._base.files import check_replaceable, same_file
-from stroboscope.sampling._checks import (
+from stroboscope.sampling import (
     MAX_INTERVAL_S,
     MIN_INTERVAL_S,
     check_capacity,

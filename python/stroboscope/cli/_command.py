@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from stroboscope.scopes._outside import command_environment
+from stroboscope.scopes import command_environment
 
 if TYPE_CHECKING:
     from stroboscope.formats.shared_events_drain import EventsDrain

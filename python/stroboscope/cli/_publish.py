@@ -2,7 +2,7 @@
 
 ``cli/record.py`` adds the options with :func:`add_sender_arguments` and, when any ``--sender`` was
 given, feeds each drained table to a :class:`RecordPublisher`: the package's window publisher
-(:class:`stroboscope.recording._publisher.WindowPublisher`) closes one window per
+(:class:`stroboscope.compat._publisher.WindowPublisher`) closes one window per
 ``--publish-every`` seconds, and this module hands each event (canonical column names, e.g.
 ``cpu.util_pct``) to every sender, each on its own worker thread.
 """
@@ -23,15 +23,15 @@ from stroboscope._base.checks import check_seconds
 from stroboscope._base.files import identity, unlink_if_same
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowInfo
 from stroboscope.cli import _args
-from stroboscope.recording._publisher import WindowPublisher
+from stroboscope.compat import WindowPublisher
 from stroboscope.sampling import Column
 from stroboscope.senders import (
     BUILTIN_SENDERS,
     AbstractBackendSender,
+    Fanout,
     available_senders,
     load_sender,
 )
-from stroboscope.senders._dispatch import Fanout
 
 
 def parse_sender_spec(text: str) -> tuple[str, dict[str, Any]]:

@@ -22,14 +22,14 @@ from stroboscope.cli._signals import say
 from stroboscope.formats.dataset import part_seconds
 from stroboscope.formats.spool_read import remove_spool
 from stroboscope.formats.writers import output_format
-from stroboscope.recording import _finish
+from stroboscope.recording import prepare
 from stroboscope.recording.sampler import Sampler, ring_segment_seconds
 from stroboscope.recording.watchdog import DumpJob, Watchdog
-from stroboscope.sampling._checks import check_capacity
-from stroboscope.scopes._outside import nvtx_taken_by
+from stroboscope.sampling import check_capacity
+from stroboscope.scopes import nvtx_taken_by
 
 
-def _check_paths(args: argparse.Namespace) -> tuple[str | None, str, str | None]:
+def check_paths(args: argparse.Namespace) -> tuple[str | None, str, str | None]:
     """The output's format (None with ``--dataset`` alone), the spool, and the private
     directory of a temporary spool (to remove at the end; None when there is none)."""
     if args.output is None:
@@ -42,7 +42,7 @@ def _check_paths(args: argparse.Namespace) -> tuple[str | None, str, str | None]
     return fmt, spool, None
 
 
-def _build(
+def build_recorder(
     args: argparse.Namespace,
     pid: int | None,
     spool: str,
@@ -76,7 +76,7 @@ def _build(
         sampler = _dataset.rank_sampler(
             args, who, pid=pid, capacity=args.capacity, spool=spool, segment_seconds=segment_s
         )
-    _finish.prepare(sampler)  # its last rows go from the ring to FILE, not to a segment first
+    prepare(sampler)  # its last rows go from the ring to FILE, not to a segment first
     if args.pid is not None:
         sampler.provenance()  # --pid: its command line, read as soon as its files are open
     publisher = None
@@ -114,7 +114,7 @@ def _build(
     return sampler, publisher, watchdog
 
 
-def _startup_lines(
+def startup_lines(
     args: argparse.Namespace, sampler: Sampler, command: Command | None, events: Events
 ) -> None:
     """What the recording is about to do, when it is not obvious from the command line."""

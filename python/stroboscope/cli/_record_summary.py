@@ -13,15 +13,15 @@ import shlex
 from typing import NoReturn
 
 from stroboscope._base.identity import Identity, detect_identity
-from stroboscope.analysis.column_stats import fmt_seconds
+from stroboscope._base.text import fmt_seconds
 from stroboscope.cli import _dataset
-from stroboscope.recording import _finish
+from stroboscope.recording import Finished
 from stroboscope.recording.segments import SegmentStatus
 from stroboscope.recording.watchdog import Watchdog
 from stroboscope.sampling import SamplerStats
 
 
-def _print_summary(
+def print_summary(
     args: argparse.Namespace,
     fmt: str | None,
     rows: int,
@@ -98,7 +98,7 @@ def _rank_of(who: Identity | None) -> tuple[int | None, int]:
     return who.rank, who.world_size or 1
 
 
-def _scopes_line(args: argparse.Namespace, done: _finish.Finished, unmade: int = 0) -> str:
+def scopes_line(args: argparse.Namespace, done: Finished, unmade: int = 0) -> str:
     """The summary's line on the scopes the recorded processes called (and the edges lost, the
     ``unmade`` processes that could not make their events file, and the events files damaged
     or skipped)."""
@@ -139,7 +139,7 @@ def _scopes_line(args: argparse.Namespace, done: _finish.Finished, unmade: int =
     )
 
 
-def _unwritten(
+def unwritten(
     exc: Exception,
     output: str | None,
     spool: str,

@@ -17,8 +17,8 @@ from typing import TextIO
 
 import pyarrow as pa
 
-from stroboscope.analysis._series import gpu_labels
-from stroboscope.analysis.column_stats import fmt_value
+from stroboscope._base.text import fmt_value
+from stroboscope.analysis import gpu_labels
 from stroboscope.sampling import CoreSampler as Sampler
 from stroboscope.sampling import SamplerStats
 

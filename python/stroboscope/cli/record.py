@@ -30,12 +30,12 @@ import time
 from typing import Any
 
 from stroboscope._base.identity import Identity
-from stroboscope.analysis.column_stats import fmt_seconds
+from stroboscope._base.text import fmt_seconds
 from stroboscope.cli import _args, _dataset, _exporters
 from stroboscope.cli._command import Command, Events
 from stroboscope.cli._publish import RecordPublisher, add_sender_arguments, check_sender_specs
-from stroboscope.cli._record_setup import _build, _check_paths, _startup_lines
-from stroboscope.cli._record_summary import _print_summary, _scopes_line, _unwritten
+from stroboscope.cli._record_setup import build_recorder, check_paths, startup_lines
+from stroboscope.cli._record_summary import print_summary, scopes_line, unwritten
 from stroboscope.cli._signals import WAIT_PERIOD_S, Signals, end_command, pause, say
 from stroboscope.cli._status import StatusLine, wanted
 from stroboscope.cli.top import check_live, start_view, stop_view
@@ -48,9 +48,9 @@ from stroboscope.formats.shared_events import check_events_capacity, unmade_file
 from stroboscope.formats.spool_read import recover_parts
 from stroboscope.formats.stacks import remove_stacks, stack_threads, write_stacks
 from stroboscope.formats.stacks_sidecar import write_sidecar_stacks
-from stroboscope.recording import _finish
+from stroboscope.recording import finish
 from stroboscope.recording.sampler import Sampler
-from stroboscope.sampling import _child_events
+from stroboscope.sampling import declined_child_events
 
 FIRST_ROW_WAIT_S = 10.0
 """The longest the command is held back for the sampler's first row (seconds)."""
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         check_events_capacity(os.environ)
     who = _dataset.check(args)  # conflicting rank variables fail before anything is made
     _dataset.per_rank_output(args)  # -o NAME-{rank}.parquet: this rank's own file
-    fmt, spool, private = _check_paths(args)
+    fmt, spool, private = check_paths(args)
     _exporters.check_libraries(args)  # a missing extra is named before anything starts
     check_sender_specs(args.sender)
     args.spool_path = spool  # for the summary's recover hint
@@ -152,7 +152,7 @@ def _record(
 ) -> int:
     events = Events(args, bool(command_argv))
     try:
-        with _child_events.declined():  # the sampler here makes no directory of its own
+        with declined_child_events():  # the sampler here makes no directory of its own
             return _record_with(args, command_argv, fmt, spool, stop, who, events)
     finally:
         if os.path.lexists(spool) and events_dir_note(spool) is not None:
@@ -173,7 +173,7 @@ def _record_with(
     command = Command(command_argv, env=events.env) if command_argv else None
     exporters = contextlib.ExitStack()
     try:
-        sampler, publisher, watchdog = _build(
+        sampler, publisher, watchdog = build_recorder(
             args,
             command.pid if command else args.pid,
             spool,
@@ -189,7 +189,7 @@ def _record_with(
     if events.owned and events.dir is not None:  # where recover finds the command's scopes
         write_events_dir_note(spool, events.dir)
     if not args.quiet:  # every option and path is checked, the sampler built: now say what runs
-        _startup_lines(args, sampler, command, events)
+        startup_lines(args, sampler, command, events)
     started = time.monotonic()
     sampled_s: float | None = None  # seconds sampled, once sampling stopped before the end
     exit_code = 0
@@ -250,7 +250,7 @@ def _record_with(
     try:
         events.stop_drain()  # the command's edges drained once more, then read by the finish
         unmade = 0 if events.dir is None else len(unmade_files(events.dir))
-        done = _finish.finish(
+        done = finish(
             sampler,
             args.output,
             command=command_argv or None,
@@ -266,10 +266,10 @@ def _record_with(
             raise
         got = recover_parts(spool)  # the rows it holds, and those lost (a full disk)
         kept = events.dir if events.owned and events_dir_note(spool) is not None else None
-        _unwritten(exc, args.output, spool, got.rows, watchdog, got.lost_words(), kept)
+        unwritten(exc, args.output, spool, got.rows, watchdog, got.lost_words(), kept)
     if stranded and exit_code == 0:
         exit_code = 1
-    _print_summary(
+    print_summary(
         args,
         fmt,
         done.rows,
@@ -281,7 +281,7 @@ def _record_with(
         sampler.segments,
         sampler.dataset_status,
         sampler.identity,  # with the job id a single-process run was given
-        None if events.dir is None else _scopes_line(args, done, unmade),
+        None if events.dir is None else scopes_line(args, done, unmade),
     )
     return exit_code
 

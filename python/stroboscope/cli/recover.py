@@ -16,7 +16,7 @@ from stroboscope.formats.spool_header import spool_in_use
 from stroboscope.formats.spool_read import recover_parts
 from stroboscope.formats.stacks_sidecar import remove_sidecar, write_sidecar_stacks
 from stroboscope.formats.writers import output_format, write_parts
-from stroboscope.recording._finish import read_shared_intervals, write_scopes_beside
+from stroboscope.recording import read_shared_intervals, write_scopes_beside
 
 if TYPE_CHECKING:
     import pyarrow as pa

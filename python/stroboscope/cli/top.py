@@ -29,8 +29,7 @@ from typing import Any
 from stroboscope._base.checks import check_path
 from stroboscope._base.extras import require
 from stroboscope._base.files import file_kind
-from stroboscope._base.text import printable
-from stroboscope.analysis.column_stats import fmt_seconds
+from stroboscope._base.text import fmt_seconds, printable
 from stroboscope.formats.shared_events import EVENTS_DIR_ENV
 from stroboscope.formats.spool_header import MAGIC, SpoolError
 from stroboscope.formats.spool_live import LiveSpool, holder_of, live_spools

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from stroboscope.analysis.windows import column_bits, column_stats
+from stroboscope.analysis.windows import column_bits, window_column_stats
 from stroboscope.cluster._prom_names import PromSeries
 
 
@@ -28,7 +28,7 @@ def summarise_column(column: pa.ChunkedArray | pa.Array, series: PromSeries) -> 
     if series.kind == "bitmask":
         bits = column_bits(column)
         return None if bits is None else Summary(float(bits[0]), None, bits[1])
-    stats = column_stats(column)
+    stats = window_column_stats(column)
     if stats is None:
         return None
     if series.kind == "counter":

@@ -19,8 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from stroboscope._base.identity import Identity
-from stroboscope.sampling._gpu_owner import owned_gpus
-from stroboscope.sampling._plan import default_source_names, source_names, source_options
+from stroboscope.sampling import default_source_names, owned_gpus, source_names, source_options
 
 __all__ = [
     "HOST_SOURCES",

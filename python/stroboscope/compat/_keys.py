@@ -29,7 +29,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stroboscope.analysis._series import gpu_columns
+from stroboscope.analysis import gpu_columns
 from stroboscope.sampling import available_sources
 
 WINDOW = "window"

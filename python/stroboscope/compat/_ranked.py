@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stroboscope.senders._base import AbstractBackendSender, BuiltinSender, StatsDict
+from stroboscope.senders import AbstractBackendSender, BuiltinSender, StatsDict
 
 
 class RankLabelledSender(BuiltinSender):

@@ -1,7 +1,7 @@
 """A drop-in ``SystemMonitor``: the WandB-style monitor's surface over stroboscope's C++ sampler.
 
 Sampling runs in C++ at ``interval`` (10 ms by default) and never waits for Python. The
-package's window publisher (:class:`stroboscope.recording._publisher.WindowPublisher`) wakes
+package's window publisher (:class:`stroboscope.compat._publisher.WindowPublisher`) wakes
 every ``sample_rate_seconds`` on its own thread, drains the ring and reduces the window's columns
 (mean, max or last); this module only translates: the monitor's arguments into a sampler, the
 window into the compatibility keys, and the event to each sender's own worker thread.
@@ -24,15 +24,18 @@ from stroboscope._base.extras import require
 from stroboscope._base.identity import detect_identity
 from stroboscope.analysis.windows import AGGREGATES, Aggregate, WindowInfo
 from stroboscope.compat._keys import GPU_SOURCE, CompatKeys, sources
+from stroboscope.compat._publisher import DRAIN_PERIOD_S, WindowPublisher
 from stroboscope.compat._ranked import rank_aware
 from stroboscope.formats.dataset import part_capacity, part_seconds
-from stroboscope.recording._publisher import DRAIN_PERIOD_S, WindowPublisher
 from stroboscope.recording.sampler import DUMP_FORMATS, Sampler, ring_segment_seconds
-from stroboscope.sampling import available_sources, net_dev_totals
-from stroboscope.sampling._checks import check_capacity, check_interval
-from stroboscope.sampling._plan import natural_every
-from stroboscope.senders._base import AbstractBackendSender, StatsDict, as_sender
-from stroboscope.senders._dispatch import Fanout
+from stroboscope.sampling import (
+    available_sources,
+    check_capacity,
+    check_interval,
+    natural_every,
+    net_dev_totals,
+)
+from stroboscope.senders import AbstractBackendSender, Fanout, StatsDict, as_sender
 
 if TYPE_CHECKING:
     import psutil

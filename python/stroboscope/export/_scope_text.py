@@ -1,7 +1,7 @@
 """The per-scope tables as text, in one home: :func:`format_summary` (the full summary of
 :func:`~stroboscope.analysis.scope_summary.summary`) and, without pandas, the calls and
 durations of :func:`scope_counts`; both write durations and bytes with the package's one set of
-human units (:func:`~stroboscope.analysis.column_stats.fmt_seconds`, ``fmt_value``). Shared by the
+human units (:func:`~stroboscope._base.text.fmt_seconds`, ``fmt_value``). Shared by the
 terminal text and the HTML page."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from stroboscope._base.text import printable
-from stroboscope.analysis.column_stats import fmt_seconds, fmt_value, text_table
+from stroboscope._base.text import fmt_seconds, fmt_value, printable, text_table
 from stroboscope.analysis.scope_durations import name_durations
 from stroboscope.analysis.scope_summary import summary_columns
 from stroboscope.export._recording import Recording
@@ -111,7 +110,7 @@ _FIGURES: tuple[tuple[str, tuple[str, ...], str | None, str], ...] = (
 
 def _value(v: Any, kind: str) -> str:
     """One figure of the table: seconds and bytes in the package's human units
-    (:func:`~stroboscope.analysis.column_stats.fmt_seconds`, ``fmt_value``), counts as integers,
+    (:func:`~stroboscope._base.text.fmt_seconds`, ``fmt_value``), counts as integers,
     other numbers in 4 significant digits."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"

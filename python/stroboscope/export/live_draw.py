@@ -2,7 +2,7 @@
 the view's settings (the window, the panels shown, the rank in view). No terminal here: the app
 (:mod:`.live_app`) lays these out, and tests read them as text.
 
-Numbers and units are written by :func:`stroboscope.analysis.column_stats.fmt_value` and
+Numbers and units are written by :func:`stroboscope._base.text.fmt_value` and
 ``fmt_seconds`` (the one home of numbers in text); the straggler rule and the step figures are
 the cluster report's (:mod:`._ranks_steps`).
 """
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from rich.text import Text
 
-from stroboscope.analysis.column_stats import fmt_seconds, fmt_value
+from stroboscope._base.text import fmt_seconds, fmt_value
 from stroboscope.export._ranks_steps import StepStats, StragglerRule, choose_step, judge
 from stroboscope.export.live_feed import Feed, Panel
 from stroboscope.export.live_scopes import scope_band, step_figures

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from stroboscope.analysis.column_stats import fmt_seconds
+from stroboscope._base.text import fmt_seconds
 from stroboscope.export.live_scopes import ScopeTracker
 from stroboscope.export.live_series import KEEP_NS, Series
 from stroboscope.formats.events_live import EventsTail

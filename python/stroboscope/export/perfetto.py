@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from stroboscope._base.extras import require
 from stroboscope._base.files import replace_private
-from stroboscope.analysis._series import F64, I64
+from stroboscope.analysis import F64, I64
 from stroboscope.analysis.trace_data import TraceData, collect
 
 PathLike = Union[str, "os.PathLike[str]"]

@@ -27,9 +27,9 @@ from typing import Union
 import pyarrow as pa
 
 from stroboscope._base.checks import check_path
-from stroboscope.analysis.trace_data import collect, write_chrome_trace
+from stroboscope.analysis.trace_data import collect, trace_events, write_chrome_trace
 from stroboscope.export.perfetto import write_perfetto_trace
-from stroboscope.formats.chrome_trace import base_time_ns, read_trace, trace_events, write_trace
+from stroboscope.formats.chrome_trace import base_time_ns, read_trace, write_trace
 
 __all__ = ["merge_into_trace", "write_chrome_trace", "write_perfetto_trace"]
 

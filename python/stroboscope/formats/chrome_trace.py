@@ -22,14 +22,10 @@ from stroboscope._base.files import open_regular_file, replace_private
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from stroboscope.analysis.trace_data import TraceData
-
 __all__ = [
     "base_time_ns",
     "complete_events",
-    "default_base",
     "read_trace",
-    "trace_events",
     "us_text",
     "write_trace",
 ]
@@ -99,7 +95,7 @@ def _ns(us: list[float]) -> pa.Int64Array:
     return pc.round(scaled, round_mode="half_to_even").cast(pa.int64())
 
 
-# ---- writing: what a trace shows comes from stroboscope.analysis.trace_data ----
+# ---- writing: the file around the events (the events of a recording: analysis.trace_data) ----
 
 
 def us_text(ns: int) -> str:
@@ -107,47 +103,6 @@ def us_text(ns: int) -> str:
     sign = "-" if ns < 0 else ""
     q, r = divmod(abs(ns), 1000)
     return f"{sign}{q}.{r:03d}"
-
-
-def trace_events(data: TraceData, base_ns: int, process_name: str) -> Iterator[str]:
-    """The trace events as JSON texts, times relative to ``base_ns``."""
-    pid = data.pid
-    dumps = json.dumps
-    yield dumps(
-        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process_name}}
-    )
-    s = data.slices
-    for tid in sorted(set(s.thread.tolist())):
-        yield dumps(
-            {
-                "ph": "M",
-                "name": "thread_name",
-                "pid": pid,
-                "tid": tid,
-                "args": {"name": f"thread {tid}"},
-            }
-        )
-    begin = (s.begin - base_ns).tolist()
-    dur = (s.end - s.begin).tolist()
-    tids = s.thread.tolist()
-    for b, d, name, tid, args in zip(begin, dur, s.name, tids, s.args):
-        yield (
-            f'{{"ph": "X", "cat": "scope", "name": {dumps(name)}, "pid": {pid}, "tid": {tid}, '
-            f'"ts": {us_text(b)}, "dur": {us_text(d)}, "args": {dumps(args)}}}'
-        )
-    for c in data.counters:
-        head = f'{{"ph": "C", "cat": "metric", "name": {dumps(c.name)}, "pid": {pid}, "ts": '
-        mid = f', "args": {{{dumps(c.name)}: '
-        for t, v in zip((c.t - base_ns).tolist(), c.v.tolist()):
-            yield f"{head}{us_text(t)}{mid}{v!r}}}}}"
-
-
-def default_base(data: TraceData) -> int:
-    """The earliest time in the trace, rounded down to a whole second (as torch does)."""
-    starts = [int(data.slices.begin.min())] if len(data.slices.begin) else []
-    starts += [int(c.t[0]) for c in data.counters if len(c.t)]
-    first = min(starts) if starts else 0
-    return first - first % 1_000_000_000
 
 
 def write_trace(path: str | os.PathLike[str], head: dict[str, Any], events: Iterator[str]) -> None:

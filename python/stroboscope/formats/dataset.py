@@ -55,8 +55,11 @@ __all__ = [  # the layout's names (formats/partitions.py) stay importable from h
     "PARTITIONING",
     "PART_SECONDS",
     "SCOPES_DIR",
+    "SMALL_FILE",
     "ensure_root",
+    "fsync_dir",
     "is_dataset",
+    "make_partition",
     "open_dataset",
     "part_capacity",
     "part_seconds",
@@ -87,7 +90,7 @@ def part_capacity(interval: float) -> int:
     return math.ceil(SEGMENT_SHARE * PART_SECONDS / interval)
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
     """Flush a directory's entries to disk (so a rename or a new entry in it survives a crash)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -96,7 +99,7 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-_SMALL_FILE = 1 << 20
+SMALL_FILE = 1 << 20
 """The most a marker or an owner record is read of (they are a line of JSON)."""
 
 
@@ -106,7 +109,7 @@ def _read_marker(root: str) -> dict[str, Any] | None:
     on)."""
     path = os.path.join(root, MARKER)
     try:
-        raw = read_regular(path, "dataset marker", limit=_SMALL_FILE)
+        raw = read_regular(path, "dataset marker", limit=SMALL_FILE)
     except ValueError:
         if not os.path.lexists(path):  # no marker (or ``root`` is no directory)
             return None
@@ -170,14 +173,14 @@ def ensure_root(root: str | os.PathLike[str]) -> str:
         parent = os.path.dirname(os.path.abspath(text))
         with contextlib.suppress(FileExistsError):  # another rank made it just now
             os.makedirs(text, mode=0o700)
-        _fsync_dir(parent)
+        fsync_dir(parent)
     with replace_private(os.path.join(text, MARKER)) as f:
         f.write(json.dumps(MARKER_CONTENT).encode() + b"\n")
-    _fsync_dir(text)
+    fsync_dir(text)
     return text
 
 
-def _make_partition(root: str, identity: Identity, kind: str) -> str:
+def make_partition(root: str, identity: Identity, kind: str) -> str:
     """Create ``identity``'s partition directory (each new level 0700, flushed to disk); an
     existing level that is a symbolic link or not a directory is refused."""
     path = partition_dir(root, identity, kind=kind)
@@ -195,7 +198,7 @@ def _make_partition(root: str, identity: Identity, kind: str) -> str:
                     f"remove it or give another root"
                 ) from None
             continue
-        _fsync_dir(parent)
+        fsync_dir(parent)
     return path
 
 
@@ -227,13 +230,13 @@ def _write(
     if not isinstance(table, pa.Table):
         raise TypeError(f"table must be a pyarrow.Table, got {type(table).__name__}")
     top = ensure_root(root)
-    directory = _make_partition(top, identity, kind)
+    directory = make_partition(top, identity, kind)
     path = os.path.join(directory, name)
     if kind == "samples" and os.path.lexists(path):
         # Parts are never replaced: a reader may hold the old one, and it holds other rows.
         raise FileExistsError(errno.EEXIST, "a part of this name exists; give a new name", path)
     write_parquet(_with_identity(table, identity), path)  # temp dot-file, fsync, rename
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return path
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from stroboscope._base.files import read_regular
 from stroboscope._base.identity import Identity
-from stroboscope.formats.dataset import _SMALL_FILE, _fsync_dir, _make_partition, ensure_root
+from stroboscope.formats.dataset import SMALL_FILE, ensure_root, fsync_dir, make_partition
 from stroboscope.formats.partitions import partition
 
 __all__ = ["OWNER", "claim_partition", "read_owner", "release_partition"]
@@ -36,7 +36,7 @@ def claim_partition(
         would be read as one rank. Give a fresh job id or another root.
     """
     top = ensure_root(root)
-    directory = _make_partition(top, identity, "samples")
+    directory = make_partition(top, identity, "samples")
     path = os.path.join(directory, OWNER)
     text = json.dumps(dict(owner), sort_keys=True).encode() + b"\n"
     fd, tmp = tempfile.mkstemp(prefix=".owner.", suffix=".tmp", dir=directory)  # 0600, ours
@@ -60,7 +60,7 @@ def claim_partition(
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return directory
 
 
@@ -101,7 +101,7 @@ def read_owner(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The owner record of a partition directory (empty when absent or unreadable)."""
     try:
         value = json.loads(
-            read_regular(os.path.join(directory, OWNER), "owner record", limit=_SMALL_FILE)
+            read_regular(os.path.join(directory, OWNER), "owner record", limit=SMALL_FILE)
         )
     except (ValueError, RecursionError):  # absent, not a regular file, not JSON
         return {}

@@ -81,6 +81,26 @@ SCHEMA = pa.schema(
 from the interned strings (null for an id whose string the file does not hold)."""
 
 
+# The encoder (the sink that appends a spool's sidecar: stroboscope.recording).
+def _chunk(tag: bytes, payload: bytes) -> bytes:
+    return HEAD.pack(tag, len(payload), zlib.crc32(payload)) + payload
+
+
+def strings_chunk(first_id: int, strings: list[str]) -> bytes:
+    parts = [_STRS.pack(first_id, len(strings))]
+    for s in strings:
+        raw = s.encode("utf-8", "surrogatepass")
+        parts += [_LEN.pack(len(raw)), raw]
+    return _chunk(STRINGS_TAG, b"".join(parts))
+
+
+def events_chunk(first_index: int, lost: int, table: pa.Table) -> bytes:
+    rec = np.zeros(table.num_rows, RECORD)
+    for name in ("mono_ns", "thread_id", "stack_id", "scope_id", "labels_id", "depth", "kind"):
+        rec[name] = table.column(name).to_numpy()
+    return _chunk(EVENTS_TAG, _EVTS.pack(first_index, lost, len(rec)) + rec.tobytes())
+
+
 def events_path(spool: str) -> str:
     """The sidecar of ``spool``."""
     return spool + ".events"

@@ -22,10 +22,10 @@ from stroboscope.formats.shared_events import (
     HEADER_BYTES,
     MAGIC,
     FileCounts,
-    _check_header,
-    _header,
-    _strings,
     events_files,
+    header_problem,
+    parse_header,
+    read_strings,
 )
 from stroboscope.formats.shared_events_records import RECORD_BYTES, decode_records
 
@@ -72,8 +72,8 @@ class _FileTail:
             return False
         if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
             return False  # its magic is written last: not whole yet
-        h = _header(raw)
-        if _check_header(h):
+        h = parse_header(raw)
+        if header_problem(h):
             return False
         self.h = h
         self.next_index = int(h["first_index"])
@@ -135,9 +135,9 @@ class _FileTail:
         """The scope names of ``ids`` (the strings are read again when a new id appears)."""
         if len(ids) and int(ids.max()) >= len(self.strings):
             try:
-                h = _header(pread_full(self.fd, HEADER_BYTES, 0))
+                h = parse_header(pread_full(self.fd, HEADER_BYTES, 0))
                 size = os.fstat(self.fd).st_size
-                self.strings = _strings(self.fd, h, size, FileCounts(self.path))
+                self.strings = read_strings(self.fd, h, size, FileCounts(self.path))
             except OSError:
                 pass
         s = self.strings

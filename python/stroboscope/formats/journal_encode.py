@@ -1,6 +1,6 @@
 """Rows to journal lines: the JSON Lines writing of the receiver's journal.
 
-The format is documented in :mod:`stroboscope.recording.journal`. A row that is a dict of str
+The format is documented in :mod:`stroboscope.compat.aitune._journal`. A row that is a dict of str
 keys and plain values takes the fast path (the json module's C encoder, made once); any other row
 takes the careful path (:func:`_sanitize`), which renames clashing keys, writes what JSON cannot
 hold as text, and refuses what cannot be written at all. Standard library only.

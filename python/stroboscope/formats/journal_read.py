@@ -260,5 +260,6 @@ def read_journal_table(path: str | os.PathLike[str]) -> tuple[pa.Table, int]:
 
 
 def read_journal(path: str | os.PathLike[str]) -> pa.Table:
-    """The journal file ``path`` as an Arrow table (see :mod:`stroboscope.recording.receiver`)."""
+    """The journal file ``path`` as an Arrow table (the receiver that writes it:
+    :class:`stroboscope.compat.aitune.ParentReceiver`)."""
     return read_journal_table(path)[0]

@@ -67,7 +67,7 @@ import stat
 import struct
 import zlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -87,6 +87,7 @@ from stroboscope.formats.shared_events_records import (
     COUNTER_COLUMNS,
     END,
     RECORD_BYTES,
+    FileCounts,
     decode_records,
     read_drained,
     read_records,
@@ -198,26 +199,17 @@ unique within one process and producer only), nesting depth (0 outermost), scope
 (:data:`COUNTER_COLUMNS`, null without edge counters)."""
 
 
-@dataclass
-class FileCounts:
-    """What one file held and what it lost (one entry of the ``events_files`` metadata)."""
-
-    file: str
-    pid: int = -1
-    producer: str = ""
-    records: int = 0  # edges read
-    lost: int = 0  # indices between the file's first and its last record that were not read
-    overwritten: int = 0  # of ``lost``: overwritten by a later lap of the ring
-    dropped: int = 0  # events the writer dropped (its slot busy), as the file counts them
-    strings_missing: int = 0  # strings interned after the file's area filled up
-    damaged: str = ""  # why the file was not read, or where it was cut short; "" if whole
+def _no_events() -> pa.Table:
+    """A table of :data:`EVENTS_SCHEMA` with no row (``Schema.empty_table`` would load pandas:
+    pyarrow's pandas shim, on its first array made from Python objects)."""
+    return pa.Table.from_batches([], schema=EVENTS_SCHEMA)
 
 
-def _header(raw: bytes) -> dict[str, Any]:
+def parse_header(raw: bytes) -> dict[str, Any]:
     return {name: struct.unpack_from(fmt, raw, off)[0] for name, (off, fmt) in _FIELDS.items()}
 
 
-def _check_header(h: dict[str, Any]) -> str:
+def header_problem(h: dict[str, Any]) -> str:
     """Why the header cannot be used, "" when it can."""
     cap = h["capacity"]
     if h["version"] not in VERSIONS:
@@ -351,7 +343,7 @@ def check_events_capacity(environ: Mapping[str, str]) -> None:
         )
 
 
-def _strings(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> list[str]:
+def read_strings(fd: int, h: dict[str, Any], size: int, counts: FileCounts) -> list[str]:
     """The file's strings by id, up to the first entry that is cut short or out of bounds."""
     used = min(h["strings_used"], h["strings_capacity"], max(0, size - h["strings"]))
     raw = pread_full(fd, used, h["strings"]) if used > 0 else b""
@@ -416,7 +408,7 @@ def _read_file(name: str, dir_fd: int | None, keep_fd: int | None) -> tuple[pa.T
     """:func:`read_events_file` of ``name`` relative to ``dir_fd``, the drain's copies in
     ``keep_fd``."""
     counts = FileCounts(file=os.path.basename(name))
-    empty = EVENTS_SCHEMA.empty_table()
+    empty = _no_events()
     live: dict[str, Any] = {}
     fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     try:
@@ -427,24 +419,24 @@ def _read_file(name: str, dir_fd: int | None, keep_fd: int | None) -> tuple[pa.T
         raw = pread_full(fd, HEADER_BYTES, 0)
         why = "no events header (not an events file, or cut short)"
         if len(raw) == HEADER_BYTES and raw[:8] == MAGIC:
-            why = _check_header(_header(raw))
+            why = header_problem(parse_header(raw))
         if why:
             # Damaged since a drain read it: its copy of the header reads what the file holds.
             kept = saved_header(name, keep_fd)
-            if kept is None or _check_header(_header(kept)):
+            if kept is None or header_problem(parse_header(kept)):
                 counts.damaged = why
                 if len(raw) == HEADER_BYTES and raw[:8] == MAGIC:
-                    counts.pid = int(_header(raw)["pid"])
+                    counts.pid = int(parse_header(raw)["pid"])
                 return empty, counts
             counts.damaged = f"header damaged ({why}): read with the copy the drain kept"
-            live = _header(raw) if len(raw) == HEADER_BYTES else {}
+            live = parse_header(raw) if len(raw) == HEADER_BYTES else {}
             raw = kept
-        h = _header(raw)
+        h = parse_header(raw)
         if counts.damaged and live:  # the strings written since the copy: as far as they read
             h["strings_used"] = max(h["strings_used"], live["strings_used"])
         _identify(counts, h, raw)
         rec = read_records(fd, h, st.st_size, counts, _kept_records(name, keep_fd, counts))
-        strings = _strings(fd, h, st.st_size, counts)
+        strings = read_strings(fd, h, st.st_size, counts)
     finally:
         os.close(fd)
     return _table(rec, strings, counts), counts
@@ -462,10 +454,10 @@ def _read_orphan(name: str, keep_fd: int) -> tuple[pa.Table, FileCounts]:
     the drain kept of it: the copies of its header and strings, and its drained records."""
     counts = FileCounts(file=name, damaged=REMOVED)
     raw = saved_header(name, keep_fd)
-    if raw is None or _check_header(_header(raw)):
+    if raw is None or header_problem(parse_header(raw)):
         counts.damaged = f"{REMOVED}; the drain's copy of its header is missing or damaged"
-        return EVENTS_SCHEMA.empty_table(), counts
-    h = _header(raw)
+        return _no_events(), counts
+    h = parse_header(raw)
     _identify(counts, h, raw)
     index, words = _kept_records(name, keep_fd, counts) or (
         np.zeros(0, np.uint64),
@@ -596,7 +588,7 @@ def read_events_dir(path: str | os.PathLike[str]) -> pa.Table:
             try:
                 table, c = _read_file(name, dir_fd, keep_fd)
             except OSError as exc:  # vanished or unreadable: counted, never fatal
-                table, c = EVENTS_SCHEMA.empty_table(), FileCounts(name)
+                table, c = _no_events(), FileCounts(name)
                 c.damaged = f"cannot be read: {exc.strerror or exc}"
             tables.append(table)
             counts.append(c)
@@ -611,7 +603,7 @@ def read_events_dir(path: str | os.PathLike[str]) -> pa.Table:
         for fd in (dir_fd, keep_fd):
             if fd is not None:
                 os.close(fd)
-    table = pa.concat_tables(tables) if tables else EVENTS_SCHEMA.empty_table()
+    table = pa.concat_tables(tables) if tables else _no_events()
     if table.num_rows:
         position = np.arange(table.num_rows)
         mono = table.column("mono_ns").to_numpy()

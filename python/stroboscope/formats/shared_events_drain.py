@@ -48,11 +48,11 @@ from stroboscope.formats.shared_events import (
     MAGIC,
     STRINGS_BYTES,
     STRINGS_SUFFIX,
-    _check_header,
-    _header,
     drained_dir,
+    header_problem,
     list_events,
     open_dir,
+    parse_header,
     strings_copy,
     whole_size,
 )
@@ -193,8 +193,8 @@ class FileDrain:
         if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
             self._close_fd()  # not written whole yet: the next poll looks again
             return False
-        h = _header(raw)
-        why = _check_header(h)
+        h = parse_header(raw)
+        why = header_problem(h)
         if not why and st.st_size < whole_size(h):
             why = f"{st.st_size} bytes, its header claims {whole_size(h)}"
         if why:
@@ -249,7 +249,7 @@ class FileDrain:
         if self.fd < 0 or self.keep_fd is None or not self.cap:
             return
         try:
-            h = _header(pread_full(self.fd, HEADER_BYTES, 0))
+            h = parse_header(pread_full(self.fd, HEADER_BYTES, 0))
             used = min(int(h["strings_used"]), STRINGS_BYTES)
             if used == self.strings_kept:
                 return  # nothing interned since the last copy

@@ -15,15 +15,13 @@ import os
 import stat
 import struct
 import zlib
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from stroboscope._base.files import pread_full
-
-if TYPE_CHECKING:
-    from stroboscope.formats.shared_events import FileCounts
 
 __all__ = [
     "BEGIN",
@@ -35,6 +33,7 @@ __all__ = [
     "DRAINED_WORDS",
     "END",
     "RECORD_BYTES",
+    "FileCounts",
     "decode_records",
     "drained_batch",
     "read_drained",
@@ -58,6 +57,21 @@ COUNTER_COLUMNS = ("cpu_ns", "minflt", "majflt", "nvcsw", "nivcsw")
 """An edge's own counters (edge counters; null where the edge has none): the thread's CPU clock
 (``CLOCK_THREAD_CPUTIME_ID`` ns) and, in mode ``rusage``, the low 32 bits of its minor and major
 faults and voluntary and involuntary context switches."""
+
+
+@dataclass
+class FileCounts:
+    """What one file held and what it lost (one entry of the ``events_files`` metadata)."""
+
+    file: str
+    pid: int = -1
+    producer: str = ""
+    records: int = 0  # edges read
+    lost: int = 0  # indices between the file's first and its last record that were not read
+    overwritten: int = 0  # of ``lost``: overwritten by a later lap of the ring
+    dropped: int = 0  # events the writer dropped (its slot busy), as the file counts them
+    strings_missing: int = 0  # strings interned after the file's area filled up
+    damaged: str = ""  # why the file was not read, or where it was cut short; "" if whole
 
 
 def drained_batch(records: np.ndarray[Any, Any]) -> bytes:

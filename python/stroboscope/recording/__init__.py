@@ -1,5 +1,8 @@
-"""Crash-safe recording, composed on a sampler: recovery as a frame, the segment writer, the
-watchdog and its journal (the files' formats are in :mod:`stroboscope.formats`).
+"""Crash safety composed on a sampler, and nothing else: the spool and recovery as a frame, the
+segment writer, the dataset writer, the watchdog, and :func:`finish` (recover, provenance,
+write, clean up). The files' formats are :mod:`stroboscope.formats`'; the machinery of the
+systems replaced (aitune's receiver and journal, the SystemMonitor's publisher, the training
+recorder) is :mod:`stroboscope.compat`'s.
 
 Names are loaded on first use (PEP 562).
 """
@@ -12,20 +15,30 @@ from stroboscope._base.lazy import face
 
 __all__ = [
     "DumpJob",
-    "Receiver",
+    "Finished",
     "Sampler",
     "SegmentWriter",
     "SpoolError",
     "Watchdog",
     "finish",
-    "read_journal",
+    "prepare",
+    "read_shared_intervals",
     "recover",
+    "write_scopes_beside",
 ]
+
+_DOORS = {  # what the rooms above use
+    "Finished": "._finish",
+    "prepare": "._finish",
+    "read_shared_intervals": "._finish",
+    "write_scopes_beside": "._finish",
+}
 
 __getattr__, __dir__ = face(
     __name__,
     __all__,
     {
+        **_DOORS,
         "Sampler": ".sampler",
         "finish": "._finish",
         "recover": ".spool",
@@ -33,15 +46,17 @@ __getattr__, __dir__ = face(
         "SegmentWriter": ".segments",
         "DumpJob": ".watchdog",
         "Watchdog": ".watchdog",
-        "Receiver": ".receiver",
-        "read_journal": ".journal",
     },
 )
 
 if TYPE_CHECKING:
-    from stroboscope.recording._finish import finish
-    from stroboscope.recording.journal import read_journal
-    from stroboscope.recording.receiver import Receiver
+    from stroboscope.recording._finish import (
+        Finished,
+        finish,
+        prepare,
+        read_shared_intervals,
+        write_scopes_beside,
+    )
     from stroboscope.recording.sampler import Sampler
     from stroboscope.recording.segments import SegmentWriter
     from stroboscope.recording.spool import SpoolError, recover

@@ -19,7 +19,7 @@ from typing import Any
 from stroboscope.formats.provenance import from_schema
 from stroboscope.formats.shared_events import remove_events_dir
 from stroboscope.formats.writers import output_format, sidecar_path
-from stroboscope.recording._finish import _read_events, write_scopes_beside
+from stroboscope.recording._finish import read_events, write_scopes_beside
 
 
 def _provenance(dump: str) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     events_dir, dump = args
-    shared = _read_events(events_dir)
+    shared = read_events(events_dir)
     if shared is None:
         print(f"scope events in {events_dir} could not be read (kept there)")
         return 0

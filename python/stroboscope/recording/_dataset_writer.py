@@ -39,10 +39,10 @@ from stroboscope.formats.dataset import (
     write_scopes,
 )
 from stroboscope.formats.dataset_owner import claim_partition, release_partition
+from stroboscope.formats.provenance import attach, iso_utc
 from stroboscope.formats.segments import FIRST_ROW_KEY
 from stroboscope.recording.segments import SegmentWriter
-from stroboscope.sampling._frame import Frame
-from stroboscope.sampling._provenance import attach, for_table, iso_utc
+from stroboscope.sampling import Frame, for_table
 
 if TYPE_CHECKING:
     import stroboscope._core as _core

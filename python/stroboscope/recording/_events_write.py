@@ -1,48 +1,15 @@
-"""Writing a spool's scope-events sidecar (``PATH.events``, layout in
-:mod:`stroboscope.formats.events_file`): the chunks, and the sink the segment writer appends
-with. A write cut short (a full disk) is cut back and tried again, the magic too, so the file
-recovers when space returns."""
+"""Writing a spool's scope-events sidecar (``PATH.events``; its layout and chunk encoder are
+:mod:`stroboscope.formats.events_file`'s): the sink the segment writer appends with. A write cut
+short (a full disk) is cut back and tried again, the magic too, so the file recovers when space
+returns."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
-import zlib
 
-import numpy as np
-import pyarrow as pa
-
-from stroboscope.formats.events_file import (
-    _EVTS,
-    _LEN,
-    _STRS,
-    EVENTS_TAG,
-    HEAD,
-    MAGIC,
-    MAX_CHUNK_EVENTS,
-    RECORD,
-    STRINGS_TAG,
-)
-
-
-def _chunk(tag: bytes, payload: bytes) -> bytes:
-    return HEAD.pack(tag, len(payload), zlib.crc32(payload)) + payload
-
-
-def strings_chunk(first_id: int, strings: list[str]) -> bytes:
-    parts = [_STRS.pack(first_id, len(strings))]
-    for s in strings:
-        raw = s.encode("utf-8", "surrogatepass")
-        parts += [_LEN.pack(len(raw)), raw]
-    return _chunk(STRINGS_TAG, b"".join(parts))
-
-
-def events_chunk(first_index: int, lost: int, table: pa.Table) -> bytes:
-    rec = np.zeros(table.num_rows, RECORD)
-    for name in ("mono_ns", "thread_id", "stack_id", "scope_id", "labels_id", "depth", "kind"):
-        rec[name] = table.column(name).to_numpy()
-    return _chunk(EVENTS_TAG, _EVTS.pack(first_index, lost, len(rec)) + rec.tobytes())
+from stroboscope.formats.events_file import MAGIC, MAX_CHUNK_EVENTS, events_chunk, strings_chunk
 
 
 def open_for_append(path: str, made: tuple[int, int] | None) -> tuple[int, tuple[int, int]]:
@@ -105,13 +72,13 @@ class EventsSink:
 
     def __init__(self, path: str) -> None:
         # Not at import: the watchdog child reads without the extension.
-        from stroboscope.sampling import _scope_log as log
+        from stroboscope.sampling import events_read, events_strings, events_written
 
-        self._log = log
+        self._read, self._strings_from = events_read, events_strings
         self.path = path
         self._offset = 0  # 0 until the magic is written; then where the next chunk goes
         self._made: tuple[int, int] | None = None  # (device, inode) of the file once made
-        self._next = log.written()
+        self._next = events_written()
         self._strings = 0
         self.events_written = 0
         self.events_lost = 0
@@ -120,9 +87,9 @@ class EventsSink:
         """Write what was recorded since the last append; raises what the write raised (the
         same events, and the magic while it is not written, are tried again by the next
         append, while the log still holds them: a full disk that frees space loses nothing)."""
-        batch = self._log.read(self._next)
+        batch = self._read(self._next)
         # Read after the events: every id they hold was interned before they were pushed.
-        strings = self._log.strings(self._strings)
+        strings = self._strings_from(self._strings)
         data = MAGIC if self._offset == 0 else b""
         if strings:
             data += strings_chunk(self._strings, strings)

@@ -42,6 +42,6 @@ def recover(path: str | os.PathLike[str]) -> Frame:
         format version): the message says which.
     """
     table, rows_lost = recover_table(path)
-    from stroboscope.sampling._frame import Frame  # the one frame type (pyarrow-backed here)
+    from stroboscope.sampling import Frame  # the one frame type (pyarrow-backed here)
 
     return Frame(table, rows_lost=rows_lost)

@@ -96,7 +96,7 @@ class DumpJob:
     kind : {"spool", "journal"}
         ``"spool"``: a sampler's spool file, read with
         ``stroboscope.formats.spool_read.recover_parts``.
-        ``"journal"``: a receiver's journal (JSON lines, :mod:`stroboscope.recording.journal`).
+        ``"journal"``: a receiver's journal (JSON lines, :mod:`stroboscope.compat.aitune._journal`).
     source : str or os.PathLike
         The spool or journal file.
     dump : str or os.PathLike, optional

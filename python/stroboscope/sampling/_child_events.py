@@ -47,7 +47,7 @@ from stroboscope.formats.shared_events_env import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["acquire", "declined", "owned_dir", "read", "release"]
+__all__ = ["acquire", "declined_child_events", "owned_dir", "read", "release"]
 
 
 class _Owner:
@@ -59,7 +59,7 @@ class _Owner:
         self.users = 0
         self.pid = os.getpid()
         self.last: str | None = None  # the name of the latest directory (made again if free)
-        self.declined = 0  # > 0: this process's children are not read (see declined())
+        self.declined = 0  # > 0: this process's children are not read (see declined_child_events())
 
     def _at_exit(self) -> None:
         # A recorder still running at exit: its directory goes with the process that made it.
@@ -106,7 +106,7 @@ def acquire() -> str | None:
 
 
 @contextlib.contextmanager
-def declined() -> Iterator[None]:
+def declined_child_events() -> Iterator[None]:
     """While inside, a recorder that starts makes no directory for this process's children:
     ``stroboscope record``, whose only children are the command (its scopes have a directory
     of their own) and the watchdog. A directory made for nothing would outlive a SIGKILL."""

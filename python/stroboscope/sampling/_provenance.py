@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from stroboscope._base.files import read_regular
-from stroboscope.analysis._series import gpu_labels as _labels_in_columns
+from stroboscope.analysis import gpu_labels as _labels_in_columns
 from stroboscope.formats.provenance import (
     FORMAT,
     PROVENANCE_KEY,

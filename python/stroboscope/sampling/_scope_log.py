@@ -5,13 +5,13 @@ Scope edges go into one process-wide events log in C++ (``_core.events_*``). A r
 covers the events of its own runs: it notes the log's write counter when it starts and when it
 stops, and its scope tables cover the events between. The scopes room (``annotate``, the default
 session) writes the edges; it learns which samplers run from :func:`watch` (this room may not
-import it), and writes through :data:`begin` / :data:`end` / :func:`intern`, the core's own
-functions. The figures per scope (:meth:`ScopeRecording.summary`) and the as-of join of samples
-to scopes are :mod:`stroboscope.analysis`'s, the trace :mod:`stroboscope.export`'s; these
-methods hand them this sampler's two tables (imported on first call, so a Sampler costs nothing
-of theirs until asked). Nor does this module import pyarrow: a process that only annotates, with
-nothing recording, loads the extension and no table library (about 0.2 s less on its first
-scope).
+import it), and writes through :data:`events_begin` / :data:`events_end` /
+:func:`events_intern`, the core's own functions (taken from this room's face). The figures per
+scope (:meth:`ScopeRecording.summary`) and the as-of join of samples to scopes are
+:mod:`stroboscope.analysis`'s, the trace :mod:`stroboscope.export`'s; these methods hand them
+this sampler's two tables (imported on first call, so a Sampler costs nothing of theirs until
+asked). Nor does this module import pyarrow: a process that only annotates, with nothing
+recording, loads the extension and no table library (about 0.2 s less on its first scope).
 """
 
 from __future__ import annotations
@@ -24,58 +24,59 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import stroboscope._core as _core
 from stroboscope._base import lifecycle as _lifecycle
+from stroboscope._core import (
+    ScopeEdges,
+    events_begin,
+    events_end,
+    events_intern,
+    events_read,
+    events_strings,
+    events_written,
+    scope_edges_mode,
+    scope_edges_pending,
+    scope_edges_setup,
+)
 from stroboscope.sampling import _child_events
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from stroboscope.sampling._frame import Frame
-
 __all__ = [
     "Recorder",
     "ScopeEdges",
     "ScopeRecording",
-    "begin",
     "check_edge_counters",
-    "edges_mode",
-    "edges_pending",
-    "edges_setup",
-    "end",
-    "intern",
-    "read",
+    "events_begin",
+    "events_end",
+    "events_intern",
+    "events_read",
+    "events_strings",
+    "events_written",
     "recorders",
     "ring_rows",
-    "strings",
+    "scope_edges_mode",
+    "scope_edges_pending",
+    "scope_edges_setup",
     "watch",
-    "written",
 ]
 
-# The core's calls, as they are (no Python wrapper: a scope's edge pays one C call).
-begin = _core.events_begin
-"""``begin(scope_id, depth, labels_id, stack_id)``: write a scope's begin (CLOCK_MONOTONIC and
-the thread id are stamped in C++)."""
-end = _core.events_end
-"""``end(scope_id, depth, labels_id, stack_id)``: write a scope's end."""
-intern = _core.events_intern
-"""``intern(text) -> int``: the log's id of a scope name or label set."""
-written = _core.events_written
-"""``written() -> int``: how many edges the log has taken so far."""
-strings = _core.events_strings
-"""``strings(first=0) -> list[str]``: the interned texts, by id."""
-read = _core.events_read
-"""``read(first, last=None)``: the log's edges from ``first`` on (an ``EventBatch``)."""
-ScopeEdges = _core.ScopeEdges
-"""The base of a scope whose ``__enter__``/``__exit__`` write its edges in C where nothing else
-is asked of them, and call its Python ``_enter_slow``/``_exit_slow`` otherwise."""
-edges_setup = _core.scope_edges_setup
-"""``edges_setup(stack_var, labels_var, frame_type, bind_asyncio)``: the scopes room's stack,
-once."""
-edges_mode = _core.scope_edges_mode
-"""``edges_mode(mode)``: 0 nothing records, 1 edges in C, 2 the Python path."""
-edges_pending = _core.scope_edges_pending
-"""``edges_pending(sids)``: the stacks (at most 64) that hold a frame another thread closed:
-their scopes take the Python path, which takes it off."""
+# The core's calls, as they are (no Python wrapper: a scope's edge pays one C call):
+# - ``events_begin(scope_id, depth, labels_id, stack_id)``: write a scope's begin (CLOCK_MONOTONIC
+#   and the thread id are stamped in C++).
+# - ``events_end(scope_id, depth, labels_id, stack_id)``: write a scope's end.
+# - ``events_intern(text) -> int``: the log's id of a scope name or label set.
+# - ``events_written() -> int``: how many edges the log has taken so far.
+# - ``events_strings(first=0) -> list[str]``: the interned texts, by id.
+# - ``events_read(first, last=None)``: the log's edges from ``first`` on (an ``EventBatch``).
+# - ``ScopeEdges``: the base of a scope whose ``__enter__``/``__exit__`` write its edges in C
+#   where nothing else is asked of them, and call its Python ``_enter_slow``/``_exit_slow``
+#   otherwise.
+# - ``scope_edges_setup(stack_var, labels_var, frame_type, bind_asyncio)``: the scopes room's
+#   stack, once.
+# - ``scope_edges_mode(mode)``: 0 nothing records, 1 edges in C, 2 the Python path.
+# - ``scope_edges_pending(sids)``: the stacks (at most 64) that hold a frame another thread
+#   closed: their scopes take the Python path, which takes it off.
 
 
 class Recorder(NamedTuple):
@@ -217,12 +218,12 @@ class _Children:
         self.start_ns = 0
         self.bell: _core.EventsDoorbell | None = None  # edge rows for the children's scopes
 
-    def attach(self, sampler: object, edge_rows: bool) -> None:
+    def attach(self, core: _core.Sampler, edge_rows: bool) -> None:
         self.start_ns = time.monotonic_ns()
         self.dir = _child_events.acquire()
         if edge_rows and self.dir is not None:
             try:  # one doorbell per directory: the first sampler with edge rows rings
-                self.bell = ring_rows(self.dir, sampler)
+                self.bell = _core.EventsDoorbell(self.dir, core)  # as ring_rows() makes it
             except OSError:
                 self.bell = None
 
@@ -266,55 +267,60 @@ class _Children:
 
 
 class ScopeRecording:
-    """The scope side of :class:`stroboscope.sampling.CoreSampler` (a mixin)."""
+    """What one sampler records of the scopes, a part of
+    :class:`stroboscope.sampling.CoreSampler`: the span of the events log each of its runs
+    covers, and the scopes of the processes started while it ran.
 
-    _core: _core.Sampler
-    _edge_rows: bool
-    _edge_counters: str
-    _event_windows: list[list[int]]  # [first, last) of the events log per run; last -1: running
+    Parameters
+    ----------
+    core : _core.Sampler
+        The sampler's thread, asked for a row at each scope's begin with ``edge_rows``.
+    edge_rows : bool
+        Ask for a row at each scope's begin (in this process, and in its children's through
+        their events directory).
+    edge_counters : str
+        What the sampler asks of the log's edges while it runs (:func:`check_edge_counters`).
+    """
 
-    def snapshot(self) -> Frame:
-        raise NotImplementedError  # the Sampler's
+    def __init__(self, core: _core.Sampler, edge_rows: bool, edge_counters: str) -> None:
+        self._core = core
+        self._edge_rows = edge_rows
+        self._edge_counters = edge_counters
+        self._windows: list[list[int]] = []  # [first, last) of the log per run; last -1: running
+        self._children = _Children()
 
-    def stacks(self) -> tuple[pa.Table, pa.Table]:
-        raise NotImplementedError  # the Sampler's (its stack samples and interned stacks)
+    @property
+    def attached(self) -> bool:
+        """Whether a run is attached (between :meth:`attach` and :meth:`detach`)."""
+        return bool(self._windows) and self._windows[-1][1] < 0
 
-    def _attach_scopes(self) -> None:
+    def attach(self, sampler: object) -> None:
         """Called right before the thread starts: scopes opened from now on are this run's, in
-        this process and in the processes it starts (:mod:`._child_events`)."""
-        if self._event_windows and self._event_windows[-1][1] < 0:
+        this process and in the processes it starts (:mod:`._child_events`). ``sampler`` is the
+        sampler as the scopes room sees it (:class:`Recorder`)."""
+        if self.attached:
             return  # start() of a running sampler
-        children = self.__dict__.setdefault("_children", _Children())
-        children.attach(self, self._edge_rows)
-        self._event_windows.append([int(written()), -1])
+        self._children.attach(self._core, self._edge_rows)
+        self._windows.append([int(events_written()), -1])
         target = self._core.request_tick if self._edge_rows else None
-        _running.add(Recorder(self, target, self._edge_counters))
+        _running.add(Recorder(sampler, target, self._edge_counters))
 
-    def _detach_scopes(self) -> None:
+    def detach(self, sampler: object) -> None:
         """Called when the thread stops."""
-        _running.remove(self)
-        if self._event_windows and self._event_windows[-1][1] < 0:
-            self._event_windows[-1][1] = int(written())
-            children: _Children | None = self.__dict__.get("_children")
-            if children is not None:
-                children.detach()
+        _running.remove(sampler)
+        if self.attached:
+            self._windows[-1][1] = int(events_written())
+            self._children.detach()
 
-    def scope_events(self) -> pa.Table:
-        """The raw scope edges of this sampler's runs still in the events log.
-
-        Columns ``mono_ns``, ``kind`` (1 begin, 2 end), ``thread_id``, ``scope_id``, ``depth``,
-        ``labels_id``, ``stack_id``, and with edge counters (``edge_counters=``) each edge's
-        own counters (:data:`~stroboscope.formats.shared_events.COUNTER_COLUMNS`); schema
-        metadata ``events_lost`` counts edges the log overwrote before this read (its capacity
-        is ``_core.events_stats()["capacity"]``).
-        """
+    def events(self) -> pa.Table:
+        """The raw scope edges of the runs (see :meth:`CoreSampler.scope_events`)."""
         import pyarrow as pa
 
         from stroboscope.analysis.scope_edges import split_counter_records
 
         tables, lost = [], 0
-        now = int(written())
-        for first, last in self._event_windows:
+        now = int(events_written())
+        for first, last in self._windows:
             batch = _core.events_read(first, now if last < 0 else last)
             lost += int(batch.lost)
             tables.append(pa.table(batch))
@@ -323,53 +329,38 @@ class ScopeRecording:
         table = split_counter_records(pa.concat_tables(tables))
         return table.replace_schema_metadata({b"events_lost": str(lost).encode()})
 
-    def scope_intervals(self) -> pa.Table:
-        """One row per scope call of this sampler's runs (name, path, thread, times, labels);
-        ``end_ns`` is null for a scope still open. The calls of the processes this process
-        started while it ran (forked and spawned workers, subprocesses: :mod:`._child_events`)
-        are there too, with ``pid`` and ``producer`` columns (this process's own calls have its
-        pid); without such calls the table has no ``pid`` column."""
+    def intervals(self) -> pa.Table:
+        """One row per scope call of the runs, the children's too (see
+        :meth:`CoreSampler.scope_intervals`)."""
         from stroboscope.analysis.scope_edges import pair_events
 
-        events = self.scope_events()
-        table = pair_events(events, list(strings()))
-        children: _Children | None = self.__dict__.get("_children")
-        if children is not None:
-            table = children.with_own(table)
+        events = self.events()
+        table = self._children.with_own(pair_events(events, list(events_strings())))
         return table.replace_schema_metadata(events.schema.metadata)
 
     def summary(
-        self, *, by: str | Sequence[str] | None = None, weight: str | None = None
+        self,
+        rows: pa.Table,
+        *,
+        by: str | Sequence[str] | None = None,
+        weight: str | None = None,
+        stacks: tuple[pa.Table, pa.Table] | None = None,
     ) -> pd.DataFrame:
-        """Per scope path and labels (or per ``by``: ``"name"``, ``"path"`` and/or label keys,
-        see :func:`stroboscope.analysis.scope_summary.summary`): calls, durations (exact, from
-        the edges), inclusive and exclusive time, and the metrics sampled while it ran (CPU,
-        RSS, GPU, power, energy), each with the number of samples behind it.
-
-        With ``"function"`` in ``by`` (``by="function"``), a sampler made with ``stacks=``
-        breaks each such row down by the functions its Python stacks ran inside the scope's
-        calls, weighted by ``weight``: ``"cpu"`` (default, the thread's CPU time), ``"wall"``
-        or a metric column."""
+        """:func:`stroboscope.analysis.scopes.summary` of ``rows`` (the sampler's) over the
+        runs' scope intervals (see :meth:`CoreSampler.summary`)."""
         from stroboscope.analysis.scopes import summary
 
-        # Only a name or a list of names can ask for functions; anything else is refused in
-        # words by the summary itself (the argument, its value and what is accepted).
-        keys = [by] if isinstance(by, str) else list(by) if isinstance(by, (list, tuple)) else []
-        stacks = self.stacks() if "function" in keys else None
-        return summary(
-            self.snapshot().to_arrow(), self.scope_intervals(), by=by, stacks=stacks, weight=weight
-        )
+        return summary(rows, self.intervals(), by=by, stacks=stacks, weight=weight)
 
-    def samples_by_scope(self) -> pa.Table:
-        """This sampler's rows with the scope open at each (an as-of join on ``mono_ns``)."""
+    def samples_by_scope(self, rows: pa.Table) -> pa.Table:
+        """``rows`` with the scope open at each (an as-of join on ``mono_ns``)."""
         from stroboscope.analysis.scopes import samples_by_scope
 
-        return samples_by_scope(self.snapshot().to_arrow(), self.scope_intervals())
+        return samples_by_scope(rows, self.intervals())
 
-    def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
-        """Scopes and metrics as a Chrome Trace Event file (Perfetto, chrome://tracing), on
-        torch.profiler's time base; returns the path written."""
+    def export_chrome_trace(self, path: str | os.PathLike[str], rows: pa.Table) -> str:
+        """``rows`` and the runs' scopes as a Chrome Trace Event file; returns the path."""
         from stroboscope.analysis.trace_data import write_chrome_trace
 
-        write_chrome_trace(path, self.snapshot().to_arrow(), self.scope_intervals())
+        write_chrome_trace(path, rows, self.intervals())
         return os.fspath(path)

@@ -15,6 +15,8 @@ recording, a scope costs an attribute read.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stroboscope._base.lazy import face
 from stroboscope.scopes._scope import annotate, collect_hardware_metrics
 from stroboscope.scopes._session import (
@@ -34,7 +36,9 @@ from stroboscope.scopes.nvtx_capture import nvtx_injection_path
 __all__ = [
     "add_open_hook",
     "annotate",
+    "bare_decorator_hint",
     "collect_hardware_metrics",
+    "command_environment",
     "current_labels",
     "current_scopes",
     "current_stack",
@@ -44,6 +48,7 @@ __all__ = [
     "is_enabled",
     "labels",
     "nvtx_injection_path",
+    "nvtx_taken_by",
     "samples_by_scope",
     "session",
     "summary",
@@ -55,6 +60,16 @@ def current_scopes() -> tuple[str, ...]:
     return tuple(str(frame.owner.name) for frame in current_stack())  # type: ignore[attr-defined]
 
 
-__getattr__, __dir__ = face(__name__, __all__)
+_DOORS = {  # what the rooms above use
+    "bare_decorator_hint": "._scope",
+    "command_environment": "._outside",
+    "nvtx_taken_by": "._outside",
+}
+
+__getattr__, __dir__ = face(__name__, __all__, _DOORS)
 
 enable_from_environment()
+
+if TYPE_CHECKING:
+    from stroboscope.scopes._outside import command_environment, nvtx_taken_by
+    from stroboscope.scopes._scope import bare_decorator_hint

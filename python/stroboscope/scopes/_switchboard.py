@@ -3,7 +3,7 @@ wakes. The one piece of state every scope reads.
 
 Scope edges go into one process-wide events log in C++. Writing them costs a call into the
 extension, so a scope writes only while somebody records: a running Sampler (the sampling room
-tells this module which run, :func:`stroboscope.sampling._scope_log.watch`), the default
+tells this module which run, :func:`stroboscope.sampling.watch`), the default
 session of :mod:`stroboscope.scopes`, or a recorder outside the process: a process started with
 ``STROBOSCOPE_EVENTS_DIR`` in its environment (:mod:`stroboscope.formats.shared_events`) has its
 events log in a file there, which the recorder reads, so its scopes always write. :data:`state`
@@ -24,7 +24,7 @@ from typing import Callable
 
 from stroboscope._base import lifecycle as _lifecycle
 from stroboscope.formats.shared_events_env import EVENTS_DIR_ENV
-from stroboscope.sampling._scope_log import Recorder, edges_mode, watch
+from stroboscope.sampling import Recorder, scope_edges_mode, watch
 from stroboscope.scopes import _stack as _stack  # the C edges' stack is set up before a mode
 
 __all__ = ["add_open_hook", "set_enabled", "state"]
@@ -57,7 +57,7 @@ class _State:
         records), C (nothing in Python waits on an edge), or the Python one."""
         self.recording = self.enabled or self.shared or bool(self.recorders)
         python_waits = self.starter is not None or bool(self.edge_targets or self.open_hooks)
-        edges_mode(0 if not self.recording else 2 if python_waits else 1)
+        scope_edges_mode(0 if not self.recording else 2 if python_waits else 1)
 
     def set_starter(self, starter: Callable[[], None] | None) -> None:
         """The default session's starter (the first scope after enable() calls it)."""

@@ -28,6 +28,7 @@ _LAZY = {
     "enable_hardware_metrics": "._monitoring",
     "get_hardware_metrics": "._monitoring",
     "snapshot": "._monitoring",
+    "read_journal": "._journal",
 }
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         collect_hardware_metrics,
         with_backend_context,
     )
+    from stroboscope.compat.aitune._journal import read_journal
     from stroboscope.compat.aitune._monitoring import (
         disable_hardware_metrics,
         dump_metrics,
@@ -54,6 +56,7 @@ __all__ = [
     "dump_metrics",
     "enable_hardware_metrics",
     "get_hardware_metrics",
+    "read_journal",
     "snapshot",
     "with_backend_context",
 ]

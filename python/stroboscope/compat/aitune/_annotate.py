@@ -22,7 +22,7 @@ import stroboscope.scopes as scopes
 from stroboscope._base.nvtx import check_color
 from stroboscope._base.nvtx import nvtx_module as _nvtx
 from stroboscope.compat.aitune import _monitoring
-from stroboscope.scopes._scope import bare_decorator_hint
+from stroboscope.scopes import bare_decorator_hint
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=type)

@@ -4,7 +4,7 @@ aitune 0.6.0 starts a collector on the first scope (when enabled by ``AITUNE_HAR
 or :func:`enable_hardware_metrics`) that reads psutil and NVML on a timer every 0.1 s while a
 scope is open, plus once at once when a scope opens that the previous reading did not see, and
 pipes the rows to a child process. Here the machinery is
-:class:`stroboscope.recording._scope_collector.ScopeCollector` (one stroboscope Sampler started
+:class:`stroboscope.compat.aitune._collector.ScopeCollector` (one stroboscope Sampler started
 on the first scope, an edge row asked for when a scope opens, the rows moved out of the ring by
 a thread, rows the ring overwrote counted in the frames' ``attrs["rows_lost"]``); this module
 says what aitune's session is on it: the sources (``cpu``, ``memory`` and, where NVML sees a
@@ -22,11 +22,11 @@ import pyarrow as pa
 
 from stroboscope._base.checks import check_bool, check_path
 from stroboscope._base.extras import require
+from stroboscope.compat.aitune._collector import COLLECT_EVERY_S as COLLECT_EVERY_S
+from stroboscope.compat.aitune._collector import ScopeCollector
+from stroboscope.compat.aitune._collector import collect_every_s as collect_every_s
 from stroboscope.compat.aitune._dump import dump_to, write_csv
 from stroboscope.compat.aitune._rows import aitune_rows, empty_rows, stamp_readings, torch_memory
-from stroboscope.recording._scope_collector import COLLECT_EVERY_S as COLLECT_EVERY_S
-from stroboscope.recording._scope_collector import ScopeCollector
-from stroboscope.recording._scope_collector import collect_every_s as collect_every_s
 from stroboscope.scopes import current_labels
 
 if TYPE_CHECKING:

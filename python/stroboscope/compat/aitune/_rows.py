@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from stroboscope.recording._scope_collector import Edge as Edge
+from stroboscope.compat.aitune._collector import Edge as Edge
 
 if TYPE_CHECKING:
     import pandas

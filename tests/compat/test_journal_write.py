@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from stroboscope.compat.aitune import ParentReceiver
-from stroboscope.recording.journal import read_journal_rows
+from stroboscope.compat.aitune._journal import read_journal_rows
 
 
 class DiskFull:
@@ -92,7 +92,7 @@ def test_a_torn_line_that_cannot_be_cut_is_ended(
 ) -> None:
     """When even the cut fails (ftruncate refused), the next write first ends the torn line: the
     reader skips exactly that line, counts it as damaged, and keeps the next row."""
-    from stroboscope.recording.journal import Journal, JournalWriteError
+    from stroboscope.compat.aitune._journal import Journal, JournalWriteError
 
     journal = Journal(str(tmp_path))
     disk = DiskFull(monkeypatch, str(tmp_path))
@@ -126,7 +126,7 @@ def test_dropping_the_snapshotted_rows_copies_the_backlog_without_the_lock(
 ) -> None:
     import threading
 
-    from stroboscope.recording.journal import Journal
+    from stroboscope.compat.aitune._journal import Journal
 
     lock = threading.Lock()
     j = Journal(str(tmp_path))

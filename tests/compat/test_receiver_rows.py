@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from stroboscope.compat.aitune import ParentReceiver
-from stroboscope.recording.journal import (
+from stroboscope.compat.aitune._journal import (
     MAX_DEPTH,
     encode_batch,
     encode_rows,

@@ -9,7 +9,7 @@ import queue
 from pathlib import Path
 
 from stroboscope.compat.aitune import ParentReceiver
-from stroboscope.recording.journal import (
+from stroboscope.compat.aitune._journal import (
     encode_rows,
     parse_journal,
     read_journal_rows,

@@ -1,6 +1,6 @@
 """The receiving thread's accounting: each batch of rows taken from the queue is encoded,
 counted and appended to the journal; a bad row or a full disk is counted and logged (at most once
-a minute), never fatal to the thread. Used by :class:`stroboscope.recording.receiver.Receiver`.
+a minute), never fatal to the thread. Used by :class:`stroboscope.compat.aitune._receiver.Receiver`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 from typing import Any, Callable
 
 from stroboscope._base.ratelimit import RateLimitedLog
-from stroboscope.recording.journal import Journal, JournalWriteError, encode_batch
+from stroboscope.compat.aitune._journal import Journal, JournalWriteError, encode_batch
 
 logger = logging.getLogger("stroboscope.receiver")
 

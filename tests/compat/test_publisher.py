@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from stroboscope.analysis.windows import WindowInfo
-from stroboscope.recording._publisher import WindowPublisher
+from stroboscope.compat._publisher import WindowPublisher
 from stroboscope.sampling import Column
 
 COLUMNS = [

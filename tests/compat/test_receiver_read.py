@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from stroboscope.compat.aitune import ParentReceiver
+from stroboscope.compat.aitune import _receiver as receiver
+from stroboscope.compat.aitune._journal import encode_rows, rows_to_table
 from stroboscope.formats.writers import write_table as real_write_table
-from stroboscope.recording import receiver
-from stroboscope.recording.journal import encode_rows, rows_to_table
 
 DEADLINE_S = 120.0
 
@@ -78,8 +78,8 @@ def varied_rows() -> list[dict[str, Any]]:
 
 
 def test_blocks_give_the_table_of_the_whole(tmp_path: Path) -> None:
+    from stroboscope.compat.aitune._journal import read_journal_fd
     from stroboscope.formats import journal_read
-    from stroboscope.recording.journal import read_journal_fd
 
     rows = varied_rows()
     data, written, refused = encode_rows(rows)

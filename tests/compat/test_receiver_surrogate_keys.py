@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow.csv as pacsv
 from stroboscope.compat.aitune import ParentReceiver
-from stroboscope.recording.journal import read_journal_table
+from stroboscope.compat.aitune._journal import read_journal_table
 
 ESCAPED = "\\ud800"  # the key's text as UTF-8 can hold it: a backslash, then "ud800"
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from stroboscope._base.checks import check_seconds
 from stroboscope._base.ratelimit import RateLimitedLog
-from stroboscope.analysis._last_value import (
+from stroboscope.analysis import (
     ColumnLike,
     counter_columns,
     level_columns,
