@@ -32,9 +32,9 @@ runpy.run_module("stroboscope", run_name="__main__")
 
 @pytest.mark.xfail(
     strict=True,
-    reason="pandas is still loaded at the end by arrays made in analysis/scope_edges.py "
-    "(pa.array, pa.table, pa.concat_arrays of scope intervals), sampling/_scope_log.py "
-    "(pa.table) and sampling/_frame.py (pa.record_batch): outside this change's files",
+    reason="pandas is still loaded at the end: pyarrow imports it for the arrays made in "
+    "analysis/scope_edges.py (pa.array, pa.table, pa.concat_arrays of scope intervals), "
+    "sampling/_scope_log.py (pa.table) and sampling/_frame.py (pa.record_batch)",
 )
 def test_a_record_run_never_imports_pandas(tmp_path: Path) -> None:
     out, mark = tmp_path / "run.parquet", tmp_path / "pandas-imported.txt"
