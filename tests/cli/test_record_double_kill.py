@@ -54,15 +54,13 @@ def _kill_all(pid: int) -> None:
             os.kill(p, signal.SIGKILL)
 
 
-def test_recover_after_a_double_kill_restores_the_commands_scopes(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    spool = tmp_path / "run.spool"
-    out = tmp_path / "run.parquet"
+def _record_then_kill_both(spool: Path, out: Path, script: str) -> str | None:
+    """Run ``record`` on ``script`` (which prints "ready" once its scopes are written), then
+    SIGKILL the recorder and its command together; the events directory the spool noted."""
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "stroboscope", "record", "-q", "--spool", str(spool)),
-            *("-o", str(out), "--", sys.executable, "-c", textwrap.dedent(COMMAND)),
+            *("-o", str(out), "--", sys.executable, "-c", script),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -71,7 +69,6 @@ def test_recover_after_a_double_kill_restores_the_commands_scopes(
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
         note = events_dir_note(str(spool))
-        assert note is not None and os.path.isdir(note)
         _kill_all(proc.pid)
         proc.wait(timeout=30)
     finally:
@@ -80,13 +77,26 @@ def test_recover_after_a_double_kill_restores_the_commands_scopes(
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
-    assert not out.exists()  # nobody wrote it: both died
+    return note
+
+
+def _recover_ten_steps(tmp_path: Path, spool: Path, capsys: pytest.CaptureFixture[str]) -> None:
     recovered = tmp_path / "recovered.parquet"
     assert main(["recover", str(spool), "-o", str(recovered)]) == 0
     said = capsys.readouterr().out
     assert "recovered 10 scope calls" in said, said
     scopes = pq.read_table(tmp_path / "recovered.scopes.parquet")
     assert scopes.column("name").to_pylist() == ["step"] * 10
+
+
+def test_recover_after_a_double_kill_restores_the_commands_scopes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spool, out = tmp_path / "run.spool", tmp_path / "run.parquet"
+    note = _record_then_kill_both(spool, out, textwrap.dedent(COMMAND))
+    assert note is not None and os.path.isdir(note)  # nobody removed it
+    assert not out.exists()  # nobody wrote it: both died
+    _recover_ten_steps(tmp_path, spool, capsys)
     assert not os.path.exists(note)  # the command's events directory, read and removed
 
 
@@ -173,31 +183,7 @@ def test_recover_after_a_double_kill_reads_what_the_drain_kept_of_a_removed_dire
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spool = tmp_path / "run.spool"
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "stroboscope", "record", "-q", "--spool", str(spool)),
-            *("-o", str(tmp_path / "run.parquet"), "--", sys.executable, "-c", REMOVES_ITS_EVENTS),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        note = events_dir_note(str(spool))
-        assert note is not None and not os.path.exists(note)  # the command removed it
-        _kill_all(proc.pid)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            _kill_all(proc.pid)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-    recovered = tmp_path / "recovered.parquet"
-    assert main(["recover", str(spool), "-o", str(recovered)]) == 0
-    said = capsys.readouterr().out
-    assert "recovered 10 scope calls" in said, said
-    scopes = pq.read_table(tmp_path / "recovered.scopes.parquet")
-    assert scopes.column("name").to_pylist() == ["step"] * 10
+    note = _record_then_kill_both(spool, tmp_path / "run.parquet", REMOVES_ITS_EVENTS)
+    assert note is not None and not os.path.exists(note)  # the command removed it
+    _recover_ten_steps(tmp_path, spool, capsys)
     assert not os.path.exists(drained_dir(note))  # what the drain kept, read and removed
